@@ -1,0 +1,173 @@
+"""Facts about accelerator chips and TPU slices, in one table, for the ruler, the AOT check and the renderer.
+
+MFU needs each chip's peak, the AOT check its memory, and the renderer a slice's node selectors,
+hosts and Pathways instance type; keeping them in one place means a new chip is one row, and the
+renderer can use it without importing JAX. Figures are public spec sheets unless marked measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+GIB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    """One accelerator chip kind."""
+
+    name: str  # the name users type: h200, v5p, tpu7x, ...
+    device_kinds: tuple[str, ...]  # jax `Device.device_kind` strings that mean this chip
+    peak_bf16_flops: float  # per chip (per JAX device), FLOP/s
+    peak_source: str
+    memory_bytes: int  # per chip (per JAX device)
+    # TPU only: GKE node selector value, Pathways instance type prefix, chips per host, topology rank.
+    gke_accelerator: str = ""
+    pathways_prefix: str = ""
+    chips_per_host: int = 0
+    topology_dims: int = 0
+
+
+CHIPS: tuple[Chip, ...] = (
+    Chip(
+        "h200",
+        ("NVIDIA H200",),
+        605e12,
+        "measured bf16 8192^3 matmul, jax.jit, 2026-11-30",
+        141 * 10**9,
+    ),
+    Chip(
+        "h100",
+        ("NVIDIA H100 80GB HBM3", "NVIDIA H100"),
+        989e12,
+        "NVIDIA spec sheet, dense bf16",
+        80 * GIB,
+    ),
+    Chip(
+        "v4", ("TPU v4",), 275e12, "Cloud TPU v4 spec", 32 * GIB, "tpu-v4-podslice", "tpuv4", 4, 3
+    ),
+    Chip(
+        "v5e",
+        ("TPU v5 lite", "TPU v5e"),
+        197e12,
+        "Cloud TPU v5e spec",
+        16 * GIB,
+        "tpu-v5-lite-podslice",
+        "tpuv5e",
+        4,
+        2,
+    ),
+    Chip(
+        "v5p",
+        ("TPU v5", "TPU v5p"),
+        459e12,
+        "Cloud TPU v5p spec",
+        95 * GIB,
+        "tpu-v5p-slice",
+        "tpuv5",
+        4,
+        3,
+    ),
+    Chip(
+        "v6e",
+        ("TPU v6 lite", "TPU v6e"),
+        918e12,
+        "Cloud TPU v6e spec",
+        32 * GIB,
+        "tpu-v6e-slice",
+        "tpuv6e",
+        4,
+        2,
+    ),
+    Chip(
+        "tpu7x",
+        ("TPU7x", "TPU 7x"),
+        2307e12,
+        "Cloud TPU Ironwood spec, bf16",
+        192 * GIB,
+        "tpu7x",
+        "tpu7x",
+        4,
+        3,
+    ),
+)
+
+
+def chip_by_name(name: str) -> Chip:
+    """The chip called `name` (case-insensitive); raises ValueError listing the known names."""
+    for chip in CHIPS:
+        if chip.name == name.lower():
+            return chip
+    raise ValueError(f"unknown chip {name!r}: known chips are {', '.join(c.name for c in CHIPS)}")
+
+
+def chip_for_device_kind(device_kind: str) -> Chip | None:
+    """The chip behind a JAX device kind string, or None (a CPU, or a chip not in the table)."""
+    for chip in CHIPS:
+        if device_kind in chip.device_kinds:
+            return chip
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TpuSlice:
+    """A TPU slice such as `tpu7x:4x4x8`: the chip, the topology, and what follows from them."""
+
+    chip: Chip
+    topology: str  # "4x4x8"
+
+    @property
+    def name(self) -> str:
+        return f"{self.chip.name}:{self.topology}"
+
+    @property
+    def num_chips(self) -> int:
+        return math.prod(int(d) for d in self.topology.split("x"))
+
+    @property
+    def chips_per_host(self) -> int:
+        return min(self.chip.chips_per_host, self.num_chips)
+
+    @property
+    def num_hosts(self) -> int:
+        return self.num_chips // self.chips_per_host
+
+    @property
+    def pathways_instance_type(self) -> str:
+        return f"{self.chip.pathways_prefix}:{self.topology}"
+
+
+TPU_CHIPS = tuple(chip for chip in CHIPS if chip.gke_accelerator)
+_SLICE_PATTERN = re.compile(r"^([a-z0-9]+):(\d+(?:x\d+){1,2})$")
+
+
+def known_slice_forms() -> str:
+    """A one-line list of accepted slice forms, for error messages."""
+    return (
+        ", ".join(f"{c.name}:{'x'.join(['N'] * c.topology_dims)}" for c in TPU_CHIPS)
+        + " (e.g. v5e:2x2, v6e:2x4, v5p:4x8x8, tpu7x:4x4x8)"
+    )
+
+
+def parse_slice(text: str) -> TpuSlice:
+    """Parse `CHIP:TOPOLOGY`; an unknown chip or a malformed topology raises ValueError with the known forms."""
+    match = _SLICE_PATTERN.match(text.strip().lower())
+    chip = next((c for c in TPU_CHIPS if match and c.name == match.group(1)), None)
+    if match is None or chip is None:
+        raise ValueError(f"unknown TPU slice {text!r}: known forms are {known_slice_forms()}")
+    topology = match.group(2)
+    dims = [int(d) for d in topology.split("x")]
+    if len(dims) != chip.topology_dims or any(d < 1 for d in dims):
+        raise ValueError(
+            f"TPU slice {text!r}: {chip.name} topologies have {chip.topology_dims} dimensions; "
+            f"known forms are {known_slice_forms()}"
+        )
+    tpu_slice = TpuSlice(chip, topology)
+    if tpu_slice.num_chips > chip.chips_per_host and tpu_slice.num_chips % chip.chips_per_host:
+        raise ValueError(
+            f"TPU slice {text!r}: {tpu_slice.num_chips} chips do not fill hosts of "
+            f"{chip.chips_per_host}; known forms are {known_slice_forms()}"
+        )
+    return tpu_slice

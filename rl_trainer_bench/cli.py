@@ -1,0 +1,50 @@
+"""`rl-trainer-bench <command>`: argument parsing only; each command's work lives in its own module.
+
+Every command module is imported lazily, so `rl-trainer-bench render ...` never imports JAX. A
+command's known user errors (bad input, bad knob) surface as one line on stderr and exit code 2,
+never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from rl_trainer_bench.engine.contract import ContractError
+from rl_trainer_bench.errors import UserError
+
+# Each entry: (command, help, function adding its arguments, "module:function" that runs it).
+# The runner takes the parsed namespace and returns the exit code.
+_Adder = Callable[[argparse.ArgumentParser], None]
+COMMANDS: list[tuple[str, str, _Adder, str]] = []
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rl-trainer-bench",
+        description="Benchmark the trainer program of a GRPO MoE run on one slice.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, help_text, add_arguments, runner in COMMANDS:
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        add_arguments(command_parser)
+        command_parser.set_defaults(_runner=runner)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    module_name, function_name = args._runner.split(":")
+    run = getattr(importlib.import_module(module_name), function_name)
+    try:
+        return int(run(args) or 0)
+    except (UserError, ContractError) as error:
+        print(f"rl-trainer-bench {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

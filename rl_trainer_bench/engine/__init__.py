@@ -1,0 +1,1 @@
+"""The built-in JAX MoE engine and the contract any engine implements."""

@@ -1,0 +1,97 @@
+"""The built-in engine's configuration: model shapes, mesh, loss, MoE buffers and optimizer.
+
+Plain frozen data so it can be built from presets, a trainer argv or `key=value` engine flags at the
+edge (`rl_trainer_bench.config`) and trusted everywhere past it. It lives inside `engine/` because
+the engine imports nothing from the rest of the package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Decoder shapes. Attention is grouped-query; each layer's feed-forward is a routed MoE."""
+
+    vocab_size: int
+    d_model: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    num_experts: int
+    top_k: int
+    expert_ffn_dim: int
+    shared_expert_ffn_dim: int = 0  # 0: no shared expert
+    rope_theta: float = 10_000.0
+    rms_norm_eps: float = 1e-6
+    dtype: str = "bfloat16"  # activations and matmul inputs; parameters are kept in float32
+    remat_policy: str = "full"  # full | minimal | none
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Device mesh axes (fsdp, context, expert); their product must equal the device count."""
+
+    fsdp: int = 1
+    context: int = 1
+    expert: int = 1
+
+    @property
+    def size(self) -> int:
+        return self.fsdp * self.context * self.expert
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    """GRPO clipped surrogate and k3 KL (ENGINE.md)."""
+
+    epsilon: float = 0.2
+    epsilon_high: float = 0.28
+    beta: float = 0.0
+    compute_logps_chunk_size: int = 512
+    logits_dtype: str = "float32"
+
+
+@dataclasses.dataclass(frozen=True)
+class MoeConfig:
+    """Expert buffers, drops, replay and the expert-compute layout."""
+
+    ragged_buffer_factor: float = 1.25  # -1: capacity = local tokens, never drops
+    retry_when_tokens_dropped: bool = True
+    expert_compute: str = "auto"  # auto | einsum | ragged_dot
+    float32_router_logits: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    """AdamW with global-norm clipping and a schedule, as the trainer argv's `--optimizer_*` sets it."""
+
+    learning_rate: float = 1e-6
+    schedule: str = "constant"  # constant | warmup_cosine_decay_schedule
+    init_value: float = 0.0
+    peak_value: float = 1e-6
+    end_value: float = 0.0
+    warmup_steps: int = 0
+    decay_steps: int = 1
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """Everything the built-in engine needs to build, shard and train its programs."""
+
+    model: ModelConfig
+    mesh: MeshConfig = MeshConfig()
+    loss: LossConfig = LossConfig()
+    moe: MoeConfig = MoeConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
+    micro_batch_rows: int = 8  # B
+    seq_len: int = 128  # T
+    matmul_precision: str = "default"  # default | high | highest
+    seed: int = 0

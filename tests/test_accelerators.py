@@ -1,0 +1,33 @@
+"""Chip and slice facts: slice parsing drives the renderer's node selectors and the AOT target."""
+
+import pytest
+
+from rl_trainer_bench.accelerators import chip_by_name, chip_for_device_kind, parse_slice
+
+
+def test_slice_derives_hosts_and_pathways_instance_type():
+    tpu_slice = parse_slice("v5p:4x8x8")
+    assert tpu_slice.num_chips == 256
+    assert tpu_slice.num_hosts == 64
+    assert tpu_slice.pathways_instance_type == "tpuv5:4x8x8"
+    assert tpu_slice.chip.gke_accelerator == "tpu-v5p-slice"
+
+
+def test_single_host_slice_has_one_host():
+    tpu_slice = parse_slice("v5e:2x2")
+    assert (tpu_slice.num_hosts, tpu_slice.chips_per_host) == (1, 4)
+
+
+@pytest.mark.parametrize(
+    "text", ["v9:2x2", "v5p:2x2", "v5e:2x2x2", "tpu7x", "h200:1x1", "v5p:0x2x2"]
+)
+def test_unknown_or_malformed_slice_is_refused_with_known_forms(text):
+    with pytest.raises(ValueError, match=r"known forms are .*tpu7x:4x4x8"):
+        parse_slice(text)
+
+
+def test_device_kind_maps_to_chip_and_unknown_kind_to_none():
+    assert chip_for_device_kind("NVIDIA H200").peak_bf16_flops == 605e12
+    assert chip_for_device_kind("cpu") is None
+    with pytest.raises(ValueError, match="known chips"):
+        chip_by_name("a100")
