@@ -21,6 +21,86 @@ _Adder = Callable[[argparse.ArgumentParser], None]
 COMMANDS: list[tuple[str, str, _Adder, str]] = []
 
 
+# ---- micro-batches and routing profiles (rl_trainer_bench.payload, rl_trainer_bench.checks) ----
+
+
+def _add_micro_batch_source(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--preset", default="cpu-tiny", help="shapes of the micro-batch (default: cpu-tiny)"
+    )
+    parser.add_argument(
+        "--routing-profile",
+        metavar="FILE",
+        help="routing profile JSON (default: the shipped synthetic one)",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--index", type=int, default=0, help="micro-batch index (distinct content per index)"
+    )
+    parser.add_argument(
+        "--max-prompt-length", type=int, help="orchestrator argv: packing layout from it"
+    )
+    parser.add_argument(
+        "--max-response-length", type=int, help="orchestrator argv: packing layout from it"
+    )
+    parser.add_argument("--num-generations", type=int, default=16, help="sequences per GRPO group")
+    parser.add_argument("--pad-rows", type=int, default=0, help="rows that are all padding")
+
+
+def _add_payload_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_micro_batch_source(parser)
+    parser.add_argument(
+        "--out", required=True, metavar="FILE.npz", help="where to write the micro-batch"
+    )
+    parser.add_argument(
+        "--no-routed-experts", action="store_true", help="omit routed_experts (no router replay)"
+    )
+
+
+def _add_profile_routing_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "dump", metavar="DUMP.npy", help="a run's routed experts, int, -1 on padding"
+    )
+    parser.add_argument(
+        "--layout", default="BTLK", choices=("BTLK", "BLTK"), help="axis order of the dump"
+    )
+    parser.add_argument("--num-experts", type=int, help="expert count (default: largest id + 1)")
+    parser.add_argument("--description", help="how the dump was taken (stored in the profile)")
+    parser.add_argument("--out", metavar="FILE", help="write the profile here (default: stdout)")
+
+
+def _add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_micro_batch_source(parser)
+    parser.add_argument(
+        "--payload", metavar="FILE.npz", help="check this micro-batch instead of building one"
+    )
+    parser.add_argument(
+        "--skip-numerics", action="store_true", help="only the well-formedness checks (no engine)"
+    )
+
+
+COMMANDS += [
+    (
+        "payload",
+        "Build one calibrated micro-batch, print its routing calibration, write it as .npz.",
+        _add_payload_arguments,
+        "rl_trainer_bench.payload:run_payload",
+    ),
+    (
+        "profile-routing",
+        "Turn a dump of a run's routed experts into a routing profile (JSON).",
+        _add_profile_routing_arguments,
+        "rl_trainer_bench.payload:run_profile_routing",
+    ),
+    (
+        "check",
+        "CPU checks: micro-batch well-formedness and the engine's numerics knobs.",
+        _add_check_arguments,
+        "rl_trainer_bench.checks:run_check",
+    ),
+]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rl-trainer-bench",

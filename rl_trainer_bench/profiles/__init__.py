@@ -1,0 +1,1 @@
+"""Shipped routing profiles (data) and their JSON schema; see README.md in this folder."""
