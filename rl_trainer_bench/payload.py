@@ -439,9 +439,13 @@ def build_calibrated(
     index: int,
     name: str | None = None,
     layout: PackingLayout | None = None,
-    replay: bool = True,
+    replay: bool | None = None,
 ) -> BuiltMicroBatch:
-    """One micro-batch and its calibration report; raises CalibrationError when loads miss."""
+    """One micro-batch and its calibration report; raises CalibrationError when loads miss.
+
+    `ref_logps` is present when the engine's loss uses it (beta > 0); `routed_experts` when
+    `replay` is True, by default when the engine replays routes (`moe.router_replay`).
+    """
     if seed < 0 or index < 0:
         raise UserError(f"seed={seed}, index={index}: both must be >= 0")
     started = time.perf_counter()
@@ -450,8 +454,10 @@ def build_calibrated(
     packing_rng, token_rng, routing_rng = _streams(seed, index)
     packing = _draw_packing(layout, packing_rng)
     arrays = _token_arrays(packing, shape, engine.model.vocab_size, layout.group_size, token_rng)
+    if engine.loss.beta <= 0:
+        del arrays["ref_logps"]
     calibration = None
-    if replay:
+    if engine.moe.router_replay if replay is None else replay:
         fitted = routing_profile.fit_to_model(profile, engine.model)
         routed, counts = _draw_routing(fitted, packing.real_lengths, engine.seq_len, routing_rng)
         arrays["routed_experts"] = routed
@@ -480,9 +486,9 @@ def build_micro_batch(
     index: int,
     name: str | None = None,
     layout: PackingLayout | None = None,
-    replay: bool = True,
+    replay: bool | None = None,
 ) -> Payload:
-    """One micro-batch with digests; `routed_experts` is present unless `replay=False`."""
+    """One micro-batch with digests (see `build_calibrated` for which optional arrays it has)."""
     built = build_calibrated(
         engine, profile, seed=seed, index=index, name=name, layout=layout, replay=replay
     )
@@ -496,7 +502,7 @@ def build_pool(
     seed: int,
     count: int,
     layout: PackingLayout | None = None,
-    replay: bool = True,
+    replay: bool | None = None,
 ) -> list[Payload]:
     """`count` distinct micro-batches (indices 0..count-1), built before any timing starts."""
     if count < 1:
@@ -592,7 +598,7 @@ def run_payload(args) -> int:
         seed=args.seed,
         index=args.index,
         layout=layout_for(args, engine),
-        replay=not args.no_routed_experts,
+        replay=False if args.no_routed_experts else None,
     )
     if built.calibration is not None:
         print(built.calibration.format())

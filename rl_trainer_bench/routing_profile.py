@@ -183,12 +183,12 @@ def shard_max_load_ratio(shares: np.ndarray, expert_shards: int) -> np.ndarray:
 
 
 def tokens_per_expert_group(engine: EngineConfig) -> int:
-    """Tokens one expert-parallel group routes: the rows on one fsdp shard times one context shard.
+    """Tokens whose routed pairs share one set of expert buffers (N in ENGINE.md's capacity).
 
-    Expert weights are sharded over the `expert` axis; the tokens are sharded over fsdp (rows)
-    and context (sequence), so each group of `expert` devices shares those local tokens.
+    As the engine groups them (`moe.group_tokens`): rows split over fsdp x expert devices and
+    the sequence over context, so one group is (B / (fsdp * expert)) rows of T / context tokens.
     """
-    rows = math.ceil(engine.micro_batch_rows / engine.mesh.fsdp)
+    rows = math.ceil(engine.micro_batch_rows / (engine.mesh.fsdp * engine.mesh.expert))
     return rows * math.ceil(engine.seq_len / engine.mesh.context)
 
 
