@@ -75,7 +75,10 @@ class PackingLayout:
     seq_len: int  # T of that step
     pad_rows: int = 0  # rows that are all padding
     real_fraction: tuple[float, ...] = (0.6, 1.0)  # real tokens / seq_len of a non-padding row
-    segments_per_row: tuple[float, ...] = (1.0, 4.0)  # packed sequences in a non-padding row
+    segments_per_row: tuple[float, ...] = (
+        1.0,
+        4.0,
+    )  # packed sequences per real row (capped: 2 tokens each)
     prompt_fraction: tuple[float, ...] = (0.05, 0.3)  # prompt tokens / sequence tokens
     group_size: int = 16  # sequences per GRPO group (advantages are normalized within a group)
 
@@ -92,7 +95,7 @@ class PackingLayout:
         if self.group_size < 1:
             raise ProfileError(f"layout.group_size={self.group_size} must be >= 1")
         _check_quantiles("real_fraction", self.real_fraction, 0.0, 1.0)
-        _check_quantiles("segments_per_row", self.segments_per_row, 1.0, float(self.seq_len))
+        _check_quantiles("segments_per_row", self.segments_per_row, 1.0, math.inf)
         _check_quantiles("prompt_fraction", self.prompt_fraction, 0.0, 1.0)
         object.__setattr__(self, "real_fraction", tuple(float(v) for v in self.real_fraction))
         object.__setattr__(self, "segments_per_row", tuple(float(v) for v in self.segments_per_row))
@@ -381,14 +384,14 @@ def parse_profile(document: Any, origin: str = "profile") -> RoutingProfile:
         where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
         raise ProfileError(f"{origin}: {where.lstrip('.') or 'document'}: {error.message}")
     num_experts, top_k, num_layers = (document[k] for k in ("num_experts", "top_k", "num_layers"))
-    _check_dims(num_experts, top_k, num_layers)
     layers = document["layers"]
-    if len(layers) != num_layers:
-        raise ProfileError(
-            f"{origin}: layers has {len(layers)} entries but num_layers={num_layers}: "
-            "give one entry per MoE layer"
-        )
     try:
+        _check_dims(num_experts, top_k, num_layers)
+        if len(layers) != num_layers:
+            raise ProfileError(
+                f"layers has {len(layers)} entries but num_layers={num_layers}: "
+                "give one entry per MoE layer"
+            )
         shares = np.stack([_layer_shares(i, layer, num_experts) for i, layer in enumerate(layers)])
         layout = PackingLayout(**document["layout"]) if "layout" in document else None
         return RoutingProfile(
