@@ -400,10 +400,14 @@ def check_numerics(
 ) -> tuple[NumericsRun, list[KnobResult]]:
     """Each knob's loss, grad norm and log-probs against the float32 reference, same micro-batch."""
     reference_config = numerics_reference(engine)
-    reference = run_engine(reference_config, payload)
+    runs = {reference_config: run_engine(reference_config, payload)}  # one run per distinct config
+    reference = runs[reference_config]
     results = []
     for knob in knobs if knobs is not None else default_knobs(engine):
-        run = run_engine(knob.apply(reference_config), payload)
+        config = knob.apply(reference_config)
+        if config not in runs:
+            runs[config] = run_engine(config, payload)
+        run = runs[config]
         counted = reference.mask & run.mask
         logp_diff = float(np.abs(run.logps - reference.logps)[counted].max(initial=0.0))
         results.append(
