@@ -81,6 +81,19 @@ def test_npz_round_trip_keeps_arrays_name_and_digests(tmp_path):
     assert os.listdir(tmp_path) == ["mb.npz"]
 
 
+def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
+    payload = build_micro_batch(TINY, PROFILE, seed=0, index=1)
+
+    def savez_that_fails_midway(file, **arrays):
+        file.write(b"PK partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", savez_that_fails_midway)
+    with pytest.raises(OSError, match="No space left"):
+        save_npz(payload, str(tmp_path / "mb.npz"))
+    assert os.listdir(tmp_path) == []
+
+
 def test_tampered_npz_is_refused_naming_the_array(tmp_path):
     payload = build_micro_batch(TINY, PROFILE, seed=0, index=1)
     path = str(tmp_path / "mb.npz")
