@@ -30,7 +30,8 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import BinaryIO
 
 import numpy as np
 
@@ -518,22 +519,44 @@ def build_pool(
 # ----------------------------------------------------------------------------------------------
 
 
-def save_npz(payload: Payload, path: str) -> None:
-    """Write every array under its contract name, plus `name` and `digests`, atomically."""
+def check_out_folder(path: str) -> str:
+    """The folder `path` will be written in; UserError when it does not exist (checked before work)."""
     folder = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".payload-", suffix=".npz.tmp", dir=folder)
+    if not os.path.isdir(folder):
+        raise UserError(f"--out {path}: folder {folder} does not exist; create it first")
+    return folder
+
+
+def write_atomically(path: str, write: Callable[[BinaryIO], None]) -> None:
+    """Run `write` on a temporary file next to `path`, then rename it over `path`.
+
+    Readers see the old file or the whole new one, never a partial write; a failed write leaves
+    nothing behind.
+    """
+    folder = check_out_folder(path)
+    handle, temporary = tempfile.mkstemp(
+        prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder
+    )
     try:
         with os.fdopen(handle, "wb") as out:
-            np.savez(
-                out,
-                **payload.arrays(),
-                name=np.array(payload.name),
-                digests=np.array([f"{k}={v}" for k, v in sorted(payload.digests.items())]),
-            )
+            write(out)
         os.replace(temporary, path)
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def save_npz(payload: Payload, path: str) -> None:
+    """Write every array under its contract name, plus `name` and `digests`, atomically."""
+    write_atomically(
+        path,
+        lambda out: np.savez(
+            out,
+            **payload.arrays(),
+            name=np.array(payload.name),
+            digests=np.array([f"{k}={v}" for k, v in sorted(payload.digests.items())]),
+        ),
+    )
 
 
 def load_npz(path: str, *, verify: bool = True) -> Payload:
@@ -590,6 +613,7 @@ def run_payload(args) -> int:
     """`rl-trainer-bench payload`: build one micro-batch, print its calibration, write it."""
     if not args.out.endswith(".npz"):
         raise UserError(f"--out {args.out}: the micro-batch is written as .npz; name it FILE.npz")
+    check_out_folder(args.out)
     engine = engine_for(args)
     profile = routing_profile.load_profile(args.routing_profile)
     built = build_calibrated(
@@ -618,6 +642,8 @@ def run_profile_routing(args) -> int:
         dump = np.load(args.dump, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as error:
         raise UserError(f"routing dump {args.dump}: cannot read as .npy ({error})") from None
+    if args.out is not None:
+        check_out_folder(args.out)
     profile = routing_profile.profile_from_dump(
         dump,
         layout=args.layout,
@@ -628,11 +654,7 @@ def run_profile_routing(args) -> int:
     if args.out is None:
         sys.stdout.write(text)
         return 0
-    folder = os.path.dirname(os.path.abspath(args.out))
-    handle, temporary = tempfile.mkstemp(prefix=".profile-", suffix=".tmp", dir=folder)
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        out.write(text)
-    os.replace(temporary, args.out)
+    write_atomically(args.out, lambda out: out.write(text.encode()))
     ratios = profile.max_load_ratio
     print(
         f"{args.out}: {profile.num_layers} layers, {profile.num_experts} experts, top-{profile.top_k}; "
