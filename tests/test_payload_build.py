@@ -126,6 +126,12 @@ def test_payload_command_with_a_bad_profile_exits_2_and_writes_nothing(tmp_path,
     assert sorted(os.listdir(tmp_path)) == ["p.json"]
 
 
+def test_missing_out_folder_is_refused_before_building(tmp_path, capsys):
+    assert cli.main(["payload", "--out", str(tmp_path / "absent" / "mb.npz")]) == 2
+    error = capsys.readouterr()
+    assert "does not exist; create it first" in error.err and "calibration" not in error.out
+
+
 def test_orchestrator_flags_shape_the_packing(tmp_path):
     out = tmp_path / "mb.npz"
     argv = [
