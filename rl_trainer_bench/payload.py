@@ -14,7 +14,7 @@ production cell's 5 GB micro-batch builds in seconds. Both come from drawing rou
    token then copies one pool entry (L*K int16 in one memcpy-sized gather).
 
 Tokens sharing a pool entry route identically in every layer; with the pool at 131,072 entries a
-production micro-batch reuses each about 30 times, which the engine's timing cannot see. Layers
+production micro-batch reuses each about 27 times, which the engine's timing cannot see. Layers
 stay independent of each other within an entry.
 
 Everything is deterministic in (seed, index): same inputs, byte-identical arrays and digests.
