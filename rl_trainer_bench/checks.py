@@ -47,6 +47,13 @@ def _check_shapes(payload: Payload, engine: EngineConfig) -> list[str]:
     expected_shapes = {name: (rows, seq_len) for name in PAYLOAD_FIELDS}
     expected_shapes["routed_experts"] = (rows, seq_len, model.num_layers, model.top_k)
     problems = []
+    beta = engine.loss.beta
+    if (payload.ref_logps is not None) != (beta > 0):
+        state = "present" if payload.ref_logps is not None else "missing"
+        problems.append(
+            f"ref_logps: {state} but loss.beta={beta:g}; the engine takes ref_logps exactly when "
+            "beta > 0 [optional arrays]"
+        )
     for name, (dtype, _rank) in PAYLOAD_FIELDS.items():
         array = getattr(payload, name)
         if array is None:

@@ -117,6 +117,14 @@ def test_wrong_dtype_and_shape_are_named_by_array(payload):
     ]
 
 
+def test_ref_logps_must_match_the_losss_beta(payload):
+    extra = dataclasses.replace(payload, ref_logps=payload.old_logps.copy())
+    assert check_payload(extra, TINY) == [
+        "ref_logps: present but loss.beta=0; the engine takes ref_logps exactly when beta > 0 "
+        "[optional arrays]"
+    ]
+
+
 def test_stale_digest_fails(payload):
     built = build_micro_batch(TINY, load_profile(None), seed=5, index=0, layout=LAYOUT)
     input_ids = built.input_ids.copy()
