@@ -97,7 +97,9 @@ def compare_expert_compute(config) -> int:
     flops = 3 * 3 * 2 * m.num_experts * slots * m.d_model * m.expert_ffn_dim  # fwd + bwd
     for method in moe.EXPERT_COMPUTE_CHOICES:
         step = jax.jit(
-            jax.grad(lambda b, g, u, d: moe.experts_ffn(b, g, u, d, method).sum(), (0, 1, 2, 3))
+            jax.grad(
+                lambda b, g, u, d, m=method: moe.experts_ffn(b, g, u, d, m).sum(), (0, 1, 2, 3)
+            )
         )
         jax.block_until_ready(step(buffer, gate, up, down))
         times = []
