@@ -101,6 +101,22 @@ COMMANDS += [
 ]
 
 
+def _add_check_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    from rl_trainer_bench.check_engine import add_arguments
+
+    add_arguments(parser)
+
+
+COMMANDS.append(
+    (
+        "check-engine",
+        "run the engine contract's conformance checks on an engine (default: the built-in one)",
+        _add_check_engine_arguments,
+        "rl_trainer_bench.check_engine:run",
+    )
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rl-trainer-bench",
