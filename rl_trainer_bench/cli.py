@@ -68,8 +68,15 @@ COMMANDS += [
 ]
 
 
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """Argument errors as one line and exit code 2, like every other user error."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineErrorParser(
         prog="rl-trainer-bench",
         description="Benchmark the trainer program of a GRPO MoE run on one slice.",
     )

@@ -24,6 +24,15 @@ LABEL_VALUE_LIMIT = 63  # the coordinator label J-R-0-0.<subdomain>
 BENCH_SUFFIX = "-bench"
 
 
+def rename_text(text: str, old: str, new: str) -> str:
+    """`text` with references to JobSet `old` pointing at `new`.
+
+    A reference is the name as a whole word or as the start of a derived name (`old-proc-0-0`), not
+    part of a longer name (`old2`, `older`, `x-old`).
+    """
+    return re.sub(rf"(?<![A-Za-z0-9-]){re.escape(old)}(?![A-Za-z0-9])", new, text)
+
+
 def _digits(count: object) -> int:
     """Digits of the largest index (count - 1); a missing count means 1."""
     value = count if isinstance(count, int) and count > 0 else 1

@@ -12,7 +12,6 @@ Every knob is validated here, once, into `RenderKnobs`; the result is validated 
 from __future__ import annotations
 
 import copy
-import re
 import shlex
 import sys
 from collections.abc import Mapping
@@ -24,7 +23,7 @@ from rl_trainer_bench import code_bundle, validate
 from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.atomic_file import write_text_atomically
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.jobset_names import bench_name
+from rl_trainer_bench.jobset_names import bench_name, rename_text
 from rl_trainer_bench.launch_command import ClientCommand, merge_flags, read_client_command
 from rl_trainer_bench.launch_render import (
     TPU_RESOURCE,
@@ -140,21 +139,14 @@ def _orchestrator_argv(documents: list[dict], launch: ClientCommand) -> list[str
 
 
 def rename_references(jobset: dict, old: str, new: str) -> None:
-    """Replace the JobSet name everywhere it is referenced: metadata, selectors, env values, labels.
-
-    A reference is the old name as a whole word or as the start of a derived name (`old-proc-0-0`),
-    not as part of a longer name (`old2`, `older`).
-    """
-    pattern = re.compile(rf"(?<![A-Za-z0-9-]){re.escape(old)}(?![A-Za-z0-9])")
+    """Point every reference to JobSet `old` at `new`: metadata, selectors, env values, labels."""
 
     def visit(node: object) -> object:
         if isinstance(node, dict):
             return {key: visit(value) for key, value in node.items()}
         if isinstance(node, list):
             return [visit(value) for value in node]
-        if isinstance(node, str):
-            return pattern.sub(new, node)
-        return node
+        return rename_text(node, old, new) if isinstance(node, str) else node
 
     renamed = visit(jobset)
     jobset.clear()
