@@ -46,7 +46,7 @@ ulimit -c 0
 
 (
 set -eu
-{CODE_DIR_VARIABLE}="$(mktemp -d)"
+export {CODE_DIR_VARIABLE}="$(mktemp -d)"
 base64 -d <<'{CODE_MARKER}' | tar -xzf - -C "${CODE_DIR_VARIABLE}"
 {code_base64}
 {CODE_MARKER}

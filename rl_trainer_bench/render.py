@@ -104,12 +104,10 @@ def driver_environment(
 ) -> dict[str, str]:
     """What the driver's process sees: the trainer's environment, DRIVER_ENV, then the bench knobs."""
     environment = {"BENCH_CODE_SHA256": sha, **launch.env}
-    for variable, knob, extra in (
-        ("LIBTPU_INIT_ARGS", "LIBTPU_FLAGS", knobs.libtpu_flags),
-        ("XLA_FLAGS", "XLA_FLAGS", knobs.xla_flags),
-    ):
-        if extra or variable in environment:
-            environment[variable] = merge_flags(environment.get(variable, ""), extra, knob)
+    if knobs.libtpu_flags or "LIBTPU_INIT_ARGS" in environment:
+        environment["LIBTPU_INIT_ARGS"] = merge_flags(
+            environment.get("LIBTPU_INIT_ARGS", ""), knobs.libtpu_flags, "LIBTPU_FLAGS"
+        )
     environment.update(knobs.driver_env)
     trainer_argv = launch.argv if knobs.trainer_argv is None else list(knobs.trainer_argv)
     environment["TRAINER_ARGV"] = shell_join(trainer_argv)

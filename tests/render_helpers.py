@@ -13,7 +13,12 @@ from rl_trainer_bench.render_knobs import RenderKnobs
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "testdata" / "launch_dryrun_fixture.yaml"
-LAUNCH_RENDERS = REPO.parent / "shared" / "reference" / "launch-renders"
+# ../shared beside the repository root (a checkout's parent, or further up for nested checkouts).
+SHARED = next(
+    (folder / "shared" for folder in REPO.parents if (folder / "shared" / "reference").is_dir()),
+    REPO.parent / "shared",
+)
+LAUNCH_RENDERS = SHARED / "reference" / "launch-renders"
 
 
 def real_render(name: str) -> Path:

@@ -4,7 +4,7 @@ import shlex
 
 import pytest
 import yaml
-from render_helpers import FIXTURE, client_script, exports, render_fixture
+from render_helpers import FIXTURE, exports, render_fixture
 
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch_render import find_trainer, read_documents
@@ -109,10 +109,10 @@ def test_libtpu_flags_merge_keeping_unrelated_and_overriding_given():
     assert env["LIBTPU_INIT_ARGS"] == "--xla_a=1 --xla_b=false --xla_c=7"
 
 
-def test_xla_flags_are_created_when_the_trainer_had_none():
-    assert exports(render_fixture(xla_flags="--xla_dump_to=/tmp/d"))["XLA_FLAGS"] == (
-        "--xla_dump_to=/tmp/d"
-    )
+def test_libtpu_flags_are_created_when_the_trainer_had_none():
+    text = FIXTURE.read_text().replace("LIBTPU_INIT_ARGS='--xla_a=1 --xla_b=true' ", "")
+    knobs = RenderKnobs.from_strings({"libtpu_flags": "--xla_c=1"})
+    assert exports(yaml.safe_load(render(text, "f", knobs)))["LIBTPU_INIT_ARGS"] == "--xla_c=1"
 
 
 def test_step_knobs_are_exported_only_when_given():
@@ -160,7 +160,7 @@ def test_single_host_slice_gets_one_host_with_its_chips():
 
 
 def test_name_knob_and_trainer_jobset_knob():
-    bench = render_fixture(name="my-bench", trainer_jobset="fixture-train")
+    bench = render_fixture(bench_name="my-bench", trainer_jobset="fixture-train")
     assert bench["metadata"]["name"] == "my-bench"
     env = {e["name"]: e.get("value") for e in _container(bench, "proc", "main")["env"]}
     assert env["TRAINER_HOST"] == "my-bench-proc-0-0.my-bench"
@@ -194,7 +194,7 @@ def test_bad_input_is_one_clear_error(text, message):
 
 def test_trainer_without_client_container_is_refused():
     text = FIXTURE.read_text().replace("python -m app.trainer", "trainer-binary")
-    with pytest.raises(UserError, match="fixture-train.*client containers"):
+    with pytest.raises(UserError, match=r"fixture-train.*client containers"):
         render(text, "f", RenderKnobs.from_strings({"trainer_jobset": "fixture-train"}))
     with pytest.raises(
         UserError, match=r"no trainer JobSet.*fixture-train \(0 client containers\)"
@@ -231,4 +231,4 @@ def test_bad_knobs_are_refused_with_the_knob_named(knobs, message):
 @pytest.mark.parametrize("name", ["x" * 27, "Upper", "a_b", "-a"])
 def test_name_over_budget_or_not_dns_is_refused(name):
     with pytest.raises(UserError, match=f"--name {name}"):
-        render(FIXTURE.read_text(), "f", RenderKnobs.from_strings({"name": name}))
+        render(FIXTURE.read_text(), "f", RenderKnobs.from_strings({"bench_name": name}))
