@@ -1,6 +1,7 @@
 """The embedded bench code: which files, a digest that survives the trip into the pod, reproducibility."""
 
 import io
+import os
 import tarfile
 from pathlib import Path
 
@@ -55,8 +56,9 @@ def test_digest_changes_with_any_byte_or_name(tmp_path):
 def test_bundle_is_reproducible_and_unpacks_to_the_same_digest(tmp_path):
     root = _tree(tmp_path / "src", FILES)
     archive = code_bundle.bundle(root)
-    (root / "rl_trainer_bench/engine/model.py").touch()  # a new mtime must not matter
+    os.utime(root / "rl_trainer_bench/engine/model.py", (1e9, 1e9))  # file times must not matter
     assert code_bundle.bundle(root) == archive
+    assert archive[4:8] == b"\0\0\0\0"  # nor the time of bundling (gzip header MTIME)
     unpacked = tmp_path / "pod"
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
         tar.extractall(unpacked, filter="data")

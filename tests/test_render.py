@@ -192,6 +192,12 @@ def test_bad_input_is_one_clear_error(text, message):
     assert "\n" not in str(raised.value)
 
 
+def test_non_yaml_noise_before_the_first_document_is_skipped():
+    noise = "Warning: jobset x: missing: field\n- [unclosed\n"
+    bench = yaml.safe_load(render(noise + FIXTURE.read_text(), "f", RenderKnobs()))
+    assert bench["metadata"]["name"] == "fixture-train-bench"
+
+
 def test_trainer_without_client_container_is_refused():
     text = FIXTURE.read_text().replace("python -m app.trainer", "trainer-binary")
     with pytest.raises(UserError, match=r"fixture-train.*client containers"):

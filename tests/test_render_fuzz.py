@@ -3,7 +3,7 @@
 import subprocess
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from render_helpers import FIXTURE
 
@@ -57,6 +57,7 @@ def test_damaged_input_gives_a_valid_bench_or_one_clear_error(start, length, ins
 
 @settings(max_examples=40, deadline=None)
 @given(_TEXT)
+@example('it\'s $(touch x) `id` "q" \\ ${HOME}')
 def test_shell_quote_reads_back_literally_in_bash(value):
     result = subprocess.run(
         ["bash", "-c", f"printf %s {shell_quote(value)}"], capture_output=True, timeout=10
