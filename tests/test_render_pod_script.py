@@ -1,5 +1,6 @@
 """The rendered client script, run for real: bash syntax, literal values, the embedded code, SIGTERM."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -71,6 +72,7 @@ def test_stub_python_receives_driver_env_literally_and_the_rendered_code(tmp_pat
 def test_wrapper_forwards_sigterm_and_returns_the_driver_exit_code(tmp_path):
     body = (
         f"trap 'echo got-term > {tmp_path}/term; exit 7' TERM\n"
+        f"echo $$ > {tmp_path}/pid\n"
         f'echo "$BENCH_CODE_DIR" > {tmp_path}/ready\n'
         "while true; do sleep 0.1; done"
     )
@@ -87,6 +89,9 @@ def test_wrapper_forwards_sigterm_and_returns_the_driver_exit_code(tmp_path):
         output, _ = process.communicate(timeout=30)
     finally:
         process.kill()
+        if (tmp_path / "pid").exists():  # the stub outlives bash when SIGTERM is not forwarded
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int((tmp_path / "pid").read_text()), signal.SIGKILL)
         subprocess.run(["rm", "-rf", (tmp_path / "ready").read_text().strip()], check=False)
     assert (tmp_path / "term").read_text().strip() == "got-term"
     assert process.returncode == 7
