@@ -121,3 +121,125 @@ class Engine(Protocol):
 def missing_methods(engine: object, names: tuple[str, ...]) -> list[str]:
     """The methods among `names` that `engine` lacks (optional methods are probed, not assumed)."""
     return [name for name in names if not callable(getattr(engine, name, None))]
+
+
+# ----------------------------------------------------------------------------------------------
+# Conformance: what any engine must do, checked on the smallest valid micro-batches
+# ----------------------------------------------------------------------------------------------
+
+METRIC_KEYS = (
+    "loss",
+    "grad_norm",
+    "loss_denominator",
+    "overflow_count",
+    "replay_count",
+    "mult_prob_error_max",
+    "tokens",
+)
+
+
+def example_payload(
+    rows: int,
+    seq_len: int,
+    vocab_size: int,
+    *,
+    num_layers: int = 0,
+    top_k: int = 0,
+    num_experts: int = 0,
+    segment_len: int = 0,
+    seed: int = 0,
+    name: str = "example",
+) -> Payload:
+    """A valid micro-batch of random tokens packed in equal segments, for checks and tests.
+
+    Each segment is a prompt half and a completion half; the row's tail past the last whole
+    segment is padding. With `num_layers`, `top_k` and `num_experts` it carries uniformly random
+    replay routes (distinct experts per token, -1 on padding). Realistic payloads come from
+    `payload.py`; this one only has to be valid.
+    """
+    rng = np.random.default_rng(seed)
+    segment_len = segment_len or max(2, seq_len // 2)
+    segments_per_row = seq_len // segment_len
+    index = np.arange(seq_len)
+    segment = np.where(index < segments_per_row * segment_len, index // segment_len + 1, 0)
+    segment_ids = np.broadcast_to(segment, (rows, seq_len)).astype(np.int32)
+    positions = np.where(segment_ids != 0, index % segment_len, 0).astype(np.int32)
+    completion = (
+        (positions >= segment_len // 2) & (positions < segment_len - 1) & (segment_ids != 0)
+    )
+    advantages = rng.standard_normal((rows, segments_per_row + 1)).astype(np.float32)
+    routed = None
+    if num_layers:
+        scores = rng.random((rows, seq_len, num_layers, num_experts))
+        routed = np.argsort(scores, axis=-1)[..., :top_k].astype(np.int16)
+        routed[segment_ids == 0] = -1
+    return Payload(
+        input_ids=rng.integers(0, vocab_size, (rows, seq_len), dtype=np.int32),
+        segment_ids=np.ascontiguousarray(segment_ids),
+        positions=positions,
+        completion_mask=completion.astype(np.int32),
+        advantages=np.take_along_axis(advantages, segment_ids, axis=1) * (segment_ids != 0),
+        old_logps=(-rng.random((rows, seq_len)) * 8).astype(np.float32),
+        routed_experts=routed,
+        name=name,
+        digests={"seed": str(seed)},
+    )
+
+
+def check_engine(engine: object, payloads: list[Payload]) -> list[str]:
+    """Run the contract on `engine` with two or more same-shaped micro-batches; the failures found.
+
+    Checks: the required methods exist; compile returns seconds per program; fwd_bwd returns None
+    and leaves train_step alone; update returns train_step + 1; get_metrics carries METRIC_KEYS
+    with finite numbers; and, where the engine has the staging methods, a prepared micro-batch
+    trains exactly like the plain one (same metrics; same parameters where the engine exposes a
+    parameter digest, compared against a second engine is the caller's business).
+    """
+    failures: list[str] = []
+    required = ("compile", "fwd_bwd", "update", "get_metrics")
+    missing = missing_methods(engine, required)
+    if missing or not hasattr(engine, "train_step"):
+        return [f"missing required methods: {', '.join(missing or ['train_step'])}"]
+    compiled = engine.compile(payloads[0])
+    if not isinstance(compiled, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, float) for k, v in compiled.items()
+    ):
+        failures.append(f"compile must return {{program: seconds}}, got {compiled!r}")
+    start = engine.train_step
+    for payload in payloads:
+        if engine.fwd_bwd(payload) is not None:
+            failures.append("fwd_bwd must return None")
+    if engine.train_step != start:
+        failures.append(f"train_step moved in fwd_bwd: {start} -> {engine.train_step}")
+    new_step = engine.update()
+    if new_step != start + 1 or engine.train_step != start + 1:
+        failures.append(f"update must return train_step + 1 = {start + 1}, got {new_step}")
+    metrics = engine.get_metrics()
+    failures += _metric_failures(metrics)
+    if not missing_methods(engine, STAGING_METHODS):
+        prepared = engine.prepare_fwd_bwd_input(payloads[0])
+        if not isinstance(prepared, PreparedInput):
+            failures.append("prepare_fwd_bwd_input must return a PreparedInput (name, digests)")
+        engine.fwd_bwd(prepared)
+        for payload in payloads[1:]:
+            engine.fwd_bwd(payload)
+        waited = engine.wait_for_device()
+        if not isinstance(waited, float) or waited < 0:
+            failures.append(f"wait_for_device must return seconds >= 0, got {waited!r}")
+        engine.update()
+        staged = engine.get_metrics()
+        failures += _metric_failures(staged)
+        if not failures and staged["loss_denominator"] != metrics["loss_denominator"]:
+            failures.append(
+                "a prepared micro-batch trained different tokens: loss_denominator "
+                f"{staged['loss_denominator']} != {metrics['loss_denominator']}"
+            )
+    return failures
+
+
+def _metric_failures(metrics: Mapping[str, Any]) -> list[str]:
+    missing = [k for k in METRIC_KEYS if k not in metrics]
+    if missing:
+        return [f"get_metrics lacks {', '.join(missing)}"]
+    bad = [k for k in METRIC_KEYS if not np.isfinite(float(metrics[k]))]
+    return [f"get_metrics has non-finite {', '.join(bad)}"] if bad else []

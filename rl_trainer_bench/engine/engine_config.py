@@ -28,6 +28,8 @@ class ModelConfig:
     rms_norm_eps: float = 1e-6
     dtype: str = "bfloat16"  # activations and matmul inputs; parameters are kept in float32
     remat_policy: str = "full"  # full | minimal | none
+    attention: str = "auto"  # auto | xla | cudnn (auto: cudnn on GPU, query-chunked XLA elsewhere)
+    attention_chunk_size: int = 1024  # query tokens per chunk on the XLA path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +63,7 @@ class MoeConfig:
     ragged_buffer_factor: float = 1.25  # -1: capacity = local tokens, never drops
     retry_when_tokens_dropped: bool = True
     expert_compute: str = "auto"  # auto | einsum | ragged_dot
+    router_replay: bool = True  # micro-batches carry routed_experts (what AOT lowering assumes)
     float32_router_logits: bool = True
 
 

@@ -1,0 +1,167 @@
+"""The MoE feed-forward: routing (top-k or replay), capacity buffers with drops, expert compute, combine.
+
+The step time of an MoE trainer depends on how many (token, expert) pairs each expert receives, so
+the layer reproduces the production semantics exactly (ENGINE.md): replayed routes take precedence
+over the router, slots are handed out in token order per group of device-local tokens, pairs past
+the capacity are dropped and raise the overflow flag, and `capacity_factor=-1` is the dropless
+program that a replay of an overflowing micro-batch runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from rl_trainer_bench.engine import mesh as sharding
+
+EXPERT_COMPUTE_CHOICES = ("einsum", "ragged_dot")
+
+# The faster expert-compute path per platform. gpu: MEASURED on an H200 (reference facts,
+# 2026-11-30: padded einsum ~50x faster than ragged_dot). cpu: MEASURED on the dev machine with
+# `benchmarks/engine_step.py --compare-expert-compute` (BENCHMARKS.md). tpu: INFERRED (the padded
+# batched matmul maps onto the MXU without a grouped-matmul kernel); override with expert_compute.
+FASTEST_EXPERT_COMPUTE = {"gpu": "einsum", "cuda": "einsum", "tpu": "einsum", "cpu": "einsum"}
+
+
+def expert_compute_for(choice: str, platform: str) -> str:
+    """Resolve `auto` to the measured choice for `platform`."""
+    return FASTEST_EXPERT_COMPUTE.get(platform, "einsum") if choice == "auto" else choice
+
+
+def capacity(tokens: int, top_k: int, num_experts: int, factor: float) -> int:
+    """Slots per expert for a group of `tokens` tokens; factor -1 is dropless (every token fits)."""
+    if factor == -1:
+        return tokens
+    return max(1, math.ceil(factor * tokens * top_k / num_experts))
+
+
+def route(x, router_weights, top_k, valid, replayed=None):
+    """Choose experts and gate weights per token.
+
+    x: [..., D]; router_weights: [D, E] float32; valid: [...] bool (padding routes nowhere);
+    replayed: [..., K] int expert ids (-1: empty slot) or None for the router's own top-k.
+    Returns experts [..., K] int32 (-1 where no expert) and gates [..., K] float32, renormalized
+    over the chosen experts.
+    """
+    logits = jnp.einsum("...d,de->...e", x.astype(jnp.float32), router_weights)
+    probs = jax.nn.softmax(logits, axis=-1)
+    if replayed is None:
+        gates, experts = jax.lax.top_k(probs, top_k)
+    else:
+        experts = replayed.astype(jnp.int32)
+        gates = jnp.take_along_axis(probs, jnp.maximum(experts, 0), axis=-1)
+    keep = (experts >= 0) & valid[..., None]
+    gates = jnp.where(keep, gates, 0.0)
+    gates = gates / jnp.maximum(gates.sum(axis=-1, keepdims=True), 1e-9)
+    return jnp.where(keep, experts, -1), gates
+
+
+def slot_positions(experts, num_experts):
+    """Each (token, k) pair's position in its expert's queue, counting in token-major order.
+
+    experts: [N, K] (-1: no expert). A stable sort by expert keeps token order inside each expert,
+    so a pair's rank in the sorted list minus its expert's start is its queue position; this costs
+    O(NK log NK) instead of the [NK, E] one-hot prefix sum.
+    """
+    flat = jnp.where(experts < 0, num_experts, experts).reshape(-1)  # [NK], empty -> sentinel E
+    order = jnp.argsort(flat, stable=True)
+    counts = jnp.bincount(flat, length=num_experts + 1)
+    starts = jnp.cumsum(counts) - counts
+    rank = jnp.arange(flat.shape[0]) - starts[flat[order]]
+    return jnp.zeros_like(flat).at[order].set(rank).reshape(experts.shape)
+
+
+def dispatch(x, experts, num_experts, slots):
+    """Scatter one group's tokens into expert buffers.
+
+    x: [N, D]; experts: [N, K]. Returns buffer [E, C, D], the flat slot of each pair [N, K]
+    (E * C for a dropped or empty pair) and whether any pair overflowed.
+    """
+    n, k = experts.shape
+    position = slot_positions(experts, num_experts)
+    routed = experts >= 0
+    kept = routed & (position < slots)
+    slot = jnp.where(kept, experts * slots + position, num_experts * slots)  # [N, K]
+    tokens = jnp.broadcast_to(jnp.arange(n)[:, None], (n, k))
+    # One spare row takes every dropped or empty pair and is cut off below.
+    buffer = jnp.zeros((num_experts * slots + 1, x.shape[-1]), x.dtype)
+    buffer = buffer.at[slot.reshape(-1)].add(x[tokens.reshape(-1)])  # kept slots are unique
+    overflow = jnp.any(routed & ~kept)
+    return buffer[:-1].reshape(num_experts, slots, -1), slot, overflow
+
+
+def combine(expert_out, slot, gates):
+    """Gather each pair's expert output back to its token, weighted by its gate: [N, D]."""
+    e, c, d = expert_out.shape
+    flat = jnp.concatenate([expert_out.reshape(e * c, d), jnp.zeros((1, d), expert_out.dtype)])
+    pairs = flat[slot]  # [N, K, D]; dropped and empty pairs read the zero row
+    return jnp.einsum("nkd,nk->nd", pairs, gates.astype(expert_out.dtype))
+
+
+def expert_matmul(buffer, weights, method):
+    """buffer [..., E, C, D] x weights [E, D, F] -> [..., E, C, F], by a padded einsum or ragged_dot.
+
+    Both see the same buffers: ragged_dot gets the buffer regrouped expert-major with every group
+    C slots long per leading index, so the two paths compute the same products.
+    """
+    if method == "einsum":
+        return jnp.einsum("...ecd,edf->...ecf", buffer, weights)
+    *lead, e, c, d = buffer.shape
+    rows = jnp.moveaxis(buffer.reshape(-1, e, c, d), 1, 0)  # [E, G, C, D]
+    groups = rows.shape[1] * c
+    group_sizes = jnp.full((e,), groups, dtype=jnp.int32)
+    out = jax.lax.ragged_dot(rows.reshape(e * groups, d), weights, group_sizes)
+    out = jnp.moveaxis(out.reshape(e, -1, c, out.shape[-1]), 0, 1)
+    return out.reshape(*lead, e, c, out.shape[-1])
+
+
+def experts_ffn(buffer, gate_w, up_w, down_w, method):
+    """SwiGLU of every expert on its buffer: [..., E, C, D] -> [..., E, C, D]."""
+    hidden = jax.nn.silu(expert_matmul(buffer, gate_w, method)) * expert_matmul(
+        buffer, up_w, method
+    )
+    return expert_matmul(hidden, down_w, method)
+
+
+def group_tokens(x, row_groups, seq_groups):
+    """[B, T, ...] -> [Gr, Gc, N, ...]: tokens grouped by the device that holds them (no data moves)."""
+    b, t, *rest = x.shape
+    x = x.reshape(row_groups, b // row_groups, seq_groups, t // seq_groups, *rest)
+    x = jnp.swapaxes(x, 1, 2)
+    return x.reshape(row_groups, seq_groups, -1, *rest)
+
+
+def ungroup_tokens(x, batch, seq):
+    """Inverse of `group_tokens`."""
+    gr, gc, _, *rest = x.shape
+    x = x.reshape(gr, gc, batch // gr, seq // gc, *rest)
+    return jnp.swapaxes(x, 1, 2).reshape(batch, seq, *rest)
+
+
+def moe_ffn(x, params, valid, replayed, *, top_k, capacity_factor, groups, method):
+    """The routed feed-forward of one layer: x [B, T, D] -> ([B, T, D], overflow flag).
+
+    params: this layer's router [D, E] and expert weights [E, D, F] / [E, F, D]; valid: [B, T];
+    replayed: [B, T, K] or None; groups: (row groups, sequence groups) of the mesh.
+    """
+    batch, seq, _ = x.shape
+    num_experts = params["router"].shape[-1]
+    experts, gates = route(x, params["router"], top_k, valid, replayed)
+    grouped = sharding.constrain(group_tokens(x, *groups), sharding.GROUPED)  # [Gr, Gc, N, D]
+    experts, gates = group_tokens(experts, *groups), group_tokens(gates, *groups)
+    slots = capacity(grouped.shape[2], top_k, num_experts, capacity_factor)
+    per_group = jax.vmap(jax.vmap(lambda t, e: dispatch(t, e, num_experts, slots)))
+    buffer, slot, overflow = per_group(grouped, experts)  # buffer [Gr, Gc, E, C, D]
+    buffer = sharding.constrain(buffer, sharding.DISPATCH)
+    out = experts_ffn(
+        buffer,
+        params["expert_gate"].astype(x.dtype),
+        params["expert_up"].astype(x.dtype),
+        params["expert_down"].astype(x.dtype),
+        method,
+    )
+    out = sharding.constrain(out, sharding.COLLECTED)
+    combined = jax.vmap(jax.vmap(combine))(out, slot, gates)  # [Gr, Gc, N, D]
+    return ungroup_tokens(combined, batch, seq), jnp.any(overflow)
