@@ -24,6 +24,7 @@ import numpy as np
 
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.hlo_parse import Computation, HloModule, Instruction, parse_hlo
+from rl_trainer_bench.units import human_bytes
 
 KINDS = (
     "all-gather",
@@ -568,7 +569,7 @@ def format_report(report: OverlapReport, details: bool = True) -> str:
             axes = ",".join(c.mesh_axes) if c.mesh_axes is not None else "?"
             form = c.form + (" (made)" if c.made_sync else "")
             lines.append(
-                f"  {c.line:>6} {c.kind:<19} {form:<13} {_size(c.bytes):>10} {c.executions:>4} "
+                f"  {c.line:>6} {c.kind:<19} {form:<13} {human_bytes(c.bytes):>10} {c.executions:>4} "
                 f"{c.group_size or '?':>5} {axes:<16} {c.between_instructions:>7} "
                 f"{c.between_compute:>7} {c.between_flops / 1e9:>9.3f}"
             )
@@ -578,22 +579,15 @@ def format_report(report: OverlapReport, details: bool = True) -> str:
     )
     for s in [*report.kinds, report.total]:
         lines.append(
-            f"  {s.kind:<19} {s.count:>5} {s.executions:>5} {_size(s.bytes):>10} "
-            f"{_size(s.async_bytes):>10} {_size(s.overlapped_bytes):>10} "
-            f"{_size(s.exposed_bytes):>10} {s.overlapped_fraction:>7.0%} {s.hiding_flops / 1e9:>12.3f}"
+            f"  {s.kind:<19} {s.count:>5} {s.executions:>5} {human_bytes(s.bytes):>10} "
+            f"{human_bytes(s.async_bytes):>10} {human_bytes(s.overlapped_bytes):>10} "
+            f"{human_bytes(s.exposed_bytes):>10} {s.overlapped_fraction:>7.0%} {s.hiding_flops / 1e9:>12.3f}"
         )
     if any(c.made_sync for c in report.collectives):
         lines.append(
             "  (made): XLA turned an async pair into a synchronous op: nothing was scheduled to hide it"
         )
     return "\n".join(lines)
-
-
-def _size(count: float) -> str:
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if count >= scale:
-            return f"{count / scale:.2f} {unit}"
-    return f"{int(count)} B"
 
 
 def parse_mesh(text: str) -> dict[str, int]:
