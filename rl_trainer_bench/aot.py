@@ -24,7 +24,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -363,6 +363,31 @@ class AotReport:
         }
 
 
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """A preset with its knobs applied, and the mesh it is compiled for."""
+
+    preset: str
+    config: EngineConfig
+    unapplied_keys: list[str]
+    target: Target
+    mesh: Any
+
+    @property
+    def mesh_sizes(self) -> dict[str, int]:
+        return dict(zip(self.mesh.axis_names, self.mesh.axis_sizes, strict=True))
+
+
+def resolve_cell(
+    preset_name: str, target_name: str, trainer_argv: str = "", engine_flags: str = ""
+) -> Cell:
+    """The preset's engine config with TRAINER_ARGV and ENGINE_FLAGS applied, on the target's mesh."""
+    cell = preset(preset_name)
+    config, unapplied = engine_config_from(cell, trainer_argv, engine_flags)
+    target = resolve_target(target_name, cell.host_devices if target_name == LOCAL else 0)
+    return Cell(cell.name, config, unapplied, target, _mesh(config, target))
+
+
 def run_check(
     preset_name: str,
     target_name: str,
@@ -372,36 +397,44 @@ def run_check(
     layers: int = 0,
 ) -> AotReport:
     """Compile the preset's programs for the target and build the memory report."""
-    cell = preset(preset_name)
-    config, unapplied = engine_config_from(cell, trainer_argv, engine_flags)
-    target = resolve_target(target_name, cell.host_devices if target_name == LOCAL else 0)
-    mesh = _mesh(config, target)
-    full_depth = config.model.num_layers
+    cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags)
+    full_depth = cell.config.model.num_layers
     depths = _depths(full_depth, layers)
     started = time.perf_counter()
     measured = [
-        [row for _, _, row in compile_programs(_with_layers(config, depth), mesh)]
+        [row for _, _, row in compile_programs(_with_layers(cell.config, depth), cell.mesh)]
         for depth in depths
     ]
     programs = measured[0] if len(depths) == 1 else _extrapolate(measured, depths, full_depth)
-    state = state_bytes(config, mesh, stage_before_update)
+    return assemble(cell, programs, depths, stage_before_update, time.perf_counter() - started)
+
+
+def assemble(
+    cell: Cell,
+    programs: list[ProgramMemory],
+    depths: Sequence[int],
+    stage_before_update: bool,
+    seconds: float,
+) -> AotReport:
+    """The report from compiled rows: each program gets the state beside it."""
+    state = state_bytes(cell.config, cell.mesh, stage_before_update)
     for program in programs:
         program.beside = beside(program.name, state)
     return AotReport(
-        preset=cell.name,
-        target=target.name,
-        device_kind=target.device_kind,
-        devices=len(target.devices),
-        mesh=dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True)),
-        memory_bytes=target.memory_bytes,
-        memory_source=target.memory_source,
+        preset=cell.preset,
+        target=cell.target.name,
+        device_kind=cell.target.device_kind,
+        devices=len(cell.target.devices),
+        mesh=cell.mesh_sizes,
+        memory_bytes=cell.target.memory_bytes,
+        memory_source=cell.target.memory_source,
         stage_before_update=stage_before_update,
         state=state,
         programs=programs,
-        layers=full_depth,
+        layers=cell.config.model.num_layers,
         compiled_layers=tuple(depths),
-        compile_seconds=time.perf_counter() - started,
-        unapplied_keys=unapplied,
+        compile_seconds=seconds,
+        unapplied_keys=cell.unapplied_keys,
     )
 
 
@@ -511,15 +544,12 @@ def compiled_texts(
     preset_name: str, target_name: str, layers: int = 0
 ) -> Iterator[tuple[str, str, dict[str, int]]]:
     """(program, compiled HLO text, mesh) of each engine program, for the overlap summary."""
-    cell = preset(preset_name)
-    target = resolve_target(target_name, cell.host_devices if target_name == LOCAL else 0)
-    config = cell.engine if not layers else _with_layers(cell.engine, layers)
-    mesh = _mesh(config, target)
-    mesh_sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
-    for name, compiled, row in compile_programs(config, mesh):
+    cell = resolve_cell(preset_name, target_name)
+    config = _with_layers(cell.config, layers) if layers else cell.config
+    for name, compiled, row in compile_programs(config, cell.mesh):
         if compiled is None:
             raise UserError(f"program {name} did not compile for {target_name}: {row.error}")
-        yield name, compiled.as_text(), mesh_sizes
+        yield name, compiled.as_text(), cell.mesh_sizes
 
 
 # ----------------------------------------------------------------------------------------------
