@@ -23,8 +23,9 @@ import json
 import math
 import os
 import re
+import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -316,6 +317,7 @@ class AotReport:
     compiled_layers: tuple[int, ...]  # depths actually compiled (an estimate when != (layers,))
     compile_seconds: float
     unapplied_keys: list[str]
+    note: str = ""
 
     @property
     def estimate(self) -> bool:
@@ -360,6 +362,7 @@ class AotReport:
             "estimate": self.estimate,
             "compile_seconds": self.compile_seconds,
             "unapplied_keys": self.unapplied_keys,
+            "note": self.note,
         }
 
 
@@ -372,6 +375,7 @@ class Cell:
     unapplied_keys: list[str]
     target: Target
     mesh: Any
+    note: str = ""  # how the mesh was fitted to the target, when it was
 
     @property
     def mesh_sizes(self) -> dict[str, int]:
@@ -385,7 +389,29 @@ def resolve_cell(
     cell = preset(preset_name)
     config, unapplied = engine_config_from(cell, trainer_argv, engine_flags)
     target = resolve_target(target_name, cell.host_devices if target_name == LOCAL else 0)
-    return Cell(cell.name, config, unapplied, target, _mesh(config, target))
+    note = ""
+    if config.mesh == cell.engine.mesh and config.mesh.size != len(target.devices):
+        config, note = _fit_fsdp(config, len(target.devices), target.name)
+    return Cell(cell.name, config, unapplied, target, _mesh(config, target), note)
+
+
+def _fit_fsdp(config: EngineConfig, devices: int, target: str) -> tuple[EngineConfig, str]:
+    """The preset's mesh on a target of another size: keep context and expert, refit fsdp.
+
+    Only when the user set no mesh key; the report says so. Otherwise make_mesh refuses the
+    mismatch with the keys to set.
+    """
+    mesh = config.mesh
+    inner = mesh.context * mesh.expert
+    if devices % inner:
+        return config, ""
+    fitted = dataclasses.replace(mesh, fsdp=devices // inner)
+    note = (
+        f"mesh: the preset's fsdp={mesh.fsdp} x context={mesh.context} x expert={mesh.expert} "
+        f"needs {mesh.size} devices and {target} has {devices}: fsdp set to {fitted.fsdp} "
+        "(set mesh_fsdp, mesh_context, mesh_expert to choose)"
+    )
+    return dataclasses.replace(config, mesh=fitted), note
 
 
 def run_check(
@@ -395,16 +421,24 @@ def run_check(
     engine_flags: str = "",
     stage_before_update: bool = False,
     layers: int = 0,
+    progress: Callable[[str], None] = lambda line: None,
 ) -> AotReport:
-    """Compile the preset's programs for the target and build the memory report."""
+    """Compile the preset's programs for the target and build the memory report.
+
+    `progress` gets one line per compiled program: a full-size compile takes minutes.
+    """
     cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags)
     full_depth = cell.config.model.num_layers
     depths = _depths(full_depth, layers)
     started = time.perf_counter()
-    measured = [
-        [row for _, _, row in compile_programs(_with_layers(cell.config, depth), cell.mesh)]
-        for depth in depths
-    ]
+    measured = []
+    for depth in depths:
+        rows = []
+        for name, _, row in compile_programs(_with_layers(cell.config, depth), cell.mesh):
+            status = "compiled" if row.compiled else f"FAILED ({row.error})"
+            progress(f"aot: {name} at {depth} layers {status} in {row.compile_seconds:.1f} s")
+            rows.append(row)
+        measured.append(rows)
     programs = measured[0] if len(depths) == 1 else _extrapolate(measured, depths, full_depth)
     return assemble(cell, programs, depths, stage_before_update, time.perf_counter() - started)
 
@@ -435,6 +469,7 @@ def assemble(
         compiled_layers=tuple(depths),
         compile_seconds=seconds,
         unapplied_keys=cell.unapplied_keys,
+        note=cell.note,
     )
 
 
@@ -487,6 +522,8 @@ def format_report(report: AotReport) -> str:
         f"AOT memory check: preset {report.preset} on {report.target} ({report.devices} x "
         f"{report.device_kind}), mesh {mesh}, STAGE_BEFORE_UPDATE={'on' if report.stage_before_update else 'off'}",
     ]
+    if report.note:
+        lines.append(report.note)
     if report.estimate:
         low, high = report.compiled_layers
         lines.append(
@@ -597,6 +634,7 @@ def run(args) -> int:
         engine_flags=args.engine_flags,
         stage_before_update=args.stage_before_update == "on",
         layers=args.layers,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     document = json.dumps(report.to_json(), indent=1)
     if args.output:
