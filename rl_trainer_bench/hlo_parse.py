@@ -162,26 +162,13 @@ def parse_shape(text: str) -> tuple[tuple[Array, ...], bool]:
     text = _COMMENT.sub("", text).strip()
     arrays = tuple(
         Array(dtype, tuple(_dimension(d) for d in dims.split(",") if d.strip()))
-        for dtype, dims in _ARRAY.findall(_strip_layouts(text))
+        for dtype, dims in _ARRAY.findall(text)  # layouts `{1,0:T(8,128)}` hold no brackets
     )
     return arrays, text.startswith("(")
 
 
 def _dimension(text: str) -> int:
     return int(text.strip().removeprefix("<="))
-
-
-def _strip_layouts(text: str) -> str:
-    """Drop `{...}` layout blocks so their tiling `T(8,128)` is not mistaken for dimensions."""
-    out, depth = [], 0
-    for char in text:
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-        elif depth == 0:
-            out.append(char)
-    return "".join(out)
 
 
 def split_attributes(text: str) -> Iterator[tuple[str, str]]:
