@@ -137,10 +137,15 @@ def _topology_target(tpu_slice: accelerators.TpuSlice) -> Target:
         from jax.experimental import topologies
 
         topology = topologies.get_topology_desc(tpu_slice.name, "tpu")
-    except Exception as error:  # libtpu absent or too old: JAX raises several types here
+    except Exception as error:  # libtpu absent, mismatched or busy: JAX raises several types here
+        fix = (
+            "another process holds libtpu: wait for it, or set ALLOW_MULTIPLE_LIBTPU_LOAD=1"
+            if "lockfile" in str(error)
+            else "install the matched pair with pip install 'rl-trainer-bench[tpu-aot]'"
+        )
         raise UserError(
-            f"--target {tpu_slice.name}: cannot build the TPU topology on this host ({_first_line(error)}); "
-            "install the matched pair with pip install 'rl-trainer-bench[tpu-aot]'"
+            f"--target {tpu_slice.name}: cannot build the TPU topology on this host "
+            f"({_first_line(error)}); {fix}"
         ) from None
     devices = tuple(topology.devices)
     # Devices per chip differ (Ironwood shows each chip as two devices): divide the chip's memory.

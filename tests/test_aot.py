@@ -155,3 +155,15 @@ def test_cpu_tiny_compiles_for_a_tpu_topology_from_this_host():
     assert report.fits is True
     assert math.isclose(report.headroom, report.memory_bytes - report.peak)
     assert jax.devices()[0].platform == "cpu"  # nothing ran on (or needed) a TPU
+
+
+def test_tpu_target_without_libtpu_says_how_to_install(capsys):
+    try:
+        import libtpu  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("libtpu is installed here")
+    assert cli.main(["aot", "--target", "v6e:2x4"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "pip install 'rl-trainer-bench[tpu-aot]'" in error
