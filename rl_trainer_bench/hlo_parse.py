@@ -288,7 +288,7 @@ def parse_hlo(text: str, source: str = "<hlo>") -> HloModule:
         line = raw.rstrip()
         stripped = line.strip()
         if current is not None:
-            if stripped == "}":
+            if stripped == "}" or stripped.startswith("},"):  # `}, execution_thread="..."`
                 computations[current.name] = current
                 current = None
             elif stripped:

@@ -145,9 +145,16 @@ def test_bad_stage_knob_is_refused_before_any_compile(capsys):
 @pytest.mark.tpu_aot
 @pytest.mark.slow
 def test_cpu_tiny_compiles_for_a_tpu_topology_from_this_host():
-    """Needs the [tpu-aot] extra: libtpu compiles for a v6e:2x4 slice (8 chips, like cpu-tiny)."""
+    """Needs the [tpu-aot] extra: libtpu compiles for a v6e:2x4 slice (8 chips, like cpu-tiny).
+
+    The same compiled programs feed the overlap summary: it must read TPU HLO text too.
+    """
     pytest.importorskip("libtpu")
-    report = aot.run_check("cpu-tiny", "v6e:2x4", engine_flags=FLAGS)
+    from rl_trainer_bench.hlo_overlap import analyze_text
+
+    cell = aot.resolve_cell("cpu-tiny", "v6e:2x4", engine_flags=FLAGS)
+    compiled = list(aot.compile_programs(cell.config, cell.mesh))
+    report = aot.assemble(cell, [row for *_, row in compiled], [2], False, 1.0)
     assert report.device_kind.startswith("TPU v6")
     assert report.devices == 8 and report.memory_bytes == 32 * 1024**3
     assert [p.name for p in report.programs] == ["fwd_bwd", "accumulate", "update"]
@@ -155,6 +162,10 @@ def test_cpu_tiny_compiles_for_a_tpu_topology_from_this_host():
     assert report.fits is True
     assert math.isclose(report.headroom, report.memory_bytes - report.peak)
     assert jax.devices()[0].platform == "cpu"  # nothing ran on (or needed) a TPU
+    name, program, _ = compiled[0]
+    overlap = analyze_text(program.as_text(), name, cell.mesh_sizes)
+    assert overlap.total.bytes > 0
+    assert all(c.group_size > 0 for c in overlap.collectives)
 
 
 def test_tpu_target_without_libtpu_says_how_to_install(capsys):
