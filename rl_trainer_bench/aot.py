@@ -104,9 +104,10 @@ def _local_target(wanted_devices: int) -> Target:
     stats = _memory_stats(device)
     chip = accelerators.chip_for_device_kind(device.device_kind)
     if stats.get("bytes_limit"):
+        # What JAX may allocate (on GPUs the preallocated fraction), not the chip's nameplate.
         memory, source = int(stats["bytes_limit"]), "the runtime's bytes_limit for this device"
     elif chip is not None:
-        memory, source = chip.memory_bytes, f"{chip.name} table ({chip.peak_source.split(',')[0]})"
+        memory, source = chip.memory_bytes, f"{chip.name} table"
     elif device.platform == "cpu":
         memory = _host_memory() // len(devices)
         source = f"host memory shared by {len(devices)} CPU devices"
