@@ -35,7 +35,7 @@ KINDS = (
     "collective-permute",
 )
 # Instructions that move no data and compute nothing: scheduled between a start and its done they
-# hide nothing.
+# hide nothing (nor do other async steps, `*-start`/`*-update`/`*-done`, see `_is_compute`).
 _BOOKKEEPING = frozenset(
     {
         "parameter",
@@ -47,9 +47,6 @@ _BOOKKEEPING = frozenset(
         "replica-id",
         "after-all",
         "opt-barrier",
-        "async-update",
-        "copy-start",
-        "copy-done",
     }
 )
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
