@@ -59,6 +59,13 @@ _OOM_PATTERNS = (
         r"Used\s+(?P<needed>[\d.]+)(?P<nu>[KMGT]?)\s+of\s+(?P<available>[\d.]+)(?P<au>[KMGT]?)\s+hbm",
         re.I,
     ),
+    # TPU (libtpu 0.0.42): "the total memory required for HLO temporaries (111.71G) exceeds
+    # available HBM (94.75G)"
+    re.compile(
+        r"required for [\w ]+\((?P<needed>[\d.]+)(?P<nu>[KMGT]?)\)\s+exceeds available \w+ "
+        r"\((?P<available>[\d.]+)(?P<au>[KMGT]?)\)",
+        re.I,
+    ),
     # GPU / generic: "Out of memory while trying to allocate 123456 bytes"
     re.compile(r"allocate\s+(?P<needed>[\d.]+)\s*(?P<nu>[KMGT]?i?B|bytes)", re.I),
 )

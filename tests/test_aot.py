@@ -103,6 +103,14 @@ def test_memory_failures_become_rows_with_amounts():
     assert row.out_of_memory and not row.compiled
     assert row.needed == int(120.50 * 1024**3) and row.available == int(95.74 * 1024**3)
     assert row.error.startswith("RESOURCE_EXHAUSTED") or "Used 120.50G" in row.error
+    # The form libtpu 0.0.42 printed for the qwen3.5-397b-cell fwd_bwd on tpu7x:4x4x8.
+    temporaries = RuntimeError(
+        "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+        "temporaries (111.71G) exceeds available HBM (94.75G)."
+    )
+    row = aot.failed("fwd_bwd", temporaries, 200.0)
+    assert row.out_of_memory
+    assert (row.needed, row.available) == (int(111.71 * 1024**3), int(94.75 * 1024**3))
     gpu = RuntimeError(
         "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2147483648 bytes."
     )
