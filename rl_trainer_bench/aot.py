@@ -364,7 +364,11 @@ class AotReport:
             "stage_before_update": self.stage_before_update,
             "state_bytes": self.state,
             "programs": [
-                {**dataclasses.asdict(p), "resident": p.resident, "peak": p.peak}
+                {
+                    **dataclasses.asdict(p),
+                    "resident": p.resident if p.compiled else None,
+                    "peak": p.peak if p.compiled else None,
+                }
                 for p in self.programs
             ],
             "peak_bytes": self.peak,

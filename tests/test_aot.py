@@ -128,6 +128,8 @@ def test_out_of_memory_program_makes_the_verdict_no(compiled_cell):
     text = aot.format_report(report)
     assert "update             OUT OF MEMORY: needs 20.00 GiB of 16.00 GiB" in text
     assert "DOES NOT FIT" in text
+    failed_row = report.to_json()["programs"][1]
+    assert failed_row["peak"] is None and failed_row["needed"] == 20 * 1024**3
 
 
 def test_extrapolation_is_linear_in_layers():
