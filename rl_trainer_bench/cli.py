@@ -21,6 +21,22 @@ _Adder = Callable[[argparse.ArgumentParser], None]
 COMMANDS: list[tuple[str, str, _Adder, str]] = []
 
 
+def _add_check_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    from rl_trainer_bench.check_engine import add_arguments
+
+    add_arguments(parser)
+
+
+COMMANDS.append(
+    (
+        "check-engine",
+        "run the engine contract's conformance checks on an engine (default: the built-in one)",
+        _add_check_engine_arguments,
+        "rl_trainer_bench.check_engine:run",
+    )
+)
+
+
 def _add_render_arguments(parser: argparse.ArgumentParser) -> None:
     from rl_trainer_bench.render_knobs import add_arguments  # light: no YAML, schema or JAX
 

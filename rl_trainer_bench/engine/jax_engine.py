@@ -211,7 +211,7 @@ def _programs(config: EngineConfig, mesh_config: MeshConfig, methods: tuple[str,
     def update(params, opt_state, grad_sum, step_stats):
         denominator = jnp.maximum(step_stats["loss_denominator"], 1.0)
         grads = jax.tree.map(lambda g: g / denominator, grad_sum)
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         metrics = {
@@ -369,6 +369,7 @@ class PreparedBatch:
     issue_seconds: float = 0.0
     ready_at: float | None = None
     memory_path: str = "device"  # "pinned_host->device" where the platform has pinned host memory
+    probe: threading.Thread | None = dataclasses.field(default=None, repr=False)
 
 
 @dataclasses.dataclass
@@ -517,7 +518,8 @@ class JaxEngine:
             issued_at=start,
             memory_path="pinned_host->device" if self._pinned else "device",
         )
-        threading.Thread(target=_record_ready, args=(prepared,), daemon=True).start()
+        prepared.probe = threading.Thread(target=_record_ready, args=(prepared,), daemon=True)
+        prepared.probe.start()
         prepared.issue_seconds = time.perf_counter() - start
         self._prepared.append(prepared)
         return prepared
@@ -526,6 +528,8 @@ class JaxEngine:
         """Block until every dispatched program and issued copy is done; seconds blocked."""
         start = time.perf_counter()
         jax.block_until_ready((self._marker, [p.arrays for p in self._prepared]))
+        for prepared in self._prepared:
+            prepared.probe.join()  # ready_at is set once wait_for_device returns
         return time.perf_counter() - start
 
     # -- timeline, identity, accounting ------------------------------------------------------
