@@ -21,7 +21,7 @@ from rl_trainer_bench.errors import UserError
 
 TPU_RESOURCE = "google.com/tpu"
 PATHWAYS_PREFIX = "pathways-"
-_SEPARATOR = re.compile(r"^---(?:\s.*)?$", re.MULTILINE)
+_SEPARATOR = re.compile(r"^---(?:[ \t].*)?$", re.MULTILINE)
 _INTERPRETER_WORD = re.compile(r"(?:^|[\s/;&|(])python[0-9.]*\s")
 
 

@@ -3,15 +3,16 @@
 It keeps the launcher's PID-1 wrapper behaviour (SIGTERM forwarded to the workload, a polling loop
 so bash runs the trap promptly, core dumps off, start/end lines and the workload's exit code), and
 replaces the trainer's python line with the bench driver. Every value the driver receives is
-exported with `shlex.quote`, so spaces, quotes, `$()` and backticks arrive literally and nothing
+exported through `shell_quote`, so spaces, quotes, `$()` and backticks arrive literally and nothing
 the user typed is evaluated by the shell. The code travels base64-encoded in a quoted
 here-document, which the shell does not expand either.
 """
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
+
+from rl_trainer_bench.launch_command import shell_quote
 
 CODE_MARKER = "RL_TRAINER_BENCH_CODE"
 CODE_DIR_VARIABLE = "BENCH_CODE_DIR"
@@ -28,7 +29,7 @@ def bench_script(
 ) -> str:
     """The `bash -c` script of the bench's client container."""
     exports = "\n".join(
-        f"export {name}={shlex.quote(value)}" for name, value in environment.items()
+        f"export {name}={shell_quote(value)}" for name, value in environment.items()
     )
     driver = (
         f'"${CODE_DIR_VARIABLE}/bench_driver.py"' if has_driver_script else f"-m {DRIVER_MODULE}"
@@ -45,13 +46,13 @@ ulimit -c 0
 
 (
 set -eu
-{CODE_DIR_VARIABLE}="$(mktemp -d)"
+export {CODE_DIR_VARIABLE}="$(mktemp -d)"
 base64 -d <<'{CODE_MARKER}' | tar -xzf - -C "${CODE_DIR_VARIABLE}"
 {code_base64}
 {CODE_MARKER}
 export PYTHONPATH="${CODE_DIR_VARIABLE}${{PYTHONPATH:+:$PYTHONPATH}}"
 {exports}
-exec {shlex.quote(interpreter)} {driver}
+exec {shell_quote(interpreter)} {driver}
 ) & PID=$!
 
 while kill -0 $PID 2>/dev/null; do

@@ -12,7 +12,6 @@ Every knob is validated here, once, into `RenderKnobs`; the result is validated 
 from __future__ import annotations
 
 import copy
-import shlex
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,7 +23,12 @@ from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.atomic_file import write_text_atomically
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.jobset_names import bench_name, rename_text
-from rl_trainer_bench.launch_command import ClientCommand, merge_flags, read_client_command
+from rl_trainer_bench.launch_command import (
+    ClientCommand,
+    merge_flags,
+    read_client_command,
+    shell_join,
+)
 from rl_trainer_bench.launch_render import (
     TPU_RESOURCE,
     asks_for_tpus,
@@ -100,19 +104,17 @@ def driver_environment(
 ) -> dict[str, str]:
     """What the driver's process sees: the trainer's environment, DRIVER_ENV, then the bench knobs."""
     environment = {"BENCH_CODE_SHA256": sha, **launch.env}
-    for variable, knob, extra in (
-        ("LIBTPU_INIT_ARGS", "LIBTPU_FLAGS", knobs.libtpu_flags),
-        ("XLA_FLAGS", "XLA_FLAGS", knobs.xla_flags),
-    ):
-        if extra or variable in environment:
-            environment[variable] = merge_flags(environment.get(variable, ""), extra, knob)
+    if knobs.libtpu_flags or "LIBTPU_INIT_ARGS" in environment:
+        environment["LIBTPU_INIT_ARGS"] = merge_flags(
+            environment.get("LIBTPU_INIT_ARGS", ""), knobs.libtpu_flags, "LIBTPU_FLAGS"
+        )
     environment.update(knobs.driver_env)
     trainer_argv = launch.argv if knobs.trainer_argv is None else list(knobs.trainer_argv)
-    environment["TRAINER_ARGV"] = shlex.join(trainer_argv)
+    environment["TRAINER_ARGV"] = shell_join(trainer_argv)
     orch = list(knobs.orch_argv) if knobs.orch_argv is not None else orch_argv
     optional = {
-        "ORCH_ARGV": None if orch is None else shlex.join(orch),
-        "ENGINE_FLAGS": shlex.join(f"{k}={v}" for k, v in knobs.engine_flags) or None,
+        "ORCH_ARGV": None if orch is None else shell_join(orch),
+        "ENGINE_FLAGS": shell_join(f"{k}={v}" for k, v in knobs.engine_flags) or None,
         "STEPS": knobs.steps,
         "MICRO_STEPS": knobs.micro_steps,
         "PROFILE_STEPS": knobs.profile_steps,

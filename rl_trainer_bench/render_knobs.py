@@ -42,10 +42,13 @@ class Knob:
 KNOBS: tuple[Knob, ...] = (
     Knob("LAUNCH_RENDER", "the launcher's DRY_RUN output (a file, or - for stdin; default -)"),
     Knob("TRAINER_JOBSET", "the trainer JobSet's name, when the input holds several candidates"),
-    Knob("NAME", "the bench JobSet's name (default: the trainer's + '-bench', shortened to fit)"),
+    # Not NAME: a generic variable that shells and CI often set already.
+    Knob(
+        "BENCH_NAME",
+        "the bench JobSet's name (default: the trainer's + '-bench', shortened to fit)",
+    ),
     Knob("ENGINE_FLAGS", "key=value engine flags applied after the trainer's (last one wins)"),
     Knob("LIBTPU_FLAGS", "--flag=value words merged into LIBTPU_INIT_ARGS (given ones win)"),
-    Knob("XLA_FLAGS", "--flag=value words merged into XLA_FLAGS (given ones win)"),
     Knob("TRAINER_ARGV", "the trainer's flags, replacing those of its command (shell words)"),
     Knob(
         "ORCH_ARGV", "the orchestrator's flags (default: from the orchestrator JobSet if present)"
@@ -71,7 +74,6 @@ _RESERVED_ENV = frozenset(
         "STEPS",
         "MICRO_STEPS",
         "LIBTPU_INIT_ARGS",
-        "XLA_FLAGS",
     }
 )
 
@@ -85,7 +87,6 @@ class RenderKnobs:
     name: str | None = None
     engine_flags: tuple[tuple[str, str], ...] = ()
     libtpu_flags: str = ""
-    xla_flags: str = ""
     trainer_argv: tuple[str, ...] | None = None
     orch_argv: tuple[str, ...] | None = None
     trainer_slice: TpuSlice | None = None
@@ -106,10 +107,9 @@ class RenderKnobs:
         return cls(
             launch_render=given.get("launch_render", "-"),
             trainer_jobset=given.get("trainer_jobset"),
-            name=given.get("name"),
+            name=given.get("bench_name"),
             engine_flags=_engine_flags(given.get("engine_flags", "")),
             libtpu_flags=given.get("libtpu_flags", ""),
-            xla_flags=given.get("xla_flags", ""),
             trainer_argv=_words_or_none(given, "trainer_argv"),
             orch_argv=_words_or_none(given, "orch_argv"),
             trainer_slice=_slice_or_none(given.get("trainer_slice")),
@@ -198,4 +198,5 @@ def _count_or_none(given: Mapping[str, str], key: str, minimum: int) -> int | No
 
 def add_arguments(parser) -> None:
     for knob in KNOBS:
-        parser.add_argument(knob.flag, dest=knob.dest, metavar=knob.env, help=knob.help)
+        aliases = ["--name"] if knob.env == "BENCH_NAME" else []
+        parser.add_argument(knob.flag, *aliases, dest=knob.dest, metavar=knob.env, help=knob.help)
