@@ -164,6 +164,46 @@ COMMANDS += [
 ]
 
 
+def _add_aot_arguments(parser: argparse.ArgumentParser) -> None:
+    from rl_trainer_bench.aot import add_arguments  # light: JAX is imported when the command runs
+
+    add_arguments(parser)
+
+
+def _add_hlo_overlap_arguments(parser: argparse.ArgumentParser) -> None:
+    from rl_trainer_bench.hlo_overlap import add_arguments
+
+    add_arguments(parser)
+
+
+def _add_config_diff_arguments(parser: argparse.ArgumentParser) -> None:
+    from rl_trainer_bench.config_diff import add_arguments
+
+    add_arguments(parser)
+
+
+COMMANDS += [
+    (
+        "aot",
+        "Compile each engine program ahead of time (local devices or a TPU slice) and check memory.",
+        _add_aot_arguments,
+        "rl_trainer_bench.aot:run",
+    ),
+    (
+        "hlo-overlap",
+        "Summarize the collectives of an HLO text file or a compiled preset and what hides them.",
+        _add_hlo_overlap_arguments,
+        "rl_trainer_bench.hlo_overlap:run",
+    ),
+    (
+        "config-diff",
+        "Diff two engine configs: key=value flags, YAML, trainer argv, or two JobSets.",
+        _add_config_diff_arguments,
+        "rl_trainer_bench.config_diff:run",
+    ),
+]
+
+
 class _OneLineErrorParser(argparse.ArgumentParser):
     """Argument errors as one line and exit code 2, like every other user error."""
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# AOT memory check of a preset on the local devices or a TPU slice, knobs as environment variables:
+#   PRESET (default cpu-tiny)  TRAINER_SLICE (a slice such as tpu7x:4x4x8; default: local devices)
+#   TRAINER_ARGV  ENGINE_FLAGS  STAGE_BEFORE_UPDATE (on|off)  AOT_LAYERS (compile N and 2N layers and
+#   extrapolate; default 0 = full depth)  PYTHON (interpreter, default python3)
+# e.g. PRESET=cpu-tiny TRAINER_SLICE=v5e:2x2 bash aot_bench.sh
+# The report goes to stdout and logs/aot-bench-<time>.log, its JSON to logs/aot-bench-<time>.json.
+# Exit status: 0 fits, 1 does not fit (or a program failed to compile), 2 bad input.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+stamp="$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$here/logs"
+log="$here/logs/aot-bench-$stamp.log"
+args=(
+  --preset="${PRESET:-cpu-tiny}"
+  --target="${TRAINER_SLICE:-local}"
+  --trainer-argv="${TRAINER_ARGV:-}"
+  --engine-flags="${ENGINE_FLAGS:-}"
+  --stage-before-update="${STAGE_BEFORE_UPDATE:-off}"
+  --layers="${AOT_LAYERS:-0}"
+  --output="$here/logs/aot-bench-$stamp.json"
+)
+if [[ -n "${TRAINER_SLICE:-}" && -z "${JAX_PLATFORMS:-}" ]]; then
+  export JAX_PLATFORMS=cpu  # a TPU slice is compiled from this host: no TPU runtime needed here
+fi
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+set +e
+"${PYTHON:-python3}" -m rl_trainer_bench.cli aot "${args[@]}" "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+echo "aot_bench: log $log" >&2
+exit "$status"

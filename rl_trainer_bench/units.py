@@ -1,0 +1,20 @@
+"""Byte counts as people read them, one spelling for every report of the package.
+
+Memory and collective reports span bytes to hundreds of GiB; a fixed unit either hides the small
+rows (0.000G) or drowns the large ones in digits, so the unit follows the size.
+"""
+
+from __future__ import annotations
+
+_UNITS = (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024))
+
+
+def human_bytes(count: float | None) -> str:
+    """`1.50 GiB`, `12.00 KiB`, `512 B`; negative counts keep their sign; None is `n/a`."""
+    if count is None:
+        return "n/a"
+    sign, size = ("-" if count < 0 else ""), abs(count)
+    for unit, scale in _UNITS:
+        if size >= scale:
+            return f"{sign}{size / scale:.2f} {unit}"
+    return f"{sign}{int(size)} B"
