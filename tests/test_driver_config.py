@@ -94,3 +94,12 @@ def test_main_refuses_a_bad_knob_with_one_line_and_exit_2(tmp_path, capsys):
     assert code == 2
     assert err == "bench_driver: STAGE_BEFORE_UPDATE='maybe' is not allowed: use on or off\n"
     assert not (tmp_path / "r").exists()
+
+
+def test_run_command_refuses_a_bad_knob_with_exit_2(capsys):
+    from rl_trainer_bench import cli
+
+    assert cli.main(["run", "--worker", "both"]) == 2
+    assert capsys.readouterr().err == (
+        "rl-trainer-bench run: WORKER='both' is not allowed: use one of separate, fused\n"
+    )
