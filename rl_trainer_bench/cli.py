@@ -204,6 +204,22 @@ COMMANDS += [
 ]
 
 
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    from rl_trainer_bench.config import add_driver_knob_arguments  # no JAX at parse time
+
+    add_driver_knob_arguments(parser)
+
+
+COMMANDS.append(
+    (
+        "run",
+        "Run the bench driver: compile, warm up, time STEPS steps, print the step ruler.",
+        _add_run_arguments,
+        "rl_trainer_bench.driver:run_command",
+    )
+)
+
+
 class _OneLineErrorParser(argparse.ArgumentParser):
     """Argument errors as one line and exit code 2, like every other user error."""
 
