@@ -12,6 +12,7 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
+from rl_trainer_bench import ab
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError
 
@@ -19,6 +20,14 @@ from rl_trainer_bench.errors import UserError
 # The runner takes the parsed namespace and returns the exit code.
 _Adder = Callable[[argparse.ArgumentParser], None]
 COMMANDS: list[tuple[str, str, _Adder, str]] = []
+COMMANDS.append(
+    (
+        "ab",
+        "same-process A/B of bench arms: noise floor, exact checks, verdict (the main job)",
+        ab.add_arguments,
+        "rl_trainer_bench.ab:run",
+    )
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
