@@ -3,11 +3,21 @@
 The log line is what people read in a pod's log, so it is short and stable; the JSON line is what
 tools read, so it carries every figure. `parse` turns the log lines back into records, because two
 pods' logs are often all a user has to compare.
+
+The device-side figures come from a timeline of when each program's result became ready (see
+`device_timeline.py`); the arithmetic that turns those stamps into per-call device seconds, the
+first call's extra and the boundary's idle gap lives here so it is tested apart from any device.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+import os
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 LOG_PREFIX = "[TrainerBench]"
@@ -21,7 +31,7 @@ class StepRecord:
     warmup: bool  # reported, never scored
     step_s: float  # from the step's first dispatch to its drain (metrics read) on the host
     fwd_bwd_dispatch_s: list[float]  # per micro-batch: host seconds inside worker.fwd_bwd
-    first_call_extra_s: float  # first fwd_bwd's device time over the median regular one
+    first_call_extra_s: float | None  # first fwd_bwd's device time over the median regular one
     update_s: float  # host seconds inside worker.update
     drain_s: float  # host seconds waiting for the step's results after update returned
     stage_s: float  # host seconds inside prepare_fwd_bwd_input (0 when not staged)
@@ -46,6 +56,7 @@ class StepRecord:
     stage_hidden: float | None = None  # fraction of the stage's copy that overlapped device work
     recompiles: int = 0
     arm: str = ""  # A/B arm label; empty outside an A/B
+    fwd_bwd_device_s: list[float] = dataclasses.field(default_factory=list)  # per call, on device
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -54,3 +65,292 @@ class StepRecord:
     def from_json(cls, data: dict[str, Any]) -> StepRecord:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+# ----------------------------------------------------------------------------------------------
+# Device timeline arithmetic
+# ----------------------------------------------------------------------------------------------
+
+
+def device_seconds(
+    dispatched: Sequence[float], ready: Sequence[float], previous_ready: float | None
+) -> list[float]:
+    """Per program: seconds the device spent on it, from its ready stamps.
+
+    A program starts when it was dispatched or when the one before it finished, whichever is later
+    (a device runs one program at a time), so its device time is `ready - max(dispatched, previous
+    ready)`. `previous_ready` is the last ready stamp before the first program (None: none).
+    """
+    out = []
+    before = previous_ready
+    for start, done in zip(dispatched, ready, strict=True):
+        began = start if before is None else max(start, before)
+        out.append(max(0.0, done - began))
+        before = done
+    return out
+
+
+def first_call_extra(device_s: Sequence[float]) -> float | None:
+    """The first call's device seconds over the median regular (non-first) call; None with one call."""
+    if len(device_s) < 2:
+        return None
+    return device_s[0] - statistics.median(device_s[1:])
+
+
+def boundary_idle(previous_ready: float | None, first_dispatch: float) -> float | None:
+    """Seconds the device sat idle at the boundary: from the previous step's last result being
+    ready to this step's first dispatch (None for the first step, which has no boundary)."""
+    if previous_ready is None:
+        return None
+    return max(0.0, first_dispatch - previous_ready)
+
+
+def overlap_fraction(
+    interval: tuple[float, float], busy: Iterable[tuple[float, float]]
+) -> float | None:
+    """The fraction of `interval` (a copy, start to ready) that falls inside device-busy spans.
+
+    Busy spans must not overlap each other (one device program at a time). None when the interval
+    is empty: nothing was measured, and nothing is claimed.
+    """
+    start, end = interval
+    if end <= start:
+        return None
+    covered = sum(max(0.0, min(end, b) - max(start, a)) for a, b in busy)
+    return min(1.0, covered / (end - start))
+
+
+# ----------------------------------------------------------------------------------------------
+# The log line: key=value tokens after the prefix, one per figure the line carries
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Key:
+    key: str  # as printed
+    field: str  # StepRecord field
+    kind: str  # int | bool | str | time | float | exact | floats | strs
+    optional: bool = False
+
+
+_LINE_KEYS: tuple[_Key, ...] = (
+    _Key("step", "step", "int"),
+    _Key("arm", "arm", "str"),
+    _Key("warmup", "warmup", "bool"),
+    _Key("step_s", "step_s", "time"),
+    _Key("fwd_bwd_s", "fwd_bwd_dispatch_s", "floats"),
+    _Key("device_s", "fwd_bwd_device_s", "floats"),
+    _Key("first_extra_s", "first_call_extra_s", "time", optional=True),
+    _Key("update_s", "update_s", "time"),
+    _Key("drain_s", "drain_s", "time"),
+    _Key("stage_s", "stage_s", "time"),
+    _Key("device_wait_s", "device_wait_s", "time"),
+    _Key("idle_s", "boundary_idle_s", "time", optional=True),
+    _Key("tokens", "tokens", "int"),
+    _Key("tok_s_dev", "tokens_per_s_per_device", "float"),
+    _Key("tflops_dev", "tflops_per_device", "float", optional=True),
+    _Key("mfu", "mfu", "float", optional=True),
+    _Key("loss", "loss", "exact"),
+    _Key("grad_norm", "grad_norm", "exact"),
+    _Key("loss_den", "loss_denominator", "exact"),
+    _Key("overflow", "overflow_count", "int"),
+    _Key("replays", "replay_count", "int"),
+    _Key("recompiles", "recompiles", "int"),
+    _Key("staged", "staged", "str", optional=True),
+    _Key("hidden", "stage_hidden", "float", optional=True),
+    _Key("mb", "micro_batches", "strs"),
+    _Key("digests", "digests", "strs"),
+    _Key("ready_s", "device_ready_s", "floats"),
+    _Key("update_ready_s", "update_ready_s", "time", optional=True),
+)
+# Keys whose values depend on the clock; two runs of the same data differ only in these.
+TIME_KEYS = frozenset(k.key for k in _LINE_KEYS if k.kind in ("time", "floats")) | frozenset(
+    {"tok_s_dev", "tflops_dev", "mfu", "hidden"}
+)
+_NONE = "-"
+
+
+def _format_value(kind: str, value: Any) -> str:
+    if value is None:
+        return _NONE
+    if kind == "bool":
+        return "1" if value else "0"
+    if kind == "time":
+        return f"{value:.6f}"
+    if kind == "float":
+        return f"{value:.4g}"
+    if kind == "exact":
+        return repr(float(value))  # shortest string that reads back to the same float
+    if kind == "floats":
+        return ",".join(f"{v:.6f}" for v in value) or _NONE
+    if kind == "strs":
+        return ",".join(value) or _NONE
+    return str(value)
+
+
+def format_line(record: StepRecord) -> str:
+    """The one human line of a step: `[TrainerBench] step=3 warmup=0 step_s=... mb=... digests=...`."""
+    tokens = [LOG_PREFIX]
+    for key in _LINE_KEYS:
+        value = getattr(record, key.field)
+        if key.key == "arm" and not value:
+            continue
+        tokens.append(f"{key.key}={_format_value(key.kind, value)}")
+    return " ".join(tokens)
+
+
+def _parse_value(key: _Key, text: str) -> Any:
+    if text == _NONE and (key.optional or key.kind in ("floats", "strs")):
+        return [] if key.kind in ("floats", "strs") else None
+    if key.kind == "int":
+        return int(text)
+    if key.kind == "bool":
+        if text not in ("0", "1"):
+            raise ValueError(f"{key.key}={text!r} is not 0 or 1")
+        return text == "1"
+    if key.kind in ("time", "float", "exact"):
+        return float(text)
+    if key.kind == "floats":
+        return [float(v) for v in text.split(",")]
+    if key.kind == "strs":
+        return text.split(",")
+    return text
+
+
+@dataclasses.dataclass
+class ParsedLog:
+    """Records read back from a log, and the ruler lines that could not be read (never fatal)."""
+
+    records: list[StepRecord]
+    malformed: list[tuple[int, str]]  # (1-based line number, why)
+
+
+def parse_line(line: str) -> StepRecord:
+    """One ruler line back into a record; raises ValueError naming what is wrong."""
+    body = line[line.index(LOG_PREFIX) + len(LOG_PREFIX) :].split()
+    values: dict[str, str] = {}
+    for token in body:
+        key, sep, value = token.partition("=")
+        if not sep:
+            raise ValueError(f"token {token!r} is not key=value")
+        values[key] = value
+    by_key = {k.key: k for k in _LINE_KEYS}
+    fields: dict[str, Any] = {"arm": ""}
+    for key, text in values.items():
+        if key not in by_key:
+            raise ValueError(f"unknown key {key!r}")
+        fields[by_key[key].field] = _parse_value(by_key[key], text)
+    missing = [k.key for k in _LINE_KEYS if k.field not in fields]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    return StepRecord(**fields)
+
+
+def parse(log_text: str) -> ParsedLog:
+    """Every `[TrainerBench] step=` line of a log as a record; other lines are skipped.
+
+    Lines of other kinds that share the prefix (configuration, compile, stage, summary lines) do
+    not start with `step=` and are not records. A ruler line that does not read back is listed in
+    `malformed` with its line number and the reason, so a truncated pod log still yields the rest.
+    """
+    records, malformed = [], []
+    marker = f"{LOG_PREFIX} step="
+    for number, line in enumerate(log_text.splitlines(), start=1):
+        if marker not in line:
+            continue
+        try:
+            records.append(parse_line(line))
+        except (ValueError, TypeError) as error:
+            malformed.append((number, str(error)))
+    return ParsedLog(records, malformed)
+
+
+def without_times(line: str) -> str:
+    """A ruler line with every clock-dependent value blanked: what two identical runs share."""
+    tokens = []
+    for token in line.split(" "):
+        key, sep, _ = token.partition("=")
+        tokens.append(f"{key}=~" if sep and key in TIME_KEYS else token)
+    return " ".join(tokens)
+
+
+# ----------------------------------------------------------------------------------------------
+# results.jsonl and the summary
+# ----------------------------------------------------------------------------------------------
+
+
+class ResultsWriter:
+    """Appends one JSON line per step to results.jsonl, flushed and synced before the next step,
+    so a crash or a killed pod keeps every finished step (at worst the last line is torn)."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = path.open("a", encoding="utf-8")
+
+    def write(self, record: StepRecord) -> None:
+        self._file.write(json.dumps(record.to_json(), allow_nan=True) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_results(path: Path) -> list[StepRecord]:
+    """The records of a results.jsonl (a torn last line, from a crash, is skipped)."""
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(StepRecord.from_json(json.loads(line)))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+# (label, how to read the figure from a record); rows without a value in any scored step are left out.
+_SUMMARY_ROWS: tuple[tuple[str, Any], ...] = (
+    ("step_s", lambda r: r.step_s),
+    ("fwd_bwd dispatch_s (mean)", lambda r: _mean(r.fwd_bwd_dispatch_s)),
+    ("fwd_bwd device_s (mean)", lambda r: _mean(r.fwd_bwd_device_s)),
+    ("first_call_extra_s", lambda r: r.first_call_extra_s),
+    ("update_s", lambda r: r.update_s),
+    ("drain_s", lambda r: r.drain_s),
+    ("stage_s", lambda r: r.stage_s),
+    ("device_wait_s", lambda r: r.device_wait_s),
+    ("boundary_idle_s", lambda r: r.boundary_idle_s),
+    ("stage_hidden", lambda r: r.stage_hidden),
+    ("tokens/s/device", lambda r: r.tokens_per_s_per_device),
+    ("TFLOP/s/device", lambda r: r.tflops_per_device),
+    ("MFU", lambda r: r.mfu),
+)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def summary(records: Sequence[StepRecord]) -> str:
+    """A table of the scored steps: median, min, max and spread ((max - min) / median) per figure."""
+    scored = [r for r in records if not r.warmup]
+    lines = [
+        f"{LOG_PREFIX} summary over {len(scored)} scored steps"
+        + (f" (arm {scored[0].arm})" if scored and scored[0].arm else ""),
+        f"{'figure':<28}{'median':>14}{'min':>14}{'max':>14}{'spread':>10}",
+    ]
+    for label, read in _SUMMARY_ROWS:
+        values = [v for v in (read(r) for r in scored) if v is not None and math.isfinite(v)]
+        if not values:
+            continue
+        median = statistics.median(values)
+        spread = (max(values) - min(values)) / median if median else 0.0
+        lines.append(
+            f"{label:<28}{median:>14.6g}{min(values):>14.6g}{max(values):>14.6g}{spread:>9.1%}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""TrainerWorker: the trainer-side API the driver calls, as an RL run's trainer exposes it.
+
+An RL trainer either applies the optimizer in a separate `update()` call or fuses it into the last
+`fwd_bwd` of a step (`apply_optimizer=True`). The bench offers both, so it times the program the
+production run dispatches; the driver never asks which one it holds: it watches `train_step`, which
+is how it finds that a fused worker left no update to stage before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rl_trainer_bench.engine.contract import Engine, Payload, PreparedInput
+
+
+class TrainerWorker:
+    """Forwards micro-batches to an engine and applies the optimizer, separately or fused.
+
+    `fused=False`: `fwd_bwd` only accumulates; `update()` applies the step's gradient.
+    `fused=True`: the `fwd_bwd` called with `apply_optimizer=True` applies it right after
+    accumulating, and `update()` then has nothing left to do and returns the train step.
+    """
+
+    def __init__(self, engine: Engine, *, fused: bool = False):
+        self.engine = engine
+        self.fused = fused
+
+    @property
+    def train_step(self) -> int:
+        return self.engine.train_step
+
+    def fwd_bwd(self, request: Payload | PreparedInput, apply_optimizer: bool) -> None:
+        """Dispatch one micro-batch; a fused worker also applies the optimizer when asked."""
+        self.engine.fwd_bwd(request)
+        if self.fused and apply_optimizer:
+            self.engine.update()
+
+    def update(self) -> int:
+        """Apply the step's gradient (separate worker) and return the train step."""
+        if self.fused:
+            return self.engine.train_step
+        return self.engine.update()
+
+    def get_metrics(self) -> Mapping[str, Any]:
+        return self.engine.get_metrics(clear_cache=True)
+
+    def info(self) -> dict[str, Any]:
+        """What the worker runs: its update mode and, where the engine describes itself, the engine."""
+        describe = getattr(self.engine, "info", None)
+        engine_info = dict(describe()) if callable(describe) else {}
+        return {"worker": "fused" if self.fused else "separate", **engine_info}

@@ -1,0 +1,306 @@
+"""STAGE_BEFORE_UPDATE and the timed loop against stand-ins for the engine and the worker.
+
+The stand-in engine records every call the driver makes, in order, and trains by hashing the
+micro-batches it consumed into its "parameters", so the tests see exactly which micro-batches were
+trained, in which order, through which kind of input, and when the optimizer ran.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import numpy as np
+import pytest
+
+from rl_trainer_bench import ruler
+from rl_trainer_bench.config import PRESETS, BenchConfig, ConfigError, StageConfig
+from rl_trainer_bench.driver import Bench
+from rl_trainer_bench.engine.contract import Payload
+
+OFF = StageConfig()
+BEFORE = StageConfig(before_update=True, issue="after_last")
+BEFORE_EARLY = StageConfig(before_update=True, issue="before_last")
+AFTER = StageConfig(after_update=True)
+
+
+def stand_in_pool(count: int) -> list[Payload]:
+    """`count` distinct two-row micro-batches, each with per-array digests as the builder makes."""
+    pool = []
+    for i in range(count):
+        ids = np.full((2, 4), i + 1, np.int32)
+        segments = np.ones((2, 4), np.int32)
+        segments[1, 3] = 0
+        arrays = {
+            "input_ids": ids,
+            "segment_ids": segments,
+            "positions": np.tile(np.arange(4, dtype=np.int32), (2, 1)),
+            "completion_mask": segments.copy(),
+            "advantages": np.full((2, 4), 0.5, np.float32),
+            "old_logps": np.zeros((2, 4), np.float32),
+        }
+        digests = {k: hashlib.sha256(v.tobytes()).hexdigest()[:12] for k, v in arrays.items()}
+        pool.append(Payload(**arrays, name=f"pool_{i}", digests=digests))
+    return pool
+
+
+@dataclasses.dataclass(frozen=True)
+class StandInPrepared:
+    name: str
+    digests: dict
+    payload: Payload
+
+
+class Ready:
+    """A completion marker that is always ready."""
+
+    def block_until_ready(self):
+        return self
+
+
+class StandInEngine:
+    """Records the driver's calls; trains by chaining the consumed micro-batches into a digest."""
+
+    def __init__(self, staging: bool = True, replay_every: int = 0):
+        self.calls: list[tuple] = []
+        self.trained: list[str] = []  # input_ids digest of each fwd_bwd, in order
+        self._train_step = 0
+        self._params = "init"
+        self._pending: list[str] = []
+        self._tokens = 0
+        self.replay_every = replay_every
+        if not staging:
+            self.prepare_fwd_bwd_input = None
+            self.wait_for_device = None
+
+    @property
+    def train_step(self) -> int:
+        return self._train_step
+
+    def compile(self, example):
+        self.calls.append(("compile",))
+        return {"fwd_bwd": 0.01, "update": 0.01}
+
+    def fwd_bwd(self, batch):
+        payload = batch.payload if isinstance(batch, StandInPrepared) else batch
+        kind = "prepared" if isinstance(batch, StandInPrepared) else "payload"
+        self.calls.append(("fwd_bwd", payload.name, kind))
+        self.trained.append(payload.digests["input_ids"])
+        self._pending.append(payload.digests["input_ids"])
+        self._tokens += int(payload.completion_mask.sum())
+
+    def update(self):
+        self.calls.append(("update",))
+        self._params = hashlib.sha256((self._params + "|".join(self._pending)).encode()).hexdigest()
+        self._pending = []
+        self._train_step += 1
+        return self._train_step
+
+    def get_metrics(self, clear_cache=True):
+        self.calls.append(("metrics",))
+        replays = 1 if self.replay_every and self._train_step % self.replay_every == 0 else 0
+        loss = int(self._params[:8], 16) / 2**32
+        out = {"loss": loss, "grad_norm": 1.0 + loss, "loss_denominator": float(self._tokens)}
+        out |= {"overflow_count": replays, "replay_count": replays}
+        self._tokens = 0
+        return out
+
+    def completion_marker(self):
+        return Ready()
+
+    def parameter_digest(self):
+        return self._params
+
+    def prepare_fwd_bwd_input(self, payload):
+        self.calls.append(("prepare", payload.name))
+        return StandInPrepared(payload.name, dict(payload.digests), payload)
+
+    def wait_for_device(self):
+        self.calls.append(("wait",))
+        return 0.0
+
+
+def bench_config(**changes) -> BenchConfig:
+    base = BenchConfig(preset=PRESETS["cpu-tiny"], steps=3, micro_steps=3, distinct_micro_batches=5)
+    return dataclasses.replace(base, **changes)
+
+
+def run_arm(
+    stage: StageConfig, engine=None, *, worker="separate", steps=3, micro_steps=3, log=None
+):
+    engine = engine or StandInEngine()
+    lines = [] if log is None else log
+    config = bench_config(stage=stage, worker=worker, steps=steps, micro_steps=micro_steps)
+    bench = Bench(config, lines.append, engine_factory=lambda _: engine, pool=stand_in_pool(5))
+    bench.setup()
+    try:
+        result = bench.run(steps=steps, stage=stage)
+    finally:
+        bench.close()
+    return engine, result, lines
+
+
+def loop_calls(engine: StandInEngine) -> list[tuple]:
+    """The calls of the timed loop (after the compile)."""
+    return engine.calls[engine.calls.index(("compile",)) + 1 :]
+
+
+def plain_loop_calls(steps: int, micro_steps: int, pool_size: int) -> list[tuple]:
+    """What the trainer's plain loop calls: M fwd_bwd on the pool in order, update, metrics."""
+    calls = []
+    for step in range(steps):
+        for i in range(micro_steps):
+            calls.append(("fwd_bwd", f"bench_{step}_{i}", "payload"))
+        calls += [("update",), ("metrics",)]
+    return calls
+
+
+def test_off_reproduces_the_plain_loop_call_for_call():
+    engine, result, _ = run_arm(OFF)
+    assert loop_calls(engine) == plain_loop_calls(4, 3, 5)
+    assert result.stages == 0 and result.updates == 4
+
+
+@pytest.mark.parametrize(
+    "stage", [BEFORE, BEFORE_EARLY, AFTER], ids=["after_last", "before_last", "after_update"]
+)
+def test_staging_trains_the_same_micro_batches_in_the_same_order(stage):
+    plain, plain_result, _ = run_arm(OFF)
+    staged, staged_result, _ = run_arm(stage)
+    assert staged.trained == plain.trained
+    assert staged_result.param_digest == plain_result.param_digest
+    assert [r.loss_denominator for r in staged_result.records] == [
+        r.loss_denominator for r in plain_result.records
+    ]
+    assert [r.digests for r in staged_result.records] == [r.digests for r in plain_result.records]
+
+
+@pytest.mark.parametrize("stage", [BEFORE, BEFORE_EARLY], ids=["after_last", "before_last"])
+def test_stage_before_update_prepares_and_waits_once_per_boundary_before_the_update(stage):
+    engine, result, _ = run_arm(stage)
+    calls = loop_calls(engine)
+    assert result.updates == 4 and result.stages == 3  # 4 steps, 3 boundaries
+    steps = _split_steps(calls)
+    for step, step_calls in enumerate(steps):
+        kinds = [c[0] for c in step_calls]
+        assert kinds.count("update") == 1 and kinds.count("fwd_bwd") == 3
+        if step == len(steps) - 1:  # no boundary after the last step
+            assert "prepare" not in kinds and "wait" not in kinds
+            continue
+        assert kinds.count("prepare") == 1 and kinds.count("wait") == 1
+        assert step_calls[kinds.index("prepare")] == ("prepare", f"bench_{step + 1}_0")
+        assert kinds.index("prepare") < kinds.index("wait") < kinds.index("update")
+        last_fwd_bwd = len(kinds) - 1 - kinds[::-1].index("fwd_bwd")
+        if stage.issue == "after_last":
+            assert kinds.index("prepare") > last_fwd_bwd
+        else:
+            assert kinds.index("prepare") == last_fwd_bwd - 1
+
+
+def test_stage_after_update_prepares_right_after_the_update():
+    engine, _, _ = run_arm(AFTER)
+    for step_calls in _split_steps(loop_calls(engine))[:-1]:
+        kinds = [c[0] for c in step_calls]
+        assert kinds[kinds.index("update") + 1] == "prepare"
+
+
+@pytest.mark.parametrize(
+    "stage", [BEFORE, BEFORE_EARLY, AFTER], ids=["after_last", "before_last", "after_update"]
+)
+def test_stage_is_consumed_by_next_first_fwd_bwd(stage):
+    engine, _, _ = run_arm(stage)
+    fwd_bwds = [c for c in loop_calls(engine) if c[0] == "fwd_bwd"]
+    prepared = [c[1] for c in fwd_bwds if c[2] == "prepared"]
+    assert prepared == ["bench_1_0", "bench_2_0", "bench_3_0"]
+    staged = [c[1] for c in loop_calls(engine) if c[0] == "prepare"]
+    assert staged == prepared
+
+
+def test_staged_boundary_logs_one_line_after_the_step_line():
+    _, result, lines = run_arm(BEFORE)
+    step_lines = [i for i, line in enumerate(lines) if line.startswith(f"{ruler.LOG_PREFIX} step=")]
+    stage_lines = [i for i, line in enumerate(lines) if line.startswith("STAGE_BEFORE_UPDATE ")]
+    assert [i + 1 for i in step_lines[:-1]] == stage_lines
+    first = lines[stage_lines[0]]
+    assert first.startswith("STAGE_BEFORE_UPDATE step=0 staged=bench_1_0 stage_s=")
+    assert "device_wait_s=" in first and "hidden=" in first
+    assert [r.staged for r in result.records] == ["bench_1_0", "bench_2_0", "bench_3_0", None]
+
+
+@pytest.mark.parametrize("staging", ["before", "after"])
+def test_engine_without_staging_methods_is_refused_before_compile(staging):
+    engine = StandInEngine(staging=False)
+    stage = BEFORE if staging == "before" else AFTER
+    with pytest.raises(ConfigError, match="prepare_fwd_bwd_input and wait_for_device") as error:
+        run_arm(stage, engine)
+    assert ("compile",) not in engine.calls
+    assert "lacks prepare_fwd_bwd_input and wait_for_device" in str(error.value)
+
+
+def test_engine_missing_one_staging_method_is_refused_naming_it():
+    engine = StandInEngine()
+    engine.wait_for_device = None
+    with pytest.raises(ConfigError, match="lacks wait_for_device: set STAGE_BEFORE_UPDATE=off"):
+        run_arm(BEFORE, engine)
+    assert ("compile",) not in engine.calls
+
+
+def test_fused_worker_is_refused_at_the_first_boundary():
+    engine = StandInEngine()
+    with pytest.raises(ConfigError, match=r"train_step moved 0 -> 1 .*fused.*WORKER=separate"):
+        run_arm(BEFORE, engine, worker="fused")
+    assert [c[0] for c in loop_calls(engine)].count("update") == 1
+    assert ("prepare", "bench_1_0") not in engine.calls
+
+
+def test_fused_worker_runs_the_plain_loop_with_staging_off():
+    engine, result, _ = run_arm(OFF, worker="fused")
+    plain, plain_result, _ = run_arm(OFF)
+    assert result.updates == 4 and engine.trained == plain.trained
+    assert result.param_digest == plain_result.param_digest
+
+
+def test_each_arm_starts_at_pool_index_zero_and_counts_its_own_updates():
+    engine = StandInEngine()
+    bench = Bench(
+        bench_config(), engine_factory=lambda _: engine, pool=stand_in_pool(5), log=lambda _: None
+    )
+    bench.setup()
+    first = bench.run(steps=2, stage=OFF, arm="a")
+    second = bench.run(steps=2, stage=BEFORE, arm="b")
+    bench.close()
+    assert [r.digests for r in first.records] == [r.digests for r in second.records]
+    assert first.updates == second.updates == 3
+    assert {r.arm for r in second.records} == {"b"}
+
+
+def test_warmup_steps_are_flagged_and_step_lines_read_back():
+    _, result, lines = run_arm(BEFORE)
+    assert [r.warmup for r in result.records] == [True, False, False, False]
+    parsed = ruler.parse("\n".join(lines))
+    assert parsed.malformed == []
+    assert [r.micro_batches for r in parsed.records] == [r.micro_batches for r in result.records]
+    assert [r.loss for r in parsed.records] == [r.loss for r in result.records]
+
+
+def test_results_jsonl_has_one_line_per_step(tmp_path):
+    engine = StandInEngine()
+    bench = Bench(
+        bench_config(), engine_factory=lambda _: engine, pool=stand_in_pool(5), log=lambda _: None
+    )
+    bench.setup()
+    bench.run(steps=3, stage=BEFORE, results_path=tmp_path / "results.jsonl")
+    bench.close()
+    records = ruler.read_results(tmp_path / "results.jsonl")
+    assert [r.step for r in records] == [0, 1, 2, 3]
+    assert records[1].staged == "bench_2_0"
+
+
+def _split_steps(calls: list[tuple]) -> list[list[tuple]]:
+    steps, current = [], []
+    for call in calls:
+        current.append(call)
+        if call[0] == "metrics":
+            steps.append(current)
+            current = []
+    return steps
