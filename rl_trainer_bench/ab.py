@@ -11,6 +11,8 @@ scores runs from separate pods with the same report, marked cross-pod (no shared
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import datetime
 import os
 import sys
@@ -21,7 +23,7 @@ from typing import Any, TextIO
 
 # Only light modules at import time: `cli` imports this one to build its parser, and a parser must
 # not pay for numpy or JAX. The scorer and the driver are imported where they run.
-from rl_trainer_bench import ab_arms, ab_checks, ab_plot, ab_predict, ab_report, config
+from rl_trainer_bench import ab_arms, ab_checks, ab_plot, ab_predict, ab_report, config, ruler
 from rl_trainer_bench.ab_arms import ArmRun, ArmSpec
 from rl_trainer_bench.errors import UserError
 
@@ -91,7 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+# Builds a Bench from its config and a log callable: the driver's, or a stand-in in tests.
+BenchFactory = Callable[[config.BenchConfig, Callable[[str], None]], Any]
+
+
+def run(args: argparse.Namespace, *, make_bench: BenchFactory | None = None) -> int:
     """The `ab` command: 0 when every exact check passed, 1 when one failed (verdict FAIL)."""
     started = time.time()
     if not 0 < args.min_effect < 100:
@@ -99,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     predictions, sources = _predictions(args)
     if args.from_logs:
         return _cross_pod(args, predictions, sources, started)
-    return _same_process(args, predictions, sources, started)
+    return _same_process(args, predictions, sources, started, make_bench)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -107,79 +113,103 @@ def run(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(frozen=True)
+class ArmPlan:
+    """Every arm's validated configuration, built before any device work."""
+
+    preset: config.Preset
+    arms: list[ArmSpec]
+    envs: dict[str, dict[str, str]]  # by arm label: the knobs its Bench and stage come from
+    stages: dict[str, config.StageConfig]  # by arm label
+    groups: dict[str, str]  # arm label -> bench name; arms that share programs share a bench
+    bench_configs: dict[str, config.BenchConfig]  # by bench name
+
+
+def plan_arms(args: argparse.Namespace, out: Path) -> ArmPlan:
+    """Parse and validate the arms and their knobs; raises UserError/ConfigError on bad input."""
+    preset = config.preset(args.preset)
+    arms = ab_arms.parse_arms(args.arms)
+    base = _base_knobs(args.knob)
+    envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
+    stages = {arm.label: config.StageConfig.from_env(envs[arm.label]) for arm in arms}
+    names: dict[tuple[tuple[str, str], ...], str] = {}
+    for arm in arms:
+        names.setdefault(arm.program_knobs, f"bench{len(names) + 1}")
+    groups = {arm.label: names[arm.program_knobs] for arm in arms}
+    bench_configs = {
+        groups[arm.label]: config.BenchConfig.from_env(envs[arm.label]) for arm in arms
+    }
+    for bench_config in bench_configs.values():
+        _refuse_unapplied_engine_keys(bench_config)
+    return ArmPlan(preset, arms, envs, stages, groups, bench_configs)
+
+
 def _same_process(
     args: argparse.Namespace,
     predictions: list[ab_predict.Prediction],
     sources: list[dict[str, Any]],
     started: float,
+    make_bench: BenchFactory | None,
 ) -> int:
-    preset = config.preset(args.preset)
-    arms = ab_arms.parse_arms(args.arms)
-    base = _base_knobs(args.knob)
-    ab_predict.check_settings(predictions, dict.fromkeys(a.setting for a in arms))
-    # Validate every arm's knobs into config objects before any device work.
-    envs = {arm.label: arm_env(preset.name, args.steps, base, arm) for arm in arms}
-    stages = {arm.label: config.StageConfig.from_env(envs[arm.label]) for arm in arms}
-    groups: dict[tuple[tuple[str, str], ...], str] = {}
-    for arm in arms:
-        groups.setdefault(arm.program_knobs, f"bench{len(groups) + 1}")
-    bench_configs = {
-        groups[arm.program_knobs]: config.BenchConfig.from_env(envs[arm.label]) for arm in arms
-    }
-    use_host_devices(preset.host_devices)
-
-    out = _fresh_folder(args.out)
-    with (out / "ab.log").open("w") as log_file:
+    out = args.out if args.out is not None else _fresh_name()
+    plan = plan_arms(args, out)
+    ab_predict.check_settings(predictions, dict.fromkeys(a.setting for a in plan.arms))
+    _make_folder(out)
+    with (out / "ab.log").open("w") as log_file, contextlib.ExitStack() as cleanup:
         progress = Progress(log_file, started)
-        from rl_trainer_bench.driver import Bench  # JAX initializes here, after the device flags
-
+        progress.say(start_runtime(plan.preset))
+        make_bench = make_bench or _driver_bench
         benches, compile_s = {}, {}
-        for group, bench_config in bench_configs.items():
-            progress.say(f"compiling {group} ({_group_arms(arms, groups, group)})")
-            benches[group] = Bench(bench_config, log=progress.log)
-            compile_s[group] = dict(benches[group].setup())
-            progress.say(f"{group} ready: " + _seconds(compile_s[group]))
+        for name, bench_config in plan.bench_configs.items():
+            settings = dict.fromkeys(a.setting for a in plan.arms if plan.groups[a.label] == name)
+            progress.say(f"setting up {name} (arms {', '.join(settings)}): pool, engine, compile")
+            benches[name] = make_bench(bench_config, progress.log)
+            cleanup.callback(benches[name].close)
+            compile_s[name] = dict(benches[name].setup())
+            progress.say(f"{name} compiled: {_seconds(compile_s[name])}")
         runs = []
-        for index, arm in enumerate(arms, 1):
-            group = groups[arm.program_knobs]
-            progress.start_arm(f"{arm.label} ({index}/{len(arms)})", args.warmup_steps + args.steps)
-            result = benches[group].run(
+        for index, arm in enumerate(plan.arms, 1):
+            stage = plan.stages[arm.label]
+            progress.start_arm(
+                f"{arm.label} ({index}/{len(plan.arms)})", args.warmup_steps + args.steps
+            )
+            result = benches[plan.groups[arm.label]].run(
                 steps=args.steps,
-                stage=stages[arm.label],
+                stage=stage,
                 arm=arm.label,
                 warmup_steps=args.warmup_steps,
                 results_path=out / f"arm{index}-{arm.setting}.jsonl",
             )
-            stage = stages[arm.label]
             runs.append(
                 ArmRun(
                     label=arm.label,
                     setting=arm.setting,
-                    staged=stage.before_update or stage.after_update,
+                    staged=stage.enabled,
                     records=list(result.records),
                     updates=result.updates,
                     stages=result.stages,
                     recompiles=list(result.recompiles),
-                    param_digest=result.param_digest,
-                    source=group,
+                    param_digest=result.param_digest or None,
+                    source=plan.groups[arm.label],
                 )
             )
-        machine = {**ab_report.host_machine(), **_devices()}
+        progress.say("arms done; scoring")
+    machine = {**ab_report.host_machine(), **_devices()}
     title = (
-        f"A/B on {preset.name} ({machine['device_count']} x {machine['device_kind']}), "
+        f"A/B on {plan.preset.name} ({machine['device_count']} x {machine['device_kind']}), "
         f"same process: {args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
     )
     extra = {
         "compile_s": compile_s,
-        "arm_knobs": {arm.label: dict(envs[arm.label]) for arm in arms},
-        "bench_groups": {arm.label: groups[arm.program_knobs] for arm in arms},
+        "arm_knobs": plan.envs,
+        "bench_groups": plan.groups,
     }
     settings = {
-        "preset": preset.name,
+        "preset": plan.preset.name,
         "arms": args.arms,
         "steps": args.steps,
         "warmup_steps": args.warmup_steps,
-        "knobs": base,
+        "knobs": _base_knobs(args.knob),
         "min_effect_pct": args.min_effect,
     }
     return _report(
@@ -198,19 +228,28 @@ def _same_process(
     )
 
 
-def arm_env(preset: str, steps: int, base: Mapping[str, str], arm: ArmSpec) -> dict[str, str]:
-    """The env-style knobs one arm's Bench is built from: the base knobs, then the arm's own.
+def arm_env(
+    preset: str, args: argparse.Namespace, out: Path, base: Mapping[str, str], arm: ArmSpec
+) -> dict[str, str]:
+    """The env-style knobs one arm's Bench is built from: the A/B's own, the base knobs, the arm's.
 
     Engine keys (lower case) join ENGINE_FLAGS as `key=value` words after any the base set, so an
     arm's key overrides the base's.
     """
-    env = {"PRESET": preset, "STEPS": str(steps)}
+    env = {
+        "PRESET": preset,
+        "STEPS": str(args.steps),
+        "WARMUP_STEPS": str(args.warmup_steps),
+        "RESULTS_DIR": str(out),
+    }
     engine_words = []
     for key, value in base.items():
         if key == key.lower():
             engine_words.append(f"{key}={value}")
         else:
             env[key] = value
+    if ENGINE_FLAGS in env:
+        engine_words.insert(0, env[ENGINE_FLAGS])
     env.update(arm.driver_knobs)
     if ENGINE_FLAGS in arm.driver_knobs:
         engine_words.append(arm.driver_knobs[ENGINE_FLAGS])
@@ -220,49 +259,83 @@ def arm_env(preset: str, steps: int, base: Mapping[str, str], arm: ArmSpec) -> d
     return env
 
 
-def use_host_devices(count: int) -> None:
-    """Ask XLA for `count` CPU devices, as presets built for the host need; must precede JAX's start."""
-    if not count:
+def _refuse_unapplied_engine_keys(bench_config: config.BenchConfig) -> None:
+    """An engine key the engine config does not take would make an arm a silent copy of another."""
+    if not bench_config.engine_flags and not bench_config.trainer_argv:
         return
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
+    engine_config_from = getattr(config, "engine_config_from", None)
+    if engine_config_from is None:
+        raise UserError(
+            "engine keys in --arms/--knob need config.engine_config_from, which this build lacks: "
+            "define arms with driver knobs only"
+        )
+    _, unapplied = engine_config_from(
+        bench_config.preset,
+        trainer_argv=bench_config.trainer_argv,
+        engine_flags=bench_config.engine_flags,
+    )
+    if unapplied:
+        raise UserError(
+            f"engine key(s) {' '.join(unapplied)} would not be applied to the engine: "
+            "fix the key names (see `rl-trainer-bench ab --help`)"
+        )
+
+
+def _driver_bench(bench_config: config.BenchConfig, log: Callable[[str], None]) -> Any:
+    from rl_trainer_bench.driver import Bench  # imports JAX: only once start_runtime has run
+
+    return Bench(bench_config, log)
+
+
+def start_runtime(preset: config.Preset) -> str:
+    """Start JAX as the preset asks (host presets: the CPU platform with their device count).
+
+    Must run before anything touches a device; returns the line saying how the runtime started.
+    """
+    if preset.host_devices:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from rl_trainer_bench.distributed import initialize_runtime
+
+    return initialize_runtime(os.environ, preset.host_devices)
 
 
 class Progress:
-    """Progress lines on the terminal (elapsed, arm, step k of n) and the full driver log in ab.log.
+    """Progress on the terminal (elapsed, arm, step k of n); the driver's full log in ab.log.
 
-    The driver's per-step `[TrainerBench]` lines go to ab.log (where `--from-logs` can read them);
-    the terminal gets one short line per step instead, and every other driver line as is.
+    The driver's per-step ruler lines go to ab.log (where `--from-logs` can read them back); the
+    terminal gets one short line per step instead. During an arm only the driver's other ruler lines
+    (a recompile, say) reach the terminal; before the arms, everything does.
     """
 
     def __init__(self, log_file: TextIO, started: float, echo: Callable[[str], None] = print):
-        from rl_trainer_bench.ruler import LOG_PREFIX
-
-        self._file, self._started, self._echo, self._prefix = log_file, started, echo, LOG_PREFIX
+        self._file, self._started, self._echo = log_file, started, echo
         self._arm, self._total, self._step = "", 0, 0
 
     def say(self, message: str) -> None:
         line = f"[ab {time.time() - self._started:6.1f}s] {message}"
         self._echo(line)
-        self._file.write(line + "\n")
-        self._file.flush()
+        self._write(line)
 
     def start_arm(self, arm: str, total_steps: int) -> None:
         self._arm, self._total, self._step = arm, total_steps, 0
         self.say(f"arm {arm}: {total_steps} steps")
 
     def log(self, line: str) -> None:
+        self._write(line)
+        if f"{ruler.LOG_PREFIX} step=" in line:
+            self._step += 1
+            record = ruler.parse_line(line)
+            kind = "warm-up" if record.warmup else "scored"
+            self._echo(
+                f"[ab {time.time() - self._started:6.1f}s] arm {self._arm}: step {self._step} of "
+                f"{self._total} ({kind}) {record.step_s * 1e3:.1f} ms"
+            )
+        elif not self._arm or line.startswith(ruler.LOG_PREFIX):
+            self._echo(line)
+
+    def _write(self, line: str) -> None:
         self._file.write(line + "\n")
         self._file.flush()
-        if line.startswith(self._prefix) and self._arm:
-            self._step += 1
-            self._echo(
-                f"[ab {time.time() - self._started:6.1f}s] arm {self._arm}: step {self._step} of {self._total}"
-            )
-        else:
-            self._echo(line)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,9 +349,7 @@ def _cross_pod(
     sources: list[dict[str, Any]],
     started: float,
 ) -> int:
-    from rl_trainer_bench import ruler
-
-    runs = []
+    runs, malformed = [], {}
     for spec in args.from_logs:
         name, sep, path_text = spec.partition("=")
         path = Path(path_text if sep else spec)
@@ -289,7 +360,11 @@ def _cross_pod(
             text = path.read_text()
         except OSError as error:
             raise UserError(f"--from-logs {path}: cannot read it ({error.strerror})") from None
-        records = ruler.parse(text)
+        parsed = ruler.parse(text)
+        records = parsed.records
+        if parsed.malformed:
+            malformed[str(path)] = [f"line {n}: {why}" for n, why in parsed.malformed]
+            print(f"{path}: {len(parsed.malformed)} ruler line(s) did not read back; see ab.json")
         if not records:
             raise UserError(
                 f"--from-logs {path}: no {ruler.LOG_PREFIX} step lines in it; pass a bench log"
@@ -314,7 +389,8 @@ def _cross_pod(
             "--from-logs: give two logs (baseline first), e.g. --from-logs off.log on.log"
         )
     ab_predict.check_settings(predictions, [run.label for run in runs])
-    out = _fresh_folder(args.out)
+    out = args.out if args.out is not None else _fresh_name()
+    _make_folder(out)
     title = (
         f"A/B across pods from logs ({', '.join(r.source for r in runs)}): no shared noise floor"
     )
@@ -327,7 +403,7 @@ def _cross_pod(
         runs,
         settings,
         machine,
-        {},
+        {"malformed_log_lines": malformed},
         predictions,
         sources,
         started,
@@ -419,22 +495,21 @@ def _base_knobs(pairs: Sequence[str]) -> dict[str, str]:
     return knobs
 
 
-def _fresh_folder(requested: Path | None) -> Path:
-    """`--out` (created if needed), or a new ab-YYYYmmdd-HHMMSS/ under the current directory."""
-    if requested is not None:
-        if requested.exists() and not requested.is_dir():
-            raise UserError(f"--out {requested}: exists and is not a folder; name a folder")
-        requested.mkdir(parents=True, exist_ok=True)
-        return requested
+def _fresh_name() -> Path:
+    """A new ab-YYYYmmdd-HHMMSS/ under the current directory (suffixed if that second is taken)."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    for suffix in ("", *(f"-{n}" for n in range(2, 100))):
-        folder = Path(f"ab-{stamp}{suffix}")
-        try:
-            folder.mkdir()
-        except FileExistsError:
-            continue
-        return folder
-    raise UserError(f"ab-{stamp}*: 99 folders already exist here; pass --out")
+    folder = Path(f"ab-{stamp}")
+    suffix = 1
+    while folder.exists():
+        suffix += 1
+        folder = Path(f"ab-{stamp}-{suffix}")
+    return folder
+
+
+def _make_folder(folder: Path) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--out {folder}: exists and is not a folder; name a folder")
+    folder.mkdir(parents=True, exist_ok=True)
 
 
 def _devices() -> dict[str, Any]:
@@ -446,11 +521,6 @@ def _devices() -> dict[str, Any]:
         "device_kind": devices[0].device_kind,
         "device_count": len(devices),
     }
-
-
-def _group_arms(arms: Sequence[ArmSpec], groups: Mapping[Any, str], group: str) -> str:
-    names = dict.fromkeys(a.setting for a in arms if groups[a.program_knobs] == group)
-    return "arms " + ", ".join(names)
 
 
 def _seconds(per_program: Mapping[str, float]) -> str:

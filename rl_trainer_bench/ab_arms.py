@@ -13,15 +13,21 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 
+from rl_trainer_bench.config import DRIVER_KNOBS
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.ruler import StepRecord
 
 # Knobs that change what a step does but not any compiled program: arms that differ only in these
 # share one Bench (one compile); any other difference gets its own Bench, compiled and reported apart.
-STAGE_KNOBS = ("STAGE_BEFORE_UPDATE", "STAGE_AFTER_UPDATE")
+STAGE_KNOBS = ("STAGE_BEFORE_UPDATE", "STAGE_AFTER_UPDATE", "STAGE_ISSUE")
 
 # Knobs the A/B itself owns: every arm must run the same steps, or the exact checks mean nothing.
-RESERVED_KNOBS = {"STEPS": "--steps", "PRESET": "--preset"}
+RESERVED_KNOBS = {
+    "STEPS": "--steps",
+    "WARMUP_STEPS": "--warmup-steps",
+    "PRESET": "--preset",
+    "RESULTS_DIR": "--out",
+}
 
 # Settings an arm may name without defining them.
 BUILTIN_ARMS: Mapping[str, Mapping[str, str]] = {
@@ -146,6 +152,10 @@ def _add_knob(knobs: dict[str, str], token: str, arm: str) -> None:
     if not (_DRIVER_KNOB.fullmatch(key) or _ENGINE_KEY.fullmatch(key)):
         raise UserError(
             f"--arms: arm {arm!r} has key {key!r}: use an UPPER_CASE driver knob or a lower_case engine key"
+        )
+    if _DRIVER_KNOB.fullmatch(key) and key not in DRIVER_KNOBS:
+        raise UserError(
+            f"--arms: arm {arm!r} sets {key}, which is not a driver knob: use one of {', '.join(DRIVER_KNOBS)}"
         )
     if key in knobs and knobs[key] != value:
         raise UserError(f"--arms: arm {arm!r} sets {key} twice ({knobs[key]!r}, {value!r})")

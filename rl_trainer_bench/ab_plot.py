@@ -35,7 +35,10 @@ def write_plot(runs: Sequence[ArmRun], path: Path, title: str) -> None:
     for run in runs:
         index = list(range(len(run.records)))
         step_ms = [r.step_s * 1e3 for r in run.records]
-        extra_ms = [r.first_call_extra_s * 1e3 for r in run.records]
+        extra_ms = [
+            float("nan") if r.first_call_extra_s is None else r.first_call_extra_s * 1e3
+            for r in run.records
+        ]
         (line,) = steps_axis.plot(index, step_ms, marker="o", markersize=3, label=run.label)
         first_axis.plot(index, extra_ms, marker="o", markersize=3, color=line.get_color())
         warm = [i for i, r in enumerate(run.records) if r.warmup]

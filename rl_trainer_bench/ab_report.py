@@ -15,7 +15,7 @@ import os
 import platform
 import statistics
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,14 +54,15 @@ def table(
     for run in runs:
         spread = score.arms[run.label]
         scored = run.scored
-        hidden = [r.stage_hidden for r in scored if r.stage_hidden is not None]
-        idle = [r.boundary_idle_s for r in scored if r.boundary_idle_s is not None]
+        extra = _median(r.first_call_extra_s for r in scored)
+        idle = _median(r.boundary_idle_s for r in scored)
+        hidden = _median(r.stage_hidden for r in scored)
         lines.append(
             f"{run.label:<10}{run.setting:<10}{spread.steps:>6}{_ms(spread.median_s):>10}"
             f"{_ms(spread.iqr_s):>9}{_ms(spread.min_s):>9}{_ms(spread.max_s):>9}"
-            f"{_ms(statistics.median(r.first_call_extra_s for r in scored)):>11}"
-            f"{_ms(statistics.median(idle)) if idle else '-':>9}"
-            f"{f'{statistics.median(hidden):.0%}' if hidden else '-':>8}"
+            f"{'-' if extra is None else _ms(extra):>11}"
+            f"{'-' if idle is None else _ms(idle):>9}"
+            f"{'-' if hidden is None else f'{hidden:.0%}':>8}"
         )
     lines.append("")
     for setting, spread in score.settings.items():
@@ -185,6 +186,12 @@ def write_text_atomic(path: Path, text: str) -> None:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    """Median of the measured values; None when no step measured this figure."""
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
 
 
 def _ms(seconds: float) -> str:

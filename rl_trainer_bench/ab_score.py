@@ -187,7 +187,7 @@ def verdict(
     undecided = (
         f"{bar_name} {_ms(bar)} ms > min effect {_ms(min_effect_s)} ms"
         if bar > min_effect_s
-        else f"{ci} reaches past min effect +-{_ms(min_effect_s)} ms"
+        else f"the CI reaches past min effect +-{_ms(min_effect_s)} ms"
     )
     return NOISY, f"{not_moved}, and {undecided}"
 

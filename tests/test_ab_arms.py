@@ -41,11 +41,12 @@ def test_defined_arms_split_driver_knobs_and_engine_keys():
         ("STEPS=3,off,on", "has no arm"),
         ("a:STEPS=3,off", "set it with --steps"),
         ("a:X,off", "KEY=VALUE"),
+        ("a:STAGE_BEFOR_UPDATE=on,off", "not a driver knob"),
         ("a:Mixed_Case=1,off", "UPPER_CASE driver knob or a lower_case engine key"),
-        ("a:X=1,a:X=2", "defined twice"),
-        ("on:X=1,off", "defined twice"),
-        ("a:X=1,X=2,off", "sets X twice"),
-        ("a-b:X=1,off", "must start with a letter"),
+        ("a:SEED=1,a:SEED=2", "defined twice"),
+        ("on:SEED=1,off", "defined twice"),
+        ("a:SEED=1,SEED=2,off", "sets SEED twice"),
+        ("a-b:SEED=1,off", "must start with a letter"),
     ],
 )
 def test_bad_arms_are_refused_with_the_fix(text, message):
