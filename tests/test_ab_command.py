@@ -170,3 +170,16 @@ def test_from_logs_without_ruler_lines_is_refused(tmp_path):
                 str(tmp_path / "r"),
             ]
         )
+
+
+@pytest.mark.slow
+def test_cpu_tiny_ab_with_the_real_engine(tmp_path):
+    pytest.importorskip("rl_trainer_bench.engine.jax_engine", reason="the JAX engine is not built")
+    pytest.importorskip("rl_trainer_bench.payload", reason="the payload builder is not built")
+    out = tmp_path / "out"
+    code = cli.main(["ab", "--steps", "2", "--out", str(out)])
+    report = json.loads((out / "ab.json").read_text())
+    assert code == 0, report["checks"]
+    assert {c["status"] for c in report["checks"]} == {"PASS"}
+    assert report["machine"]["device_count"] == 8
+    assert len(report["compile_s"]) == 1
