@@ -62,6 +62,24 @@ def test_missing_update_fails():
     assert _status(runs, ab_checks.same_updates) == ab_checks.FAIL
 
 
+def test_two_updates_per_step_in_every_arm_fails():
+    runs = off_on_off_on(0.1, 0.09)
+    for run in runs:
+        run.updates = 2 * len(run.records)
+    result = ab_checks.same_updates(runs)
+    assert result.status == ab_checks.FAIL
+    assert "in 21 steps" in result.detail
+
+
+def test_arm_that_ran_fewer_steps_and_updates_fails():
+    runs = off_on_off_on(0.1, 0.09)
+    runs[2].records.pop()
+    runs[2].updates -= 1
+    result = ab_checks.same_updates(runs)
+    assert result.status == ab_checks.FAIL
+    assert "off': 20" in result.detail
+
+
 def test_unknown_update_counts_are_skipped_not_passed():
     runs = off_on_off_on(0.1, 0.09)
     runs[0].updates = None
