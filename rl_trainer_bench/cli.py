@@ -30,6 +30,69 @@ COMMANDS.append(
 )
 
 
+def _add_render_arguments(parser: argparse.ArgumentParser) -> None:
+    from rl_trainer_bench.render_knobs import add_arguments  # light: no YAML, schema or JAX
+
+    add_arguments(parser)
+
+
+def _add_render_diff_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("before", metavar="A", help="launch render or JobSet file (the trainer)")
+    parser.add_argument("after", metavar="B", help="JobSet file to compare (the bench)")
+    parser.add_argument(
+        "--trainer-jobset", metavar="NAME", help="which JobSet of A (default: the trainer)"
+    )
+    parser.add_argument(
+        "--expect-only",
+        metavar="KINDS",
+        help="comma list of change kinds allowed (names,restarts,command,provenance,slice); "
+        "exit 1 when anything else changed",
+    )
+    parser.add_argument("--json", action="store_true", help="print the diff as JSON")
+
+
+def _add_validate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML files holding JobSets")
+
+
+COMMANDS += [
+    (
+        "render",
+        "Render a launcher's DRY_RUN output into a single-slice bench JobSet.",
+        _add_render_arguments,
+        "rl_trainer_bench.render:run",
+    ),
+    (
+        "render-diff",
+        "Structured diff of two JobSets (default: the launch's trainer against the bench).",
+        _add_render_diff_arguments,
+        "rl_trainer_bench.render_diff:run",
+    ),
+    (
+        "validate",
+        "Check JobSets against the CRD schema, the webhook's name budgets and slice consistency.",
+        _add_validate_arguments,
+        "rl_trainer_bench.validate:run",
+    ),
+]
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    from rl_trainer_bench.config import add_driver_knob_arguments  # no JAX at parse time
+
+    add_driver_knob_arguments(parser)
+
+
+COMMANDS.append(
+    (
+        "run",
+        "Run the bench driver: compile, warm up, time STEPS steps, print the step ruler.",
+        _add_run_arguments,
+        "rl_trainer_bench.driver:run_command",
+    )
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rl-trainer-bench",

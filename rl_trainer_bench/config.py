@@ -7,6 +7,7 @@ value and what is allowed, because a pod's log is often the only place a user se
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import shlex
 from collections.abc import Mapping
@@ -150,6 +151,22 @@ DRIVER_KNOBS: Mapping[str, str] = {
     "ORCH_ARGV": "the orchestrator's argv, shell-quoted (micro-batch rows and lengths)",
     "WORKER": "separate|fused (default separate)",
 }
+
+
+def add_driver_knob_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per driver knob, named after it (`--micro-steps` for MICRO_STEPS)."""
+    for knob, meaning in DRIVER_KNOBS.items():
+        parser.add_argument(
+            "--" + knob.lower().replace("_", "-"), dest=knob, metavar="VALUE", help=meaning
+        )
+
+
+def driver_knobs(env: Mapping[str, str], flags: argparse.Namespace) -> dict[str, str]:
+    """The driver knobs: the environment's, overridden by any flag given."""
+    knobs = {k: env[k] for k in DRIVER_KNOBS if k in env}
+    knobs.update({k: v for k, v in vars(flags).items() if k in DRIVER_KNOBS and v is not None})
+    return knobs
+
 
 _SWITCH_VALUES = {"on": True, "off": False}
 STAGE_ISSUE_CHOICES = ("auto", "before_last", "after_last")

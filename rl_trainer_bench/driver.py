@@ -28,7 +28,13 @@ import numpy as np
 
 from rl_trainer_bench import ruler
 from rl_trainer_bench.accelerators import chip_for_device_kind
-from rl_trainer_bench.config import DRIVER_KNOBS, BenchConfig, ConfigError, StageConfig
+from rl_trainer_bench.config import (
+    BenchConfig,
+    ConfigError,
+    StageConfig,
+    add_driver_knob_arguments,
+    driver_knobs,
+)
 from rl_trainer_bench.device_timeline import DeviceTimeline
 from rl_trainer_bench.engine.contract import (
     STAGING_METHODS,
@@ -497,21 +503,6 @@ def _describe(info: Mapping[str, Any]) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def add_knob_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per driver knob, named after it (`--micro-steps` for MICRO_STEPS); flags win."""
-    for knob, meaning in DRIVER_KNOBS.items():
-        parser.add_argument(
-            "--" + knob.lower().replace("_", "-"), dest=knob, metavar=knob, help=meaning
-        )
-
-
-def knobs_from(env: Mapping[str, str], flags: argparse.Namespace) -> dict[str, str]:
-    """The driver knobs: the environment's, overridden by any flag given."""
-    knobs = {k: env[k] for k in DRIVER_KNOBS if k in env}
-    knobs.update({k: v for k, v in vars(flags).items() if k in DRIVER_KNOBS and v is not None})
-    return knobs
-
-
 def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], None]) -> int:
     """The driver's whole run; returns the exit code (1 when a scored step recompiled)."""
     from rl_trainer_bench.code_bundle import code_sha256
@@ -550,7 +541,7 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
 
 def run_command(args: argparse.Namespace) -> int:
     """`rl-trainer-bench run`: knobs from the environment, overridden by flags."""
-    config = BenchConfig.from_env(knobs_from(os.environ, args))
+    config = BenchConfig.from_env(driver_knobs(os.environ, args))
     return run_bench(config, os.environ, lambda line: print(line, flush=True))
 
 
@@ -558,11 +549,15 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     """bench_driver.py's entry: knobs from `env` (default os.environ) and flags in `argv`."""
     env = os.environ if env is None else env
     parser = argparse.ArgumentParser(prog="bench_driver", description=__doc__.splitlines()[0])
-    add_knob_arguments(parser)
+    add_driver_knob_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        config = BenchConfig.from_env(knobs_from(env, args))
+        config = BenchConfig.from_env(driver_knobs(env, args))
         return run_bench(config, env, lambda line: print(line, flush=True))
     except UserError as error:
         print(f"bench_driver: {error}", file=sys.stderr)
         return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from rl_trainer_bench import driver
-from rl_trainer_bench.config import BenchConfig, ConfigError, StageConfig
+from rl_trainer_bench.config import (
+    BenchConfig,
+    ConfigError,
+    StageConfig,
+    add_driver_knob_arguments,
+    driver_knobs,
+)
 
 
 def test_defaults():
@@ -73,10 +81,10 @@ def test_stage_issue_auto_is_before_the_last_dispatch_on_gpu_only():
 
 
 def test_flags_override_the_environment():
-    parser = driver.argparse.ArgumentParser()
-    driver.add_knob_arguments(parser)
+    parser = argparse.ArgumentParser()
+    add_driver_knob_arguments(parser)
     args = parser.parse_args(["--steps", "7", "--stage-before-update", "on"])
-    knobs = driver.knobs_from({"STEPS": "2", "SEED": "4", "HOME": "/x"}, args)
+    knobs = driver_knobs({"STEPS": "2", "SEED": "4", "HOME": "/x"}, args)
     assert knobs == {"STEPS": "7", "SEED": "4", "STAGE_BEFORE_UPDATE": "on"}
 
 

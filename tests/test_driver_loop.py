@@ -304,3 +304,50 @@ def _split_steps(calls: list[tuple]) -> list[list[tuple]]:
             steps.append(current)
             current = []
     return steps
+
+
+class RecompilingEngine(StandInEngine):
+    """Dispatches a real jitted program whose input shape changes at step 2: a recompile."""
+
+    def __init__(self):
+        super().__init__()
+        import jax
+
+        self._program = jax.jit(lambda x: x * 2.0, static_argnums=())
+        self._program.__name__ = "stand_in_fwd_bwd"
+
+    def fwd_bwd(self, batch):
+        super().fwd_bwd(batch)
+        size = 8 if self.train_step < 2 else 16
+        self._last = self._program(np.ones(size, np.float32))
+
+    def completion_marker(self):
+        return self._last
+
+
+def test_recompile_in_a_scored_step_is_detected_and_named():
+    lines = []
+    _, result, _ = run_arm(OFF, RecompilingEngine(), log=lines)
+    assert len(result.recompiles) == 1 and "lambda" in result.recompiles[0]
+    assert [r.recompiles for r in result.records] == [0, 0, 1, 0]
+    assert any(line.startswith("[TrainerBench] RECOMPILE step=2 programs=") for line in lines)
+
+
+def test_compiles_in_warmup_are_not_scored():
+    _, result, _ = run_arm(OFF, RecompilingEngine(), steps=1)  # step 0 compiles, step 1 reuses
+    assert result.recompiles == []
+
+
+def test_profile_window_writes_a_trace(tmp_path):
+    engine = StandInEngine()
+    config = bench_config(profile_steps=(1, 2), results_dir=tmp_path)
+    bench = Bench(config, lambda _: None, engine_factory=lambda _: engine, pool=stand_in_pool(5))
+    bench.setup()
+    bench.run(steps=3, stage=BEFORE)
+    bench.close()
+    traces = list((tmp_path / "profile").rglob("*.xplane.pb"))
+    assert len(traces) == 1
+    trace = traces[0].read_bytes()
+    for annotation in (b"fwd_bwd bench_1_0", b"fwd_bwd bench_2_2", b"stage bench_2_0", b"update"):
+        assert annotation in trace
+    assert b"fwd_bwd bench_0_0" not in trace and b"fwd_bwd bench_3_0" not in trace
