@@ -12,7 +12,6 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
-from rl_trainer_bench import ab
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError
 
@@ -20,11 +19,19 @@ from rl_trainer_bench.errors import UserError
 # The runner takes the parsed namespace and returns the exit code.
 _Adder = Callable[[argparse.ArgumentParser], None]
 COMMANDS: list[tuple[str, str, _Adder, str]] = []
+
+
+def _add_ab_arguments(parser: argparse.ArgumentParser) -> None:
+    from rl_trainer_bench.ab import add_arguments  # light: no numpy scorer, no JAX
+
+    add_arguments(parser)
+
+
 COMMANDS.append(
     (
         "ab",
         "same-process A/B of bench arms: noise floor, exact checks, verdict (the main job)",
-        ab.add_arguments,
+        _add_ab_arguments,
         "rl_trainer_bench.ab:run",
     )
 )

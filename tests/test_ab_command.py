@@ -1,13 +1,13 @@
 """`rl-trainer-bench ab` end to end: arms through the driver's Bench, the report, the files, the exit code.
 
-The stand-in engine and pool are the driver's own test doubles (tests/test_stage_before_update.py):
+The stand-in engine and pool are the driver's own test doubles (tests/test_driver_loop.py):
 they make the run fast and its training exactly checkable; the real cpu-tiny run is the last test.
 """
 
 import json
 
 import pytest
-from test_stage_before_update import StandInEngine, stand_in_pool
+from test_driver_loop import StandInEngine, stand_in_pool
 
 from rl_trainer_bench import ab, cli
 from rl_trainer_bench.driver import Bench
