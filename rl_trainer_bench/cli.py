@@ -220,6 +220,22 @@ COMMANDS.append(
 )
 
 
+def _add_ab_arguments(parser: argparse.ArgumentParser) -> None:
+    from rl_trainer_bench.ab import add_arguments  # light: no numpy scorer, no JAX
+
+    add_arguments(parser)
+
+
+COMMANDS.append(
+    (
+        "ab",
+        "same-process A/B of bench arms: noise floor, exact checks, verdict (the main job)",
+        _add_ab_arguments,
+        "rl_trainer_bench.ab:run",
+    )
+)
+
+
 class _OneLineErrorParser(argparse.ArgumentParser):
     """Argument errors as one line and exit code 2, like every other user error."""
 
