@@ -13,6 +13,7 @@ last-applied annotation.
 
 from __future__ import annotations
 
+import ast
 import base64
 import gzip
 import hashlib
@@ -32,18 +33,44 @@ def default_root() -> Path:
 
 
 def code_files(root: Path | None = None) -> list[Path]:
-    """The package's source and data files, and `bench_driver.py` if present, sorted, under `root`."""
+    """The files the pod's driver needs, sorted, under `root`.
+
+    That is the driver's import closure inside the package (found by reading the imports, lazy
+    ones too), the `__init__.py` of every package on the way, the package's data files (routing
+    profiles), and `bench_driver.py` if present. The rest of the package (renderer, AOT and A/B
+    tools) never runs in the pod; leaving it out keeps the client command under the kernel's
+    128 KiB limit on one exec argument, which `bash -c SCRIPT` is.
+    """
     root = default_root() if root is None else root
     package = root / PACKAGE
-    files = [
+    sources = _import_closure(root, [package / "driver.py", root / DRIVER_SCRIPT])
+    data = [
         path
         for path in package.rglob("*")
-        if path.is_file() and _belongs_to_bundle(path.relative_to(package))
+        if path.is_file() and path.suffix != ".py" and _belongs_to_bundle(path.relative_to(package))
     ]
-    driver = root / DRIVER_SCRIPT
-    if driver.is_file():
-        files.append(driver)
-    return sorted(files, key=lambda path: path.relative_to(root).as_posix())
+    return sorted({*sources, *data}, key=lambda path: path.relative_to(root).as_posix())
+
+
+def _import_closure(root: Path, starts: list[Path]) -> set[Path]:
+    """Every package module reachable by imports from `starts`, with their packages' `__init__.py`."""
+    found: set[Path] = set()
+    pending = [path for path in starts if path.is_file()]
+    while pending:
+        path = pending.pop()
+        if path in found:
+            continue
+        found.add(path)
+        for module in _package_imports(path.read_text()):
+            parts = module.split(".")
+            for depth in range(1, len(parts) + 1):
+                init = root.joinpath(*parts[:depth], "__init__.py")
+                if init.is_file():
+                    pending.append(init)
+            module_file = root.joinpath(*parts).with_suffix(".py")
+            if module_file.is_file():
+                pending.append(module_file)
+    return found
 
 
 def _belongs_to_bundle(relative: Path) -> bool:
@@ -53,6 +80,18 @@ def _belongs_to_bundle(relative: Path) -> bool:
         or any(part in _SKIPPED_DIRS or part.startswith(".") for part in parts)
         or relative.suffix in (".pyc", ".pyo")
     )
+
+
+def _package_imports(source: str) -> set[str]:
+    """Dotted names of the package's modules that `source` imports (`from P import m` counts `P.m`)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in names if name.split(".")[0] == PACKAGE}
 
 
 def code_sha256(root: Path | None = None) -> str:

@@ -30,12 +30,13 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO
 
 import numpy as np
 
 from rl_trainer_bench import routing_profile
+from rl_trainer_bench.config import parse_trainer_argv
 from rl_trainer_bench.config import preset as find_preset
 from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS, Payload
 from rl_trainer_bench.engine.engine_config import EngineConfig
@@ -606,6 +607,40 @@ def layout_for(args, engine: EngineConfig) -> PackingLayout | None:
         args.max_response_length,
         num_generations=args.num_generations,
         pad_rows=args.pad_rows,
+    )
+
+
+def layout_from_orchestrator_argv(engine: EngineConfig, argv: Sequence[str]) -> PackingLayout:
+    """The packing layout of the orchestrator whose argv is `argv` (ORCH_ARGV).
+
+    Reads `--max_prompt_length` and `--max_response_length` (both required), `--num_generations`
+    (default 16) and `--pad_rows` (default 0); the micro-batch's rows and length stay the engine's.
+    """
+    flags = parse_trainer_argv(list(argv))
+    missing = [k for k in ("max_prompt_length", "max_response_length") if k not in flags]
+    if missing:
+        raise UserError(
+            f"ORCH_ARGV lacks --{' and --'.join(missing)}: the packing layout needs both lengths"
+        )
+    values = {}
+    for key, default in (
+        ("max_prompt_length", None),
+        ("max_response_length", None),
+        ("num_generations", "16"),
+        ("pad_rows", "0"),
+    ):
+        text = flags.get(key, default)
+        try:
+            values[key] = int(text)
+        except ValueError:
+            raise UserError(f"ORCH_ARGV --{key}={text!r}: write a whole number") from None
+    return PackingLayout.from_orchestrator(
+        engine.micro_batch_rows,
+        engine.seq_len,
+        values["max_prompt_length"],
+        values["max_response_length"],
+        num_generations=values["num_generations"],
+        pad_rows=values["pad_rows"],
     )
 
 

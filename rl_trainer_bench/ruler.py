@@ -31,7 +31,9 @@ class StepRecord:
     warmup: bool  # reported, never scored
     step_s: float  # from the step's first dispatch to its drain (metrics read) on the host
     fwd_bwd_dispatch_s: list[float]  # per micro-batch: host seconds inside worker.fwd_bwd
-    first_call_extra_s: float | None  # first fwd_bwd's device time over the median regular one
+    # First fwd_bwd's device time over the median regular one; None with one call per step or
+    # when the step replayed (a replay rides on the next call, so regular calls carry extra work).
+    first_call_extra_s: float | None
     update_s: float  # host seconds inside worker.update
     drain_s: float  # host seconds waiting for the step's results after update returned
     stage_s: float  # host seconds inside prepare_fwd_bwd_input (0 when not staged)

@@ -18,7 +18,10 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 FILES = {
     "rl_trainer_bench/__init__.py": "",
+    "rl_trainer_bench/driver.py": "def main():\n    from rl_trainer_bench.engine import model\n",
+    "rl_trainer_bench/engine/__init__.py": "",
     "rl_trainer_bench/engine/model.py": "x = 1\n",
+    "rl_trainer_bench/render.py": "import yaml\n",
     "rl_trainer_bench/profiles/a.json": "{}",
     "rl_trainer_bench/schemas/big.schema.json": "{}",
     "rl_trainer_bench/__pycache__/m.cpython-311.pyc": "junk",
@@ -28,20 +31,24 @@ FILES = {
 }
 
 
-def test_code_files_are_package_sources_data_and_driver_only(tmp_path):
+def test_code_files_are_the_drivers_import_closure_data_and_driver_script_only(tmp_path):
     root = _tree(tmp_path, FILES)
     names = [p.relative_to(root).as_posix() for p in code_bundle.code_files(root)]
     assert names == [
         "bench_driver.py",
         "rl_trainer_bench/__init__.py",
+        "rl_trainer_bench/driver.py",
+        "rl_trainer_bench/engine/__init__.py",
         "rl_trainer_bench/engine/model.py",
         "rl_trainer_bench/profiles/a.json",
     ]
 
 
-def test_this_checkout_bundles_its_own_package():
-    names = {p.name for p in code_bundle.code_files()}
-    assert {"code_bundle.py", "render.py", "cli.py"} <= names
+def test_this_checkout_bundles_what_the_driver_runs_and_not_the_render_time_tools():
+    names = {p.relative_to(code_bundle.default_root()).as_posix() for p in code_bundle.code_files()}
+    assert {"rl_trainer_bench/driver.py", "rl_trainer_bench/engine/jax_engine.py"} <= names
+    assert {"rl_trainer_bench/payload.py", "rl_trainer_bench/code_bundle.py"} <= names
+    assert not {"rl_trainer_bench/render.py", "rl_trainer_bench/cli.py"} & names
 
 
 def test_digest_changes_with_any_byte_or_name(tmp_path):

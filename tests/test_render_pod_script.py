@@ -44,6 +44,13 @@ def test_rendered_script_passes_bash_syntax_check():
     subprocess.run(["bash", "-n", "-c", script], check=True)
 
 
+def test_rendered_script_fits_one_exec_argument():
+    """The kernel refuses any single exec argument over 128 KiB (MAX_ARG_STRLEN), and the container
+    runs `bash -c SCRIPT`: a bundle that grows past it would never start in the pod."""
+    script = client_script(render_fixture(driver_env=_driver_env(), steps="2"))
+    assert len(script.encode()) < 128 * 1024
+
+
 def test_stub_python_receives_driver_env_literally_and_the_rendered_code(tmp_path):
     bench = render_fixture(driver_env=_driver_env(), steps="2", engine_flags="a=1")
     env = _stub_python(tmp_path, f'env -0 > {tmp_path}/env.dump; echo "$@" > {tmp_path}/argv')

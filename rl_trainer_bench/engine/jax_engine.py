@@ -206,7 +206,9 @@ def _programs(config: EngineConfig, mesh_config: MeshConfig, methods: tuple[str,
                 step_stats["mult_prob_error_max"], stats["mult_prob_error_max"]
             ),
         }
-        return grad_sum, step_stats
+        # A scalar of its own for the completion marker: the other outputs are donated to the next
+        # program, so a watcher could find them deleted before it has waited on them.
+        return grad_sum, step_stats, step_stats["loss_sum"]
 
     def update(params, opt_state, grad_sum, step_stats):
         denominator = jnp.maximum(step_stats["loss_denominator"], 1.0)
@@ -320,7 +322,7 @@ def lower_programs(
         jax.jit(
             accumulate,
             in_shardings=(param_shardings, stat_shardings, *grad_out),
-            out_shardings=(param_shardings, stat_shardings),
+            out_shardings=(param_shardings, stat_shardings, replicated),
             donate_argnums=(0, 1),
         ),
         (params, stats_shapes, params, micro_stats_shapes),
@@ -543,7 +545,7 @@ class JaxEngine:
         digest = hashlib.sha256()
         for name in sorted(self._params):
             digest.update(name.encode())
-            digest.update(np.asarray(jax.device_get(self._params[name])).tobytes())
+            digest.update(_host_copy(self._params[name]).tobytes())
         return digest.hexdigest()
 
     def accumulated_gradient(self) -> dict[str, np.ndarray]:
@@ -619,10 +621,9 @@ class JaxEngine:
             grads, replay_stats = self._compiled["fwd_bwd_dropless"](self._params, pending.inputs)
             stats = {**replay_stats, "overflow": stats["overflow"]}  # count the original drop
             self._replays += 1
-        self._grad_sum, self._step_stats = self._compiled["accumulate"](
+        self._grad_sum, self._step_stats, self._marker = self._compiled["accumulate"](
             self._grad_sum, self._step_stats, grads, stats
         )
-        self._marker = self._step_stats["loss_sum"]
 
 
 def _initial_state(config: EngineConfig):
@@ -673,3 +674,12 @@ __all__ = [
     "lower_programs",
     "payload_spec",
 ]
+
+
+def _host_copy(array: jax.Array) -> np.ndarray:
+    """The whole array on this host, also when it spans other processes' devices (multi-host)."""
+    if array.is_fully_addressable:
+        return np.asarray(jax.device_get(array))
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
