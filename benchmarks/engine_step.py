@@ -120,24 +120,11 @@ def time_steps(config, steps: int, micro_steps: int) -> int:
     import jax
 
     from rl_trainer_bench.accelerators import chip_for_device_kind
-    from rl_trainer_bench.engine.contract import example_payload
+    from rl_trainer_bench.engine.contract import example_payloads_for
     from rl_trainer_bench.engine.jax_engine import JaxEngine
 
     engine = JaxEngine(config, jax.devices()[: config.mesh.size])
-    m = config.model
-    payloads = [
-        example_payload(
-            config.micro_batch_rows,
-            config.seq_len,
-            m.vocab_size,
-            num_layers=m.num_layers if config.moe.router_replay else 0,
-            top_k=m.top_k,
-            num_experts=m.num_experts,
-            segment_len=min(config.seq_len, 2048),
-            seed=i,
-        )
-        for i in range(micro_steps)
-    ]
+    payloads = example_payloads_for(config, micro_steps, segment_len=min(config.seq_len, 2048))
     print(engine.info())
     compile_seconds = engine.compile(payloads[0])
     print("compile seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in compile_seconds.items()))

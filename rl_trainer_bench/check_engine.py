@@ -11,7 +11,7 @@ import argparse
 import importlib
 
 from rl_trainer_bench.config import engine_config_from, preset
-from rl_trainer_bench.engine.contract import check_engine, example_payload
+from rl_trainer_bench.engine.contract import check_engine, example_payloads_for
 from rl_trainer_bench.errors import UserError
 
 BUILT_IN = "rl_trainer_bench.engine.jax_engine:JaxEngine"
@@ -38,20 +38,7 @@ def run(args: argparse.Namespace) -> int:
             f"--engine {args.engine!r} cannot be imported ({error}); write module:Class"
         ) from error
     engine = engine_class(config)
-    m = config.model
-    payloads = [
-        example_payload(
-            config.micro_batch_rows,
-            config.seq_len,
-            m.vocab_size,
-            num_layers=m.num_layers if config.moe.router_replay else 0,
-            top_k=m.top_k,
-            num_experts=m.num_experts,
-            seed=seed,
-            name=f"check_{seed}",
-        )
-        for seed in range(2)
-    ]
+    payloads = example_payloads_for(config, 2, prefix="check")
     failures = check_engine(engine, payloads)
     for failure in failures:
         print(f"check-engine: FAIL {failure}")

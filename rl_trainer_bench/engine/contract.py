@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from rl_trainer_bench.engine.engine_config import EngineConfig
 
 # Every array of a micro-batch, its dtype, and its rank; `ref_logps` and `routed_experts` are optional.
 PAYLOAD_FIELDS: Mapping[str, tuple[np.dtype, int]] = {
@@ -184,6 +187,27 @@ def example_payload(
         name=name,
         digests={"seed": str(seed)},
     )
+
+
+def example_payloads_for(
+    config: EngineConfig, count: int, *, segment_len: int = 0, prefix: str = "example"
+) -> list[Payload]:
+    """`count` distinct example micro-batches shaped for `config` (routes when it replays them)."""
+    m = config.model
+    return [
+        example_payload(
+            config.micro_batch_rows,
+            config.seq_len,
+            m.vocab_size,
+            num_layers=m.num_layers if config.moe.router_replay else 0,
+            top_k=m.top_k,
+            num_experts=m.num_experts,
+            segment_len=segment_len,
+            seed=seed,
+            name=f"{prefix}_{seed}",
+        )
+        for seed in range(count)
+    ]
 
 
 def check_engine(engine: object, payloads: list[Payload]) -> list[str]:
