@@ -13,9 +13,9 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 
-from rl_trainer_bench.config import DRIVER_KNOBS
+from rl_trainer_bench.bench.ruler import StepRecord
+from rl_trainer_bench.config.knobs import DRIVER_KNOBS
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.ruler import StepRecord
 
 # Knobs that change what a step does but not any compiled program: arms that differ only in these
 # share one Bench (one compile); any other difference gets its own Bench, compiled and reported apart.

@@ -23,8 +23,14 @@ from typing import Any, TextIO
 
 # Only light modules at import time: `cli` imports this one to build its parser, and a parser must
 # not pay for numpy or JAX. The scorer and the driver are imported where they run.
-from rl_trainer_bench import ab_arms, ab_checks, ab_plot, ab_predict, ab_report, config, ruler
-from rl_trainer_bench.ab_arms import ArmRun, ArmSpec
+from rl_trainer_bench.ab import arms as ab_arms
+from rl_trainer_bench.ab import checks as ab_checks
+from rl_trainer_bench.ab import plot as ab_plot
+from rl_trainer_bench.ab import predict as ab_predict
+from rl_trainer_bench.ab import report as ab_report
+from rl_trainer_bench.ab.arms import ArmRun, ArmSpec
+from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.errors import UserError
 
 DEFAULT_STEPS = 8
@@ -282,7 +288,7 @@ def _refuse_unapplied_engine_keys(bench_config: config.BenchConfig) -> None:
 
 
 def _driver_bench(bench_config: config.BenchConfig, log: Callable[[str], None]) -> Any:
-    from rl_trainer_bench.driver import Bench  # imports JAX: only once start_runtime has run
+    from rl_trainer_bench.bench.driver import Bench  # imports JAX: only once start_runtime has run
 
     return Bench(bench_config, log)
 
@@ -294,7 +300,7 @@ def start_runtime(preset: config.Preset) -> str:
     """
     if preset.host_devices:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from rl_trainer_bench.distributed import initialize_runtime
+    from rl_trainer_bench.bench.distributed import initialize_runtime
 
     return initialize_runtime(os.environ, preset.host_devices)
 
@@ -432,7 +438,7 @@ def _report(
     cross_pod: bool,
     min_effect_pct: float,
 ) -> int:
-    from rl_trainer_bench import ab_score
+    from rl_trainer_bench.ab import score as ab_score
 
     checks = ab_checks.exact_checks(runs)
     score = ab_score.score(runs, min_effect_pct=min_effect_pct, cross_pod=cross_pod)

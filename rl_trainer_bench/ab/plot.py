@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from rl_trainer_bench.ab_arms import ArmRun
+from rl_trainer_bench.ab.arms import ArmRun
 
 
 def missing_reason() -> str | None:

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl_trainer_bench import __version__
-from rl_trainer_bench.ab_arms import ArmRun
-from rl_trainer_bench.ab_checks import FAIL, CheckResult, failed
+from rl_trainer_bench.ab.arms import ArmRun
+from rl_trainer_bench.ab.checks import FAIL, CheckResult, failed
 
 if TYPE_CHECKING:  # the scorer needs numpy; this module stays light for the parser
-    from rl_trainer_bench.ab_score import Score
+    from rl_trainer_bench.ab.score import Score
 
 SCHEMA = "rl-trainer-bench/ab/1"
 _VERSIONED = ("jax", "jaxlib", "numpy", "optax", "matplotlib")

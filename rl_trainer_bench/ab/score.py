@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from rl_trainer_bench.ab_arms import ArmRun
+from rl_trainer_bench.ab.arms import ArmRun
 from rl_trainer_bench.errors import UserError
 
 FASTER, SLOWER, NO_EFFECT, NOISY = "FASTER", "SLOWER", "NO-EFFECT", "NOISY"

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import jax
 
-from rl_trainer_bench.config import ConfigError
+from rl_trainer_bench.errors import ConfigError
 
 
 def _int_env(env: Mapping[str, str], name: str) -> int:

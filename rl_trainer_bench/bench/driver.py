@@ -26,16 +26,18 @@ from typing import Any
 import jax
 import numpy as np
 
-from rl_trainer_bench import ruler
 from rl_trainer_bench.accelerators import chip_for_device_kind
-from rl_trainer_bench.config import (
+from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.bench.device_timeline import DeviceTimeline
+from rl_trainer_bench.bench.ruler import StepRecord
+from rl_trainer_bench.bench.worker import TrainerWorker
+from rl_trainer_bench.config.knobs import (
     BenchConfig,
-    ConfigError,
     StageConfig,
     add_driver_knob_arguments,
     driver_knobs,
 )
-from rl_trainer_bench.device_timeline import DeviceTimeline
+from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import (
     STAGING_METHODS,
     Engine,
@@ -43,10 +45,7 @@ from rl_trainer_bench.engine.contract import (
     PreparedInput,
     missing_methods,
 )
-from rl_trainer_bench.engine.engine_config import EngineConfig
-from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.ruler import StepRecord
-from rl_trainer_bench.worker import TrainerWorker
+from rl_trainer_bench.errors import ConfigError, UserError
 
 EngineFactory = Callable[[EngineConfig], Engine]
 
@@ -200,7 +199,7 @@ class Bench:
         """The preset's engine config with TRAINER_ARGV and ENGINE_FLAGS applied; logs what is not."""
         if not self.config.trainer_argv and not self.config.engine_flags:
             return self.config.preset.engine
-        from rl_trainer_bench.config import engine_config_from
+        from rl_trainer_bench.config.engine_keys import engine_config_from
 
         engine_config, unapplied = engine_config_from(
             self.config.preset,
@@ -214,7 +213,8 @@ class Bench:
     def _build_pool(self, engine_config: EngineConfig) -> list[Payload]:
         if self._given_pool is not None:
             return list(self._given_pool)
-        from rl_trainer_bench import payload, routing_profile
+        from rl_trainer_bench.payload import build as payload
+        from rl_trainer_bench.payload import routing_profile
 
         layout = (
             payload.layout_from_orchestrator_argv(engine_config, self.config.orch_argv)
@@ -514,8 +514,8 @@ def _describe(info: Mapping[str, Any]) -> str:
 
 def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], None]) -> int:
     """The driver's whole run; returns the exit code (1 when a scored step recompiled)."""
-    from rl_trainer_bench.code_bundle import code_sha256
-    from rl_trainer_bench.distributed import initialize_runtime
+    from rl_trainer_bench.bench.distributed import initialize_runtime
+    from rl_trainer_bench.launch.code_bundle import code_sha256
 
     log(initialize_runtime(env, config.preset.host_devices))
     log(f"{ruler.LOG_PREFIX} config {_describe(config.describe())}")

@@ -17,8 +17,8 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.engine.contract import ContractError
-from rl_trainer_bench.engine.engine_config import MeshConfig
 
 AXES = ("fsdp", "context", "expert")
 ROWS = ("fsdp", "expert")  # mesh axes that split the rows (B) of a micro-batch

@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Iterator, Mapping, Sequence
 
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.launch_render import client_container
+from rl_trainer_bench.launch.dry_run import client_container
 
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _INTERPRETER = re.compile(r"^(?:.*/)?python[0-9.]*$")

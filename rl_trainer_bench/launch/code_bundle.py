@@ -23,13 +23,13 @@ from pathlib import Path
 
 PACKAGE = "rl_trainer_bench"
 DRIVER_SCRIPT = "bench_driver.py"
-_RENDER_TIME_ONLY = ("schemas",)
+_RENDER_TIME_ONLY = (("launch", "schemas"),)  # package-relative folders
 _SKIPPED_DIRS = ("__pycache__",)
 
 
 def default_root() -> Path:
     """The folder holding the `rl_trainer_bench` package (a checkout, or the pod's unpacked bundle)."""
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 def code_files(root: Path | None = None) -> list[Path]:
@@ -43,7 +43,7 @@ def code_files(root: Path | None = None) -> list[Path]:
     """
     root = default_root() if root is None else root
     package = root / PACKAGE
-    sources = _import_closure(root, [package / "driver.py", root / DRIVER_SCRIPT])
+    sources = _import_closure(root, [package / "bench" / "driver.py", root / DRIVER_SCRIPT])
     data = [
         path
         for path in package.rglob("*")
@@ -56,6 +56,12 @@ def _import_closure(root: Path, starts: list[Path]) -> set[Path]:
     """Every package module reachable by imports from `starts`, with their packages' `__init__.py`."""
     found: set[Path] = set()
     pending = [path for path in starts if path.is_file()]
+    pending += [
+        folder / "__init__.py"
+        for path in pending
+        for folder in path.parents
+        if folder.is_relative_to(root) and (folder / "__init__.py").is_file()
+    ]
     while pending:
         path = pending.pop()
         if path in found:
@@ -76,7 +82,7 @@ def _import_closure(root: Path, starts: list[Path]) -> set[Path]:
 def _belongs_to_bundle(relative: Path) -> bool:
     parts = relative.parts
     return not (
-        parts[0] in _RENDER_TIME_ONLY
+        any(parts[: len(folder)] == folder for folder in _RENDER_TIME_ONLY)
         or any(part in _SKIPPED_DIRS or part.startswith(".") for part in parts)
         or relative.suffix in (".pyc", ".pyo")
     )

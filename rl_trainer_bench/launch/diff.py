@@ -16,8 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.jobset_names import rename_text
-from rl_trainer_bench.launch_render import (
+from rl_trainer_bench.launch.dry_run import (
     PATHWAYS_PREFIX,
     TPU_RESOURCE,
     find_trainer,
@@ -25,8 +24,13 @@ from rl_trainer_bench.launch_render import (
     jobsets,
     read_documents,
 )
-from rl_trainer_bench.render import ANNOTATION_PREFIX
-from rl_trainer_bench.validate import ACCELERATOR_SELECTOR, INSTANCE_TYPE_FLAG, TOPOLOGY_SELECTOR
+from rl_trainer_bench.launch.names import rename_text
+from rl_trainer_bench.launch.render import ANNOTATION_PREFIX
+from rl_trainer_bench.launch.validate import (
+    ACCELERATOR_SELECTOR,
+    INSTANCE_TYPE_FLAG,
+    TOPOLOGY_SELECTOR,
+)
 
 KINDS = ("names", "restarts", "command", "provenance", "slice", "other")
 _ABSENT = object()

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice, parse_slice
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.pod_script import CODE_DIR_VARIABLE
+from rl_trainer_bench.launch.pod_script import CODE_DIR_VARIABLE
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _ENGINE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")

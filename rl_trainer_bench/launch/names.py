@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.launch_render import jobset_name, replicated_jobs
+from rl_trainer_bench.launch.dry_run import jobset_name, replicated_jobs
 
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 JOB_NAME_LIMIT = 63  # J + R + digits(replicas-1) + 2 separators

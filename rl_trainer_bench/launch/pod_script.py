@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rl_trainer_bench.launch_command import shell_quote
+from rl_trainer_bench.launch.client_command import shell_quote
 
 CODE_MARKER = "RL_TRAINER_BENCH_CODE"
 CODE_DIR_VARIABLE = "BENCH_CODE_DIR"
-DRIVER_MODULE = "rl_trainer_bench.driver"
+DRIVER_MODULE = "rl_trainer_bench.bench.driver"
 
 
 def bench_script(

@@ -18,18 +18,17 @@ from pathlib import Path
 
 import yaml
 
-from rl_trainer_bench import code_bundle, validate
 from rl_trainer_bench.accelerators import TpuSlice
-from rl_trainer_bench.atomic_file import write_text_atomically
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.jobset_names import bench_name, rename_text
-from rl_trainer_bench.launch_command import (
+from rl_trainer_bench.io import write_text_atomically
+from rl_trainer_bench.launch import code_bundle, validate
+from rl_trainer_bench.launch.client_command import (
     ClientCommand,
     merge_flags,
     read_client_command,
     shell_join,
 )
-from rl_trainer_bench.launch_render import (
+from rl_trainer_bench.launch.dry_run import (
     TPU_RESOURCE,
     asks_for_tpus,
     client_container,
@@ -42,8 +41,9 @@ from rl_trainer_bench.launch_render import (
     read_documents,
     replicated_jobs,
 )
-from rl_trainer_bench.pod_script import bench_script
-from rl_trainer_bench.render_knobs import KNOBS, RenderKnobs
+from rl_trainer_bench.launch.knobs import KNOBS, RenderKnobs
+from rl_trainer_bench.launch.names import bench_name, rename_text
+from rl_trainer_bench.launch.pod_script import bench_script
 
 ANNOTATION_PREFIX = "rl-trainer-bench/"
 CODE_SHA_ANNOTATION = ANNOTATION_PREFIX + "code-sha256"

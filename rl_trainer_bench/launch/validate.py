@@ -20,8 +20,7 @@ import jsonschema
 
 from rl_trainer_bench.accelerators import TPU_CHIPS
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.jobset_names import name_problems
-from rl_trainer_bench.launch_render import (
+from rl_trainer_bench.launch.dry_run import (
     TPU_RESOURCE,
     containers,
     is_pathways_container,
@@ -31,6 +30,7 @@ from rl_trainer_bench.launch_render import (
     read_documents,
     replicated_jobs,
 )
+from rl_trainer_bench.launch.names import name_problems
 
 SCHEMA_FILE = "jobset_v1alpha2.strict.schema.json"
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -43,7 +43,7 @@ _MAX_LISTED = 5
 @functools.cache
 def schema_validator() -> jsonschema.protocols.Validator:
     """The compiled validator for the shipped schema; built once per process (the schema is 550 KB)."""
-    text = resources.files("rl_trainer_bench").joinpath("schemas", SCHEMA_FILE).read_text()
+    text = resources.files("rl_trainer_bench.launch").joinpath("schemas", SCHEMA_FILE).read_text()
     schema = json.loads(text)
     return jsonschema.validators.validator_for(schema)(schema)
 

@@ -35,13 +35,13 @@ from typing import BinaryIO
 
 import numpy as np
 
-from rl_trainer_bench import routing_profile
-from rl_trainer_bench.config import parse_trainer_argv
-from rl_trainer_bench.config import preset as find_preset
+from rl_trainer_bench.config.engine_keys import parse_trainer_argv
+from rl_trainer_bench.config.presets import preset as find_preset
+from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS, Payload
-from rl_trainer_bench.engine.engine_config import EngineConfig
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.routing_profile import PackingLayout, RoutingProfile
+from rl_trainer_bench.payload import routing_profile
+from rl_trainer_bench.payload.routing_profile import PackingLayout, RoutingProfile
 
 __all__ = [
     "CalibrationError",

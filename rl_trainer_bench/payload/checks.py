@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from rl_trainer_bench.engine.config import EngineConfig, MeshConfig
 from rl_trainer_bench.engine.contract import OPTIONAL_PAYLOAD_FIELDS, PAYLOAD_FIELDS, Payload
-from rl_trainer_bench.engine.engine_config import EngineConfig, MeshConfig
 
 MAX_REPORTS_PER_RULE = 5  # positions named per broken rule; the rest are counted
 
@@ -238,7 +238,7 @@ def check_payload(payload: Payload, engine: EngineConfig) -> list[str]:
 
 def _check_digests(payload: Payload) -> list[str]:
     """Stored digests must match the arrays: a stale digest hides a change in on/off comparisons."""
-    from rl_trainer_bench.payload import array_digest
+    from rl_trainer_bench.payload.build import array_digest
 
     arrays = payload.arrays()
     return [
@@ -358,8 +358,7 @@ def run_engine(config: EngineConfig, payload: Payload) -> NumericsRun:
     import jax
     import jax.numpy as jnp
 
-    from rl_trainer_bench.engine import loss, model
-    from rl_trainer_bench.engine import mesh as sharding
+    from rl_trainer_bench.engine import loss, model, sharding
     from rl_trainer_bench.engine.jax_engine import JaxEngine, resolved_methods
 
     devices = jax.devices("cpu")[:1]
@@ -456,8 +455,8 @@ def run_check(args) -> int:
 
     Exit 0 when everything passes, 1 when a check fails (2 is bad input, from the cli).
     """
-    from rl_trainer_bench import payload as payloads
-    from rl_trainer_bench.routing_profile import load_profile
+    from rl_trainer_bench.payload import build as payloads
+    from rl_trainer_bench.payload.routing_profile import load_profile
 
     engine = payloads.engine_for(args)
     if args.payload:

@@ -26,7 +26,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 
-from rl_trainer_bench.engine.engine_config import EngineConfig, ModelConfig
+from rl_trainer_bench.engine.config import EngineConfig, ModelConfig
 from rl_trainer_bench.errors import UserError
 
 PROFILE_FORMAT = "rl_trainer_bench.routing_profile"
@@ -371,7 +371,7 @@ def cap_shares(shares: np.ndarray, top_k: int) -> np.ndarray:
 
 
 def _schema() -> dict[str, Any]:
-    text = resources.files("rl_trainer_bench.profiles").joinpath(SCHEMA_FILE).read_text()
+    text = resources.files("rl_trainer_bench.payload.profiles").joinpath(SCHEMA_FILE).read_text()
     return json.loads(text)
 
 
@@ -410,7 +410,11 @@ def parse_profile(document: Any, origin: str = "profile") -> RoutingProfile:
 def load_profile(path: str | None) -> RoutingProfile:
     """The profile at `path`, or the shipped default (synthetic) when `path` is None."""
     if path is None:
-        text = resources.files("rl_trainer_bench.profiles").joinpath(DEFAULT_PROFILE).read_text()
+        text = (
+            resources.files("rl_trainer_bench.payload.profiles")
+            .joinpath(DEFAULT_PROFILE)
+            .read_text()
+        )
         origin = f"shipped profile {DEFAULT_PROFILE}"
     else:
         try:

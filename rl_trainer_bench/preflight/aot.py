@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from rl_trainer_bench import accelerators
-from rl_trainer_bench.config import ConfigError, engine_config_from, preset
-from rl_trainer_bench.engine.engine_config import EngineConfig
-from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.config.engine_keys import engine_config_from
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.errors import ConfigError, UserError
 from rl_trainer_bench.units import human_bytes
 
 LOCAL = "local"
@@ -184,8 +185,7 @@ def state_bytes(config: EngineConfig, mesh, stage_before_update: bool) -> dict[s
     """Per-device bytes of each part of the state that stays on the device (STATE_PARTS)."""
     import jax
 
-    from rl_trainer_bench.engine import jax_engine
-    from rl_trainer_bench.engine import mesh as sharding
+    from rl_trainer_bench.engine import jax_engine, sharding
 
     state = jax_engine.abstract_state(config, mesh)
     spec = jax_engine.payload_spec(config)
@@ -491,7 +491,7 @@ def assemble(
 
 
 def _mesh(config: EngineConfig, target: Target):
-    from rl_trainer_bench.engine import mesh as sharding
+    from rl_trainer_bench.engine import sharding
 
     return sharding.make_mesh(config.mesh, list(target.devices))
 
@@ -655,7 +655,7 @@ def run(args) -> int:
     )
     document = json.dumps(report.to_json(), indent=1)
     if args.output:
-        from rl_trainer_bench.atomic_file import write_text_atomically
+        from rl_trainer_bench.io import write_text_atomically
 
         write_text_atomically(Path(args.output), document + "\n")
     print(document if args.json else format_report(report))

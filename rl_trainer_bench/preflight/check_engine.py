@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from rl_trainer_bench.config import engine_config_from, preset
+from rl_trainer_bench.config.engine_keys import engine_config_from
+from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.contract import check_engine, example_payloads_for
 from rl_trainer_bench.errors import UserError
 

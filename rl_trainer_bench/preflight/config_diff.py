@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from rl_trainer_bench.config import ENGINE_KEYS, parse_engine_flags, parse_trainer_argv
+from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, parse_engine_flags, parse_trainer_argv
 from rl_trainer_bench.errors import UserError
 
 _BOOLEANS = {"true": True, "false": False}
@@ -109,8 +109,8 @@ def _has_jobset(text: str, documents: list | None) -> bool:
 
 def _from_jobsets(text: str, label: str, trainer_jobset: str | None) -> Side:
     """The trainer's flags from its client command; a bench JobSet's TRAINER_ARGV and ENGINE_FLAGS."""
-    from rl_trainer_bench.launch_command import read_client_command
-    from rl_trainer_bench.launch_render import client_container, find_trainer, read_documents
+    from rl_trainer_bench.launch.client_command import read_client_command
+    from rl_trainer_bench.launch.dry_run import client_container, find_trainer, read_documents
 
     jobset = find_trainer(read_documents(text, label), label, trainer_jobset)
     container = client_container(jobset)

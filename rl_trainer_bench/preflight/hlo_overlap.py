@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.hlo_parse import Computation, HloModule, Instruction, parse_hlo
+from rl_trainer_bench.preflight.hlo_parse import Computation, HloModule, Instruction, parse_hlo
 from rl_trainer_bench.units import human_bytes
 
 KINDS = (
@@ -618,7 +618,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--summary-only", action="store_true", help="leave out the per-collective rows"
     )
-    from rl_trainer_bench.aot import add_target_arguments
+    from rl_trainer_bench.preflight.aot import add_target_arguments
 
     add_target_arguments(parser)
 
@@ -631,7 +631,7 @@ def run(args) -> int:
         mesh = parse_mesh(args.mesh) if args.mesh else None
         reports = [analyze_text(path.read_text(), str(path), mesh, path.stem)]
     else:
-        from rl_trainer_bench.aot import compiled_texts
+        from rl_trainer_bench.preflight.aot import compiled_texts
 
         reports = [
             analyze_text(text, name, mesh, name)

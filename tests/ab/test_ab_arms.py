@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from rl_trainer_bench import ab_arms, ab_predict
+from rl_trainer_bench.ab import arms as ab_arms
+from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.errors import UserError
 
 

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 from ab_synthetic import off_on_off_on
 
-from rl_trainer_bench import ab_checks
+from rl_trainer_bench.ab import checks as ab_checks
 
 
 def _status(runs, check):

@@ -7,10 +7,11 @@ they make the run fast and its training exactly checkable; the real cpu-tiny run
 import json
 
 import pytest
-from test_driver_loop import StandInEngine, stand_in_pool
+from stand_in_engine import StandInEngine, stand_in_pool
 
-from rl_trainer_bench import ab, cli
-from rl_trainer_bench.driver import Bench
+from rl_trainer_bench import cli
+from rl_trainer_bench.ab import command as ab
+from rl_trainer_bench.bench.driver import Bench
 
 
 class Benches:
@@ -101,7 +102,7 @@ def test_prediction_about_a_missing_setting_is_refused_before_any_output(tmp_pat
 
 def _driver_log(path, stage, seed="0"):
     """One pod's log: a Bench run alone, its lines as the driver prints them."""
-    from rl_trainer_bench.config import BenchConfig
+    from rl_trainer_bench.config.knobs import BenchConfig
 
     config = BenchConfig.from_env({"STEPS": "4", "STAGE_BEFORE_UPDATE": stage, "SEED": seed})
     lines = []
@@ -175,7 +176,7 @@ def test_from_logs_without_ruler_lines_is_refused(tmp_path):
 @pytest.mark.slow
 def test_cpu_tiny_ab_with_the_real_engine(tmp_path):
     pytest.importorskip("rl_trainer_bench.engine.jax_engine", reason="the JAX engine is not built")
-    pytest.importorskip("rl_trainer_bench.payload", reason="the payload builder is not built")
+    pytest.importorskip("rl_trainer_bench.payload.build", reason="the payload builder is not built")
     out = tmp_path / "out"
     code = cli.main(["ab", "--steps", "2", "--out", str(out)])
     report = json.loads((out / "ab.json").read_text())

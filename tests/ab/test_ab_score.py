@@ -3,7 +3,7 @@
 import pytest
 from ab_synthetic import arm, jittered, off_on_off_on
 
-from rl_trainer_bench import ab_score
+from rl_trainer_bench.ab import score as ab_score
 from rl_trainer_bench.errors import UserError
 
 

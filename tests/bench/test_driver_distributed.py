@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("rl_trainer_bench.engine.jax_engine")
-pytest.importorskip("rl_trainer_bench.payload")
+pytest.importorskip("rl_trainer_bench.payload.build")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KNOBS = {"PRESET": "cpu-tiny", "STEPS": "2", "MICRO_STEPS": "2", "SEED": "3"}
 
 
@@ -40,7 +40,7 @@ def _driver(results: Path, devices: int, extra: dict[str, str]) -> subprocess.Po
         **extra,
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "rl_trainer_bench.driver"],
+        [sys.executable, "-m", "rl_trainer_bench.bench.driver"],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,

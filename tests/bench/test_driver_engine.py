@@ -11,11 +11,12 @@ import dataclasses
 import pytest
 
 pytest.importorskip("rl_trainer_bench.engine.jax_engine")
-pytest.importorskip("rl_trainer_bench.payload")
+pytest.importorskip("rl_trainer_bench.payload.build")
 
-from rl_trainer_bench import ruler
-from rl_trainer_bench.config import PRESETS, BenchConfig, StageConfig
-from rl_trainer_bench.driver import Bench
+from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.bench.driver import Bench
+from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
+from rl_trainer_bench.config.presets import PRESETS
 
 
 def tiny_config(replays: bool) -> BenchConfig:

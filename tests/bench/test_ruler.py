@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rl_trainer_bench import ruler
-from rl_trainer_bench.ruler import StepRecord
+from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.bench.ruler import StepRecord
 
 
 def record(**changes) -> StepRecord:

@@ -4,19 +4,19 @@ from pathlib import Path
 
 import pytest
 
-from rl_trainer_bench.config import (
+from rl_trainer_bench.config.engine_keys import (
     ENGINE_KEYS,
-    PRESETS,
-    ConfigError,
     engine_config_from,
     parse_engine_flags,
     parse_trainer_argv,
 )
+from rl_trainer_bench.config.presets import PRESETS
+from rl_trainer_bench.errors import ConfigError
 
 # The shared reference data sits in `shared/` beside the repository (or beside its parent folder).
 _RENDER = "shared/reference/launch-renders/tunix-mlperf-397b-256-v5p-trainer.stdout.txt"
 TRAINER_RENDER = next(
-    (p / _RENDER for p in Path(__file__).resolve().parents[1:4] if (p / _RENDER).exists()),
+    (p / _RENDER for p in Path(__file__).resolve().parents[2:5] if (p / _RENDER).exists()),
     Path(_RENDER),
 )
 

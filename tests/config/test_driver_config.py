@@ -6,14 +6,14 @@ import argparse
 
 import pytest
 
-from rl_trainer_bench import driver
-from rl_trainer_bench.config import (
+from rl_trainer_bench.bench import driver
+from rl_trainer_bench.config.knobs import (
     BenchConfig,
-    ConfigError,
     StageConfig,
     add_driver_knob_arguments,
     driver_knobs,
 )
+from rl_trainer_bench.errors import ConfigError
 
 
 def test_defaults():

@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.config import PRESETS
+from rl_trainer_bench.config.presets import PRESETS
+from rl_trainer_bench.engine.config import MeshConfig, MoeConfig
 from rl_trainer_bench.engine.contract import ContractError, Engine, example_payload
-from rl_trainer_bench.engine.engine_config import MeshConfig, MoeConfig
 from rl_trainer_bench.engine.jax_engine import (
     JaxEngine,
     abstract_state,
     lower_programs,
     micro_batch_flops,
 )
-from rl_trainer_bench.engine.mesh import make_mesh
+from rl_trainer_bench.engine.sharding import make_mesh
 
 # cpu-tiny at buffer factor 1.0: random routes overflow now and then, forced ones always do.
 CONFIG = dataclasses.replace(

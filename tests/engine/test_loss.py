@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl_trainer_bench.engine import loss
-from rl_trainer_bench.engine.engine_config import LossConfig
+from rl_trainer_bench.engine.config import LossConfig
 
 
 def test_chunked_logps_equal_unchunked_values_and_gradients():

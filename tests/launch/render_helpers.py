@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rl_trainer_bench.launch_render import client_container
-from rl_trainer_bench.render import render
-from rl_trainer_bench.render_knobs import RenderKnobs
+from rl_trainer_bench.launch.dry_run import client_container
+from rl_trainer_bench.launch.knobs import RenderKnobs
+from rl_trainer_bench.launch.render import render
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "testdata" / "launch_dryrun_fixture.yaml"
 # ../shared beside the repository root (a checkout's parent, or further up for nested checkouts).
 SHARED = next(
@@ -40,6 +40,6 @@ def client_script(bench: dict) -> str:
 
 
 def exports(bench: dict) -> dict[str, str]:
-    from rl_trainer_bench.launch_command import read_client_command
+    from rl_trainer_bench.launch.client_command import read_client_command
 
     return read_client_command(client_script(bench)).env

@@ -5,7 +5,7 @@ import os
 import tarfile
 from pathlib import Path
 
-from rl_trainer_bench import code_bundle
+from rl_trainer_bench.launch import code_bundle
 
 
 def _tree(root: Path, files: dict[str, str]) -> Path:
@@ -18,12 +18,14 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 
 FILES = {
     "rl_trainer_bench/__init__.py": "",
-    "rl_trainer_bench/driver.py": "def main():\n    from rl_trainer_bench.engine import model\n",
+    "rl_trainer_bench/bench/__init__.py": "",
+    "rl_trainer_bench/bench/driver.py": "def main():\n    from rl_trainer_bench.engine import model\n",
     "rl_trainer_bench/engine/__init__.py": "",
     "rl_trainer_bench/engine/model.py": "x = 1\n",
-    "rl_trainer_bench/render.py": "import yaml\n",
-    "rl_trainer_bench/profiles/a.json": "{}",
-    "rl_trainer_bench/schemas/big.schema.json": "{}",
+    "rl_trainer_bench/launch/__init__.py": "",
+    "rl_trainer_bench/launch/render.py": "import yaml\n",
+    "rl_trainer_bench/payload/profiles/a.json": "{}",
+    "rl_trainer_bench/launch/schemas/big.schema.json": "{}",
     "rl_trainer_bench/__pycache__/m.cpython-311.pyc": "junk",
     "rl_trainer_bench/.hidden": "junk",
     "bench_driver.py": "print('driver')\n",
@@ -37,18 +39,19 @@ def test_code_files_are_the_drivers_import_closure_data_and_driver_script_only(t
     assert names == [
         "bench_driver.py",
         "rl_trainer_bench/__init__.py",
-        "rl_trainer_bench/driver.py",
+        "rl_trainer_bench/bench/__init__.py",
+        "rl_trainer_bench/bench/driver.py",
         "rl_trainer_bench/engine/__init__.py",
         "rl_trainer_bench/engine/model.py",
-        "rl_trainer_bench/profiles/a.json",
+        "rl_trainer_bench/payload/profiles/a.json",
     ]
 
 
 def test_this_checkout_bundles_what_the_driver_runs_and_not_the_render_time_tools():
     names = {p.relative_to(code_bundle.default_root()).as_posix() for p in code_bundle.code_files()}
-    assert {"rl_trainer_bench/driver.py", "rl_trainer_bench/engine/jax_engine.py"} <= names
-    assert {"rl_trainer_bench/payload.py", "rl_trainer_bench/code_bundle.py"} <= names
-    assert not {"rl_trainer_bench/render.py", "rl_trainer_bench/cli.py"} & names
+    assert {"rl_trainer_bench/bench/driver.py", "rl_trainer_bench/engine/jax_engine.py"} <= names
+    assert {"rl_trainer_bench/payload/build.py", "rl_trainer_bench/launch/code_bundle.py"} <= names
+    assert not {"rl_trainer_bench/launch/render.py", "rl_trainer_bench/cli.py"} & names
 
 
 def test_digest_changes_with_any_byte_or_name(tmp_path):

@@ -7,11 +7,11 @@ import yaml
 from render_helpers import FIXTURE, exports, render_fixture
 
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.launch_render import find_trainer, read_documents
-from rl_trainer_bench.render import render
-from rl_trainer_bench.render_diff import diff, unexpected
-from rl_trainer_bench.render_knobs import RenderKnobs
-from rl_trainer_bench.validate import jobset_problems
+from rl_trainer_bench.launch.diff import diff, unexpected
+from rl_trainer_bench.launch.dry_run import find_trainer, read_documents
+from rl_trainer_bench.launch.knobs import RenderKnobs
+from rl_trainer_bench.launch.render import render
+from rl_trainer_bench.launch.validate import jobset_problems
 
 
 def _trainer() -> dict:

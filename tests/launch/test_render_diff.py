@@ -6,8 +6,8 @@ import yaml
 from render_helpers import FIXTURE, render_fixture
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.launch_render import find_trainer, read_documents
-from rl_trainer_bench.render_diff import diff, format_path, unexpected
+from rl_trainer_bench.launch.diff import diff, format_path, unexpected
+from rl_trainer_bench.launch.dry_run import find_trainer, read_documents
 
 
 def _trainer() -> dict:

@@ -7,7 +7,7 @@ import sys
 import pytest
 from render_helpers import FIXTURE, REPO
 
-from rl_trainer_bench.render_knobs import KNOBS
+from rl_trainer_bench.launch.knobs import KNOBS
 
 KNOB_VALUES = {
     "LAUNCH_RENDER": str(FIXTURE),

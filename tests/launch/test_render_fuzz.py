@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 from render_helpers import FIXTURE
 
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.launch_command import shell_quote
-from rl_trainer_bench.render import render
-from rl_trainer_bench.render_knobs import RenderKnobs
-from rl_trainer_bench.validate import jobset_problems
+from rl_trainer_bench.launch.client_command import shell_quote
+from rl_trainer_bench.launch.knobs import RenderKnobs
+from rl_trainer_bench.launch.render import render
+from rl_trainer_bench.launch.validate import jobset_problems
 
 FIXTURE_TEXT = FIXTURE.read_text()
 _TEXT = st.text(st.characters(exclude_characters="\0", exclude_categories=("Cs",)), max_size=40)

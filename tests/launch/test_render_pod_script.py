@@ -9,7 +9,7 @@ from pathlib import Path
 
 from render_helpers import client_script, render_fixture
 
-from rl_trainer_bench.code_bundle import code_sha256
+from rl_trainer_bench.launch.code_bundle import code_sha256
 
 ADVERSARIAL = {
     "SPACES": "a  b\tc",
@@ -22,7 +22,7 @@ ADVERSARIAL = {
 
 
 def _driver_env() -> str:
-    from rl_trainer_bench.launch_command import shell_join
+    from rl_trainer_bench.launch.client_command import shell_join
 
     return shell_join([f"{key}={value}" for key, value in ADVERSARIAL.items()])
 

@@ -7,12 +7,12 @@ import yaml
 from render_helpers import exports, real_render
 
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.launch_command import read_client_command
-from rl_trainer_bench.launch_render import client_container, find_trainer, read_documents
-from rl_trainer_bench.render import render
-from rl_trainer_bench.render_diff import diff, unexpected
-from rl_trainer_bench.render_knobs import RenderKnobs
-from rl_trainer_bench.validate import jobset_problems
+from rl_trainer_bench.launch.client_command import read_client_command
+from rl_trainer_bench.launch.diff import diff, unexpected
+from rl_trainer_bench.launch.dry_run import client_container, find_trainer, read_documents
+from rl_trainer_bench.launch.knobs import RenderKnobs
+from rl_trainer_bench.launch.render import render
+from rl_trainer_bench.launch.validate import jobset_problems
 
 EXPECTED = {"names", "restarts", "command", "provenance"}
 

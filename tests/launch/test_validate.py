@@ -7,8 +7,8 @@ import yaml
 from render_helpers import FIXTURE, render_fixture
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.launch_render import find_trainer, read_documents
-from rl_trainer_bench.validate import jobset_problems
+from rl_trainer_bench.launch.dry_run import find_trainer, read_documents
+from rl_trainer_bench.launch.validate import jobset_problems
 
 
 def _trainer() -> dict:

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.checks import MAX_REPORTS_PER_RULE, check_payload
-from rl_trainer_bench.config import preset
-from rl_trainer_bench.payload import PackingLayout, build_micro_batch, save_npz
-from rl_trainer_bench.routing_profile import load_profile
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.payload.build import PackingLayout, build_micro_batch, save_npz
+from rl_trainer_bench.payload.checks import MAX_REPORTS_PER_RULE, check_payload
+from rl_trainer_bench.payload.routing_profile import load_profile
 
 TINY = preset("cpu-tiny").engine
 LAYOUT = PackingLayout(4, 128, pad_rows=1, real_fraction=(0.7, 0.9), segments_per_row=(3.0,))

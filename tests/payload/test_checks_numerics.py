@@ -5,10 +5,10 @@ import dataclasses
 
 import pytest
 
-from rl_trainer_bench.checks import check_numerics, default_knobs, format_numerics
-from rl_trainer_bench.config import preset
-from rl_trainer_bench.payload import build_micro_batch
-from rl_trainer_bench.routing_profile import load_profile
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.payload.build import build_micro_batch
+from rl_trainer_bench.payload.checks import check_numerics, default_knobs, format_numerics
+from rl_trainer_bench.payload.routing_profile import load_profile
 
 TINY = preset("cpu-tiny").engine
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.config import preset
+from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.payload import (
+from rl_trainer_bench.payload.build import (
     array_digest,
     build_micro_batch,
     build_pool,
@@ -17,7 +17,7 @@ from rl_trainer_bench.payload import (
     payload_digest,
     save_npz,
 )
-from rl_trainer_bench.routing_profile import load_profile
+from rl_trainer_bench.payload.routing_profile import load_profile
 
 TINY = preset("cpu-tiny").engine
 PROFILE = load_profile(None)

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rl_trainer_bench.checks import check_payload
-from rl_trainer_bench.config import preset
-from rl_trainer_bench.payload import SEGMENT_ALIGN, PackingLayout, build_micro_batch
-from rl_trainer_bench.routing_profile import ProfileError, RoutingProfile
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.payload.build import SEGMENT_ALIGN, PackingLayout, build_micro_batch
+from rl_trainer_bench.payload.checks import check_payload
+from rl_trainer_bench.payload.routing_profile import ProfileError, RoutingProfile
 
 TINY = preset("cpu-tiny").engine
 

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_trainer_bench import cli
-from rl_trainer_bench import payload as payloads
-from rl_trainer_bench.config import preset
-from rl_trainer_bench.engine.engine_config import MeshConfig
-from rl_trainer_bench.routing_profile import (
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.engine.config import MeshConfig
+from rl_trainer_bench.payload import build as payloads
+from rl_trainer_bench.payload.routing_profile import (
     PackingLayout,
     ProfileError,
     RoutingProfile,

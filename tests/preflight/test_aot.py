@@ -8,7 +8,8 @@ import math
 import jax
 import pytest
 
-from rl_trainer_bench import aot, cli
+from rl_trainer_bench import cli
+from rl_trainer_bench.preflight import aot
 from rl_trainer_bench.units import human_bytes
 
 # Retry off leaves out the dropless replay program: one fewer compile keeps the suite fast; the
@@ -160,7 +161,7 @@ def test_cpu_tiny_compiles_for_a_tpu_topology_from_this_host():
     The same compiled programs feed the overlap summary: it must read TPU HLO text too.
     """
     pytest.importorskip("libtpu")
-    from rl_trainer_bench.hlo_overlap import analyze_text
+    from rl_trainer_bench.preflight.hlo_overlap import analyze_text
 
     cell = aot.resolve_cell("cpu-tiny", "v6e:2x4", engine_flags=FLAGS)
     compiled = list(aot.compile_programs(cell.config, cell.mesh))

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.config_diff import diff, format_diff, read_side, same_value
+from rl_trainer_bench.preflight.config_diff import diff, format_diff, read_side, same_value
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # shared/ lies beside the repository (or beside a folder above it, for a nested checkout).
 SHARED = next((p / "shared" for p in REPO.parents if (p / "shared" / "reference").is_dir()), None)
 RENDERS = (SHARED or REPO / "shared") / "reference" / "launch-renders"
@@ -95,8 +95,8 @@ def test_two_real_launches_mark_keys_the_engine_does_not_apply(capsys):
 def test_rendered_bench_jobset_reads_trainer_argv_and_engine_flags(tmp_path):
     """A bench JobSet carries the trainer's flags in TRAINER_ARGV and the knobs in ENGINE_FLAGS."""
     needs_renders()
-    from rl_trainer_bench.render import render
-    from rl_trainer_bench.render_knobs import RenderKnobs
+    from rl_trainer_bench.launch.knobs import RenderKnobs
+    from rl_trainer_bench.launch.render import render
 
     knobs = RenderKnobs(engine_flags=(("beta", "0.04"),))
     bench = tmp_path / "bench.yaml"

@@ -8,10 +8,15 @@ from pathlib import Path
 import pytest
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.hlo_overlap import analyze_text, mesh_partition, parse_mesh, replica_groups
-from rl_trainer_bench.hlo_parse import HloParseError, parse_hlo, parse_shape
+from rl_trainer_bench.preflight.hlo_overlap import (
+    analyze_text,
+    mesh_partition,
+    parse_mesh,
+    replica_groups,
+)
+from rl_trainer_bench.preflight.hlo_parse import HloParseError, parse_hlo, parse_shape
 
-TESTDATA = Path(__file__).parent / "testdata"
+TESTDATA = Path(__file__).resolve().parents[1] / "testdata"
 MESH = {"fsdp": 2, "context": 2, "expert": 2}
 
 
