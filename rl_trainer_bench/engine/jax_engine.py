@@ -28,7 +28,12 @@ import numpy as np
 import optax
 
 from rl_trainer_bench.engine import model, moe, sharding
-from rl_trainer_bench.engine.config import EngineConfig, MeshConfig, OptimizerConfig
+from rl_trainer_bench.engine.config import (
+    EngineConfig,
+    MeshConfig,
+    OptimizerConfig,
+    config_problems,
+)
 from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS, ContractError, Payload
 from rl_trainer_bench.engine.loss import micro_batch_loss
 
@@ -49,38 +54,10 @@ STEP_STATS = {  # the step's running statistics on the device, and their dtypes
 
 
 def check_config(config: EngineConfig) -> None:
-    """Raise ContractError naming the field when the shapes cannot be laid out on the mesh."""
-    m, mesh, rows, seq = config.model, config.mesh, config.micro_batch_rows, config.seq_len
-    checks = [
-        (rows % sharding.row_groups(mesh) == 0, "micro_batch_rows", rows,
-         f"a multiple of mesh fsdp x expert = {sharding.row_groups(mesh)}"),
-        (seq % mesh.context == 0, "seq_len", seq, f"a multiple of mesh context = {mesh.context}"),
-        (m.d_model % mesh.fsdp == 0, "d_model", m.d_model, f"a multiple of mesh fsdp = {mesh.fsdp}"),
-        (m.num_experts % mesh.expert == 0, "num_experts", m.num_experts,
-         f"a multiple of mesh expert = {mesh.expert}"),
-        (m.num_heads % m.num_kv_heads == 0, "num_heads", m.num_heads,
-         f"a multiple of num_kv_heads = {m.num_kv_heads}"),
-        (m.head_dim % 2 == 0, "head_dim", m.head_dim, "even (rotary rotates half-dims)"),
-        (0 < m.top_k <= m.num_experts, "top_k", m.top_k, f"in 1..num_experts = {m.num_experts}"),
-        (m.remat_policy in (*model.REMAT_POLICIES, "none"), "remat_policy", m.remat_policy,
-         f"one of {', '.join((*model.REMAT_POLICIES, 'none'))}"),
-        (m.attention in model.ATTENTION_CHOICES, "attention", m.attention,
-         f"one of {', '.join(model.ATTENTION_CHOICES)}"),
-        (config.moe.expert_compute in ("auto", *moe.EXPERT_COMPUTE_CHOICES), "expert_compute",
-         config.moe.expert_compute, f"one of auto, {', '.join(moe.EXPERT_COMPUTE_CHOICES)}"),
-        (config.moe.ragged_buffer_factor == -1 or config.moe.ragged_buffer_factor > 0,
-         "ragged_buffer_factor", config.moe.ragged_buffer_factor, "positive, or -1 for dropless"),
-    ]  # fmt: skip
-    per_shard = seq // max(mesh.context, 1)
-    for name, chunk in (
-        ("compute_logps_chunk_size", config.loss.compute_logps_chunk_size),
-        ("attention_chunk_size", m.attention_chunk_size),
-    ):
-        divides = per_shard % min(chunk, per_shard) == 0
-        checks.append((divides, name, chunk, f"a divisor of seq_len / mesh context = {per_shard}"))
-    for ok, name, value, allowed in checks:
-        if not ok:
-            raise ContractError(f"engine config {name}={value!r}: must be {allowed}")
+    """Raise ContractError naming the field when the config cannot be built or laid out on the mesh."""
+    problems = config_problems(config)
+    if problems:
+        raise ContractError(f"engine config {problems[0]}")
 
 
 def payload_spec(config: EngineConfig) -> dict[str, jax.ShapeDtypeStruct]:

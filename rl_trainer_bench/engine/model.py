@@ -12,13 +12,14 @@ import jax
 import jax.numpy as jnp
 
 from rl_trainer_bench.engine import moe, sharding
-from rl_trainer_bench.engine.config import ModelConfig
+from rl_trainer_bench.engine.config import AttentionImpl, ModelConfig, choices
 
+# What each `RematPolicy` saves; "none" runs the layer without a checkpoint.
 REMAT_POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,
     "minimal": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
-ATTENTION_CHOICES = ("auto", "xla", "cudnn")
+ATTENTION_CHOICES = choices(AttentionImpl)
 _MASKED = -1e30  # finite, so a row with nothing to attend to (padding) gives zeros, not NaN
 
 

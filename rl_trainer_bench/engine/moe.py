@@ -15,8 +15,10 @@ import jax
 import jax.numpy as jnp
 
 from rl_trainer_bench.engine import sharding
+from rl_trainer_bench.engine.config import ExpertCompute, choices
 
-EXPERT_COMPUTE_CHOICES = ("einsum", "ragged_dot")
+# The layouts themselves; "auto" picks one of them per platform.
+EXPERT_COMPUTE_CHOICES = tuple(c for c in choices(ExpertCompute) if c != "auto")
 
 # The faster expert-compute path per platform. gpu: MEASURED on an H200 (reference facts,
 # 2026-11-30: padded einsum ~50x faster than ragged_dot). cpu: MEASURED on the dev machine with

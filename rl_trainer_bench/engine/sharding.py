@@ -75,7 +75,7 @@ def mesh_config_of(mesh: Mesh | jax.sharding.AbstractMesh) -> MeshConfig:
 
 def row_groups(config: MeshConfig) -> int:
     """How many row shards a micro-batch has (fsdp x expert)."""
-    return config.fsdp * config.expert
+    return config.row_groups
 
 
 def named(mesh, spec: PartitionSpec, memory_kind: str | None = None) -> NamedSharding:

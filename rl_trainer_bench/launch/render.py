@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from rl_trainer_bench.accelerators import TpuSlice
+from rl_trainer_bench.config.engine_keys import format_engine_flags
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import write_text_atomically
 from rl_trainer_bench.launch import code_bundle, validate
@@ -114,10 +115,12 @@ def driver_environment(
     orch = list(knobs.orch_argv) if knobs.orch_argv is not None else orch_argv
     optional = {
         "ORCH_ARGV": None if orch is None else shell_join(orch),
-        "ENGINE_FLAGS": shell_join(f"{k}={v}" for k, v in knobs.engine_flags) or None,
+        "ENGINE_FLAGS": format_engine_flags(knobs.engine_flags) or None,
         "STEPS": knobs.steps,
         "MICRO_STEPS": knobs.micro_steps,
-        "PROFILE_STEPS": knobs.profile_steps,
+        "PROFILE_STEPS": None
+        if knobs.profile_steps is None
+        else "{}:{}".format(*knobs.profile_steps),
     }
     environment.update({key: str(value) for key, value in optional.items() if value is not None})
     return environment

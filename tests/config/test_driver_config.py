@@ -40,7 +40,7 @@ def test_knobs_parse():
     assert config.micro_steps == 4 and config.distinct_micro_batches == 5
     assert config.stage.before_update and not config.stage.after_update
     assert config.profile_steps == (2, 3)
-    assert config.trainer_argv == ("--a=1", "b c") and config.engine_flags == ("x=1", "y=2")
+    assert config.trainer_argv == ("--a=1", "b c") and config.engine_flags == "x=1 y=2"
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,13 @@ def test_knobs_parse():
         ({"MICRO_STEPS": "-1"}, "MICRO_STEPS=-1 is too small"),
         ({"PRESET": "huge"}, "PRESET='huge' is unknown: choose one of cpu-tiny"),
         ({"WORKER": "both"}, "WORKER='both' is not allowed: use one of separate, fused"),
-        ({"PROFILE_STEPS": "a:b"}, "PROFILE_STEPS='a:b' is not a:b"),
+        ({"PROFILE_STEPS": "a:b"}, "PROFILE_STEPS='a:b' is not a step window: write N, A:B or A-B"),
+        ({"PROFILE_STEPS": "3:2"}, "PROFILE_STEPS='3:2' is reversed"),
+        ({"PROFILE_STEPS": "1,3"}, "PROFILE_STEPS='1,3' is not a step window"),
+        ({"STEPS": "²"}, "STEPS='²' is not an integer"),
+        ({"STEPS": "٣"}, "STEPS='٣' is not an integer"),
+        ({"SEED": "1.5"}, "SEED='1.5' is not an integer"),
+        ({"ENGINE_FLAGS": "beta"}, "ENGINE_FLAGS: 'beta' is not key=value"),
         (
             {"PROFILE_STEPS": "3:9", "STEPS": "4"},
             "PROFILE_STEPS='3:9' is outside the run: steps are 0..4",

@@ -117,7 +117,7 @@ def test_libtpu_flags_are_created_when_the_trainer_had_none():
 
 def test_step_knobs_are_exported_only_when_given():
     env = exports(render_fixture(steps="5", micro_steps="3", profile_steps="2-3"))
-    assert (env["STEPS"], env["MICRO_STEPS"], env["PROFILE_STEPS"]) == ("5", "3", "2-3")
+    assert (env["STEPS"], env["MICRO_STEPS"], env["PROFILE_STEPS"]) == ("5", "3", "2:3")
     assert not {"STEPS", "MICRO_STEPS", "PROFILE_STEPS"} & set(exports(render_fixture()))
 
 
@@ -218,7 +218,7 @@ def test_unknown_trainer_jobset_lists_the_jobsets_found():
     [
         ({"bogus": "1"}, "unknown knob bogus"),
         ({"trainer_slice": "v9:2x2"}, "known forms are"),
-        ({"steps": "0"}, "STEPS='0' must be an integer >= 1"),
+        ({"steps": "0"}, "STEPS=0 is too small: use an integer >= 1"),
         ({"micro_steps": "x"}, "MICRO_STEPS"),
         ({"max_restarts": "-1"}, "MAX_RESTARTS"),
         ({"profile_steps": "a"}, "PROFILE_STEPS"),
