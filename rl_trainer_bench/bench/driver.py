@@ -513,10 +513,20 @@ def _describe(info: Mapping[str, Any]) -> str:
 
 
 def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], None]) -> int:
-    """The driver's whole run; returns the exit code (1 when a scored step recompiled)."""
+    """The driver's whole run; returns the exit code (1 when a scored step recompiled).
+
+    The plan comes first: every refusal host work can make is made before the runtime starts,
+    and PLAN_ONLY=1 ends the run there, having printed it.
+    """
+    from rl_trainer_bench.bench import plan
     from rl_trainer_bench.bench.distributed import initialize_runtime
     from rl_trainer_bench.launch.code_bundle import code_sha256
 
+    resolved = plan.resolve(config)
+    if config.plan_only:
+        for line in resolved.lines():
+            log(line)
+        return 0
     log(initialize_runtime(env, config.preset.host_devices))
     log(f"{ruler.LOG_PREFIX} config {_describe(config.describe())}")
     log(f"{ruler.LOG_PREFIX} code sha256={code_sha256()}")

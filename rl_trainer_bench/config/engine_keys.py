@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from rl_trainer_bench.config import values
 from rl_trainer_bench.config.presets import Preset
-from rl_trainer_bench.engine.config import EngineConfig, choices, leaf_fields
+from rl_trainer_bench.engine.config import EngineConfig, MeshConfig, choices, leaf_fields
 from rl_trainer_bench.errors import ConfigError
 
 
@@ -239,11 +239,15 @@ def engine_config_from(
 ) -> tuple[EngineConfig, list[str]]:
     """The preset's engine config with the trainer argv's keys, then the engine flags', applied.
 
-    Returns the config and the sorted keys that were given but that the built-in engine does not
-    apply (to be listed at start-up, never dropped silently).
+    A trainer argv that sets any mesh axis sets the whole mesh, as the trainer reads it: an axis
+    it leaves out is 1, not the preset's. Returns the config and the sorted keys that were given
+    but that the built-in engine does not apply (to be listed at start-up, never dropped silently).
     """
-    flags = {**parse_trainer_argv(trainer_argv), **parse_engine_flags(engine_flags)}
+    argv_flags = parse_trainer_argv(trainer_argv)
+    flags = {**argv_flags, **parse_engine_flags(engine_flags)}
     config = preset.engine
+    if any(ENGINE_KEYS[key].target.startswith("mesh.") for key in argv_flags if key in ENGINE_KEYS):
+        config = dataclasses.replace(config, mesh=MeshConfig())
     unapplied = sorted(key for key in flags if key not in ENGINE_KEYS)
     sequence: dict[str, int] = {}
     for key, text in flags.items():

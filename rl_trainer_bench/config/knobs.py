@@ -21,11 +21,13 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rl_trainer_bench.accelerators import TpuSlice, parse_slice
 from rl_trainer_bench.config import values
-from rl_trainer_bench.config.engine_keys import parse_engine_flags
-from rl_trainer_bench.config.presets import Preset, preset
+from rl_trainer_bench.config.engine_keys import parse_engine_flags, parse_trainer_argv
+from rl_trainer_bench.config.presets import PRESETS, Preset, preset, preset_for_model
 from rl_trainer_bench.errors import ConfigError
 
+DEFAULT_PRESET = "cpu-tiny"
 STAGE_ISSUE_CHOICES = ("auto", "before_last", "after_last")
 WORKER_CHOICES = ("separate", "fused")
 
@@ -76,8 +78,27 @@ def _text(name: str, text: str) -> str:
     return text
 
 
+def _slice(name: str, text: str) -> TpuSlice:
+    try:
+        return parse_slice(text)
+    except ValueError as error:
+        raise ConfigError(f"{name}: {error}") from None
+
+
+def _yes_no(name: str, text: str) -> bool:
+    value = {"1": True, "0": False, "on": True, "off": False}.get(text.strip().lower())
+    if value is None:
+        raise ConfigError(f"{name}={text!r} is not allowed: use 1 or 0")
+    return value
+
+
 KNOBS: tuple[Knob, ...] = (
-    Knob("PRESET", "cpu-tiny", _preset, "preset name"),
+    Knob(
+        "PRESET",
+        "",
+        _preset,
+        f"preset name (default: the preset of the model TRAINER_ARGV names, else {DEFAULT_PRESET})",
+    ),
     Knob("STEPS", "5", _at_least(1), "scored steps, an integer >= 1"),
     Knob("WARMUP_STEPS", "1", _at_least(1), "warm-up steps before the scored ones, >= 1"),
     Knob("MICRO_STEPS", "", _at_least(1), "fwd_bwd calls per step, >= 1 (default: the preset's)"),
@@ -119,6 +140,20 @@ KNOBS: tuple[Knob, ...] = (
         "the orchestrator's argv, shell words (micro-batch rows and lengths)",
     ),
     Knob("WORKER", "separate", _one_of(WORKER_CHOICES), "separate|fused"),
+    Knob(
+        "TRAINER_SLICE",
+        "",
+        _slice,
+        "the TPU slice the run is for, e.g. v5p:4x8x8 (the renderer sets it); the plan checks the"
+        " mesh against it, not against the machine it runs on",
+    ),
+    Knob(
+        "PLAN_ONLY",
+        "0",
+        _yes_no,
+        "1: validate everything, print the resolved cell and exit before any device work"
+        " (flag: --plan)",
+    ),
 )
 DRIVER_KNOBS: Mapping[str, Knob] = {knob.name: knob for knob in KNOBS}
 
@@ -128,6 +163,9 @@ def add_driver_knob_arguments(parser: argparse.ArgumentParser) -> None:
     for knob in KNOBS:
         default = f" (default {knob.default})" if knob.default else ""
         parser.add_argument(knob.flag, dest=knob.name, metavar="VALUE", help=knob.help + default)
+    parser.add_argument(
+        "--plan", dest="PLAN_ONLY", action="store_const", const="1", help="the same as PLAN_ONLY=1"
+    )
 
 
 def driver_knobs(env: Mapping[str, str], flags: argparse.Namespace) -> dict[str, str]:
@@ -252,6 +290,9 @@ class BenchConfig:
     engine_flags: str = ""  # key=value engine keys, as written (parse_engine_flags reads them)
     orch_argv: tuple[str, ...] = ()
     worker: str = "separate"
+    preset_source: str = "PRESET"  # what chose the preset: PRESET, a trainer flag, or the default
+    trainer_slice: TpuSlice | None = None
+    plan_only: bool = False
 
     @property
     def total_steps(self) -> int:
@@ -262,9 +303,12 @@ class BenchConfig:
         """Validate every knob in `env` (host work only: nothing here touches a device)."""
         refuse_misspelt_knobs(env, "the knobs")
         value = {knob.name: knob.read(env) for knob in KNOBS}
-        micro_steps = value["MICRO_STEPS"] or value["PRESET"].micro_steps
+        trainer_argv = value["TRAINER_ARGV"] or ()
+        trainer_flags = parse_trainer_argv(trainer_argv)
+        chosen, source = _chosen_preset(value["PRESET"], trainer_flags)
+        micro_steps = value["MICRO_STEPS"] or chosen.micro_steps
         config = cls(
-            preset=value["PRESET"],
+            preset=chosen,
             steps=value["STEPS"],
             warmup_steps=value["WARMUP_STEPS"],
             micro_steps=micro_steps,
@@ -274,10 +318,13 @@ class BenchConfig:
             results_dir=value["RESULTS_DIR"],
             routing_profile=value["ROUTING_PROFILE"],
             seed=value["SEED"],
-            trainer_argv=value["TRAINER_ARGV"] or (),
+            trainer_argv=trainer_argv,
             engine_flags=value["ENGINE_FLAGS"] or "",
-            orch_argv=value["ORCH_ARGV"] or (),
+            orch_argv=_with_lengths(value["ORCH_ARGV"] or (), trainer_flags),
             worker=value["WORKER"],
+            preset_source=source,
+            trainer_slice=value["TRAINER_SLICE"],
+            plan_only=value["PLAN_ONLY"],
         )
         config._check_profile_window()
         return config
@@ -309,3 +356,31 @@ class BenchConfig:
             "ORCH_ARGV": shlex.join(self.orch_argv) or "-",
             "WORKER": self.worker,
         }
+
+
+def _chosen_preset(given: Preset | None, trainer_flags: Mapping[str, str]) -> tuple[Preset, str]:
+    """PRESET when set, else the preset of the model the trainer's flags name, else the default."""
+    if given is not None:
+        return given, "PRESET"
+    mapped = preset_for_model(trainer_flags)
+    if mapped is not None:
+        return mapped
+    return PRESETS[DEFAULT_PRESET], "default"
+
+
+_LENGTH_FLAGS = ("max_prompt_length", "max_response_length")
+
+
+def _with_lengths(orch_argv: tuple[str, ...], trainer_flags: Mapping[str, str]) -> tuple[str, ...]:
+    """ORCH_ARGV with the sequence lengths it lacks taken from the trainer's flags.
+
+    Both processes are launched with the same lengths; an orchestrator command that leaves them to
+    its defaults or a config file should not make the pod refuse what the trainer states.
+    """
+    if not orch_argv:
+        return orch_argv
+    given = parse_trainer_argv(orch_argv)
+    supplied = [
+        f"--{k}={trainer_flags[k]}" for k in _LENGTH_FLAGS if k not in given and k in trainer_flags
+    ]
+    return (*orch_argv, *supplied)

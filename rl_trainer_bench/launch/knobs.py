@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from rl_trainer_bench.accelerators import TpuSlice, parse_slice
+from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.config import values
 from rl_trainer_bench.config.engine_keys import parse_engine_flags
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS, refuse_misspelt_knobs
@@ -82,6 +82,7 @@ _RESERVED_ENV = frozenset(
         "STEPS",
         "MICRO_STEPS",
         "LIBTPU_INIT_ARGS",
+        "TRAINER_SLICE",
     }
 )
 
@@ -120,7 +121,7 @@ class RenderKnobs:
             libtpu_flags=given.get("libtpu_flags", ""),
             trainer_argv=_driver_value(given, "TRAINER_ARGV"),
             orch_argv=_driver_value(given, "ORCH_ARGV"),
-            trainer_slice=_slice_or_none(given.get("trainer_slice")),
+            trainer_slice=_driver_value(given, "TRAINER_SLICE"),
             profile_steps=_driver_value(given, "PROFILE_STEPS"),
             steps=_driver_value(given, "STEPS"),
             micro_steps=_driver_value(given, "MICRO_STEPS"),
@@ -167,15 +168,6 @@ def _reserved_hint(key: str) -> str:
     if any(k.env == knob for k in KNOBS):
         return knob
     return "it is fixed by the renderer"
-
-
-def _slice_or_none(text: str | None) -> TpuSlice | None:
-    if text is None:
-        return None
-    try:
-        return parse_slice(text)
-    except ValueError as error:
-        raise UserError(f"TRAINER_SLICE: {error}") from None
 
 
 def add_arguments(parser) -> None:

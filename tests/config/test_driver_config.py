@@ -32,7 +32,7 @@ def test_knobs_parse():
             "MICRO_STEPS": "4",
             "STAGE_BEFORE_UPDATE": "on",
             "PROFILE_STEPS": "2:3",
-            "TRAINER_ARGV": "--a=1 'b c'",
+            "TRAINER_ARGV": "--a=1 --b 'c d'",
             "ENGINE_FLAGS": "x=1 y=2",
             "WORKER": "fused",
         }
@@ -40,7 +40,7 @@ def test_knobs_parse():
     assert config.micro_steps == 4 and config.distinct_micro_batches == 5
     assert config.stage.before_update and not config.stage.after_update
     assert config.profile_steps == (2, 3)
-    assert config.trainer_argv == ("--a=1", "b c") and config.engine_flags == "x=1 y=2"
+    assert config.trainer_argv == ("--a=1", "--b", "c d") and config.engine_flags == "x=1 y=2"
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,9 @@ _SHAPED = st.one_of(
         lambda t: f"{t[0]}{t[1]}{t[2]}"
     ),
     st.sampled_from(["²", "٣", "1e3", "+4", " 7 ", "0x10", "3:2", "--a=1 'b c'", "'open"]),
+    st.sampled_from(
+        ["v5p:4x8x8", "tpu7x:4x4x8", "v5e:2x4", "v9:1x1", "v5p:3", "V6E:2x2", "v5p:٢x2x2"]
+    ),
     st.lists(
         st.tuples(
             st.from_regex(r"[a-z_][a-z0-9_.]{0,8}", fullmatch=True),
@@ -90,6 +93,7 @@ def test_pass_through_knobs_are_the_ones_the_pod_reads():
         "TRAINER_ARGV",
         "ORCH_ARGV",
         "ENGINE_FLAGS",
+        "TRAINER_SLICE",
     }
 
 
