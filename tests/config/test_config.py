@@ -73,6 +73,8 @@ def test_engine_flags_apply_after_the_argv():
         PRESETS["cpu-tiny"], "--mesh_fsdp=4 --unknown_knob=1", "mesh_fsdp=2 ragged_buffer_factor=-1"
     )
     assert config.mesh.fsdp == 2 and config.moe.ragged_buffer_factor == -1
+    # The argv set a mesh axis, so the mesh is the trainer's: the axes it left out are 1.
+    assert (config.mesh.context, config.mesh.expert) == (1, 1)
     assert unapplied == ["unknown_knob"]
 
 

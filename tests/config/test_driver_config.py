@@ -109,3 +109,27 @@ def test_run_command_refuses_a_bad_knob_with_exit_2(capsys):
     assert capsys.readouterr().err == (
         "rl-trainer-bench run: WORKER='both' is not allowed: use one of separate, fused\n"
     )
+
+
+def test_plan_prints_the_cell_and_exits_before_any_device_work(tmp_path, capsys):
+    results = tmp_path / "r"
+    code = driver.main(["--plan", "--steps", "3"], {"RESULTS_DIR": str(results)})
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert out[0] == (
+        "plan: cell: cpu-tiny mesh 2 x 2 x 2 (fsdp x context x expert),"
+        " micro-batch 4 rows of 128 tokens, 2 micro-steps per step"
+    )
+    assert all(line.startswith("plan: ") for line in out)
+    assert not results.exists()  # refused or planned, a run that did no work writes nothing
+
+
+def test_plan_checks_the_mesh_against_the_slice_it_is_told_not_the_host(capsys):
+    env = {"PLAN_ONLY": "1", "TRAINER_SLICE": "v5p:2x2x1"}
+    assert driver.main([], env) == 2
+    assert capsys.readouterr().err == (
+        "bench_driver: mesh 2 x 2 x 2 (fsdp x context x expert) needs 8 devices, but"
+        " TRAINER_SLICE=v5p:2x2x1 has 4 chips: set mesh_fsdp, mesh_context and mesh_expert to"
+        " multiply to the chip count\n"
+    )
+    assert driver.main([], {**env, "ENGINE_FLAGS": "mesh_fsdp=1"}) == 0
