@@ -1,4 +1,4 @@
-"""A/B arms: what each arm sets, parsed once from `--arms`, and what one arm's run produced.
+"""A/B arms: what each arm sets, parsed once from `--arms`.
 
 An arm is a named setting of knobs run for the same steps as every other arm. A setting that appears
 twice in the run order (`off,on,off,on`) is a repeat: the difference between its two runs is the
@@ -13,7 +13,6 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 
-from rl_trainer_bench.bench.ruler import StepRecord
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS
 from rl_trainer_bench.errors import UserError
 
@@ -63,29 +62,6 @@ class ArmSpec:
         """`KNOB=V,key=v`, the way the arm was (or could have been) written."""
         pairs = [*self.driver_knobs.items(), *self.engine_keys.items()]
         return ",".join(f"{k}={v}" for k, v in pairs) or "(defaults)"
-
-
-@dataclasses.dataclass
-class ArmRun:
-    """What one arm produced: its step records and the counters the exact checks read.
-
-    `updates`, `stages` and `recompiles` come from the driver in a same-process run; read back from a
-    log they are `None` where the log does not say, and the check that needs them is skipped.
-    """
-
-    label: str
-    setting: str
-    staged: bool  # the arm stages the next first micro-batch at each boundary
-    records: list[StepRecord]
-    updates: int | None = None
-    stages: int | None = None
-    recompiles: list[str] | None = None
-    param_digest: str | None = None
-    source: str = ""  # where the records came from: a bench group or a log file
-
-    @property
-    def scored(self) -> list[StepRecord]:
-        return [r for r in self.records if not r.warmup]
 
 
 def parse_arms(text: str) -> list[ArmSpec]:

@@ -16,12 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from rl_trainer_bench.ab.arms import ArmRun
+from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.units import milliseconds
 
 FASTER, SLOWER, NO_EFFECT, NOISY = "FASTER", "SLOWER", "NO-EFFECT", "NOISY"
 CONFIDENCE = 0.95
 RESAMPLES = 2000
+_RULE_MS = ".3g"  # milliseconds in the rule text: three significant digits, sign when negative
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,24 +172,27 @@ def verdict(
     """The verdict word and the numbers that decided it (see `rule_text`)."""
     bar = min_effect_s if floor_s is None else floor_s
     bar_name = "min effect" if floor_s is None else "noise floor"
-    ci = f"{CONFIDENCE:.0%} CI [{_ms(ci_low_s)}, {_ms(ci_high_s)}] ms"
+    ci = f"{CONFIDENCE:.0%} CI [{milliseconds(ci_low_s, _RULE_MS)}, {milliseconds(ci_high_s, _RULE_MS)}] ms"
     if (ci_low_s > 0 or ci_high_s < 0) and abs(delta_s) > bar:
         word = FASTER if delta_s < 0 else SLOWER
         return (
             word,
-            f"{ci} excludes 0 and |delta| {_ms(abs(delta_s))} ms > {bar_name} {_ms(bar)} ms",
+            f"{ci} excludes 0 and |delta| {milliseconds(abs(delta_s), _RULE_MS)} ms > {bar_name} {milliseconds(bar, _RULE_MS)} ms",
         )
     if bar <= min_effect_s and -min_effect_s <= ci_low_s and ci_high_s <= min_effect_s:
         return (
             NO_EFFECT,
-            f"{ci} and {bar_name} {_ms(bar)} ms lie within min effect +-{_ms(min_effect_s)} ms",
+            f"{ci} and {bar_name} {milliseconds(bar, _RULE_MS)} ms lie within min effect +-{milliseconds(min_effect_s, _RULE_MS)} ms",
         )
     not_moved = f"{ci} includes 0" if ci_low_s <= 0 <= ci_high_s else ""
-    not_moved = not_moved or f"|delta| {_ms(abs(delta_s))} ms <= {bar_name} {_ms(bar)} ms"
+    not_moved = (
+        not_moved
+        or f"|delta| {milliseconds(abs(delta_s), _RULE_MS)} ms <= {bar_name} {milliseconds(bar, _RULE_MS)} ms"
+    )
     undecided = (
-        f"{bar_name} {_ms(bar)} ms > min effect {_ms(min_effect_s)} ms"
+        f"{bar_name} {milliseconds(bar, _RULE_MS)} ms > min effect {milliseconds(min_effect_s, _RULE_MS)} ms"
         if bar > min_effect_s
-        else f"the CI reaches past min effect +-{_ms(min_effect_s)} ms"
+        else f"the CI reaches past min effect +-{milliseconds(min_effect_s, _RULE_MS)} ms"
     )
     return NOISY, f"{not_moved}, and {undecided}"
 
@@ -196,13 +201,13 @@ def rule_text(floor_s: float | None, min_effect_s: float, cross_pod: bool) -> st
     """The verdict rule, with this run's numbers, as printed beside the verdict."""
     if floor_s is None:
         why = "cross-pod: no shared noise floor" if cross_pod else "no repeated arm: no noise floor"
-        bar = f"min effect {_ms(min_effect_s)} ms (stands in for the noise floor; {why})"
+        bar = f"min effect {milliseconds(min_effect_s, _RULE_MS)} ms (stands in for the noise floor; {why})"
     else:
-        bar = f"noise floor {_ms(floor_s)} ms"
+        bar = f"noise floor {milliseconds(floor_s, _RULE_MS)} ms"
     return (
         f"FASTER/SLOWER if the {CONFIDENCE:.0%} bootstrap CI of the median delta excludes 0 and "
         f"|delta| > {bar}; NO-EFFECT if that bar and the CI lie within min effect "
-        f"+-{_ms(min_effect_s)} ms; otherwise NOISY. Any failed exact check: FAIL."
+        f"+-{milliseconds(min_effect_s, _RULE_MS)} ms; otherwise NOISY. Any failed exact check: FAIL."
     )
 
 
@@ -217,7 +222,3 @@ def _bootstrap_medians(groups: Sequence[Sequence[float]], rng: np.random.Generat
 
 def _range(values: Sequence[float]) -> float:
     return float(max(values) - min(values))
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:+.3g}" if seconds < 0 else f"{seconds * 1e3:.3g}"
