@@ -382,9 +382,7 @@ def lower_programs(
     """
     check_config(config)
     spec = payload_spec(config) if spec is None else spec
+    jitted = jitted_programs(config, mesh, spec)  # outside the mesh: optax evaluates eagerly
     precision = None if config.matmul_precision == "default" else config.matmul_precision
     with jax.set_mesh(mesh), jax.default_matmul_precision(precision):
-        return {
-            name: program.lower(*args)
-            for name, (program, args) in jitted_programs(config, mesh, spec).items()
-        }
+        return {name: program.lower(*args) for name, (program, args) in jitted.items()}
