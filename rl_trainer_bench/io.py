@@ -12,6 +12,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from rl_trainer_bench.errors import UserError
+
 
 def write_text_atomically(path: Path, text: str) -> None:
     """Replace `path` with `text` in one rename; on any error the target is left as it was."""
@@ -32,3 +34,25 @@ def write_text_atomically(path: Path, text: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
+
+
+def read_user_text(path: str | Path, field: str) -> str:
+    """The UTF-8 text of a file the user named under `field`; one-line `UserError` otherwise.
+
+    A missing file, a folder, an unreadable file and bytes that are not UTF-8 text (a binary or
+    gzipped file passed by mistake) each get the reason and the fix, never a traceback.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        reason = getattr(error, "strerror", None) or str(error)
+        raise UserError(
+            f"{field} {path!r}: cannot read it ({reason}); pass an existing file"
+        ) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        kind = "gzip data" if data[:2] == b"\x1f\x8b" else "not UTF-8 text"
+        raise UserError(
+            f"{field} {path}: {kind} (byte {error.start}); pass a plain text file"
+        ) from None

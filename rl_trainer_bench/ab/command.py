@@ -32,6 +32,7 @@ from rl_trainer_bench.ab.arms import ArmRun, ArmSpec
 from rl_trainer_bench.bench import ruler
 from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import read_user_text
 
 DEFAULT_STEPS = 8
 DEFAULT_MIN_EFFECT_PCT = 2.0
@@ -362,11 +363,7 @@ def _cross_pod(
         label = name if sep else path.stem
         if any(run.label == label for run in runs):
             raise UserError(f"--from-logs: two logs are named {label!r}; write NAME=LOG for each")
-        try:
-            text = path.read_text()
-        except OSError as error:
-            raise UserError(f"--from-logs {path}: cannot read it ({error.strerror})") from None
-        parsed = ruler.parse(text)
+        parsed = ruler.parse(read_user_text(path, "--from-logs"))
         records = parsed.records
         if parsed.malformed:
             malformed[str(path)] = [f"line {n}: {why}" for n, why in parsed.malformed]

@@ -87,7 +87,13 @@ def read_prediction_file(path: Path) -> tuple[list[Prediction], PredictionSource
         data = path.read_bytes()
     except OSError as error:
         raise UserError(f"--predict-file {path}: cannot read it ({error.strerror})") from None
-    lines = [line.split("#", 1)[0].strip() for line in data.decode("utf-8").splitlines()]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(
+            f"--predict-file {path}: not UTF-8 text (byte {error.start}); pass a text file"
+        ) from None
+    lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
     predictions = parse_predictions(line for line in lines if line)
     if not predictions:
         raise UserError(

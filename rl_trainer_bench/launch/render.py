@@ -20,7 +20,7 @@ import yaml
 
 from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.io import write_text_atomically
+from rl_trainer_bench.io import read_user_text, write_text_atomically
 from rl_trainer_bench.launch import code_bundle, validate
 from rl_trainer_bench.launch.client_command import (
     ClientCommand,
@@ -228,10 +228,4 @@ def run(args) -> int:
 def _read_input(path: str) -> tuple[str, str]:
     if path == "-":
         return "stdin", sys.stdin.read()
-    try:
-        return path, Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
-        raise UserError(
-            f"LAUNCH_RENDER={path}: cannot read ({reason}); pass an existing file"
-        ) from None
+    return path, read_user_text(path, "LAUNCH_RENDER")
