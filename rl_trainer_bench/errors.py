@@ -55,8 +55,7 @@ def run_guarded(
         return code
     except SystemExit as done:  # --help, or argparse's one-line refusal: already printed
         return done.code if isinstance(done.code, int) else int(done.code is not None)
-    except BrokenPipeError:
-        _silence_stdout()
+    except BrokenPipeError:  # the reader stopped reading: nothing is wrong with the input
         return 0
     except KeyboardInterrupt:
         _say(f"{prog}: interrupted")
@@ -87,13 +86,3 @@ def _bug(prog: str, error: BaseException) -> int:
 def _say(line: str) -> None:
     with contextlib.suppress(BrokenPipeError, ValueError):
         print(one_line(line), file=sys.stderr, flush=True)
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush cannot raise again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):
-        pass

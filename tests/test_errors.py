@@ -13,6 +13,7 @@ from rl_trainer_bench.errors import (
     UserError,
     run_guarded,
 )
+from rl_trainer_bench.io import read_user_text
 
 
 def _raise(error: BaseException):
@@ -99,3 +100,25 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly():
     stderr = producer.stderr.read().decode()
     assert producer.wait(timeout=60) == 0
     assert stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "reason"),
+    [
+        ("missing.txt", None, "No such file or directory"),
+        ("folder", "dir", "Is a directory"),
+        ("binary.bin", bytes(range(256)), "not UTF-8 text (byte 128)"),
+        ("flags.gz", b"\x1f\x8b\x08\x00\xff", "gzip data (byte 1)"),
+        ("nul\x00name", None, "embedded null byte"),
+    ],
+)
+def test_user_files_that_are_not_text_are_one_line_errors(tmp_path, name, content, reason):
+    path = tmp_path / name if "\x00" not in name else f"{tmp_path}/{name}"
+    if content == "dir":
+        path.mkdir()
+    elif content is not None:
+        path.write_bytes(content)
+    with pytest.raises(UserError) as refused:
+        read_user_text(path, "--flag")
+    message = str(refused.value)
+    assert message.startswith("--flag ") and reason in message and "\n" not in message

@@ -103,3 +103,16 @@ def test_run_command_refuses_a_bad_knob_with_exit_2(capsys):
     assert capsys.readouterr().err == (
         "rl-trainer-bench run: WORKER='both' is not allowed: use one of separate, fused\n"
     )
+
+
+def test_the_pods_driver_reports_an_engine_contract_error_as_one_line(capsys, monkeypatch):
+    from rl_trainer_bench.engine.contract import ContractError
+
+    def broken_engine(*_args):
+        raise ContractError("fwd_bwd returned a value; the contract says None")
+
+    monkeypatch.setattr(driver, "run_bench", broken_engine)
+    assert driver.main([], {}) == 2
+    assert capsys.readouterr().err == (
+        "bench_driver: fwd_bwd returned a value; the contract says None\n"
+    )
