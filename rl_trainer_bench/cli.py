@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from rl_trainer_bench.engine.contract import ContractError
-from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.errors import UserError, run_guarded
 
 # Each entry: (command, help, function adding its arguments, "module:function" that runs it).
 # The runner takes the parsed namespace and returns the exit code.
@@ -259,15 +259,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    module_name, function_name = args._runner.split(":")
-    run = getattr(importlib.import_module(module_name), function_name)
-    try:
-        return int(run(args) or 0)
-    except (UserError, ContractError) as error:
-        print(f"rl-trainer-bench {args.command}: {error}", file=sys.stderr)
-        return 2
+    """Parse and run one command inside the one error boundary (`errors.run_guarded`)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    named = argv[0] if argv and argv[0] in {name for name, *_ in COMMANDS} else None
+    prog = "rl-trainer-bench" + (f" {named}" if named else "")
+
+    def command() -> int | None:
+        args = build_parser().parse_args(argv)
+        module_name, function_name = args._runner.split(":")
+        return getattr(importlib.import_module(module_name), function_name)(args)
+
+    return run_guarded(prog, command, (UserError, ContractError))
 
 
 if __name__ == "__main__":

@@ -70,3 +70,32 @@ def check_writable_folder(folder: Path, name: str) -> None:
         raise UserError(
             f"{name}={folder}: cannot write in {existing} ({error.strerror}); name a writable folder"
         ) from None
+
+
+def read_user_bytes(path: str | Path, field: str) -> bytes:
+    """The bytes of a file the user named under `field`; a one-line `UserError` when unreadable.
+
+    A missing file, a folder or an unreadable file gets the reason and the fix, never a traceback.
+    """
+    try:
+        return Path(path).read_bytes()
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        reason = getattr(error, "strerror", None) or str(error)
+        raise UserError(
+            f"{field} {path!r}: cannot read it ({reason}); pass an existing file"
+        ) from None
+
+
+def read_user_text(path: str | Path, field: str) -> str:
+    """The UTF-8 text of a file the user named under `field`; one-line `UserError` otherwise.
+
+    Bytes that are not UTF-8 text (a binary or gzipped file passed by mistake) are refused too.
+    """
+    data = read_user_bytes(path, field)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        kind = "gzip data" if data[:2] == b"\x1f\x8b" else "not UTF-8 text"
+        raise UserError(
+            f"{field} {path}: {kind} (byte {error.start}); pass a plain text file"
+        ) from None

@@ -34,7 +34,7 @@ from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.bench.worker import refuse_stage_before_fused_update
 from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.io import check_writable_folder, write_text_atomically
+from rl_trainer_bench.io import check_writable_folder, read_user_text, write_text_atomically
 from rl_trainer_bench.units import milliseconds
 
 DEFAULT_STEPS = 8
@@ -450,11 +450,7 @@ def _arm_from_log(spec: str, taken: Sequence[str]) -> tuple[ArmRun, list[str]]:
     label = name if sep else path.stem
     if label in taken:
         raise UserError(f"--from-logs: two logs are named {label!r}; write NAME=LOG for each")
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise UserError(f"--from-logs {path}: cannot read it ({error.strerror})") from None
-    parsed = ruler.parse(text)
+    parsed = ruler.parse(read_user_text(path, "--from-logs"))
     records = parsed.records
     if parsed.malformed:
         print(f"{path}: {len(parsed.malformed)} ruler line(s) did not read back; see ab.json")

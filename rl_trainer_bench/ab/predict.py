@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import read_user_bytes, read_user_text
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)"
 _PREDICTION = re.compile(
@@ -83,11 +84,9 @@ def parse_predictions(texts: Iterable[str]) -> list[Prediction]:
 
 def read_prediction_file(path: Path) -> tuple[list[Prediction], PredictionSource]:
     """Predictions from a file, one per line, with the file's fingerprint."""
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise UserError(f"--predict-file {path}: cannot read it ({error.strerror})") from None
-    lines = [line.split("#", 1)[0].strip() for line in data.decode("utf-8").splitlines()]
+    data = read_user_bytes(path, "--predict-file")
+    text = read_user_text(path, "--predict-file")
+    lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
     predictions = parse_predictions(line for line in lines if line)
     if not predictions:
         raise UserError(

@@ -45,8 +45,14 @@ from rl_trainer_bench.config.knobs import (
     driver_knobs,
 )
 from rl_trainer_bench.engine.config import EngineConfig
-from rl_trainer_bench.engine.contract import STAGING_METHODS, Engine, Payload, missing_methods
-from rl_trainer_bench.errors import ConfigError, UserError
+from rl_trainer_bench.engine.contract import (
+    STAGING_METHODS,
+    ContractError,
+    Engine,
+    Payload,
+    missing_methods,
+)
+from rl_trainer_bench.errors import ConfigError, UserError, run_guarded
 from rl_trainer_bench.io import check_writable_folder
 
 EngineFactory = Callable[[EngineConfig], Engine]
@@ -284,13 +290,12 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     env = os.environ if env is None else env
     parser = argparse.ArgumentParser(prog="bench_driver", description=__doc__.splitlines()[0])
     add_driver_knob_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        config = BenchConfig.from_env(driver_knobs(env, args))
+
+    def body() -> int:
+        config = BenchConfig.from_env(driver_knobs(env, parser.parse_args(argv)))
         return run_bench(config, env, lambda line: print(line, flush=True))
-    except UserError as error:
-        print(f"bench_driver: {error}", file=sys.stderr)
-        return 2
+
+    return run_guarded("bench_driver", body, (UserError, ContractError))
 
 
 if __name__ == "__main__":

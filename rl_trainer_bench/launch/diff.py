@@ -13,9 +13,9 @@ import dataclasses
 import json
 import sys
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import read_user_text
 from rl_trainer_bench.launch.dry_run import (
     PATHWAYS_PREFIX,
     TPU_RESOURCE,
@@ -192,11 +192,7 @@ def format_change(change: Change) -> str:
 
 
 def _load_jobset(path: str, trainer_jobset: str | None) -> dict:
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
-        raise UserError(f"{path}: cannot read ({reason}); pass an existing file") from None
+    text = read_user_text(path, "render-diff")
     documents = read_documents(text, path)
     found = jobsets(documents)
     if len(found) == 1 and trainer_jobset is None:

@@ -26,7 +26,7 @@ from rl_trainer_bench.config.engine_keys import format_engine_flags
 from rl_trainer_bench.config.knobs import refuse_misspelt_knobs
 from rl_trainer_bench.config.presets import MODEL_FLAGS
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.io import write_text_atomically
+from rl_trainer_bench.io import read_user_text, write_text_atomically
 from rl_trainer_bench.launch import code_bundle, validate
 from rl_trainer_bench.launch.client_command import (
     ClientCommand,
@@ -287,10 +287,4 @@ def run(args) -> int:
 def _read_input(path: str) -> tuple[str, str]:
     if path == "-":
         return "stdin", sys.stdin.read()
-    try:
-        return path, Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
-        raise UserError(
-            f"LAUNCH_RENDER={path}: cannot read ({reason}); pass an existing file"
-        ) from None
+    return path, read_user_text(path, "LAUNCH_RENDER")

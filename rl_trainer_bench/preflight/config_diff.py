@@ -22,6 +22,7 @@ import yaml
 
 from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, parse_engine_flags, parse_trainer_argv
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import read_user_text
 
 _BOOLEANS = {"true": True, "false": False}
 
@@ -71,9 +72,18 @@ class ConfigDiff:
 def read_side(text: str, trainer_jobset: str | None = None) -> Side:
     """A side from a file path (YAML mapping, JobSet stream, or a text of flags) or an inline string."""
     path = Path(text)
-    if "\n" not in text and len(text) < 4096 and path.is_file():
+    if "\n" not in text and len(text) < 4096 and (path.exists() or _looks_like_a_path(text)):
         return _from_file(path, trainer_jobset)
     return _from_text(text, text if len(text) <= 60 else text[:57] + "...")
+
+
+def _looks_like_a_path(text: str) -> bool:
+    """A word with a folder or a file extension and no `=`: meant as a file, so say if it is missing."""
+    return (
+        "=" not in text
+        and not text.lstrip().startswith("-")
+        and ("/" in text or Path(text).suffix.lower() in (".yaml", ".yml", ".json", ".txt", ".sh"))
+    )
 
 
 def _from_text(text: str, label: str) -> Side:
@@ -88,7 +98,7 @@ def _from_text(text: str, label: str) -> Side:
 
 
 def _from_file(path: Path, trainer_jobset: str | None) -> Side:
-    text = path.read_text()
+    text = read_user_text(path, "config-diff")
     label = str(path)
     try:
         documents = list(yaml.safe_load_all(text))

@@ -133,3 +133,16 @@ def test_plan_checks_the_mesh_against_the_slice_it_is_told_not_the_host(capsys):
         " multiply to the chip count\n"
     )
     assert driver.main([], {**env, "ENGINE_FLAGS": "mesh_fsdp=1"}) == 0
+
+
+def test_the_pods_driver_reports_an_engine_contract_error_as_one_line(capsys, monkeypatch):
+    from rl_trainer_bench.engine.contract import ContractError
+
+    def broken_engine(*_args):
+        raise ContractError("fwd_bwd returned a value; the contract says None")
+
+    monkeypatch.setattr(driver, "run_bench", broken_engine)
+    assert driver.main([], {}) == 2
+    assert capsys.readouterr().err == (
+        "bench_driver: fwd_bwd returned a value; the contract says None\n"
+    )

@@ -116,3 +116,11 @@ def test_bad_input_is_one_line_and_exit_2(capsys):
     assert cli.main(["config-diff", "beta=0", "not-a-flag"]) == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "'not-a-flag' is not key=value" in error
+
+
+def test_a_missing_file_is_named_as_a_file_not_read_as_flags(capsys, tmp_path):
+    missing = tmp_path / "trainer.yaml"
+    assert cli.main(["config-diff", str(missing), "beta=0"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.endswith("cannot read it (No such file or directory); pass an existing file")
+    assert str(missing) in error and "ENGINE_FLAGS" not in error
