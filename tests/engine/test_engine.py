@@ -243,7 +243,7 @@ def test_bad_payload_raises_one_error_naming_the_field(compiled, change, named):
 def test_mesh_that_does_not_match_the_devices_is_refused():
     with pytest.raises(ContractError, match="x expert=1 = 4 devices, but 8 are available"):
         JaxEngine(dataclasses.replace(CONFIG, mesh=MeshConfig(fsdp=2, context=2, expert=1)))
-    with pytest.raises(ContractError, match="micro_batch_rows=6: must be a multiple"):
+    with pytest.raises(ContractError, match="micro_batch_rows=6: must be a positive multiple"):
         JaxEngine(dataclasses.replace(CONFIG, micro_batch_rows=6))
 
 
