@@ -1,7 +1,7 @@
 """`rl-trainer-bench ab`: did my change move the step time by more than the noise?
 
-One process runs the arms back to back (default off, on, off', on': STAGE_BEFORE_UPDATE switched,
-each setting twice) on the same micro-batches, so the effect and the noise floor are measured on
+One process runs the arms back to back (default off, on, on', off': STAGE_BEFORE_UPDATE switched,
+each setting twice, mirrored so a linear drift of the machine cancels) on the same micro-batches, so the effect and the noise floor are measured on
 the same machine, minutes apart. Arms that change only run-time knobs share one compiled Bench;
 an arm that changes a program compiles its own, reported separately. Predictions are recorded
 before any device work; the exact checks, the score and the verdict come after. `--from-logs`
@@ -25,6 +25,7 @@ from typing import Any, TextIO
 # not pay for numpy or JAX. The scorer and the driver are imported where they run.
 from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab import checks as ab_checks
+from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab import plot as ab_plot
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
@@ -43,9 +44,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--arms",
         default=ab_arms.DEFAULT_ARMS,
-        help="arms in run order: built-in off, on, after, or NAME:KEY=V[,KEY=V] to define one "
-        "(UPPER_CASE: driver knob, lower_case: engine key); repeat a name for the noise floor "
+        help="settings to compare, baseline first: built-in off, on, after, or NAME:KEY=V[,KEY=V] "
+        "to define one (UPPER_CASE: driver knob, lower_case: engine key); each runs twice in the "
+        "--order; repeat names to spell out the order yourself "
         f"(default: {ab_arms.DEFAULT_ARMS})",
+    )
+    parser.add_argument(
+        "--order",
+        choices=list(run_orders.ORDERS),
+        help="run order of the arms: "
+        + "; ".join(f"{name}: {what}" for name, what in run_orders.ORDERS.items())
+        + f" (default: {run_orders.MIRRORED}, or {run_orders.WRITTEN} when --arms repeats a name)",
     )
     parser.add_argument(
         "--steps",
@@ -134,7 +143,7 @@ class ArmPlan:
 def plan_arms(args: argparse.Namespace, out: Path) -> ArmPlan:
     """Parse and validate the arms and their knobs; raises UserError/ConfigError on bad input."""
     preset = config.preset(args.preset)
-    arms = ab_arms.parse_arms(args.arms)
+    arms = ab_arms.parse_arms(args.arms, args.order)
     base = _base_knobs(args.knob)
     envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
     stages = {arm.label: config.StageConfig.from_env(envs[arm.label]) for arm in arms}
@@ -163,6 +172,7 @@ def _same_process(
     _make_folder(out)
     with (out / "ab.log").open("w") as log_file, contextlib.ExitStack() as cleanup:
         progress = Progress(log_file, started)
+        progress.say(order_line(plan.arms))
         progress.say(start_runtime(plan.preset))
         make_bench = make_bench or _driver_bench
         benches, compile_s = {}, {}
@@ -213,6 +223,7 @@ def _same_process(
     settings = {
         "preset": plan.preset.name,
         "arms": args.arms,
+        "order": [arm.label for arm in plan.arms],
         "steps": args.steps,
         "warmup_steps": args.warmup_steps,
         "knobs": _base_knobs(args.knob),
@@ -232,6 +243,12 @@ def _same_process(
         cross_pod=False,
         min_effect_pct=args.min_effect,
     )
+
+
+def order_line(arms: Sequence[ArmSpec]) -> str:
+    """The run order as printed before any arm runs, with what it does about a linear drift."""
+    balance = run_orders.balance([arm.setting for arm in arms])
+    return f"run order: {', '.join(arm.label for arm in arms)} ({balance.describe()})"
 
 
 def arm_env(

@@ -85,6 +85,7 @@ def table(
             f"95% CI [{_signed_ms(delta.ci_low_s)}, {_signed_ms(delta.ci_high_s)}] ms -> {delta.verdict}"
         )
         lines.append(f"  because {delta.reason}")
+    lines += ["", *design_lines(runs, score)]
     lines += ["", "exact checks:"]
     lines += [f"  {c.status:<4} {c.name}: {c.detail}" for c in checks]
     if predictions:
@@ -102,6 +103,34 @@ def table(
         f"plot: {plot_note}",
     ]
     return "\n".join(lines)
+
+
+def design_lines(runs: Sequence[ArmRun], score: Score) -> list[str]:
+    """Which design produced the verdict, the drift it ran under, and a warning when that drift
+    moved step time by more than the min effect over the run."""
+    drift = score.drift
+    lines = [
+        f"design: {score.design}, run order {', '.join(run.label for run in runs)}: "
+        f"{score.drift_answer}"
+    ]
+    fits = [("within arms", drift.within_arms), ("across the run", drift.across_run)]
+    slopes = ", ".join(f"{name} {_per_minute(s)}" for name, s in fits if s is not None)
+    lines.append(
+        f"drift: {slopes or 'not measurable (too few steps)'}; "
+        f"{_ms(drift.moved_s)} ms over {drift.span_s:.1f} s of scored steps"
+    )
+    if drift.exceeds_min_effect:
+        lines.append(
+            f"WARNING: drift moved step time {_ms(drift.moved_s)} ms over the run, more than the "
+            f"min effect {_ms(drift.min_effect_s)} ms"
+        )
+        for setting, bias in drift.bias_s.items():
+            if abs(bias) > drift.min_effect_s / 10:
+                lines.append(
+                    f"  this design puts about {_signed_ms(bias)} ms of drift into delta "
+                    f"{setting}-{next(iter(score.settings))}"
+                )
+    return lines
 
 
 def document(
@@ -200,3 +229,8 @@ def _ms(seconds: float) -> str:
 
 def _signed_ms(seconds: float) -> str:
     return f"{seconds * 1e3:+.2f}"
+
+
+def _per_minute(slope: float) -> str:
+    """A slope in seconds per second of run, as milliseconds of step time per minute of run."""
+    return f"{slope * 60e3:+.2f} ms/min"

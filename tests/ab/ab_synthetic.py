@@ -90,3 +90,35 @@ def off_on_off_on(
         arm("off'", "off", jittered(repeat_off_s, steps, rel_sd, 3)),
         arm("on'", "on", jittered(on_s, steps, rel_sd, 4), staged=True),
     ]
+
+
+def drifting_arms(
+    settings_in_run_order: list[str],
+    *,
+    base_s: float,
+    slope: float,
+    steps: int,
+    effect_s: dict[str, float] | None = None,
+    rel_sd: float = 0.0,
+    seed: int = 0,
+) -> list[ArmRun]:
+    """Arms run back to back on a machine whose step time drifts linearly with the run clock.
+
+    Step time = base_s + the setting's effect + slope x (run clock at the step's start), where the
+    run clock is the sum of the step times before it (warm-up included), times a relative jitter.
+    """
+    rng = np.random.default_rng(seed)
+    clock = 0.0
+    runs, seen = [], {}
+    for setting in settings_in_run_order:
+        times = []
+        for _ in range(steps + 1):  # one warm-up step, then the scored ones
+            step_s = (base_s + (effect_s or {}).get(setting, 0.0) + slope * clock) * (
+                1 + rel_sd * rng.standard_normal()
+            )
+            times.append(step_s)
+            clock += step_s
+        label = setting + "'" * seen.get(setting, 0)
+        seen[setting] = seen.get(setting, 0) + 1
+        runs.append(arm(label, setting, times[1:], warmup_s=times[0]))
+    return runs
