@@ -25,6 +25,7 @@ from typing import Any, TextIO
 # not pay for numpy or JAX. The scorer and the driver are imported where they run.
 from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab import checks as ab_checks
+from rl_trainer_bench.ab import interleave
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab import plot as ab_plot
 from rl_trainer_bench.ab import predict as ab_predict
@@ -36,6 +37,8 @@ from rl_trainer_bench.errors import UserError
 
 DEFAULT_STEPS = 8
 DEFAULT_MIN_EFFECT_PCT = 2.0
+DESIGN_ARMS, DESIGN_INTERLEAVED = "arms", "interleaved"
+INTERLEAVED_LABEL = "interleaved"
 ENGINE_FLAGS = "ENGINE_FLAGS"
 
 
@@ -57,10 +60,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         + f" (default: {run_orders.MIRRORED}, or {run_orders.WRITTEN} when --arms repeats a name)",
     )
     parser.add_argument(
+        "--design",
+        choices=[DESIGN_ARMS, DESIGN_INTERLEAVED],
+        default=DESIGN_ARMS,
+        help=f"{DESIGN_ARMS}: each setting runs as its own arms (--order), which proves the arms "
+        f"train the same; {DESIGN_INTERLEAVED}: one run switches between two settings that differ "
+        "only in STAGE_* knobs at its step boundaries, on a seeded balanced schedule, scored as "
+        f"paired differences of neighbouring steps (default: {DESIGN_ARMS})",
+    )
+    parser.add_argument(
+        "--schedule-seed",
+        type=int,
+        default=0,
+        help="seed of the interleaved schedule (default: 0)",
+    )
+    parser.add_argument(
         "--steps",
         type=_positive,
         default=DEFAULT_STEPS,
-        help=f"scored steps per arm (default: {DEFAULT_STEPS})",
+        help="scored steps per arm; interleaved: pairs of scored steps, rounded up to even "
+        f"(about the same run time) (default: {DEFAULT_STEPS})",
     )
     parser.add_argument(
         "--warmup-steps",
@@ -168,62 +187,63 @@ def _same_process(
 ) -> int:
     out = args.out if args.out is not None else _fresh_name()
     plan = plan_arms(args, out)
+    schedule = None
+    if args.design == DESIGN_INTERLEAVED:
+        baseline, other = interleave.stage_only_settings(plan.arms)
+        schedule = interleave.make_schedule(
+            (baseline.setting, other.setting),
+            pairs=args.steps,
+            warmup_steps=args.warmup_steps,
+            seed=args.schedule_seed,
+        )
     ab_predict.check_settings(predictions, dict.fromkeys(a.setting for a in plan.arms))
     _make_folder(out)
     with (out / "ab.log").open("w") as log_file, contextlib.ExitStack() as cleanup:
         progress = Progress(log_file, started)
-        progress.say(order_line(plan.arms))
+        if schedule is None:
+            progress.say(order_line(plan.arms))
+        else:
+            progress.say(f"design: interleaved boundaries, {schedule.describe()}")
         progress.say(start_runtime(plan.preset))
         make_bench = make_bench or _driver_bench
+        names = (
+            dict.fromkeys(plan.groups.values())
+            if schedule is None
+            else [plan.groups[baseline.label]]
+        )
         benches, compile_s = {}, {}
-        for name, bench_config in plan.bench_configs.items():
+        for name in names:
             settings = dict.fromkeys(a.setting for a in plan.arms if plan.groups[a.label] == name)
             progress.say(f"setting up {name} (arms {', '.join(settings)}): pool, engine, compile")
-            benches[name] = make_bench(bench_config, progress.log)
+            benches[name] = make_bench(plan.bench_configs[name], progress.log)
             cleanup.callback(benches[name].close)
             compile_s[name] = dict(benches[name].setup())
             progress.say(f"{name} compiled: {_seconds(compile_s[name])}")
-        runs = []
-        for index, arm in enumerate(plan.arms, 1):
-            stage = plan.stages[arm.label]
-            progress.start_arm(
-                f"{arm.label} ({index}/{len(plan.arms)})", args.warmup_steps + args.steps
-            )
-            result = benches[plan.groups[arm.label]].run(
-                steps=args.steps,
-                stage=stage,
-                arm=arm.label,
-                warmup_steps=args.warmup_steps,
-                results_path=out / f"arm{index}-{arm.setting}.jsonl",
-            )
-            runs.append(
-                ArmRun(
-                    label=arm.label,
-                    setting=arm.setting,
-                    staged=stage.enabled,
-                    records=list(result.records),
-                    updates=result.updates,
-                    stages=result.stages,
-                    recompiles=list(result.recompiles),
-                    param_digest=result.param_digest or None,
-                    source=plan.groups[arm.label],
-                )
-            )
+        if schedule is None:
+            runs = _run_arms(plan, benches, args, out, progress)
+            per_arm = f"{args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
+        else:
+            runs = [_run_interleaved(plan, schedule, benches, out, progress)]
+            per_arm = f"interleaved, {schedule.describe()}"
         progress.say("arms done; scoring")
     machine = {**ab_report.host_machine(), **_devices()}
     title = (
         f"A/B on {plan.preset.name} ({machine['device_count']} x {machine['device_kind']}), "
-        f"same process: {args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
+        f"same process: {per_arm}"
     )
     extra = {
         "compile_s": compile_s,
         "arm_knobs": plan.envs,
         "bench_groups": plan.groups,
     }
+    if schedule is not None:
+        extra["schedule"] = schedule.to_json()
     settings = {
         "preset": plan.preset.name,
         "arms": args.arms,
-        "order": [arm.label for arm in plan.arms],
+        "design": args.design,
+        "order": [arm.label for arm in plan.arms] if schedule is None else None,
+        "schedule_seed": args.schedule_seed if schedule is not None else None,
         "steps": args.steps,
         "warmup_steps": args.warmup_steps,
         "knobs": _base_knobs(args.knob),
@@ -242,6 +262,78 @@ def _same_process(
         started,
         cross_pod=False,
         min_effect_pct=args.min_effect,
+        schedule=schedule,
+    )
+
+
+def _run_arms(
+    plan: ArmPlan,
+    benches: Mapping[str, Any],
+    args: argparse.Namespace,
+    out: Path,
+    progress: Progress,
+) -> list[ArmRun]:
+    """Each arm in run order on its bench: the separate-arm design."""
+    runs = []
+    for index, arm in enumerate(plan.arms, 1):
+        stage = plan.stages[arm.label]
+        progress.start_arm(
+            f"{arm.label} ({index}/{len(plan.arms)})", args.warmup_steps + args.steps
+        )
+        result = benches[plan.groups[arm.label]].run(
+            steps=args.steps,
+            stage=stage,
+            arm=arm.label,
+            warmup_steps=args.warmup_steps,
+            results_path=out / f"arm{index}-{arm.setting}.jsonl",
+        )
+        runs.append(
+            ArmRun(
+                label=arm.label,
+                setting=arm.setting,
+                staged=stage.enabled,
+                records=list(result.records),
+                updates=result.updates,
+                stages=result.stages,
+                recompiles=list(result.recompiles),
+                param_digest=result.param_digest or None,
+                source=plan.groups[arm.label],
+            )
+        )
+    return runs
+
+
+def _run_interleaved(
+    plan: ArmPlan,
+    schedule: interleave.Schedule,
+    benches: Mapping[str, Any],
+    out: Path,
+    progress: Progress,
+) -> ArmRun:
+    """One run whose boundaries take the schedule's settings: the interleaved design."""
+    stage_of = {arm.setting: plan.stages[arm.label] for arm in plan.arms}
+    boundary_stages = [stage_of[setting] for setting in schedule.boundaries]
+    (name,) = benches
+    progress.start_arm("interleaved", schedule.total_steps)
+    result = benches[name].run(
+        steps=schedule.total_steps - schedule.warmup_steps,
+        stage=config.StageConfig(),
+        arm=INTERLEAVED_LABEL,
+        warmup_steps=schedule.warmup_steps,
+        results_path=out / "interleaved.jsonl",
+        boundary_stages=boundary_stages,
+    )
+    return ArmRun(
+        label=INTERLEAVED_LABEL,
+        setting=INTERLEAVED_LABEL,
+        staged=any(stage.enabled for stage in boundary_stages),
+        records=list(result.records),
+        updates=result.updates,
+        stages=result.stages,
+        recompiles=list(result.recompiles),
+        param_digest=result.param_digest or None,
+        source=name,
+        stages_at=[stage.enabled for stage in boundary_stages],
     )
 
 
@@ -454,11 +546,18 @@ def _report(
     *,
     cross_pod: bool,
     min_effect_pct: float,
+    schedule: interleave.Schedule | None = None,
 ) -> int:
     from rl_trainer_bench.ab import score as ab_score
 
     checks = ab_checks.exact_checks(runs)
-    score = ab_score.score(runs, min_effect_pct=min_effect_pct, cross_pod=cross_pod)
+    if schedule is None:
+        score = ab_score.score(runs, min_effect_pct=min_effect_pct, cross_pod=cross_pod)
+        shown = runs
+    else:
+        (run,) = runs
+        score = ab_score.score_interleaved(run, schedule, min_effect_pct=min_effect_pct)
+        shown = interleave.paired_steps_by_setting(run, schedule)
     medians = {setting: spread.median_s for setting, spread in score.settings.items()}
     outcomes = ab_predict.outcomes(predictions, medians)
     for source in sources:
@@ -466,9 +565,9 @@ def _report(
         source["before_run"] = None if modified is None else modified < started
     plot_note = ab_plot.missing_reason()
     if plot_note is None:
-        ab_plot.write_plot(runs, out / "ab.png", title)
+        ab_plot.write_plot(shown, out / "ab.png", title)
         plot_note = str(out / "ab.png")
-    text = ab_report.table(title, runs, score, checks, outcomes, plot_note)
+    text = ab_report.table(title, shown, score, checks, outcomes, plot_note)
     print(text)
     ab_report.write_text_atomic(out / "ab.txt", text + "\n")
     content = ab_report.document(

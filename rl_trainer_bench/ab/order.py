@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from rl_trainer_bench.errors import UserError
 
+DESIGN = "separate arms"  # the design these orders serve, as the report names it
 MIRRORED, BLOCK, WRITTEN = "mirrored", "block", "written"
 ORDERS: Mapping[str, str] = {
     MIRRORED: "each setting once, then again in reverse (A B B' A'): cancels a linear drift",

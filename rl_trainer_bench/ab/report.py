@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl_trainer_bench import __version__
+from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab.arms import ArmRun
 from rl_trainer_bench.ab.checks import FAIL, CheckResult, failed
 
@@ -109,10 +110,9 @@ def design_lines(runs: Sequence[ArmRun], score: Score) -> list[str]:
     """Which design produced the verdict, the drift it ran under, and a warning when that drift
     moved step time by more than the min effect over the run."""
     drift = score.drift
-    lines = [
-        f"design: {score.design}, run order {', '.join(run.label for run in runs)}: "
-        f"{score.drift_answer}"
-    ]
+    separate = score.design == run_orders.DESIGN and not score.cross_pod
+    order = f", run order {', '.join(run.label for run in runs)}" if separate else ""
+    lines = [f"design: {score.design}{order}: {score.drift_answer}"]
     fits = [("within arms", drift.within_arms), ("across the run", drift.across_run)]
     slopes = ", ".join(f"{name} {_per_minute(s)}" for name, s in fits if s is not None)
     lines.append(

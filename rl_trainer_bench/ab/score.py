@@ -22,12 +22,13 @@ from typing import Any
 import numpy as np
 
 from rl_trainer_bench.ab import drift as ab_drift
+from rl_trainer_bench.ab import interleave
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab.arms import ArmRun
 from rl_trainer_bench.errors import UserError
 
 FASTER, SLOWER, NO_EFFECT, NOISY = "FASTER", "SLOWER", "NO-EFFECT", "NOISY"
-SEPARATE_ARMS, INTERLEAVED = "separate arms", "interleaved boundaries"
+SEPARATE_ARMS, INTERLEAVED = run_orders.DESIGN, interleave.DESIGN
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 
@@ -221,18 +222,85 @@ def verdict(
     return NOISY, f"{not_moved}, and {undecided}"
 
 
-def rule_text(floor_s: float | None, min_effect_s: float, cross_pod: bool) -> str:
+def rule_text(
+    floor_s: float | None, min_effect_s: float, cross_pod: bool, design: str = SEPARATE_ARMS
+) -> str:
     """The verdict rule, with this run's numbers, as printed beside the verdict."""
     if floor_s is None:
         why = "cross-pod: no shared noise floor" if cross_pod else "no repeated arm: no noise floor"
         bar = f"min effect {_ms(min_effect_s)} ms (stands in for the noise floor; {why})"
     else:
         bar = f"noise floor {_ms(floor_s)} ms"
+    statistic = (
+        "median over pairs of blocks of the mean paired difference"
+        if design == INTERLEAVED
+        else "mean of arm medians"
+    )
     return (
-        f"FASTER/SLOWER if the {CONFIDENCE:.0%} bootstrap CI of the delta (mean of arm medians) "
+        f"FASTER/SLOWER if the {CONFIDENCE:.0%} bootstrap CI of the delta ({statistic}) "
         f"excludes 0 and "
         f"|delta| > {bar}; NO-EFFECT if that bar and the CI lie within min effect "
         f"+-{_ms(min_effect_s)} ms; otherwise NOISY. Any failed exact check: FAIL."
+    )
+
+
+def score_interleaved(
+    run: ArmRun, schedule: interleave.Schedule, *, min_effect_pct: float, seed: int = 0
+) -> Score:
+    """Score one interleaved run: the delta is the median over units (aligned pairs of blocks, see
+    interleave.py) of the unit's mean paired difference (the other setting's pure step minus the
+    baseline's), its interval a bootstrap over units. There is no repeated arm, so the min effect
+    stands in for the noise floor."""
+    times = {r.step: r.step_s for r in run.records if not r.warmup}
+    missing = [step for pair in schedule.pairs for step in pair if step not in times]
+    if missing:
+        raise UserError(f"interleaved run lacks scored step(s) {missing[:5]}: rerun it")
+    baseline, other = schedule.settings
+    views = interleave.paired_steps_by_setting(run, schedule)
+    arms = {view.label: Spread.of([r.step_s for r in view.records]) for view in views}
+    differences = np.array(
+        [np.mean([times[b] - times[a] for a, b in unit]) for unit in schedule.units]
+    )
+    rng = np.random.default_rng(seed)
+    resampled = differences[rng.integers(0, len(differences), size=(RESAMPLES, len(differences)))]
+    low, high = np.percentile(
+        np.median(resampled, axis=1), [50 * (1 - CONFIDENCE), 50 * (1 + CONFIDENCE)]
+    )
+    min_effect_s = min_effect_pct / 100.0 * arms[baseline].median_s
+    delta = float(np.median(differences))
+    word, reason = verdict(delta, float(low), float(high), None, min_effect_s)
+    step_settings = {(run.label, r.step): schedule.setting_of_step(r.step) for r in run.records}
+    drift = ab_drift.measure(
+        ab_drift.timed_steps([run], shared_clock=True, setting_of_step=step_settings),
+        baseline=baseline,
+        shared_clock=True,
+        min_effect_s=min_effect_s,
+    )
+    drift = dataclasses.replace(drift, bias_s={other: drift.bias_s.get(other, 0.0)})
+    return Score(
+        arms,
+        dict(arms),
+        [],
+        None,
+        min_effect_s,
+        False,
+        [
+            Delta(
+                other,
+                baseline,
+                delta,
+                float(low),
+                float(high),
+                arms[baseline].median_s,
+                word,
+                reason,
+            )
+        ],
+        rule_text(None, min_effect_s, False, INTERLEAVED),
+        INTERLEAVED,
+        drift,
+        "each pair is two steps apart, AABB and BBAA blocks balanced in pairs: "
+        "a linear drift cancels at the scale of a step",
     )
 
 

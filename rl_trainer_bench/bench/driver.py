@@ -259,13 +259,24 @@ class Bench:
         arm: str = "",
         warmup_steps: int = 1,
         results_path: Path | None = None,
+        boundary_stages: Sequence[StageConfig] | None = None,
     ) -> ArmResult:
         """Warm-up then `steps` scored steps, starting at pool index 0 (every arm trains the same
-        micro-batches in the same order); one ruler line and one JSON line per step."""
+        micro-batches in the same order); one ruler line and one JSON line per step.
+
+        `boundary_stages`, one per step but the last, gives each boundary its own stage (by the step
+        it closes) in place of `stage`: an interleaved A/B switches settings at the boundaries.
+        """
         if self.worker is None:
             raise RuntimeError("Bench.run before Bench.setup")
-        self._refuse_unsupported_staging(stage)
-        arm_run = _ArmRun(self, stage, arm, warmup_steps, steps)
+        per_boundary = list(boundary_stages or [stage] * (warmup_steps + steps - 1))
+        if len(per_boundary) != warmup_steps + steps - 1:
+            raise ValueError(
+                f"{len(per_boundary)} boundary stages for {warmup_steps + steps} steps"
+            )
+        for each in set(per_boundary):
+            self._refuse_unsupported_staging(each)
+        arm_run = _ArmRun(self, per_boundary, arm, warmup_steps, steps)
         writer = ruler.ResultsWriter(results_path) if results_path else None
         try:
             for step in range(warmup_steps + steps):
@@ -307,20 +318,19 @@ class Bench:
 class _ArmRun:
     """The state of one arm's loop: the timelines, the staged input, the previous step's stamps."""
 
-    def __init__(self, bench: Bench, stage: StageConfig, arm: str, warmup: int, steps: int):
+    def __init__(
+        self, bench: Bench, stages: Sequence[StageConfig], arm: str, warmup: int, steps: int
+    ):
         self.bench = bench
         self.engine = bench.engine
         self.worker = bench.worker
-        self.stage = stage
+        self.stages_by_boundary = stages
         self.arm = arm
         self.warmup = warmup
         self.total = warmup + steps
-        self.issue_before_last = stage.before_update and stage.issue_before_last(
-            jax.default_backend()
-        )
         self.marker = getattr(self.engine, "completion_marker", None)
         self.programs = DeviceTimeline("bench-programs") if callable(self.marker) else None
-        self.copies = DeviceTimeline("bench-copies") if stage.enabled else None
+        self.copies = DeviceTimeline("bench-copies") if any(s.enabled for s in stages) else None
         self.prepared: PreparedInput | None = None
         self.previous_ready: float | None = None
         self.records: list[StepRecord] = []
@@ -338,10 +348,18 @@ class _ArmRun:
         if self.tracing:  # a failed step inside the window: still write the trace
             jax.profiler.stop_trace()
 
+    def stage_of(self, step: int) -> StageConfig:
+        """The stage of the boundary closing `step` (the last step closes none: off)."""
+        return (
+            self.stages_by_boundary[step] if step < len(self.stages_by_boundary) else StageConfig()
+        )
+
     def step(self, step: int) -> StepRecord:
         bench, worker = self.bench, self.worker
         batches = [bench.micro_batch(step, i) for i in range(bench.micro_steps)]
         upcoming = bench.micro_batch(step + 1, 0).payload if step + 1 < self.total else None
+        stage = self.stage_of(step)
+        issue_before_last = stage.before_update and stage.issue_before_last(jax.default_backend())
         clock = _StepClock()
         staged_name = None
         if self.profile and step == self.profile[0]:
@@ -353,7 +371,7 @@ class _ArmRun:
             clock.start = time.perf_counter()
             for index, entry in enumerate(batches):
                 last = index == len(batches) - 1
-                if last and upcoming is not None and self.issue_before_last:
+                if last and upcoming is not None and issue_before_last:
                     staged_name = self._stage(upcoming, clock, step)
                 request = (
                     self.prepared if index == 0 and self.prepared is not None else entry.payload
@@ -365,7 +383,7 @@ class _ArmRun:
                     worker.fwd_bwd(request, apply_optimizer=last)
                 clock.dispatch_s.append(time.perf_counter() - clock.dispatch_start[-1])
                 self._watch(f"{step}/fwd_bwd/{index}")
-            if upcoming is not None and self.stage.before_update:
+            if upcoming is not None and stage.before_update:
                 self._refuse_fused(train_step)
                 if staged_name is None:
                     staged_name = self._stage(upcoming, clock, step)
@@ -375,7 +393,7 @@ class _ArmRun:
                 worker.update()
             clock.update_s = time.perf_counter() - clock.update_start
             self._watch(f"{step}/update")
-            if upcoming is not None and self.stage.after_update:
+            if upcoming is not None and stage.after_update:
                 staged_name = self._stage(upcoming, clock, step)
                 clock.device_wait_s = float(self.engine.wait_for_device())
             update_ready = self.programs.ready(f"{step}/update") if self.programs else None
@@ -489,7 +507,11 @@ class _ArmRun:
         )
 
     def stage_line(self, record: StepRecord) -> str:
-        knob = "STAGE_BEFORE_UPDATE" if self.stage.before_update else "STAGE_AFTER_UPDATE"
+        knob = (
+            "STAGE_BEFORE_UPDATE"
+            if self.stage_of(record.step).before_update
+            else "STAGE_AFTER_UPDATE"
+        )
         hidden = "-" if record.stage_hidden is None else f"{record.stage_hidden:.3f}"
         return (
             f"{knob} step={record.step} staged={record.staged} stage_s={record.stage_s:.6f}"

@@ -122,3 +122,31 @@ def drifting_arms(
         seen[setting] = seen.get(setting, 0) + 1
         runs.append(arm(label, setting, times[1:], warmup_s=times[0]))
     return runs
+
+
+def interleaved_run(
+    schedule, *, base_s: float, slope: float, unstaged_first_call_s: float = 0.0
+) -> ArmRun:
+    """One interleaved run on a machine drifting linearly with the run clock: a step whose opening
+    boundary did not stage pays `unstaged_first_call_s` more (the schedule's first setting is
+    taken as the one that does not stage)."""
+    not_staging = schedule.settings[0]
+    records, clock = [], 0.0
+    for step in range(schedule.total_steps):
+        opened_unstaged = step > 0 and schedule.boundaries[step - 1] == not_staging
+        step_s = base_s + slope * clock + (unstaged_first_call_s if opened_unstaged else 0.0)
+        closing = schedule.boundaries[step] if step < len(schedule.boundaries) else not_staging
+        staged = f"bench_{step + 1}_0" if closing != not_staging else None
+        records.append(record(step, step_s, warmup=step < schedule.warmup_steps, staged=staged))
+        clock += step_s
+    stages_at = [b != not_staging for b in schedule.boundaries]
+    return ArmRun(
+        label="interleaved",
+        setting="interleaved",
+        staged=True,
+        records=records,
+        updates=len(records),
+        stages=sum(stages_at),
+        recompiles=[],
+        stages_at=stages_at,
+    )
