@@ -71,7 +71,7 @@ def test_schedule_is_reproducible_from_its_seed():
 def test_only_two_stage_only_settings_interleave():
     with pytest.raises(UserError, match="differ in SEED.*--design arms"):
         interleave.stage_only_settings(ab_arms.parse_arms("off,x:SEED=3"))
-    with pytest.raises(UserError, match="two settings, --arms has 3"):
+    with pytest.raises(UserError, match=r"two settings, --arms has 3"):
         interleave.stage_only_settings(ab_arms.parse_arms("off,on,after"))
     baseline, other = interleave.stage_only_settings(ab_arms.parse_arms("on,after"))
     assert (baseline.setting, other.setting) == ("on", "after")
@@ -132,12 +132,13 @@ def test_interleaved_command_finds_a_known_boundary_delay(tmp_path):
 
 
 def test_interleaved_command_is_not_fooled_by_drift(tmp_path):
-    """The drift moves step time by about 30 ms over the run; the delta must stay under 1.5 ms."""
+    """The drift moves step time by about 100 ms over the run (1.6 ms a step); the delta must stay
+    under 3 ms (sleeps on a loaded host jitter by a few ms a step)."""
     report, _ = _interleaved_ab(
-        tmp_path, lambda: TimedEngine(drifting_sleep(0.030, -0.2e-3)), "--steps", "8"
+        tmp_path, lambda: TimedEngine(drifting_sleep(0.060, -0.4e-3)), "--steps", "16"
     )
     (delta,) = report["score"]["deltas"]
-    assert abs(delta["delta_s"]) < 1.5e-3
+    assert abs(delta["delta_s"]) < 3e-3
     assert report["score"]["drift"]["exceeds_min_effect"]
 
 
