@@ -69,9 +69,9 @@ def test_schedule_is_reproducible_from_its_seed():
 
 
 def test_only_two_stage_only_settings_interleave():
-    with pytest.raises(UserError, match="differ in SEED.*--design arms"):
+    with pytest.raises(UserError, match=r"differ in SEED.*--design arms"):
         interleave.stage_only_settings(ab_arms.parse_arms("off,x:SEED=3"))
-    with pytest.raises(UserError, match=r"two settings, --arms has 3"):
+    with pytest.raises(UserError, match="two settings, --arms has 3"):
         interleave.stage_only_settings(ab_arms.parse_arms("off,on,after"))
     baseline, other = interleave.stage_only_settings(ab_arms.parse_arms("on,after"))
     assert (baseline.setting, other.setting) == ("on", "after")
