@@ -1,7 +1,7 @@
 """`rl-trainer-bench ab`: did my change move the step time by more than the noise?
 
-One process runs the arms back to back (default off, on, off', on': STAGE_BEFORE_UPDATE switched,
-each setting twice) on the same micro-batches, so the effect and the noise floor are measured on
+One process runs the arms back to back (default off, on, on', off': STAGE_BEFORE_UPDATE switched,
+each setting twice, mirrored so a linear drift of the machine cancels) on the same micro-batches, so the effect and the noise floor are measured on
 the same machine, minutes apart. Arms that change only run-time knobs share one compiled Bench;
 an arm that changes a program compiles its own, reported separately. Predictions are recorded
 before any device work; the exact checks, the score and the verdict come after. `--from-logs`
@@ -25,6 +25,8 @@ from typing import Any, TextIO
 # not pay for numpy or JAX. The scorer and the driver are imported where they run.
 from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab import checks as ab_checks
+from rl_trainer_bench.ab import interleave
+from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab import plot as ab_plot
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
@@ -39,6 +41,8 @@ from rl_trainer_bench.units import milliseconds
 
 DEFAULT_STEPS = 8
 DEFAULT_MIN_EFFECT_PCT = 2.0
+DESIGN_ARMS, DESIGN_INTERLEAVED = "arms", "interleaved"
+INTERLEAVED_LABEL = "interleaved"
 ENGINE_FLAGS = "ENGINE_FLAGS"
 
 
@@ -47,15 +51,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--arms",
         default=ab_arms.DEFAULT_ARMS,
-        help="arms in run order: built-in off, on, after, or NAME:KEY=V[,KEY=V] to define one "
-        "(UPPER_CASE: driver knob, lower_case: engine key); repeat a name for the noise floor "
+        help="settings to compare, baseline first: built-in off, on, after, or NAME:KEY=V[,KEY=V] "
+        "to define one (UPPER_CASE: driver knob, lower_case: engine key); each runs twice in the "
+        "--order; repeat names to spell out the order yourself "
         f"(default: {ab_arms.DEFAULT_ARMS})",
+    )
+    parser.add_argument(
+        "--order",
+        choices=list(run_orders.ORDERS),
+        help="run order of the arms: "
+        + "; ".join(f"{name}: {what}" for name, what in run_orders.ORDERS.items())
+        + f" (default: {run_orders.MIRRORED}, or {run_orders.WRITTEN} when --arms repeats a name)",
+    )
+    parser.add_argument(
+        "--design",
+        choices=[DESIGN_ARMS, DESIGN_INTERLEAVED],
+        default=DESIGN_ARMS,
+        help=f"{DESIGN_ARMS}: each setting runs as its own arms (--order), which proves the arms "
+        f"train the same; {DESIGN_INTERLEAVED}: one run switches between two settings that differ "
+        "only in STAGE_* knobs at its step boundaries, on a seeded balanced schedule, scored as "
+        f"paired differences of neighbouring steps (default: {DESIGN_ARMS})",
+    )
+    parser.add_argument(
+        "--schedule-seed",
+        type=int,
+        default=0,
+        help="seed of the interleaved schedule (default: 0)",
     )
     parser.add_argument(
         "--steps",
         type=_positive,
         default=DEFAULT_STEPS,
-        help=f"scored steps per arm (default: {DEFAULT_STEPS})",
+        help="scored steps per arm; interleaved: pairs of scored steps, rounded up to even "
+        f"(about the same run time) (default: {DEFAULT_STEPS})",
     )
     parser.add_argument(
         "--warmup-steps",
@@ -142,7 +170,7 @@ def plan_arms(args: argparse.Namespace, out: Path) -> ArmPlan:
     """Parse and validate the arms and their knobs; raises UserError/ConfigError on bad input,
     including every arm a worker cannot run (so no arm runs before a later one is refused)."""
     preset = config.preset(args.preset)
-    arms = ab_arms.parse_arms(args.arms)
+    arms = ab_arms.parse_arms(args.arms, args.order)
     base = _base_knobs(args.knob)
     envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
     arm_configs = {label: config.BenchConfig.from_env(env) for label, env in envs.items()}
@@ -170,6 +198,7 @@ def _same_process(
     arms in order; Ctrl-C writes the arms that finished, marked incomplete."""
     out = args.out if args.out is not None else _fresh_name()
     plan = plan_arms(args, out)
+    schedule = _interleaved_schedule(args, plan) if args.design == DESIGN_INTERLEAVED else None
     ab_predict.check_settings(predictions, dict.fromkeys(a.setting for a in plan.arms))
     check_writable_folder(out, "--out")
     runs: list[ArmRun] = []
@@ -177,17 +206,37 @@ def _same_process(
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(progress.close)
         try:
+            progress.say(
+                order_line(plan.arms)
+                if schedule is None
+                else f"design: interleaved boundaries, {schedule.describe()}"
+            )
             progress.say(start_runtime(plan.preset))
             benches = _built_benches(plan, make_bench or _driver_bench, progress, cleanup)
             progress.keep_log(out / "ab.log")  # every refusal is behind us: now files may change
             compile_s = {name: _compiled(name, bench, progress) for name, bench in benches.items()}
-            for index, arm in enumerate(plan.arms, 1):
-                bench = benches[plan.groups[arm.label]]
-                runs.append(_run_arm(bench, plan, arm, index, args, out, progress))
+            if schedule is None:
+                for index, arm in enumerate(plan.arms, 1):
+                    bench = benches[plan.groups[arm.label]]
+                    runs.append(_run_arm(bench, plan, arm, index, args, out, progress))
+            else:
+                runs.append(_run_interleaved(plan, schedule, benches, out, progress))
             progress.say("arms done; scoring")
         except KeyboardInterrupt:
-            return _interrupted(args, plan, out, runs, started, progress.where())
-    return _report_same_process(args, plan, out, runs, compile_s, predictions, sources, started)
+            return _interrupted(args, plan, schedule, out, runs, started, progress.where())
+    return _report_same_process(
+        args, plan, schedule, out, runs, compile_s, predictions, sources, started
+    )
+
+
+def _interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.Schedule:
+    baseline, other = interleave.stage_only_settings(plan.arms)
+    return interleave.make_schedule(
+        (baseline.setting, other.setting),
+        pairs=args.steps,
+        warmup_steps=args.warmup_steps,
+        seed=args.schedule_seed,
+    )
 
 
 def _run_arm(
@@ -199,7 +248,8 @@ def _run_arm(
     out: Path,
     progress: Progress,
 ) -> ArmRun:
-    """One arm, the `index`-th of the plan (1-based), on its group's bench, named as planned."""
+    """One arm, the `index`-th of the plan (1-based), on its group's bench, named as planned:
+    the separate-arm design."""
     progress.start_arm(f"{arm.label} ({index}/{len(plan.arms)})", args.warmup_steps + args.steps)
     result = bench.run(
         steps=args.steps,
@@ -209,6 +259,40 @@ def _run_arm(
         results_path=out / f"arm{index}-{arm.setting}.jsonl",
     )
     return dataclasses.replace(result, setting=arm.setting, source=plan.groups[arm.label])
+
+
+def _run_interleaved(
+    plan: ArmPlan,
+    schedule: interleave.Schedule,
+    benches: Mapping[str, Any],
+    out: Path,
+    progress: Progress,
+) -> ArmRun:
+    """One run whose boundaries take the schedule's settings: the interleaved design."""
+    stage_of = {arm.setting: plan.stages[arm.label] for arm in plan.arms}
+    boundary_stages = [stage_of[setting] for setting in schedule.boundaries]
+    (name,) = benches
+    progress.start_arm(INTERLEAVED_LABEL, schedule.total_steps)
+    result = benches[name].run(
+        steps=schedule.total_steps - schedule.warmup_steps,
+        stage=config.StageConfig(),
+        arm=INTERLEAVED_LABEL,
+        warmup_steps=schedule.warmup_steps,
+        results_path=out / "interleaved.jsonl",
+        boundary_stages=boundary_stages,
+    )
+    return dataclasses.replace(
+        result,
+        staged=any(stage.enabled for stage in boundary_stages),
+        source=name,
+        stages_at=[stage.enabled for stage in boundary_stages],
+    )
+
+
+def order_line(arms: Sequence[ArmSpec]) -> str:
+    """The run order as printed before any arm runs, with what it does about a linear drift."""
+    balance = run_orders.balance([arm.setting for arm in arms])
+    return f"run order: {', '.join(arm.label for arm in arms)} ({balance.describe()})"
 
 
 def _built_benches(
@@ -236,6 +320,7 @@ def _compiled(name: str, bench: Any, progress: Progress) -> dict[str, float]:
 def _report_same_process(
     args: argparse.Namespace,
     plan: ArmPlan,
+    schedule: interleave.Schedule | None,
     out: Path,
     runs: list[ArmRun],
     compile_s: dict[str, dict[str, float]],
@@ -244,17 +329,24 @@ def _report_same_process(
     started: float,
 ) -> int:
     machine = {**ab_report.host_machine(), **_devices()}
+    per_arm = (
+        f"{args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
+        if schedule is None
+        else f"interleaved, {schedule.describe()}"
+    )
     title = (
         f"A/B on {plan.preset.name} ({machine['device_count']} x {machine['device_kind']}), "
-        f"same process: {args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
+        f"same process: {per_arm}"
     )
     extra = {"compile_s": compile_s, "arm_knobs": plan.envs, "bench_groups": plan.groups}
+    if schedule is not None:
+        extra["schedule"] = schedule.to_json()
     return _report(
         "same-process",
         title,
         out,
         runs,
-        _settings(args),
+        _settings(args, plan, schedule),
         machine,
         extra,
         predictions,
@@ -262,13 +354,19 @@ def _report_same_process(
         started,
         cross_pod=False,
         min_effect_pct=args.min_effect,
+        schedule=schedule,
     )
 
 
-def _settings(args: argparse.Namespace) -> dict[str, Any]:
+def _settings(
+    args: argparse.Namespace, plan: ArmPlan, schedule: interleave.Schedule | None
+) -> dict[str, Any]:
     return {
-        "preset": args.preset,
+        "preset": plan.preset.name,
         "arms": args.arms,
+        "design": args.design,
+        "order": [arm.label for arm in plan.arms] if schedule is None else None,
+        "schedule_seed": args.schedule_seed if schedule is not None else None,
         "steps": args.steps,
         "warmup_steps": args.warmup_steps,
         "knobs": _base_knobs(args.knob),
@@ -279,6 +377,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 def _interrupted(
     args: argparse.Namespace,
     plan: ArmPlan,
+    schedule: interleave.Schedule | None,
     out: Path,
     runs: list[ArmRun],
     started: float,
@@ -291,15 +390,16 @@ def _interrupted(
         started_unix=started,
         finished_unix=time.time(),
         interrupted=where,
-        settings=_settings(args),
+        settings=_settings(args, plan, schedule),
         runs=runs,
         machine=ab_report.host_machine(),
         extra={"arm_knobs": plan.envs, "bench_groups": plan.groups},
     )
     out.mkdir(parents=True, exist_ok=True)
     ab_report.write_json(out / "ab.json", content)
+    arms = 1 if schedule is not None else len(plan.arms)
     print(
-        f"rl-trainer-bench ab: interrupted {where}; {len(runs)} of {len(plan.arms)} arms finished,"
+        f"rl-trainer-bench ab: interrupted {where}; {len(runs)} of {arms} arms finished,"
         f" written to {out / 'ab.json'} marked incomplete (no verdict)",
         file=sys.stderr,
     )
@@ -533,12 +633,19 @@ def _report(
     *,
     cross_pod: bool,
     min_effect_pct: float,
+    schedule: interleave.Schedule | None = None,
 ) -> int:
     from rl_trainer_bench.ab import score as ab_score
 
     out.mkdir(parents=True, exist_ok=True)
     checks = ab_checks.exact_checks(runs)
-    score = ab_score.score(runs, min_effect_pct=min_effect_pct, cross_pod=cross_pod)
+    if schedule is None:
+        score = ab_score.score(runs, min_effect_pct=min_effect_pct, cross_pod=cross_pod)
+        shown = runs
+    else:
+        (run,) = runs
+        score = ab_score.score_interleaved(run, schedule, min_effect_pct=min_effect_pct)
+        shown = interleave.paired_steps_by_setting(run, schedule)
     medians = {setting: spread.median_s for setting, spread in score.settings.items()}
     outcomes = ab_predict.outcomes(predictions, medians)
     for source in sources:
@@ -546,9 +653,9 @@ def _report(
         source["before_run"] = None if modified is None else modified < started
     plot_note = ab_plot.missing_reason()
     if plot_note is None:
-        ab_plot.write_plot(runs, out / "ab.png", title)
+        ab_plot.write_plot(shown, out / "ab.png", title)
         plot_note = str(out / "ab.png")
-    text = ab_report.table(title, runs, score, checks, outcomes, plot_note)
+    text = ab_report.table(title, shown, score, checks, outcomes, plot_note)
     print(text)
     write_text_atomically(out / "ab.txt", text + "\n")
     content = ab_report.document(

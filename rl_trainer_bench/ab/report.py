@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl_trainer_bench import __version__
+from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab.checks import FAIL, CheckResult, failed
 from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.io import write_text_atomically
@@ -72,6 +73,7 @@ def table(
             f"95% CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms -> {delta.verdict}"
         )
         lines.append(f"  because {delta.reason}")
+    lines += ["", *design_lines(runs, score)]
     lines += ["", "exact checks:"]
     lines += [f"  {c.status:<4} {c.name}: {c.detail}" for c in checks]
     if predictions:
@@ -108,6 +110,33 @@ def _arm_rows(runs: Sequence[ArmRun], score: Score) -> list[str]:
             f"{'-' if idle is None else milliseconds(idle):>9}"
             f"{'-' if hidden is None else f'{hidden:.0%}':>8}"
         )
+    return lines
+
+
+def design_lines(runs: Sequence[ArmRun], score: Score) -> list[str]:
+    """Which design produced the verdict, the drift it ran under, and a warning when that drift
+    moved step time by more than the min effect over the run."""
+    drift = score.drift
+    separate = score.design == run_orders.DESIGN and not score.cross_pod
+    order = f", run order {', '.join(run.label for run in runs)}" if separate else ""
+    lines = [f"design: {score.design}{order}: {score.drift_answer}"]
+    fits = [("within arms", drift.within_arms), ("across the run", drift.across_run)]
+    slopes = ", ".join(f"{name} {_per_minute(s)}" for name, s in fits if s is not None)
+    lines.append(
+        f"drift: {slopes or 'not measurable (too few steps)'}; "
+        f"{milliseconds(drift.moved_s)} ms over {drift.span_s:.1f} s of scored steps"
+    )
+    if drift.exceeds_min_effect:
+        lines.append(
+            f"WARNING: drift moved step time {milliseconds(drift.moved_s)} ms over the run, more than the "
+            f"min effect {milliseconds(drift.min_effect_s)} ms"
+        )
+        for setting, bias in drift.bias_s.items():
+            if abs(bias) > drift.min_effect_s / 10:
+                lines.append(
+                    f"  this design puts about {milliseconds(bias, _SIGNED_MS)} ms of drift into delta "
+                    f"{setting}-{next(iter(score.settings))}"
+                )
     return lines
 
 
@@ -225,3 +254,8 @@ def _median(values: Iterable[float | None]) -> float | None:
     """Median of the measured values; None when no step measured this figure."""
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
+
+
+def _per_minute(slope: float) -> str:
+    """A slope in seconds per second of run, as milliseconds of step time per minute of run."""
+    return f"{slope * 60e3:+.2f} ms/min"

@@ -181,23 +181,36 @@ class Bench:
         arm: str = "",
         warmup_steps: int = 1,
         results_path: Path | None = None,
+        boundary_stages: Sequence[StageConfig] | None = None,
     ) -> ArmRun:
         """Warm-up then `steps` scored steps, starting at pool index 0 (every arm trains the same
-        micro-batches in the same order); one ruler line and one JSON line per step."""
+        micro-batches in the same order); one ruler line and one JSON line per step.
+
+        `boundary_stages`, one per step but the last, gives each boundary its own stage (by the step
+        it closes) in place of `stage`: an interleaved A/B switches settings at the boundaries.
+        """
         if self.worker is None or self.pool is None:
             raise RuntimeError("Bench.run before Bench.setup")
-        self.refuse_unsupported(stage)
+        per_boundary = list(boundary_stages or [stage] * (warmup_steps + steps - 1))
+        if len(per_boundary) != warmup_steps + steps - 1:
+            raise ValueError(
+                f"{len(per_boundary)} boundary stages for {warmup_steps + steps} steps"
+            )
+        for each in {stage, *per_boundary}:
+            self.refuse_unsupported(each)
         updates_before = self.worker.train_step
         settings = ArmSettings(arm, warmup_steps, steps, self._devices, self._peak_flops)
         profiler = ProfilerWindow(self.config.profile_steps, self.config.results_dir / "profile")
-        loop = StepLoop(self.worker, self.pool, stage, self.compiles, profiler, settings, self.log)
+        loop = StepLoop(
+            self.worker, self.pool, per_boundary, self.compiles, profiler, settings, self.log
+        )
         writer = ruler.ResultsWriter(results_path) if results_path else None
         with loop, writer or contextlib.nullcontext():
             for step in range(loop.total_steps):
                 record = loop.run_step(step)
                 self.log(ruler.format_line(record))
                 if record.staged is not None:
-                    self.log(ruler.stage_line(stage_knob(stage), record))
+                    self.log(ruler.stage_line(stage_knob(per_boundary[record.step]), record))
                 if writer:
                     writer.write(record)
         digest = getattr(self.engine, "parameter_digest", None)

@@ -96,33 +96,34 @@ class Staging:
 
     STAGE_BEFORE_UPDATE issues before the step's last `fwd_bwd` (where STAGE_ISSUE says so for the
     platform) or after it, and waits before `update`; STAGE_AFTER_UPDATE issues and waits right
-    after `update`. The copies' ready stamps say how much of each copy the device's work hid.
+    after `update`. Each boundary has its own stage (an interleaved A/B switches them), given by
+    the step it closes. The copies' ready stamps say how much of each copy the device's work hid.
     """
 
-    def __init__(self, engine: Engine, stage: StageConfig, platform: str):
+    def __init__(self, engine: Engine, boundary_stages: Sequence[StageConfig], platform: str):
         self._engine = engine
-        self.issue_at = self.wait_at = None
-        if stage.before_update:
-            early = stage.issue_before_last(platform)
-            self.issue_at = BEFORE_LAST_FWD_BWD if early else BEFORE_UPDATE
-            self.wait_at = BEFORE_UPDATE
-        elif stage.after_update:
-            self.issue_at = self.wait_at = AFTER_UPDATE
+        self._points = [_stage_points(stage, platform) for stage in boundary_stages]
         self.count = 0
-        self._copies = DeviceTimeline("bench-copies") if stage.enabled else None
+        staging = any(stage.enabled for stage in boundary_stages)
+        self._copies = DeviceTimeline("bench-copies") if staging else None
         self._prepared: dict[str, PreparedInput] = {}  # by the name of the micro-batch it holds
+
+    def issues_at(self, step: int) -> bool:
+        """Whether the boundary closing step `step` stages (the last step closes none)."""
+        return step < len(self._points) and self._points[step][0] is not None
 
     def at(self, point: str, upcoming: Payload | None, clock: StepClock, step: int) -> None:
         """Staging's work at `point` of step `step`; nothing after the arm's last step."""
         if upcoming is None:
             return
-        if point == self.issue_at:
+        issue_at, wait_at = self._points[step]
+        if point == issue_at:
             with clock.span("stage", f"stage {upcoming.name}"):
                 prepared = self._engine.prepare_fwd_bwd_input(upcoming)
             self._copies.watch(f"{step}/stage", _device_arrays(prepared))
             self._prepared[upcoming.name] = prepared
             self.count += 1
-        if point == self.wait_at:
+        if point == wait_at:
             with clock.span("device_wait"):
                 self._engine.wait_for_device()
 
@@ -132,11 +133,21 @@ class Staging:
 
     def copy_ready(self, step: int) -> float | None:
         """When step `step`'s staged copy was ready (None: nothing was staged at that step)."""
-        return self._copies.ready(f"{step}/stage") if self._copies else None
+        return self._copies.ready(f"{step}/stage") if self.issues_at(step) else None
 
     def close(self) -> None:
         if self._copies:
             self._copies.close()
+
+
+def _stage_points(stage: StageConfig, platform: str) -> tuple[str | None, str | None]:
+    """Where `stage` issues the copy and where it waits for the device (None: it does not)."""
+    if stage.before_update:
+        issue = BEFORE_LAST_FWD_BWD if stage.issue_before_last(platform) else BEFORE_UPDATE
+        return issue, BEFORE_UPDATE
+    if stage.after_update:
+        return AFTER_UPDATE, AFTER_UPDATE
+    return None, None
 
 
 def _device_arrays(prepared: PreparedInput) -> Any:
@@ -247,20 +258,23 @@ class ArmSettings:
 
 
 class StepLoop:
-    """One arm's steps on a compiled engine: run_step is the trainer's loop, timed."""
+    """One arm's steps on a compiled engine: run_step is the trainer's loop, timed.
+
+    `boundary_stages` holds one stage per boundary (by the step it closes): one per step but the last.
+    """
 
     def __init__(
         self,
         worker: TrainerWorker,
         pool: MicroBatchPool,
-        stage: StageConfig,
+        boundary_stages: Sequence[StageConfig],
         compiles: CompileWatch,
         profiler: ProfilerWindow,
         settings: ArmSettings,
         log: Callable[[str], None],
     ):
         self.worker, self.pool = worker, pool
-        self.staging = Staging(worker.engine, stage, jax.default_backend())
+        self.staging = Staging(worker.engine, boundary_stages, jax.default_backend())
         self.compiles, self.profiler, self.settings = compiles, profiler, settings
         self.log = log
         self.programs = ProgramTimeline(worker.engine)
@@ -293,7 +307,7 @@ class StepLoop:
             self.programs.watch(f"{step}/update")
             self.staging.at(AFTER_UPDATE, upcoming, clock, step)
             metrics = self.worker.get_metrics()
-        staged = upcoming.name if upcoming is not None and self.staging.issue_at else None
+        staged = upcoming.name if self.staging.issues_at(step) else None
         return self._record(step, batches, clock, compiled, metrics, staged)
 
     @property
@@ -327,7 +341,7 @@ class StepLoop:
             devices=self.settings.devices,
             peak_flops=self.settings.peak_flops,
         )
-        copy_ready = self.staging.copy_ready(step) if staged else None
+        copy_ready = self.staging.copy_ready(step)
         device = self.programs.stamps(step, len(batches), copy_ready)
         record = ruler.step_record(
             inputs, clock, device, metrics, recompiles=len(compiled) if scored else 0
