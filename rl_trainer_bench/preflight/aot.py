@@ -206,6 +206,13 @@ def state_bytes(config: EngineConfig, mesh, stage_before_update: bool) -> dict[s
     }
 
 
+def unsharded_state(config: EngineConfig, mesh) -> list[tuple[str, int]]:
+    """(leaf, bytes per device) of every state leaf that is not split over every device."""
+    from rl_trainer_bench.engine import programs, sharding
+
+    return sharding.unsharded_leaves(programs.abstract_state(config, mesh), mesh.size)
+
+
 def beside(program: str, state: Mapping[str, int]) -> int:
     """State bytes in device memory while `program` runs that are not among its arguments."""
     if program not in BESIDE:
@@ -331,6 +338,8 @@ class AotReport:
     compile_seconds: float
     unapplied_keys: list[str]
     note: str = ""
+    # State leaves not split over every device, with their bytes per device (`unsharded_state`).
+    unsharded_state: list[tuple[str, int]] = dataclasses.field(default_factory=list)
 
     @property
     def estimate(self) -> bool:
@@ -380,6 +389,7 @@ class AotReport:
             "compile_seconds": self.compile_seconds,
             "unapplied_keys": self.unapplied_keys,
             "note": self.note,
+            "unsharded_state": [list(leaf) for leaf in self.unsharded_state],
         }
 
 
@@ -487,6 +497,7 @@ def assemble(
         compile_seconds=seconds,
         unapplied_keys=cell.unapplied_keys,
         note=cell.note,
+        unsharded_state=unsharded_state(cell.config, cell.mesh),
     )
 
 
@@ -588,6 +599,9 @@ def format_report(report: AotReport) -> str:
         f"device peak {human_bytes(report.peak)} of {memory} ({report.memory_source}); "
         f"headroom {headroom}: {verdict}"
     )
+    if report.unsharded_state:
+        leaves = ", ".join(f"{path} {human_bytes(n)}" for path, n in report.unsharded_state)
+        lines.append(f"state not split over all {report.devices} devices: {leaves}")
     if report.unapplied_keys:
         lines.append(f"keys the built-in engine does not apply: {', '.join(report.unapplied_keys)}")
     lines.append(f"compiled in {report.compile_seconds:.1f} s")
