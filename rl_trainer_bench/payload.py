@@ -184,9 +184,8 @@ def _token_arrays(
 ) -> dict[str, np.ndarray]:
     """Every [B, T] array of the contract, from the packing.
 
-    `completion_mask[t]` is 1 where the next token of the same sequence is a completion token
-    (ENGINE.md: logp[t] scores token t+1, and the last token of a sequence has no target), so it
-    runs from the prompt's last token to the sequence's second-to-last token.
+    `completion_mask` is input-aligned as `contract.Payload` defines it: 1 at t where token t+1 of
+    the same sequence is a completion token.
     """
     rows = shape[0]
     segment_ids = np.zeros(shape, np.int32)
