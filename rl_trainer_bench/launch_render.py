@@ -70,26 +70,35 @@ def jobsets(documents: list[dict]) -> list[dict]:
 
 
 def jobset_name(jobset: Mapping) -> str:
-    return str((jobset.get("metadata") or {}).get("name", "<unnamed>"))
+    return str(_mapping(jobset.get("metadata")).get("name", "<unnamed>"))
 
 
 # ----------------------------------------------------------------------------------------------
-# JobSet structure
+# JobSet structure: read leniently, so that a part of the wrong type (`spec: oops`) reads as absent
+# here and is named by the schema check (`validate`), never crashes a walk.
 # ----------------------------------------------------------------------------------------------
+
+
+def _mapping(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _mappings(value: object) -> list[dict]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def replicated_jobs(jobset: Mapping) -> list[dict]:
-    return list((jobset.get("spec") or {}).get("replicatedJobs") or [])
+    return _mappings(_mapping(jobset.get("spec")).get("replicatedJobs"))
 
 
 def pod_spec(replicated_job: Mapping) -> dict:
     """The pod template's spec of a replicated job ({} when absent)."""
-    job_spec = ((replicated_job.get("template") or {}).get("spec")) or {}
-    return (job_spec.get("template") or {}).get("spec") or {}
+    job_spec = _mapping(_mapping(replicated_job.get("template")).get("spec"))
+    return _mapping(_mapping(job_spec.get("template")).get("spec"))
 
 
 def containers(replicated_job: Mapping) -> list[dict]:
-    return list(pod_spec(replicated_job).get("containers") or [])
+    return _mappings(pod_spec(replicated_job).get("containers"))
 
 
 def asks_for_tpus(replicated_job: Mapping) -> bool:

@@ -60,6 +60,7 @@ def render(text: str, source: str, knobs: RenderKnobs) -> str:
     """The bench JobSet's YAML for a launch render; validated, or UserError."""
     documents = read_documents(text, source)
     trainer = find_trainer(documents, source, knobs.trainer_jobset)
+    validate.check_schema(trainer, f"trainer in {source}")
     launch = read_client_command(_command_words(client_container(trainer)))
     bench = copy.deepcopy(trainer)
     new_name = bench_name(trainer, knobs.name)
