@@ -202,3 +202,27 @@ def test_every_file_is_reported_and_non_utf8_is_one_line(tmp_path, capsys):
     assert captured.out.count("retry-on-eviction: valid") == 2
     errors = captured.err.splitlines()
     assert len(errors) == 2 and "not UTF-8" in errors[0] and "cannot read" in errors[1]
+
+
+_BOMB = "\n".join(
+    f"{name}: &{name} [{', '.join([f'*{previous}'] * 9)}]"
+    for previous, name in zip("abcdefg", "bcdefgh", strict=False)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("&a [*a]\n", "alias to one of its own ancestors"),
+        ("kind: JobSet\nmetadata: &m {name: x, labels: *m}\n", "alias to one of its own"),
+        ("kind: JobSet\nspec: " + "[" * 3000 + "]" * 3000 + "\n", "nested too deeply"),
+        ("kind: JobSet\nspec: " + "[" * 80 + "]" * 80 + "\n", "nests deeper than 64"),
+        ("a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + _BOMB + "\nkind: JobSet\n", "over 1000000"),
+    ],
+)
+def test_yaml_that_no_walker_survives_is_one_line(tmp_path, capsys, text, message):
+    path = tmp_path / "hostile.yaml"
+    path.write_text(text)
+    assert cli.main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
