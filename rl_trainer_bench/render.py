@@ -227,12 +227,17 @@ def run(args) -> int:
 
 
 def _read_input(path: str) -> tuple[str, str]:
-    if path == "-":
-        return "stdin", sys.stdin.read()
+    source = "stdin" if path == "-" else path
     try:
-        return path, Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as error:
         raise UserError(
-            f"LAUNCH_RENDER={path}: cannot read ({reason}); pass an existing file"
+            f"LAUNCH_RENDER={path}: cannot read ({error.strerror}); pass an existing file"
+        ) from None
+    try:
+        return source, data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(
+            f"LAUNCH_RENDER={path}: byte {error.start} is not UTF-8; pass the launcher's DRY_RUN "
+            "output (YAML text)"
         ) from None
