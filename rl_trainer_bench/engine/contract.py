@@ -46,12 +46,20 @@ class Payload:
     `name` identifies the micro-batch in logs (`bench_<step>_<index>`); `digests` maps each array's
     name to a content digest computed once when the micro-batch was built, so on/off comparisons
     cost nothing in the timed loop.
+
+    `completion_mask` is input-aligned, the one definition every module uses: it is 1 at position
+    t when token t+1 is a completion token of the same sequence, because the log-prob at t scores
+    token t+1. It runs from the prompt's last token to the sequence's second-to-last token, and is
+    0 on a sequence's last token (no target). A mask that is 1 on the completion tokens themselves
+    (target-aligned) must be shifted left by one position before it is handed over; `check`
+    refuses one that is 1 on a sequence's last token. `old_logps` and `ref_logps` are read only
+    where the mask is 1: whatever they hold elsewhere (0, -inf) never reaches the loss.
     """
 
     input_ids: np.ndarray  # [B, T] int32
     segment_ids: np.ndarray  # [B, T] int32, 0 = padding
     positions: np.ndarray  # [B, T] int32, restart at 0 in each segment
-    completion_mask: np.ndarray  # [B, T] int32, 1 on completion tokens
+    completion_mask: np.ndarray  # [B, T] int32, input-aligned: 1 where token t+1 is a completion
     advantages: np.ndarray  # [B, T] float32, per sequence, broadcast to its tokens
     old_logps: np.ndarray  # [B, T] float32
     ref_logps: np.ndarray | None = None  # [B, T] float32

@@ -46,21 +46,34 @@ def chunked_logps(hidden, head, targets, chunk, shards, logits_dtype=jnp.float32
     return merge_chunks(logps)
 
 
-def grpo_token_loss(logps, old_logps, advantages, config: LossConfig, ref_logps=None):
-    """-min(r A, clip(r, 1 - eps, 1 + eps_high) A) + beta * k3 KL, per token."""
+def grpo_token_loss(logps, old_logps, advantages, config: LossConfig, ref_logps=None, mask=None):
+    """-min(r A, clip(r, 1 - eps, 1 + eps_high) A) + beta * k3 KL, per token; 0 where `mask` is False.
+
+    Masked positions are replaced before any exponent: a payload from elsewhere may hold -inf or a
+    very negative log-prob there, and exp of it times a zero weight is inf x 0 = NaN, which would
+    poison the loss and every gradient. With the log-ratios and advantages zeroed first, a masked
+    position contributes exactly 0 whatever it holds.
+    """
+    if mask is not None:
+        old_logps = jnp.where(mask, old_logps, logps)
+        advantages = jnp.where(mask, advantages, 0.0)
+        if ref_logps is not None:
+            ref_logps = jnp.where(mask, ref_logps, logps)
     ratio = jnp.exp(logps - old_logps)
     clipped = jnp.clip(ratio, 1.0 - config.epsilon, 1.0 + config.epsilon_high)
     loss = -jnp.minimum(ratio * advantages, clipped * advantages)
     if config.beta > 0:
         delta = ref_logps - logps
         loss = loss + config.beta * (jnp.exp(delta) - delta - 1.0)
-    return loss
+    return loss if mask is None else jnp.where(mask, loss, 0.0)
 
 
 def micro_batch_loss(hidden, head, batch, config: LossConfig, shards: int):
     """(loss sum S, stats) for one micro-batch; stats hold the count N and the probability error.
 
-    The mask is the payload's completion mask where a target exists (a segment's last token has none).
+    The mask is the payload's completion mask where a target exists (a segment's last token has
+    none); the completion mask is input-aligned (see `contract.Payload`): position t counts when token t+1
+    is a completion token. Nothing at a masked position reaches an exponent.
     """
     targets, has_target = next_token_targets(batch["input_ids"], batch["segment_ids"])
     mask = (batch["completion_mask"] != 0) & has_target
@@ -69,12 +82,13 @@ def micro_batch_loss(hidden, head, batch, config: LossConfig, shards: int):
     head = compute_weight("head", head, hidden.dtype)  # gathered once, not once per chunk
     logps = chunked_logps(hidden, head, targets, chunk, shards, logits_dtype)
     per_token = grpo_token_loss(
-        logps, batch["old_logps"], batch["advantages"], config, batch.get("ref_logps")
+        logps, batch["old_logps"], batch["advantages"], config, batch.get("ref_logps"), mask
     )
-    weights = mask.astype(jnp.float32)
-    prob_error = jnp.abs(jnp.exp(jax.lax.stop_gradient(logps) - batch["old_logps"]) - 1.0)
+    seen_logps = jax.lax.stop_gradient(logps)
+    old_logps = jnp.where(mask, batch["old_logps"], seen_logps)
+    prob_error = jnp.abs(jnp.exp(seen_logps - old_logps) - 1.0)
     stats = {
-        "loss_denominator": weights.sum(),
-        "mult_prob_error_max": jnp.max(jnp.where(mask, prob_error, 0.0)),
+        "loss_denominator": mask.astype(jnp.float32).sum(),
+        "mult_prob_error_max": jnp.max(prob_error),
     }
-    return jnp.sum(per_token * weights), stats
+    return jnp.sum(per_token), stats

@@ -40,6 +40,16 @@ def read_documents(text: str, source: str) -> list[dict]:
                 continue  # DRY_RUN noise such as `kubectl delete ...` before the first document
             line = text.count("\n", 0, offset) + _error_line(error)
             raise UserError(f"{source}: line {line} is not YAML ({_problem(error)})") from None
+        except RecursionError:
+            line = text.count("\n", 0, offset) + 1
+            raise UserError(
+                f"{source}: the document at line {line} is nested too deeply to be a Kubernetes "
+                "object"
+            ) from None
+        shape_problem = tree_shape_problem(document)
+        if shape_problem:
+            line = text.count("\n", 0, offset) + 1
+            raise UserError(f"{source}: the document at line {line} {shape_problem}")
         if isinstance(document, dict):
             documents.append(document)
         elif document is not None and not (number == 0 and len(chunks) > 1):
@@ -49,6 +59,50 @@ def read_documents(text: str, source: str) -> list[dict]:
                 "Kubernetes object; pass the launcher's DRY_RUN output"
             )
     return documents
+
+
+MAX_DEPTH = 64  # a JobSet nests about 20 levels; deeper trees would exhaust recursive walkers
+MAX_NODES = 1_000_000  # after expanding YAML aliases; a JobSet has a few thousand
+
+
+def tree_shape_problem(document: object) -> str | None:
+    """Why a loaded YAML tree cannot be walked, or None.
+
+    YAML aliases can make a tree refer to itself (`&a [*a]`) or expand to billions of nodes from a
+    few lines; every later step (pruning, copying, the schema) walks the expanded tree recursively.
+    The walk here is iterative and counts each shared node once per use without expanding it.
+    """
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[object, bool]] = [(document, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        children = (
+            list(node.values())
+            if isinstance(node, dict)
+            else node
+            if isinstance(node, list)
+            else []
+        )
+        if children_done:
+            on_path.discard(key)
+            size[key] = 1 + sum(size.get(id(c), 1) for c in children)
+            depth[key] = 1 + max((depth.get(id(c), 0) for c in children), default=0)
+            if depth[key] > MAX_DEPTH:
+                return f"nests deeper than {MAX_DEPTH} levels; a Kubernetes object does not"
+            if size[key] > MAX_NODES:
+                return f"expands to over {MAX_NODES} values through YAML aliases"
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            return "contains a YAML alias to one of its own ancestors (an endless tree)"
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if isinstance(c, dict | list))
+    return None
 
 
 def _chunks(text: str, starts: list[int]) -> list[tuple[int, str]]:
@@ -70,26 +124,35 @@ def jobsets(documents: list[dict]) -> list[dict]:
 
 
 def jobset_name(jobset: Mapping) -> str:
-    return str((jobset.get("metadata") or {}).get("name", "<unnamed>"))
+    return str(_mapping(jobset.get("metadata")).get("name", "<unnamed>"))
 
 
 # ----------------------------------------------------------------------------------------------
-# JobSet structure
+# JobSet structure: read leniently, so that a part of the wrong type (`spec: oops`) reads as absent
+# here and is named by the schema check (`validate`), never crashes a walk.
 # ----------------------------------------------------------------------------------------------
+
+
+def _mapping(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _mappings(value: object) -> list[dict]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def replicated_jobs(jobset: Mapping) -> list[dict]:
-    return list((jobset.get("spec") or {}).get("replicatedJobs") or [])
+    return _mappings(_mapping(jobset.get("spec")).get("replicatedJobs"))
 
 
 def pod_spec(replicated_job: Mapping) -> dict:
     """The pod template's spec of a replicated job ({} when absent)."""
-    job_spec = ((replicated_job.get("template") or {}).get("spec")) or {}
-    return (job_spec.get("template") or {}).get("spec") or {}
+    job_spec = _mapping(_mapping(replicated_job.get("template")).get("spec"))
+    return _mapping(_mapping(job_spec.get("template")).get("spec"))
 
 
 def containers(replicated_job: Mapping) -> list[dict]:
-    return list(pod_spec(replicated_job).get("containers") or [])
+    return _mappings(pod_spec(replicated_job).get("containers"))
 
 
 def asks_for_tpus(replicated_job: Mapping) -> bool:

@@ -71,6 +71,7 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
     """The bench JobSet's YAML and the plan its pod's driver resolves from the same environment."""
     documents = read_documents(text, source)
     trainer = find_trainer(documents, source, knobs.trainer_jobset)
+    validate.check_schema(trainer, f"trainer in {source}")
     launch = read_client_command(_command_words(client_container(trainer)))
     bench = copy.deepcopy(trainer)
     new_name = bench_name(trainer, knobs.name)
@@ -285,6 +286,12 @@ def run(args) -> int:
 
 
 def _read_input(path: str) -> tuple[str, str]:
-    if path == "-":
-        return "stdin", sys.stdin.read()
-    return path, read_user_text(path, "LAUNCH_RENDER")
+    if path != "-":
+        return path, read_user_text(path, "LAUNCH_RENDER")
+    try:
+        return "stdin", sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(
+            f"LAUNCH_RENDER=-: byte {error.start} of stdin is not UTF-8; pass the launcher's "
+            "DRY_RUN output (YAML text)"
+        ) from None

@@ -1,10 +1,16 @@
-"""JobSet checks before anything is written or applied: the CRD schema, name budgets, slice consistency.
+"""JobSet checks before anything is written or applied, in the order a cluster applies them.
 
-The schema is the JobSet CRD's v1alpha2 openAPIV3Schema in strict form (unknown fields are errors,
-as with `kubectl apply`), shipped as package data. Before validating, null values are pruned the way
-the API server prunes them, so `annotations: null` from a launcher is accepted as absent. The name
-budgets are the webhook's (`jobset_names`). Slice consistency catches a half-edited slice: node
-selectors, hosts times chips per host, and the Pathways instance type must describe one slice.
+1. Null values are pruned, as the API server prunes them (`annotations: null` is absent).
+2. The webhook's defaults are filled in (`jobset_defaults`): unnamed failure-policy rules get names.
+3. The CRD schema: JobSet's v1alpha2 openAPIV3Schema in strict form (unknown fields are errors, as
+   with `kubectl apply`), shipped as package data. What the shipped schema adds to the CRD is listed
+   in `schemas/README.md`: a required top-level `spec`, `apiVersion`, `kind` and `metadata`, and
+   the API server's rules for `metadata` (a DNS-1123 name or a generateName).
+4. Only on a tree the schema accepts: the CRD's list keys (a list marked `x-kubernetes-list-type:
+   map` holds one entry per key, e.g. one replicated job per name; a `set` holds no repeats), which
+   the API server enforces but JSON Schema cannot say; the webhook's name budgets
+   (`jobset_names`); slice consistency, which catches a half-edited slice: node selectors, hosts
+   times chips per host and the Pathways instance type must describe one slice.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import sys
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -30,6 +37,7 @@ from rl_trainer_bench.launch.dry_run import (
     read_documents,
     replicated_jobs,
 )
+from rl_trainer_bench.launch.jobset_defaults import with_webhook_defaults
 from rl_trainer_bench.launch.names import name_problems
 
 SCHEMA_FILE = "jobset_v1alpha2.strict.schema.json"
@@ -57,14 +65,55 @@ def prune_nulls(node: object) -> object:
     return node
 
 
-def schema_problems(jobset: Mapping) -> list[str]:
+def admitted_tree(jobset: Mapping) -> dict:
+    """The JobSet as the API server validates it: nulls pruned, then the webhook's defaults."""
+    return with_webhook_defaults(prune_nulls(dict(jobset)))
+
+
+def schema_problems(tree: Mapping) -> list[str]:
+    """The schema's complaints about an admitted tree (see `admitted_tree`)."""
     problems = []
-    if jobset.get("apiVersion") != API_VERSION:
-        problems.append(f"apiVersion is {jobset.get('apiVersion')!r}, expected {API_VERSION!r}")
-    errors = schema_validator().iter_errors(prune_nulls(dict(jobset)))
+    if tree.get("apiVersion") != API_VERSION:
+        problems.append(f"apiVersion is {tree.get('apiVersion')!r}, expected {API_VERSION!r}")
+    errors = schema_validator().iter_errors(tree)
     for error in sorted(errors, key=lambda e: (e.json_path, e.message)):
         message = error.message if len(error.message) <= 160 else error.message[:157] + "..."
         problems.append(f"{error.json_path}: {message}")
+    return problems
+
+
+def list_key_problems(node: object, schema: Mapping, path: str = "$") -> list[str]:
+    """Repeated keys in the lists the CRD keys (`x-kubernetes-list-type` map or set).
+
+    Walks a schema-valid tree beside its schema; the API server refuses a keyed list with two
+    entries of one key, where plain JSON Schema sees nothing wrong.
+    """
+    problems = []
+    if isinstance(node, list):
+        list_type = schema.get("x-kubernetes-list-type")
+        keys = schema.get("x-kubernetes-list-map-keys") or []
+        seen: dict[str, int] = {}
+        for index, item in enumerate(node):
+            if list_type == "map" and isinstance(item, dict):
+                identity = ", ".join(f"{key}={item.get(key)!r}" for key in keys)
+            elif list_type == "set":
+                identity = json.dumps(item, sort_keys=True, default=str)
+            else:
+                identity = None
+            if identity is not None and identity in seen:
+                problems.append(
+                    f"{path}[{index}]: duplicate entry {identity} (also at [{seen[identity]}]); "
+                    f"each {'/'.join(keys) or 'value'} may appear once in this list"
+                )
+            elif identity is not None:
+                seen[identity] = index
+            problems += list_key_problems(item, schema.get("items") or {}, f"{path}[{index}]")
+    elif isinstance(node, dict):
+        properties = schema.get("properties") or {}
+        extra = schema.get("additionalProperties")
+        for key, value in node.items():
+            child = properties.get(key, extra if isinstance(extra, dict) else {})
+            problems += list_key_problems(value, child, f"{path}.{key}")
     return problems
 
 
@@ -115,13 +164,30 @@ def _tpus_per_host(job: Mapping) -> int:
 
 
 def jobset_problems(jobset: Mapping) -> list[str]:
-    """Everything wrong with one JobSet ([] when it would be admitted and describe one slice)."""
-    return [*schema_problems(jobset), *name_problems(jobset), *slice_problems(jobset)]
+    """Everything wrong with one JobSet ([] when it would be admitted and describe one slice).
+
+    The structural checks read the tree by its schema's types, so they run only on a tree the
+    schema accepts: `spec: oops` is reported by the schema, never walked.
+    """
+    tree = admitted_tree(jobset)
+    problems = schema_problems(tree)
+    if problems:
+        return problems
+    schema = schema_validator().schema
+    return [*list_key_problems(tree, schema), *name_problems(tree), *slice_problems(tree)]
 
 
 def check(jobset: Mapping, source: str) -> None:
     """Raise a one-line UserError listing a JobSet's problems; return quietly when it has none."""
-    problems = jobset_problems(jobset)
+    _raise_problems(jobset_problems(jobset), jobset, source)
+
+
+def check_schema(jobset: Mapping, source: str) -> None:
+    """`check` for the schema only: an input JobSet must be well-formed before it is read further."""
+    _raise_problems(schema_problems(admitted_tree(jobset)), jobset, source)
+
+
+def _raise_problems(problems: list[str], jobset: Mapping, source: str) -> None:
     if problems:
         listed = "; ".join(problems[:_MAX_LISTED])
         more = f" (and {len(problems) - _MAX_LISTED} more)" if len(problems) > _MAX_LISTED else ""
@@ -138,15 +204,33 @@ def validate_text(text: str, source: str) -> list[str]:
     return [jobset_name(jobset) for jobset in found]
 
 
+def validate_file(file: str) -> list[str]:
+    """validate_text of a file's contents; UserError when it cannot be read as UTF-8 text."""
+    try:
+        data = Path(file).read_bytes()
+    except OSError as error:
+        raise UserError(f"{file}: cannot read ({error.strerror}); pass an existing file") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UserError(
+            f"{file}: byte {error.start} is not UTF-8; pass a YAML text file (a JobSet manifest)"
+        ) from None
+    return validate_text(text, file)
+
+
 def run(args) -> int:
+    """Report on every file, one line each (valid on stdout, invalid on stderr); exit 2 if any fails."""
+    failed = 0
     for file in args.files:
-        path = Path(file)
         try:
-            text = path.read_text()
-        except OSError as error:
-            raise UserError(
-                f"{file}: cannot read ({error.strerror}); pass an existing file"
-            ) from None
-        for name in validate_text(text, file):
-            print(f"{file}: JobSet {name}: valid (schema {API_VERSION}, name budgets, slice)")
-    return 0
+            names = validate_file(file)
+        except UserError as error:
+            failed += 1
+            print(f"rl-trainer-bench validate: {error}", file=sys.stderr)
+            continue
+        for name in names:
+            print(
+                f"{file}: JobSet {name}: valid (schema {API_VERSION}, list keys, name budgets, slice)"
+            )
+    return 2 if failed else 0

@@ -29,14 +29,16 @@ import math
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+import zipfile
+import zlib
+from collections.abc import Sequence
 
 import numpy as np
 
 from rl_trainer_bench.config.engine_keys import parse_trainer_argv
 from rl_trainer_bench.config.presets import preset as find_preset
 from rl_trainer_bench.engine.config import EngineConfig
-from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS, Payload
+from rl_trainer_bench.engine.contract import OPTIONAL_PAYLOAD_FIELDS, PAYLOAD_FIELDS, Payload
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import write_atomically, write_text_atomically
 from rl_trainer_bench.payload import routing_profile
@@ -50,6 +52,7 @@ __all__ = [
     "build_calibrated",
     "build_micro_batch",
     "build_pool",
+    "digest_mismatches",
     "load_npz",
     "payload_digest",
     "save_npz",
@@ -183,9 +186,8 @@ def _token_arrays(
 ) -> dict[str, np.ndarray]:
     """Every [B, T] array of the contract, from the packing.
 
-    `completion_mask[t]` is 1 where the next token of the same sequence is a completion token
-    (ENGINE.md: logp[t] scores token t+1, and the last token of a sequence has no target), so it
-    runs from the prompt's last token to the sequence's second-to-last token.
+    `completion_mask` is input-aligned as `contract.Payload` defines it: 1 at t where token t+1 of
+    the same sequence is a completion token.
     """
     rows = shape[0]
     segment_ids = np.zeros(shape, np.int32)
@@ -542,27 +544,100 @@ def save_npz(payload: Payload, path: str) -> None:
 
 
 def load_npz(path: str, *, verify: bool = True) -> Payload:
-    """A Payload from `save_npz`'s file; with `verify`, stored digests must match the content."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            contents: Mapping[str, np.ndarray] = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as error:
-        raise UserError(f"micro-batch file {path}: cannot read ({error})") from None
-    missing = [f for f in ("input_ids", "segment_ids", "positions") if f not in contents]
+    """A Payload from `save_npz`'s file, carrying the digests stored in it.
+
+    With `verify`, every stored digest must match its array's content (UserError otherwise), so
+    the payload's digests are true. Without it the stored digests are kept as they are, possibly
+    stale, for `check` to report (`digest_mismatches`): recomputing them first would hide a change.
+    A file without digests (from elsewhere) gets them computed. A file that is not a readable
+    `.npz`, lacks a required array, or carries digests not written as `name=hex` is a UserError.
+    """
+    contents = _read_npz(path)
+    required = [f for f in PAYLOAD_FIELDS if f not in OPTIONAL_PAYLOAD_FIELDS]
+    missing = [f for f in required if f not in contents]
     if missing:
-        raise UserError(f"micro-batch file {path}: no array {', '.join(missing)}: is it a payload?")
+        raise UserError(
+            f"micro-batch file {path}: no array {', '.join(missing)}; a payload holds "
+            f"{', '.join(required)} (see `rl-trainer-bench payload`)"
+        )
     arrays = {k: v for k, v in contents.items() if k in PAYLOAD_FIELDS}
-    stored = dict(entry.split("=", 1) for entry in contents.get("digests", np.array([])).tolist())
-    payload = Payload(**arrays, name=str(contents.get("name", os.path.basename(path))))
-    payload = _with_digests(payload)
-    if verify and stored:
-        changed = sorted(k for k, v in payload.digests.items() if stored.get(k) != v)
-        if changed:
+    stored = _stored_digests(contents.get("digests"), path)
+    name = contents.get("name")
+    name = str(name) if name is not None and name.ndim == 0 else os.path.basename(path)
+    payload = Payload(**arrays, name=name)
+    if not stored:
+        return _with_digests(payload)
+    payload = dataclasses.replace(payload, digests=stored)
+    if verify:
+        stale = digest_mismatches(payload)
+        if stale:
             raise UserError(
-                f"micro-batch file {path}: content of {', '.join(changed)} does not match its "
-                "stored digest: the file was modified or corrupted"
+                f"micro-batch file {path}: {'; '.join(stale)}: the file was modified or corrupted"
             )
     return payload
+
+
+def digest_mismatches(payload: Payload) -> list[str]:
+    """How a payload's array digests disagree with its arrays ([] when they agree).
+
+    Only digests named after contract arrays count (an example payload may carry others, such as
+    its seed); a payload with none of them has nothing to disagree with.
+    """
+    arrays = payload.arrays()
+    stored = {k: v for k, v in payload.digests.items() if k in PAYLOAD_FIELDS}
+    if not stored:
+        return []
+    problems = [
+        f"{name}: no array for the stored digest" for name in sorted(set(stored) - set(arrays))
+    ]
+    for name in sorted(arrays):
+        if name not in stored:
+            problems.append(f"{name}: no stored digest")
+        elif array_digest(arrays[name]) != stored[name]:
+            problems.append(f"{name}: content does not match its stored digest {stored[name]}")
+    return problems
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    """Every array of an .npz archive; UserError for anything that is not a whole, plain one."""
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise UserError(
+                f"micro-batch file {path}: a single .npy array; pass the .npz that `payload` writes"
+            )
+        with data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+        if isinstance(error, UserError):
+            raise
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UserError(
+            f"micro-batch file {path}: not a readable .npz ({reason}); pass the file `payload` wrote"
+        ) from None
+
+
+def _stored_digests(entries: np.ndarray | None, path: str) -> dict[str, str]:
+    """The `digests` entry of a payload file as {array: hex}; {} when the file has none."""
+    if entries is None or (entries.ndim == 1 and entries.size == 0):
+        return {}
+    malformed = UserError(
+        f"micro-batch file {path}: malformed digests (expected a list of 'array=hex' strings); "
+        "rebuild the file with `rl-trainer-bench payload`"
+    )
+    if entries.ndim != 1 or entries.dtype.kind != "U":
+        raise malformed
+    digests = {}
+    for entry in entries.tolist():
+        name, sep, digest = entry.partition("=")
+        if not sep or name not in PAYLOAD_FIELDS or name in digests or not _is_hex(digest):
+            raise malformed
+        digests[name] = digest
+    return digests
+
+
+def _is_hex(text: str) -> bool:
+    return bool(text) and all(c in "0123456789abcdef" for c in text)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -656,8 +731,15 @@ def run_profile_routing(args) -> int:
     """`rl-trainer-bench profile-routing`: a profile from a run's routed-experts dump."""
     try:
         dump = np.load(args.dump, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as error:
-        raise UserError(f"routing dump {args.dump}: cannot read as .npy ({error})") from None
+    except (OSError, ValueError, EOFError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UserError(f"routing dump {args.dump}: cannot read as .npy ({reason})") from None
+    if not isinstance(dump, np.ndarray):
+        dump.close()
+        raise UserError(
+            f"routing dump {args.dump}: an .npz archive; pass one .npy array of routed experts "
+            "(np.save(path, routed))"
+        )
     if args.out is not None:
         check_out_folder(args.out)
     profile = routing_profile.profile_from_dump(

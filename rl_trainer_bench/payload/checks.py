@@ -149,21 +149,69 @@ def _check_masks(payload: Payload) -> list[str]:
             f"advantage {advantages[b, t]:g} differs from the previous token's in segment {ids[b, t]}"
         ),
     )
-    for name in ("advantages", "old_logps", "ref_logps"):
-        values = getattr(payload, name)
-        if values is None:
-            continue
-        problems += _report(
-            f"{name} finite",
-            ~np.isfinite(values),
-            lambda b, t, v=values, n=name: f"{n} is {v[b, t]}",
-        )
     problems += _report(
         "advantages 0 on padding",
         ~real & (advantages != 0),
         lambda b, t: f"advantage {advantages[b, t]:g} on padding",
     )
     return problems
+
+
+def loss_positions(payload: Payload) -> np.ndarray:
+    """Where the loss reads a token's values: the completion mask where a next token exists."""
+    ids = payload.segment_ids
+    nxt = np.concatenate([ids[:, 1:], np.zeros((ids.shape[0], 1), ids.dtype)], axis=1)
+    return (payload.completion_mask != 0) & (ids > 0) & (nxt == ids)
+
+
+_FLOAT_FIELDS = ("advantages", "old_logps", "ref_logps")
+
+
+def _check_finite(payload: Payload) -> list[str]:
+    """Float values the loss reads are finite: NaN or inf there turns the loss and gradient NaN."""
+    counted = loss_positions(payload)
+    problems = []
+    for name in _FLOAT_FIELDS:
+        values = getattr(payload, name)
+        if values is not None:
+            problems += _report(
+                f"{name} finite where the loss reads it",
+                counted & ~np.isfinite(values),
+                lambda b, t, v=values, n=name: f"{n} is {v[b, t]}",
+            )
+    return problems
+
+
+def payload_warnings(payload: Payload, engine: EngineConfig) -> list[str]:
+    """What is allowed but worth knowing: non-finite values where the loss never reads them.
+
+    A payload from elsewhere may hold -inf log-probs on prompt tokens; the engine masks them before
+    any exponent (`engine/loss.py`), so they are harmless, but an adapter that misaligns the
+    completion mask would move them into the loss.
+    """
+    if _check_shapes(payload, engine):
+        return []
+    ignored = ~loss_positions(payload)
+    warnings = []
+    for name in _FLOAT_FIELDS:
+        values = getattr(payload, name)
+        if values is not None:
+            warnings += _report(
+                f"{name} non-finite where masked; the loss ignores it",
+                ignored & ~np.isfinite(values),
+                lambda b, t, v=values, n=name: f"{n} is {v[b, t]}",
+            )
+    return warnings
+
+
+def _check_token_ids(payload: Payload, vocab_size: int) -> list[str]:
+    """Every input id indexes the embedding table (the engine embeds padding positions too)."""
+    ids = payload.input_ids
+    return _report(
+        f"input ids in [0, {vocab_size})",
+        (ids < 0) | (ids >= vocab_size),
+        lambda b, t: f"input id {ids[b, t]} (vocab_size {vocab_size})",
+    )
 
 
 def _check_routed_experts(payload: Payload, num_experts: int) -> list[str]:
@@ -230,7 +278,9 @@ def check_payload(payload: Payload, engine: EngineConfig) -> list[str]:
     if problems:
         return problems  # the per-token rules assume the contract's shapes
     problems += _check_segments(payload)
+    problems += _check_token_ids(payload, engine.model.vocab_size)
     problems += _check_masks(payload)
+    problems += _check_finite(payload)
     problems += _check_routed_experts(payload, engine.model.num_experts)
     problems += _check_digests(payload)
     return problems
@@ -238,14 +288,9 @@ def check_payload(payload: Payload, engine: EngineConfig) -> list[str]:
 
 def _check_digests(payload: Payload) -> list[str]:
     """Stored digests must match the arrays: a stale digest hides a change in on/off comparisons."""
-    from rl_trainer_bench.payload.build import array_digest
+    from rl_trainer_bench.payload.build import digest_mismatches
 
-    arrays = payload.arrays()
-    return [
-        f"{name}: content does not match its digest {digest} [digests]"
-        for name, digest in sorted(payload.digests.items())
-        if name in arrays and array_digest(arrays[name]) != digest
-    ]
+    return [f"{problem} [digests]" for problem in digest_mismatches(payload)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -482,6 +527,8 @@ def run_check(args) -> int:
             layout=payloads.layout_for(args, engine),
         )
     problems = check_payload(payload, engine)
+    for warning in payload_warnings(payload, engine):
+        print(f"{payload.name}: warning: {warning}")
     for problem in problems:
         print(f"{payload.name}: {problem}")
     print(

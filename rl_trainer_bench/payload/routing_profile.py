@@ -36,6 +36,9 @@ SCHEMA_FILE = "routing_profile.schema.json"
 QUANTILE_POINTS = 11  # quantiles stored for an extracted distribution (0%, 10%, ..., 100%)
 
 
+MAX_EXPERT_ID = int(np.iinfo(np.int16).max)  # the payload contract stores routed experts as int16
+
+
 class ProfileError(UserError):
     """A routing profile or routing dump that cannot be used; one line naming the field and the fix."""
 
@@ -544,15 +547,32 @@ def profile_from_dump(
         raise ProfileError(f"routed experts have dtype {routed.dtype}: expected integer expert ids")
     if routed.ndim != 4:
         raise ProfileError(f"routed experts have shape {routed.shape}: expected 4 axes ({layout})")
+    if routed.size == 0:
+        raise ProfileError(
+            f"routed experts have shape {routed.shape}: an axis is empty ({layout}); pass a dump "
+            "with at least one row, token, layer and slot"
+        )
     top_k = routed.shape[3]
+    lowest = min(int(np.min(row)) for row in routed)
     highest = max(int(np.max(row)) for row in routed)
+    if lowest < -1:
+        raise ProfileError(
+            f"expert id {lowest} in the dump: ids are 0 and up, or -1 for an empty slot "
+            "(is the dump's dtype or --layout right?)"
+        )
+    if highest > MAX_EXPERT_ID:
+        raise ProfileError(
+            f"expert id {highest} in the dump: micro-batches store expert ids as int16 (at most "
+            f"{MAX_EXPERT_ID}); is the dump's dtype or --layout right?"
+        )
     if highest < 0:
         raise ProfileError("routed experts hold no routed token (every slot is -1)")
     if num_experts is None:
         num_experts = highest + 1
-    elif highest >= num_experts:
+    elif not highest < num_experts <= MAX_EXPERT_ID + 1:
         raise ProfileError(
-            f"expert id {highest} >= --num-experts {num_experts}: raise --num-experts"
+            f"--num-experts {num_experts}: the dump routes to expert {highest}; pass a count above "
+            f"{highest} and at most {MAX_EXPERT_ID + 1}"
         )
     counts = routed_expert_counts(routed, num_experts, layout=layout)
     time_axis = 1 if layout == "BTLK" else 2

@@ -7,7 +7,9 @@ instructions scheduled between its start and its done; a synchronous one hides b
 module lists every collective with its bytes (from the shapes), its replica groups mapped back to
 the mesh axes, and the instructions and matmul FLOPs between start and done, then sums per kind:
 bytes that move, and how much of that has compute beside it. It reads CPU, GPU and TPU HLO text
-alike; collectives in a loop body count once per known trip.
+alike; collectives in a loop body count once per known trip. A file of several modules gets one
+report per module (`hlo_text`); an async collective XLA made synchronous (a converted op, or a GPU
+pair whose backend config says `is_sync`) counts as exposed; `replica_groups={}` spans every device.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import dataclasses
 import itertools
 import json
 import math
+import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -24,6 +28,7 @@ import numpy as np
 
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight.hlo_parse import Computation, HloModule, Instruction, parse_hlo
+from rl_trainer_bench.preflight.hlo_text import read_modules
 from rl_trainer_bench.units import human_bytes
 
 KINDS = (
@@ -68,11 +73,12 @@ class Collective:
     between_instructions: int  # instructions scheduled between start and done
     between_compute: int  # of those, the ones that compute (fusions, matmuls, ...)
     between_flops: float  # matmul FLOPs scheduled between start and done (estimate)
-    made_sync: bool  # XLA turned an async pair into a synchronous op (nothing was there to hide it)
+    made_sync: bool  # XLA made it synchronous: an async op it converted, or a GPU pair run in sync
+    all_devices: bool = False  # its groups are `{}`: every device, even where the count is unknown
 
     @property
     def is_async(self) -> bool:
-        return self.form != "sync"
+        return self.form != "sync" and not self.made_sync
 
     @property
     def overlapped(self) -> bool:
@@ -104,6 +110,8 @@ class OverlapReport:
     collectives: list[Collective]
     kinds: list[KindSummary]
     total: KindSummary
+    canonical_lines: bool = False  # line numbers are of XLA's canonical printing, not the file
+    partitions_recorded: bool = True  # the header records num_partitions or replica_count
 
     def to_json(self) -> dict:
         def summary(s: KindSummary) -> dict:
@@ -111,6 +119,7 @@ class OverlapReport:
 
         return {
             "program": self.program,
+            "canonical_lines": self.canonical_lines,
             "scheduled": self.scheduled,
             "num_partitions": self.num_partitions,
             "mesh": self.mesh,
@@ -131,8 +140,20 @@ class OverlapReport:
 def analyze(
     module: HloModule, mesh: Mapping[str, int] | None = None, program: str = ""
 ) -> OverlapReport:
-    """Every collective of `module` with its overlap, and the per-kind summary."""
+    """Every collective of `module` with its overlap, and the per-kind summary.
+
+    A mesh whose device count differs from the module's (partitions x replicas, when its header
+    records them) would map groups to the wrong axes: UserError.
+    """
     mesh = dict(mesh or {})
+    devices = module.device_count
+    if mesh and devices is not None and math.prod(mesh.values()) != devices:
+        given = ",".join(f"{n}={v}" for n, v in mesh.items())
+        raise UserError(
+            f"--mesh {given} has {math.prod(mesh.values())} devices, but module {module.name} was "
+            f"compiled for {devices} (num_partitions x replica_count); pass the mesh it was "
+            "compiled for"
+        )
     executions = _execution_counts(module)
     flops = _FlopCounter(module)
     collectives: list[Collective] = []
@@ -156,13 +177,29 @@ def analyze(
         collectives=collectives,
         kinds=kinds,
         total=_summarize("total", collectives),
+        partitions_recorded=devices is not None,
     )
 
 
 def analyze_text(
     text: str, source: str, mesh: Mapping[str, int] | None = None, program: str = ""
 ) -> OverlapReport:
+    """`analyze` of one module's text (see `analyze_file` for a file that may hold several)."""
     return analyze(parse_hlo(text, source), mesh, program)
+
+
+def analyze_file(
+    data: bytes, source: str, mesh: Mapping[str, int] | None = None, program: str = ""
+) -> list[OverlapReport]:
+    """One report per module of an HLO file (text or gzipped); every module is read before any
+    report is made, so a file whose third module is broken reports nothing."""
+    read = read_modules(data, source)
+    reports = []
+    for part in read:
+        name = program if len(read) == 1 else f"{program}:{part.module.name or 'module'}"
+        report = analyze(part.module, mesh, name)
+        reports.append(dataclasses.replace(report, canonical_lines=part.canonical))
+    return reports
 
 
 def _collectives_of(
@@ -196,7 +233,7 @@ def _collectives_of(
             end = order[done.name] if done is not None else len(computation.instructions)
             between = computation.instructions[order[instruction.name] + 1 : end]
         groups_source = wrapped if wrapped is not None else instruction
-        groups, axes = _groups_and_axes(groups_source, module, mesh)
+        groups, axes, all_devices = _groups_and_axes(groups_source, module, mesh)
         compute = [i for i in between if _is_compute(i)]
         found.append(
             Collective(
@@ -212,10 +249,23 @@ def _collectives_of(
                 between_instructions=len(between),
                 between_compute=len(compute),
                 between_flops=sum(flops.of_instruction(i, by_name) for i in compute),
-                made_sync=form == "sync" and "async_collective_name=" in instruction.attributes,
+                made_sync=_made_sync(instruction, wrapped, form),
+                all_devices=all_devices,
             )
         )
     return found
+
+
+_IS_SYNC = re.compile(r'is_sync\\?"\s*:\s*true')
+
+
+def _made_sync(instruction: Instruction, wrapped: Instruction | None, form: str) -> bool:
+    """XLA converted an async collective to a synchronous op (CPU, TPU: `async_collective_name`),
+    or runs an async pair synchronously (GPU: `collective_backend_config` `is_sync: true`)."""
+    if form == "sync":
+        return "async_collective_name=" in instruction.attributes
+    configs = [i.attribute("backend_config") or "" for i in (instruction, wrapped) if i is not None]
+    return any(_IS_SYNC.search(config) for config in configs)
 
 
 def _classify(
@@ -405,16 +455,22 @@ def _kernel_reduction(convolution: Instruction, rhs: Instruction | None) -> int:
 
 def _groups_and_axes(
     instruction: Instruction, module: HloModule, mesh: Mapping[str, int]
-) -> tuple[int, tuple[str, ...] | None]:
-    devices = math.prod(mesh.values()) if mesh else module.num_partitions * module.replica_count
+) -> tuple[int, tuple[str, ...] | None, bool]:
+    """(group size, mesh axes, spans every device); size 0 and axes None where unknown."""
+    devices = math.prod(mesh.values()) if mesh else module.device_count
     if instruction.opcode.startswith("collective-permute"):
         pairs = _pairs(instruction.attribute("source_target_pairs") or "")
-        return 2, _axes_of_pairs(pairs, mesh) if mesh and pairs else None
+        return 2, _axes_of_pairs(pairs, mesh) if mesh and pairs else None, False
+    all_devices = re.search(r"replica_groups=\{\}", instruction.attributes) is not None
+    if devices is None:
+        if all_devices:
+            return 0, None, True  # every device, but the header does not say how many
+        devices = 0
     groups = replica_groups(instruction.attributes, devices)
     if groups is None:
-        return 0, None
+        return 0, None, all_devices
     size = len(groups[0]) if groups else 0
-    return size, _axes_of_groups(groups, mesh) if mesh else None
+    return size, _axes_of_groups(groups, mesh) if mesh else None, all_devices
 
 
 def replica_groups(attributes: str, num_devices: int) -> list[list[int]] | None:
@@ -553,21 +609,23 @@ def _summarize(kind: str, collectives: Sequence[Collective]) -> KindSummary:
 def format_report(report: OverlapReport, details: bool = True) -> str:
     """Human table: one row per collective (when `details`), then one per kind and the total."""
     mesh = " x ".join(f"{n}{s}" for n, s in report.mesh.items()) or "not given"
+    partitions = report.num_partitions if report.partitions_recorded else "unrecorded"
     lines = [
-        f"program {report.program}: {report.num_partitions} partitions, mesh {mesh}, "
+        f"program {report.program}: {partitions} partitions, mesh {mesh}, "
         f"{'scheduled' if report.scheduled else 'NOT scheduled (order is not execution order)'}"
     ]
     if details and report.collectives:
         lines.append(
-            f"  {'line':>6} {'kind':<19} {'form':<13} {'bytes':>10} {'x':>4} {'group':>5} "
+            f"  {'line':>6} {'kind':<19} {'form':<17} {'bytes':>10} {'x':>4} {'group':>5} "
             f"{'axes':<16} {'between':>7} {'compute':>7} {'GFLOP':>9}"
         )
         for c in report.collectives:
             axes = ",".join(c.mesh_axes) if c.mesh_axes is not None else "?"
             form = c.form + (" (made)" if c.made_sync else "")
+            group = c.group_size or ("all" if c.all_devices else "?")
             lines.append(
-                f"  {c.line:>6} {c.kind:<19} {form:<13} {human_bytes(c.bytes):>10} {c.executions:>4} "
-                f"{c.group_size or '?':>5} {axes:<16} {c.between_instructions:>7} "
+                f"  {c.line:>6} {c.kind:<19} {form:<17} {human_bytes(c.bytes):>10} {c.executions:>4} "
+                f"{group:>5} {axes:<16} {c.between_instructions:>7} "
                 f"{c.between_compute:>7} {c.between_flops / 1e9:>9.3f}"
             )
     lines.append(
@@ -582,8 +640,12 @@ def format_report(report: OverlapReport, details: bool = True) -> str:
         )
     if any(c.made_sync for c in report.collectives):
         lines.append(
-            "  (made): XLA turned an async pair into a synchronous op: nothing was scheduled to hide it"
+            "  (made): XLA made an async collective synchronous (converted, or a GPU pair marked "
+            "is_sync): nothing hides it"
         )
+    if report.canonical_lines:
+        lines.append("  lines: of XLA's canonical printing of the module (the file's text was not")
+        lines.append("  in a form this reader takes line by line)")
     return "\n".join(lines)
 
 
@@ -629,7 +691,11 @@ def run(args) -> int:
         if not path.is_file():
             raise UserError(f"FILE.hlo: {args.file!r} does not exist; pass an HLO text file")
         mesh = parse_mesh(args.mesh) if args.mesh else None
-        reports = [analyze_text(path.read_text(), str(path), mesh, path.stem)]
+        try:
+            data = path.read_bytes()
+        except OSError as error:
+            raise UserError(f"{args.file}: cannot read ({error.strerror})") from None
+        reports = analyze_file(data, str(path), mesh, Path(path.name.removesuffix(".gz")).stem)
     else:
         from rl_trainer_bench.preflight.aot import compiled_texts
 
@@ -638,7 +704,18 @@ def run(args) -> int:
             for name, text, mesh in compiled_texts(args.preset, args.target, args.layers)
         ]
     if args.json:
-        print(json.dumps([r.to_json() for r in reports], indent=1))
+        text = json.dumps([r.to_json() for r in reports], indent=1)
     else:
-        print("\n\n".join(format_report(r, details=not args.summary_only) for r in reports))
+        text = "\n\n".join(format_report(r, details=not args.summary_only) for r in reports)
+    print_to_a_pipe(text)
     return 0
+
+
+def print_to_a_pipe(text: str) -> None:
+    """Print `text`; a reader that closed the pipe early (`| head`) has all it wanted, not an error."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the broken pipe again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -5,8 +5,12 @@ each computation (after scheduling, text order is execution order), each instruc
 bytes and FLOPs), its operands (start/done pairs are linked through them) and its attributes
 (replica groups, called computations, trip counts). CPU, GPU and TPU text differ in layouts
 (`{1,0:T(8,128)(2,1)S(1)}`), tuple comments (`/*index=5*/`), whether operands carry their shapes and
-the debug sections before the first computation; this reader accepts all of them and refuses
-anything else with the line number, so a truncated or foreign file never yields a silent summary.
+the debug sections before the first computation; hand-written text (XLA's own tests) also spreads an
+instruction over several lines, writes `//` comments inside a body, spaces inside dimensions
+(`u32[1, 2]`) and before a layout. This reader accepts all of them and refuses anything else with
+the line number, so a truncated or foreign file never yields a silent summary. It reads one module:
+a second `HloModule` header or two computations of one name are refused, never half-read
+(`hlo_text` splits a file of several modules first).
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ _ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
 _COMMENT = re.compile(r"/\*.*?\*/")
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*")
 _OPCODE = re.compile(r"\s*([a-z][\w\-]*)\(")
+# A non-tuple shape: `f32[2,3]`, `u32[1, 2]`, `f32[2] {1,0}`, `f32[8]{0:T(8)S(1)}`, `token[]`.
+_SHAPE = re.compile(r"[a-z][a-z0-9]*\[[^\]]*\](?:\s*\{[^{}]*\})?")
 _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*(->\s*.*)?\{\s*$")
 _CALLING_ATTRIBUTES = frozenset(
     {
@@ -156,6 +162,13 @@ class HloModule:
         match = re.search(r"replica_count=(\d+)", self.attributes)
         return int(match.group(1)) if match else 1
 
+    @property
+    def device_count(self) -> int | None:
+        """Partitions x replicas when the header records either; None when it records neither."""
+        if not re.search(r"\b(num_partitions|replica_count)=\d+", self.attributes):
+            return None
+        return self.num_partitions * self.replica_count
+
 
 def parse_shape(text: str) -> tuple[tuple[Array, ...], bool]:
     """The arrays of a shape string (`f32[2,3]{1,0}` or a tuple of them) and whether it is a tuple."""
@@ -168,7 +181,9 @@ def parse_shape(text: str) -> tuple[tuple[Array, ...], bool]:
 
 
 def _dimension(text: str) -> int:
-    return int(text.strip().removeprefix("<="))
+    """A dimension's size; a bounded dynamic one (`<=N`) counts as N, an unbounded one (`?`) as 0."""
+    size = text.strip().removeprefix("<=")
+    return int(size) if size.isdigit() else 0
 
 
 def split_attributes(text: str) -> Iterator[tuple[str, str]]:
@@ -238,12 +253,11 @@ def parse_instruction(text: str, line: int) -> Instruction | None:
     rest = text[head.end() :]
     if rest.startswith("("):
         end = _balanced(rest, 0)
-        if end < 0:
-            return None
     else:
-        end = len(rest.split(" ", 1)[0]) if " " in rest else -1
-        if end < 0:
-            return None
+        shape = _SHAPE.match(rest)
+        end = shape.end() if shape else -1
+    if end < 0:
+        return None
     shape_text, rest = rest[:end], rest[end:]
     opcode = _OPCODE.match(rest)
     if opcode is None:
@@ -278,32 +292,65 @@ def _operand_names(text: str) -> Iterator[str]:
         yield word.lstrip("%")
 
 
-def parse_hlo(text: str, source: str = "<hlo>") -> HloModule:
-    """Parse a whole HLO module; HloParseError names `source` and the line for anything unexpected."""
+def parse_hlo(text: str, source: str = "<hlo>", first_line: int = 1) -> HloModule:
+    """Parse one HLO module; HloParseError names `source` and the line for anything unexpected.
+
+    `first_line` is the file line of `text`'s first line, so a module cut from a longer file is
+    reported with the file's line numbers.
+    """
     module_name, module_attributes = "", ""
     computations: dict[str, Computation] = {}
     current: Computation | None = None
+    statement: list[str] = []  # the lines of the instruction being read
+    statement_line = 0
     in_section = False
-    for number, raw in enumerate(text.splitlines(), start=1):
+
+    def finish_statement() -> None:
+        if not statement:
+            return
+        joined = " ".join(statement)
+        instruction = parse_instruction(joined, statement_line)
+        if instruction is None:
+            raise HloParseError(
+                f"{source}:{statement_line}: not an HLO instruction ({_excerpt(joined.strip())}); "
+                "pass the text of a compiled module (compiled.as_text() or an XLA dump)"
+            )
+        current.instructions.append(instruction)
+        statement.clear()
+
+    for number, raw in enumerate(text.splitlines(), start=first_line):
         line = raw.rstrip()
         stripped = line.strip()
         if current is not None:
-            if stripped == "}" or stripped.startswith("},"):  # `}, execution_thread="..."`
+            code = strip_line_comment(line).rstrip()
+            if not code.strip():
+                continue
+            if code.strip() == "}" or code.strip().startswith("},"):  # `}, execution_thread=..`
+                finish_statement()
+                if current.name in computations:
+                    raise HloParseError(
+                        f"{source}:{current.line}: a second computation named {current.name} "
+                        f"(the first is at line {computations[current.name].line}); names must be "
+                        "unique within a module"
+                    )
                 computations[current.name] = current
                 current = None
-            elif stripped:
-                instruction = parse_instruction(line, number)
-                if instruction is None:
-                    raise HloParseError(
-                        f"{source}:{number}: not an HLO instruction ({_excerpt(stripped)}); "
-                        "pass the text of a compiled module (compiled.as_text() or an XLA dump)"
-                    )
-                current.instructions.append(instruction)
+            elif statement and _continues(" ".join(statement), code):
+                statement.append(code.strip())
+            else:
+                finish_statement()
+                statement.append(code)
+                statement_line = number
             continue
         if not stripped or stripped.startswith("//"):
             in_section = False if not stripped else in_section
             continue
         if stripped.startswith("HloModule "):
+            if module_name:
+                raise HloParseError(
+                    f"{source}:{number}: a second HloModule ({_excerpt(stripped)}); this reader "
+                    "takes one module at a time"
+                )
             module_name, _, module_attributes = stripped[len("HloModule ") :].partition(",")
             module_name = module_name.strip()
             continue
@@ -312,7 +359,7 @@ def parse_hlo(text: str, source: str = "<hlo>") -> HloModule:
             continue
         if in_section and re.match(r"^\d+\s", stripped):
             continue
-        header = _HEADER.match(stripped)
+        header = _HEADER.match(strip_line_comment(stripped).strip())
         if header is None:
             raise HloParseError(
                 f"{source}:{number}: expected a computation header such as "
@@ -325,8 +372,52 @@ def parse_hlo(text: str, source: str = "<hlo>") -> HloModule:
             "(truncated file?)"
         )
     if not computations:
-        raise HloParseError(f"{source}:1: no HLO computation found; is this an HLO text file?")
+        raise HloParseError(
+            f"{source}:{first_line}: no HLO computation found; is this an HLO text file?"
+        )
     return HloModule(module_name, module_attributes, computations)
+
+
+def strip_line_comment(line: str) -> str:
+    """`line` without a `//` comment; `//` inside a quoted string (a file path) is kept."""
+    quote = ""
+    for index, char in enumerate(line):
+        if quote:
+            if char == quote and line[index - 1] != "\\":
+                quote = ""
+        elif char == '"':
+            quote = char
+        elif line.startswith("//", index):
+            return line[:index]
+    return line
+
+
+def _continues(statement: str, line: str) -> bool:
+    """Whether `line` carries on the instruction in `statement` rather than starting a new one.
+
+    It does while brackets are open, after a trailing `,` or `=`, before a leading `,`, and while
+    the statement is not yet a whole instruction (`ROOT %x = f32[4]` then `all-reduce(...)`).
+    """
+    if _open_brackets(statement) > 0:
+        return True
+    if statement.rstrip().endswith((",", "=")) or line.lstrip().startswith(","):
+        return True
+    return parse_instruction(statement, 0) is None and _INSTRUCTION.match(line) is None
+
+
+def _open_brackets(text: str) -> int:
+    depth, quote = 0, ""
+    for index, char in enumerate(text):
+        if quote:
+            if char == quote and text[index - 1] != "\\":
+                quote = ""
+        elif char == '"':
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+    return depth
 
 
 def _excerpt(text: str, limit: int = 80) -> str:

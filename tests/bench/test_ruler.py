@@ -59,6 +59,11 @@ def test_first_call_extra_is_over_the_median_regular_call():
     assert ruler.first_call_extra([1.5]) is None
 
 
+def test_first_call_extra_uses_the_median_not_the_mean_of_skewed_regular_calls():
+    # One slow regular call (a host hiccup) pulls the mean to 0.7 s; the median stays at 0.4 s.
+    assert ruler.first_call_extra([1.5, 0.4, 0.4, 1.3]) == pytest.approx(1.1)
+
+
 def test_boundary_idle_is_from_previous_ready_to_first_dispatch():
     assert ruler.boundary_idle(None, 5.0) is None
     assert ruler.boundary_idle(4.0, 5.5) == 1.5

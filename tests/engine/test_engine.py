@@ -166,6 +166,12 @@ def test_forced_overflow_is_detected_replayed_once_and_gives_the_dropless_gradie
 def test_micro_batches_accumulate_to_the_gradient_of_one_batch_of_all_rows(compiled):
     engine = fresh_engine(compiled)
     first, second = payload(seed=3), payload(seed=4)
+    # Unequal completion counts: averaging per-micro-batch means would differ from the step's
+    # token mean only then.
+    fewer = second.completion_mask.copy()
+    fewer[:, : CONFIG.seq_len // 2] = 0
+    second = dataclasses.replace(second, completion_mask=fewer, digests={})
+    assert 0 < np.count_nonzero(fewer) < np.count_nonzero(first.completion_mask)
     joined = {k: np.concatenate([a, second.arrays()[k]]) for k, a in first.arrays().items()}
     joined = dataclasses.replace(first, **joined, name="joined", digests={})
     want_loss, want_grads = reference_value_and_grad(reference_params(engine), joined.arrays())

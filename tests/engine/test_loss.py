@@ -45,3 +45,48 @@ def test_surrogate_clips_the_ratio_and_adds_k3_kl():
     kl = np.exp(delta) - delta - 1
     expected = np.array([-1.3, 0.8, -1.0]) + 0.5 * kl  # min(r A, clip(r) A), negated
     np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def _small_batch():
+    ids = jnp.array([[3, 7, 1, 4, 9, 2, 5, 0]])
+    segments = jnp.array([[1, 1, 1, 1, 2, 2, 2, 0]])
+    return {
+        "input_ids": ids,
+        "segment_ids": segments,
+        "completion_mask": jnp.array([[0, 1, 1, 0, 1, 1, 0, 0]], jnp.int32),
+        "advantages": jnp.array([[0.5, 0.5, 0.5, 0.5, -1.0, -1.0, -1.0, 0.0]]),
+        "old_logps": jnp.full((1, 8), -2.0),
+        "ref_logps": jnp.full((1, 8), -2.5),
+    }
+
+
+def _loss_and_grads(batch, beta):
+    config = LossConfig(beta=beta, compute_logps_chunk_size=4)
+    hidden = jax.random.normal(jax.random.key(0), (1, 8, 6))
+    head = jax.random.normal(jax.random.key(1), (6, 10))
+
+    def total(h, w):
+        loss_sum, stats = loss.micro_batch_loss(h, w, batch, config, shards=1)
+        return loss_sum / stats["loss_denominator"], stats
+
+    (value, stats), grads = jax.value_and_grad(total, argnums=(0, 1), has_aux=True)(hidden, head)
+    return value, grads, stats
+
+
+def test_masked_minus_inf_and_nan_give_the_loss_and_gradients_of_zeros_there():
+    masked = jnp.array([[True, False, False, True, False, False, True, True]])
+    for beta in (0.0, 0.1):
+        clean = {
+            name: jnp.where(masked, 0, array) if name.endswith(("logps", "advantages")) else array
+            for name, array in _small_batch().items()
+        }
+        clean_value, clean_grads, _ = _loss_and_grads(clean, beta)
+        hostile = dict(clean)
+        for field, bad in (("old_logps", -jnp.inf), ("ref_logps", -1e30), ("advantages", jnp.nan)):
+            hostile[field] = jnp.where(masked, bad, clean[field])
+        value, grads, stats = _loss_and_grads(hostile, beta)
+        assert np.isfinite(value) and np.isfinite(stats["mult_prob_error_max"])
+        np.testing.assert_allclose(value, clean_value, rtol=1e-6)
+        for got, want in zip(grads, clean_grads, strict=True):
+            assert np.isfinite(got).all()
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

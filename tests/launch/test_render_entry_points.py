@@ -78,3 +78,16 @@ def test_output_file_is_written_whole(tmp_path):
     assert result.returncode == 0, result.stderr
     assert output.read_text().startswith("apiVersion: jobset.x-k8s.io/v1alpha2")
     assert [p.name for p in tmp_path.iterdir()] == ["bench.yaml"]
+
+
+def test_stdin_is_read_as_bytes_and_non_utf8_is_one_line(tmp_path):
+    command = [sys.executable, "render_bench.py", "--launch-render", "-", "--steps", "4"]
+    good = subprocess.run(
+        command, cwd=REPO, input=FIXTURE.read_bytes(), capture_output=True, timeout=120
+    )
+    assert good.returncode == 0 and b"kind: JobSet" in good.stdout
+    bad = subprocess.run(
+        command, cwd=REPO, input=b"kind: \xff\xfe\n", capture_output=True, timeout=120
+    )
+    assert bad.returncode == 2 and bad.stdout == b""
+    assert b"not UTF-8" in bad.stderr and bad.stderr.count(b"\n") == 1

@@ -3,7 +3,8 @@
 import subprocess
 
 import yaml
-from hypothesis import HealthCheck, example, given, settings
+from fuzz_support import FUZZ
+from hypothesis import example, given
 from hypothesis import strategies as st
 from render_helpers import FIXTURE
 
@@ -43,19 +44,19 @@ def _render_or_error(text: str, knobs: dict) -> None:
     assert jobset_problems(yaml.safe_load(rendered)) == []
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@FUZZ
 @given(_KNOB_VALUES)
 def test_any_knob_values_give_a_valid_bench_or_one_clear_error(knobs):
     _render_or_error(FIXTURE_TEXT, knobs)
 
 
-@settings(max_examples=40, deadline=None)
+@FUZZ
 @given(st.integers(0, len(FIXTURE_TEXT)), st.integers(0, 200), _TEXT)
 def test_damaged_input_gives_a_valid_bench_or_one_clear_error(start, length, insert):
     _render_or_error(FIXTURE_TEXT[:start] + insert + FIXTURE_TEXT[start + length :], {})
 
 
-@settings(max_examples=40, deadline=None)
+@FUZZ
 @given(_TEXT)
 @example('it\'s $(touch x) `id` "q" \\ ${HOME}')
 def test_shell_quote_reads_back_literally_in_bash(value):

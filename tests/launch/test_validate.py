@@ -1,4 +1,5 @@
-"""validate: the CRD schema (strict), null pruning, the webhook's name budgets, slice consistency."""
+"""validate: null pruning, the webhook's defaults, the CRD schema (strict), list keys, the webhook's
+name budgets, slice consistency; every file reported, never a traceback."""
 
 import copy
 
@@ -8,7 +9,9 @@ from render_helpers import FIXTURE, render_fixture
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.launch.dry_run import find_trainer, read_documents
-from rl_trainer_bench.launch.validate import jobset_problems
+from rl_trainer_bench.launch.knobs import RenderKnobs
+from rl_trainer_bench.launch.render import render
+from rl_trainer_bench.launch.validate import admitted_tree, jobset_problems
 
 
 def _trainer() -> dict:
@@ -43,7 +46,7 @@ def test_wrong_api_version_is_refused():
 
 @pytest.mark.parametrize(
     ("name", "budget"),
-    [("a" * 27, "coordinator label"), ("B", "DNS-1035")],
+    [("a" * 27, "coordinator label"), ("1b", "DNS-1035")],
 )
 def test_name_budgets_are_checked(name, budget):
     jobset = copy.deepcopy(_trainer())
@@ -85,3 +88,141 @@ def test_validate_command_exit_codes(tmp_path, capsys):
     error = capsys.readouterr().err
     assert "bogus" in error and error.count("\n") == 1
     assert cli.main(["validate", str(tmp_path / "missing.yaml")]) == 2
+
+
+UNNAMED_RULES = FIXTURE.parent / "jobset_unnamed_failure_rules.yaml"
+
+
+def _manifest() -> dict:
+    return yaml.safe_load(UNNAMED_RULES.read_text())
+
+
+def test_unnamed_failure_policy_rules_are_named_as_the_webhook_names_them():
+    assert jobset_problems(_manifest()) == []
+    tree = admitted_tree(_manifest())
+    names = [rule["name"] for rule in tree["spec"]["failurePolicy"]["rules"]]
+    assert names == ["failurePolicyRule0", "failurePolicyRule1"]
+
+
+def test_webhook_defaults_fill_only_what_is_absent():
+    manifest = _manifest()
+    manifest["spec"]["failurePolicy"]["rules"][1]["name"] = "mine"
+    manifest["spec"]["network"] = {"enableDNSHostnames": False}
+    tree = admitted_tree(manifest)
+    assert [r["name"] for r in tree["spec"]["failurePolicy"]["rules"]] == [
+        "failurePolicyRule0",
+        "mine",
+    ]
+    assert tree["spec"]["network"] == {
+        "enableDNSHostnames": False,
+        "publishNotReadyAddresses": True,
+    }
+    assert tree["spec"]["successPolicy"] == {"operator": "All"}
+    assert tree["spec"]["startupPolicy"] == {"startupPolicyOrder": "AnyOrder"}
+    driver, workers = (job["template"]["spec"] for job in tree["spec"]["replicatedJobs"])
+    assert driver["completionMode"] == workers["completionMode"] == "Indexed"
+    assert driver["template"]["spec"]["restartPolicy"] == "Never"
+    assert workers["template"]["spec"]["restartPolicy"] == "OnFailure"
+
+
+def test_a_rule_of_the_wrong_type_is_still_refused():
+    manifest = _manifest()
+    manifest["spec"]["failurePolicy"]["rules"][0] = "restart"
+    assert any("rules[0]" in p for p in jobset_problems(manifest))
+
+
+def test_unnamed_rules_in_a_trainer_still_render():
+    anchor = "    replicatedJob: proc\n  failurePolicy:\n"
+    assert FIXTURE.read_text().count(anchor) == 1
+    trainer_text = FIXTURE.read_text().replace(
+        anchor, anchor + "    rules:\n    - action: FailJobSet\n"
+    )
+    bench = yaml.safe_load(render(trainer_text, "f", RenderKnobs.from_strings({})))
+    assert "name" not in bench["spec"]["failurePolicy"]["rules"][0]
+    assert jobset_problems(bench) == []
+
+
+def _set(tree: dict, path: str, value: object) -> dict:
+    node = tree
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    node[last] = value
+    return tree
+
+
+_POD = "spec.replicatedJobs.0.template.spec.template.spec"
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("spec", "oops"),
+        ("metadata", "oops"),
+        ("spec.replicatedJobs", "workers"),
+        ("spec.replicatedJobs", ["workers"]),
+        ("spec.replicatedJobs.0.template", "oops"),
+        (f"{_POD}.containers", "oops"),
+        (f"{_POD}.nodeSelector", "oops"),
+        ("spec.coordinator", "oops"),
+        ("spec.failurePolicy", ["oops"]),
+        ("spec.network", 3),
+    ],
+)
+def test_a_wrong_typed_part_is_reported_by_the_schema_not_walked(tmp_path, capsys, path, value):
+    for jobset in (_trainer(), render_fixture()):
+        problems = jobset_problems(_set(copy.deepcopy(jobset), path, value))
+        assert problems and all(p.startswith(("$", "apiVersion")) for p in problems)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_set(render_fixture(), path, value)))
+    assert cli.main(["validate", str(bad)]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_duplicate_keys_of_keyed_lists_are_refused():
+    jobset = _manifest()
+    jobs = jobset["spec"]["replicatedJobs"]
+    jobs[1]["name"] = "driver"
+    problems = jobset_problems(jobset)
+    assert any("replicatedJobs[1]: duplicate entry name='driver'" in p for p in problems)
+    jobset = _manifest()
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["containers"].append(dict(pod["containers"][0]))
+    assert any("containers[1]: duplicate entry name='driver'" in p for p in jobset_problems(jobset))
+
+
+def test_every_file_is_reported_and_non_utf8_is_one_line(tmp_path, capsys):
+    good = tmp_path / "good.yaml"
+    good.write_text(UNNAMED_RULES.read_text())
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"apiVersion: \xff\xfe\n")
+    missing = tmp_path / "missing.yaml"
+    assert cli.main(["validate", str(binary), str(good), str(missing), str(good)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.count("retry-on-eviction: valid") == 2
+    errors = captured.err.splitlines()
+    assert len(errors) == 2 and "not UTF-8" in errors[0] and "cannot read" in errors[1]
+
+
+_BOMB = "\n".join(
+    f"{name}: &{name} [{', '.join([f'*{previous}'] * 9)}]"
+    for previous, name in zip("abcdefg", "bcdefgh", strict=False)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("&a [*a]\n", "alias to one of its own ancestors"),
+        ("kind: JobSet\nmetadata: &m {name: x, labels: *m}\n", "alias to one of its own"),
+        ("kind: JobSet\nspec: " + "[" * 3000 + "]" * 3000 + "\n", "nested too deeply"),
+        ("kind: JobSet\nspec: " + "[" * 80 + "]" * 80 + "\n", "nests deeper than 64"),
+        ("a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + _BOMB + "\nkind: JobSet\n", "over 1000000"),
+    ],
+)
+def test_yaml_that_no_walker_survives_is_one_line(tmp_path, capsys, text, message):
+    path = tmp_path / "hostile.yaml"
+    path.write_text(text)
+    assert cli.main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

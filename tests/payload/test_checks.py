@@ -1,14 +1,23 @@
 """Well-formedness checks: each rule passes a built micro-batch and fails one broken its way."""
 
 import dataclasses
+import struct
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import preset
-from rl_trainer_bench.payload.build import PackingLayout, build_micro_batch, save_npz
-from rl_trainer_bench.payload.checks import MAX_REPORTS_PER_RULE, check_payload
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.payload.build import PackingLayout, build_micro_batch, load_npz, save_npz
+from rl_trainer_bench.payload.checks import (
+    MAX_REPORTS_PER_RULE,
+    check_payload,
+    loss_positions,
+    payload_warnings,
+)
 from rl_trainer_bench.payload.routing_profile import load_profile
 
 TINY = preset("cpu-tiny").engine
@@ -83,9 +92,40 @@ def test_advantage_that_varies_inside_a_sequence_fails(payload):
     only_rule(check_payload(payload, TINY), "advantages constant per segment")
 
 
-def test_non_finite_log_probs_fail(payload):
-    payload.old_logps[0, 3] = np.nan
-    only_rule(check_payload(payload, TINY), "old_logps finite")
+def test_non_finite_values_fail_where_the_loss_reads_them_and_warn_where_masked(payload):
+    counted, ignored = loss_positions(payload), ~loss_positions(payload)
+    b, t = np.argwhere(counted)[3]
+    for name, value in (("old_logps", np.nan), ("old_logps", -np.inf), ("advantages", np.inf)):
+        broken = dataclasses.replace(payload, **{name: getattr(payload, name).copy()})
+        getattr(broken, name)[b, t] = value
+        problems = check_payload(broken, TINY)
+        assert (
+            f"row {b} position {t}: {name} is {value} [{name} finite where the loss reads it]"
+            in (problems)
+        )
+    prompt = ignored & (payload.segment_ids > 0)
+    payload.old_logps[prompt] = -np.inf
+    assert check_payload(payload, TINY) == []
+    warnings = payload_warnings(payload, TINY)
+    assert warnings and all("non-finite where masked" in w for w in warnings)
+
+
+def test_input_id_past_the_vocabulary_fails(payload):
+    payload.input_ids[1, 5] = TINY.model.vocab_size
+    problems = only_rule(check_payload(payload, TINY), "input ids in [0, ")
+    assert problems == [
+        f"row 1 position 5: input id {TINY.model.vocab_size} (vocab_size "
+        f"{TINY.model.vocab_size}) [input ids in [0, {TINY.model.vocab_size})]"
+    ]
+
+
+def test_expert_id_below_minus_one_fails_on_real_and_padding_tokens(payload):
+    payload.routed_experts[0, 4, 0, 0] = -3
+    only_rule(check_payload(payload, TINY), "or -1")
+    payload.routed_experts[0, 4, 0, 0] = payload.routed_experts[0, 4, 0, 1] ^ 1
+    b, t = padding_token(payload)
+    payload.routed_experts[b, t, 0, 0] = -3
+    only_rule(check_payload(payload, TINY), "routed_experts -1 on padding")
 
 
 def test_repeated_expert_fails_and_shows_the_layer(payload):
@@ -134,12 +174,13 @@ def test_stale_digest_fails(payload):
 
 
 def test_many_broken_positions_are_counted_not_listed(payload):
-    real = payload.segment_ids > 0
-    payload.old_logps[real] = np.inf
+    counted = loss_positions(payload)
+    payload.old_logps[counted] = np.inf
     problems = check_payload(payload, TINY)
     assert len(problems) == MAX_REPORTS_PER_RULE + 1
-    assert (
-        problems[-1] == f"... and {int(real.sum()) - 5} more positions breaking [old_logps finite]"
+    assert problems[-1] == (
+        f"... and {int(counted.sum()) - 5} more positions breaking "
+        "[old_logps finite where the loss reads it]"
     )
 
 
@@ -153,3 +194,85 @@ def test_check_command_fails_a_broken_file_and_passes_a_good_one(payload, tmp_pa
     assert cli.main(["check", "--payload", path, "--skip-numerics"]) == 1
     out = capsys.readouterr().out
     assert "row 0 position 1: position 7, expected 1" in out and "FAILED (1 problems)" in out
+
+
+def _built():
+    return build_micro_batch(TINY, load_profile(None), seed=5, index=0, layout=LAYOUT)
+
+
+def _flip_last_byte_of(path, member):
+    """Flip the last data byte of one archive member (inside its array data, past the header)."""
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(member)
+    data = bytearray(Path(path).read_bytes())
+    start = info.header_offset
+    name_length, extra_length = struct.unpack("<HH", data[start + 26 : start + 30])
+    end = start + 30 + name_length + extra_length + info.compress_size
+    data[end - 1] ^= 0x01
+    Path(path).write_bytes(bytes(data))
+
+
+def test_one_altered_byte_of_a_saved_payload_fails_the_check(tmp_path, capsys):
+    path = str(tmp_path / "mb.npz")
+    save_npz(_built(), path)
+    _flip_last_byte_of(path, "old_logps.npy")
+    assert cli.main(["check", "--payload", path, "--skip-numerics"]) == 2
+    assert "mb.npz" in capsys.readouterr().err
+
+
+def test_arrays_changed_after_their_digests_were_written_fail_the_check(tmp_path, capsys):
+    built = _built()
+    path = str(tmp_path / "mb.npz")
+    input_ids = built.input_ids.copy()
+    input_ids[0, 0] ^= 1
+    save_npz(dataclasses.replace(built, input_ids=input_ids), path)  # the old digests, kept
+    assert cli.main(["check", "--payload", path, "--skip-numerics"]) == 1
+    out = capsys.readouterr().out
+    assert "input_ids: content does not match its stored digest" in out and "FAILED (1 " in out
+    with pytest.raises(UserError, match="input_ids: content does not match"):
+        load_npz(path)
+
+
+def _save_raw(path, **arrays):
+    with open(path, "wb") as out:
+        np.savez(out, **arrays)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("truncated", "not a readable .npz"),
+        ("empty", "not a readable .npz"),
+        ("npy", "a single .npy array"),
+        ("no_mask", "no array completion_mask"),
+        ("digests_not_pairs", "malformed digests"),
+        ("digests_numbers", "malformed digests"),
+        ("digests_unknown_array", "malformed digests"),
+    ],
+)
+def test_damaged_payload_files_are_one_line_errors(tmp_path, capsys, damage, message):
+    built = _built()
+    path = str(tmp_path / "mb.npz")
+    save_npz(built, path)
+    arrays = built.arrays()
+    good_digests = [f"{k}={v}" for k, v in sorted(built.digests.items())]
+    if damage == "truncated":
+        data = Path(path).read_bytes()
+        Path(path).write_bytes(data[: len(data) // 2])
+    elif damage == "empty":
+        Path(path).write_bytes(b"")
+    elif damage == "npy":
+        with open(path, "wb") as out:
+            np.save(out, built.input_ids)
+    elif damage == "no_mask":
+        del arrays["completion_mask"]
+        _save_raw(path, **arrays, digests=np.array(good_digests))
+    elif damage == "digests_not_pairs":
+        _save_raw(path, **arrays, digests=np.array(["input_ids"]))
+    elif damage == "digests_numbers":
+        _save_raw(path, **arrays, digests=np.arange(3))
+    else:
+        _save_raw(path, **arrays, digests=np.array([*good_digests, "labels=00ff"]))
+    assert cli.main(["check", "--payload", path, "--skip-numerics"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

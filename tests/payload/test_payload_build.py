@@ -102,7 +102,7 @@ def test_tampered_npz_is_refused_naming_the_array(tmp_path):
         contents = {k: data[k] for k in data.files}
     contents["positions"][0, 0] += 1
     np.savez(path, **contents)
-    with pytest.raises(UserError, match="positions does not match its stored digest"):
+    with pytest.raises(UserError, match="positions: content does not match its stored digest"):
         load_npz(path)
 
 

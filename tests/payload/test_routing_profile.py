@@ -213,4 +213,44 @@ def test_profile_routing_command_writes_a_loadable_profile(tmp_path, capsys):
     assert (profile.num_experts, profile.top_k, profile.num_layers) == (8, 2, 2)
     assert "dump.npy" in profile.description
     assert cli.main(["profile-routing", str(tmp_path / "dump.npy"), "--num-experts", "4"]) == 2
-    assert "raise --num-experts" in capsys.readouterr().err
+    assert "the dump routes to expert 7; pass a count above 7" in capsys.readouterr().err
+
+
+def _tiny_dump():
+    return payloads.build_micro_batch(TINY, load_profile(None), seed=0, index=0).routed_experts
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d: np.where(d == 3, -3, d).astype(d.dtype), "expert id -3 in the dump"),
+        (lambda d: d[:0], "an axis is empty"),
+        (lambda d: d[:, :, :, :0], "an axis is empty"),
+        (lambda d: np.where(d == 3, 40000, d.astype(np.int32)), "expert id 40000"),
+        (lambda d: d.astype(np.float32), "expected integer expert ids"),
+        (lambda d: d[0], "expected 4 axes"),
+    ],
+)
+def test_hostile_routing_dumps_are_one_line_errors(tmp_path, capsys, make, message):
+    path = tmp_path / "dump.npy"
+    np.save(path, make(_tiny_dump()))
+    assert cli.main(["profile-routing", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("kind", ["npz", "empty", "truncated", "text"])
+def test_unreadable_routing_dumps_are_one_line_errors(tmp_path, capsys, kind):
+    path = tmp_path / "dump.npy"
+    if kind == "npz":
+        with open(path, "wb") as out:
+            np.savez(out, routed=_tiny_dump())
+    elif kind == "truncated":
+        np.save(path, _tiny_dump())
+        path.write_bytes(path.read_bytes()[:200])
+    else:
+        path.write_bytes(b"" if kind == "empty" else b"routed experts, layer 0: 1 2 3\n")
+    assert cli.main(["profile-routing", str(path), "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert "routing dump" in err and err.count("\n") == 1
+    assert not (tmp_path / "p.json").exists()

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rl_trainer_bench import cli
+from rl_trainer_bench.preflight import hlo_text
 from rl_trainer_bench.preflight.hlo_overlap import (
+    analyze_file,
     analyze_text,
+    format_report,
     mesh_partition,
     parse_mesh,
     replica_groups,
@@ -223,3 +229,155 @@ def test_real_program_on_eight_cpu_devices():
     assert ("expert",) in axes and ("fsdp", "context") in axes
     assert all(not c.is_async for c in report.collectives)
     assert report.total.bytes == sum(c.bytes * c.executions for c in report.collectives) > 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Hostile and hand-written input
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def without_xla_parser(monkeypatch):
+    monkeypatch.setattr(hlo_text, "_xla_parser", lambda: None)
+
+
+def _file_reports(name_or_text, mesh=None, source="f.hlo"):
+    path = TESTDATA / name_or_text if name_or_text.endswith(".hlo") else None
+    data = path.read_bytes() if path else name_or_text.encode()
+    return analyze_file(data, str(path or source), mesh, "p")
+
+
+def _assert_handwritten_answer(report, mesh_axes=None, group=0):
+    gather, reduce = sorted(report.collectives, key=lambda c: c.kind)
+    assert (reduce.kind, reduce.form, reduce.overlapped) == ("all-reduce", "async pair", True)
+    assert reduce.bytes == 64 * 128 * 4 and reduce.between_flops == 2 * 64 * 256 * 128
+    assert (gather.kind, gather.form, gather.bytes) == ("all-gather", "sync", 64 * 512 * 4)
+    for collective in (gather, reduce):
+        assert collective.all_devices and collective.group_size == group
+        assert collective.mesh_axes == mesh_axes
+
+
+def test_hand_written_forms_are_read_line_by_line(without_xla_parser):
+    (report,) = _file_reports("hlo_handwritten_forms.hlo")
+    assert not report.canonical_lines and not report.partitions_recorded
+    _assert_handwritten_answer(report)
+    lines = (TESTDATA / "hlo_handwritten_forms.hlo").read_text().splitlines()
+    reduce = next(c for c in report.collectives if c.kind == "all-reduce")
+    assert lines[reduce.line - 1].strip() == "ar-start = f32[64,128]"  # where it starts
+    assert "  all " in format_report(report)
+
+
+def test_empty_replica_groups_span_the_mesh_when_one_is_given(without_xla_parser):
+    (report,) = _file_reports("hlo_handwritten_forms.hlo", {"fsdp": 2, "expert": 4})
+    _assert_handwritten_answer(report, ("fsdp", "expert"), 8)
+
+
+HEADER_OVER_LINES = (
+    (TESTDATA / "hlo_handwritten_forms.hlo")
+    .read_text()
+    .replace(
+        "ENTRY main {",
+        "ENTRY main (p0: f32[64,128],\n    p1: f32[128,256], ids: u32[1,2])\n"
+        "    -> (f32[64,128], f32[64,512], u32[1,2]) {",
+    )
+)
+
+
+def test_text_this_reader_refuses_goes_through_xlas_parser():
+    if hlo_text._xla_parser() is None:
+        pytest.skip("this jaxlib has no HLO text parser")
+    (report,) = _file_reports(HEADER_OVER_LINES)
+    assert report.canonical_lines
+    _assert_handwritten_answer(report)
+    assert "XLA's canonical printing" in format_report(report)
+
+
+def test_without_xlas_parser_the_readers_error_stands(without_xla_parser):
+    with pytest.raises(HloParseError, match=r"f\.hlo:12: expected a computation header"):
+        _file_reports(HEADER_OVER_LINES)
+
+
+def test_each_module_of_a_file_gets_its_own_report(tmp_path, capsys):
+    first, second = _file_reports("hlo_two_modules.hlo")
+    assert (first.program, second.program) == ("p:first_program", "p:second_program")
+    assert [c.kind for c in first.collectives] == ["all-gather"]
+    assert [(c.kind, c.line) for c in second.collectives] == [("reduce-scatter", 25)]
+    fixture = TESTDATA / "hlo_two_modules.hlo"
+    assert cli.main(["hlo-overlap", str(fixture), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 2
+    broken = tmp_path / "broken.hlo"
+    broken.write_text(fixture.read_text().replace("reduce-scatter(%p)", "reduce-scatter(%p"))
+    assert cli.main(["hlo-overlap", str(broken)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "broken.hlo:25:" in captured.err
+
+
+def test_a_second_module_or_computation_of_one_name_is_refused():
+    text = (TESTDATA / "hlo_two_modules.hlo").read_text()
+    with pytest.raises(HloParseError, match=r"t\.hlo:15: a second HloModule"):
+        parse_hlo(text, "t.hlo")
+    one_module = text[text.index("HloModule second") :]
+    doubled = one_module.replace(
+        "ENTRY %main",
+        "%helper (x: f32[]) -> f32[] {\n  ROOT %x = f32[] parameter(0)\n}\n\nENTRY %main",
+    )
+    with pytest.raises(HloParseError, match="a second computation named helper"):
+        parse_hlo(doubled, "t.hlo")
+
+
+def test_a_gpu_pair_marked_is_sync_is_made_synchronous_and_exposed():
+    (report,) = _file_reports("hlo_gpu_sync_pair.hlo")
+    made, kept = report.collectives
+    assert made.made_sync and not made.is_async and not made.overlapped
+    assert not kept.made_sync and kept.overlapped
+    assert report.total.exposed_bytes == report.total.overlapped_bytes == 256 * 4
+    assert "async pair (made)" in format_report(report)
+
+
+def test_a_mesh_of_another_device_count_is_refused(capsys):
+    fixture = str(TESTDATA / "collectives_sync.hlo")
+    assert cli.main(["hlo-overlap", fixture, "--mesh", "fsdp=2,context=2"]) == 2
+    assert "has 4 devices, but module sync_collectives was compiled for 8" in (
+        capsys.readouterr().err
+    )
+
+
+def test_gzipped_binary_and_piped_input(tmp_path, capsys):
+    fixture = TESTDATA / "collectives_async_pair.hlo"
+    packed = tmp_path / "dump.hlo.gz"
+    packed.write_bytes(gzip.compress(fixture.read_bytes()))
+    assert cli.main(["hlo-overlap", str(packed), "--json"]) == 0
+    assert cli.main(["hlo-overlap", str(fixture), "--json"]) == 0
+    from_gzip, from_text = (json.loads(t + "]") for t in capsys.readouterr().out.split("\n]\n")[:2])
+    assert from_gzip[0].pop("program") == "dump"
+    assert from_text[0].pop("program") == "collectives_async_pair"
+    assert from_gzip == from_text
+    proto = tmp_path / "module.pb"
+    proto.write_bytes(b"\x08\x96\x01\x12\x07\xff\xfe main")
+    truncated = tmp_path / "cut.hlo.gz"
+    truncated.write_bytes(packed.read_bytes()[:40])
+    for bad in (proto, truncated):
+        assert cli.main(["hlo-overlap", str(bad)]) == 2
+        assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_output_cut_short_by_the_reader_is_no_error(tmp_path):
+    """`hlo-overlap FILE | head -1`: the reader leaves early; no traceback, exit 0."""
+    body = "\n".join(
+        f"  %ar.{i} = f32[8]{{0}} all-reduce(%p), replica_groups={{}}, to_apply=%add"
+        for i in range(3000)
+    )
+    text = (
+        "HloModule many, num_partitions=2\n\n%add (a: f32[], b: f32[]) -> f32[] {\n"
+        "  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n  ROOT %c = f32[] add(%a, %b)\n}\n\n"
+        f"ENTRY %main (p: f32[8]) -> f32[8] {{\n  %p = f32[8]{{0}} parameter(0)\n{body}\n"
+        "  ROOT %out = f32[8]{0} copy(%p)\n}\n"
+    )
+    path = tmp_path / "many.hlo"
+    path.write_text(text)
+    command = f"{sys.executable} -m rl_trainer_bench.cli hlo-overlap {path} | head -1"
+    result = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.startswith("program many:") and result.stderr == ""
+    assert result.returncode == 0

@@ -4,17 +4,18 @@ Words are drawn from each command's own flags and choices and from a pool of val
 wrong (Unicode digits, reversed ranges, paths that are folders, binary or gzipped files, missing
 folders). Device work is out of scope here: the first call that would start it raises
 `ReachedDeviceWork`, so each example tests what the command decides before any compile. The
-example count is small in CI; `RTB_FUZZ_EXAMPLES=1000` runs each property at full strength.
+example count and the tally of outcomes: `fuzz_support` (an argv that reaches device work counts
+as accepted, exit 0).
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import os
 from pathlib import Path
 
 import pytest
+from fuzz_support import EXAMPLES, TALLY, write_tally
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,6 @@ from rl_trainer_bench import cli
 
 FIXTURE = Path(__file__).resolve().parent / "testdata" / "launch_dryrun_fixture.yaml"
 
-EXAMPLES = int(os.environ.get("RTB_FUZZ_EXAMPLES", "15"))
 COMMANDS = ("payload", "check", "check-engine", "aot", "config-diff", "render-diff", "run", "ab")
 
 
@@ -41,6 +41,12 @@ DEVICE_WORK = (
     "rl_trainer_bench.preflight.check_engine.check_engine",
     "rl_trainer_bench.engine.jax_engine.JaxEngine",
 )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tally():
+    yield
+    write_tally()
 
 
 @pytest.fixture(scope="module")
@@ -171,8 +177,10 @@ def test_any_argv_ends_in_0_1_or_2_with_one_line_and_no_partial_file(
             code = cli.main([command, *argv])
         except ReachedDeviceWork:
             event("accepted: reached device work")
+            TALLY[command, 0] += 1
             return
     event(f"exit {code}")
+    TALLY[command, code] += 1
     assert code in (0, 1, 2), (command, argv, env)
     assert _leftovers(out) == []
     if code == 2:
