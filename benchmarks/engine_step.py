@@ -41,7 +41,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    from rl_trainer_bench.config import engine_config_from, preset
+    from rl_trainer_bench.config.engine_keys import engine_config_from
+    from rl_trainer_bench.config.presets import preset
 
     cell = preset(args.preset)
     devices = args.fake_devices or cell.host_devices
@@ -64,7 +65,7 @@ def lower(config) -> int:
     import jax
 
     from rl_trainer_bench.engine.jax_engine import lower_programs
-    from rl_trainer_bench.engine.mesh import make_mesh
+    from rl_trainer_bench.engine.sharding import make_mesh
 
     mesh = make_mesh(config.mesh, jax.devices()[: config.mesh.size])
     before = len(jax.live_arrays())

@@ -27,10 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl_trainer_bench.engine import mesh as sharding
-from rl_trainer_bench.engine import model, moe
+from rl_trainer_bench.engine import model, moe, sharding
+from rl_trainer_bench.engine.config import EngineConfig, MeshConfig, OptimizerConfig
 from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS, ContractError, Payload
-from rl_trainer_bench.engine.engine_config import EngineConfig, MeshConfig, OptimizerConfig
 from rl_trainer_bench.engine.loss import micro_batch_loss
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from rl_trainer_bench.engine.engine_config import LossConfig
+from rl_trainer_bench.engine.config import LossConfig
 from rl_trainer_bench.engine.model import merge_chunks, split_chunks
 
 

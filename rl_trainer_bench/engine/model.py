@@ -11,9 +11,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from rl_trainer_bench.engine import mesh as sharding
-from rl_trainer_bench.engine import moe
-from rl_trainer_bench.engine.engine_config import ModelConfig
+from rl_trainer_bench.engine import moe, sharding
+from rl_trainer_bench.engine.config import ModelConfig
 
 REMAT_POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,

@@ -14,7 +14,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from rl_trainer_bench.engine import mesh as sharding
+from rl_trainer_bench.engine import sharding
 
 EXPERT_COMPUTE_CHOICES = ("einsum", "ragged_dot")
 

@@ -1,0 +1,35 @@
+"""Numerics knobs: a rounding-only knob passes against the float32 reference, and each of the three
+comparisons fails once its tolerance is below the difference the knob makes."""
+
+import dataclasses
+
+import pytest
+
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.payload.build import build_micro_batch
+from rl_trainer_bench.payload.checks import check_numerics, default_knobs, format_numerics
+from rl_trainer_bench.payload.routing_profile import load_profile
+
+TINY = preset("cpu-tiny").engine
+
+
+@pytest.mark.slow
+def test_bfloat16_logits_pass_and_each_comparison_can_fail():
+    payload = build_micro_batch(TINY, load_profile(None), seed=0, index=0)
+    bf16 = default_knobs(TINY)[0]
+    assert bf16.name == "loss.logits_dtype=bfloat16"
+    tight = [  # the same setting (run once), one tolerance below what bfloat16 logits change
+        dataclasses.replace(bf16, name="tight loss", loss_rtol=1e-7),
+        dataclasses.replace(bf16, name="tight grad norm", grad_norm_rtol=1e-7),
+        dataclasses.replace(bf16, name="tight logp", logp_atol=1e-7),
+    ]
+    reference, results = check_numerics(TINY, payload, (bf16, *tight))
+    assert reference.mask.sum() == (payload.completion_mask != 0).sum()  # the loss's tokens
+    rounding = results[0]
+    assert rounding.passed, format_numerics(reference, results)
+    assert rounding.loss_rdiff > 0 and rounding.grad_norm_rdiff > 0 and rounding.logp_max_diff > 0
+    assert [r.passed for r in results[1:]] == [False, False, False]
+    verdicts = [
+        line.rsplit(" ", 1)[-1] for line in format_numerics(reference, results).splitlines()[2:]
+    ]
+    assert verdicts == ["pass", "FAIL", "FAIL", "FAIL"]
