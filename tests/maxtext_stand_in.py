@@ -485,6 +485,6 @@ STAND_IN_API = MaxTextApi(
 
 
 class StandInMaxTextEngine(MaxTextEngine):
-    """The adapter over the stand-in: nameable as ENGINE=tests.maxtext_stand_in:StandInMaxTextEngine."""
+    """The adapter over the stand-in: nameable as ENGINE=maxtext_stand_in:StandInMaxTextEngine (tests/ on the path)."""
 
     load_api = staticmethod(lambda: STAND_IN_API)

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
 from rl_trainer_bench.config.presets import Preset, preset
+from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError
+
+_ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 # Every driver knob, its default, and what it accepts; read from the environment (DRIVER_ENV in a pod)
 # and from flags of the same names (`--micro-steps` for MICRO_STEPS). Unset means the default.
@@ -35,6 +39,7 @@ DRIVER_KNOBS: Mapping[str, str] = {
     "ENGINE_FLAGS": "key=value engine keys, space-separated",
     "ORCH_ARGV": "the orchestrator's argv, shell-quoted (micro-batch rows and lengths)",
     "WORKER": "separate|fused (default separate)",
+    "ENGINE": f"module:Class of the engine to time, built as Class(engine_config) (default {BUILT_IN})",
 }
 
 
@@ -83,6 +88,15 @@ def _integer(env: Mapping[str, str], knob: str, default: int, minimum: int | Non
     if minimum is not None and value < minimum:
         raise ConfigError(f"{knob}={value} is too small: {DRIVER_KNOBS[knob]}")
     return value
+
+
+def engine_spec(text: str, knob: str = "ENGINE") -> str:
+    """`text` as an engine name (`module:Class`), checked for form only: importing it is the
+    engine factory's job, at start-up, so validating knobs stays host work."""
+    spec = text.strip() or BUILT_IN
+    if not _ENGINE_SPEC.fullmatch(spec):
+        raise ConfigError(f"{knob}={text!r} is not module:Class: e.g. {knob}={BUILT_IN}")
+    return spec
 
 
 def _argv(env: Mapping[str, str], knob: str) -> tuple[str, ...]:
@@ -149,6 +163,7 @@ class BenchConfig:
     engine_flags: tuple[str, ...] = ()
     orch_argv: tuple[str, ...] = ()
     worker: str = "separate"
+    engine: str = BUILT_IN  # module:Class (engine/factory.py builds it)
 
     @property
     def total_steps(self) -> int:
@@ -181,6 +196,7 @@ class BenchConfig:
             engine_flags=_argv(env, "ENGINE_FLAGS"),
             orch_argv=_argv(env, "ORCH_ARGV"),
             worker=_choice(env, "WORKER", WORKER_CHOICES, "separate"),
+            engine=engine_spec(env.get("ENGINE", "")),
         )
 
     def describe(self) -> dict[str, str]:
@@ -201,6 +217,7 @@ class BenchConfig:
             "ENGINE_FLAGS": shlex.join(self.engine_flags) or "-",
             "ORCH_ARGV": shlex.join(self.orch_argv) or "-",
             "WORKER": self.worker,
+            "ENGINE": self.engine,
         }
 
 

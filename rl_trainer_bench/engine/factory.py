@@ -11,17 +11,20 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from rl_trainer_bench.engine.contract import ContractError, Engine
-
 if TYPE_CHECKING:
-    from rl_trainer_bench.engine.engine_config import EngineConfig
+    from rl_trainer_bench.engine.config import EngineConfig
+    from rl_trainer_bench.engine.contract import Engine
+
+# Light on purpose: the knob table (and so every command's parser) reads BUILT_IN from here, and a
+# parser must not pay for numpy or JAX; the contract is imported where an engine is built.
 
 BUILT_IN = "rl_trainer_bench.engine.jax_engine:JaxEngine"
-MAXTEXT = "rl_trainer_bench.engine.maxtext_adapter:MaxTextEngine"
 
 
 def engine_class(spec: str, knob: str = "ENGINE") -> type:
     """The class `spec` (`module:Class`) names; a ContractError naming `knob` when it cannot be had."""
+    from rl_trainer_bench.engine.contract import ContractError
+
     module_name, colon, class_name = spec.partition(":")
     if not colon or not module_name or not class_name:
         raise ContractError(f"{knob}={spec!r}: write module:Class, e.g. {BUILT_IN}")

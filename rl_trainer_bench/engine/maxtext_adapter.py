@@ -49,8 +49,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload, PreparedInput
-from rl_trainer_bench.engine.engine_config import EngineConfig
 
 KERNELS = ("fwd_bwd", "fwd_bwd_accum", "update")
 _EVAL_KERNEL = "kernel"  # what MaxText's eval program is called in JAX's events

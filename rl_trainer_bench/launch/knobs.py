@@ -15,6 +15,7 @@ import shlex
 from collections.abc import Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice, parse_slice
+from rl_trainer_bench.config.knobs import engine_spec
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.pod_script import CODE_DIR_VARIABLE
 
@@ -48,6 +49,11 @@ KNOBS: tuple[Knob, ...] = (
         "the bench JobSet's name (default: the trainer's + '-bench', shortened to fit)",
     ),
     Knob("ENGINE_FLAGS", "key=value engine flags applied after the trainer's (last one wins)"),
+    Knob(
+        "ENGINE",
+        "module:Class the pod times (default: the built-in engine); its package must be in the"
+        " trainer's image",
+    ),
     Knob("LIBTPU_FLAGS", "--flag=value words merged into LIBTPU_INIT_ARGS (given ones win)"),
     Knob("TRAINER_ARGV", "the trainer's flags, replacing those of its command (shell words)"),
     Knob(
@@ -70,6 +76,7 @@ _RESERVED_ENV = frozenset(
         "TRAINER_ARGV",
         "ORCH_ARGV",
         "ENGINE_FLAGS",
+        "ENGINE",
         "PROFILE_STEPS",
         "STEPS",
         "MICRO_STEPS",
@@ -86,6 +93,7 @@ class RenderKnobs:
     trainer_jobset: str | None = None
     name: str | None = None
     engine_flags: tuple[tuple[str, str], ...] = ()
+    engine: str | None = None  # module:Class; None: the built-in engine
     libtpu_flags: str = ""
     trainer_argv: tuple[str, ...] | None = None
     orch_argv: tuple[str, ...] | None = None
@@ -109,6 +117,7 @@ class RenderKnobs:
             trainer_jobset=given.get("trainer_jobset"),
             name=given.get("bench_name"),
             engine_flags=_engine_flags(given.get("engine_flags", "")),
+            engine=engine_spec(given["engine"]) if "engine" in given else None,
             libtpu_flags=given.get("libtpu_flags", ""),
             trainer_argv=_words_or_none(given, "trainer_argv"),
             orch_argv=_words_or_none(given, "orch_argv"),

@@ -11,9 +11,17 @@ import dataclasses
 
 import numpy as np
 import pytest
+from maxtext_stand_in import (
+    MaxTextTrainingEngine,
+    RLTrainerPayload,
+    StandInMaxTextEngine,
+    initialize,
+    router_replay_gen_model_input_fn,
+)
 
-from rl_trainer_bench.config import PRESETS, BenchConfig, StageConfig
-from rl_trainer_bench.driver import Bench
+from rl_trainer_bench.bench.driver import Bench
+from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
+from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.engine.contract import (
     STAGING_METHODS,
     check_engine,
@@ -26,13 +34,6 @@ from rl_trainer_bench.engine.maxtext_adapter import (
     maxtext_keys,
     replay_payload_type,
     to_maxtext_payload,
-)
-from tests.maxtext_stand_in import (
-    MaxTextTrainingEngine,
-    RLTrainerPayload,
-    StandInMaxTextEngine,
-    initialize,
-    router_replay_gen_model_input_fn,
 )
 
 
