@@ -60,6 +60,7 @@ _DEFAULT_KEYS: dict[str, Any] = {
     "enable_dropout": False,
     "enable_checkpointing": False,
     "skip_step_on_spikes": False,
+    "warmup_steps_fraction": 0.1,
     "num_experts": 1,
     "num_experts_per_tok": 1,
     "base_moe_mlp_dim": 16,
@@ -350,9 +351,9 @@ class MaxTextTrainingEngine:
     def compile_kernels(self, dummy_data, compiler_options=None) -> dict[str, Any]:
         batch = self._prepare_batch(dummy_data)
         self._compile_for_batch(batch)
-        avals = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch)
-        params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), self._params)
-        opt = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), self._opt_state)
+        avals = jax.tree.map(_to_aval, batch)
+        params = jax.tree.map(_to_aval, self._params)
+        opt = jax.tree.map(_to_aval, self._opt_state)
         fwd_bwd = self._jitted["fwd_bwd"].lower(params, self._rest, avals)
         _, grads, denominator = fwd_bwd.out_info
         lowered = {
@@ -373,8 +374,8 @@ class MaxTextTrainingEngine:
         self._compiled_fwd_bwd_accum = compiled["fwd_bwd_accum"]
         self._compiled_update = compiled["update"]
         batch = self._prepare_batch(dummy_data)
-        avals = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch)
-        params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), self._params)
+        avals = jax.tree.map(_to_aval, batch)
+        params = jax.tree.map(_to_aval, self._params)
         self._compiled_eval = (
             self._jitted["eval"].lower(params, self._rest, avals).compile(compiler_options)
         )
@@ -461,6 +462,12 @@ class MaxTextTrainingEngine:
 
     def close(self) -> None:
         self._metrics = []
+
+
+def _to_aval(value) -> Any:
+    """As MaxText lowers: the shape, dtype and the sharding the value carries (an eagerly mapped
+    array carries a single-device one, which then clashes with sharded input shardings)."""
+    return jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=getattr(value, "sharding", None))
 
 
 def _signature(batch) -> Any:

@@ -140,6 +140,7 @@ def maxtext_keys(config: EngineConfig) -> dict[str, Any]:
         "enable_dropout": False,
         "enable_checkpointing": False,
         "skip_step_on_spikes": False,
+        "warmup_steps_fraction": 0.0,  # MaxText warms up over 10 % of 150k steps: no learning here
     }
     if m.num_experts > 1:
         keys |= {
@@ -158,6 +159,13 @@ class PreparedMaxTextInput:
     digests: Mapping[str, str]
     batch: dict[str, Any]
     tokens: int  # real tokens, counted on the host when the micro-batch was converted
+
+
+@dataclasses.dataclass(frozen=True)
+class _ShapesOf:
+    """A payload that MaxText's compile should see as shapes only (see `_model_input`)."""
+
+    payload: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,7 +290,7 @@ class MaxTextEngine:
         """Compile MaxText's kernels for micro-batches shaped like `example`; seconds per program."""
         times = _CompileTimes()
         with times.installed():
-            self.engine.compile(self._convert(example).payload)
+            self.engine.compile(_ShapesOf(self._convert(example).payload))
         self._batch_shardings = self._fwd_bwd_batch_shardings()
         self._compiled = True
         return times.per_program()
@@ -368,9 +376,20 @@ class MaxTextEngine:
     # -- internals -----------------------------------------------------------------------------
 
     def _model_input(self, payload: Any) -> dict[str, Any]:
-        """The engine's input hook: a staged micro-batch is already mapped and placed."""
+        """The engine's input hook: a staged micro-batch is already mapped and placed; the compile
+        example is mapped to shapes only, so MaxText lowers against its own input shardings (an
+        eagerly mapped array carries a single-device sharding that MaxText's lowering would
+        keep and then find at odds with its sharded inputs)."""
         if isinstance(payload, PreparedMaxTextInput):
             return payload.batch
+        if isinstance(payload, _ShapesOf):
+            mapped = self.api.gen_model_input_fn(payload.payload)
+            return {
+                key: jax.ShapeDtypeStruct(value.shape, value.dtype)
+                if hasattr(value, "shape")
+                else value
+                for key, value in mapped.items()
+            }
         return self.api.gen_model_input_fn(payload)
 
     def _convert(self, payload: Payload) -> _Converted:

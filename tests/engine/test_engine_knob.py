@@ -78,9 +78,9 @@ def test_an_engine_that_cannot_be_imported_exits_2_with_one_line(tmp_path, capsy
 
 
 def test_arm_values_may_hold_a_colon():
-    arms = parse_arms(f"a:ENGINE={STAND_IN},b:ENGINE={BUILT_IN},MICRO_STEPS=1,a,b")
+    arms = parse_arms(f"a:ENGINE={STAND_IN},b:MICRO_STEPS=1,ENGINE={BUILT_IN},a,b")
     assert arms[0].driver_knobs == {"ENGINE": STAND_IN}
-    assert arms[1].driver_knobs == {"ENGINE": BUILT_IN, "MICRO_STEPS": "1"}
+    assert arms[1].driver_knobs == {"MICRO_STEPS": "1", "ENGINE": BUILT_IN}
 
 
 def _ab_args(tmp_path, arms: str, engine: str | None = None) -> argparse.Namespace:
