@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 
@@ -146,3 +147,20 @@ def drifting_sleep(first_s: float, change_per_call_s: float) -> Callable[[int], 
         time.sleep(max(0.0, first_s + change_per_call_s * call))
 
     return work
+
+
+class ConfiguredStandInEngine(StandInEngine):
+    """The stand-in as the ENGINE knob builds an engine: `Class(engine_config)`."""
+
+    built_with: ClassVar[list] = []  # every engine config this class was built with, in order
+
+    def __init__(self, config):
+        super().__init__()
+        ConfiguredStandInEngine.built_with.append(config)
+
+
+class StagelessStandInEngine(StandInEngine):
+    """An engine, named by ENGINE, that lacks the staging methods."""
+
+    def __init__(self, config):
+        super().__init__(staging=False)

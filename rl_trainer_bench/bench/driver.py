@@ -52,6 +52,7 @@ from rl_trainer_bench.engine.contract import (
     Payload,
     missing_methods,
 )
+from rl_trainer_bench.engine.factory import engine_class
 from rl_trainer_bench.errors import ConfigError, UserError, run_guarded
 from rl_trainer_bench.io import check_writable_folder
 
@@ -61,8 +62,9 @@ EngineFactory = Callable[[EngineConfig], Engine]
 class Bench:
     """One engine, one worker and one micro-batch pool, shared by every `run` (every A/B arm).
 
-    `engine_factory` and `pool` exist so tests can put stand-ins in place of the JAX engine and the
-    payload builder; by default they come from `engine.jax_engine` and `payload.build`.
+    `engine_factory` and `pool` exist so tests can put stand-ins in place of the engine and the
+    payload builder; by default the engine is the class ENGINE names, built by
+    `engine.factory`, and the pool comes from `payload.build_pool`.
     """
 
     def __init__(
@@ -75,7 +77,7 @@ class Bench:
     ):
         self.config = config
         self.log = log
-        self._engine_factory = engine_factory or _jax_engine
+        self._engine_factory = engine_factory
         self._given_pool = pool
         self.engine: Any = None
         self.worker: TrainerWorker | None = None
@@ -98,8 +100,9 @@ class Bench:
         for stage in (self.config.stage, *stages):
             refuse_stage_before_fused_update(self.config.worker, stage)
         engine_config = self._engine_config()
+        factory = self._engine_factory or engine_class(self.config.engine)  # import it first
         payloads = self._build_pool(engine_config)
-        self.engine = self._engine_factory(engine_config)
+        self.engine = factory(engine_config)
         self.worker = TrainerWorker(self.engine, fused=self.config.worker == "fused")
         self.log(f"{ruler.LOG_PREFIX} worker {_describe(self.worker.info())}")
         for stage in (self.config.stage, *stages):
@@ -227,12 +230,6 @@ class Bench:
 
     def close(self) -> None:
         self._compile_listener.close()
-
-
-def _jax_engine(engine_config: EngineConfig) -> Engine:
-    from rl_trainer_bench.engine.jax_engine import JaxEngine
-
-    return JaxEngine(engine_config)
 
 
 def _describe(info: Mapping[str, Any]) -> str:

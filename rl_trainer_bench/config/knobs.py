@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -25,11 +26,13 @@ from rl_trainer_bench.accelerators import TpuSlice, parse_slice
 from rl_trainer_bench.config import values
 from rl_trainer_bench.config.engine_keys import parse_engine_flags, parse_trainer_argv
 from rl_trainer_bench.config.presets import PRESETS, Preset, preset, preset_for_model
+from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError
 
 DEFAULT_PRESET = "cpu-tiny"
 STAGE_ISSUE_CHOICES = ("auto", "before_last", "after_last")
 WORKER_CHOICES = ("separate", "fused")
+_ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +86,14 @@ def _slice(name: str, text: str) -> TpuSlice:
         return parse_slice(text)
     except ValueError as error:
         raise ConfigError(f"{name}: {error}") from None
+
+
+def _engine_spec(name: str, text: str) -> str:
+    """`module:Class`, checked for form only: importing it is the engine factory's job, at
+    start-up, so validating knobs stays host work."""
+    if not _ENGINE_SPEC.fullmatch(text):
+        raise ConfigError(f"{name}={text!r} is not module:Class: e.g. {name}={BUILT_IN}")
+    return text
 
 
 def _yes_no(name: str, text: str) -> bool:
@@ -140,6 +151,13 @@ KNOBS: tuple[Knob, ...] = (
         "the orchestrator's argv, shell words (micro-batch rows and lengths)",
     ),
     Knob("WORKER", "separate", _one_of(WORKER_CHOICES), "separate|fused"),
+    Knob(
+        "ENGINE",
+        BUILT_IN,
+        _engine_spec,
+        "module:Class of the engine to time, built as Class(engine_config); its package must be"
+        " importable where the driver runs",
+    ),
     Knob(
         "TRAINER_SLICE",
         "",
@@ -293,6 +311,7 @@ class BenchConfig:
     preset_source: str = "PRESET"  # what chose the preset: PRESET, a trainer flag, or the default
     trainer_slice: TpuSlice | None = None
     plan_only: bool = False
+    engine: str = BUILT_IN  # module:Class (engine/factory.py builds it)
 
     @property
     def total_steps(self) -> int:
@@ -325,6 +344,7 @@ class BenchConfig:
             preset_source=source,
             trainer_slice=value["TRAINER_SLICE"],
             plan_only=value["PLAN_ONLY"],
+            engine=value["ENGINE"],
         )
         config._check_profile_window()
         return config
@@ -355,6 +375,7 @@ class BenchConfig:
             "ENGINE_FLAGS": self.engine_flags or "-",
             "ORCH_ARGV": shlex.join(self.orch_argv) or "-",
             "WORKER": self.worker,
+            "ENGINE": self.engine,
         }
 
 
