@@ -88,12 +88,14 @@ def _slice(name: str, text: str) -> TpuSlice:
         raise ConfigError(f"{name}: {error}") from None
 
 
-def _engine_spec(name: str, text: str) -> str:
-    """`module:Class`, checked for form only: importing it is the engine factory's job, at
-    start-up, so validating knobs stays host work."""
-    if not _ENGINE_SPEC.fullmatch(text):
-        raise ConfigError(f"{name}={text!r} is not module:Class: e.g. {name}={BUILT_IN}")
-    return text
+def engine_spec(text: str, knob: str = "ENGINE") -> str:
+    """`text` as an engine name (`module:Class`; empty: the built-in engine), checked for form
+    only: importing it is the engine factory's job, at start-up, so validating knobs stays host
+    work."""
+    spec = text.strip() or BUILT_IN
+    if not _ENGINE_SPEC.fullmatch(spec):
+        raise ConfigError(f"{knob}={text!r} is not module:Class: e.g. {knob}={BUILT_IN}")
+    return spec
 
 
 def _yes_no(name: str, text: str) -> bool:
@@ -154,7 +156,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "ENGINE",
         BUILT_IN,
-        _engine_spec,
+        lambda name, text: engine_spec(text, name),
         "module:Class of the engine to time, built as Class(engine_config); its package must be"
         " importable where the driver runs",
     ),

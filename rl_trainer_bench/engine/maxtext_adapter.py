@@ -6,8 +6,8 @@ not its details, and this adapter supplies exactly the difference, nothing else:
 - **Payload.** The bench's micro-batch becomes Tunix's `RLTrainerPayload` in the packed layout
   MaxText reads: the whole row in `completion_ids` (zero-width prompt), `segment_ids` and
   `segment_positions` as given, the rollout's routes as `routed_experts` ([B, T, L, K], -1 on
-  padding). Masks: the bench's `completion_mask[t]` scores the prediction *of* token t+1 (target
-  alignment); MaxText takes a *token* mask and shifts it left by one itself
+  padding). Masks: the bench's `completion_mask[t]` scores the prediction *of* token t+1 (it is
+  input-aligned, `contract.Payload`); MaxText takes a *token* mask and shifts it left by one itself
   (`targets_segmentation[t] = token_mask[t+1]` within a segment). So the adapter hands MaxText the
   completion mask shifted right by one, and MaxText's loss weights are then exactly the bench's
   mask: the loss denominator equals the built-in engine's on the same micro-batch.
@@ -192,7 +192,7 @@ def replay_payload_type(payload_type: type) -> type:
 
 
 def completion_token_mask(completion_mask: np.ndarray) -> np.ndarray:
-    """The bench's target-aligned mask as MaxText's token mask: shifted right by one position.
+    """The bench's input-aligned mask as MaxText's token mask: shifted right by one position.
 
     A segment's last position never scores (no next token), so the shift never carries a 1 into
     the next segment's first position.

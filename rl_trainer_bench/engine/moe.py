@@ -31,7 +31,7 @@ EXPERT_COMPUTE_CHOICES = tuple(c for c in choices(ExpertCompute) if c != "auto")
 DROPLESS_COMPUTE_CHOICES = tuple(c for c in choices(DroplessCompute) if c != "auto")
 EXPERT_WEIGHTS = ("expert_gate", "expert_up", "expert_down")
 
-# The faster expert-compute path per platform. gpu: MEASURED on an H200 (reference facts,
+# The faster expert-compute path per platform. gpu: MEASURED on an H200 (BENCHMARKS.md,
 # 2026-11-30: padded einsum ~50x faster than ragged_dot). cpu: MEASURED on the dev machine with
 # `benchmarks/engine_step.py --compare-expert-compute` (BENCHMARKS.md). tpu: INFERRED (the padded
 # batched matmul maps onto the MXU without a grouped-matmul kernel); override with expert_compute.

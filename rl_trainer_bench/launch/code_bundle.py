@@ -37,13 +37,19 @@ def code_files(root: Path | None = None) -> list[Path]:
 
     That is the driver's import closure inside the package (found by reading the imports, lazy
     ones too), the `__init__.py` of every package on the way, the package's data files (routing
-    profiles), and `bench_driver.py` if present. The rest of the package (renderer, AOT and A/B
+    profiles), and `bench_driver.py` if present. The driver builds its engine from a name
+    (`module:Class`, the ENGINE knob), which no import statement shows, so every module of the
+    engine room starts the closure too: the built-in engine and the adapters the knob may name
+    travel with the pod, and the pod's digest covers the same files as the render's. The rest of the package (renderer, AOT and A/B
     tools) never runs in the pod; leaving it out keeps the client command under the kernel's
     128 KiB limit on one exec argument, which `bash -c SCRIPT` is.
     """
     root = default_root() if root is None else root
     package = root / PACKAGE
-    sources = _import_closure(root, [package / "bench" / "driver.py", root / DRIVER_SCRIPT])
+    engines = sorted((package / "engine").glob("*.py"))
+    sources = _import_closure(
+        root, [package / "bench" / "driver.py", root / DRIVER_SCRIPT, *engines]
+    )
     data = [
         path
         for path in package.rglob("*")

@@ -217,7 +217,7 @@ def _check_token_ids(payload: Payload, vocab_size: int) -> list[str]:
 def _check_routed_experts(payload: Payload, num_experts: int) -> list[str]:
     """Experts in range and distinct per token and layer on real tokens; all -1 on padding.
 
-    A -1 slot on a real token is allowed (ENGINE.md: it has weight 0 and takes no buffer slot).
+    A -1 slot on a real token is allowed (docs/engine.md: it has weight 0 and takes no buffer slot).
     Works one row at a time so a 5 GB array is never copied whole.
     """
     routed = payload.routed_experts

@@ -87,6 +87,7 @@ def test_the_renderer_accepts_a_pass_through_value_iff_the_driver_does_with_the_
 
 def test_pass_through_knobs_are_the_ones_the_pod_reads():
     assert set(PASS_THROUGH) == {
+        "ENGINE",
         "STEPS",
         "MICRO_STEPS",
         "PROFILE_STEPS",
