@@ -1,9 +1,10 @@
-"""A/B arms: what each arm sets, parsed once from `--arms`, and what one arm's run produced.
+"""A/B arms: what each arm sets, parsed once from `--arms`.
 
 An arm is a named setting of knobs run for the same steps as every other arm. `--arms` names the
 settings; the run order (`order.py`) runs each twice, mirrored by default (`off,on,on',off'`), or
 as written when `--arms` spells out its own repeats. A setting's second run is a repeat: the
-difference between its two runs is the noise floor, measured in the same process as the effect. Knob names follow the bench's own edges:
+difference between its two runs is the noise floor, measured in the same process as the effect.
+Knob names follow the bench's own edges:
 an UPPER_CASE key is a driver knob (the DRIVER_ENV a pod would get), a lower_case key is an engine
 key (it goes into ENGINE_FLAGS), so any arm a pod can run, an A/B can run.
 """
@@ -15,7 +16,6 @@ import re
 from collections.abc import Mapping, Sequence
 
 from rl_trainer_bench.ab import order as run_orders
-from rl_trainer_bench.bench.ruler import StepRecord
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS
 from rl_trainer_bench.errors import UserError
 
@@ -65,37 +65,6 @@ class ArmSpec:
         """`KNOB=V,key=v`, the way the arm was (or could have been) written."""
         pairs = [*self.driver_knobs.items(), *self.engine_keys.items()]
         return ",".join(f"{k}={v}" for k, v in pairs) or "(defaults)"
-
-
-@dataclasses.dataclass
-class ArmRun:
-    """What one arm produced: its step records and the counters the exact checks read.
-
-    `updates`, `stages` and `recompiles` come from the driver in a same-process run; read back from a
-    log they are `None` where the log does not say, and the check that needs them is skipped.
-    """
-
-    label: str
-    setting: str
-    staged: bool  # the arm stages the next first micro-batch at each boundary
-    records: list[StepRecord]
-    updates: int | None = None
-    stages: int | None = None
-    recompiles: list[str] | None = None
-    param_digest: str | None = None
-    source: str = ""  # where the records came from: a bench group or a log file
-    # Per boundary, by the step it closes: does it stage? None: every boundary as `staged` says
-    # (an interleaved run switches setting at its boundaries).
-    stages_at: list[bool] | None = None
-
-    def stages_expected(self) -> list[bool]:
-        """Whether each boundary (one per step but the last) should stage."""
-        boundaries = max(len(self.records) - 1, 0)
-        return list(self.stages_at) if self.stages_at is not None else [self.staged] * boundaries
-
-    @property
-    def scored(self) -> list[StepRecord]:
-        return [r for r in self.records if not r.warmup]
 
 
 def parse_arms(text: str, order: str | None = None) -> list[ArmSpec]:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rl_trainer_bench.ab.arms import ArmRun
-from rl_trainer_bench.bench.ruler import StepRecord
+from rl_trainer_bench.bench.ruler import ArmRun, StepRecord
 
 MICRO_STEPS = 2
 
