@@ -3,7 +3,8 @@
 An arm is a named setting of knobs run for the same steps as every other arm. `--arms` names the
 settings; the run order (`order.py`) runs each twice, mirrored by default (`off,on,on',off'`), or
 as written when `--arms` spells out its own repeats. A setting's second run is a repeat: the
-difference between its two runs is the noise floor, measured in the same process as the effect. Knob names follow the bench's own edges:
+difference between its two runs is the noise floor, measured in the same process as the effect.
+Knob names follow the bench's own edges:
 an UPPER_CASE key is a driver knob (the DRIVER_ENV a pod would get), a lower_case key is an engine
 key (it goes into ENGINE_FLAGS), so any arm a pod can run, an A/B can run.
 """

@@ -206,7 +206,7 @@ def _same_process(
     arms in order; Ctrl-C writes the arms that finished, marked incomplete."""
     out = args.out if args.out is not None else _fresh_name()
     plan = plan_arms(args, out)
-    schedule = _interleaved_schedule(args, plan) if args.design == DESIGN_INTERLEAVED else None
+    schedule = interleaved_schedule(args, plan)
     ab_predict.check_settings(predictions, dict.fromkeys(a.setting for a in plan.arms))
     check_writable_folder(out, "--out")
     runs: list[ArmRun] = []
@@ -214,36 +214,63 @@ def _same_process(
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(progress.close)
         try:
-            progress.say(
-                order_line(plan.arms)
-                if schedule is None
-                else f"design: interleaved boundaries, {schedule.describe()}"
-            )
+            if schedule is None:
+                progress.say(order_line(plan.arms))
+            else:
+                progress.say(f"design: interleaved boundaries, {schedule.describe()}")
             progress.say(start_runtime(plan.preset))
             benches = _built_benches(plan, make_bench or _driver_bench, progress, cleanup)
             progress.keep_log(out / "ab.log")  # every refusal is behind us: now files may change
             compile_s = {name: _compiled(name, bench, progress) for name, bench in benches.items()}
-            if schedule is None:
-                for index, arm in enumerate(plan.arms, 1):
-                    bench = benches[plan.groups[arm.label]]
-                    runs.append(_run_arm(bench, plan, arm, index, args, out, progress))
-            else:
-                runs.append(_run_interleaved(plan, schedule, benches, out, progress))
+            if schedule is not None:
+                (bench,) = benches.values()
+                runs.append(_run_interleaved(bench, plan, schedule, out, progress))
+            for index, arm in enumerate(plan.arms if schedule is None else [], 1):
+                bench = benches[plan.groups[arm.label]]
+                runs.append(_run_arm(bench, plan, arm, index, args, out, progress))
             progress.say("arms done; scoring")
         except KeyboardInterrupt:
-            return _interrupted(args, plan, schedule, out, runs, started, progress.where())
+            return _interrupted(args, plan, out, runs, started, progress.where())
     return _report_same_process(
-        args, plan, schedule, out, runs, compile_s, predictions, sources, started
+        args, plan, out, runs, compile_s, predictions, sources, started, schedule
     )
 
 
-def _interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.Schedule:
+def interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.Schedule | None:
+    """The interleaved design's schedule (None for separate arms); refuses arms it cannot switch."""
+    if args.design != DESIGN_INTERLEAVED:
+        return None
     baseline, other = interleave.stage_only_settings(plan.arms)
     return interleave.make_schedule(
         (baseline.setting, other.setting),
         pairs=args.steps,
         warmup_steps=args.warmup_steps,
         seed=args.schedule_seed,
+    )
+
+
+def order_line(arms: Sequence[ArmSpec]) -> str:
+    """The run order as printed before any arm runs, with what it does about a linear drift."""
+    balance = run_orders.balance([arm.setting for arm in arms])
+    return f"run order: {', '.join(arm.label for arm in arms)} ({balance.describe()})"
+
+
+def _run_interleaved(
+    bench: Any, plan: ArmPlan, schedule: interleave.Schedule, out: Path, progress: Progress
+) -> ArmRun:
+    """One run whose boundaries take the schedule's settings: the interleaved design."""
+    stage_of = {arm.setting: plan.stages[arm.label] for arm in plan.arms}
+    progress.start_arm(INTERLEAVED_LABEL, schedule.total_steps)
+    result = bench.run(
+        steps=schedule.total_steps - schedule.warmup_steps,
+        stage=config.StageConfig(),
+        arm=INTERLEAVED_LABEL,
+        warmup_steps=schedule.warmup_steps,
+        results_path=out / f"{INTERLEAVED_LABEL}.jsonl",
+        boundary_stages=[stage_of[setting] for setting in schedule.boundaries],
+    )
+    return dataclasses.replace(
+        result, setting=INTERLEAVED_LABEL, source=plan.groups[plan.arms[0].label]
     )
 
 
@@ -256,8 +283,7 @@ def _run_arm(
     out: Path,
     progress: Progress,
 ) -> ArmRun:
-    """One arm, the `index`-th of the plan (1-based), on its group's bench, named as planned:
-    the separate-arm design."""
+    """One arm, the `index`-th of the plan (1-based), on its group's bench, named as planned."""
     progress.start_arm(f"{arm.label} ({index}/{len(plan.arms)})", args.warmup_steps + args.steps)
     result = bench.run(
         steps=args.steps,
@@ -267,40 +293,6 @@ def _run_arm(
         results_path=out / f"arm{index}-{arm.setting}.jsonl",
     )
     return dataclasses.replace(result, setting=arm.setting, source=plan.groups[arm.label])
-
-
-def _run_interleaved(
-    plan: ArmPlan,
-    schedule: interleave.Schedule,
-    benches: Mapping[str, Any],
-    out: Path,
-    progress: Progress,
-) -> ArmRun:
-    """One run whose boundaries take the schedule's settings: the interleaved design."""
-    stage_of = {arm.setting: plan.stages[arm.label] for arm in plan.arms}
-    boundary_stages = [stage_of[setting] for setting in schedule.boundaries]
-    (name,) = benches
-    progress.start_arm(INTERLEAVED_LABEL, schedule.total_steps)
-    result = benches[name].run(
-        steps=schedule.total_steps - schedule.warmup_steps,
-        stage=config.StageConfig(),
-        arm=INTERLEAVED_LABEL,
-        warmup_steps=schedule.warmup_steps,
-        results_path=out / "interleaved.jsonl",
-        boundary_stages=boundary_stages,
-    )
-    return dataclasses.replace(
-        result,
-        staged=any(stage.enabled for stage in boundary_stages),
-        source=name,
-        stages_at=[stage.enabled for stage in boundary_stages],
-    )
-
-
-def order_line(arms: Sequence[ArmSpec]) -> str:
-    """The run order as printed before any arm runs, with what it does about a linear drift."""
-    balance = run_orders.balance([arm.setting for arm in arms])
-    return f"run order: {', '.join(arm.label for arm in arms)} ({balance.describe()})"
 
 
 def _built_benches(
@@ -328,33 +320,38 @@ def _compiled(name: str, bench: Any, progress: Progress) -> dict[str, float]:
 def _report_same_process(
     args: argparse.Namespace,
     plan: ArmPlan,
-    schedule: interleave.Schedule | None,
     out: Path,
     runs: list[ArmRun],
     compile_s: dict[str, dict[str, float]],
     predictions: list[ab_predict.Prediction],
     sources: list[dict[str, Any]],
     started: float,
+    schedule: interleave.Schedule | None,
 ) -> int:
     machine = {**ab_report.host_machine(), **_devices()}
-    per_arm = (
-        f"{args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
-        if schedule is None
-        else f"interleaved, {schedule.describe()}"
-    )
+    if schedule is None:
+        design = f"{args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
+    else:
+        design = f"interleaved, {schedule.describe()}"
     title = (
         f"A/B on {plan.preset.name} ({machine['device_count']} x {machine['device_kind']}), "
-        f"same process: {per_arm}"
+        f"same process: {design}"
     )
-    extra = {"compile_s": compile_s, "arm_knobs": plan.envs, "bench_groups": plan.groups}
-    if schedule is not None:
+    extra: dict[str, Any] = {
+        "compile_s": compile_s,
+        "arm_knobs": plan.envs,
+        "bench_groups": plan.groups,
+    }
+    if schedule is None:
+        extra["run_order"] = [arm.label for arm in plan.arms]
+    else:
         extra["schedule"] = schedule.to_json()
     return _report(
         "same-process",
         title,
         out,
         runs,
-        _settings(args, plan, schedule),
+        _settings(args),
         machine,
         extra,
         predictions,
@@ -366,15 +363,13 @@ def _report_same_process(
     )
 
 
-def _settings(
-    args: argparse.Namespace, plan: ArmPlan, schedule: interleave.Schedule | None
-) -> dict[str, Any]:
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
     return {
-        "preset": plan.preset.name,
+        "preset": args.preset,
         "arms": args.arms,
+        "order": args.order,
         "design": args.design,
-        "order": [arm.label for arm in plan.arms] if schedule is None else None,
-        "schedule_seed": args.schedule_seed if schedule is not None else None,
+        "schedule_seed": args.schedule_seed,
         "steps": args.steps,
         "warmup_steps": args.warmup_steps,
         "knobs": _base_knobs(args.knob),
@@ -385,7 +380,6 @@ def _settings(
 def _interrupted(
     args: argparse.Namespace,
     plan: ArmPlan,
-    schedule: interleave.Schedule | None,
     out: Path,
     runs: list[ArmRun],
     started: float,
@@ -398,16 +392,15 @@ def _interrupted(
         started_unix=started,
         finished_unix=time.time(),
         interrupted=where,
-        settings=_settings(args, plan, schedule),
+        settings=_settings(args),
         runs=runs,
         machine=ab_report.host_machine(),
         extra={"arm_knobs": plan.envs, "bench_groups": plan.groups},
     )
     out.mkdir(parents=True, exist_ok=True)
     ab_report.write_json(out / "ab.json", content)
-    arms = 1 if schedule is not None else len(plan.arms)
     print(
-        f"rl-trainer-bench ab: interrupted {where}; {len(runs)} of {arms} arms finished,"
+        f"rl-trainer-bench ab: interrupted {where}; {len(runs)} of {len(plan.arms)} arms finished,"
         f" written to {out / 'ab.json'} marked incomplete (no verdict)",
         file=sys.stderr,
     )

@@ -33,6 +33,7 @@ from rl_trainer_bench.errors import UserError
 
 DESIGN = "interleaved boundaries"  # as the report names it
 BLOCK = 4  # boundaries per block
+MIN_PAIRS = 4  # two units: the fewest an interval over units needs
 EXTRA_WARMUP = 2  # warm-up steps added so that both settings' boundaries run before scoring
 MIXED = "mixed"  # the setting name of a step whose two boundaries differ
 
@@ -98,8 +99,11 @@ def make_schedule(
 ) -> Schedule:
     """A balanced schedule with at least `pairs` pairs (rounded up to even) after `warmup_steps`
     + EXTRA_WARMUP warm-up steps; the same seed gives the same schedule."""
-    if pairs < 1 or warmup_steps < 1:
-        raise UserError("--design interleaved needs --steps >= 1 and --warmup-steps >= 1")
+    if pairs < MIN_PAIRS or warmup_steps < 1:
+        raise UserError(
+            f"--design interleaved needs --steps >= {MIN_PAIRS} (two pairs of blocks, the least "
+            "an interval can be had from) and --warmup-steps >= 1"
+        )
     a, b = settings
     blocks = pairs + pairs % 2
     rng = random.Random(seed)

@@ -128,16 +128,21 @@ def design_lines(runs: Sequence[ArmRun], score: Score) -> list[str]:
     )
     if drift.exceeds_min_effect:
         lines.append(
-            f"WARNING: drift moved step time {milliseconds(drift.moved_s)} ms over the run, more than the "
-            f"min effect {milliseconds(drift.min_effect_s)} ms"
+            f"WARNING: drift moved step time {milliseconds(drift.moved_s)} ms over the run, more "
+            f"than the min effect {milliseconds(drift.min_effect_s)} ms"
         )
         for setting, bias in drift.bias_s.items():
             if abs(bias) > drift.min_effect_s / 10:
                 lines.append(
-                    f"  this design puts about {milliseconds(bias, _SIGNED_MS)} ms of drift into delta "
-                    f"{setting}-{next(iter(score.settings))}"
+                    f"  this design puts about {milliseconds(bias, _SIGNED_MS)} ms of drift into "
+                    f"delta {setting}-{next(iter(score.settings))}"
                 )
     return lines
+
+
+def _per_minute(slope: float) -> str:
+    """A slope in seconds per second of run, as milliseconds of step time per minute of run."""
+    return f"{milliseconds(slope * 60, _SIGNED_MS)} ms/min"
 
 
 def document(
@@ -254,8 +259,3 @@ def _median(values: Iterable[float | None]) -> float | None:
     """Median of the measured values; None when no step measured this figure."""
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
-
-
-def _per_minute(slope: float) -> str:
-    """A slope in seconds per second of run, as milliseconds of step time per minute of run."""
-    return f"{slope * 60e3:+.2f} ms/min"

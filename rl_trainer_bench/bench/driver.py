@@ -194,18 +194,17 @@ class Bench:
         """
         if self.worker is None or self.pool is None:
             raise RuntimeError("Bench.run before Bench.setup")
-        per_boundary = list(boundary_stages or [stage] * (warmup_steps + steps - 1))
-        if len(per_boundary) != warmup_steps + steps - 1:
-            raise ValueError(
-                f"{len(per_boundary)} boundary stages for {warmup_steps + steps} steps"
-            )
+        boundaries = warmup_steps + steps - 1
+        if boundary_stages is not None and len(boundary_stages) != boundaries:
+            raise ValueError(f"{len(boundary_stages)} boundary stages for {boundaries} boundaries")
+        per_boundary = list(boundary_stages) if boundary_stages is not None else []
         for each in {stage, *per_boundary}:
             self.refuse_unsupported(each)
         updates_before = self.worker.train_step
         settings = ArmSettings(arm, warmup_steps, steps, self._devices, self._peak_flops)
         profiler = ProfilerWindow(self.config.profile_steps, self.config.results_dir / "profile")
         loop = StepLoop(
-            self.worker, self.pool, per_boundary, self.compiles, profiler, settings, self.log
+            self.worker, self.pool, stage, self.compiles, profiler, settings, self.log, per_boundary
         )
         writer = ruler.ResultsWriter(results_path) if results_path else None
         with loop, writer or contextlib.nullcontext():
@@ -213,7 +212,8 @@ class Bench:
                 record = loop.run_step(step)
                 self.log(ruler.format_line(record))
                 if record.staged is not None:
-                    self.log(ruler.stage_line(stage_knob(per_boundary[record.step]), record))
+                    knob = stage_knob(loop.staging.stage_of(step))
+                    self.log(ruler.stage_line(knob, record))
                 if writer:
                     writer.write(record)
         digest = getattr(self.engine, "parameter_digest", None)
@@ -226,6 +226,7 @@ class Bench:
             stages=loop.staging.count,
             recompiles=loop.recompiles,
             param_digest=str(digest()) if callable(digest) else None,
+            stages_at=[s.enabled for s in per_boundary] if boundary_stages is not None else None,
         )
 
     def close(self) -> None:

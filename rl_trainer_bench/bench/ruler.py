@@ -92,7 +92,7 @@ class ArmRun:
     param_digest: str | None = None  # parameters after the arm (None: the engine cannot say)
     source: str = ""  # where the records came from: a bench group or a log file
     # Per boundary, by the step it closes: does it stage? None: every boundary as `staged` says
-    # (an interleaved run switches setting at its boundaries).
+    # (an interleaved A/B run switches setting at its boundaries).
     stages_at: list[bool] | None = None
 
     def stages_expected(self) -> list[bool]:

@@ -96,27 +96,44 @@ class Staging:
 
     STAGE_BEFORE_UPDATE issues before the step's last `fwd_bwd` (where STAGE_ISSUE says so for the
     platform) or after it, and waits before `update`; STAGE_AFTER_UPDATE issues and waits right
-    after `update`. Each boundary has its own stage (an interleaved A/B switches them), given by
-    the step it closes. The copies' ready stamps say how much of each copy the device's work hid.
+    after `update`. The copies' ready stamps say how much of each copy the device's work hid.
+    `stages`, by the step whose closing boundary it serves, gives a boundary its own stage (an
+    interleaved A/B); steps past its end use `stage`.
     """
 
-    def __init__(self, engine: Engine, boundary_stages: Sequence[StageConfig], platform: str):
+    def __init__(
+        self,
+        engine: Engine,
+        stage: StageConfig,
+        platform: str,
+        stages: Sequence[StageConfig] = (),
+    ):
         self._engine = engine
-        self._points = [_stage_points(stage, platform) for stage in boundary_stages]
+        self._stage, self._stages, self._platform = stage, stages, platform
         self.count = 0
-        staging = any(stage.enabled for stage in boundary_stages)
-        self._copies = DeviceTimeline("bench-copies") if staging else None
+        enabled = stage.enabled or any(s.enabled for s in stages)
+        self._copies = DeviceTimeline("bench-copies") if enabled else None
         self._prepared: dict[str, PreparedInput] = {}  # by the name of the micro-batch it holds
 
-    def issues_at(self, step: int) -> bool:
-        """Whether the boundary closing step `step` stages (the last step closes none)."""
-        return step < len(self._points) and self._points[step][0] is not None
+    def stage_of(self, step: int) -> StageConfig:
+        """The stage of the boundary that closes step `step`."""
+        return self._stages[step] if step < len(self._stages) else self._stage
+
+    def points(self, step: int) -> tuple[str | None, str | None]:
+        """Where step `step` issues its stage's copy and where it waits for the device (None: not)."""
+        stage = self.stage_of(step)
+        if stage.before_update:
+            early = stage.issue_before_last(self._platform)
+            return (BEFORE_LAST_FWD_BWD if early else BEFORE_UPDATE), BEFORE_UPDATE
+        if stage.after_update:
+            return AFTER_UPDATE, AFTER_UPDATE
+        return None, None
 
     def at(self, point: str, upcoming: Payload | None, clock: StepClock, step: int) -> None:
         """Staging's work at `point` of step `step`; nothing after the arm's last step."""
         if upcoming is None:
             return
-        issue_at, wait_at = self._points[step]
+        issue_at, wait_at = self.points(step)
         if point == issue_at:
             with clock.span("stage", f"stage {upcoming.name}"):
                 prepared = self._engine.prepare_fwd_bwd_input(upcoming)
@@ -133,21 +150,11 @@ class Staging:
 
     def copy_ready(self, step: int) -> float | None:
         """When step `step`'s staged copy was ready (None: nothing was staged at that step)."""
-        return self._copies.ready(f"{step}/stage") if self.issues_at(step) else None
+        return self._copies.ready(f"{step}/stage") if self._copies else None
 
     def close(self) -> None:
         if self._copies:
             self._copies.close()
-
-
-def _stage_points(stage: StageConfig, platform: str) -> tuple[str | None, str | None]:
-    """Where `stage` issues the copy and where it waits for the device (None: it does not)."""
-    if stage.before_update:
-        issue = BEFORE_LAST_FWD_BWD if stage.issue_before_last(platform) else BEFORE_UPDATE
-        return issue, BEFORE_UPDATE
-    if stage.after_update:
-        return AFTER_UPDATE, AFTER_UPDATE
-    return None, None
 
 
 def _device_arrays(prepared: PreparedInput) -> Any:
@@ -258,23 +265,21 @@ class ArmSettings:
 
 
 class StepLoop:
-    """One arm's steps on a compiled engine: run_step is the trainer's loop, timed.
-
-    `boundary_stages` holds one stage per boundary (by the step it closes): one per step but the last.
-    """
+    """One arm's steps on a compiled engine: run_step is the trainer's loop, timed."""
 
     def __init__(
         self,
         worker: TrainerWorker,
         pool: MicroBatchPool,
-        boundary_stages: Sequence[StageConfig],
+        stage: StageConfig,
         compiles: CompileWatch,
         profiler: ProfilerWindow,
         settings: ArmSettings,
         log: Callable[[str], None],
+        boundary_stages: Sequence[StageConfig] = (),
     ):
         self.worker, self.pool = worker, pool
-        self.staging = Staging(worker.engine, boundary_stages, jax.default_backend())
+        self.staging = Staging(worker.engine, stage, jax.default_backend(), boundary_stages)
         self.compiles, self.profiler, self.settings = compiles, profiler, settings
         self.log = log
         self.programs = ProgramTimeline(worker.engine)
@@ -307,7 +312,7 @@ class StepLoop:
             self.programs.watch(f"{step}/update")
             self.staging.at(AFTER_UPDATE, upcoming, clock, step)
             metrics = self.worker.get_metrics()
-        staged = upcoming.name if self.staging.issues_at(step) else None
+        staged = upcoming.name if upcoming is not None and self.staging.points(step)[0] else None
         return self._record(step, batches, clock, compiled, metrics, staged)
 
     @property
@@ -341,7 +346,7 @@ class StepLoop:
             devices=self.settings.devices,
             peak_flops=self.settings.peak_flops,
         )
-        copy_ready = self.staging.copy_ready(step)
+        copy_ready = self.staging.copy_ready(step) if staged else None
         device = self.programs.stamps(step, len(batches), copy_ready)
         record = ruler.step_record(
             inputs, clock, device, metrics, recompiles=len(compiled) if scored else 0
