@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -124,12 +125,14 @@ def test_engine_flags_with_a_spaced_dict_parse_the_same_in_run_and_aot():
 )
 @settings(max_examples=200, deadline=None)
 def test_formatted_engine_flags_read_back_as_written(pairs):
-    try:
-        text = format_engine_flags(pairs.items())
-    except ConfigError as error:
-        assert "no ENGINE_FLAGS form carries it" in str(error)
+    unrepresentable = [
+        v for v in pairs.values() if '"' in v and "'" in v and re.search(r"[\s,]", v)
+    ]
+    if unrepresentable:  # both quote characters and a separator: no form carries the value
+        with pytest.raises(ConfigError, match="no ENGINE_FLAGS form carries it"):
+            format_engine_flags(pairs.items())
         return
-    assert parse_engine_flags(text) == pairs
+    assert parse_engine_flags(format_engine_flags(pairs.items())) == pairs
 
 
 @pytest.mark.parametrize(
