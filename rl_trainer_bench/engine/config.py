@@ -13,12 +13,14 @@ the metadata carries its help and, for counts, its minimum.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from typing import Any, Literal
 
 RematPolicy = Literal["full", "minimal", "none"]
 AttentionImpl = Literal["auto", "xla", "cudnn"]
 ExpertCompute = Literal["auto", "einsum", "ragged_dot"]
+DroplessCompute = Literal["auto", "capacity", "ragged_dot", "gmm"]
 ComputeDtype = Literal["bfloat16", "float32"]
 MatmulPrecision = Literal["default", "high", "highest"]
 Schedule = Literal["constant", "warmup_cosine_decay_schedule"]
@@ -92,7 +94,7 @@ class MeshConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-    """GRPO clipped surrogate and k3 KL."""
+    """GRPO clipped surrogate and k3 KL (docs/engine.md)."""
 
     epsilon: float = dataclasses.field(
         default=0.2, metadata=engine_key("lower clip of the probability ratio (1 - epsilon)")
@@ -126,11 +128,28 @@ class MoeConfig:
     expert_compute: ExpertCompute = dataclasses.field(
         default="auto", metadata=engine_key("expert matmul layout (auto picks per chip)")
     )
+    dropless_compute: DroplessCompute = dataclasses.field(
+        default="auto",
+        metadata=engine_key(
+            "the dropless program's layout: capacity (E x N slots), ragged_dot or gmm (token-sorted"
+            " pairs and a grouped matmul; gmm on TPU only); auto: gmm on TPU, ragged_dot elsewhere"
+        ),
+    )
     router_replay: bool = dataclasses.field(
         default=True,
         metadata=engine_key("micro-batches carry routed_experts (what AOT lowering assumes)"),
     )
-    float32_router_logits: bool = True
+
+
+def expert_capacity(tokens: int, top_k: int, num_experts: int, factor: float) -> int:
+    """Slots per expert for a group of `tokens` tokens: ceil(factor x N x K / E), at least one.
+
+    Factor -1 is dropless: every token fits. The payload builder's overflow prediction uses this
+    same formula, which is why it lives here, free of JAX (docs/engine.md, capacity and drops).
+    """
+    if factor == -1:
+        return tokens
+    return max(1, math.ceil(factor * tokens * top_k / num_experts))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -185,17 +185,17 @@ def state_bytes(config: EngineConfig, mesh, stage_before_update: bool) -> dict[s
     """Per-device bytes of each part of the state that stays on the device (STATE_PARTS)."""
     import jax
 
-    from rl_trainer_bench.engine import jax_engine, sharding
+    from rl_trainer_bench.engine import programs, sharding
 
-    state = jax_engine.abstract_state(config, mesh)
-    spec = jax_engine.payload_spec(config)
+    state = programs.abstract_state(config, mesh)
+    spec = programs.payload_spec(config)
     batch = {
         name: jax.ShapeDtypeStruct(
             s.shape, s.dtype, sharding=sharding.payload_sharding(mesh, s.ndim)
         )
         for name, s in spec.items()
     }
-    late_accumulate = config.moe.retry_when_tokens_dropped and config.moe.ragged_buffer_factor != -1
+    late_accumulate = programs.replays_possible(config)
     params = per_device_bytes(state["params"])
     return {
         "params": params,
@@ -204,6 +204,13 @@ def state_bytes(config: EngineConfig, mesh, stage_before_update: bool) -> dict[s
         "pending_gradient": params if late_accumulate else 0,
         "staged_micro_batch": per_device_bytes(batch) if stage_before_update else 0,
     }
+
+
+def unsharded_state(config: EngineConfig, mesh) -> list[tuple[str, int]]:
+    """(leaf, bytes per device) of every state leaf that is not split over every device."""
+    from rl_trainer_bench.engine import programs, sharding
+
+    return sharding.unsharded_leaves(programs.abstract_state(config, mesh), mesh.size)
 
 
 def beside(program: str, state: Mapping[str, int]) -> int:
@@ -297,9 +304,9 @@ def _first_line(error: BaseException) -> str:
 
 def compile_programs(config: EngineConfig, mesh) -> Iterator[tuple[str, Any, ProgramMemory]]:
     """Lower every engine program, then compile each on its own: (name, compiled or None, row)."""
-    from rl_trainer_bench.engine import jax_engine
+    from rl_trainer_bench.engine import programs
 
-    for name, lowered in jax_engine.lower_programs(config, mesh).items():
+    for name, lowered in programs.lower_programs(config, mesh).items():
         start = time.perf_counter()
         try:
             compiled = lowered.compile()
@@ -331,6 +338,8 @@ class AotReport:
     compile_seconds: float
     unapplied_keys: list[str]
     note: str = ""
+    # State leaves not split over every device, with their bytes per device (`unsharded_state`).
+    unsharded_state: list[tuple[str, int]] = dataclasses.field(default_factory=list)
 
     @property
     def estimate(self) -> bool:
@@ -380,6 +389,7 @@ class AotReport:
             "compile_seconds": self.compile_seconds,
             "unapplied_keys": self.unapplied_keys,
             "note": self.note,
+            "unsharded_state": [list(leaf) for leaf in self.unsharded_state],
         }
 
 
@@ -487,6 +497,7 @@ def assemble(
         compile_seconds=seconds,
         unapplied_keys=cell.unapplied_keys,
         note=cell.note,
+        unsharded_state=unsharded_state(cell.config, cell.mesh),
     )
 
 
@@ -588,6 +599,9 @@ def format_report(report: AotReport) -> str:
         f"device peak {human_bytes(report.peak)} of {memory} ({report.memory_source}); "
         f"headroom {headroom}: {verdict}"
     )
+    if report.unsharded_state:
+        leaves = ", ".join(f"{path} {human_bytes(n)}" for path, n in report.unsharded_state)
+        lines.append(f"state not split over all {report.devices} devices: {leaves}")
     if report.unapplied_keys:
         lines.append(f"keys the built-in engine does not apply: {', '.join(report.unapplied_keys)}")
     lines.append(f"compiled in {report.compile_seconds:.1f} s")
