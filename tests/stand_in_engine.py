@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from typing import ClassVar
 
 import numpy as np
 
@@ -109,3 +110,20 @@ class StandInEngine:
     def wait_for_device(self):
         self.calls.append(("wait",))
         return 0.0
+
+
+class ConfiguredStandInEngine(StandInEngine):
+    """The stand-in as the ENGINE knob builds an engine: `Class(engine_config)`."""
+
+    built_with: ClassVar[list] = []  # every engine config this class was built with, in order
+
+    def __init__(self, config):
+        super().__init__()
+        ConfiguredStandInEngine.built_with.append(config)
+
+
+class StagelessStandInEngine(StandInEngine):
+    """An engine, named by ENGINE, that lacks the staging methods."""
+
+    def __init__(self, config):
+        super().__init__(staging=False)

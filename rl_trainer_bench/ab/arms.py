@@ -102,7 +102,7 @@ def parse_arms(text: str) -> list[ArmSpec]:
     for token in (t.strip() for t in text.split(",")):
         if not token:
             raise UserError(f"--arms {text!r}: empty arm between commas; write e.g. {DEFAULT_ARMS}")
-        if ":" in token:
+        if ":" in token.split("=", 1)[0]:  # NAME:KEY=V (a value may hold ':', as ENGINE's does)
             name, first_knob = token.split(":", 1)
             _check_name(name, text)
             if name in defined_here or name in BUILTIN_ARMS:

@@ -67,6 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a driver knob or engine key for every arm (repeatable), e.g. MICRO_STEPS=4",
     )
     parser.add_argument(
+        "--engine",
+        dest="knob",
+        action="append",
+        type=lambda spec: f"ENGINE={spec}",
+        metavar="module:Class",
+        help="the engine every arm times (--knob ENGINE=...); an arm may set its own ENGINE",
+    )
+    parser.add_argument(
         "--predict",
         action="append",
         default=[],

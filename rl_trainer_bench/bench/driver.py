@@ -40,11 +40,13 @@ from rl_trainer_bench.config.knobs import (
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import (
     STAGING_METHODS,
+    ContractError,
     Engine,
     Payload,
     PreparedInput,
     missing_methods,
 )
+from rl_trainer_bench.engine.factory import engine_class
 from rl_trainer_bench.errors import ConfigError, UserError
 
 EngineFactory = Callable[[EngineConfig], Engine]
@@ -139,8 +141,9 @@ def _device_arrays(prepared: PreparedInput) -> Any:
 class Bench:
     """One engine, one worker and one micro-batch pool, shared by every `run` (every A/B arm).
 
-    `engine_factory` and `pool` exist so tests can put stand-ins in place of the JAX engine and the
-    payload builder; by default they come from `engine.jax_engine` and `payload.build_pool`.
+    `engine_factory` and `pool` exist so tests can put stand-ins in place of the engine and the
+    payload builder; by default the engine is the class ENGINE names, built by
+    `engine.factory`, and the pool comes from `payload.build_pool`.
     """
 
     def __init__(
@@ -169,8 +172,8 @@ class Bench:
         """Build the micro-batch pool (off the clock), the engine and worker, compile; compile
         seconds per program."""
         engine_config = self._engine_config()
+        factory = self._engine_factory or engine_class(self.config.engine)  # import it first
         pool = self._build_pool(engine_config)
-        factory = self._engine_factory or _jax_engine
         self.engine = factory(engine_config)
         self.worker = TrainerWorker(self.engine, fused=self.config.worker == "fused")
         self.log(f"{ruler.LOG_PREFIX} worker {_describe(self.worker.info())}")
@@ -497,12 +500,6 @@ class _ArmRun:
         )
 
 
-def _jax_engine(engine_config: EngineConfig) -> Engine:
-    from rl_trainer_bench.engine.jax_engine import JaxEngine
-
-    return JaxEngine(engine_config)
-
-
 def _describe(info: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in info.items())
 
@@ -573,7 +570,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     try:
         config = BenchConfig.from_env(driver_knobs(env, args))
         return run_bench(config, env, lambda line: print(line, flush=True))
-    except UserError as error:
+    except (UserError, ContractError) as error:
         print(f"bench_driver: {error}", file=sys.stderr)
         return 2
 

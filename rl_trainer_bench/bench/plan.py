@@ -79,6 +79,7 @@ class Plan:
                 f" warmup_steps={config.warmup_steps} worker={config.worker}"
                 f" stage={config.stage.describe()}",
             ),
+            ("engine", config.engine),
             ("engine keys not applied", " ".join(self.unapplied) or "-"),
         ]
         return [f"{PLAN_PREFIX} {name}: {text}" for name, text in rows] + [

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -25,8 +26,10 @@ from rl_trainer_bench.accelerators import TpuSlice, parse_slice
 from rl_trainer_bench.config import values
 from rl_trainer_bench.config.engine_keys import parse_engine_flags, parse_trainer_argv
 from rl_trainer_bench.config.presets import PRESETS, Preset, preset, preset_for_model
+from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError
 
+_ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
 DEFAULT_PRESET = "cpu-tiny"
 STAGE_ISSUE_CHOICES = ("auto", "before_last", "after_last")
 WORKER_CHOICES = ("separate", "fused")
@@ -76,6 +79,15 @@ def _engine_flags(name: str, text: str) -> str:
 
 def _text(name: str, text: str) -> str:
     return text
+
+
+def engine_spec(text: str, knob: str = "ENGINE") -> str:
+    """`text` as an engine name (`module:Class`), checked for form only: importing it is the
+    engine factory's job, at start-up, so validating knobs stays host work."""
+    spec = text.strip() or BUILT_IN
+    if not _ENGINE_SPEC.fullmatch(spec):
+        raise ConfigError(f"{knob}={text!r} is not module:Class: e.g. {knob}={BUILT_IN}")
+    return spec
 
 
 def _slice(name: str, text: str) -> TpuSlice:
@@ -140,6 +152,13 @@ KNOBS: tuple[Knob, ...] = (
         "the orchestrator's argv, shell words (micro-batch rows and lengths)",
     ),
     Knob("WORKER", "separate", _one_of(WORKER_CHOICES), "separate|fused"),
+    Knob(
+        "ENGINE",
+        BUILT_IN,
+        lambda name, text: engine_spec(text, name),
+        "module:Class of the engine to time, built as Class(engine_config); in a pod its package"
+        " must be in the trainer's image",
+    ),
     Knob(
         "TRAINER_SLICE",
         "",
@@ -290,6 +309,7 @@ class BenchConfig:
     engine_flags: str = ""  # key=value engine keys, as written (parse_engine_flags reads them)
     orch_argv: tuple[str, ...] = ()
     worker: str = "separate"
+    engine: str = BUILT_IN  # module:Class (engine/factory.py builds it)
     preset_source: str = "PRESET"  # what chose the preset: PRESET, a trainer flag, or the default
     trainer_slice: TpuSlice | None = None
     plan_only: bool = False
@@ -322,6 +342,7 @@ class BenchConfig:
             engine_flags=value["ENGINE_FLAGS"] or "",
             orch_argv=_with_lengths(value["ORCH_ARGV"] or (), trainer_flags),
             worker=value["WORKER"],
+            engine=value["ENGINE"],
             preset_source=source,
             trainer_slice=value["TRAINER_SLICE"],
             plan_only=value["PLAN_ONLY"],
@@ -355,6 +376,7 @@ class BenchConfig:
             "ENGINE_FLAGS": self.engine_flags or "-",
             "ORCH_ARGV": shlex.join(self.orch_argv) or "-",
             "WORKER": self.worker,
+            "ENGINE": self.engine,
         }
 
 

@@ -66,6 +66,31 @@ PRESETS: Mapping[str, Preset] = {
             purpose="tests and the default main job: seconds on 2 CPU cores, 8 host devices as 2x2x2",
         ),
         Preset(
+            name="cpu-tiny-dense",
+            engine=EngineConfig(
+                model=ModelConfig(
+                    vocab_size=512,
+                    d_model=64,
+                    num_layers=2,
+                    num_heads=4,
+                    num_kv_heads=2,
+                    head_dim=16,
+                    num_experts=1,
+                    top_k=1,
+                    expert_ffn_dim=128,
+                    dtype="float32",
+                ),
+                mesh=MeshConfig(fsdp=8),
+                moe=MoeConfig(ragged_buffer_factor=-1, router_replay=False),
+                micro_batch_rows=8,
+                seq_len=128,
+            ),
+            micro_steps=2,
+            host_devices=8,
+            purpose="one expert per layer (a dense feed-forward), pure FSDP over 8 host devices:"
+            " the shapes another engine's dense model can match, for engine-vs-engine A/Bs",
+        ),
+        Preset(
             name="gpu-small",
             engine=EngineConfig(
                 model=ModelConfig(

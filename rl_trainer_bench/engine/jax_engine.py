@@ -26,6 +26,7 @@ from rl_trainer_bench.engine.programs import (
     Accumulated,
     MicroBatchResult,
     TrainState,
+    abstract_state,  # noqa: F401 (aot finds an engine's abstract-input functions in its module)
     check_config,
     check_payload,
     check_routes,

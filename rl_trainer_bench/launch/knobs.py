@@ -56,6 +56,7 @@ KNOBS: tuple[Knob, ...] = (
         "the bench JobSet's name (default: the trainer's + '-bench', shortened to fit)",
     ),
     Knob("ENGINE_FLAGS"),
+    Knob("ENGINE"),
     Knob("LIBTPU_FLAGS", "--flag=value words merged into LIBTPU_INIT_ARGS (given ones win)"),
     Knob("TRAINER_ARGV", "the trainer's flags, replacing those of its command (shell words)"),
     Knob(
@@ -78,6 +79,7 @@ _RESERVED_ENV = frozenset(
         "TRAINER_ARGV",
         "ORCH_ARGV",
         "ENGINE_FLAGS",
+        "ENGINE",
         "PROFILE_STEPS",
         "STEPS",
         "MICRO_STEPS",
@@ -95,6 +97,7 @@ class RenderKnobs:
     trainer_jobset: str | None = None
     name: str | None = None
     engine_flags: tuple[tuple[str, str], ...] = ()
+    engine: str | None = None  # module:Class; None: the built-in engine
     libtpu_flags: str = ""
     trainer_argv: tuple[str, ...] | None = None
     orch_argv: tuple[str, ...] | None = None
@@ -118,6 +121,7 @@ class RenderKnobs:
             trainer_jobset=given.get("trainer_jobset"),
             name=given.get("bench_name"),
             engine_flags=tuple(parse_engine_flags(given.get("engine_flags", "")).items()),
+            engine=_driver_value(given, "ENGINE"),
             libtpu_flags=given.get("libtpu_flags", ""),
             trainer_argv=_driver_value(given, "TRAINER_ARGV"),
             orch_argv=_driver_value(given, "ORCH_ARGV"),

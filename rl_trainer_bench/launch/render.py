@@ -156,6 +156,7 @@ def driver_environment(
     optional = {
         "ORCH_ARGV": None if orch is None else shell_join(orch),
         "ENGINE_FLAGS": format_engine_flags(knobs.engine_flags) or None,
+        "ENGINE": knobs.engine,
         "STEPS": knobs.steps,
         "MICRO_STEPS": knobs.micro_steps,
         "TRAINER_SLICE": None if tpu_slice is None else tpu_slice.name,
@@ -258,6 +259,15 @@ def dump_yaml(document: Mapping) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
+def engine_requirement(engine: str) -> str:
+    """What the pod needs to time `engine`: the bench ships its own code, not another engine's."""
+    module = engine.partition(":")[0]
+    return (
+        f"render: the pod times ENGINE={engine}; the trainer's image must have {module} and every"
+        " package it imports (the bench's code bundle carries only rl_trainer_bench)"
+    )
+
+
 # Command line
 # ----------------------------------------------------------------------------------------------
 
@@ -281,6 +291,8 @@ def run(args) -> int:
     target = knobs.output or "stdout"
     print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
     print(f"render: the pod times {pod_plan.cell()}", file=sys.stderr)
+    if knobs.engine is not None:
+        print(engine_requirement(knobs.engine), file=sys.stderr)
     return 0
 
 

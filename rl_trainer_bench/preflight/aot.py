@@ -27,12 +27,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from rl_trainer_bench import accelerators
 from rl_trainer_bench.config.engine_keys import engine_config_from
+from rl_trainer_bench.config.knobs import engine_spec
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError, UserError
 from rl_trainer_bench.units import human_bytes
 
@@ -181,14 +184,38 @@ def per_device_bytes(tree) -> int:
     return total
 
 
-def state_bytes(config: EngineConfig, mesh, stage_before_update: bool) -> dict[str, int]:
+# What aot needs from an engine's module to lower its programs from abstract inputs, without
+# building the engine (which would allocate its weights): the built-in engine's module has them.
+AOT_FUNCTIONS = ("lower_programs", "abstract_state", "payload_spec")
+
+
+def aot_engine_module(spec: str) -> ModuleType:
+    """The module of the engine `spec` names, when it can lower its programs from abstract inputs;
+    else a UserError saying which of AOT_FUNCTIONS it lacks."""
+    from rl_trainer_bench.engine.factory import engine_class
+
+    module = sys.modules[engine_class(spec).__module__]
+    missing = [name for name in AOT_FUNCTIONS if not callable(getattr(module, name, None))]
+    if missing:
+        raise UserError(
+            f"ENGINE={spec}: aot lowers an engine's programs from abstract inputs, which needs"
+            f" {', '.join(AOT_FUNCTIONS)} in its module; {module.__name__} lacks"
+            f" {', '.join(missing)}: check this engine with `check-engine` and time it with `run`"
+        )
+    return module
+
+
+def state_bytes(
+    config: EngineConfig, mesh, stage_before_update: bool, engine: ModuleType | None = None
+) -> dict[str, int]:
     """Per-device bytes of each part of the state that stays on the device (STATE_PARTS)."""
     import jax
 
     from rl_trainer_bench.engine import programs, sharding
 
-    state = programs.abstract_state(config, mesh)
-    spec = programs.payload_spec(config)
+    engine = engine or aot_engine_module(BUILT_IN)
+    state = engine.abstract_state(config, mesh)
+    spec = engine.payload_spec(config)
     batch = {
         name: jax.ShapeDtypeStruct(
             s.shape, s.dtype, sharding=sharding.payload_sharding(mesh, s.ndim)
@@ -302,11 +329,15 @@ def _first_line(error: BaseException) -> str:
     return (interesting or lines or [type(error).__name__])[0][:300]
 
 
-def compile_programs(config: EngineConfig, mesh) -> Iterator[tuple[str, Any, ProgramMemory]]:
-    """Lower every engine program, then compile each on its own: (name, compiled or None, row)."""
-    from rl_trainer_bench.engine import programs
+def compile_programs(
+    config: EngineConfig, mesh, engine: ModuleType | None = None
+) -> Iterator[tuple[str, Any, ProgramMemory]]:
+    """Lower every engine program, then compile each on its own: (name, compiled or None, row).
 
-    for name, lowered in programs.lower_programs(config, mesh).items():
+    `engine`: the engine's module (aot_engine_module); the built-in engine's when None.
+    """
+    engine = engine or aot_engine_module(BUILT_IN)
+    for name, lowered in engine.lower_programs(config, mesh).items():
         start = time.perf_counter()
         try:
             compiled = lowered.compile()
@@ -449,11 +480,13 @@ def run_check(
     stage_before_update: bool = False,
     layers: int = 0,
     progress: Callable[[str], None] = lambda line: None,
+    engine: str = BUILT_IN,
 ) -> AotReport:
     """Compile the preset's programs for the target and build the memory report.
 
     `progress` gets one line per compiled program: a full-size compile takes minutes.
     """
+    module = aot_engine_module(engine)
     cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags)
     full_depth = cell.config.model.num_layers
     depths = _depths(full_depth, layers)
@@ -461,13 +494,14 @@ def run_check(
     measured = []
     for depth in depths:
         rows = []
-        for name, _, row in compile_programs(_with_layers(cell.config, depth), cell.mesh):
+        for name, _, row in compile_programs(_with_layers(cell.config, depth), cell.mesh, module):
             status = "compiled" if row.compiled else f"FAILED ({row.error})"
             progress(f"aot: {name} at {depth} layers {status} in {row.compile_seconds:.1f} s")
             rows.append(row)
         measured.append(rows)
     programs = measured[0] if len(depths) == 1 else _extrapolate(measured, depths, full_depth)
-    return assemble(cell, programs, depths, stage_before_update, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    return assemble(cell, programs, depths, stage_before_update, seconds, module)
 
 
 def assemble(
@@ -476,9 +510,10 @@ def assemble(
     depths: Sequence[int],
     stage_before_update: bool,
     seconds: float,
+    engine: ModuleType | None = None,
 ) -> AotReport:
     """The report from compiled rows: each program gets the state beside it."""
-    state = state_bytes(cell.config, cell.mesh, stage_before_update)
+    state = state_bytes(cell.config, cell.mesh, stage_before_update, engine)
     for program in programs:
         program.beside = beside(program.name, state)
     return AotReport(
@@ -646,6 +681,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--trainer-argv", default="", help="trainer flags (as in TRAINER_ARGV)")
     parser.add_argument("--engine-flags", default="", help="key=value engine flags (ENGINE_FLAGS)")
     parser.add_argument(
+        "--engine",
+        default=BUILT_IN,
+        help=f"module:Class (ENGINE); only engines that lower from abstract inputs (default {BUILT_IN})",
+    )
+    parser.add_argument(
         "--stage-before-update",
         default="off",
         help="on|off: count the staged micro-batch beside accumulate and update",
@@ -666,6 +706,7 @@ def run(args) -> int:
         stage_before_update=args.stage_before_update == "on",
         layers=args.layers,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
+        engine=engine_spec(args.engine, "--engine"),
     )
     document = json.dumps(report.to_json(), indent=1)
     if args.output:

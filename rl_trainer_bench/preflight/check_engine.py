@@ -8,14 +8,11 @@ exercises exactly what a bench run would.
 from __future__ import annotations
 
 import argparse
-import importlib
 
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.contract import check_engine, example_payloads_for
-from rl_trainer_bench.errors import UserError
-
-BUILT_IN = "rl_trainer_bench.engine.jax_engine:JaxEngine"
+from rl_trainer_bench.engine.factory import BUILT_IN, build_engine
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,14 +28,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if unapplied:
         print(f"check-engine: keys not applied by the built-in engine: {', '.join(unapplied)}")
-    module_name, _, class_name = args.engine.partition(":")
-    try:
-        engine_class = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise UserError(
-            f"--engine {args.engine!r} cannot be imported ({error}); write module:Class"
-        ) from error
-    engine = engine_class(config)
+    engine = build_engine(args.engine, config, knob="--engine")
     payloads = example_payloads_for(config, 2, prefix="check")
     failures = check_engine(engine, payloads)
     for failure in failures:

@@ -72,6 +72,7 @@ def _driver_value(knob: str, env: dict[str, str]):
 @example(knob="STEPS", text="²")
 @example(knob="ENGINE_FLAGS", text="optimizer_chain_kwargs={'max_norm': 0.5} beta=0.1")
 @example(knob="ENGINE_FLAGS", text='a=\'x "y\' b="p q"')
+@example(knob="ENGINE_FLAGS", text="a=\"x' b=1")
 def test_the_renderer_accepts_a_pass_through_value_iff_the_driver_does_with_the_same_meaning(
     knob, text
 ):
@@ -95,6 +96,7 @@ def test_pass_through_knobs_are_the_ones_the_pod_reads():
         "ORCH_ARGV",
         "ENGINE_FLAGS",
         "TRAINER_SLICE",
+        "ENGINE",
     }
 
 
@@ -119,16 +121,19 @@ def test_engine_flags_with_a_spaced_dict_parse_the_same_in_run_and_aot():
 @given(
     st.dictionaries(
         st.from_regex(r"[a-z_][a-z0-9_.]{0,8}", fullmatch=True),
-        st.text(st.characters(exclude_characters="\0", exclude_categories=("Cs",)), max_size=12),
+        st.text(st.sampled_from("ab {}'\", \t"), max_size=8)
+        | st.text(st.characters(exclude_characters="\0", exclude_categories=("Cs",)), max_size=12),
         max_size=4,
     )
 )
 @settings(max_examples=200, deadline=None)
 def test_formatted_engine_flags_read_back_as_written(pairs):
-    unrepresentable = [
-        v for v in pairs.values() if '"' in v and "'" in v and re.search(r"[\s,]", v)
-    ]
-    if unrepresentable:  # both quote characters and a separator: no form carries the value
+    def needs_quoting(v: str) -> bool:
+        plain = v and not re.search(r"[\s,]", v) and v[0] not in "\"'{"
+        return not plain and not re.fullmatch(r"\{[^}]*\}", v)
+
+    unrepresentable = [v for v in pairs.values() if '"' in v and "'" in v and needs_quoting(v)]
+    if unrepresentable:  # needs quoting but holds both quote characters
         with pytest.raises(ConfigError, match="no ENGINE_FLAGS form carries it"):
             format_engine_flags(pairs.items())
         return

@@ -1,0 +1,45 @@
+"""One way to build an engine from its name, for every command that builds one.
+
+An engine is named as `module:Class` (the ENGINE knob, `--engine`) and built as
+`Class(engine_config)`, so `check-engine`, `run`, `ab`, `aot` and the pod all exercise the same
+object for the same name. The module is imported only when named: an adapter whose package is not
+installed costs nothing until someone asks for it (docs/engine.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rl_trainer_bench.engine.config import EngineConfig
+    from rl_trainer_bench.engine.contract import Engine
+
+# Light on purpose: the knob table (and so every command's parser) reads BUILT_IN from here, and a
+# parser must not pay for numpy or JAX; the contract is imported where an engine is built.
+
+BUILT_IN = "rl_trainer_bench.engine.jax_engine:JaxEngine"
+
+
+def engine_class(spec: str, knob: str = "ENGINE") -> type:
+    """The class `spec` (`module:Class`) names; a ContractError naming `knob` when it cannot be had."""
+    from rl_trainer_bench.engine.contract import ContractError
+
+    module_name, colon, class_name = spec.partition(":")
+    if not colon or not module_name or not class_name:
+        raise ContractError(f"{knob}={spec!r}: write module:Class, e.g. {BUILT_IN}")
+    try:
+        found = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as error:
+        raise ContractError(
+            f"{knob}={spec!r} cannot be imported ({error}): install the engine's package in this"
+            " environment or fix the name"
+        ) from error
+    if not isinstance(found, type):
+        raise ContractError(f"{knob}={spec!r} names a {type(found).__name__}, not a class")
+    return found
+
+
+def build_engine(spec: str, engine_config: EngineConfig, knob: str = "ENGINE") -> Engine:
+    """`Class(engine_config)` for the class `spec` names."""
+    return engine_class(spec, knob)(engine_config)

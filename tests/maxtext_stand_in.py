@@ -1,0 +1,497 @@
+"""A stand-in for maxtext 0.2.5's training engine, so CI tests the MaxText adapter without MaxText.
+
+It keeps the public surface the adapter relies on, with maxtext 0.2.5's signatures and
+behaviour: `MaxTextTrainingEngine(training_config, mesh=None, wrap_with_tunix_adapter=False,
+tokenizer_pad_id=None)` whose `compile` returns None and installs compiled `fwd_bwd`,
+`fwd_bwd_accum`, `update` (and an eval program), whose `fwd_bwd` maps a payload through the
+input hook (rebuilding a dataclass payload with empty metadata first), accumulates unreduced
+gradients and records the loss as a `WeightedMetric`, whose `update` divides by the summed
+denominators, records `learning_rate` and `gradient_norm` and returns the new step, whose
+`get_metrics` returns the newest on-device `MetricsBuffer` (id -1 when empty); Tunix's
+`RLTrainerPayload` fields; the router-replay input mapping (whole row = prompt then completion,
+targets rolled left, the token mask shifted left and cut at segment ends) and a router-replay
+loss returning `(loss, aux)` with `xent_sum` and `total_weights`.
+
+The model is tiny but real (an embedding, one MoE or dense block per layer with forced routes,
+an output head), so gradients, shardings and digests are real arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from rl_trainer_bench.engine.maxtext_adapter import MaxTextApi, MaxTextEngine
+
+KERNEL_NAMES = ("fwd_bwd", "fwd_bwd_accum", "update")
+EMPTY_METRICS_BUFFER_ID = -1
+
+# MaxText keys the stand-in accepts, with MaxText's defaults where the adapter may leave them.
+_DEFAULT_KEYS: dict[str, Any] = {
+    "run_name": "",
+    "model_name": "",
+    "vocab_size": 32,
+    "base_emb_dim": 16,
+    "base_num_decoder_layers": 1,
+    "base_num_query_heads": 1,
+    "base_num_kv_heads": 1,
+    "head_dim": 16,
+    "base_mlp_dim": 16,
+    "rope_max_timescale": 10_000,
+    "normalization_layer_epsilon": 1e-6,
+    "dtype": "float32",
+    "weight_dtype": "float32",
+    "max_target_length": 16,
+    "per_device_batch_size": 1.0,
+    "ici_fsdp_parallelism": 1,
+    "learning_rate": 3e-5,
+    "adam_b1": 0.9,
+    "adam_b2": 0.95,
+    "adam_eps": 1e-8,
+    "adam_weight_decay": 0.1,
+    "gradient_clipping_threshold": 1.0,
+    "init_weights_seed": 0,
+    "enable_dropout": False,
+    "enable_checkpointing": False,
+    "skip_step_on_spikes": False,
+    "warmup_steps_fraction": 0.1,
+    "num_experts": 1,
+    "num_experts_per_tok": 1,
+    "base_moe_mlp_dim": 16,
+}
+
+
+class HyperParameters:
+    """pyconfig.HyperParameters: keys read as attributes."""
+
+    def __init__(self, keys: dict[str, Any]):
+        self.__dict__.update(keys)
+
+
+def initialize(argv: list[str] | None = None, **kwargs: Any) -> HyperParameters:
+    """pyconfig.initialize: defaults, then keyword overrides; an unknown key is an error."""
+    unknown = sorted(set(kwargs) - set(_DEFAULT_KEYS))
+    if unknown:
+        raise ValueError(f"unknown MaxText config keys: {unknown}")
+    return HyperParameters({**_DEFAULT_KEYS, **kwargs})
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightedMetric:
+    unreduced_sum: jax.Array
+    denominator: jax.Array
+    eps: float | None = None
+    min_denom: float | None = None
+
+    def compute(self) -> jax.Array:
+        denom = self.denominator
+        return jnp.where(denom == 0, 0.0, self.unreduced_sum / jnp.where(denom == 0, 1.0, denom))
+
+
+jax.tree_util.register_dataclass(
+    WeightedMetric, data_fields=["unreduced_sum", "denominator"], meta_fields=["eps", "min_denom"]
+)
+
+
+@dataclasses.dataclass
+class MetricsBuffer:
+    id: Any
+    weighted_metrics: dict[str, WeightedMetric] = dataclasses.field(default_factory=dict)
+    scalar_metrics: dict[str, jax.Array] = dataclasses.field(default_factory=dict)
+    aggregation_fns: dict[str, Callable[[jax.Array], Any]] = dataclasses.field(default_factory=dict)
+    mode: str = "train"
+
+
+@dataclasses.dataclass(kw_only=True)
+class TrainerPayload:
+    token_ids: Any
+    token_mask: Any
+    segment_ids: Any = None
+    segment_positions: Any = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class RLTrainerPayload(TrainerPayload):
+    advantages: Any
+    loss_mask: Any
+    action_mask: Any = None
+    prompt_ids: Any = None
+    prompt_mask: Any = None
+    completion_ids: Any = None
+    completion_mask: Any = None
+    ref_per_token_logps: Any = None
+    old_per_token_logps: Any = None
+    sampler_is_weights: Any = None
+    returns: Any = None
+    old_values: Any = None
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def router_replay_gen_model_input_fn(payload: RLTrainerPayload) -> dict[str, Any]:
+    """The whole row (prompt then completion) as the router-replay loss's keyword arguments."""
+    parts = [jnp.asarray(payload.prompt_ids), jnp.asarray(payload.completion_ids)]
+    masks = [
+        jnp.ones_like(part) if mask is None else jnp.asarray(mask).astype(jnp.int32)
+        for part, mask in zip(parts, (payload.prompt_mask, payload.completion_mask), strict=True)
+    ]
+    ids, mask = jnp.concatenate(parts, axis=-1), jnp.concatenate(masks, axis=-1)
+    segments = mask if payload.segment_ids is None else jnp.asarray(payload.segment_ids)
+    if payload.segment_positions is None:
+        raise NotImplementedError("the stand-in takes packed payloads with segment_positions")
+    weights = jnp.roll(mask, -1, axis=-1).at[:, -1].set(0)
+    same = (segments[:, :-1] == segments[:, 1:]).astype(weights.dtype)
+    weights = weights.at[:, :-1].multiply(same)
+    kwargs = {
+        "inputs": ids,
+        "inputs_position": jnp.asarray(payload.segment_positions).astype(jnp.int32),
+        "inputs_segmentation": segments,
+        "targets": jnp.roll(ids, -1, axis=-1),
+        "targets_segmentation": weights,
+    }
+    routed = getattr(payload, "routed_experts", None)
+    if routed is not None:
+        kwargs["forced_routed_experts"] = jnp.asarray(routed)
+    return kwargs
+
+
+def _forward(params, config, inputs, inputs_segmentation, forced_routed_experts):
+    hidden = params["embed"][inputs] * (inputs_segmentation != 0)[..., None]
+    for layer in range(config.base_num_decoder_layers):
+        if config.num_experts > 1:
+            if forced_routed_experts is None:
+                gate = hidden @ params["gate"][layer]
+                _, routes = jax.lax.top_k(gate, config.num_experts_per_tok)
+            else:
+                routes = forced_routed_experts[:, :, layer, :].astype(jnp.int32)
+            chosen = jax.nn.one_hot(routes, config.num_experts).sum(-2)  # -1 rows are all zero
+            update = jnp.einsum("bte,btd,edf->btf", chosen, hidden, params["experts"][layer])
+        else:
+            update = hidden @ params["mlp"][layer]
+        hidden = hidden + jnp.tanh(update)
+    return hidden @ params["head"]
+
+
+def make_router_replay_loss_fn(config: HyperParameters, dropout_rng: jax.Array | None = None):
+    if config.enable_dropout and dropout_rng is None:
+        raise ValueError("make_router_replay_loss_fn requires a dropout_rng with dropout on")
+
+    def router_replay_loss_fn(
+        model,
+        inputs,
+        inputs_position,
+        inputs_segmentation,
+        targets,
+        targets_segmentation,
+        forced_routed_experts=None,
+    ):
+        del inputs_position  # the stand-in's model has no positional encoding
+        logits = _forward(model, config, inputs, inputs_segmentation, forced_routed_experts)
+        xent = jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(
+            logits, targets[..., None], -1
+        ).squeeze(-1)
+        weights = targets_segmentation != 0
+        xent_sum = jnp.sum(xent * weights)
+        total_weights = jnp.sum(weights)
+        return xent_sum / (total_weights + 1e-8), {
+            "xent_sum": xent_sum,
+            "total_weights": total_weights,
+        }
+
+    return router_replay_loss_fn
+
+
+def _init_params(config: HyperParameters) -> dict[str, jax.Array]:
+    keys = jax.random.split(jax.random.PRNGKey(config.init_weights_seed), 4)
+    d, v, layers, e = (
+        config.base_emb_dim,
+        config.vocab_size,
+        config.base_num_decoder_layers,
+        config.num_experts,
+    )
+    params = {
+        "embed": jax.random.normal(keys[0], (v, d)) * 0.1,
+        "head": jax.random.normal(keys[1], (d, v)) * 0.1,
+    }
+    if e > 1:
+        params["gate"] = jax.random.normal(keys[2], (layers, d, e)) * 0.1
+        params["experts"] = jax.random.normal(keys[3], (layers, e, d, d)) * 0.1
+    else:
+        params["mlp"] = jax.random.normal(keys[3], (layers, d, d)) * 0.1
+    return params
+
+
+class MaxTextTrainingEngine:
+    """maxtext 0.2.5's MaxTextTrainingEngine surface over the tiny model above."""
+
+    def __init__(
+        self,
+        training_config: HyperParameters,
+        mesh: jax.sharding.Mesh | None = None,
+        wrap_with_tunix_adapter: bool = False,
+        tokenizer_pad_id: int | None = None,
+    ) -> None:
+        if not isinstance(training_config, HyperParameters):
+            raise TypeError("MaxTextTrainingEngine requires a pyconfig.HyperParameters instance")
+        if wrap_with_tunix_adapter and (tokenizer_pad_id is None or mesh is None):
+            raise ValueError("wrap_with_tunix_adapter=True requires tokenizer_pad_id and a mesh")
+        self._config = training_config
+        self._mesh = mesh
+        self._loss_fn: Callable[..., Any] | None = None
+        self._has_aux = True
+        self._gen_model_input_fn: Callable[[Any], dict[str, Any]] | None = None
+        self._compiled = False
+        self._compile_requested = False
+        self._compiled_signature: Any = None
+        self._replicated = (
+            None if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+        )
+        self._params = _init_params(training_config)
+        self._rest: dict[str, Any] = {}  # the model's non-parameter state (none here)
+        self._tx = optax.chain(
+            optax.clip_by_global_norm(training_config.gradient_clipping_threshold),
+            optax.adamw(
+                training_config.learning_rate,
+                b1=training_config.adam_b1,
+                b2=training_config.adam_b2,
+                eps=training_config.adam_eps,
+                weight_decay=training_config.adam_weight_decay,
+            ),
+        )
+        self._opt_state = self._tx.init(self._params)
+        if self._replicated is not None:
+            self._params, self._opt_state = jax.device_put(
+                (self._params, self._opt_state), self._replicated
+            )
+        self._accumulated_grads: Any = None
+        self._accumulated_denominator: Any = None
+        self._train_step = 0
+        self._metrics: list[MetricsBuffer] = []
+
+    @property
+    def train_step(self) -> int:
+        return self._train_step
+
+    def with_loss_fn(self, customized_fn, has_aux: bool = False) -> MaxTextTrainingEngine:
+        self._loss_fn, self._has_aux = customized_fn, has_aux
+        return self
+
+    def with_gen_model_input_fn(self, gen_model_input_fn) -> MaxTextTrainingEngine:
+        self._gen_model_input_fn = gen_model_input_fn
+        return self
+
+    # -- programs ------------------------------------------------------------------------------
+
+    def _fwd_bwd_kernel(self, params, rest, batch, acc_grads=None, acc_denom=None):
+        def loss_of(p):
+            loss, aux = self._loss_fn(p, **batch)
+            del loss  # MaxText differentiates the unreduced sum, as here
+            metric = WeightedMetric(aux["xent_sum"], aux["total_weights"])
+            return metric.unreduced_sum, metric
+
+        (_, metric), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
+        denominator = metric.denominator.astype(jnp.float32)
+        if acc_grads is None:
+            return metric, grads, denominator
+        return metric, jax.tree.map(jnp.add, acc_grads, grads), acc_denom + denominator
+
+    def _update_kernel(self, params, opt_state, grads, denominator):
+        safe = jnp.where(denominator > 0, denominator, 1.0)
+        grads = jax.tree.map(lambda g: jnp.where(denominator > 0, g / safe, 0.0), grads)
+        grad_norm = optax.global_norm(grads)
+        updates, opt_state = self._tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, grad_norm
+
+    def _batch_shardings(self, batch):
+        if self._mesh is None:
+            return None
+        size = self._mesh.shape["fsdp"]
+
+        def place(leaf):
+            axis = "fsdp" if leaf.shape[0] % size == 0 else None
+            return jax.sharding.NamedSharding(self._mesh, jax.sharding.PartitionSpec(axis))
+
+        return jax.tree.map(place, batch)
+
+    def _compile_for_batch(self, batch) -> None:
+        def fwd_bwd(params, rest, batch):
+            return self._fwd_bwd_kernel(params, rest, batch)
+
+        def fwd_bwd_accum(params, rest, batch, acc_grads, acc_denom):
+            return self._fwd_bwd_kernel(params, rest, batch, acc_grads, acc_denom)
+
+        def update(params, opt_state, grads, denominator):
+            return self._update_kernel(params, opt_state, grads, denominator)
+
+        def kernel(params, rest, batch):  # the eval program, named as MaxText's is
+            return self._loss_fn(params, **batch)
+
+        shardings = self._batch_shardings(batch)
+        replicated = self._replicated
+        self._jitted = {
+            "fwd_bwd": jax.jit(fwd_bwd, in_shardings=(replicated, replicated, shardings)),
+            "fwd_bwd_accum": jax.jit(
+                fwd_bwd_accum,
+                in_shardings=(replicated, replicated, shardings, replicated, replicated),
+            ),
+            "update": jax.jit(update, in_shardings=replicated, out_shardings=replicated),
+            "eval": jax.jit(kernel, in_shardings=(replicated, replicated, shardings)),
+        }
+        self._compiled_fwd_bwd = self._jitted["fwd_bwd"]
+        self._compiled_fwd_bwd_accum = self._jitted["fwd_bwd_accum"]
+        self._compiled_update = self._jitted["update"]
+        self._compiled_signature = _signature(batch)
+        self._compiled = True
+
+    def compile_kernels(self, dummy_data, compiler_options=None) -> dict[str, Any]:
+        batch = self._prepare_batch(dummy_data)
+        self._compile_for_batch(batch)
+        avals = jax.tree.map(_to_aval, batch)
+        params = jax.tree.map(_to_aval, self._params)
+        opt = jax.tree.map(_to_aval, self._opt_state)
+        fwd_bwd = self._jitted["fwd_bwd"].lower(params, self._rest, avals)
+        _, grads, denominator = fwd_bwd.out_info
+        lowered = {
+            "fwd_bwd": fwd_bwd,
+            "fwd_bwd_accum": self._jitted["fwd_bwd_accum"].lower(
+                params, self._rest, avals, grads, denominator
+            ),
+            "update": self._jitted["update"].lower(params, opt, grads, denominator),
+        }
+        return {name: lowered[name].compile(compiler_options) for name in KERNEL_NAMES}
+
+    def compile(self, dummy_data, compiler_options=None) -> None:
+        self._compile_requested = True
+        if self._compiled or dummy_data is None:
+            return
+        compiled = self.compile_kernels(dummy_data, compiler_options)
+        self._compiled_fwd_bwd = compiled["fwd_bwd"]
+        self._compiled_fwd_bwd_accum = compiled["fwd_bwd_accum"]
+        self._compiled_update = compiled["update"]
+        batch = self._prepare_batch(dummy_data)
+        avals = jax.tree.map(_to_aval, batch)
+        params = jax.tree.map(_to_aval, self._params)
+        self._compiled_eval = (
+            self._jitted["eval"].lower(params, self._rest, avals).compile(compiler_options)
+        )
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    def _prepare_batch(self, payload):
+        if self._gen_model_input_fn is not None:
+            if dataclasses.is_dataclass(payload) and "metadata" in payload.__dataclass_fields__:
+                payload = dataclasses.replace(payload, metadata={})
+            return self._gen_model_input_fn(payload)
+        return payload
+
+    def fwd_bwd(self, payload, **kwargs: Any) -> None:
+        batch = self._prepare_batch(payload)
+        if self._compile_requested:
+            if not self._compiled or _signature(batch) != self._compiled_signature:
+                self._compile_for_batch(batch)
+            if self._accumulated_grads is None:
+                metric, grads, denom = self._compiled_fwd_bwd(self._params, self._rest, batch)
+            else:
+                metric, grads, denom = self._compiled_fwd_bwd_accum(
+                    self._params,
+                    self._rest,
+                    batch,
+                    self._accumulated_grads,
+                    self._accumulated_denominator,
+                )
+        else:
+            metric, grads, denom = self._fwd_bwd_kernel(
+                self._params,
+                self._rest,
+                batch,
+                self._accumulated_grads,
+                self._accumulated_denominator,
+            )
+        self._record("loss", metric)
+        self._accumulated_grads, self._accumulated_denominator = grads, denom
+
+    def update(self, **kwargs: Any) -> int:
+        if self._accumulated_grads is None:
+            return self.train_step
+        self._record("learning_rate", jnp.asarray(self._config.learning_rate))
+        run = self._compiled_update if self._compiled else self._update_kernel
+        self._params, self._opt_state, grad_norm = run(
+            self._params, self._opt_state, self._accumulated_grads, self._accumulated_denominator
+        )
+        self._record("gradient_norm", grad_norm)
+        self._accumulated_grads = self._accumulated_denominator = None
+        self._train_step += 1
+        return self.train_step
+
+    def _record(self, name: str, metric: Any) -> None:
+        if not self._metrics or self._metrics[-1].id != self._train_step:
+            self._metrics.append(MetricsBuffer(id=self._train_step))
+        buffer = self._metrics[-1]
+        if isinstance(metric, WeightedMetric):
+            old = buffer.weighted_metrics.get(name)
+            buffer.weighted_metrics[name] = (
+                WeightedMetric(
+                    jnp.atleast_1d(metric.unreduced_sum), jnp.atleast_1d(metric.denominator)
+                )
+                if old is None
+                else WeightedMetric(
+                    jnp.append(old.unreduced_sum, metric.unreduced_sum),
+                    jnp.append(old.denominator, metric.denominator),
+                )
+            )
+        else:
+            old = buffer.scalar_metrics.get(name)
+            buffer.scalar_metrics[name] = (
+                jnp.atleast_1d(metric) if old is None else jnp.append(old, metric)
+            )
+
+    def get_metrics(self, clear_cache: bool = True) -> MetricsBuffer:
+        history = self._metrics
+        if clear_cache:
+            self._metrics = []
+        return history[-1] if history else MetricsBuffer(id=EMPTY_METRICS_BUFFER_ID)
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        """Host copies of the weights (the stand-in's own accessor, for tests)."""
+        return jax.device_get(self._params)
+
+    def close(self) -> None:
+        self._metrics = []
+
+
+def _to_aval(value) -> Any:
+    """As MaxText lowers: the shape, dtype and the sharding the value carries (an eagerly mapped
+    array carries a single-device one, which then clashes with sharded input shardings)."""
+    return jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=getattr(value, "sharding", None))
+
+
+def _signature(batch) -> Any:
+    leaves, treedef = jax.tree.flatten(batch)
+    return treedef, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves)
+
+
+def _mesh(config: HyperParameters) -> jax.sharding.Mesh:
+    devices = np.array(jax.devices()[: config.ici_fsdp_parallelism])
+    return jax.sharding.Mesh(devices, ("fsdp",))
+
+
+STAND_IN_API = MaxTextApi(
+    engine_type=MaxTextTrainingEngine,
+    payload_type=RLTrainerPayload,
+    gen_model_input_fn=router_replay_gen_model_input_fn,
+    make_loss_fn=make_router_replay_loss_fn,
+    build_config=lambda keys: initialize(None, **keys),
+    build_mesh=_mesh,
+    version="0.2.5-stand-in",
+)
+
+
+class StandInMaxTextEngine(MaxTextEngine):
+    """The adapter over the stand-in: nameable as ENGINE=maxtext_stand_in:StandInMaxTextEngine (tests/ on the path)."""
+
+    load_api = staticmethod(lambda: STAND_IN_API)
