@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice
+from rl_trainer_bench.bench.worker import refuse_stage_before_fused_update
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.knobs import BenchConfig, driver_knobs
 from rl_trainer_bench.engine.config import EngineConfig, config_problems
@@ -79,6 +80,7 @@ class Plan:
                 f" warmup_steps={config.warmup_steps} worker={config.worker}"
                 f" stage={config.stage.describe()}",
             ),
+            ("engine", config.engine),
             ("engine keys not applied", " ".join(self.unapplied) or "-"),
         ]
         return [f"{PLAN_PREFIX} {name}: {text}" for name, text in rows] + [
@@ -88,6 +90,7 @@ class Plan:
 
 def resolve(config: BenchConfig) -> Plan:
     """Validate what `config` asks for and resolve its cell; ConfigError naming the first problem."""
+    refuse_stage_before_fused_update(config.worker, config.stage)
     engine, unapplied = engine_config_from(config.preset, config.trainer_argv, config.engine_flags)
     problems = config_problems(engine)
     if problems:

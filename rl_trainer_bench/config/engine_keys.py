@@ -87,6 +87,8 @@ def _trainer_spellings(keys: Mapping[str, EngineKey]) -> dict[str, EngineKey]:
 _FIELD_KEYS = _keys_from_fields()
 ENGINE_KEYS: Mapping[str, EngineKey] = {**_FIELD_KEYS, **_trainer_spellings(_FIELD_KEYS)}
 
+_SEPARATOR = re.compile(r"[\s,]")
+_BRACE_LITERAL = re.compile(r"\{[^}]*\}")
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _FLAG_TOKEN = re.compile(
     r"""\s*([A-Za-z_][\w.-]*)=("[^"]*"|'[^']*'|\{[^}]*\}|[^\s,]*)\s*(?:,|\s|$)"""
@@ -145,7 +147,11 @@ def parse_engine_flags(text: str | Sequence[str]) -> dict[str, str]:
             rest = (text[position:].split() or [text[position:]])[0]
             raise ConfigError(f"ENGINE_FLAGS: {rest!r} is not key=value; write e.g. beta=0.04")
         key, value = match.group(1), match.group(2)
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        if value[:1] in ("'", '"', "{") and not _closed(value):
+            raise ConfigError(
+                f"ENGINE_FLAGS: {key}={value} opens a quote or brace it does not close; close it"
+            )
+        if value[:1] in ("'", '"'):
             value = value[1:-1]
         flags.pop(key, None)  # the last occurrence wins and takes the last place
         flags[key] = value
@@ -153,31 +159,39 @@ def parse_engine_flags(text: str | Sequence[str]) -> dict[str, str]:
     return flags
 
 
+def _closed(value: str) -> bool:
+    """Whether a value that opens with a quote or brace is exactly one quoted or braced literal."""
+    if value[0] == "{":
+        return _BRACE_LITERAL.fullmatch(value) is not None
+    return len(value) >= 2 and value[-1] == value[0] and value[0] not in value[1:-1]
+
+
 def format_engine_flags(flags: Iterable[tuple[str, str]]) -> str:
     """ENGINE_FLAGS text that `parse_engine_flags` reads back as exactly `flags`.
 
-    Each value is written bare when it reads back unchanged, else double- or single-quoted; a value
-    no form can carry (both quote characters and a separator) is refused by name.
+    Every value is written in a form that ends where it should whatever follows it: bare when it
+    has no separator and does not open with a quote or a brace, a `{...}` literal as it is, else
+    between the quote character it lacks. A value with both quote characters that needs quoting
+    has no such form and is refused by name.
     """
     words = []
     for key, value in flags:
-        form = next(
-            (f for f in (value, f'"{value}"', f"'{value}'") if _reads_back(key, f, value)), None
-        )
+        form = _self_delimiting_form(value)
         if form is None:
             raise ConfigError(
-                f"ENGINE_FLAGS: the value of {key} ({value!r}) mixes both quote characters with "
-                "spaces or commas; no ENGINE_FLAGS form carries it"
+                f"ENGINE_FLAGS: the value of {key} ({value!r}) needs quoting but holds both quote"
+                " characters; no ENGINE_FLAGS form carries it"
             )
         words.append(f"{key}={form}")
     return " ".join(words)
 
 
-def _reads_back(key: str, form: str, value: str) -> bool:
-    try:
-        return parse_engine_flags(f"{key}={form}") == {key: value}
-    except ConfigError:
-        return False
+def _self_delimiting_form(value: str) -> str | None:
+    if value and not _SEPARATOR.search(value) and value[0] not in "\"'{":
+        return value
+    if _BRACE_LITERAL.fullmatch(value):
+        return value
+    return next((f"{q}{value}{q}" for q in "\"'" if q not in value), None)
 
 
 def _parse_value(key: str, text: str, spec: EngineKey):

@@ -29,10 +29,10 @@ from rl_trainer_bench.config.presets import PRESETS, Preset, preset, preset_for_
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError
 
+_ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
 DEFAULT_PRESET = "cpu-tiny"
 STAGE_ISSUE_CHOICES = ("auto", "before_last", "after_last")
 WORKER_CHOICES = ("separate", "fused")
-_ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,21 +81,20 @@ def _text(name: str, text: str) -> str:
     return text
 
 
+def engine_spec(text: str, knob: str = "ENGINE") -> str:
+    """`text` as an engine name (`module:Class`), checked for form only: importing it is the
+    engine factory's job, at start-up, so validating knobs stays host work."""
+    spec = text.strip() or BUILT_IN
+    if not _ENGINE_SPEC.fullmatch(spec):
+        raise ConfigError(f"{knob}={text!r} is not module:Class: e.g. {knob}={BUILT_IN}")
+    return spec
+
+
 def _slice(name: str, text: str) -> TpuSlice:
     try:
         return parse_slice(text)
     except ValueError as error:
         raise ConfigError(f"{name}: {error}") from None
-
-
-def engine_spec(text: str, knob: str = "ENGINE") -> str:
-    """`text` as an engine name (`module:Class`; empty: the built-in engine), checked for form
-    only: importing it is the engine factory's job, at start-up, so validating knobs stays host
-    work."""
-    spec = text.strip() or BUILT_IN
-    if not _ENGINE_SPEC.fullmatch(spec):
-        raise ConfigError(f"{knob}={text!r} is not module:Class: e.g. {knob}={BUILT_IN}")
-    return spec
 
 
 def _yes_no(name: str, text: str) -> bool:
@@ -157,8 +156,8 @@ KNOBS: tuple[Knob, ...] = (
         "ENGINE",
         BUILT_IN,
         lambda name, text: engine_spec(text, name),
-        "module:Class of the engine to time, built as Class(engine_config); its package must be"
-        " importable where the driver runs",
+        "module:Class of the engine to time, built as Class(engine_config); in a pod its package"
+        " must be in the trainer's image",
     ),
     Knob(
         "TRAINER_SLICE",
@@ -310,10 +309,10 @@ class BenchConfig:
     engine_flags: str = ""  # key=value engine keys, as written (parse_engine_flags reads them)
     orch_argv: tuple[str, ...] = ()
     worker: str = "separate"
+    engine: str = BUILT_IN  # module:Class (engine/factory.py builds it)
     preset_source: str = "PRESET"  # what chose the preset: PRESET, a trainer flag, or the default
     trainer_slice: TpuSlice | None = None
     plan_only: bool = False
-    engine: str = BUILT_IN  # module:Class (engine/factory.py builds it)
 
     @property
     def total_steps(self) -> int:
@@ -343,10 +342,10 @@ class BenchConfig:
             engine_flags=value["ENGINE_FLAGS"] or "",
             orch_argv=_with_lengths(value["ORCH_ARGV"] or (), trainer_flags),
             worker=value["WORKER"],
+            engine=value["ENGINE"],
             preset_source=source,
             trainer_slice=value["TRAINER_SLICE"],
             plan_only=value["PLAN_ONLY"],
-            engine=value["ENGINE"],
         )
         config._check_profile_window()
         return config

@@ -128,16 +128,16 @@ class MoeConfig:
     expert_compute: ExpertCompute = dataclasses.field(
         default="auto", metadata=engine_key("expert matmul layout (auto picks per chip)")
     )
-    router_replay: bool = dataclasses.field(
-        default=True,
-        metadata=engine_key("micro-batches carry routed_experts (what AOT lowering assumes)"),
-    )
     dropless_compute: DroplessCompute = dataclasses.field(
         default="auto",
         metadata=engine_key(
-            "the dropless replay's layout: capacity (E x N slots), or token-sorted pairs and a "
-            "grouped matmul: ragged_dot, gmm (TPU only); auto: gmm on TPU, ragged_dot elsewhere"
+            "the dropless program's layout: capacity (E x N slots), ragged_dot or gmm (token-sorted"
+            " pairs and a grouped matmul; gmm on TPU only); auto: gmm on TPU, ragged_dot elsewhere"
         ),
+    )
+    router_replay: bool = dataclasses.field(
+        default=True,
+        metadata=engine_key("micro-batches carry routed_experts (what AOT lowering assumes)"),
     )
 
 

@@ -26,7 +26,7 @@ from rl_trainer_bench.engine.programs import (
     Accumulated,
     MicroBatchResult,
     TrainState,
-    abstract_state,
+    abstract_state,  # noqa: F401 (aot finds an engine's abstract-input functions in its module)
     check_config,
     check_payload,
     check_routes,
@@ -34,10 +34,6 @@ from rl_trainer_bench.engine.programs import (
     lower_programs,
     payload_spec,
 )
-
-# The AOT surface (`rl-trainer-bench aot` looks these up in the engine class's module): the
-# programs lowered from abstract inputs, the state's abstract layout and the payload's spec.
-__all__ = ["JaxEngine", "abstract_state", "lower_programs", "payload_spec"]
 
 log = logging.getLogger(__name__)
 

@@ -56,11 +56,7 @@ KNOBS: tuple[Knob, ...] = (
         "the bench JobSet's name (default: the trainer's + '-bench', shortened to fit)",
     ),
     Knob("ENGINE_FLAGS"),
-    Knob(
-        "ENGINE",
-        "module:Class the pod times (default: the built-in engine); its package must be in the"
-        " trainer's image",
-    ),
+    Knob("ENGINE"),
     Knob("LIBTPU_FLAGS", "--flag=value words merged into LIBTPU_INIT_ARGS (given ones win)"),
     Knob("TRAINER_ARGV", "the trainer's flags, replacing those of its command (shell words)"),
     Knob(

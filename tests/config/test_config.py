@@ -101,8 +101,8 @@ KNOWN_KEYS = [
     "optimizer_schedule_type", "optimizer_init_value", "optimizer_peak_value", "optimizer_end_value",
     "optimizer_warmup_steps", "optimizer_decay_steps", "optimizer_b1", "optimizer_b2", "optimizer_eps",
     "optimizer_weight_decay", "optimizer_opt_chain_type", "optimizer_chain_kwargs", "max_grad_norm",
-    "epsilon", "epsilon_high", "beta", "ragged_buffer_factor", "retry_when_tokens_dropped",
-    "expert_compute", "dropless_compute", "router_replay", "attention", "attention_chunk_size", "dtype", "matmul_precision",
+    "epsilon", "epsilon_high", "beta", "ragged_buffer_factor", "dropless_compute", "retry_when_tokens_dropped",
+    "expert_compute", "router_replay", "attention", "attention_chunk_size", "dtype", "matmul_precision",
     "seed",
 ]  # fmt: skip
 
@@ -125,10 +125,11 @@ def test_every_choice_key_lists_its_fields_literal_choices():
 
 def test_engine_choices_and_model_tables_agree():
     from rl_trainer_bench.engine import model, moe
-    from rl_trainer_bench.engine.config import ExpertCompute, RematPolicy, choices
+    from rl_trainer_bench.engine.config import DroplessCompute, ExpertCompute, RematPolicy, choices
 
     assert {*model.REMAT_POLICIES, "none"} == set(choices(RematPolicy))
     assert {"auto", *moe.EXPERT_COMPUTE_CHOICES} == set(choices(ExpertCompute))
+    assert {"auto", *moe.DROPLESS_COMPUTE_CHOICES} == set(choices(DroplessCompute))
 
 
 @pytest.mark.parametrize(
