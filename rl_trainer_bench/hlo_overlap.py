@@ -325,14 +325,23 @@ def _execution_counts(module: HloModule) -> dict[str, int]:
     """How often each control-flow computation runs per execution of the entry.
 
     Only computations reached through `while`, `call` and `conditional` hold collectives that run
-    on their own; a while body runs its trip count times (see `trip_count`).
+    on their own; a while body runs its trip count times (see `trip_count`). HLO has no
+    recursion, so a computation that calls itself, directly or not, is damaged text: refused.
     """
     counts: dict[str, int] = {}
+    calling: list[str] = []
 
     def visit(name: str, times: int) -> None:
         computation = module.computations.get(name)
         if computation is None:
             return
+        if name in calling:
+            cycle = " -> ".join([*calling[calling.index(name) :], name])
+            raise HloParseError(
+                f"line {computation.line}: computation {name} calls itself ({cycle}); HLO has no "
+                "recursion: is the text damaged?"
+            )
+        calling.append(name)
         counts[name] = counts.get(name, 0) + times
         for instruction in computation.instructions:
             if instruction.opcode == "while":
@@ -345,6 +354,7 @@ def _execution_counts(module: HloModule) -> dict[str, int]:
                 # (an async-start's wrapped collective is reported at the start, not visited)
                 for called in instruction.called_computations():
                     visit(called, times)
+        calling.pop()
 
     visit(module.entry.name, 1)
     return counts

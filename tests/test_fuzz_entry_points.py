@@ -211,7 +211,8 @@ def test_check_payload_damaged_files(data):
             edited = arrays[name].copy()
             flat = edited.reshape(-1)
             if flat.size:
-                flat[data.draw(st.integers(0, flat.size - 1))] = data.draw(st.integers(-5, 300))
+                value = np.array(data.draw(st.integers(-5, 300))).astype(edited.dtype)
+                flat[data.draw(st.integers(0, flat.size - 1))] = value
             arrays[name] = edited
     path = folder / "built.npz"
     with open(path, "wb") as out:

@@ -404,3 +404,13 @@ def test_damaged_replica_groups_are_not_understood_rather_than_a_crash():
     assert replica_groups("replica_groups=[2,,4]<=[8]", 8) is None
     assert replica_groups("replica_groups=[3,4]<=[8]", 8) is None
     assert replica_groups("replica_groups=mesh['a'=3,'b'=2], device_ids=([8]) {'a'}", 8) is None
+
+
+def test_a_loop_whose_body_calls_back_into_itself_is_refused(capsys, tmp_path):
+    text = (TESTDATA / "collectives_async_pair.hlo").read_text()
+    assert "body=%body" in text
+    path = tmp_path / "recursive.hlo"
+    path.write_text(text.replace("body=%body", "body=%main", 1))
+    assert cli.main(["hlo-overlap", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "computation main calls itself (main -> main)" in err and err.count("\n") == 1
