@@ -27,7 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight.hlo_parse import Computation, HloModule, Instruction, parse_hlo
+from rl_trainer_bench.preflight.hlo_parse import (
+    Computation,
+    HloModule,
+    HloParseError,
+    Instruction,
+    parse_hlo,
+)
 from rl_trainer_bench.preflight.hlo_text import read_modules
 from rl_trainer_bench.units import human_bytes
 
@@ -319,14 +325,23 @@ def _execution_counts(module: HloModule) -> dict[str, int]:
     """How often each control-flow computation runs per execution of the entry.
 
     Only computations reached through `while`, `call` and `conditional` hold collectives that run
-    on their own; a while body runs its trip count times (see `trip_count`).
+    on their own; a while body runs its trip count times (see `trip_count`). HLO has no
+    recursion, so a computation that calls itself, directly or not, is damaged text: refused.
     """
     counts: dict[str, int] = {}
+    calling: list[str] = []
 
     def visit(name: str, times: int) -> None:
         computation = module.computations.get(name)
         if computation is None:
             return
+        if name in calling:
+            cycle = " -> ".join([*calling[calling.index(name) :], name])
+            raise HloParseError(
+                f"line {computation.line}: computation {name} calls itself ({cycle}); HLO has no "
+                "recursion: is the text damaged?"
+            )
+        calling.append(name)
         counts[name] = counts.get(name, 0) + times
         for instruction in computation.instructions:
             if instruction.opcode == "while":
@@ -339,6 +354,7 @@ def _execution_counts(module: HloModule) -> dict[str, int]:
                 # (an async-start's wrapped collective is reported at the start, not visited)
                 for called in instruction.called_computations():
                     visit(called, times)
+        calling.pop()
 
     visit(module.entry.name, 1)
     return counts
@@ -361,7 +377,10 @@ def trip_count(loop: Instruction, caller: Computation, module: HloModule) -> int
     bound = _constant(limit, inside)
     if counter is None or counter.opcode != "get-tuple-element" or bound is None:
         return 1
-    index = int(counter.attribute("index") or 0)
+    index_text = counter.attribute("index") or "0"
+    if not index_text.isdigit():
+        return 1
+    index = int(index_text)
     outside = caller.by_name()
     init = outside.get(loop.operands[0]) if loop.operands else None
     start = 0
@@ -433,7 +452,14 @@ def _contracted(dot: Instruction, lhs: Instruction | None) -> int:
     if lhs is None or not lhs.arrays or not dims:
         return 1
     shape = lhs.arrays[0].dims
-    return math.prod(shape[int(d)] for d in dims.strip("{}").split(",") if d.strip())
+    listed = re.fullmatch(r"\{\s*(\d+(?:\s*,\s*\d+)*)?\s*\}", dims)
+    indices = [int(d) for d in (listed.group(1) or "").split(",") if d.strip()] if listed else []
+    if listed is None or any(i >= len(shape) for i in indices):
+        raise HloParseError(
+            f"line {dot.line}: {dot.name} has lhs_contracting_dims={dims}, which does not name "
+            f"dimensions of its lhs {list(shape)}; is the HLO text damaged?"
+        )
+    return math.prod(shape[i] for i in indices)
 
 
 def _kernel_reduction(convolution: Instruction, rhs: Instruction | None) -> int:
@@ -484,11 +510,14 @@ def replica_groups(attributes: str, num_devices: int) -> list[list[int]] | None:
     if match is None:
         return None
     text = attributes[match.end() :]
-    if text.startswith("mesh["):
-        return _mesh_groups(text, num_devices)
-    if text.startswith("["):
-        iota = re.match(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text)
-        return _iota(iota.group(1), iota.group(2), iota.group(3)).tolist() if iota else None
+    try:  # a damaged spelling (`[2,,4]<=[3]`) is not understood: None, not a traceback
+        if text.startswith("mesh["):
+            return _mesh_groups(text, num_devices)
+        if text.startswith("["):
+            iota = re.match(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text)
+            return _iota(iota.group(1), iota.group(2), iota.group(3)).tolist() if iota else None
+    except (ValueError, IndexError):
+        return None
     if text.startswith("{}"):
         return [list(range(num_devices))]
     explicit = re.match(r"\{((?:\{[\d,\s]*\},?)*)\}", text)

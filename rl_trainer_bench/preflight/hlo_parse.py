@@ -71,6 +71,11 @@ class HloParseError(UserError):
     """HLO text that this reader cannot follow; the message carries the file and line number."""
 
 
+def is_element_type(name: str) -> bool:
+    """Whether `name` is an HLO primitive type this reader can size."""
+    return name in _BITS or bool(_FP8.match(name))
+
+
 @dataclasses.dataclass(frozen=True)
 class Array:
     """One array of a shape: element type and dimensions (dynamic `<=N` dimensions count as N)."""
@@ -270,6 +275,8 @@ def parse_instruction(text: str, line: int) -> Instruction | None:
     arrays, is_tuple = parse_shape(shape_text)
     if not arrays and "token" not in shape_text and shape_text.strip("() ") != "":
         return None
+    if not all(is_element_type(array.dtype) for array in arrays):
+        return None  # `f3x[2]`: not a type XLA has, so not an instruction
     name = opcode.group(1)
     # A constant's parentheses hold its literal and a parameter's its index, not operands.
     operands = () if name in ("constant", "parameter") else tuple(_operand_names(operand_text))

@@ -381,3 +381,37 @@ def test_output_cut_short_by_the_reader_is_no_error(tmp_path):
     )
     assert result.stdout.startswith("program many:") and result.stderr == ""
     assert result.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("lhs_contracting_dims={1}", "lhs_contracting_dims={0{1}", "does not name dimensions"),
+        ("lhs_contracting_dims={1}", "lhs_contracting_dims={7}", "does not name dimensions"),
+        ("%p1 = f32[128,256]{1,0}", "%p1 = f3x[128,256]{1,0}", "not an HLO instruction"),
+    ],
+)
+def test_damaged_attributes_and_types_are_refused_with_a_line(capsys, tmp_path, old, new, message):
+    text = (TESTDATA / "collectives_async_pair.hlo").read_text()
+    assert old in text
+    path = tmp_path / "damaged.hlo"
+    path.write_text(text.replace(old, new, 1))
+    assert cli.main(["hlo-overlap", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_damaged_replica_groups_are_not_understood_rather_than_a_crash():
+    assert replica_groups("replica_groups=[2,,4]<=[8]", 8) is None
+    assert replica_groups("replica_groups=[3,4]<=[8]", 8) is None
+    assert replica_groups("replica_groups=mesh['a'=3,'b'=2], device_ids=([8]) {'a'}", 8) is None
+
+
+def test_a_loop_whose_body_calls_back_into_itself_is_refused(capsys, tmp_path):
+    text = (TESTDATA / "collectives_async_pair.hlo").read_text()
+    assert "body=%body" in text
+    path = tmp_path / "recursive.hlo"
+    path.write_text(text.replace("body=%body", "body=%main", 1))
+    assert cli.main(["hlo-overlap", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "computation main calls itself (main -> main)" in err and err.count("\n") == 1
