@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The accelerator results in one run: the gpu-small engine step and MFU, then the main job's A/B
-# (STAGE_BEFORE_UPDATE off, on, off', on') on gpu-small with each stage's hidden fraction.
+# (STAGE_BEFORE_UPDATE off, on, on', off') on gpu-small with each stage's hidden fraction.
 #
 # On one NVIDIA H200 (JAX with CUDA, no internet), from the repository root:
 #     OUT=/some/folder benchmarks/gpu_suite.sh
@@ -85,7 +85,7 @@ fi
 # folder; only the report files come back (the arms' records are all inside ab.json).
 scratch=$(mktemp -d -t gpu_suite_ab.XXXXXX)
 part ab 330 "$scratch/terminal.txt" "$PYTHON" -m rl_trainer_bench.cli ab --preset "$PRESET" \
-  --arms off,on,off,on --steps "$STEPS" --out "$scratch/ab"
+  --arms off,on --steps "$STEPS" --out "$scratch/ab"
 for file in ab.json ab.png ab.txt ab.log; do
   [[ -f "$scratch/ab/$file" ]] && cp "$scratch/ab/$file" "$OUT/$file"
 done

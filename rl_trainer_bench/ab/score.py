@@ -236,13 +236,13 @@ def rule_text(
         bar = f"min effect {milliseconds(min_effect_s, _RULE_MS)} ms (stands in for the noise floor; {why})"
     else:
         bar = f"noise floor {milliseconds(floor_s, _RULE_MS)} ms"
-    statistic = (
-        "mean over pairs of blocks of the paired difference, Student's t"
+    interval = (
+        "Student's t CI of the delta (mean over pairs of blocks of the paired difference)"
         if design == INTERLEAVED
-        else "mean of arm medians"
+        else "bootstrap CI of the delta (mean of arm medians)"
     )
     return (
-        f"FASTER/SLOWER if the {CONFIDENCE:.0%} bootstrap CI of the delta ({statistic}) "
+        f"FASTER/SLOWER if the {CONFIDENCE:.0%} {interval} "
         f"excludes 0 and "
         f"|delta| > {bar}; NO-EFFECT if that bar and the CI lie within min effect "
         f"+-{milliseconds(min_effect_s, _RULE_MS)} ms; otherwise NOISY. Any failed exact check: FAIL."

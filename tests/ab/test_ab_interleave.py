@@ -114,7 +114,7 @@ def _interleaved_ab(tmp_path, engine, *extra):
 def test_interleaved_command_finds_a_known_boundary_delay(tmp_path):
     report, text = _interleaved_ab(
         tmp_path,
-        lambda: TimedEngine(drifting_sleep(0.010, 0.0), boundary_delay_s=0.010),
+        lambda: TimedEngine(drifting_sleep(0.010, 0.0), boundary_delay_s=0.020),
         "--steps",
         "12",
     )
@@ -123,7 +123,7 @@ def test_interleaved_command_finds_a_known_boundary_delay(tmp_path):
     assert {c["status"] for c in report["checks"]} == {"PASS"}
     (delta,) = report["score"]["deltas"]
     assert delta["name"] == "on-off"
-    assert delta["delta_s"] == pytest.approx(-0.010, abs=0.003)
+    assert delta["delta_s"] == pytest.approx(-0.020, abs=0.006)
     assert report["verdict"] == "FASTER"
     schedule = report["schedule"]
     assert len(schedule["pairs"]) == 12
@@ -140,6 +140,13 @@ def test_interleaved_command_is_not_fooled_by_drift(tmp_path):
     (delta,) = report["score"]["deltas"]
     assert abs(delta["delta_s"]) < 3e-3
     assert report["score"]["drift"]["exceeds_min_effect"]
+
+
+def test_too_few_pairs_for_an_interval_are_refused_before_any_output(tmp_path):
+    out = tmp_path / "never"
+    with pytest.raises(UserError, match="needs --steps >= 4"):
+        run_ab(["--design", "interleaved", "--steps", "3", "--out", str(out)])
+    assert not out.exists()
 
 
 def test_interleaving_settings_that_change_programs_is_refused_before_any_output(tmp_path):
