@@ -4,9 +4,11 @@ The bench adds a worker layer, trace annotations, the device-timeline watcher th
 records and a flushed JSON line to every step. This script runs the bench and a bare loop (the
 engine's `fwd_bwd` x MICRO_STEPS, `update`, `get_metrics`, nothing else) on one engine, the same
 micro-batches in the same order, alternating rounds so drift on a shared machine hits both alike,
-and prints the medians and the overhead. Usage:
+and prints the medians, the overhead, and the overhead per round with a 95% bootstrap interval
+over rounds (on a shared machine the interval, not the point figure, says what can be claimed).
+Usage:
 
-    PYTHONPATH=. python benchmarks/harness_overhead.py --preset cpu-tiny --steps 10 --rounds 3
+    PYTHONPATH=. python benchmarks/harness_overhead.py --preset cpu-tiny --steps 10 --rounds 20
 
 `--engine matmul` swaps the JAX MoE engine for a one-program engine (a jitted n x n matmul chain per
 micro-batch) so the harness's fixed per-step cost can be measured apart from any model: the bench
@@ -97,7 +99,7 @@ def bare_loop(bench: Bench, steps: int) -> list[float]:
     """Step seconds of the plain trainer loop on the bench's engine and micro-batches."""
     engine, times = bench.engine, []
     for step in range(steps + 1):  # step 0 matches the bench's warm-up
-        batches = [bench.micro_batch(step, i).payload for i in range(bench.micro_steps)]
+        batches = [entry.payload for entry in bench.pool.for_step(step)]
         started = time.perf_counter()
         for batch in batches:
             engine.fwd_bwd(batch)
@@ -108,11 +110,50 @@ def bare_loop(bench: Bench, steps: int) -> list[float]:
     return times
 
 
+def bench_loop(bench: Bench, steps: int, results: Path) -> list[float]:
+    """Scored step seconds of one bench arm (staging off), as the driver records them."""
+    result = bench.run(steps=steps, stage=StageConfig(), results_path=results)
+    return [r.step_s for r in result.records if not r.warmup]
+
+
+def alternated_rounds(
+    bench: Bench, steps: int, rounds: int
+) -> list[tuple[list[float], list[float]]]:
+    """(bench step seconds, bare step seconds) per round; the order flips every round, so a drift
+    of the machine's speed within a round hits both loops alike."""
+    out = []
+    with tempfile.TemporaryDirectory() as folder:
+        results = Path(folder) / "results.jsonl"
+        for index in range(rounds):
+            if index % 2:
+                bare = bare_loop(bench, steps)
+                timed = bench_loop(bench, steps, results)
+            else:
+                timed = bench_loop(bench, steps, results)
+                bare = bare_loop(bench, steps)
+            out.append((timed, bare))
+    return out
+
+
+def overhead_spread(rounds: list[tuple[list[float], list[float]]], seed: int = 0) -> dict:
+    """The overhead per round (bench median / bare median - 1), its median and a 95% bootstrap
+    interval over rounds: what the figure is, and how far the noise lets it be trusted."""
+    per_round = np.array([statistics.median(b) / statistics.median(a) - 1 for b, a in rounds])
+    rng = np.random.default_rng(seed)
+    resampled = np.median(rng.choice(per_round, size=(4000, len(per_round))), axis=1)
+    low, high = np.percentile(resampled, [2.5, 97.5])
+    return {
+        "overhead_per_round": [round(float(x), 5) for x in per_round],
+        "overhead_median_of_rounds": float(np.median(per_round)),
+        "overhead_ci95": [float(low), float(high)],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="cpu-tiny")
     parser.add_argument("--steps", type=int, default=10, help="scored steps per round and loop")
-    parser.add_argument("--rounds", type=int, default=3, help="bench/bare alternations")
+    parser.add_argument("--rounds", type=int, default=20, help="bench/bare alternations")
     parser.add_argument("--engine", choices=("jax", "matmul"), default="jax")
     parser.add_argument("--matmul-size", type=int, default=512)
     args = parser.parse_args()
@@ -129,21 +170,15 @@ def main() -> int:
     else:
         bench = Bench(config, log=lambda line: None)
     compile_s = bench.setup()
-    bench_s, bare_s = [], []
-    with tempfile.TemporaryDirectory() as folder:
-        for round_index in range(args.rounds):
-            result = bench.run(
-                steps=args.steps,
-                stage=StageConfig(),
-                results_path=Path(folder) / f"round{round_index}.jsonl",
-            )
-            bench_s += [r.step_s for r in result.records if not r.warmup]
-            bare_s += bare_loop(bench, args.steps)
+    rounds = alternated_rounds(bench, args.steps, args.rounds)
     bench.close()
+    bench_s = [t for timed, _ in rounds for t in timed]
+    bare_s = [t for _, bare in rounds for t in bare]
     bench_median, bare_median = statistics.median(bench_s), statistics.median(bare_s)
     summary = {
         "preset": args.preset,
         "engine": args.engine if args.engine == "jax" else f"matmul {args.matmul_size}",
+        "rounds": args.rounds,
         "steps": len(bench_s),
         "compile_s": compile_s,
         "bench_step_s_median": bench_median,
@@ -151,6 +186,7 @@ def main() -> int:
         "bare_step_s_median": bare_median,
         "bare_step_s_range": [min(bare_s), max(bare_s)],
         "overhead": bench_median / bare_median - 1.0,
+        **overhead_spread(rounds),
     }
     print(json.dumps(summary))
     return 0

@@ -140,7 +140,7 @@ class TpuSlice:
 
 
 TPU_CHIPS = tuple(chip for chip in CHIPS if chip.gke_accelerator)
-_SLICE_PATTERN = re.compile(r"^([a-z0-9]+):(\d+(?:x\d+){1,2})$")
+_SLICE_PATTERN = re.compile(r"^([a-z0-9]+):(\d+(?:x\d+){1,2})$", re.ASCII)
 
 
 def known_slice_forms() -> str:

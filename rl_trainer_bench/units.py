@@ -1,7 +1,8 @@
-"""Byte counts as people read them, one spelling for every report of the package.
+"""Byte counts and times as people read them, one spelling for every report of the package.
 
 Memory and collective reports span bytes to hundreds of GiB; a fixed unit either hides the small
-rows (0.000G) or drowns the large ones in digits, so the unit follows the size.
+rows (0.000G) or drowns the large ones in digits, so the unit follows the size. Step times are
+printed in milliseconds everywhere, in the precision the caller's table needs.
 """
 
 from __future__ import annotations
@@ -18,3 +19,9 @@ def human_bytes(count: float | None) -> str:
         if size >= scale:
             return f"{sign}{size / scale:.2f} {unit}"
     return f"{sign}{int(size)} B"
+
+
+def milliseconds(seconds: float, spec: str = ".2f") -> str:
+    """`seconds` as a number of milliseconds in the format `spec` (`"+.2f"` signs it, `".3g"`
+    keeps three significant digits); the unit itself is left to the caller's text."""
+    return format(seconds * 1e3, spec)

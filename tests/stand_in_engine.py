@@ -2,13 +2,17 @@
 
 The stand-in engine records every call the driver makes, in order, and trains by hashing the
 micro-batches it consumed into its "parameters", so tests see exactly which micro-batches were
-trained, in which order, through which kind of input, and when the optimizer ran.
+trained, in which order, through which kind of input, and when the optimizer ran. `TimedEngine`
+adds time to each call: a drift the A/B must not mistake for an effect, or a known effect (a delay
+on the first call after a boundary when that call's input was not staged) it must find.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import time
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -110,6 +114,39 @@ class StandInEngine:
     def wait_for_device(self):
         self.calls.append(("wait",))
         return 0.0
+
+
+class TimedEngine(StandInEngine):
+    """A stand-in whose calls take time: `call_work(n)` runs inside the n-th fwd_bwd (from 0), and
+    the first fwd_bwd after an update pays `boundary_delay_s` more unless its input was staged."""
+
+    def __init__(self, call_work: Callable[[int], None], boundary_delay_s: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        self.call_work = call_work
+        self.boundary_delay_s = boundary_delay_s
+        self._calls = 0
+        self._after_update = False
+
+    def fwd_bwd(self, batch):
+        if self._after_update and self.boundary_delay_s and not isinstance(batch, StandInPrepared):
+            time.sleep(self.boundary_delay_s)
+        self._after_update = False
+        self.call_work(self._calls)
+        self._calls += 1
+        super().fwd_bwd(batch)
+
+    def update(self):
+        self._after_update = True
+        return super().update()
+
+
+def drifting_sleep(first_s: float, change_per_call_s: float) -> Callable[[int], None]:
+    """Call work that sleeps `first_s`, then `change_per_call_s` more (or less) on each later call."""
+
+    def work(call: int) -> None:
+        time.sleep(max(0.0, first_s + change_per_call_s * call))
+
+    return work
 
 
 class ConfiguredStandInEngine(StandInEngine):

@@ -1,8 +1,9 @@
-"""A/B arms: what each arm sets, parsed once from `--arms`, and what one arm's run produced.
+"""A/B arms: what each arm sets, parsed once from `--arms`.
 
-An arm is a named setting of knobs run for the same steps as every other arm. A setting that appears
-twice in the run order (`off,on,off,on`) is a repeat: the difference between its two runs is the
-noise floor, measured in the same process as the effect. Knob names follow the bench's own edges:
+An arm is a named setting of knobs run for the same steps as every other arm. `--arms` names the
+settings; the run order (`order.py`) runs each twice, mirrored by default (`off,on,on',off'`), or
+as written when `--arms` spells out its own repeats. A setting's second run is a repeat: the
+difference between its two runs is the noise floor, measured in the same process as the effect. Knob names follow the bench's own edges:
 an UPPER_CASE key is a driver knob (the DRIVER_ENV a pod would get), a lower_case key is an engine
 key (it goes into ENGINE_FLAGS), so any arm a pod can run, an A/B can run.
 """
@@ -13,7 +14,7 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 
-from rl_trainer_bench.bench.ruler import StepRecord
+from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS
 from rl_trainer_bench.errors import UserError
 
@@ -36,7 +37,7 @@ BUILTIN_ARMS: Mapping[str, Mapping[str, str]] = {
     "after": {"STAGE_AFTER_UPDATE": "on"},
 }
 
-DEFAULT_ARMS = "off,on,off,on"
+DEFAULT_ARMS = "off,on"
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.+]*")
 _DRIVER_KNOB = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -65,39 +66,17 @@ class ArmSpec:
         return ",".join(f"{k}={v}" for k, v in pairs) or "(defaults)"
 
 
-@dataclasses.dataclass
-class ArmRun:
-    """What one arm produced: its step records and the counters the exact checks read.
-
-    `updates`, `stages` and `recompiles` come from the driver in a same-process run; read back from a
-    log they are `None` where the log does not say, and the check that needs them is skipped.
-    """
-
-    label: str
-    setting: str
-    staged: bool  # the arm stages the next first micro-batch at each boundary
-    records: list[StepRecord]
-    updates: int | None = None
-    stages: int | None = None
-    recompiles: list[str] | None = None
-    param_digest: str | None = None
-    source: str = ""  # where the records came from: a bench group or a log file
-
-    @property
-    def scored(self) -> list[StepRecord]:
-        return [r for r in self.records if not r.warmup]
-
-
-def parse_arms(text: str) -> list[ArmSpec]:
-    """Parse `--arms` into arms in run order.
+def parse_arms(text: str, order: str | None = None) -> list[ArmSpec]:
+    """Parse `--arms` into arms in run order (`order`: see order.py; None: its default_order).
 
     Grammar (comma-separated tokens): `NAME` runs a built-in or earlier-defined setting;
     `NAME:KEY=V` defines a setting and runs it, and each following `KEY=V` token adds to it.
-    Example: `base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2,base,wide`.
+    Example: `base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2` (mirrored: base, wide,
+    wide', base').
     """
     definitions: dict[str, dict[str, str]] = {name: dict(k) for name, k in BUILTIN_ARMS.items()}
     defined_here: set[str] = set()
-    order: list[str] = []
+    written: list[str] = []
     current: str | None = None
     for token in (t.strip() for t in text.split(",")):
         if not token:
@@ -112,7 +91,7 @@ def parse_arms(text: str) -> list[ArmSpec]:
             definitions[name] = {}
             defined_here.add(name)
             current = name
-            order.append(name)
+            written.append(name)
             _add_knob(definitions[name], first_knob, name)
         elif "=" in token:
             if current is None:
@@ -128,10 +107,11 @@ def parse_arms(text: str) -> list[ArmSpec]:
                     f"or define it as {token}:KNOB=VALUE"
                 )
             current = None
-            order.append(token)
-    if len(set(order)) < 2:
+            written.append(token)
+    if len(set(written)) < 2:
         raise UserError(f"--arms {text!r}: an A/B needs at least two different settings")
-    return _number(order, definitions)
+    chosen = run_orders.default_order(written) if order is None else order
+    return _number(run_orders.run_order(written, chosen), definitions)
 
 
 def _check_name(name: str, text: str) -> None:
@@ -162,10 +142,12 @@ def _add_knob(knobs: dict[str, str], token: str, arm: str) -> None:
     knobs[key] = value
 
 
-def _number(order: Sequence[str], definitions: Mapping[str, Mapping[str, str]]) -> list[ArmSpec]:
+def _number(
+    run_order: Sequence[str], definitions: Mapping[str, Mapping[str, str]]
+) -> list[ArmSpec]:
     seen: dict[str, int] = {}
     arms = []
-    for name in order:
+    for name in run_order:
         occurrence = seen.get(name, 0)
         seen[name] = occurrence + 1
         knobs = definitions[name]

@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 
-from rl_trainer_bench.ab.arms import ArmRun
+from rl_trainer_bench.bench.ruler import ArmRun
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 
@@ -105,34 +105,41 @@ def same_updates(runs: Sequence[ArmRun]) -> CheckResult:
 
 
 def one_stage_per_boundary(runs: Sequence[ArmRun]) -> CheckResult:
-    """A staged arm stages exactly the next step's first micro-batch at each boundary; others never stage."""
+    """Each boundary that should stage stages exactly the next step's first micro-batch; the others
+    stage nothing (a staged arm stages at every boundary, an interleaved run where its schedule says)."""
     name = "one stage per boundary in staged arms"
     for run in runs:
-        boundaries = max(len(run.records) - 1, 0)
-        expected = boundaries if run.staged else 0
+        expected = run.stages_expected()
         stages = run.stages
         if stages is None:
             stages = sum(r.staged is not None for r in run.records)
-        if stages != expected:
+        if stages != sum(expected):
             kind = "staged" if run.staged else "unstaged"
             return CheckResult(
                 name,
                 FAIL,
-                f"{kind} arm {run.label}: {stages} stages over {boundaries} boundaries, expected {expected}",
+                f"{kind} arm {run.label}: {stages} stages over {len(expected)} boundaries, "
+                f"expected {sum(expected)}",
             )
-        for step, following in zip(run.records, run.records[1:], strict=False):
-            if run.staged and step.staged != following.micro_batches[0]:
+        for step, following, should in zip(run.records, run.records[1:], expected, strict=False):
+            if should and step.staged != following.micro_batches[0]:
                 return CheckResult(
                     name,
                     FAIL,
                     f"{run.label} step {step.step} staged {step.staged}, "
                     f"but step {following.step} started with {following.micro_batches[0]}",
                 )
-        if not run.staged and any(r.staged is not None for r in run.records):
-            return CheckResult(name, FAIL, f"unstaged arm {run.label} recorded a stage")
-    staged = [run.label for run in runs if run.staged]
+            if not should and step.staged is not None:
+                return CheckResult(
+                    name,
+                    FAIL,
+                    f"{run.label} step {step.step} staged at a boundary set to not stage",
+                )
+    staged = [run.label for run in runs if any(run.stages_expected())]
     return CheckResult(
-        name, PASS, f"staged arms {', '.join(staged) or '(none)'}: one stage at every boundary"
+        name,
+        PASS,
+        f"staged arms {', '.join(staged) or '(none)'}: one stage at every boundary set to stage",
     )
 
 

@@ -1,7 +1,7 @@
 """`rl-trainer-bench ab`: did my change move the step time by more than the noise?
 
-One process runs the arms back to back (default off, on, off', on': STAGE_BEFORE_UPDATE switched,
-each setting twice) on the same micro-batches, so the effect and the noise floor are measured on
+One process runs the arms back to back (default off, on, on', off': STAGE_BEFORE_UPDATE switched,
+each setting twice, mirrored so a linear drift of the machine cancels) on the same micro-batches, so the effect and the noise floor are measured on
 the same machine, minutes apart. Arms that change only run-time knobs share one compiled Bench;
 an arm that changes a program compiles its own, reported separately. Predictions are recorded
 before any device work; the exact checks, the score and the verdict come after. `--from-logs`
@@ -25,16 +25,24 @@ from typing import Any, TextIO
 # not pay for numpy or JAX. The scorer and the driver are imported where they run.
 from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab import checks as ab_checks
+from rl_trainer_bench.ab import interleave
+from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab import plot as ab_plot
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
-from rl_trainer_bench.ab.arms import ArmRun, ArmSpec
+from rl_trainer_bench.ab.arms import ArmSpec
 from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.bench.worker import refuse_stage_before_fused_update
 from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import check_writable_folder, write_text_atomically
+from rl_trainer_bench.units import milliseconds
 
 DEFAULT_STEPS = 8
 DEFAULT_MIN_EFFECT_PCT = 2.0
+DESIGN_ARMS, DESIGN_INTERLEAVED = "arms", "interleaved"
+INTERLEAVED_LABEL = "interleaved"
 ENGINE_FLAGS = "ENGINE_FLAGS"
 
 
@@ -43,15 +51,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--arms",
         default=ab_arms.DEFAULT_ARMS,
-        help="arms in run order: built-in off, on, after, or NAME:KEY=V[,KEY=V] to define one "
-        "(UPPER_CASE: driver knob, lower_case: engine key); repeat a name for the noise floor "
+        help="settings to compare, baseline first: built-in off, on, after, or NAME:KEY=V[,KEY=V] "
+        "to define one (UPPER_CASE: driver knob, lower_case: engine key); each runs twice in the "
+        "--order; repeat names to spell out the order yourself "
         f"(default: {ab_arms.DEFAULT_ARMS})",
+    )
+    parser.add_argument(
+        "--order",
+        choices=list(run_orders.ORDERS),
+        help="run order of the arms: "
+        + "; ".join(f"{name}: {what}" for name, what in run_orders.ORDERS.items())
+        + f" (default: {run_orders.MIRRORED}, or {run_orders.WRITTEN} when --arms repeats a name)",
+    )
+    parser.add_argument(
+        "--design",
+        choices=[DESIGN_ARMS, DESIGN_INTERLEAVED],
+        default=DESIGN_ARMS,
+        help=f"{DESIGN_ARMS}: each setting runs as its own arms (--order), which proves the arms "
+        f"train the same; {DESIGN_INTERLEAVED}: one run switches between two settings that differ "
+        "only in STAGE_* knobs at its step boundaries, on a seeded balanced schedule, scored as "
+        f"paired differences of neighbouring steps (default: {DESIGN_ARMS})",
+    )
+    parser.add_argument(
+        "--schedule-seed",
+        type=int,
+        default=0,
+        help="seed of the interleaved schedule (default: 0)",
     )
     parser.add_argument(
         "--steps",
         type=_positive,
         default=DEFAULT_STEPS,
-        help=f"scored steps per arm (default: {DEFAULT_STEPS})",
+        help="scored steps per arm; interleaved: pairs of scored steps, rounded up to even "
+        f"(about the same run time) (default: {DEFAULT_STEPS})",
     )
     parser.add_argument(
         "--warmup-steps",
@@ -138,23 +170,28 @@ class ArmPlan:
     groups: dict[str, str]  # arm label -> bench name; arms that share programs share a bench
     bench_configs: dict[str, config.BenchConfig]  # by bench name
 
+    def arms_of(self, bench: str) -> list[ArmSpec]:
+        return [arm for arm in self.arms if self.groups[arm.label] == bench]
+
 
 def plan_arms(args: argparse.Namespace, out: Path) -> ArmPlan:
-    """Parse and validate the arms and their knobs; raises UserError/ConfigError on bad input."""
+    """Parse and validate the arms and their knobs; raises UserError/ConfigError on bad input,
+    including every arm a worker cannot run (so no arm runs before a later one is refused)."""
     preset = config.preset(args.preset)
-    arms = ab_arms.parse_arms(args.arms)
+    arms = ab_arms.parse_arms(args.arms, args.order)
     base = _base_knobs(args.knob)
     envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
-    stages = {arm.label: config.StageConfig.from_env(envs[arm.label]) for arm in arms}
+    arm_configs = {label: config.BenchConfig.from_env(env) for label, env in envs.items()}
+    for arm_config in arm_configs.values():
+        refuse_stage_before_fused_update(arm_config.worker, arm_config.stage)
     names: dict[tuple[tuple[str, str], ...], str] = {}
     for arm in arms:
         names.setdefault(arm.program_knobs, f"bench{len(names) + 1}")
     groups = {arm.label: names[arm.program_knobs] for arm in arms}
-    bench_configs = {
-        groups[arm.label]: config.BenchConfig.from_env(envs[arm.label]) for arm in arms
-    }
+    bench_configs = {groups[label]: arm_config for label, arm_config in arm_configs.items()}
     for bench_config in bench_configs.values():
         _refuse_unapplied_engine_keys(bench_config)
+    stages = {label: arm_config.stage for label, arm_config in arm_configs.items()}
     return ArmPlan(preset, arms, envs, stages, groups, bench_configs)
 
 
@@ -165,73 +202,159 @@ def _same_process(
     started: float,
     make_bench: BenchFactory | None,
 ) -> int:
+    """Every bench built (and every refusal made) before any compiles, then compiled, then the
+    arms in order; Ctrl-C writes the arms that finished, marked incomplete."""
     out = args.out if args.out is not None else _fresh_name()
     plan = plan_arms(args, out)
+    schedule = _interleaved_schedule(args, plan) if args.design == DESIGN_INTERLEAVED else None
     ab_predict.check_settings(predictions, dict.fromkeys(a.setting for a in plan.arms))
-    _make_folder(out)
-    with (out / "ab.log").open("w") as log_file, contextlib.ExitStack() as cleanup:
-        progress = Progress(log_file, started)
-        progress.say(start_runtime(plan.preset))
-        make_bench = make_bench or _driver_bench
-        benches, compile_s = {}, {}
-        for name, bench_config in plan.bench_configs.items():
-            settings = dict.fromkeys(a.setting for a in plan.arms if plan.groups[a.label] == name)
-            progress.say(f"setting up {name} (arms {', '.join(settings)}): pool, engine, compile")
-            benches[name] = make_bench(bench_config, progress.log)
-            cleanup.callback(benches[name].close)
-            compile_s[name] = dict(benches[name].setup())
-            progress.say(f"{name} compiled: {_seconds(compile_s[name])}")
-        runs = []
-        for index, arm in enumerate(plan.arms, 1):
-            stage = plan.stages[arm.label]
-            progress.start_arm(
-                f"{arm.label} ({index}/{len(plan.arms)})", args.warmup_steps + args.steps
+    check_writable_folder(out, "--out")
+    runs: list[ArmRun] = []
+    progress = Progress(started)
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(progress.close)
+        try:
+            progress.say(
+                order_line(plan.arms)
+                if schedule is None
+                else f"design: interleaved boundaries, {schedule.describe()}"
             )
-            result = benches[plan.groups[arm.label]].run(
-                steps=args.steps,
-                stage=stage,
-                arm=arm.label,
-                warmup_steps=args.warmup_steps,
-                results_path=out / f"arm{index}-{arm.setting}.jsonl",
-            )
-            runs.append(
-                ArmRun(
-                    label=arm.label,
-                    setting=arm.setting,
-                    staged=stage.enabled,
-                    records=list(result.records),
-                    updates=result.updates,
-                    stages=result.stages,
-                    recompiles=list(result.recompiles),
-                    param_digest=result.param_digest or None,
-                    source=plan.groups[arm.label],
-                )
-            )
-        progress.say("arms done; scoring")
+            progress.say(start_runtime(plan.preset))
+            benches = _built_benches(plan, make_bench or _driver_bench, progress, cleanup)
+            progress.keep_log(out / "ab.log")  # every refusal is behind us: now files may change
+            compile_s = {name: _compiled(name, bench, progress) for name, bench in benches.items()}
+            if schedule is None:
+                for index, arm in enumerate(plan.arms, 1):
+                    bench = benches[plan.groups[arm.label]]
+                    runs.append(_run_arm(bench, plan, arm, index, args, out, progress))
+            else:
+                runs.append(_run_interleaved(plan, schedule, benches, out, progress))
+            progress.say("arms done; scoring")
+        except KeyboardInterrupt:
+            return _interrupted(args, plan, schedule, out, runs, started, progress.where())
+    return _report_same_process(
+        args, plan, schedule, out, runs, compile_s, predictions, sources, started
+    )
+
+
+def _interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.Schedule:
+    baseline, other = interleave.stage_only_settings(plan.arms)
+    return interleave.make_schedule(
+        (baseline.setting, other.setting),
+        pairs=args.steps,
+        warmup_steps=args.warmup_steps,
+        seed=args.schedule_seed,
+    )
+
+
+def _run_arm(
+    bench: Any,
+    plan: ArmPlan,
+    arm: ArmSpec,
+    index: int,
+    args: argparse.Namespace,
+    out: Path,
+    progress: Progress,
+) -> ArmRun:
+    """One arm, the `index`-th of the plan (1-based), on its group's bench, named as planned:
+    the separate-arm design."""
+    progress.start_arm(f"{arm.label} ({index}/{len(plan.arms)})", args.warmup_steps + args.steps)
+    result = bench.run(
+        steps=args.steps,
+        stage=plan.stages[arm.label],
+        arm=arm.label,
+        warmup_steps=args.warmup_steps,
+        results_path=out / f"arm{index}-{arm.setting}.jsonl",
+    )
+    return dataclasses.replace(result, setting=arm.setting, source=plan.groups[arm.label])
+
+
+def _run_interleaved(
+    plan: ArmPlan,
+    schedule: interleave.Schedule,
+    benches: Mapping[str, Any],
+    out: Path,
+    progress: Progress,
+) -> ArmRun:
+    """One run whose boundaries take the schedule's settings: the interleaved design."""
+    stage_of = {arm.setting: plan.stages[arm.label] for arm in plan.arms}
+    boundary_stages = [stage_of[setting] for setting in schedule.boundaries]
+    (name,) = benches
+    progress.start_arm(INTERLEAVED_LABEL, schedule.total_steps)
+    result = benches[name].run(
+        steps=schedule.total_steps - schedule.warmup_steps,
+        stage=config.StageConfig(),
+        arm=INTERLEAVED_LABEL,
+        warmup_steps=schedule.warmup_steps,
+        results_path=out / "interleaved.jsonl",
+        boundary_stages=boundary_stages,
+    )
+    return dataclasses.replace(
+        result,
+        staged=any(stage.enabled for stage in boundary_stages),
+        source=name,
+        stages_at=[stage.enabled for stage in boundary_stages],
+    )
+
+
+def order_line(arms: Sequence[ArmSpec]) -> str:
+    """The run order as printed before any arm runs, with what it does about a linear drift."""
+    balance = run_orders.balance([arm.setting for arm in arms])
+    return f"run order: {', '.join(arm.label for arm in arms)} ({balance.describe()})"
+
+
+def _built_benches(
+    plan: ArmPlan, make_bench: BenchFactory, progress: Progress, cleanup: contextlib.ExitStack
+) -> dict[str, Any]:
+    """One Bench per group, built with every stage its arms run: refused here, before any compile."""
+    benches = {}
+    for name, bench_config in plan.bench_configs.items():
+        arms = plan.arms_of(name)
+        settings = ", ".join(dict.fromkeys(a.setting for a in arms))
+        progress.say(f"setting up {name} (arms {settings}): pool, engine")
+        benches[name] = make_bench(bench_config, progress.log)
+        cleanup.callback(benches[name].close)
+        benches[name].build([plan.stages[a.label] for a in arms])
+    return benches
+
+
+def _compiled(name: str, bench: Any, progress: Progress) -> dict[str, float]:
+    progress.say(f"compiling {name}")
+    compile_s = dict(bench.compile())
+    progress.say(f"{name} compiled: {_seconds(compile_s)}")
+    return compile_s
+
+
+def _report_same_process(
+    args: argparse.Namespace,
+    plan: ArmPlan,
+    schedule: interleave.Schedule | None,
+    out: Path,
+    runs: list[ArmRun],
+    compile_s: dict[str, dict[str, float]],
+    predictions: list[ab_predict.Prediction],
+    sources: list[dict[str, Any]],
+    started: float,
+) -> int:
     machine = {**ab_report.host_machine(), **_devices()}
+    per_arm = (
+        f"{args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
+        if schedule is None
+        else f"interleaved, {schedule.describe()}"
+    )
     title = (
         f"A/B on {plan.preset.name} ({machine['device_count']} x {machine['device_kind']}), "
-        f"same process: {args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
+        f"same process: {per_arm}"
     )
-    extra = {
-        "compile_s": compile_s,
-        "arm_knobs": plan.envs,
-        "bench_groups": plan.groups,
-    }
-    settings = {
-        "preset": plan.preset.name,
-        "arms": args.arms,
-        "steps": args.steps,
-        "warmup_steps": args.warmup_steps,
-        "knobs": _base_knobs(args.knob),
-        "min_effect_pct": args.min_effect,
-    }
+    extra = {"compile_s": compile_s, "arm_knobs": plan.envs, "bench_groups": plan.groups}
+    if schedule is not None:
+        extra["schedule"] = schedule.to_json()
     return _report(
         "same-process",
         title,
         out,
         runs,
-        settings,
+        _settings(args, plan, schedule),
         machine,
         extra,
         predictions,
@@ -239,7 +362,56 @@ def _same_process(
         started,
         cross_pod=False,
         min_effect_pct=args.min_effect,
+        schedule=schedule,
     )
+
+
+def _settings(
+    args: argparse.Namespace, plan: ArmPlan, schedule: interleave.Schedule | None
+) -> dict[str, Any]:
+    return {
+        "preset": plan.preset.name,
+        "arms": args.arms,
+        "design": args.design,
+        "order": [arm.label for arm in plan.arms] if schedule is None else None,
+        "schedule_seed": args.schedule_seed if schedule is not None else None,
+        "steps": args.steps,
+        "warmup_steps": args.warmup_steps,
+        "knobs": _base_knobs(args.knob),
+        "min_effect_pct": args.min_effect,
+    }
+
+
+def _interrupted(
+    args: argparse.Namespace,
+    plan: ArmPlan,
+    schedule: interleave.Schedule | None,
+    out: Path,
+    runs: list[ArmRun],
+    started: float,
+    where: str,
+) -> int:
+    """Ctrl-C: ab.json with the arms that finished, marked incomplete (no verdict), and one line."""
+    content = ab_report.incomplete_document(
+        mode="same-process",
+        command=sys.argv,
+        started_unix=started,
+        finished_unix=time.time(),
+        interrupted=where,
+        settings=_settings(args, plan, schedule),
+        runs=runs,
+        machine=ab_report.host_machine(),
+        extra={"arm_knobs": plan.envs, "bench_groups": plan.groups},
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    ab_report.write_json(out / "ab.json", content)
+    arms = 1 if schedule is not None else len(plan.arms)
+    print(
+        f"rl-trainer-bench ab: interrupted {where}; {len(runs)} of {arms} arms finished,"
+        f" written to {out / 'ab.json'} marked incomplete (no verdict)",
+        file=sys.stderr,
+    )
+    return 130
 
 
 def arm_env(
@@ -318,12 +490,27 @@ class Progress:
 
     The driver's per-step ruler lines go to ab.log (where `--from-logs` can read them back); the
     terminal gets one short line per step instead. During an arm only the driver's other ruler lines
-    (a recompile, say) reach the terminal; before the arms, everything does.
+    (a recompile, say) reach the terminal; before the arms, everything does. Lines are held in
+    memory until `keep_log` names the file, so a run refused during set-up leaves no file behind.
     """
 
-    def __init__(self, log_file: TextIO, started: float, echo: Callable[[str], None] = print):
-        self._file, self._started, self._echo = log_file, started, echo
+    def __init__(self, started: float, echo: Callable[[str], None] = print):
+        self._started, self._echo = started, echo
+        self._file: TextIO | None = None
+        self._held: list[str] = []
         self._arm, self._total, self._step = "", 0, 0
+
+    def keep_log(self, path: Path) -> None:
+        """From now on, write the log to `path` (created with its folder), held lines first."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = path.open("w")
+        for line in self._held:
+            self._write(line)
+        self._held = []
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
 
     def say(self, message: str) -> None:
         line = f"[ab {time.time() - self._started:6.1f}s] {message}"
@@ -334,6 +521,10 @@ class Progress:
         self._arm, self._total, self._step = arm, total_steps, 0
         self.say(f"arm {arm}: {total_steps} steps")
 
+    def where(self) -> str:
+        """Where the run is: in which arm, or still setting up."""
+        return f"in arm {self._arm}" if self._arm else "while setting up"
+
     def log(self, line: str) -> None:
         self._write(line)
         if f"{ruler.LOG_PREFIX} step=" in line:
@@ -342,12 +533,15 @@ class Progress:
             kind = "warm-up" if record.warmup else "scored"
             self._echo(
                 f"[ab {time.time() - self._started:6.1f}s] arm {self._arm}: step {self._step} of "
-                f"{self._total} ({kind}) {record.step_s * 1e3:.1f} ms"
+                f"{self._total} ({kind}) {milliseconds(record.step_s, '.1f')} ms"
             )
         elif not self._arm or line.startswith(ruler.LOG_PREFIX):
             self._echo(line)
 
     def _write(self, line: str) -> None:
+        if self._file is None:
+            self._held.append(line)
+            return
         self._file.write(line + "\n")
         self._file.flush()
 
@@ -355,6 +549,41 @@ class Progress:
 # ----------------------------------------------------------------------------------------------
 # Cross-pod: two bench logs from separate runs
 # ----------------------------------------------------------------------------------------------
+
+
+def _arm_from_log(spec: str, taken: Sequence[str]) -> tuple[ArmRun, list[str]]:
+    """One `--from-logs` entry (`[NAME=]LOG`) as an arm, and its ruler lines that did not read back."""
+    name, sep, path_text = spec.partition("=")
+    path = Path(path_text if sep else spec)
+    label = name if sep else path.stem
+    if label in taken:
+        raise UserError(f"--from-logs: two logs are named {label!r}; write NAME=LOG for each")
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise UserError(f"--from-logs {path}: cannot read it ({error.strerror})") from None
+    parsed = ruler.parse(text)
+    records = parsed.records
+    if parsed.malformed:
+        print(f"{path}: {len(parsed.malformed)} ruler line(s) did not read back; see ab.json")
+    if not records:
+        raise UserError(
+            f"--from-logs {path}: no {ruler.LOG_PREFIX} step lines in it; pass a bench log"
+        )
+    arms_in_log = sorted({r.arm for r in records if r.arm})
+    if len(arms_in_log) > 1:
+        raise UserError(
+            f"--from-logs {path}: holds arms {', '.join(arms_in_log)}; pass one pod's log per arm"
+        )
+    run = ArmRun(
+        label=label,
+        setting=label,
+        staged=any(r.staged is not None for r in records),
+        records=records,
+        recompiles=[],
+        source=str(path),
+    )
+    return run, [f"line {n}: {why}" for n, why in parsed.malformed]
 
 
 def _cross_pod(
@@ -365,46 +594,17 @@ def _cross_pod(
 ) -> int:
     runs, malformed = [], {}
     for spec in args.from_logs:
-        name, sep, path_text = spec.partition("=")
-        path = Path(path_text if sep else spec)
-        label = name if sep else path.stem
-        if any(run.label == label for run in runs):
-            raise UserError(f"--from-logs: two logs are named {label!r}; write NAME=LOG for each")
-        try:
-            text = path.read_text()
-        except OSError as error:
-            raise UserError(f"--from-logs {path}: cannot read it ({error.strerror})") from None
-        parsed = ruler.parse(text)
-        records = parsed.records
-        if parsed.malformed:
-            malformed[str(path)] = [f"line {n}: {why}" for n, why in parsed.malformed]
-            print(f"{path}: {len(parsed.malformed)} ruler line(s) did not read back; see ab.json")
-        if not records:
-            raise UserError(
-                f"--from-logs {path}: no {ruler.LOG_PREFIX} step lines in it; pass a bench log"
-            )
-        arms_in_log = sorted({r.arm for r in records if r.arm})
-        if len(arms_in_log) > 1:
-            raise UserError(
-                f"--from-logs {path}: holds arms {', '.join(arms_in_log)}; pass one pod's log per arm"
-            )
-        runs.append(
-            ArmRun(
-                label=label,
-                setting=label,
-                staged=any(r.staged is not None for r in records),
-                records=records,
-                recompiles=[],
-                source=str(path),
-            )
-        )
+        run, bad_lines = _arm_from_log(spec, taken=[run.label for run in runs])
+        runs.append(run)
+        if bad_lines:
+            malformed[run.source] = bad_lines
     if len(runs) < 2:
         raise UserError(
             "--from-logs: give two logs (baseline first), e.g. --from-logs off.log on.log"
         )
     ab_predict.check_settings(predictions, [run.label for run in runs])
     out = args.out if args.out is not None else _fresh_name()
-    _make_folder(out)
+    check_writable_folder(out, "--out")
     title = (
         f"A/B across pods from logs ({', '.join(r.source for r in runs)}): no shared noise floor"
     )
@@ -445,11 +645,19 @@ def _report(
     *,
     cross_pod: bool,
     min_effect_pct: float,
+    schedule: interleave.Schedule | None = None,
 ) -> int:
     from rl_trainer_bench.ab import score as ab_score
 
+    out.mkdir(parents=True, exist_ok=True)
     checks = ab_checks.exact_checks(runs)
-    score = ab_score.score(runs, min_effect_pct=min_effect_pct, cross_pod=cross_pod)
+    if schedule is None:
+        score = ab_score.score(runs, min_effect_pct=min_effect_pct, cross_pod=cross_pod)
+        shown = runs
+    else:
+        (run,) = runs
+        score = ab_score.score_interleaved(run, schedule, min_effect_pct=min_effect_pct)
+        shown = interleave.paired_steps_by_setting(run, schedule)
     medians = {setting: spread.median_s for setting, spread in score.settings.items()}
     outcomes = ab_predict.outcomes(predictions, medians)
     for source in sources:
@@ -457,11 +665,11 @@ def _report(
         source["before_run"] = None if modified is None else modified < started
     plot_note = ab_plot.missing_reason()
     if plot_note is None:
-        ab_plot.write_plot(runs, out / "ab.png", title)
+        ab_plot.write_plot(shown, out / "ab.png", title)
         plot_note = str(out / "ab.png")
-    text = ab_report.table(title, runs, score, checks, outcomes, plot_note)
+    text = ab_report.table(title, shown, score, checks, outcomes, plot_note)
     print(text)
-    ab_report.write_text_atomic(out / "ab.txt", text + "\n")
+    write_text_atomically(out / "ab.txt", text + "\n")
     content = ab_report.document(
         mode=mode,
         command=sys.argv,
@@ -476,7 +684,7 @@ def _report(
         machine=machine,
         extra={**extra, "plot": plot_note},
     )
-    ab_report.write_json_atomic(out / "ab.json", content)
+    ab_report.write_json(out / "ab.json", content)
     print(f"wrote {out / 'ab.json'}")
     return 1 if ab_checks.failed(checks) else 0
 
@@ -518,12 +726,6 @@ def _fresh_name() -> Path:
         suffix += 1
         folder = Path(f"ab-{stamp}-{suffix}")
     return folder
-
-
-def _make_folder(folder: Path) -> None:
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"--out {folder}: exists and is not a folder; name a folder")
-    folder.mkdir(parents=True, exist_ok=True)
 
 
 def _devices() -> dict[str, Any]:

@@ -8,11 +8,11 @@ optional extra: without it the report says the plot was skipped and why.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from rl_trainer_bench.ab.arms import ArmRun
+from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.io import write_atomically
 
 
 def missing_reason() -> str | None:
@@ -25,7 +25,7 @@ def missing_reason() -> str | None:
 
 
 def write_plot(runs: Sequence[ArmRun], path: Path, title: str) -> None:
-    """Draw both panels and write the PNG atomically (temp file in the same folder, then rename)."""
+    """Draw both panels and write the PNG atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -57,10 +57,7 @@ def write_plot(runs: Sequence[ArmRun], path: Path, title: str) -> None:
     if warm_max > 5 * scored_max:  # keep the scored steps readable; the warm-up runs off the top
         steps_axis.set_ylim(0, 1.5 * scored_max * 1e3)
     figure.tight_layout()
-    temporary = path.with_name(f".{path.name}.tmp")
     try:
-        figure.savefig(temporary, format="png", dpi=110)
-        os.replace(temporary, path)
+        write_atomically(path, lambda handle: figure.savefig(handle, format="png", dpi=110))
     finally:
         plt.close(figure)
-        temporary.unlink(missing_ok=True)

@@ -20,14 +20,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl_trainer_bench import __version__
-from rl_trainer_bench.ab.arms import ArmRun
+from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab.checks import FAIL, CheckResult, failed
+from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.io import write_text_atomically
+from rl_trainer_bench.units import milliseconds
 
 if TYPE_CHECKING:  # the scorer needs numpy; this module stays light for the parser
     from rl_trainer_bench.ab.score import Score
 
 SCHEMA = "rl-trainer-bench/ab/1"
 _VERSIONED = ("jax", "jaxlib", "numpy", "optax", "matplotlib")
+_SIGNED_MS = "+.2f"  # deltas and their CI bounds always carry their sign
 
 
 def overall_verdict(score: Score, checks: Sequence[CheckResult]) -> str:
@@ -48,31 +52,15 @@ def table(
     plot_note: str,
 ) -> str:
     """The report as the terminal shows it."""
-    lines = [title, ""]
-    header = f"{'arm':<10}{'setting':<10}{'steps':>6}{'median':>10}{'IQR':>9}{'min':>9}{'max':>9}{'1st-call+':>11}{'idle':>9}{'hidden':>8}"
-    lines += [header + "   (ms; hidden = stage's copy fraction)", "-" * len(header)]
-    for run in runs:
-        spread = score.arms[run.label]
-        scored = run.scored
-        extra = _median(r.first_call_extra_s for r in scored)
-        idle = _median(r.boundary_idle_s for r in scored)
-        hidden = _median(r.stage_hidden for r in scored)
-        lines.append(
-            f"{run.label:<10}{run.setting:<10}{spread.steps:>6}{_ms(spread.median_s):>10}"
-            f"{_ms(spread.iqr_s):>9}{_ms(spread.min_s):>9}{_ms(spread.max_s):>9}"
-            f"{'-' if extra is None else _ms(extra):>11}"
-            f"{'-' if idle is None else _ms(idle):>9}"
-            f"{'-' if hidden is None else f'{hidden:.0%}':>8}"
-        )
-    lines.append("")
+    lines = [title, "", *_arm_rows(runs, score), ""]
     for setting, spread in score.settings.items():
         lines.append(
-            f"{setting}: median {_ms(spread.median_s)} ms over {spread.steps} steps (all its arms)"
+            f"{setting}: median {milliseconds(spread.median_s)} ms over {spread.steps} steps (all its arms)"
         )
     if score.noise:
         for noise in score.noise:
             lines.append(
-                f"noise floor {noise.setting}: {_ms(noise.seconds)} ms "
+                f"noise floor {noise.setting}: {milliseconds(noise.seconds)} ms "
                 f"({' vs '.join(noise.labels)}, difference of medians)"
             )
     else:
@@ -81,10 +69,11 @@ def table(
         )
     for delta in score.deltas:
         lines.append(
-            f"delta {delta.name}: {_signed_ms(delta.delta_s)} ms ({delta.percent(delta.delta_s):+.1f}%), "
-            f"95% CI [{_signed_ms(delta.ci_low_s)}, {_signed_ms(delta.ci_high_s)}] ms -> {delta.verdict}"
+            f"delta {delta.name}: {milliseconds(delta.delta_s, _SIGNED_MS)} ms ({delta.percent(delta.delta_s):+.1f}%), "
+            f"95% CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms -> {delta.verdict}"
         )
         lines.append(f"  because {delta.reason}")
+    lines += ["", *design_lines(runs, score)]
     lines += ["", "exact checks:"]
     lines += [f"  {c.status:<4} {c.name}: {c.detail}" for c in checks]
     if predictions:
@@ -102,6 +91,53 @@ def table(
         f"plot: {plot_note}",
     ]
     return "\n".join(lines)
+
+
+def _arm_rows(runs: Sequence[ArmRun], score: Score) -> list[str]:
+    """The table's header and one row per arm: the step-time spread and the boundary's medians."""
+    header = f"{'arm':<10}{'setting':<10}{'steps':>6}{'median':>10}{'IQR':>9}{'min':>9}{'max':>9}{'1st-call+':>11}{'idle':>9}{'hidden':>8}"
+    lines = [header + "   (ms; hidden = stage's copy fraction)", "-" * len(header)]
+    for run in runs:
+        spread = score.arms[run.label]
+        scored = run.scored
+        extra = _median(r.first_call_extra_s for r in scored)
+        idle = _median(r.boundary_idle_s for r in scored)
+        hidden = _median(r.stage_hidden for r in scored)
+        lines.append(
+            f"{run.label:<10}{run.setting:<10}{spread.steps:>6}{milliseconds(spread.median_s):>10}"
+            f"{milliseconds(spread.iqr_s):>9}{milliseconds(spread.min_s):>9}{milliseconds(spread.max_s):>9}"
+            f"{'-' if extra is None else milliseconds(extra):>11}"
+            f"{'-' if idle is None else milliseconds(idle):>9}"
+            f"{'-' if hidden is None else f'{hidden:.0%}':>8}"
+        )
+    return lines
+
+
+def design_lines(runs: Sequence[ArmRun], score: Score) -> list[str]:
+    """Which design produced the verdict, the drift it ran under, and a warning when that drift
+    moved step time by more than the min effect over the run."""
+    drift = score.drift
+    separate = score.design == run_orders.DESIGN and not score.cross_pod
+    order = f", run order {', '.join(run.label for run in runs)}" if separate else ""
+    lines = [f"design: {score.design}{order}: {score.drift_answer}"]
+    fits = [("within arms", drift.within_arms), ("across the run", drift.across_run)]
+    slopes = ", ".join(f"{name} {_per_minute(s)}" for name, s in fits if s is not None)
+    lines.append(
+        f"drift: {slopes or 'not measurable (too few steps)'}; "
+        f"{milliseconds(drift.moved_s)} ms over {drift.span_s:.1f} s of scored steps"
+    )
+    if drift.exceeds_min_effect:
+        lines.append(
+            f"WARNING: drift moved step time {milliseconds(drift.moved_s)} ms over the run, more than the "
+            f"min effect {milliseconds(drift.min_effect_s)} ms"
+        )
+        for setting, bias in drift.bias_s.items():
+            if abs(bias) > drift.min_effect_s / 10:
+                lines.append(
+                    f"  this design puts about {milliseconds(bias, _SIGNED_MS)} ms of drift into delta "
+                    f"{setting}-{next(iter(score.settings))}"
+                )
+    return lines
 
 
 def document(
@@ -134,22 +170,57 @@ def document(
         "checks": [dataclasses.asdict(c) for c in checks],
         "predictions": list(predictions),
         "prediction_sources": list(prediction_sources),
-        "arms": [
-            {
-                "label": run.label,
-                "setting": run.setting,
-                "staged": run.staged,
-                "source": run.source,
-                "updates": run.updates,
-                "stages": run.stages,
-                "recompiles": run.recompiles,
-                "param_digest": run.param_digest,
-                "records": [r.to_json() for r in run.records],
-            }
-            for run in runs
-        ],
+        "arms": _arms(runs),
         **extra,
     }
+
+
+def incomplete_document(
+    *,
+    mode: str,
+    command: Sequence[str],
+    started_unix: float,
+    finished_unix: float,
+    interrupted: str,
+    settings: Mapping[str, Any],
+    runs: Sequence[ArmRun],
+    machine: Mapping[str, Any],
+    extra: Mapping[str, Any],
+) -> dict[str, Any]:
+    """ab.json of an interrupted run: the arms that finished, no score, no checks, no verdict
+    (a part of the arms proves nothing about the whole), and where it stopped."""
+    return {
+        "schema": SCHEMA,
+        "mode": mode,
+        "incomplete": True,
+        "interrupted": interrupted,
+        "command": list(command),
+        "started_unix": started_unix,
+        "finished_unix": finished_unix,
+        "settings": dict(settings),
+        "machine": dict(machine),
+        "versions": versions(),
+        "verdict": None,
+        "arms": _arms(runs),
+        **extra,
+    }
+
+
+def _arms(runs: Sequence[ArmRun]) -> list[dict[str, Any]]:
+    return [
+        {
+            "label": run.label,
+            "setting": run.setting,
+            "staged": run.staged,
+            "source": run.source,
+            "updates": run.updates,
+            "stages": run.stages,
+            "recompiles": run.recompiles,
+            "param_digest": run.param_digest,
+            "records": [r.to_json() for r in run.records],
+        }
+        for run in runs
+    ]
 
 
 def host_machine() -> dict[str, Any]:
@@ -174,18 +245,9 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def write_json_atomic(path: Path, content: Mapping[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(content, indent=1) + "\n")
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write to a temp file beside `path`, then rename it over `path`: readers see all or nothing."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        temporary.write_text(text)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+def write_json(path: Path, content: Mapping[str, Any]) -> None:
+    """ab.json, written atomically: a reader never sees half a report."""
+    write_text_atomically(path, json.dumps(content, indent=1) + "\n")
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -194,9 +256,6 @@ def _median(values: Iterable[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.2f}"
-
-
-def _signed_ms(seconds: float) -> str:
-    return f"{seconds * 1e3:+.2f}"
+def _per_minute(slope: float) -> str:
+    """A slope in seconds per second of run, as milliseconds of step time per minute of run."""
+    return f"{slope * 60e3:+.2f} ms/min"

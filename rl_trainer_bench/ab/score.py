@@ -1,11 +1,16 @@
 """A/B scoring: medians and spread per arm, the delta with a bootstrap interval, the noise floor, a verdict.
 
-Step times are not normal (a stray host hiccup makes a long tail), so everything is a median and the
-interval comes from a bootstrap, stratified by arm so each arm keeps its own step count; the seed is
-fixed so the same records always give the same report. A confidence interval only says the two
+Step times are not normal (a stray host hiccup makes a long tail), so each arm is summarised by its
+median, and a setting by the mean of its arms' medians: averaging arms, rather than pooling their
+steps, keeps a mirrored order's cancellation of a drift exact (the pooled median of an early and a
+late arm lands anywhere in the gap between them). The interval comes from a bootstrap, stratified
+by arm so each arm keeps its own step count; the seed is fixed so the same records always give the
+same report. A confidence interval only says the two
 arms' steps differ; the noise floor (the same setting run twice in one process) says how far apart
 two runs of *nothing changed* land. A change counts only when it clears both, and the rule that
 decides is printed with its numbers beside the verdict, so a reader can check it by hand.
+The drift of the machine over the run (drift.py) is scored beside the delta, with the design's
+answer to it: an order that cancels it, or none.
 """
 
 from __future__ import annotations
@@ -16,12 +21,18 @@ from typing import Any
 
 import numpy as np
 
-from rl_trainer_bench.ab.arms import ArmRun
+from rl_trainer_bench.ab import drift as ab_drift
+from rl_trainer_bench.ab import interleave
+from rl_trainer_bench.ab import order as run_orders
+from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.units import milliseconds
 
 FASTER, SLOWER, NO_EFFECT, NOISY = "FASTER", "SLOWER", "NO-EFFECT", "NOISY"
+SEPARATE_ARMS, INTERLEAVED = run_orders.DESIGN, interleave.DESIGN
 CONFIDENCE = 0.95
 RESAMPLES = 2000
+_RULE_MS = ".3g"  # milliseconds in the rule text: three significant digits, sign when negative
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +68,7 @@ class NoiseFloor:
 
 @dataclasses.dataclass(frozen=True)
 class Delta:
-    """`setting` minus `baseline`, pooled medians, with its bootstrap interval and verdict."""
+    """`setting` minus `baseline`, means of arm medians, with its bootstrap interval and verdict."""
 
     setting: str
     baseline: str
@@ -86,9 +97,15 @@ class Score:
     cross_pod: bool
     deltas: list[Delta]
     rule: str
+    design: str  # SEPARATE_ARMS or INTERLEAVED: which design produced the verdict
+    drift: ab_drift.Drift
+    drift_answer: str  # how the design deals with a linear drift (cancels it, or does not)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "design": self.design,
+            "drift": self.drift.to_json(),
+            "drift_answer": self.drift_answer,
             "arms": {k: dataclasses.asdict(v) for k, v in self.arms.items()},
             "settings": {k: dataclasses.asdict(v) for k, v in self.settings.items()},
             "noise": [dataclasses.asdict(n) for n in self.noise],
@@ -108,7 +125,7 @@ class Score:
 def score(
     runs: Sequence[ArmRun], *, min_effect_pct: float, cross_pod: bool = False, seed: int = 0
 ) -> Score:
-    """Score arms: every later setting against the first one (the baseline)."""
+    """Score separate arms: every later setting against the first one (the baseline)."""
     times = {run.label: [r.step_s for r in run.scored] for run in runs}
     empty = [label for label, t in times.items() if not t]
     if empty:
@@ -131,14 +148,26 @@ def score(
     floor = None if cross_pod or not noise else max(n.seconds for n in noise)
     baseline, *others = by_setting
     min_effect_s = min_effect_pct / 100.0 * settings[baseline].median_s
+    drift = ab_drift.measure(
+        ab_drift.timed_steps(runs, shared_clock=not cross_pod),
+        baseline=baseline,
+        shared_clock=not cross_pod,
+        min_effect_s=min_effect_s,
+    )
+    if cross_pod:
+        answer = "separate pods: no shared clock, a drift between them is not measured"
+    else:
+        answer = run_orders.balance([run.setting for run in runs]).describe()
 
     deltas = []
     for index, setting in enumerate(others):
         rng = np.random.default_rng([seed, index])
-        a = _bootstrap_medians([times[lb] for lb in by_setting[baseline]], rng)
-        b = _bootstrap_medians([times[lb] for lb in by_setting[setting]], rng)
+        a = _bootstrap_arm_medians([times[lb] for lb in by_setting[baseline]], rng)
+        b = _bootstrap_arm_medians([times[lb] for lb in by_setting[setting]], rng)
         low, high = np.percentile(b - a, [50 * (1 - CONFIDENCE), 50 * (1 + CONFIDENCE)])
-        delta = settings[setting].median_s - settings[baseline].median_s
+        delta = _mean_of_arm_medians(arms, by_setting[setting]) - _mean_of_arm_medians(
+            arms, by_setting[baseline]
+        )
         word, reason = verdict(delta, float(low), float(high), floor, min_effect_s)
         deltas.append(
             Delta(
@@ -161,6 +190,9 @@ def score(
         cross_pod,
         deltas,
         rule_text(floor, min_effect_s, cross_pod),
+        SEPARATE_ARMS,
+        drift,
+        answer,
     )
 
 
@@ -170,54 +202,127 @@ def verdict(
     """The verdict word and the numbers that decided it (see `rule_text`)."""
     bar = min_effect_s if floor_s is None else floor_s
     bar_name = "min effect" if floor_s is None else "noise floor"
-    ci = f"{CONFIDENCE:.0%} CI [{_ms(ci_low_s)}, {_ms(ci_high_s)}] ms"
+    ci = f"{CONFIDENCE:.0%} CI [{milliseconds(ci_low_s, _RULE_MS)}, {milliseconds(ci_high_s, _RULE_MS)}] ms"
     if (ci_low_s > 0 or ci_high_s < 0) and abs(delta_s) > bar:
         word = FASTER if delta_s < 0 else SLOWER
         return (
             word,
-            f"{ci} excludes 0 and |delta| {_ms(abs(delta_s))} ms > {bar_name} {_ms(bar)} ms",
+            f"{ci} excludes 0 and |delta| {milliseconds(abs(delta_s), _RULE_MS)} ms > {bar_name} {milliseconds(bar, _RULE_MS)} ms",
         )
     if bar <= min_effect_s and -min_effect_s <= ci_low_s and ci_high_s <= min_effect_s:
         return (
             NO_EFFECT,
-            f"{ci} and {bar_name} {_ms(bar)} ms lie within min effect +-{_ms(min_effect_s)} ms",
+            f"{ci} and {bar_name} {milliseconds(bar, _RULE_MS)} ms lie within min effect +-{milliseconds(min_effect_s, _RULE_MS)} ms",
         )
     not_moved = f"{ci} includes 0" if ci_low_s <= 0 <= ci_high_s else ""
-    not_moved = not_moved or f"|delta| {_ms(abs(delta_s))} ms <= {bar_name} {_ms(bar)} ms"
+    not_moved = (
+        not_moved
+        or f"|delta| {milliseconds(abs(delta_s), _RULE_MS)} ms <= {bar_name} {milliseconds(bar, _RULE_MS)} ms"
+    )
     undecided = (
-        f"{bar_name} {_ms(bar)} ms > min effect {_ms(min_effect_s)} ms"
+        f"{bar_name} {milliseconds(bar, _RULE_MS)} ms > min effect {milliseconds(min_effect_s, _RULE_MS)} ms"
         if bar > min_effect_s
-        else f"the CI reaches past min effect +-{_ms(min_effect_s)} ms"
+        else f"the CI reaches past min effect +-{milliseconds(min_effect_s, _RULE_MS)} ms"
     )
     return NOISY, f"{not_moved}, and {undecided}"
 
 
-def rule_text(floor_s: float | None, min_effect_s: float, cross_pod: bool) -> str:
+def rule_text(
+    floor_s: float | None, min_effect_s: float, cross_pod: bool, design: str = SEPARATE_ARMS
+) -> str:
     """The verdict rule, with this run's numbers, as printed beside the verdict."""
     if floor_s is None:
         why = "cross-pod: no shared noise floor" if cross_pod else "no repeated arm: no noise floor"
-        bar = f"min effect {_ms(min_effect_s)} ms (stands in for the noise floor; {why})"
+        bar = f"min effect {milliseconds(min_effect_s, _RULE_MS)} ms (stands in for the noise floor; {why})"
     else:
-        bar = f"noise floor {_ms(floor_s)} ms"
+        bar = f"noise floor {milliseconds(floor_s, _RULE_MS)} ms"
+    statistic = (
+        "median over pairs of blocks of the mean paired difference"
+        if design == INTERLEAVED
+        else "mean of arm medians"
+    )
     return (
-        f"FASTER/SLOWER if the {CONFIDENCE:.0%} bootstrap CI of the median delta excludes 0 and "
+        f"FASTER/SLOWER if the {CONFIDENCE:.0%} bootstrap CI of the delta ({statistic}) "
+        f"excludes 0 and "
         f"|delta| > {bar}; NO-EFFECT if that bar and the CI lie within min effect "
-        f"+-{_ms(min_effect_s)} ms; otherwise NOISY. Any failed exact check: FAIL."
+        f"+-{milliseconds(min_effect_s, _RULE_MS)} ms; otherwise NOISY. Any failed exact check: FAIL."
     )
 
 
-def _bootstrap_medians(groups: Sequence[Sequence[float]], rng: np.random.Generator) -> np.ndarray:
-    """Medians of RESAMPLES pooled resamples, each arm resampled within itself."""
-    samples = []
+def score_interleaved(
+    run: ArmRun, schedule: interleave.Schedule, *, min_effect_pct: float, seed: int = 0
+) -> Score:
+    """Score one interleaved run: the delta is the median over units (aligned pairs of blocks, see
+    interleave.py) of the unit's mean paired difference (the other setting's pure step minus the
+    baseline's), its interval a bootstrap over units. There is no repeated arm, so the min effect
+    stands in for the noise floor."""
+    times = {r.step: r.step_s for r in run.records if not r.warmup}
+    missing = [step for pair in schedule.pairs for step in pair if step not in times]
+    if missing:
+        raise UserError(f"interleaved run lacks scored step(s) {missing[:5]}: rerun it")
+    baseline, other = schedule.settings
+    views = interleave.paired_steps_by_setting(run, schedule)
+    arms = {view.label: Spread.of([r.step_s for r in view.records]) for view in views}
+    differences = np.array(
+        [np.mean([times[b] - times[a] for a, b in unit]) for unit in schedule.units]
+    )
+    rng = np.random.default_rng(seed)
+    resampled = differences[rng.integers(0, len(differences), size=(RESAMPLES, len(differences)))]
+    low, high = np.percentile(
+        np.median(resampled, axis=1), [50 * (1 - CONFIDENCE), 50 * (1 + CONFIDENCE)]
+    )
+    min_effect_s = min_effect_pct / 100.0 * arms[baseline].median_s
+    delta = float(np.median(differences))
+    word, reason = verdict(delta, float(low), float(high), None, min_effect_s)
+    step_settings = {(run.label, r.step): schedule.setting_of_step(r.step) for r in run.records}
+    drift = ab_drift.measure(
+        ab_drift.timed_steps([run], shared_clock=True, setting_of_step=step_settings),
+        baseline=baseline,
+        shared_clock=True,
+        min_effect_s=min_effect_s,
+    )
+    drift = dataclasses.replace(drift, bias_s={other: drift.bias_s.get(other, 0.0)})
+    return Score(
+        arms,
+        dict(arms),
+        [],
+        None,
+        min_effect_s,
+        False,
+        [
+            Delta(
+                other,
+                baseline,
+                delta,
+                float(low),
+                float(high),
+                arms[baseline].median_s,
+                word,
+                reason,
+            )
+        ],
+        rule_text(None, min_effect_s, False, INTERLEAVED),
+        INTERLEAVED,
+        drift,
+        "each pair is two steps apart, AABB and BBAA blocks balanced in pairs: "
+        "a linear drift cancels at the scale of a step",
+    )
+
+
+def _mean_of_arm_medians(arms: dict[str, Spread], labels: Sequence[str]) -> float:
+    return float(np.mean([arms[label].median_s for label in labels]))
+
+
+def _bootstrap_arm_medians(
+    groups: Sequence[Sequence[float]], rng: np.random.Generator
+) -> np.ndarray:
+    """RESAMPLES bootstrap values of the mean of arm medians, each arm resampled within itself."""
+    medians = []
     for group in groups:
         x = np.asarray(group, dtype=np.float64)
-        samples.append(x[rng.integers(0, len(x), size=(RESAMPLES, len(x)))])
-    return np.median(np.concatenate(samples, axis=1), axis=1)
+        medians.append(np.median(x[rng.integers(0, len(x), size=(RESAMPLES, len(x)))], axis=1))
+    return np.mean(medians, axis=0)
 
 
 def _range(values: Sequence[float]) -> float:
     return float(max(values) - min(values))
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:+.3g}" if seconds < 0 else f"{seconds * 1e3:.3g}"

@@ -4,9 +4,11 @@ The log line is what people read in a pod's log, so it is short and stable; the 
 tools read, so it carries every figure. `parse` turns the log lines back into records, because two
 pods' logs are often all a user has to compare.
 
-The device-side figures come from a timeline of when each program's result became ready (see
-`device_timeline.py`); the arithmetic that turns those stamps into per-call device seconds, the
+A step's record is built here from the step's host clock (`clock.py`) and, where the engine gives
+completion markers, from a timeline of when each program's result became ready
+(`device_timeline.py`); the arithmetic that turns those stamps into per-call device seconds, the
 first call's extra and the boundary's idle gap lives here so it is tested apart from any device.
+An arm's result (`ArmRun`) is its step records and the counters the A/B's exact checks read.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import json
 import math
 import os
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from rl_trainer_bench.bench.clock import StepClock
 
 LOG_PREFIX = "[TrainerBench]"
 
@@ -67,6 +71,152 @@ class StepRecord:
     def from_json(cls, data: dict[str, Any]) -> StepRecord:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclasses.dataclass
+class ArmRun:
+    """What one arm produced: its step records and the counters the exact checks read.
+
+    `Bench.run` fills every field but `setting` and `source`, which the A/B command names; read back
+    from a log, `updates`, `stages` and `recompiles` are `None` where the log does not say, and the
+    check that needs them is skipped.
+    """
+
+    label: str
+    setting: str
+    staged: bool  # the arm stages the next first micro-batch at each boundary
+    records: list[StepRecord]  # warm-up steps included, flagged warmup=True
+    updates: int | None = None  # optimizer updates applied in the arm
+    stages: int | None = None  # prepare_fwd_bwd_input calls in the arm
+    recompiles: list[str] | None = None  # programs compiled during scored steps (must be empty)
+    param_digest: str | None = None  # parameters after the arm (None: the engine cannot say)
+    source: str = ""  # where the records came from: a bench group or a log file
+    # Per boundary, by the step it closes: does it stage? None: every boundary as `staged` says
+    # (an interleaved run switches setting at its boundaries).
+    stages_at: list[bool] | None = None
+
+    def stages_expected(self) -> list[bool]:
+        """Whether each boundary (one per step but the last) should stage."""
+        boundaries = max(len(self.records) - 1, 0)
+        return list(self.stages_at) if self.stages_at is not None else [self.staged] * boundaries
+
+    @property
+    def scored(self) -> list[StepRecord]:
+        return [r for r in self.records if not r.warmup]
+
+
+# ----------------------------------------------------------------------------------------------
+# One step's record, from its clock and its device stamps
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StepInputs:
+    """What a step trained and where: known before it ran, computed off the clock."""
+
+    step: int
+    warmup: bool
+    arm: str
+    micro_batches: list[str]
+    digests: list[str]
+    tokens: int  # real (non-padding) tokens over the step's micro-batches
+    model_flops: float | None  # over the step's fwd_bwd calls; None where the engine cannot count
+    staged: str | None  # the micro-batch staged at this step's boundary
+    devices: int
+    peak_flops: float | None  # per device, where the chip is known
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceStamps:
+    """When each of the step's programs (and its staged copy) was ready, perf_counter seconds."""
+
+    fwd_bwd_ready: list[float]
+    update_ready: float
+    previous_ready: float | None  # the previous step's update, ready (None for an arm's first)
+    copy_ready: float | None  # the staged copy, ready (None when nothing was staged)
+
+
+def step_record(
+    inputs: StepInputs,
+    clock: StepClock,
+    device: DeviceStamps | None,
+    metrics: Mapping[str, Any],
+    recompiles: int,
+) -> StepRecord:
+    """The step's record: host figures from the clock's spans (`fwd_bwd`, `update`, `stage`,
+    `device_wait`), device figures from the stamps, training figures from the engine's metrics."""
+    step_s = clock.end - clock.start
+    flops = inputs.model_flops
+    tflops = None if flops is None else flops / step_s / inputs.devices / 1e12
+    replays = int(metrics.get("replay_count", 0))
+    timeline = _device_figures(inputs, clock, device)
+    return StepRecord(
+        step=inputs.step,
+        warmup=inputs.warmup,
+        step_s=step_s,
+        fwd_bwd_dispatch_s=clock.seconds("fwd_bwd"),
+        # A dropless replay of micro-batch i is dispatched inside fwd_bwd(i+1), so with replays
+        # the regular calls carry extra work the first one does not: not comparable.
+        first_call_extra_s=first_call_extra(timeline["fwd_bwd_device_s"]) if not replays else None,
+        update_s=sum(clock.seconds("update")),
+        drain_s=clock.end - clock.ends("update")[-1],
+        stage_s=sum(clock.seconds("stage")),
+        device_wait_s=sum(clock.seconds("device_wait")),
+        tokens=inputs.tokens,
+        tokens_per_s_per_device=inputs.tokens / step_s / inputs.devices,
+        tflops_per_device=tflops,
+        mfu=tflops * 1e12 / inputs.peak_flops if tflops is not None and inputs.peak_flops else None,
+        loss=float(metrics["loss"]),
+        grad_norm=float(metrics["grad_norm"]),
+        loss_denominator=float(metrics["loss_denominator"]),
+        overflow_count=int(metrics.get("overflow_count", 0)),
+        replay_count=replays,
+        micro_batches=list(inputs.micro_batches),
+        digests=list(inputs.digests),
+        staged=inputs.staged,
+        recompiles=recompiles,
+        arm=inputs.arm,
+        **timeline,
+    )
+
+
+def _device_figures(
+    inputs: StepInputs, clock: StepClock, device: DeviceStamps | None
+) -> dict[str, Any]:
+    """The record's device-side fields; empty or None without a device timeline."""
+    if device is None:
+        return dict(
+            fwd_bwd_device_s=[],
+            device_ready_s=[],
+            update_ready_s=None,
+            boundary_idle_s=None,
+            stage_hidden=None,
+        )
+    dispatched = clock.starts("fwd_bwd")
+    hidden = None
+    if inputs.staged is not None and device.copy_ready is not None:
+        busy_ends = [*device.fwd_bwd_ready, device.update_ready]
+        spans = device_seconds(
+            [*dispatched, *clock.starts("update")], busy_ends, device.previous_ready
+        )
+        busy = [(end - seconds, end) for seconds, end in zip(spans, busy_ends, strict=True)]
+        hidden = overlap_fraction((clock.starts("stage")[0], device.copy_ready), busy)
+    return dict(
+        fwd_bwd_device_s=device_seconds(dispatched, device.fwd_bwd_ready, device.previous_ready),
+        device_ready_s=[ready - clock.start for ready in device.fwd_bwd_ready],
+        update_ready_s=device.update_ready - clock.start,
+        boundary_idle_s=boundary_idle(device.previous_ready, dispatched[0]),
+        stage_hidden=hidden,
+    )
+
+
+def stage_line(knob: str, record: StepRecord) -> str:
+    """The line after a staged step's ruler line: what was staged and how much of its copy hid."""
+    hidden = "-" if record.stage_hidden is None else f"{record.stage_hidden:.3f}"
+    return (
+        f"{knob} step={record.step} staged={record.staged} stage_s={record.stage_s:.6f}"
+        f" device_wait_s={record.device_wait_s:.6f} hidden={hidden}"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,21 +432,28 @@ def without_times(line: str) -> str:
 
 
 class ResultsWriter:
-    """Appends one JSON line per step to results.jsonl, flushed and synced before the next step,
-    so a crash or a killed pod keeps every finished step (at worst the last line is torn)."""
+    """Writes one JSON line per step to results.jsonl, flushed and synced before the next step,
+    so a crash or a killed pod keeps every finished step (at worst the last line is torn).
+
+    The file is opened (and an earlier run's file replaced) only when the first step is written:
+    a run refused or failed before its first step leaves earlier results as they were.
+    """
 
     def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file = path.open("a", encoding="utf-8")
+        self._file: IO[str] | None = None
 
     def write(self, record: StepRecord) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("w", encoding="utf-8")
         self._file.write(json.dumps(record.to_json(), allow_nan=True) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
     def __enter__(self) -> ResultsWriter:
         return self

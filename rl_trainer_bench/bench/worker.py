@@ -2,16 +2,31 @@
 
 An RL trainer either applies the optimizer in a separate `update()` call or fuses it into the last
 `fwd_bwd` of a step (`apply_optimizer=True`). The bench offers both, so it times the program the
-production run dispatches; the driver never asks which one it holds: it watches `train_step`, which
-is how it finds that a fused worker left no update to stage before.
+production run dispatches. A fused worker has no separate update to stage the next micro-batch
+before, so STAGE_BEFORE_UPDATE with WORKER=fused is refused from the knobs alone, before any work.
+This module stays light (no numpy, no JAX): the A/B command refuses arms with it before it starts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rl_trainer_bench.engine.contract import Engine, Payload, PreparedInput
+from rl_trainer_bench.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rl_trainer_bench.config.knobs import StageConfig
+    from rl_trainer_bench.engine.contract import Engine, Payload, PreparedInput
+
+
+def refuse_stage_before_fused_update(worker: str, stage: StageConfig) -> None:
+    """ConfigError for WORKER=fused with STAGE_BEFORE_UPDATE=on: the fused worker applies the
+    optimizer inside the step's last fwd_bwd, so there is no update to stage before."""
+    if worker == "fused" and stage.before_update:
+        raise ConfigError(
+            "STAGE_BEFORE_UPDATE=on needs an update to stage before, but WORKER=fused applies the"
+            " optimizer inside the step's last fwd_bwd: set WORKER=separate or STAGE_BEFORE_UPDATE=off"
+        )
 
 
 class TrainerWorker:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+from rl_trainer_bench.config import values
 from rl_trainer_bench.config.presets import Preset
-from rl_trainer_bench.engine.config import EngineConfig, LossConfig, MoeConfig, OptimizerConfig
+from rl_trainer_bench.engine.config import EngineConfig, MeshConfig, choices, leaf_fields
 from rl_trainer_bench.errors import ConfigError
 
 
@@ -23,70 +25,70 @@ class EngineKey:
 
     default: str
     target: str  # dotted path into EngineConfig, e.g. "mesh.fsdp"
-    kind: str  # int | positive_int | float | bool | choice:a|b | max_norm_kwargs | prompt_plus_response
+    kind: str  # int | float | bool | choice:a|b | max_norm_kwargs | prompt_plus_response
+    help: str = ""
+    minimum: int | None = None  # for int kinds
 
 
-_OPTIMIZER = OptimizerConfig()
-_LOSS, _MOE = LossConfig(), MoeConfig()
-_SEQ = "seq_len (max_prompt_length + max_response_length)"
+def _kind(annotation: object) -> str:
+    allowed = choices(annotation)
+    if allowed is not None:
+        return "choice:" + "|".join(allowed)
+    return {int: "int", float: "float", bool: "bool"}[annotation]
 
-ENGINE_KEYS: Mapping[str, EngineKey] = {
-    # From the trainer argv as the launcher writes it (and accepted as engine flags too).
-    "mesh_fsdp": EngineKey("1", "mesh.fsdp", "positive_int"),
-    "mesh_context": EngineKey("1", "mesh.context", "positive_int"),
-    "mesh_expert": EngineKey("1", "mesh.expert", "positive_int"),
-    "train_micro_batch_size": EngineKey("8", "micro_batch_rows", "positive_int"),
-    "max_prompt_length": EngineKey("0", _SEQ, "prompt_plus_response"),
-    "max_response_length": EngineKey("128", _SEQ, "prompt_plus_response"),
-    "compute_logps_chunk_size": EngineKey(
-        str(_LOSS.compute_logps_chunk_size), "loss.compute_logps_chunk_size", "positive_int"
-    ),
-    "remat_policy": EngineKey("full", "model.remat_policy", "choice:full|minimal|none"),
-    "optimizer_learning_rate": EngineKey(
-        str(_OPTIMIZER.learning_rate), "optimizer.learning_rate", "float"
-    ),
-    "optimizer_schedule_type": EngineKey(
-        _OPTIMIZER.schedule, "optimizer.schedule", "choice:constant|warmup_cosine_decay_schedule"
-    ),
-    "optimizer_init_value": EngineKey(str(_OPTIMIZER.init_value), "optimizer.init_value", "float"),
-    "optimizer_peak_value": EngineKey(str(_OPTIMIZER.peak_value), "optimizer.peak_value", "float"),
-    "optimizer_end_value": EngineKey(str(_OPTIMIZER.end_value), "optimizer.end_value", "float"),
-    "optimizer_warmup_steps": EngineKey(
-        str(_OPTIMIZER.warmup_steps), "optimizer.warmup_steps", "int"
-    ),
-    "optimizer_decay_steps": EngineKey(
-        str(_OPTIMIZER.decay_steps), "optimizer.decay_steps", "positive_int"
-    ),
-    "optimizer_b1": EngineKey(str(_OPTIMIZER.b1), "optimizer.b1", "float"),
-    "optimizer_b2": EngineKey(str(_OPTIMIZER.b2), "optimizer.b2", "float"),
-    "optimizer_eps": EngineKey(str(_OPTIMIZER.eps), "optimizer.eps", "float"),
-    "optimizer_weight_decay": EngineKey(
-        str(_OPTIMIZER.weight_decay), "optimizer.weight_decay", "float"
-    ),
-    "optimizer_opt_chain_type": EngineKey(
-        "clip_by_global_norm", "optimizer (chain)", "choice:clip_by_global_norm"
-    ),
-    "optimizer_chain_kwargs": EngineKey(
-        "{'max_norm': 1.0}", "optimizer.max_grad_norm", "max_norm_kwargs"
-    ),
-    # Engine flags only (key=value).
-    "max_grad_norm": EngineKey(str(_OPTIMIZER.max_grad_norm), "optimizer.max_grad_norm", "float"),
-    "epsilon": EngineKey(str(_LOSS.epsilon), "loss.epsilon", "float"),
-    "epsilon_high": EngineKey(str(_LOSS.epsilon_high), "loss.epsilon_high", "float"),
-    "beta": EngineKey(str(_LOSS.beta), "loss.beta", "float"),
-    "ragged_buffer_factor": EngineKey(
-        str(_MOE.ragged_buffer_factor), "moe.ragged_buffer_factor", "float"
-    ),
-    "retry_when_tokens_dropped": EngineKey("true", "moe.retry_when_tokens_dropped", "bool"),
-    "expert_compute": EngineKey("auto", "moe.expert_compute", "choice:auto|einsum|ragged_dot"),
-    "router_replay": EngineKey("true", "moe.router_replay", "bool"),
-    "attention": EngineKey("auto", "model.attention", "choice:auto|xla|cudnn"),
-    "attention_chunk_size": EngineKey("1024", "model.attention_chunk_size", "positive_int"),
-    "dtype": EngineKey("bfloat16", "model.dtype", "choice:bfloat16|float32"),
-    "matmul_precision": EngineKey("default", "matmul_precision", "choice:default|high|highest"),
-    "seed": EngineKey("0", "seed", "int"),
-}
 
+def _keys_from_fields() -> dict[str, EngineKey]:
+    """A key per EngineConfig field marked `engine_key`, named as the trainer argv spells it."""
+    keys = {}
+    for path, field, annotation in leaf_fields():
+        if "help" not in field.metadata:
+            continue
+        name = field.metadata["key"] or path.rpartition(".")[2]
+        kind = _kind(annotation)
+        default = str(field.default).lower() if kind == "bool" else str(field.default)
+        keys[name] = EngineKey(
+            default, path, kind, field.metadata["help"], field.metadata["minimum"]
+        )
+    return keys
+
+
+def _top_level_default(name: str) -> object:
+    return next(f.default for f in dataclasses.fields(EngineConfig) if f.name == name)
+
+
+def _trainer_spellings(keys: Mapping[str, EngineKey]) -> dict[str, EngineKey]:
+    """Trainer-argv keys that do not map one-to-one onto a field."""
+    seq = "seq_len (max_prompt_length + max_response_length)"
+    max_norm = keys["max_grad_norm"]
+    return {
+        "train_micro_batch_size": EngineKey(
+            str(_top_level_default("micro_batch_rows")),
+            "micro_batch_rows",
+            "int",
+            "rows per micro-batch",
+            1,
+        ),
+        "max_prompt_length": EngineKey("0", seq, "prompt_plus_response", "prompt tokens", 0),
+        "max_response_length": EngineKey(
+            str(_top_level_default("seq_len")), seq, "prompt_plus_response", "response tokens", 0
+        ),
+        "optimizer_opt_chain_type": EngineKey(
+            "clip_by_global_norm",
+            "optimizer (chain)",
+            "choice:clip_by_global_norm",
+            "gradient chain",
+        ),
+        "optimizer_chain_kwargs": EngineKey(
+            f"{{'max_norm': {max_norm.default}}}", max_norm.target, "max_norm_kwargs", max_norm.help
+        ),
+    }
+
+
+_FIELD_KEYS = _keys_from_fields()
+ENGINE_KEYS: Mapping[str, EngineKey] = {**_FIELD_KEYS, **_trainer_spellings(_FIELD_KEYS)}
+
+_SEPARATOR = re.compile(r"[\s,]")
+_BRACE_LITERAL = re.compile(r"\{[^}]*\}")
 _ENV_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _FLAG_TOKEN = re.compile(
     r"""\s*([A-Za-z_][\w.-]*)=("[^"]*"|'[^']*'|\{[^}]*\}|[^\s,]*)\s*(?:,|\s|$)"""
@@ -142,54 +144,98 @@ def parse_engine_flags(text: str | Sequence[str]) -> dict[str, str]:
             continue
         match = _FLAG_TOKEN.match(text, position)
         if match is None:
-            rest = text[position:].split()[0]
+            rest = (text[position:].split() or [text[position:]])[0]
             raise ConfigError(f"ENGINE_FLAGS: {rest!r} is not key=value; write e.g. beta=0.04")
         key, value = match.group(1), match.group(2)
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        if value[:1] in ("'", '"', "{") and not _closed(value):
+            raise ConfigError(
+                f"ENGINE_FLAGS: {key}={value} opens a quote or brace it does not close; close it"
+            )
+        if value[:1] in ("'", '"'):
             value = value[1:-1]
+        flags.pop(key, None)  # the last occurrence wins and takes the last place
         flags[key] = value
         position = match.end()
     return flags
 
 
-def _parse_value(key: str, text: str, kind: str):
+def _closed(value: str) -> bool:
+    """Whether a value that opens with a quote or brace is exactly one quoted or braced literal."""
+    if value[0] == "{":
+        return _BRACE_LITERAL.fullmatch(value) is not None
+    return len(value) >= 2 and value[-1] == value[0] and value[0] not in value[1:-1]
+
+
+def format_engine_flags(flags: Iterable[tuple[str, str]]) -> str:
+    """ENGINE_FLAGS text that `parse_engine_flags` reads back as exactly `flags`.
+
+    Every value is written in a form that ends where it should whatever follows it: bare when it
+    has no separator and does not open with a quote or a brace, a `{...}` literal as it is, else
+    between the quote character it lacks. A value with both quote characters that needs quoting
+    has no such form and is refused by name.
+    """
+    words = []
+    for key, value in flags:
+        form = _self_delimiting_form(value)
+        if form is None:
+            raise ConfigError(
+                f"ENGINE_FLAGS: the value of {key} ({value!r}) needs quoting but holds both quote"
+                " characters; no ENGINE_FLAGS form carries it"
+            )
+        words.append(f"{key}={form}")
+    return " ".join(words)
+
+
+def _self_delimiting_form(value: str) -> str | None:
+    if value and not _SEPARATOR.search(value) and value[0] not in "\"'{":
+        return value
+    if _BRACE_LITERAL.fullmatch(value):
+        return value
+    return next((f"{q}{value}{q}" for q in "\"'" if q not in value), None)
+
+
+def _parse_value(key: str, text: str, spec: EngineKey):
     """The typed value of one engine key; ConfigError naming key, value and the allowed form."""
 
     def fail(allowed: str):
         raise ConfigError(f"engine key {key}={text!r}: expected {allowed}")
 
-    if kind in ("int", "positive_int", "prompt_plus_response"):
-        try:
-            value = int(text)
-        except ValueError:
-            fail("an integer")
-        if kind == "positive_int" and value < 1:
-            fail("a positive integer")
-        if kind == "prompt_plus_response" and value < 0:
-            fail("an integer >= 0")
+    kind = spec.kind
+    if kind in ("int", "prompt_plus_response"):
+        if not values.WHOLE_NUMBER.fullmatch(text.strip()):
+            fail("an integer (ASCII digits)")
+        value = int(text)
+        if spec.minimum is not None and value < spec.minimum:
+            fail("a positive integer" if spec.minimum == 1 else f"an integer >= {spec.minimum}")
         return value
     if kind == "float":
-        try:
-            return float(text)
-        except ValueError:
+        if not values.REAL_NUMBER.fullmatch(text.strip()):
             fail("a number")
+        return float(text)
     if kind == "bool":
         lowered = text.strip().lower()
         if lowered not in ("true", "false", "1", "0"):
             fail("true or false")
         return lowered in ("true", "1")
     if kind.startswith("choice:"):
-        choices = kind.removeprefix("choice:").split("|")
-        if text not in choices:
-            fail(f"one of {', '.join(choices)}")
+        allowed = kind.removeprefix("choice:").split("|")
+        if text not in allowed:
+            fail(f"one of {', '.join(allowed)}")
         return text
     if kind == "max_norm_kwargs":
         try:
             kwargs = ast.literal_eval(text)
-            return float(kwargs["max_norm"])
-        except (ValueError, SyntaxError, KeyError, TypeError):
+            return real_number_of(kwargs["max_norm"])
+        except (ValueError, SyntaxError, KeyError, TypeError, MemoryError, RecursionError):
             fail("a dict literal like {'max_norm': 0.125}")
     raise AssertionError(f"unknown kind {kind}")
+
+
+def real_number_of(value: object) -> float:
+    """A literal's number (int or float, not bool), finite; ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(value)
+    return float(value)
 
 
 def _replace_path(config, path: str, value):
@@ -207,20 +253,24 @@ def engine_config_from(
 ) -> tuple[EngineConfig, list[str]]:
     """The preset's engine config with the trainer argv's keys, then the engine flags', applied.
 
-    Returns the config and the sorted keys that were given but that the built-in engine does not
-    apply (to be listed at start-up, never dropped silently).
+    A trainer argv that sets any mesh axis sets the whole mesh, as the trainer reads it: an axis
+    it leaves out is 1, not the preset's. Returns the config and the sorted keys that were given
+    but that the built-in engine does not apply (to be listed at start-up, never dropped silently).
     """
-    flags = {**parse_trainer_argv(trainer_argv), **parse_engine_flags(engine_flags)}
+    argv_flags = parse_trainer_argv(trainer_argv)
+    flags = {**argv_flags, **parse_engine_flags(engine_flags)}
     config = preset.engine
+    if any(ENGINE_KEYS[key].target.startswith("mesh.") for key in argv_flags if key in ENGINE_KEYS):
+        config = dataclasses.replace(config, mesh=MeshConfig())
     unapplied = sorted(key for key in flags if key not in ENGINE_KEYS)
     sequence: dict[str, int] = {}
     for key, text in flags.items():
         spec = ENGINE_KEYS.get(key)
         if spec is None or spec.target == "optimizer (chain)":
             if spec is not None:
-                _parse_value(key, text, spec.kind)
+                _parse_value(key, text, spec)
             continue
-        value = _parse_value(key, text, spec.kind)
+        value = _parse_value(key, text, spec)
         if spec.kind == "prompt_plus_response":
             sequence[key] = value
         else:

@@ -1,8 +1,15 @@
-"""Driver knobs: the environment (DRIVER_ENV in a pod) and flags of the same names, validated once.
+"""Driver knobs: one table (name, default, parser, help) that every entry point reads.
 
-No module past this one reads the environment or re-validates. Errors are `ConfigError`s whose
-one-line message names the knob, the value and what is allowed, because a pod's log is often the
-only place a user sees them.
+The driver (`BenchConfig.from_env`), `bench_driver.py`'s environment, the `rl-trainer-bench run`
+flags and the renderer's pass-through knobs (`rl_trainer_bench.launch.knobs`) all read `KNOBS`,
+so a knob's default, accepted forms and help are written once; adding a knob is adding a row.
+Errors are `ConfigError`s whose one-line message names the knob, the value and what is allowed,
+because a pod's log is often the only place a user sees them.
+
+A pod's environment holds far more than knobs (the trainer's, Kubernetes'), so unknown names are
+not refused as such; a name that is *close* to a knob (the same letters without underscores, or
+within a small edit distance of a knob of 5 or more letters; see `misspelt_knob`) is refused
+naming the knob it resembles, because a typo that silently does nothing costs a pod run.
 """
 
 from __future__ import annotations
@@ -11,83 +18,67 @@ import argparse
 import dataclasses
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
-from rl_trainer_bench.config.presets import Preset, preset
+from rl_trainer_bench.accelerators import TpuSlice, parse_slice
+from rl_trainer_bench.config import values
+from rl_trainer_bench.config.engine_keys import parse_engine_flags, parse_trainer_argv
+from rl_trainer_bench.config.presets import PRESETS, Preset, preset, preset_for_model
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError
 
-_ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-
-# Every driver knob, its default, and what it accepts; read from the environment (DRIVER_ENV in a pod)
-# and from flags of the same names (`--micro-steps` for MICRO_STEPS). Unset means the default.
-DRIVER_KNOBS: Mapping[str, str] = {
-    "PRESET": "preset name (default cpu-tiny)",
-    "STEPS": "scored steps, >= 1 (default 5)",
-    "WARMUP_STEPS": "warm-up steps before the scored ones, >= 1 (default 1)",
-    "MICRO_STEPS": "fwd_bwd calls per step, >= 1 (default: the preset's)",
-    "DISTINCT_MICRO_BATCHES": "micro-batches in the pool, >= 1 (default MICRO_STEPS + 1)",
-    "STAGE_BEFORE_UPDATE": "on|off (default off)",
-    "STAGE_AFTER_UPDATE": "on|off (default off; exclusive with STAGE_BEFORE_UPDATE)",
-    "STAGE_ISSUE": "auto|before_last|after_last: where in the step the stage's copy is issued",
-    "PROFILE_STEPS": "a:b, steps to trace with jax.profiler (default: none)",
-    "RESULTS_DIR": "folder for results.jsonl and profile/ (default bench_results)",
-    "ROUTING_PROFILE": "routing profile JSON path (default: the shipped one)",
-    "SEED": "integer seed of the micro-batch pool (default 0)",
-    "TRAINER_ARGV": "the trainer's argv, shell-quoted (engine keys)",
-    "ENGINE_FLAGS": "key=value engine keys, space-separated",
-    "ORCH_ARGV": "the orchestrator's argv, shell-quoted (micro-batch rows and lengths)",
-    "WORKER": "separate|fused (default separate)",
-    "ENGINE": f"module:Class of the engine to time, built as Class(engine_config) (default {BUILT_IN})",
-}
-
-
-def add_driver_knob_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per driver knob, named after it (`--micro-steps` for MICRO_STEPS)."""
-    for knob, meaning in DRIVER_KNOBS.items():
-        parser.add_argument(
-            "--" + knob.lower().replace("_", "-"), dest=knob, metavar="VALUE", help=meaning
-        )
-
-
-def driver_knobs(env: Mapping[str, str], flags: argparse.Namespace) -> dict[str, str]:
-    """The driver knobs: the environment's, overridden by any flag given."""
-    knobs = {k: env[k] for k in DRIVER_KNOBS if k in env}
-    knobs.update({k: v for k, v in vars(flags).items() if k in DRIVER_KNOBS and v is not None})
-    return knobs
-
-
-_SWITCH_VALUES = {"on": True, "off": False}
+_ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
+DEFAULT_PRESET = "cpu-tiny"
 STAGE_ISSUE_CHOICES = ("auto", "before_last", "after_last")
 WORKER_CHOICES = ("separate", "fused")
 
 
-def _switch(env: Mapping[str, str], knob: str) -> bool:
-    value = env.get(knob, "off").strip().lower()
-    if value not in _SWITCH_VALUES:
-        raise ConfigError(f"{knob}={env[knob]!r} is not allowed: use on or off")
-    return _SWITCH_VALUES[value]
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One driver knob: its environment name, default text, parser and help.
+
+    `default` is the text the knob has when unset; "" means no value (None), for knobs whose
+    default follows from others (MICRO_STEPS from the preset), which their help says.
+    """
+
+    name: str
+    default: str
+    parse: Callable[[str, str], Any]  # (knob name, text) -> value, or ConfigError
+    help: str
+
+    @property
+    def flag(self) -> str:
+        """The command-line spelling: `--micro-steps` for MICRO_STEPS."""
+        return "--" + self.name.lower().replace("_", "-")
+
+    def read(self, env: Mapping[str, str]) -> Any:
+        """The knob's value in `env` (empty or unset: its default; no default: None)."""
+        text = env.get(self.name, "").strip() or self.default
+        return self.parse(self.name, text) if text else None
 
 
-def _choice(env: Mapping[str, str], knob: str, choices: tuple[str, ...], default: str) -> str:
-    value = env.get(knob, default).strip()
-    if value not in choices:
-        raise ConfigError(f"{knob}={value!r} is not allowed: use one of {', '.join(choices)}")
-    return value
+def _at_least(minimum: int) -> Callable[[str, str], int]:
+    return lambda name, text: values.whole_number(name, text, minimum)
 
 
-def _integer(env: Mapping[str, str], knob: str, default: int, minimum: int | None) -> int:
-    text = env.get(knob, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigError(f"{knob}={text!r} is not an integer: {DRIVER_KNOBS[knob]}") from None
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{knob}={value} is too small: {DRIVER_KNOBS[knob]}")
-    return value
+def _one_of(choices: tuple[str, ...]) -> Callable[[str, str], str]:
+    return lambda name, text: values.choice(name, text, choices)
+
+
+def _preset(name: str, text: str) -> Preset:
+    return preset(text)
+
+
+def _engine_flags(name: str, text: str) -> str:
+    """ENGINE_FLAGS stays text (the engine-key grammar, the same in `aot`, `run` and the pod)."""
+    parse_engine_flags(text)
+    return text
+
+
+def _text(name: str, text: str) -> str:
+    return text
 
 
 def engine_spec(text: str, knob: str = "ENGINE") -> str:
@@ -99,11 +90,166 @@ def engine_spec(text: str, knob: str = "ENGINE") -> str:
     return spec
 
 
-def _argv(env: Mapping[str, str], knob: str) -> tuple[str, ...]:
+def _slice(name: str, text: str) -> TpuSlice:
     try:
-        return tuple(shlex.split(env.get(knob, "")))
+        return parse_slice(text)
     except ValueError as error:
-        raise ConfigError(f"{knob}={env[knob]!r} does not parse as shell words: {error}") from None
+        raise ConfigError(f"{name}: {error}") from None
+
+
+def _yes_no(name: str, text: str) -> bool:
+    value = {"1": True, "0": False, "on": True, "off": False}.get(text.strip().lower())
+    if value is None:
+        raise ConfigError(f"{name}={text!r} is not allowed: use 1 or 0")
+    return value
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob(
+        "PRESET",
+        "",
+        _preset,
+        f"preset name (default: the preset of the model TRAINER_ARGV names, else {DEFAULT_PRESET})",
+    ),
+    Knob("STEPS", "5", _at_least(1), "scored steps, an integer >= 1"),
+    Knob("WARMUP_STEPS", "1", _at_least(1), "warm-up steps before the scored ones, >= 1"),
+    Knob("MICRO_STEPS", "", _at_least(1), "fwd_bwd calls per step, >= 1 (default: the preset's)"),
+    Knob(
+        "DISTINCT_MICRO_BATCHES",
+        "",
+        _at_least(1),
+        "micro-batches in the pool, >= 1 (default MICRO_STEPS + 1)",
+    ),
+    Knob("STAGE_BEFORE_UPDATE", "off", values.switch, "on|off"),
+    Knob("STAGE_AFTER_UPDATE", "off", values.switch, "on|off (exclusive with STAGE_BEFORE_UPDATE)"),
+    Knob(
+        "STAGE_ISSUE",
+        "auto",
+        _one_of(STAGE_ISSUE_CHOICES),
+        "auto|before_last|after_last: where in the step the stage's copy is issued",
+    ),
+    Knob(
+        "PROFILE_STEPS",
+        "",
+        values.step_window,
+        f"steps to trace with jax.profiler: {values.STEP_WINDOW_FORMS}, warm-up steps first"
+        " (default: none)",
+    ),
+    Knob("RESULTS_DIR", "bench_results", lambda name, text: Path(text), "folder for results"),
+    Knob("ROUTING_PROFILE", "", _text, "routing profile JSON path (default: the shipped one)"),
+    Knob("SEED", "0", values.whole_number, "integer seed of the micro-batch pool"),
+    Knob("TRAINER_ARGV", "", values.shell_words, "the trainer's argv, shell words (engine keys)"),
+    Knob(
+        "ENGINE_FLAGS",
+        "",
+        _engine_flags,
+        "key=value engine keys, separated by spaces or commas (quotes and {...} kept whole)",
+    ),
+    Knob(
+        "ORCH_ARGV",
+        "",
+        values.shell_words,
+        "the orchestrator's argv, shell words (micro-batch rows and lengths)",
+    ),
+    Knob("WORKER", "separate", _one_of(WORKER_CHOICES), "separate|fused"),
+    Knob(
+        "ENGINE",
+        BUILT_IN,
+        lambda name, text: engine_spec(text, name),
+        "module:Class of the engine to time, built as Class(engine_config); in a pod its package"
+        " must be in the trainer's image",
+    ),
+    Knob(
+        "TRAINER_SLICE",
+        "",
+        _slice,
+        "the TPU slice the run is for, e.g. v5p:4x8x8 (the renderer sets it); the plan checks the"
+        " mesh against it, not against the machine it runs on",
+    ),
+    Knob(
+        "PLAN_ONLY",
+        "0",
+        _yes_no,
+        "1: validate everything, print the resolved cell and exit before any device work"
+        " (flag: --plan)",
+    ),
+)
+DRIVER_KNOBS: Mapping[str, Knob] = {knob.name: knob for knob in KNOBS}
+
+
+def add_driver_knob_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per driver knob, named after it (`--micro-steps` for MICRO_STEPS)."""
+    for knob in KNOBS:
+        default = f" (default {knob.default})" if knob.default else ""
+        parser.add_argument(knob.flag, dest=knob.name, metavar="VALUE", help=knob.help + default)
+    parser.add_argument(
+        "--plan", dest="PLAN_ONLY", action="store_const", const="1", help="the same as PLAN_ONLY=1"
+    )
+
+
+def driver_knobs(env: Mapping[str, str], flags: argparse.Namespace) -> dict[str, str]:
+    """The driver knobs: the environment's, overridden by any flag given; misspelt names refused."""
+    refuse_misspelt_knobs(env, "the environment")
+    knobs = {k: env[k] for k in DRIVER_KNOBS if k in env}
+    knobs.update({k: v for k, v in vars(flags).items() if k in DRIVER_KNOBS and v is not None})
+    return knobs
+
+
+# ----------------------------------------------------------------------------------------------
+# Misspelt knobs
+# ----------------------------------------------------------------------------------------------
+
+
+def _squashed(name: str) -> str:
+    return name.upper().replace("_", "").replace("-", "")
+
+
+def _edit_distance(a: str, b: str) -> int:
+    previous = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        current = [i]
+        for j, cb in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
+        previous = current
+    return previous[-1]
+
+
+def _allowed_distance(knob: str) -> int:
+    """Short names are common words (SEED, STEPS): only their exact letters count as a typo."""
+    length = len(_squashed(knob))
+    return 0 if length < 5 else 1 if length < 10 else 2
+
+
+def misspelt_knob(name: str, knobs: Iterable[str] = DRIVER_KNOBS) -> str | None:
+    """The knob `name` looks like a typo of, or None (a knob itself, or unlike every knob).
+
+    Names are compared upper-cased without underscores (MICROSTEPS, micro_steps), then by edit
+    distance: up to 1 for knobs of 5-9 letters, 2 for longer ones, none for shorter ones.
+    """
+    knobs = list(knobs)
+    if name in knobs:
+        return None
+    squashed = _squashed(name)
+    distance, nearest = min((_edit_distance(squashed, _squashed(k)), k) for k in knobs)
+    return nearest if distance <= _allowed_distance(nearest) else None
+
+
+def refuse_misspelt_knobs(
+    env: Iterable[str], where: str, knobs: Iterable[str] = DRIVER_KNOBS
+) -> None:
+    """ConfigError naming the first variable of `env` that looks like a misspelt knob."""
+    knobs = list(knobs)
+    for name in sorted(env):
+        nearest = misspelt_knob(name, knobs)
+        if nearest is not None:
+            raise ConfigError(
+                f"{name} is not a knob: did you mean {nearest}? (set in {where}; rename it)"
+            )
+
+
+# ----------------------------------------------------------------------------------------------
+# The validated configuration
+# ----------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +259,8 @@ class StageConfig:
     `before_update` stages it at the boundary, before `update()`; `after_update` stages it right
     after `update()` is dispatched (the order the seeds replaced, kept for A/B). `issue` places the
     before-update copy relative to the step's last `fwd_bwd`: on a GPU a copy issued after a
-    dispatched computation queues behind it (../shared/reference/h200-facts.md), so `auto` issues it
-    before the last dispatch there and after it elsewhere.
+    dispatched computation queues behind it, so `auto` issues it before the last dispatch there
+    and after it elsewhere.
     """
 
     before_update: bool = False
@@ -127,11 +273,11 @@ class StageConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StageConfig:
-        before = _switch(env, "STAGE_BEFORE_UPDATE")
-        after = _switch(env, "STAGE_AFTER_UPDATE")
+        before = DRIVER_KNOBS["STAGE_BEFORE_UPDATE"].read(env)
+        after = DRIVER_KNOBS["STAGE_AFTER_UPDATE"].read(env)
         if before and after:
             raise ConfigError("STAGE_BEFORE_UPDATE and STAGE_AFTER_UPDATE are exclusive: set one")
-        return cls(before, after, _choice(env, "STAGE_ISSUE", STAGE_ISSUE_CHOICES, "auto"))
+        return cls(before, after, DRIVER_KNOBS["STAGE_ISSUE"].read(env))
 
     def issue_before_last(self, platform: str) -> bool:
         """Whether the before-update copy goes out before the step's last fwd_bwd on `platform`."""
@@ -160,10 +306,13 @@ class BenchConfig:
     routing_profile: str | None = None
     seed: int = 0
     trainer_argv: tuple[str, ...] = ()
-    engine_flags: tuple[str, ...] = ()
+    engine_flags: str = ""  # key=value engine keys, as written (parse_engine_flags reads them)
     orch_argv: tuple[str, ...] = ()
     worker: str = "separate"
     engine: str = BUILT_IN  # module:Class (engine/factory.py builds it)
+    preset_source: str = "PRESET"  # what chose the preset: PRESET, a trainer flag, or the default
+    trainer_slice: TpuSlice | None = None
+    plan_only: bool = False
 
     @property
     def total_steps(self) -> int:
@@ -172,32 +321,42 @@ class BenchConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> BenchConfig:
         """Validate every knob in `env` (host work only: nothing here touches a device)."""
-        unknown = sorted(k for k in env if k in _KNOB_TYPOS)
-        if unknown:
-            raise ConfigError(
-                f"{unknown[0]} is not a knob: did you mean {_KNOB_TYPOS[unknown[0]]}?"
-            )
-        chosen = preset(env.get("PRESET", "cpu-tiny").strip() or "cpu-tiny")
-        micro_steps = _integer(env, "MICRO_STEPS", chosen.micro_steps, 1)
-        steps = _integer(env, "STEPS", 5, 1)
-        warmup = _integer(env, "WARMUP_STEPS", 1, 1)
-        return cls(
+        refuse_misspelt_knobs(env, "the knobs")
+        value = {knob.name: knob.read(env) for knob in KNOBS}
+        trainer_argv = value["TRAINER_ARGV"] or ()
+        trainer_flags = parse_trainer_argv(trainer_argv)
+        chosen, source = _chosen_preset(value["PRESET"], trainer_flags)
+        micro_steps = value["MICRO_STEPS"] or chosen.micro_steps
+        config = cls(
             preset=chosen,
-            steps=steps,
-            warmup_steps=warmup,
+            steps=value["STEPS"],
+            warmup_steps=value["WARMUP_STEPS"],
             micro_steps=micro_steps,
-            distinct_micro_batches=_integer(env, "DISTINCT_MICRO_BATCHES", micro_steps + 1, 1),
+            distinct_micro_batches=value["DISTINCT_MICRO_BATCHES"] or micro_steps + 1,
             stage=StageConfig.from_env(env),
-            profile_steps=_profile_steps(env, warmup + steps),
-            results_dir=Path(env.get("RESULTS_DIR", "").strip() or "bench_results"),
-            routing_profile=env.get("ROUTING_PROFILE", "").strip() or None,
-            seed=_integer(env, "SEED", 0, None),
-            trainer_argv=_argv(env, "TRAINER_ARGV"),
-            engine_flags=_argv(env, "ENGINE_FLAGS"),
-            orch_argv=_argv(env, "ORCH_ARGV"),
-            worker=_choice(env, "WORKER", WORKER_CHOICES, "separate"),
-            engine=engine_spec(env.get("ENGINE", "")),
+            profile_steps=value["PROFILE_STEPS"],
+            results_dir=value["RESULTS_DIR"],
+            routing_profile=value["ROUTING_PROFILE"],
+            seed=value["SEED"],
+            trainer_argv=trainer_argv,
+            engine_flags=value["ENGINE_FLAGS"] or "",
+            orch_argv=_with_lengths(value["ORCH_ARGV"] or (), trainer_flags),
+            worker=value["WORKER"],
+            engine=value["ENGINE"],
+            preset_source=source,
+            trainer_slice=value["TRAINER_SLICE"],
+            plan_only=value["PLAN_ONLY"],
         )
+        config._check_profile_window()
+        return config
+
+    def _check_profile_window(self) -> None:
+        if self.profile_steps is not None and self.profile_steps[1] >= self.total_steps:
+            raise ConfigError(
+                "PROFILE_STEPS='{}:{}' is outside the run: steps are 0..{} (warm-up first)".format(
+                    *self.profile_steps, self.total_steps - 1
+                )
+            )
 
     def describe(self) -> dict[str, str]:
         """The configuration as the driver logs it at start: knob -> value."""
@@ -214,35 +373,36 @@ class BenchConfig:
             "ROUTING_PROFILE": self.routing_profile or "-",
             "SEED": str(self.seed),
             "TRAINER_ARGV": shlex.join(self.trainer_argv) or "-",
-            "ENGINE_FLAGS": shlex.join(self.engine_flags) or "-",
+            "ENGINE_FLAGS": self.engine_flags or "-",
             "ORCH_ARGV": shlex.join(self.orch_argv) or "-",
             "WORKER": self.worker,
             "ENGINE": self.engine,
         }
 
 
-# Near-miss spellings users type for knobs; a typo that silently does nothing costs a pod run.
-_KNOB_TYPOS: Mapping[str, str] = {
-    "STAGE_BEFORE_UPDATES": "STAGE_BEFORE_UPDATE",
-    "STAGE_AFTER_UPDATES": "STAGE_AFTER_UPDATE",
-    "MICROSTEPS": "MICRO_STEPS",
-    "PROFILE_STEP": "PROFILE_STEPS",
-    "RESULT_DIR": "RESULTS_DIR",
-}
+def _chosen_preset(given: Preset | None, trainer_flags: Mapping[str, str]) -> tuple[Preset, str]:
+    """PRESET when set, else the preset of the model the trainer's flags name, else the default."""
+    if given is not None:
+        return given, "PRESET"
+    mapped = preset_for_model(trainer_flags)
+    if mapped is not None:
+        return mapped
+    return PRESETS[DEFAULT_PRESET], "default"
 
 
-def _profile_steps(env: Mapping[str, str], total_steps: int) -> tuple[int, int] | None:
-    text = env.get("PROFILE_STEPS", "").strip()
-    if not text:
-        return None
-    first, sep, last = text.partition(":")
-    try:
-        window = (int(first), int(last if sep else first))
-    except ValueError:
-        raise ConfigError(f"PROFILE_STEPS={text!r} is not a:b: e.g. PROFILE_STEPS=2:3") from None
-    if not 0 <= window[0] <= window[1] < total_steps:
-        raise ConfigError(
-            f"PROFILE_STEPS={text!r} is outside the run: steps are 0..{total_steps - 1}"
-            " (warm-up first)"
-        )
-    return window
+_LENGTH_FLAGS = ("max_prompt_length", "max_response_length")
+
+
+def _with_lengths(orch_argv: tuple[str, ...], trainer_flags: Mapping[str, str]) -> tuple[str, ...]:
+    """ORCH_ARGV with the sequence lengths it lacks taken from the trainer's flags.
+
+    Both processes are launched with the same lengths; an orchestrator command that leaves them to
+    its defaults or a config file should not make the pod refuse what the trainer states.
+    """
+    if not orch_argv:
+        return orch_argv
+    given = parse_trainer_argv(orch_argv)
+    supplied = [
+        f"--{k}={trainer_flags[k]}" for k in _LENGTH_FLAGS if k not in given and k in trainer_flags
+    ]
+    return (*orch_argv, *supplied)

@@ -2,7 +2,10 @@
 
 A preset is where a run starts; the trainer argv and engine flags then move it
 (`rl_trainer_bench.config.engine_keys`), and the driver knobs shape the step around it
-(`rl_trainer_bench.config.knobs`).
+(`rl_trainer_bench.config.knobs`). A preset built from a public model's shapes lists the names the
+trainer's flags give that model (`--model_name`, `--maxtext_model_name`, `--model_id`), so a pod
+rendered from a launcher's output times the trainer's own model without being told (PRESET
+overrides the mapping).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class Preset:
     micro_steps: int  # micro-batches per step
     host_devices: int  # CPU devices to force when running on the host platform (0: leave alone)
     purpose: str
+    models: tuple[str, ...] = ()  # the trainer's names for this model, lower case
 
 
 PRESETS: Mapping[str, Preset] = {
@@ -132,9 +136,37 @@ PRESETS: Mapping[str, Preset] = {
             micro_steps=9,
             host_devices=0,
             purpose="the production cell's shapes on 256 devices: for AOT and payload building, not for running here",
+            models=("qwen3.5-397b-a17b",),
+        ),
+        Preset(
+            # Qwen3-30B-A3B's public shapes: 48 layers, 128 experts, top-8, no shared expert.
+            name="qwen3-30b-a3b-cell",
+            engine=EngineConfig(
+                model=ModelConfig(
+                    vocab_size=151_936,
+                    d_model=2048,
+                    num_layers=48,
+                    num_heads=32,
+                    num_kv_heads=4,
+                    head_dim=128,
+                    num_experts=128,
+                    top_k=8,
+                    expert_ffn_dim=768,
+                ),
+                mesh=MeshConfig(fsdp=8),
+                micro_batch_rows=8,
+                seq_len=8192,
+            ),
+            micro_steps=4,
+            host_devices=0,
+            purpose="a mid-size public MoE on 8 devices: for AOT, payloads and small slices",
+            models=("qwen3-30b-a3b",),
         ),
     )
 }
+
+# The trainer flags that name the model, in the order they are trusted.
+MODEL_FLAGS = ("model_name", "maxtext_model_name", "model_id")
 
 
 def preset(name: str) -> Preset:
@@ -142,3 +174,36 @@ def preset(name: str) -> Preset:
     if name not in PRESETS:
         raise ConfigError(f"PRESET={name!r} is unknown: choose one of {', '.join(PRESETS)}")
     return PRESETS[name]
+
+
+def _model_key(name: str) -> str:
+    """`Qwen/Qwen3.5-397B-A17B` and `qwen3.5-397b-a17b` name the same model."""
+    return name.strip().rpartition("/")[2].lower()
+
+
+def preset_for_model(flags: Mapping[str, str]) -> tuple[Preset, str] | None:
+    """The preset of the model the trainer's flags name, and the flag that named it.
+
+    None when no model flag is given. A named model without a preset, or flags naming models of
+    different presets, raise ConfigError naming PRESET, which chooses the preset instead.
+    """
+    named = [(flag, flags[flag]) for flag in MODEL_FLAGS if flags.get(flag)]
+    if not named:
+        return None
+    by_model = {model: p for p in PRESETS.values() for model in p.models}
+    found = {flag: by_model.get(_model_key(value)) for flag, value in named}
+    unknown = [f"--{flag}={value}" for flag, value in named if found[flag] is None]
+    if len(unknown) == len(named):
+        known = ", ".join(f"{m} ({p.name})" for m, p in by_model.items())
+        raise ConfigError(
+            f"the trainer's {unknown[0]} is not a model the bench has a preset for (known: "
+            f"{known}): set PRESET to the preset to time"
+        )
+    presets = {p.name for p in found.values() if p is not None}
+    if len(presets) > 1:
+        raise ConfigError(
+            f"the trainer's model flags name different presets ({', '.join(sorted(presets))}): "
+            "set PRESET to the preset to time"
+        )
+    flag, value = next((f, v) for f, v in named if found[f] is not None)
+    return found[flag], f"--{flag}={value}"

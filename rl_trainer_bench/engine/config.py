@@ -3,11 +3,32 @@
 Plain frozen data so it can be built from presets, a trainer argv or `key=value` engine flags at the
 edge (`rl_trainer_bench.config`) and trusted everywhere past it. It lives inside `engine/` because
 the engine imports nothing from the rest of the package.
+
+Each choice is a `Literal` type, written here once: the engine, the engine keys
+(`rl_trainer_bench.config.engine_keys`, derived from these fields) and `config_problems` all read
+it. A field whose metadata is `engine_key(...)` is one the trainer argv or ENGINE_FLAGS may set;
+the metadata carries its help and, for counts, its minimum.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import typing
+from typing import Any, Literal
+
+RematPolicy = Literal["full", "minimal", "none"]
+AttentionImpl = Literal["auto", "xla", "cudnn"]
+ExpertCompute = Literal["auto", "einsum", "ragged_dot"]
+DroplessCompute = Literal["auto", "capacity", "ragged_dot", "gmm"]
+ComputeDtype = Literal["bfloat16", "float32"]
+MatmulPrecision = Literal["default", "high", "highest"]
+Schedule = Literal["constant", "warmup_cosine_decay_schedule"]
+
+
+def engine_key(help: str, *, key: str | None = None, minimum: int | None = None) -> dict:
+    """Field metadata marking an engine key: `key` names it when the trainer spells it differently."""
+    return {"help": help, "key": key, "minimum": minimum}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,33 +47,68 @@ class ModelConfig:
     shared_expert_ffn_dim: int = 0  # 0: no shared expert
     rope_theta: float = 10_000.0
     rms_norm_eps: float = 1e-6
-    dtype: str = "bfloat16"  # activations and matmul inputs; parameters are kept in float32
-    remat_policy: str = "full"  # full | minimal | none
-    attention: str = "auto"  # auto | xla | cudnn (auto: cudnn on GPU, query-chunked XLA elsewhere)
-    attention_chunk_size: int = 1024  # query tokens per chunk on the XLA path
+    dtype: ComputeDtype = dataclasses.field(
+        default="bfloat16",
+        metadata=engine_key("activations and matmul inputs; parameters are kept in float32"),
+    )
+    remat_policy: RematPolicy = dataclasses.field(
+        default="full",
+        metadata=engine_key(
+            "what each layer keeps for the backward pass (full: nothing; minimal: matmuls)"
+        ),
+    )
+    attention: AttentionImpl = dataclasses.field(
+        default="auto",
+        metadata=engine_key("attention kernel (auto: cudnn on GPU, query-chunked XLA elsewhere)"),
+    )
+    attention_chunk_size: int = dataclasses.field(
+        default=1024,
+        metadata=engine_key("query tokens per chunk on the XLA attention path", minimum=1),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
     """Device mesh axes (fsdp, context, expert); their product must equal the device count."""
 
-    fsdp: int = 1
-    context: int = 1
-    expert: int = 1
+    fsdp: int = dataclasses.field(
+        default=1, metadata=engine_key("parameter and row shards", key="mesh_fsdp", minimum=1)
+    )
+    context: int = dataclasses.field(
+        default=1, metadata=engine_key("sequence shards", key="mesh_context", minimum=1)
+    )
+    expert: int = dataclasses.field(
+        default=1,
+        metadata=engine_key("expert shards (also row shards)", key="mesh_expert", minimum=1),
+    )
 
     @property
     def size(self) -> int:
         return self.fsdp * self.context * self.expert
 
+    @property
+    def row_groups(self) -> int:
+        """How many row shards a micro-batch has (fsdp x expert)."""
+        return self.fsdp * self.expert
+
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-    """GRPO clipped surrogate and k3 KL (ENGINE.md)."""
+    """GRPO clipped surrogate and k3 KL (docs/engine.md)."""
 
-    epsilon: float = 0.2
-    epsilon_high: float = 0.28
-    beta: float = 0.0
-    compute_logps_chunk_size: int = 512
+    epsilon: float = dataclasses.field(
+        default=0.2, metadata=engine_key("lower clip of the probability ratio (1 - epsilon)")
+    )
+    epsilon_high: float = dataclasses.field(
+        default=0.28, metadata=engine_key("upper clip of the probability ratio (1 + epsilon_high)")
+    )
+    beta: float = dataclasses.field(
+        default=0.0, metadata=engine_key("weight of the k3 KL term against the reference policy")
+    )
+    compute_logps_chunk_size: int = dataclasses.field(
+        default=512,
+        metadata=engine_key("sequence positions per chunk of the output head", minimum=1),
+    )
     logits_dtype: str = "float32"
 
 
@@ -60,29 +116,83 @@ class LossConfig:
 class MoeConfig:
     """Expert buffers, drops, replay and the expert-compute layout."""
 
-    ragged_buffer_factor: float = 1.25  # -1: capacity = local tokens, never drops
-    retry_when_tokens_dropped: bool = True
-    expert_compute: str = "auto"  # auto | einsum | ragged_dot
-    router_replay: bool = True  # micro-batches carry routed_experts (what AOT lowering assumes)
-    float32_router_logits: bool = True
+    ragged_buffer_factor: float = dataclasses.field(
+        default=1.25,
+        metadata=engine_key(
+            "expert buffer size over an even share of tokens; -1: local tokens, never drops"
+        ),
+    )
+    retry_when_tokens_dropped: bool = dataclasses.field(
+        default=True, metadata=engine_key("re-run a micro-batch dropless when a buffer overflowed")
+    )
+    expert_compute: ExpertCompute = dataclasses.field(
+        default="auto", metadata=engine_key("expert matmul layout (auto picks per chip)")
+    )
+    dropless_compute: DroplessCompute = dataclasses.field(
+        default="auto",
+        metadata=engine_key(
+            "the dropless program's layout: capacity (E x N slots), ragged_dot or gmm (token-sorted"
+            " pairs and a grouped matmul; gmm on TPU only); auto: gmm on TPU, ragged_dot elsewhere"
+        ),
+    )
+    router_replay: bool = dataclasses.field(
+        default=True,
+        metadata=engine_key("micro-batches carry routed_experts (what AOT lowering assumes)"),
+    )
+
+
+def expert_capacity(tokens: int, top_k: int, num_experts: int, factor: float) -> int:
+    """Slots per expert for a group of `tokens` tokens: ceil(factor x N x K / E), at least one.
+
+    Factor -1 is dropless: every token fits. The payload builder's overflow prediction uses this
+    same formula, which is why it lives here, free of JAX (docs/engine.md, capacity and drops).
+    """
+    if factor == -1:
+        return tokens
+    return max(1, math.ceil(factor * tokens * top_k / num_experts))
 
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
     """AdamW with global-norm clipping and a schedule, as the trainer argv's `--optimizer_*` sets it."""
 
-    learning_rate: float = 1e-6
-    schedule: str = "constant"  # constant | warmup_cosine_decay_schedule
-    init_value: float = 0.0
-    peak_value: float = 1e-6
-    end_value: float = 0.0
-    warmup_steps: int = 0
-    decay_steps: int = 1
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
+    learning_rate: float = dataclasses.field(
+        default=1e-6, metadata=engine_key("constant schedule's rate", key="optimizer_learning_rate")
+    )
+    schedule: Schedule = dataclasses.field(
+        default="constant",
+        metadata=engine_key("learning-rate schedule", key="optimizer_schedule_type"),
+    )
+    init_value: float = dataclasses.field(
+        default=0.0, metadata=engine_key("warm-up start rate", key="optimizer_init_value")
+    )
+    peak_value: float = dataclasses.field(
+        default=1e-6, metadata=engine_key("rate after warm-up", key="optimizer_peak_value")
+    )
+    end_value: float = dataclasses.field(
+        default=0.0, metadata=engine_key("rate at the end of decay", key="optimizer_end_value")
+    )
+    warmup_steps: int = dataclasses.field(
+        default=0, metadata=engine_key("warm-up steps", key="optimizer_warmup_steps", minimum=0)
+    )
+    decay_steps: int = dataclasses.field(
+        default=1, metadata=engine_key("decay steps", key="optimizer_decay_steps", minimum=1)
+    )
+    b1: float = dataclasses.field(
+        default=0.9, metadata=engine_key("Adam first-moment decay", key="optimizer_b1")
+    )
+    b2: float = dataclasses.field(
+        default=0.999, metadata=engine_key("Adam second-moment decay", key="optimizer_b2")
+    )
+    eps: float = dataclasses.field(
+        default=1e-8, metadata=engine_key("Adam epsilon", key="optimizer_eps")
+    )
+    weight_decay: float = dataclasses.field(
+        default=0.0, metadata=engine_key("AdamW weight decay", key="optimizer_weight_decay")
+    )
+    max_grad_norm: float = dataclasses.field(
+        default=1.0, metadata=engine_key("global-norm clip of the gradients")
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,5 +206,77 @@ class EngineConfig:
     optimizer: OptimizerConfig = OptimizerConfig()
     micro_batch_rows: int = 8  # B
     seq_len: int = 128  # T
-    matmul_precision: str = "default"  # default | high | highest
-    seed: int = 0
+    matmul_precision: MatmulPrecision = dataclasses.field(
+        default="default", metadata=engine_key("XLA matmul precision")
+    )
+    seed: int = dataclasses.field(default=0, metadata=engine_key("parameter initialisation seed"))
+
+
+def choices(annotation: Any) -> tuple[str, ...] | None:
+    """The allowed values of a `Literal` field type, or None for any other type."""
+    return typing.get_args(annotation) if typing.get_origin(annotation) is Literal else None
+
+
+def leaf_fields(
+    cls: type = EngineConfig, prefix: str = ""
+) -> list[tuple[str, dataclasses.Field, Any]]:
+    """Every non-dataclass field below `cls`: (dotted path, field, resolved type)."""
+    hints = typing.get_type_hints(cls)
+    leaves = []
+    for field in dataclasses.fields(cls):
+        kind = hints[field.name]
+        if dataclasses.is_dataclass(kind):
+            leaves += leaf_fields(kind, f"{prefix}{field.name}.")
+        else:
+            leaves.append((prefix + field.name, field, kind))
+    return leaves
+
+
+def _value(config: EngineConfig, path: str) -> Any:
+    for part in path.split("."):
+        config = getattr(config, part)
+    return config
+
+
+def config_problems(config: EngineConfig) -> list[str]:
+    """Everything that keeps `config` from being laid out and run, one line each ([]: none).
+
+    The one place an engine config is judged: choices against their `Literal` types, counts
+    against their minimums, then (when those hold) the shapes against the mesh.
+    """
+    problems = []
+    for path, field, kind in leaf_fields():
+        value, allowed = _value(config, path), choices(kind)
+        if allowed is not None and value not in allowed:
+            problems.append(f"{path}={value!r}: must be one of {', '.join(allowed)}")
+        minimum = field.metadata.get("minimum")
+        if minimum is not None and value < minimum:
+            problems.append(f"{path}={value!r}: must be >= {minimum}")
+    return problems or _shape_problems(config)  # shapes are judged on valid counts only
+
+
+def _shape_problems(config: EngineConfig) -> list[str]:
+    m, mesh, rows, seq = config.model, config.mesh, config.micro_batch_rows, config.seq_len
+    checks = [
+        (rows >= 1 and rows % mesh.row_groups == 0, "micro_batch_rows", rows,
+         f"a positive multiple of mesh fsdp x expert = {mesh.row_groups}"),
+        (seq >= 1 and seq % mesh.context == 0, "seq_len", seq,
+         f"a positive multiple of mesh context = {mesh.context}"),
+        (m.d_model % mesh.fsdp == 0, "d_model", m.d_model, f"a multiple of mesh fsdp = {mesh.fsdp}"),
+        (m.num_experts % mesh.expert == 0, "num_experts", m.num_experts,
+         f"a multiple of mesh expert = {mesh.expert}"),
+        (m.num_heads % m.num_kv_heads == 0, "num_heads", m.num_heads,
+         f"a multiple of num_kv_heads = {m.num_kv_heads}"),
+        (m.head_dim % 2 == 0, "head_dim", m.head_dim, "even (rotary rotates half-dims)"),
+        (0 < m.top_k <= m.num_experts, "top_k", m.top_k, f"in 1..num_experts = {m.num_experts}"),
+        (config.moe.ragged_buffer_factor == -1 or config.moe.ragged_buffer_factor > 0,
+         "ragged_buffer_factor", config.moe.ragged_buffer_factor, "positive, or -1 for dropless"),
+    ]  # fmt: skip
+    per_shard = seq // max(mesh.context, 1)
+    for name, chunk in (
+        ("compute_logps_chunk_size", config.loss.compute_logps_chunk_size),
+        ("attention_chunk_size", m.attention_chunk_size),
+    ):
+        divides = per_shard >= 1 and chunk >= 1 and per_shard % min(chunk, per_shard) == 0
+        checks.append((divides, name, chunk, f"a divisor of seq_len / mesh context = {per_shard}"))
+    return [f"{name}={value!r}: must be {allowed}" for ok, name, value, allowed in checks if not ok]

@@ -21,6 +21,8 @@ import io
 import tarfile
 from pathlib import Path
 
+from rl_trainer_bench.engine.factory import BUILT_IN
+
 PACKAGE = "rl_trainer_bench"
 DRIVER_SCRIPT = "bench_driver.py"
 _RENDER_TIME_ONLY = (("launch", "schemas"),)  # package-relative folders
@@ -43,7 +45,11 @@ def code_files(root: Path | None = None) -> list[Path]:
     """
     root = default_root() if root is None else root
     package = root / PACKAGE
-    sources = _import_closure(root, [package / "bench" / "driver.py", root / DRIVER_SCRIPT])
+    # The driver names its default engine as text (ENGINE's default), so its module is a start too.
+    built_in = root.joinpath(*BUILT_IN.partition(":")[0].split(".")).with_suffix(".py")
+    sources = _import_closure(
+        root, [package / "bench" / "driver.py", root / DRIVER_SCRIPT, built_in]
+    )
     data = [
         path
         for path in package.rglob("*")

@@ -3,25 +3,28 @@
 `render_bench.sh` reads each knob from its environment variable, `render_bench.py` and
 `rl-trainer-bench render` from the flag spelled in lower case with dashes; both go through
 `RenderKnobs.from_strings`, so a value means the same thing whichever way it arrives, and a bad
-one is refused before any input is read. This module imports no YAML, schema or JAX, so building
-the command line stays cheap.
+one is refused before any input is read. The knobs the renderer passes through to the pod (STEPS,
+MICRO_STEPS, PROFILE_STEPS, TRAINER_ARGV, ORCH_ARGV, ENGINE_FLAGS) are parsed, and their help is
+read, from the driver's own table (`rl_trainer_bench.config.knobs.KNOBS`): whatever the renderer
+accepts, the pod's driver accepts with the same meaning. This module imports no YAML, schema or
+JAX, so building the command line stays cheap.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import shlex
 from collections.abc import Mapping
+from typing import Any
 
-from rl_trainer_bench.accelerators import TpuSlice, parse_slice
-from rl_trainer_bench.config.knobs import engine_spec
+from rl_trainer_bench.accelerators import TpuSlice
+from rl_trainer_bench.config import values
+from rl_trainer_bench.config.engine_keys import parse_engine_flags
+from rl_trainer_bench.config.knobs import DRIVER_KNOBS, refuse_misspelt_knobs
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.pod_script import CODE_DIR_VARIABLE
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ENGINE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
-_STEP_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +32,7 @@ class Knob:
     """One render knob: `render_bench.sh` reads ENV, `render_bench.py` and `render` take --flag."""
 
     env: str
-    help: str
+    help: str = ""  # empty for a pass-through knob: the driver's help
 
     @property
     def flag(self) -> str:
@@ -38,6 +41,10 @@ class Knob:
     @property
     def dest(self) -> str:
         return self.env.lower()
+
+    @property
+    def description(self) -> str:
+        return self.help or f"passed to the pod's driver: {DRIVER_KNOBS[self.env].help}"
 
 
 KNOBS: tuple[Knob, ...] = (
@@ -48,21 +55,17 @@ KNOBS: tuple[Knob, ...] = (
         "BENCH_NAME",
         "the bench JobSet's name (default: the trainer's + '-bench', shortened to fit)",
     ),
-    Knob("ENGINE_FLAGS", "key=value engine flags applied after the trainer's (last one wins)"),
-    Knob(
-        "ENGINE",
-        "module:Class the pod times (default: the built-in engine); its package must be in the"
-        " trainer's image",
-    ),
+    Knob("ENGINE_FLAGS"),
+    Knob("ENGINE"),
     Knob("LIBTPU_FLAGS", "--flag=value words merged into LIBTPU_INIT_ARGS (given ones win)"),
     Knob("TRAINER_ARGV", "the trainer's flags, replacing those of its command (shell words)"),
     Knob(
         "ORCH_ARGV", "the orchestrator's flags (default: from the orchestrator JobSet if present)"
     ),
     Knob("TRAINER_SLICE", "the slice to bench on, e.g. tpu7x:4x4x8 (default: the trainer's)"),
-    Knob("PROFILE_STEPS", "steps to profile: N, A-B or a comma list of them"),
-    Knob("STEPS", "timed steps (a positive integer)"),
-    Knob("MICRO_STEPS", "micro-batches per step (a positive integer)"),
+    Knob("PROFILE_STEPS"),
+    Knob("STEPS"),
+    Knob("MICRO_STEPS"),
     Knob("MAX_RESTARTS", "the bench JobSet's failurePolicy.maxRestarts (default 0)"),
     Knob("DRIVER_ENV", "K=V shell words passed to the driver's environment, literally"),
     Knob("OUTPUT", "where to write the bench JobSet (default: stdout)"),
@@ -81,6 +84,7 @@ _RESERVED_ENV = frozenset(
         "STEPS",
         "MICRO_STEPS",
         "LIBTPU_INIT_ARGS",
+        "TRAINER_SLICE",
     }
 )
 
@@ -98,7 +102,7 @@ class RenderKnobs:
     trainer_argv: tuple[str, ...] | None = None
     orch_argv: tuple[str, ...] | None = None
     trainer_slice: TpuSlice | None = None
-    profile_steps: str | None = None
+    profile_steps: tuple[int, int] | None = None
     steps: int | None = None
     micro_steps: int | None = None
     max_restarts: int = 0
@@ -106,26 +110,26 @@ class RenderKnobs:
     output: str | None = None
 
     @classmethod
-    def from_strings(cls, values: Mapping[str, str | None]) -> RenderKnobs:
+    def from_strings(cls, strings: Mapping[str, str | None]) -> RenderKnobs:
         """Knobs from their string forms (flags or environment), keyed by lower-case knob name."""
-        unknown = sorted(set(values) - {knob.dest for knob in KNOBS})
+        unknown = sorted(set(strings) - {knob.dest for knob in KNOBS})
         if unknown:
             raise UserError(f"unknown knob {unknown[0]}: known knobs are {_knob_list()}")
-        given = {key: value for key, value in values.items() if value not in (None, "")}
+        given = {key: value for key, value in strings.items() if value not in (None, "")}
         return cls(
             launch_render=given.get("launch_render", "-"),
             trainer_jobset=given.get("trainer_jobset"),
             name=given.get("bench_name"),
-            engine_flags=_engine_flags(given.get("engine_flags", "")),
-            engine=engine_spec(given["engine"]) if "engine" in given else None,
+            engine_flags=tuple(parse_engine_flags(given.get("engine_flags", "")).items()),
+            engine=_driver_value(given, "ENGINE"),
             libtpu_flags=given.get("libtpu_flags", ""),
-            trainer_argv=_words_or_none(given, "trainer_argv"),
-            orch_argv=_words_or_none(given, "orch_argv"),
-            trainer_slice=_slice_or_none(given.get("trainer_slice")),
-            profile_steps=_step_list_or_none(given.get("profile_steps")),
-            steps=_count_or_none(given, "steps", minimum=1),
-            micro_steps=_count_or_none(given, "micro_steps", minimum=1),
-            max_restarts=_count_or_none(given, "max_restarts", minimum=0) or 0,
+            trainer_argv=_driver_value(given, "TRAINER_ARGV"),
+            orch_argv=_driver_value(given, "ORCH_ARGV"),
+            trainer_slice=_driver_value(given, "TRAINER_SLICE"),
+            profile_steps=_driver_value(given, "PROFILE_STEPS"),
+            steps=_driver_value(given, "STEPS"),
+            micro_steps=_driver_value(given, "MICRO_STEPS"),
+            max_restarts=values.whole_number("MAX_RESTARTS", given.get("max_restarts", "0"), 0),
             driver_env=_driver_env(given.get("driver_env", "")),
             output=given.get("output"),
         )
@@ -135,22 +139,14 @@ def _knob_list() -> str:
     return ", ".join(knob.env for knob in KNOBS)
 
 
-def _words(text: str, knob: str) -> list[str]:
-    try:
-        return shlex.split(text)
-    except ValueError as error:
-        raise UserError(
-            f"{knob}={text!r} is not a list of shell words ({error}); fix its quoting"
-        ) from None
-
-
-def _words_or_none(given: Mapping[str, str], key: str) -> tuple[str, ...] | None:
-    return tuple(_words(given[key], key.upper())) if key in given else None
+def _driver_value(given: Mapping[str, str], knob: str) -> Any:
+    """A pass-through knob's value, parsed by the driver's own parser (None when not given)."""
+    return DRIVER_KNOBS[knob].read({knob: given[knob.lower()]}) if knob.lower() in given else None
 
 
 def _pairs(text: str, knob: str, key_pattern: re.Pattern, key_kind: str) -> dict[str, str]:
     pairs: dict[str, str] = {}
-    for word in _words(text, knob):
+    for word in values.shell_words(knob, text):
         key, equals, value = word.partition("=")
         if not equals or not key_pattern.match(key):
             raise UserError(f"{knob}: {word!r} is not {key_kind}=VALUE; write each entry as K=V")
@@ -159,12 +155,9 @@ def _pairs(text: str, knob: str, key_pattern: re.Pattern, key_kind: str) -> dict
     return pairs
 
 
-def _engine_flags(text: str) -> tuple[tuple[str, str], ...]:
-    return tuple(_pairs(text, "ENGINE_FLAGS", _ENGINE_KEY, "key").items())
-
-
 def _driver_env(text: str) -> tuple[tuple[str, str], ...]:
     pairs = _pairs(text, "DRIVER_ENV", _ENV_NAME, "an environment variable NAME")
+    refuse_misspelt_knobs(pairs, "DRIVER_ENV")
     for key in pairs:
         if key in _RESERVED_ENV:
             raise UserError(
@@ -181,31 +174,9 @@ def _reserved_hint(key: str) -> str:
     return "it is fixed by the renderer"
 
 
-def _slice_or_none(text: str | None) -> TpuSlice | None:
-    if text is None:
-        return None
-    try:
-        return parse_slice(text)
-    except ValueError as error:
-        raise UserError(f"TRAINER_SLICE: {error}") from None
-
-
-def _step_list_or_none(text: str | None) -> str | None:
-    if text is not None and not _STEP_LIST.match(text.replace(" ", "")):
-        raise UserError(f"PROFILE_STEPS={text!r}: write step indices as N, A-B or N,A-B,...")
-    return None if text is None else text.replace(" ", "")
-
-
-def _count_or_none(given: Mapping[str, str], key: str, minimum: int) -> int | None:
-    if key not in given:
-        return None
-    text = given[key].strip()
-    if not text.isdigit() or int(text) < minimum:
-        raise UserError(f"{key.upper()}={given[key]!r} must be an integer >= {minimum}")
-    return int(text)
-
-
 def add_arguments(parser) -> None:
     for knob in KNOBS:
         aliases = ["--name"] if knob.env == "BENCH_NAME" else []
-        parser.add_argument(knob.flag, *aliases, dest=knob.dest, metavar=knob.env, help=knob.help)
+        parser.add_argument(
+            knob.flag, *aliases, dest=knob.dest, metavar=knob.env, help=knob.description
+        )

@@ -12,13 +12,19 @@ Every knob is validated here, once, into `RenderKnobs`; the result is validated 
 from __future__ import annotations
 
 import copy
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
 
-from rl_trainer_bench.accelerators import TpuSlice
+from rl_trainer_bench.accelerators import TPU_CHIPS, TpuSlice
+from rl_trainer_bench.bench import plan
+from rl_trainer_bench.bench.plan import Plan
+from rl_trainer_bench.config.engine_keys import format_engine_flags
+from rl_trainer_bench.config.knobs import refuse_misspelt_knobs
+from rl_trainer_bench.config.presets import MODEL_FLAGS
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import write_text_atomically
 from rl_trainer_bench.launch import code_bundle, validate
@@ -58,6 +64,11 @@ SLICE_ANNOTATION = ANNOTATION_PREFIX + "slice"
 
 def render(text: str, source: str, knobs: RenderKnobs) -> str:
     """The bench JobSet's YAML for a launch render; validated, or UserError."""
+    return render_with_plan(text, source, knobs)[0]
+
+
+def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, Plan]:
+    """The bench JobSet's YAML and the plan its pod's driver resolves from the same environment."""
     documents = read_documents(text, source)
     trainer = find_trainer(documents, source, knobs.trainer_jobset)
     launch = read_client_command(_command_words(client_container(trainer)))
@@ -69,6 +80,10 @@ def render(text: str, source: str, knobs: RenderKnobs) -> str:
     if knobs.trainer_slice is not None:
         apply_slice(bench, knobs.trainer_slice)
     sha = code_bundle.code_sha256()
+    environment = driver_environment(
+        launch, knobs, _orchestrator_argv(documents, launch), sha, jobset_slice(trainer)
+    )
+    pod_plan = _pod_plan(environment)
     container = client_container(bench)
     container.pop("args", None)
     container["command"] = [
@@ -77,9 +92,7 @@ def render(text: str, source: str, knobs: RenderKnobs) -> str:
         bench_script(
             interpreter=launch.program[0],
             code_base64=code_bundle.bundle_base64(),
-            environment=driver_environment(
-                launch, knobs, _orchestrator_argv(documents, launch), sha
-            ),
+            environment=environment,
             has_driver_script=(code_bundle.default_root() / code_bundle.DRIVER_SCRIPT).is_file(),
             trainer_jobset=jobset_name(trainer),
         ),
@@ -92,7 +105,26 @@ def render(text: str, source: str, knobs: RenderKnobs) -> str:
         **({SLICE_ANNOTATION: knobs.trainer_slice.name} if knobs.trainer_slice else {}),
     }
     validate.check(bench, f"bench rendered from {source}")
-    return dump_yaml(bench)
+    return dump_yaml(bench), pod_plan
+
+
+def _pod_plan(environment: Mapping[str, str]) -> Plan:
+    """The pod driver's own validation of the environment it will get; UserError if it refuses.
+
+    A trainer command that names no model would leave the pod timing the default toy preset at
+    the trainer's mesh and lengths, so the render asks for PRESET then.
+    """
+    try:
+        config = plan.environment_config(environment)
+        if config.preset_source == "default":
+            raise UserError(
+                f"the trainer's flags name no model (--{', --'.join(MODEL_FLAGS)}): set PRESET"
+                " through DRIVER_ENV (e.g. DRIVER_ENV=PRESET=qwen3.5-397b-cell) to choose what"
+                " the pod times"
+            )
+        return plan.resolve(config)
+    except UserError as error:
+        raise UserError(f"the bench pod would refuse its knobs: {error}") from None
 
 
 def _command_words(container: Mapping) -> list[str]:
@@ -100,9 +132,18 @@ def _command_words(container: Mapping) -> list[str]:
 
 
 def driver_environment(
-    launch: ClientCommand, knobs: RenderKnobs, orch_argv: list[str] | None, sha: str
+    launch: ClientCommand,
+    knobs: RenderKnobs,
+    orch_argv: list[str] | None,
+    sha: str,
+    trainer_slice: TpuSlice | None = None,
 ) -> dict[str, str]:
-    """What the driver's process sees: the trainer's environment, DRIVER_ENV, then the bench knobs."""
+    """What the driver's process sees: the trainer's environment, DRIVER_ENV, then the bench knobs.
+
+    TRAINER_SLICE tells the pod the slice it is rendered for (the knob's, else the trainer's), so
+    its plan checks the mesh against that slice wherever the plan runs.
+    """
+    tpu_slice = knobs.trainer_slice or trainer_slice
     environment = {"BENCH_CODE_SHA256": sha, **launch.env}
     if knobs.libtpu_flags or "LIBTPU_INIT_ARGS" in environment:
         environment["LIBTPU_INIT_ARGS"] = merge_flags(
@@ -114,11 +155,14 @@ def driver_environment(
     orch = list(knobs.orch_argv) if knobs.orch_argv is not None else orch_argv
     optional = {
         "ORCH_ARGV": None if orch is None else shell_join(orch),
-        "ENGINE_FLAGS": shell_join(f"{k}={v}" for k, v in knobs.engine_flags) or None,
+        "ENGINE_FLAGS": format_engine_flags(knobs.engine_flags) or None,
         "ENGINE": knobs.engine,
         "STEPS": knobs.steps,
         "MICRO_STEPS": knobs.micro_steps,
-        "PROFILE_STEPS": knobs.profile_steps,
+        "TRAINER_SLICE": None if tpu_slice is None else tpu_slice.name,
+        "PROFILE_STEPS": None
+        if knobs.profile_steps is None
+        else "{}:{}".format(*knobs.profile_steps),
     }
     environment.update({key: str(value) for key, value in optional.items() if value is not None})
     return environment
@@ -154,6 +198,18 @@ def rename_references(jobset: dict, old: str, new: str) -> None:
     renamed = visit(jobset)
     jobset.clear()
     jobset.update(renamed)
+
+
+def jobset_slice(jobset: Mapping) -> TpuSlice | None:
+    """The TPU slice a JobSet's TPU workers are scheduled on (their node selectors), or None."""
+    for job in replicated_jobs(jobset):
+        selector = pod_spec(job).get("nodeSelector") or {}
+        accelerator = selector.get(validate.ACCELERATOR_SELECTOR)
+        chip = next((c for c in TPU_CHIPS if c.gke_accelerator == accelerator), None)
+        topology = selector.get(validate.TOPOLOGY_SELECTOR)
+        if asks_for_tpus(job) and chip is not None and isinstance(topology, str):
+            return TpuSlice(chip, topology)
+    return None
 
 
 def apply_slice(jobset: dict, tpu_slice: TpuSlice) -> None:
@@ -217,9 +273,11 @@ def engine_requirement(engine: str) -> str:
 
 
 def run(args) -> int:
+    # render_bench.sh passes on only the knobs it knows; a misspelt one would vanish silently.
+    refuse_misspelt_knobs(os.environ, "the environment", [knob.env for knob in KNOBS])
     knobs = RenderKnobs.from_strings({knob.dest: getattr(args, knob.dest) for knob in KNOBS})
     source, text = _read_input(knobs.launch_render)
-    rendered = render(text, source, knobs)
+    rendered, pod_plan = render_with_plan(text, source, knobs)
     if knobs.output is None:
         sys.stdout.write(rendered)
     else:
@@ -232,6 +290,7 @@ def run(args) -> int:
     name = yaml.safe_load(rendered)["metadata"]["name"]
     target = knobs.output or "stdout"
     print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
+    print(f"render: the pod times {pod_plan.cell()}", file=sys.stderr)
     if knobs.engine is not None:
         print(engine_requirement(knobs.engine), file=sys.stderr)
     return 0

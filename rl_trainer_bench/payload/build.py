@@ -28,10 +28,8 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import BinaryIO
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -40,6 +38,7 @@ from rl_trainer_bench.config.presets import preset as find_preset
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS, Payload
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import write_atomically, write_text_atomically
 from rl_trainer_bench.payload import routing_profile
 from rl_trainer_bench.payload.routing_profile import PackingLayout, RoutingProfile
 
@@ -528,27 +527,9 @@ def check_out_folder(path: str) -> str:
     return folder
 
 
-def write_atomically(path: str, write: Callable[[BinaryIO], None]) -> None:
-    """Run `write` on a temporary file next to `path`, then rename it over `path`.
-
-    Readers see the old file or the whole new one, never a partial write; a failed write leaves
-    nothing behind.
-    """
-    folder = check_out_folder(path)
-    handle, temporary = tempfile.mkstemp(
-        prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder
-    )
-    try:
-        with os.fdopen(handle, "wb") as out:
-            write(out)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
 def save_npz(payload: Payload, path: str) -> None:
     """Write every array under its contract name, plus `name` and `digests`, atomically."""
+    check_out_folder(path)
     write_atomically(
         path,
         lambda out: np.savez(
@@ -689,7 +670,7 @@ def run_profile_routing(args) -> int:
     if args.out is None:
         sys.stdout.write(text)
         return 0
-    write_atomically(args.out, lambda out: out.write(text.encode()))
+    write_text_atomically(args.out, text)
     ratios = profile.max_load_ratio
     print(
         f"{args.out}: {profile.num_layers} layers, {profile.num_experts} experts, top-{profile.top_k}; "

@@ -26,7 +26,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 
-from rl_trainer_bench.engine.config import EngineConfig, ModelConfig
+from rl_trainer_bench.engine.config import EngineConfig, ModelConfig, expert_capacity
 from rl_trainer_bench.errors import UserError
 
 PROFILE_FORMAT = "rl_trainer_bench.routing_profile"
@@ -186,20 +186,13 @@ def shard_max_load_ratio(shares: np.ndarray, expert_shards: int) -> np.ndarray:
 
 
 def tokens_per_expert_group(engine: EngineConfig) -> int:
-    """Tokens whose routed pairs share one set of expert buffers (N in ENGINE.md's capacity).
+    """Tokens whose routed pairs share one set of expert buffers (N in docs/engine.md's capacity).
 
     As the engine groups them (`moe.group_tokens`): rows split over fsdp x expert devices and
     the sequence over context, so one group is (B / (fsdp * expert)) rows of T / context tokens.
     """
     rows = math.ceil(engine.micro_batch_rows / (engine.mesh.fsdp * engine.mesh.expert))
     return rows * math.ceil(engine.seq_len / engine.mesh.context)
-
-
-def expert_capacity(tokens: int, top_k: int, num_experts: int, factor: float) -> int:
-    """ENGINE.md's buffer capacity: ceil(factor * N * K / E), or N when factor = -1 (never drops)."""
-    if factor == -1:
-        return tokens
-    return math.ceil(factor * tokens * top_k / num_experts)
 
 
 def _normal_cdf(z: np.ndarray) -> np.ndarray:

@@ -211,7 +211,7 @@ def state_bytes(
     """Per-device bytes of each part of the state that stays on the device (STATE_PARTS)."""
     import jax
 
-    from rl_trainer_bench.engine import sharding
+    from rl_trainer_bench.engine import programs, sharding
 
     engine = engine or aot_engine_module(BUILT_IN)
     state = engine.abstract_state(config, mesh)
@@ -222,7 +222,7 @@ def state_bytes(
         )
         for name, s in spec.items()
     }
-    late_accumulate = config.moe.retry_when_tokens_dropped and config.moe.ragged_buffer_factor != -1
+    late_accumulate = programs.replays_possible(config)
     params = per_device_bytes(state["params"])
     return {
         "params": params,
@@ -231,6 +231,13 @@ def state_bytes(
         "pending_gradient": params if late_accumulate else 0,
         "staged_micro_batch": per_device_bytes(batch) if stage_before_update else 0,
     }
+
+
+def unsharded_state(config: EngineConfig, mesh) -> list[tuple[str, int]]:
+    """(leaf, bytes per device) of every state leaf that is not split over every device."""
+    from rl_trainer_bench.engine import programs, sharding
+
+    return sharding.unsharded_leaves(programs.abstract_state(config, mesh), mesh.size)
 
 
 def beside(program: str, state: Mapping[str, int]) -> int:
@@ -362,6 +369,8 @@ class AotReport:
     compile_seconds: float
     unapplied_keys: list[str]
     note: str = ""
+    # State leaves not split over every device, with their bytes per device (`unsharded_state`).
+    unsharded_state: list[tuple[str, int]] = dataclasses.field(default_factory=list)
 
     @property
     def estimate(self) -> bool:
@@ -411,6 +420,7 @@ class AotReport:
             "compile_seconds": self.compile_seconds,
             "unapplied_keys": self.unapplied_keys,
             "note": self.note,
+            "unsharded_state": [list(leaf) for leaf in self.unsharded_state],
         }
 
 
@@ -522,6 +532,7 @@ def assemble(
         compile_seconds=seconds,
         unapplied_keys=cell.unapplied_keys,
         note=cell.note,
+        unsharded_state=unsharded_state(cell.config, cell.mesh),
     )
 
 
@@ -623,6 +634,9 @@ def format_report(report: AotReport) -> str:
         f"device peak {human_bytes(report.peak)} of {memory} ({report.memory_source}); "
         f"headroom {headroom}: {verdict}"
     )
+    if report.unsharded_state:
+        leaves = ", ".join(f"{path} {human_bytes(n)}" for path, n in report.unsharded_state)
+        lines.append(f"state not split over all {report.devices} devices: {leaves}")
     if report.unapplied_keys:
         lines.append(f"keys the built-in engine does not apply: {', '.join(report.unapplied_keys)}")
     lines.append(f"compiled in {report.compile_seconds:.1f} s")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rl_trainer_bench.ab.arms import ArmRun
-from rl_trainer_bench.bench.ruler import StepRecord
+from rl_trainer_bench.bench.ruler import ArmRun, StepRecord
 
 MICRO_STEPS = 2
 
@@ -90,3 +89,63 @@ def off_on_off_on(
         arm("off'", "off", jittered(repeat_off_s, steps, rel_sd, 3)),
         arm("on'", "on", jittered(on_s, steps, rel_sd, 4), staged=True),
     ]
+
+
+def drifting_arms(
+    settings_in_run_order: list[str],
+    *,
+    base_s: float,
+    slope: float,
+    steps: int,
+    effect_s: dict[str, float] | None = None,
+    rel_sd: float = 0.0,
+    seed: int = 0,
+) -> list[ArmRun]:
+    """Arms run back to back on a machine whose step time drifts linearly with the run clock.
+
+    Step time = base_s + the setting's effect + slope x (run clock at the step's start), where the
+    run clock is the sum of the step times before it (warm-up included), times a relative jitter.
+    """
+    rng = np.random.default_rng(seed)
+    clock = 0.0
+    runs, seen = [], {}
+    for setting in settings_in_run_order:
+        times = []
+        for _ in range(steps + 1):  # one warm-up step, then the scored ones
+            step_s = (base_s + (effect_s or {}).get(setting, 0.0) + slope * clock) * (
+                1 + rel_sd * rng.standard_normal()
+            )
+            times.append(step_s)
+            clock += step_s
+        label = setting + "'" * seen.get(setting, 0)
+        seen[setting] = seen.get(setting, 0) + 1
+        runs.append(arm(label, setting, times[1:], warmup_s=times[0]))
+    return runs
+
+
+def interleaved_run(
+    schedule, *, base_s: float, slope: float, unstaged_first_call_s: float = 0.0
+) -> ArmRun:
+    """One interleaved run on a machine drifting linearly with the run clock: a step whose opening
+    boundary did not stage pays `unstaged_first_call_s` more (the schedule's first setting is
+    taken as the one that does not stage)."""
+    not_staging = schedule.settings[0]
+    records, clock = [], 0.0
+    for step in range(schedule.total_steps):
+        opened_unstaged = step > 0 and schedule.boundaries[step - 1] == not_staging
+        step_s = base_s + slope * clock + (unstaged_first_call_s if opened_unstaged else 0.0)
+        closing = schedule.boundaries[step] if step < len(schedule.boundaries) else not_staging
+        staged = f"bench_{step + 1}_0" if closing != not_staging else None
+        records.append(record(step, step_s, warmup=step < schedule.warmup_steps, staged=staged))
+        clock += step_s
+    stages_at = [b != not_staging for b in schedule.boundaries]
+    return ArmRun(
+        label="interleaved",
+        setting="interleaved",
+        staged=True,
+        records=records,
+        updates=len(records),
+        stages=sum(stages_at),
+        recompiles=[],
+        stages_at=stages_at,
+    )

@@ -5,15 +5,50 @@ import os
 import pytest
 
 from rl_trainer_bench.ab import arms as ab_arms
+from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.errors import UserError
 
 
-def test_default_arms_interleave_off_and_on_with_primed_repeats():
+def test_default_arms_run_mirrored_with_primed_repeats():
     arms = ab_arms.parse_arms(ab_arms.DEFAULT_ARMS)
-    assert [a.label for a in arms] == ["off", "on", "off'", "on'"]
-    assert [a.setting for a in arms] == ["off", "on", "off", "on"]
+    assert [a.label for a in arms] == ["off", "on", "on'", "off'"]
+    assert [a.setting for a in arms] == ["off", "on", "on", "off"]
     assert arms[1].driver_knobs == {"STAGE_BEFORE_UPDATE": "on"}
+
+
+@pytest.mark.parametrize(
+    ("text", "order", "labels"),
+    [
+        ("off,on", "block", ["off", "on", "off'", "on'"]),
+        ("off,on,after", None, ["off", "on", "after", "after'", "on'", "off'"]),
+        ("off,on,after", "block", ["off", "on", "after", "off'", "on'", "after'"]),
+        ("off,on,off,on", None, ["off", "on", "off'", "on'"]),  # written out: run as written
+        ("off,on,on,off", "written", ["off", "on", "on'", "off'"]),
+    ],
+)
+def test_orders(text, order, labels):
+    assert [a.label for a in ab_arms.parse_arms(text, order)] == labels
+
+
+def test_an_order_over_spelled_out_repeats_is_refused_with_the_fix():
+    with pytest.raises(UserError, match=r"--order block: --arms repeats off.*--order written"):
+        ab_arms.parse_arms("off,on,off,on", "block")
+
+
+@pytest.mark.parametrize(
+    ("settings", "cancels"),
+    [
+        (["a", "b", "b", "a"], True),
+        (["a", "b", "c", "c", "b", "a"], True),
+        (["a", "b", "a", "b"], False),
+        (["a", "b", "b", "a", "b", "a", "a", "b"], True),
+    ],
+)
+def test_balance_says_whether_an_order_cancels_a_linear_drift(settings, cancels):
+    balance = run_orders.balance(settings)
+    assert balance.cancels_linear_drift is cancels
+    assert ("cancels" in balance.describe()) is cancels
 
 
 def test_stage_switch_arms_share_programs():

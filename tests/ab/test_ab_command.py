@@ -7,7 +7,7 @@ they make the run fast and its training exactly checkable; the real cpu-tiny run
 import json
 
 import pytest
-from stand_in_engine import StandInEngine, stand_in_pool
+from stand_in_engine import StandInEngine, TimedEngine, drifting_sleep, stand_in_pool
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.ab import command as ab
@@ -17,14 +17,15 @@ from rl_trainer_bench.bench.driver import Bench
 class Benches:
     """A Bench factory with stand-ins that counts how many Benches (compiles) the A/B made."""
 
-    def __init__(self):
+    def __init__(self, make_engine=StandInEngine):
         self.made = []
+        self.make_engine = make_engine
 
     def __call__(self, config, log):
         pool = stand_in_pool(3)
         if config.seed:  # another seed, other micro-batches, as the real pool builder does
             pool.reverse()
-        bench = Bench(config, log, engine_factory=lambda _: StandInEngine(), pool=pool)
+        bench = Bench(config, log, engine_factory=lambda _: self.make_engine(), pool=pool)
         self.made.append(config)
         return bench
 
@@ -42,9 +43,9 @@ def test_default_ab_runs_four_arms_on_one_bench_and_writes_the_report(tmp_path, 
     assert len(benches.made) == 1  # the stage switch shares compiled programs
     report = json.loads((out / "ab.json").read_text())
     assert report["mode"] == "same-process"
-    assert [a["label"] for a in report["arms"]] == ["off", "on", "off'", "on'"]
+    assert [a["label"] for a in report["arms"]] == ["off", "on", "on'", "off'"]
     assert [len(a["records"]) for a in report["arms"]] == [4, 4, 4, 4]
-    assert [a["stages"] for a in report["arms"]] == [0, 3, 0, 3]
+    assert [a["stages"] for a in report["arms"]] == [0, 3, 3, 0]
     assert {c["status"] for c in report["checks"]} == {"PASS"}
     assert report["verdict"] in ("FASTER", "SLOWER", "NO-EFFECT", "NOISY")
     assert report["score"]["noise_floor_s"] is not None
@@ -55,20 +56,52 @@ def test_default_ab_runs_four_arms_on_one_bench_and_writes_the_report(tmp_path, 
     assert sorted(p.name for p in out.glob("arm*.jsonl")) == [
         "arm1-off.jsonl",
         "arm2-on.jsonl",
-        "arm3-off.jsonl",
-        "arm4-on.jsonl",
+        "arm3-on.jsonl",
+        "arm4-off.jsonl",
     ]
     printed = capsys.readouterr().out
+    assert "run order: off, on, on', off' (every setting centred" in printed
     assert "verdict: " in printed and "rule: " in printed
-    assert "arm on' (4/4): step 4 of 4 (scored)" in printed
+    assert "design: separate arms, run order off, on, on', off'" in printed
+    assert "arm off' (4/4): step 4 of 4 (scored)" in printed
     pytest.importorskip("matplotlib")
     assert (out / "ab.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# Each fwd_bwd sleeps 0.2 ms less than the one before, from 30 ms: with 2 calls per step a step is
+# 0.8 ms shorter than the one before, an arm of 11 steps 8.8 ms shorter. Staging does nothing here.
+DRIFT_PER_ARM_S = 11 * 2 * 2 * 0.2e-3
+
+
+def _drifting_ab(tmp_path, order):
+    out = tmp_path / order
+    argv = ["--steps", "10", "--knob", "MICRO_STEPS=2", "--order", order, "--out", str(out)]
+    benches = Benches(lambda: TimedEngine(drifting_sleep(0.030, -0.2e-3)))
+    assert run_ab(argv, benches) == 0
+    return json.loads((out / "ab.json").read_text())
+
+
+def test_a_drifting_engine_biases_the_block_order_but_not_the_mirrored_one(tmp_path):
+    """Tolerance: the block delta must carry at least half an arm's drift; the mirrored delta at
+    most a quarter of it (sleeps on a loaded machine overshoot by a fraction of a millisecond)."""
+    block = _drifting_ab(tmp_path, "block")
+    mirrored = _drifting_ab(tmp_path, "mirrored")
+    assert [a["label"] for a in block["arms"]] == ["off", "on", "off'", "on'"]
+    assert [a["label"] for a in mirrored["arms"]] == ["off", "on", "on'", "off'"]
+    (block_delta,) = block["score"]["deltas"]
+    (mirrored_delta,) = mirrored["score"]["deltas"]
+    assert block_delta["delta_s"] < -0.5 * DRIFT_PER_ARM_S
+    assert abs(mirrored_delta["delta_s"]) < 0.25 * DRIFT_PER_ARM_S
+    for report in (block, mirrored):
+        assert report["score"]["drift"]["across_run"] < 0
+        assert report["score"]["drift"]["exceeds_min_effect"]
+    assert block["score"]["drift"]["bias_s"]["on"] < -0.5 * DRIFT_PER_ARM_S
 
 
 def test_arm_that_trains_other_data_fails_whatever_the_times(tmp_path):
     benches = Benches()
     code = run_ab(
-        ["--arms", "off,reseeded:SEED=7,off,reseeded", "--steps", "2", "--out", str(tmp_path)],
+        ["--arms", "off,reseeded:SEED=7", "--steps", "2", "--out", str(tmp_path)],
         benches,
     )
     assert code == 1

@@ -150,12 +150,32 @@ def test_engine_missing_one_staging_method_is_refused_naming_it():
     assert ("compile",) not in engine.calls
 
 
-def test_fused_worker_is_refused_at_the_first_boundary():
+FUSED_REFUSAL = r"STAGE_BEFORE_UPDATE=on .*WORKER=fused.*: set WORKER=separate"
+
+
+def test_fused_worker_with_stage_before_update_is_refused_before_the_pool_and_compile():
     engine = StandInEngine()
-    with pytest.raises(ConfigError, match=r"train_step moved 0 -> 1 .*fused.*WORKER=separate"):
-        run_arm(BEFORE, engine, worker="fused")
-    assert [c[0] for c in loop_calls(engine)].count("update") == 1
-    assert ("prepare", "bench_1_0") not in engine.calls
+    made = []
+    config = bench_config(stage=BEFORE, worker="fused")
+    bench = Bench(config, lambda _: None, engine_factory=lambda _: made.append(1) or engine)
+    with pytest.raises(ConfigError, match=FUSED_REFUSAL):
+        bench.setup()
+    assert made == [] and engine.calls == []  # no engine built, nothing compiled
+
+
+def test_fused_bench_refuses_a_stage_before_update_arm_before_its_first_step():
+    engine = StandInEngine()
+    config = bench_config(worker="fused")
+    bench = Bench(config, lambda _: None, engine_factory=lambda _: engine, pool=stand_in_pool(5))
+    with pytest.raises(ConfigError, match=FUSED_REFUSAL):
+        bench.setup(stages=[OFF, BEFORE])  # an A/B's arms: refused before the compile
+    assert ("compile",) not in engine.calls
+    bench = Bench(config, lambda _: None, engine_factory=lambda _: engine, pool=stand_in_pool(5))
+    bench.setup()
+    with pytest.raises(ConfigError, match=FUSED_REFUSAL):
+        bench.run(steps=2, stage=BEFORE)
+    bench.close()
+    assert loop_calls(engine) == []
 
 
 def test_fused_worker_runs_the_plain_loop_with_staging_off():
@@ -256,3 +276,39 @@ def test_profile_window_writes_a_trace(tmp_path):
     for annotation in (b"fwd_bwd bench_1_0", b"fwd_bwd bench_2_2", b"stage bench_2_0", b"update"):
         assert annotation in trace
     assert b"fwd_bwd bench_0_0" not in trace and b"fwd_bwd bench_3_0" not in trace
+
+
+def test_results_jsonl_of_an_earlier_run_is_replaced_not_appended_to(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"step": 0, "from": "an earlier run"}\n')
+    bench = Bench(
+        bench_config(),
+        lambda _: None,
+        engine_factory=lambda _: StandInEngine(),
+        pool=stand_in_pool(5),
+    )
+    bench.setup()
+    bench.run(steps=1, stage=OFF, results_path=path)
+    bench.close()
+    assert [r.step for r in ruler.read_results(path)] == [0, 1]
+
+
+class FailingEngine(StandInEngine):
+    def fwd_bwd(self, batch):
+        raise RuntimeError("device lost")
+
+
+def test_a_run_that_fails_before_its_first_step_keeps_earlier_results(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text("an earlier run\n")
+    bench = Bench(
+        bench_config(),
+        lambda _: None,
+        engine_factory=lambda _: FailingEngine(),
+        pool=stand_in_pool(5),
+    )
+    bench.setup()
+    with pytest.raises(RuntimeError, match="device lost"):
+        bench.run(steps=1, stage=OFF, results_path=path)
+    bench.close()
+    assert path.read_text() == "an earlier run\n"

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.bench.clock import StepClock
 from rl_trainer_bench.bench.ruler import StepRecord
 
 
@@ -143,3 +144,64 @@ def test_summary_covers_scored_steps_only():
     step_row = next(line for line in text.splitlines() if line.startswith("step_s"))
     assert step_row.split()[1:] == ["2", "1", "3", "100.0%"]
     assert not any(line.startswith("MFU") for line in text.splitlines())
+
+
+def clocked_step() -> StepClock:
+    """A step whose spans are known: two fwd_bwd, a stage and a device wait, the update, a drain."""
+    clock = StepClock()
+    clock.start, clock.end = 10.0, 10.6
+    clock.spans = {
+        "fwd_bwd": [(10.0, 10.1), (10.1, 10.2)],
+        "stage": [(10.2, 10.25)],
+        "device_wait": [(10.25, 10.5)],
+        "update": [(10.5, 10.51)],
+    }
+    return clock
+
+
+STEP_INPUTS = ruler.StepInputs(
+    step=4,
+    warmup=False,
+    arm="on",
+    micro_batches=["bench_4_0", "bench_4_1"],
+    digests=["ab", "cd"],
+    tokens=120,
+    model_flops=1.2e12,
+    staged="bench_5_0",
+    devices=2,
+    peak_flops=2e12,
+)
+METRICS = {"loss": 0.5, "grad_norm": 1.5, "loss_denominator": 90.0}
+
+
+def test_step_record_reads_host_figures_from_the_clock_spans():
+    built = ruler.step_record(STEP_INPUTS, clocked_step(), None, METRICS, recompiles=0)
+    assert built.step_s == pytest.approx(0.6)
+    assert built.fwd_bwd_dispatch_s == pytest.approx([0.1, 0.1])
+    assert built.update_s == pytest.approx(0.01)
+    assert built.drain_s == pytest.approx(0.09)  # from the update's return to the metrics read
+    assert built.stage_s == pytest.approx(0.05) and built.device_wait_s == pytest.approx(0.25)
+    assert built.tokens_per_s_per_device == pytest.approx(120 / 0.6 / 2)
+    assert built.tflops_per_device == pytest.approx(1.0) and built.mfu == pytest.approx(0.5)
+    assert built.fwd_bwd_device_s == [] and built.first_call_extra_s is None
+    assert built.stage_hidden is None and built.update_ready_s is None
+
+
+def test_step_record_reads_device_figures_from_the_stamps():
+    stamps = ruler.DeviceStamps(
+        fwd_bwd_ready=[10.3, 10.45], update_ready=10.55, previous_ready=9.9, copy_ready=10.5
+    )
+    built = ruler.step_record(STEP_INPUTS, clocked_step(), stamps, METRICS, recompiles=1)
+    # call 1 runs 10.0-10.3; call 2 waits for it, 10.3-10.45
+    assert built.fwd_bwd_device_s == pytest.approx([0.3, 0.15])
+    assert built.first_call_extra_s == pytest.approx(0.15)
+    assert built.boundary_idle_s == pytest.approx(0.1)
+    assert built.device_ready_s == pytest.approx([0.3, 0.45])
+    assert built.update_ready_s == pytest.approx(0.55)
+    # the copy (10.2-10.5) overlaps 10.2-10.3 and 10.3-10.45 of device work: 0.25 of 0.3
+    assert built.stage_hidden == pytest.approx(0.25 / 0.3)
+    assert (built.recompiles, built.staged, built.arm) == (1, "bench_5_0", "on")
+    replayed = ruler.step_record(
+        STEP_INPUTS, clocked_step(), stamps, {**METRICS, "replay_count": 1}, recompiles=0
+    )
+    assert replayed.first_call_extra_s is None  # a replay rides on the next call: not comparable

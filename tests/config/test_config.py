@@ -73,6 +73,8 @@ def test_engine_flags_apply_after_the_argv():
         PRESETS["cpu-tiny"], "--mesh_fsdp=4 --unknown_knob=1", "mesh_fsdp=2 ragged_buffer_factor=-1"
     )
     assert config.mesh.fsdp == 2 and config.moe.ragged_buffer_factor == -1
+    # The argv set a mesh axis, so the mesh is the trainer's: the axes it left out are 1.
+    assert (config.mesh.context, config.mesh.expert) == (1, 1)
     assert unapplied == ["unknown_knob"]
 
 
@@ -90,3 +92,72 @@ def test_engine_flags_apply_after_the_argv():
 def test_bad_engine_values_name_key_value_and_allowed_form(flags, named):
     with pytest.raises(ConfigError, match=named):
         engine_config_from(PRESETS["cpu-tiny"], engine_flags=flags)
+
+
+# The keys users and launchers write today; deriving them from the fields must not rename any.
+KNOWN_KEYS = [
+    "mesh_fsdp", "mesh_context", "mesh_expert", "train_micro_batch_size", "max_prompt_length",
+    "max_response_length", "compute_logps_chunk_size", "remat_policy", "optimizer_learning_rate",
+    "optimizer_schedule_type", "optimizer_init_value", "optimizer_peak_value", "optimizer_end_value",
+    "optimizer_warmup_steps", "optimizer_decay_steps", "optimizer_b1", "optimizer_b2", "optimizer_eps",
+    "optimizer_weight_decay", "optimizer_opt_chain_type", "optimizer_chain_kwargs", "max_grad_norm",
+    "epsilon", "epsilon_high", "beta", "ragged_buffer_factor", "dropless_compute", "retry_when_tokens_dropped",
+    "expert_compute", "router_replay", "attention", "attention_chunk_size", "dtype", "matmul_precision",
+    "seed",
+]  # fmt: skip
+
+
+def test_engine_keys_are_the_fields_marked_as_keys_plus_the_trainer_spellings():
+    assert sorted(ENGINE_KEYS) == sorted(KNOWN_KEYS)
+    for key in ENGINE_KEYS.values():
+        assert key.help
+
+
+def test_every_choice_key_lists_its_fields_literal_choices():
+    from rl_trainer_bench.engine.config import choices, leaf_fields
+
+    literal = {path: choices(kind) for path, _, kind in leaf_fields() if choices(kind)}
+    for name, key in ENGINE_KEYS.items():
+        if key.target in literal:
+            assert key.kind == "choice:" + "|".join(literal[key.target]), name
+    assert ENGINE_KEYS["remat_policy"].kind == "choice:full|minimal|none"
+
+
+def test_engine_choices_and_model_tables_agree():
+    from rl_trainer_bench.engine import model, moe
+    from rl_trainer_bench.engine.config import DroplessCompute, ExpertCompute, RematPolicy, choices
+
+    assert {*model.REMAT_POLICIES, "none"} == set(choices(RematPolicy))
+    assert {"auto", *moe.EXPERT_COMPUTE_CHOICES} == set(choices(ExpertCompute))
+    assert {"auto", *moe.DROPLESS_COMPUTE_CHOICES} == set(choices(DroplessCompute))
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        ("mesh_fsdp=٣", "mesh_fsdp='٣': expected an integer"),
+        ("beta=nan", "beta='nan': expected a number"),
+        ("optimizer_chain_kwargs={'max_norm': True}", "a dict literal like"),
+        ("optimizer_warmup_steps=-1", "an integer >= 0"),
+    ],
+)
+def test_engine_values_are_ascii_finite_and_in_range(flags, named):
+    with pytest.raises(ConfigError, match=named):
+        engine_config_from(PRESETS["cpu-tiny"], engine_flags=flags)
+
+
+def test_config_problems_judge_choices_minimums_and_shapes_in_one_place():
+    import dataclasses
+
+    from rl_trainer_bench.engine.config import config_problems
+
+    tiny = PRESETS["cpu-tiny"].engine
+    assert config_problems(tiny) == []
+    bad_choice = dataclasses.replace(tiny, model=dataclasses.replace(tiny.model, attention="x"))
+    assert config_problems(bad_choice) == ["model.attention='x': must be one of auto, xla, cudnn"]
+    bad_rows = dataclasses.replace(tiny, micro_batch_rows=3)
+    assert config_problems(bad_rows) == [
+        "micro_batch_rows=3: must be a positive multiple of mesh fsdp x expert = 4"
+    ]
+    zero_mesh = dataclasses.replace(tiny, mesh=dataclasses.replace(tiny.mesh, context=0))
+    assert "mesh.context=0: must be >= 1" in config_problems(zero_mesh)

@@ -32,7 +32,7 @@ def test_knobs_parse():
             "MICRO_STEPS": "4",
             "STAGE_BEFORE_UPDATE": "on",
             "PROFILE_STEPS": "2:3",
-            "TRAINER_ARGV": "--a=1 'b c'",
+            "TRAINER_ARGV": "--a=1 --b 'c d'",
             "ENGINE_FLAGS": "x=1 y=2",
             "WORKER": "fused",
         }
@@ -40,7 +40,7 @@ def test_knobs_parse():
     assert config.micro_steps == 4 and config.distinct_micro_batches == 5
     assert config.stage.before_update and not config.stage.after_update
     assert config.profile_steps == (2, 3)
-    assert config.trainer_argv == ("--a=1", "b c") and config.engine_flags == ("x=1", "y=2")
+    assert config.trainer_argv == ("--a=1", "--b", "c d") and config.engine_flags == "x=1 y=2"
 
 
 @pytest.mark.parametrize(
@@ -57,7 +57,13 @@ def test_knobs_parse():
         ({"MICRO_STEPS": "-1"}, "MICRO_STEPS=-1 is too small"),
         ({"PRESET": "huge"}, "PRESET='huge' is unknown: choose one of cpu-tiny"),
         ({"WORKER": "both"}, "WORKER='both' is not allowed: use one of separate, fused"),
-        ({"PROFILE_STEPS": "a:b"}, "PROFILE_STEPS='a:b' is not a:b"),
+        ({"PROFILE_STEPS": "a:b"}, "PROFILE_STEPS='a:b' is not a step window: write N, A:B or A-B"),
+        ({"PROFILE_STEPS": "3:2"}, "PROFILE_STEPS='3:2' is reversed"),
+        ({"PROFILE_STEPS": "1,3"}, "PROFILE_STEPS='1,3' is not a step window"),
+        ({"STEPS": "²"}, "STEPS='²' is not an integer"),
+        ({"STEPS": "٣"}, "STEPS='٣' is not an integer"),
+        ({"SEED": "1.5"}, "SEED='1.5' is not an integer"),
+        ({"ENGINE_FLAGS": "beta"}, "ENGINE_FLAGS: 'beta' is not key=value"),
         (
             {"PROFILE_STEPS": "3:9", "STEPS": "4"},
             "PROFILE_STEPS='3:9' is outside the run: steps are 0..4",
@@ -103,3 +109,27 @@ def test_run_command_refuses_a_bad_knob_with_exit_2(capsys):
     assert capsys.readouterr().err == (
         "rl-trainer-bench run: WORKER='both' is not allowed: use one of separate, fused\n"
     )
+
+
+def test_plan_prints_the_cell_and_exits_before_any_device_work(tmp_path, capsys):
+    results = tmp_path / "r"
+    code = driver.main(["--plan", "--steps", "3"], {"RESULTS_DIR": str(results)})
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert out[0] == (
+        "plan: cell: cpu-tiny mesh 2 x 2 x 2 (fsdp x context x expert),"
+        " micro-batch 4 rows of 128 tokens, 2 micro-steps per step"
+    )
+    assert all(line.startswith("plan: ") for line in out)
+    assert not results.exists()  # refused or planned, a run that did no work writes nothing
+
+
+def test_plan_checks_the_mesh_against_the_slice_it_is_told_not_the_host(capsys):
+    env = {"PLAN_ONLY": "1", "TRAINER_SLICE": "v5p:2x2x1"}
+    assert driver.main([], env) == 2
+    assert capsys.readouterr().err == (
+        "bench_driver: mesh 2 x 2 x 2 (fsdp x context x expert) needs 8 devices, but"
+        " TRAINER_SLICE=v5p:2x2x1 has 4 chips: set mesh_fsdp, mesh_context and mesh_expert to"
+        " multiply to the chip count\n"
+    )
+    assert driver.main([], {**env, "ENGINE_FLAGS": "mesh_fsdp=1"}) == 0

@@ -81,6 +81,9 @@ def test_trainer_env_prefix_and_argv_reach_the_driver():
         "--discovery_addrs=fixture-orch:20000",
         "--worker_id=fixture-train",
         "--mesh_fsdp=8",
+        "--model_name=Qwen3-30B-A3B",
+        "--max_prompt_length=1024",
+        "--max_response_length=3072",
         "--optimizer_chain_kwargs={'max_norm': 0.125}",
         "--trainable_parameters_mask=^(?!.*gate).*",
     ]
@@ -95,8 +98,9 @@ def test_orchestrator_argv_comes_from_the_orchestrator_jobset_or_the_knob():
 
 
 def test_trainer_argv_knob_replaces_the_parsed_flags():
-    env = exports(render_fixture(trainer_argv="--mesh_fsdp=4 --x='a b'"))
-    assert shlex.split(env["TRAINER_ARGV"]) == ["--mesh_fsdp=4", "--x=a b"]
+    argv = "--model_name=Qwen3-30B-A3B --mesh_fsdp=8 --max_prompt_length=8 --max_response_length=8"
+    env = exports(render_fixture(trainer_argv=f"{argv} --x='a b'"))
+    assert shlex.split(env["TRAINER_ARGV"]) == [*argv.split(), "--x=a b"]
 
 
 def test_engine_flags_are_passed_in_order_and_the_last_one_wins():
@@ -117,7 +121,7 @@ def test_libtpu_flags_are_created_when_the_trainer_had_none():
 
 def test_step_knobs_are_exported_only_when_given():
     env = exports(render_fixture(steps="5", micro_steps="3", profile_steps="2-3"))
-    assert (env["STEPS"], env["MICRO_STEPS"], env["PROFILE_STEPS"]) == ("5", "3", "2-3")
+    assert (env["STEPS"], env["MICRO_STEPS"], env["PROFILE_STEPS"]) == ("5", "3", "2:3")
     assert not {"STEPS", "MICRO_STEPS", "PROFILE_STEPS"} & set(exports(render_fixture()))
 
 
@@ -135,7 +139,8 @@ def test_driver_env_values_are_exported_literally():
 
 
 def test_trainer_slice_moves_selectors_hosts_chips_and_instance_type_together():
-    bench = render_fixture(trainer_slice="tpu7x:4x4x8")
+    # 128 chips: the trainer's mesh (8 devices) moves with the slice, or the pod would refuse it.
+    bench = render_fixture(trainer_slice="tpu7x:4x4x8", engine_flags="mesh_context=16")
     changes = diff(_trainer(), bench)
     assert unexpected(changes, {"names", "restarts", "command", "provenance", "slice"}) == []
     for job in ("proc", "pw-node"):
@@ -153,8 +158,13 @@ def test_trainer_slice_moves_selectors_hosts_chips_and_instance_type_together():
     assert jobset_problems(bench) == []
 
 
+def test_a_slice_the_trainers_mesh_does_not_fill_is_refused_at_render_time():
+    with pytest.raises(UserError, match="TRAINER_SLICE=v5e:2x2 has 4 chips: set mesh_fsdp"):
+        render_fixture(trainer_slice="v5e:2x2")
+
+
 def test_single_host_slice_gets_one_host_with_its_chips():
-    bench = render_fixture(trainer_slice="v5e:2x2")
+    bench = render_fixture(trainer_slice="v5e:2x2", engine_flags="mesh_fsdp=4")
     assert _job(bench, "pw-node")["template"]["spec"]["completions"] == 1
     assert jobset_problems(bench) == []
 
@@ -218,7 +228,7 @@ def test_unknown_trainer_jobset_lists_the_jobsets_found():
     [
         ({"bogus": "1"}, "unknown knob bogus"),
         ({"trainer_slice": "v9:2x2"}, "known forms are"),
-        ({"steps": "0"}, "STEPS='0' must be an integer >= 1"),
+        ({"steps": "0"}, "STEPS=0 is too small: use an integer >= 1"),
         ({"micro_steps": "x"}, "MICRO_STEPS"),
         ({"max_restarts": "-1"}, "MAX_RESTARTS"),
         ({"profile_steps": "a"}, "PROFILE_STEPS"),

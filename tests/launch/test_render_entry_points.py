@@ -14,6 +14,7 @@ KNOB_VALUES = {
     "STEPS": "4",
     "DRIVER_ENV": "A='x $(id)'",
     "TRAINER_SLICE": "v5p:2x2x4",
+    "ENGINE_FLAGS": "mesh_context=2",  # the trainer's 8-device mesh doubled to fill 16 chips
 }
 
 
@@ -54,6 +55,16 @@ def test_bad_knob_is_one_line_exit_2_and_no_output_file(tmp_path, env_extra):
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert result.stdout == ""
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_misspelt_knob_in_the_environment_is_refused_naming_the_knob(tmp_path):
+    output = tmp_path / "bench.yaml"
+    result = _run(["bash", "render_bench.sh"], {**KNOB_VALUES, "OUTPUT": str(output), "STEP": "3"})
+    assert result.returncode == 2 and not output.exists()
+    assert result.stderr == (
+        "rl-trainer-bench render: STEP is not a knob: did you mean STEPS?"
+        " (set in the environment; rename it)\n"
+    )
 
 
 def test_unknown_flag_is_one_line_exit_2():

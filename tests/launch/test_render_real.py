@@ -17,13 +17,24 @@ from rl_trainer_bench.launch.validate import jobset_problems
 EXPECTED = {"names", "restarts", "command", "provenance"}
 
 
+# Qwen3-1.7B has no preset: PRESET picks one, and the micro-batch fills the trainer's 8-way mesh.
+_GSM8K_KNOBS = {
+    "driver_env": "PRESET=qwen3-30b-a3b-cell",
+    "engine_flags": "train_micro_batch_size=8 compute_logps_chunk_size=128",
+}
+
+
 @pytest.mark.parametrize(
-    "name", ["tunix-gsm8k-start.yaml", "tunix-mlperf-397b-256-v5p-trainer.stdout.txt"]
+    ("name", "knobs"),
+    [
+        ("tunix-gsm8k-start.yaml", _GSM8K_KNOBS),
+        ("tunix-mlperf-397b-256-v5p-trainer.stdout.txt", {}),
+    ],
 )
-def test_real_launch_renders_to_a_valid_bench_that_changes_only_what_it_should(name):
+def test_real_launch_renders_to_a_valid_bench_that_changes_only_what_it_should(name, knobs):
     text = real_render(name).read_text()
     trainer = find_trainer(read_documents(text, name), name)
-    bench = yaml.safe_load(render(text, name, RenderKnobs()))
+    bench = yaml.safe_load(render(text, name, RenderKnobs.from_strings(knobs)))
     assert jobset_problems(bench) == []
     assert unexpected(diff(trainer, bench), EXPECTED) == []
     launch = read_client_command(client_container(trainer)["command"])
@@ -37,7 +48,11 @@ def test_397b_trainer_keeps_its_libtpu_flags_and_moves_to_a_new_slice():
     name = "tunix-mlperf-397b-256-v5p-trainer.stdout.txt"
     text = real_render(name).read_text()
     knobs = RenderKnobs.from_strings(
-        {"trainer_slice": "tpu7x:4x4x8", "libtpu_flags": "--xla_tpu_scoped_vmem_limit_kib=98304"}
+        {
+            "trainer_slice": "tpu7x:4x4x8",
+            "libtpu_flags": "--xla_tpu_scoped_vmem_limit_kib=98304",
+            "engine_flags": "mesh_fsdp=8",  # 8 x 8 x 2 fills the 128 chips
+        }
     )
     bench = yaml.safe_load(render(text, name, knobs))
     flags = exports(bench)["LIBTPU_INIT_ARGS"].split()
@@ -48,6 +63,12 @@ def test_397b_trainer_keeps_its_libtpu_flags_and_moves_to_a_new_slice():
     workers = bench["spec"]["replicatedJobs"][1]["template"]["spec"]
     assert (workers["completions"], workers["parallelism"]) == (32, 32)
     assert jobset_problems(bench) == []
+
+
+def test_a_real_launch_of_a_model_without_a_preset_is_refused_naming_preset():
+    name = "tunix-gsm8k-start.yaml"
+    with pytest.raises(UserError, match=r"--model_name=Qwen3-1\.7B is not a model .* set PRESET"):
+        render(real_render(name).read_text(), name, RenderKnobs())
 
 
 def test_rollout_only_launch_is_refused_listing_what_was_found():

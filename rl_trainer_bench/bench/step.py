@@ -1,0 +1,350 @@
+"""One arm's timed steps, written as the RL trainer's loop: M x `fwd_bwd`, `update`, metrics read.
+
+`StepLoop.run_step` is that loop and nothing else; what the bench adds to it sits in small parts
+beside it, each named where the loop uses it:
+- `StepClock` spans (clock.py) around each timed call; the ruler builds the step's record from them;
+- `Staging`: the next step's first micro-batch copied at one issue point of the step, the device
+  waited for at one, the prepared input handed to the `fwd_bwd` that trains it;
+- `ProgramTimeline`: each program's completion marker stamped when ready, off the host's path;
+- `CompileWatch`: programs XLA compiled during the step (a compile inside a scored step fails the run);
+- `ProfilerWindow`: the PROFILE_STEPS trace, started and stopped around the steps it covers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.bench.clock import StepClock
+from rl_trainer_bench.bench.device_timeline import DeviceTimeline
+from rl_trainer_bench.bench.ruler import StepRecord
+from rl_trainer_bench.bench.worker import TrainerWorker
+from rl_trainer_bench.config.knobs import StageConfig
+from rl_trainer_bench.engine.contract import Engine, Payload, PreparedInput
+
+# The points of a step where staging can issue the next first micro-batch's copy or wait for it.
+BEFORE_LAST_FWD_BWD, BEFORE_UPDATE, AFTER_UPDATE = (
+    "before_last_fwd_bwd",
+    "before_update",
+    "after_update",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolEntry:
+    """A pool micro-batch with what the ruler needs about it, computed once, off the clock."""
+
+    payload: Payload
+    digest: str
+    tokens: int  # real (non-padding) tokens
+    flops: float | None  # model FLOPs of one fwd_bwd on it, where the engine counts them
+
+
+class MicroBatchPool:
+    """The micro-batches every arm trains: step s, call i takes entry (s * M + i) mod pool size."""
+
+    def __init__(self, payloads: Sequence[Payload], engine: Engine, micro_steps: int):
+        count_flops = getattr(engine, "model_flops", None)
+        self.micro_steps = micro_steps
+        self.entries = [
+            PoolEntry(
+                payload=p,
+                digest=micro_batch_digest(p),
+                tokens=int(np.count_nonzero(p.segment_ids)),
+                flops=float(count_flops(p)) if callable(count_flops) else None,
+            )
+            for p in payloads
+        ]
+
+    def for_step(self, step: int) -> list[PoolEntry]:
+        """Step `step`'s micro-batches in training order, named `bench_<step>_<index>` for the log."""
+        return [self._entry(step, index) for index in range(self.micro_steps)]
+
+    def first_of(self, step: int) -> Payload:
+        return self._entry(step, 0).payload
+
+    def _entry(self, step: int, index: int) -> PoolEntry:
+        entry = self.entries[(step * self.micro_steps + index) % len(self.entries)]
+        named = dataclasses.replace(entry.payload, name=f"bench_{step}_{index}")
+        return dataclasses.replace(entry, payload=named)
+
+
+def micro_batch_digest(payload: Payload) -> str:
+    """One digest for a micro-batch, from the per-array digests it was built with (no hashing of
+    the arrays themselves: those digests were computed once, when the micro-batch was built)."""
+    joined = ";".join(f"{name}={payload.digests[name]}" for name in sorted(payload.digests))
+    return hashlib.sha256(joined.encode()).hexdigest()[:16]
+
+
+def stage_knob(stage: StageConfig) -> str:
+    """The knob that turned staging on, as the log and the refusals name it."""
+    return "STAGE_BEFORE_UPDATE" if stage.before_update else "STAGE_AFTER_UPDATE"
+
+
+class Staging:
+    """Stages the next step's first micro-batch: issues its copy at one point of the step, waits
+    for the device at one, and hands the prepared input to the `fwd_bwd` that trains it.
+
+    STAGE_BEFORE_UPDATE issues before the step's last `fwd_bwd` (where STAGE_ISSUE says so for the
+    platform) or after it, and waits before `update`; STAGE_AFTER_UPDATE issues and waits right
+    after `update`. Each boundary has its own stage (an interleaved A/B switches them), given by
+    the step it closes. The copies' ready stamps say how much of each copy the device's work hid.
+    """
+
+    def __init__(self, engine: Engine, boundary_stages: Sequence[StageConfig], platform: str):
+        self._engine = engine
+        self._points = [_stage_points(stage, platform) for stage in boundary_stages]
+        self.count = 0
+        staging = any(stage.enabled for stage in boundary_stages)
+        self._copies = DeviceTimeline("bench-copies") if staging else None
+        self._prepared: dict[str, PreparedInput] = {}  # by the name of the micro-batch it holds
+
+    def issues_at(self, step: int) -> bool:
+        """Whether the boundary closing step `step` stages (the last step closes none)."""
+        return step < len(self._points) and self._points[step][0] is not None
+
+    def at(self, point: str, upcoming: Payload | None, clock: StepClock, step: int) -> None:
+        """Staging's work at `point` of step `step`; nothing after the arm's last step."""
+        if upcoming is None:
+            return
+        issue_at, wait_at = self._points[step]
+        if point == issue_at:
+            with clock.span("stage", f"stage {upcoming.name}"):
+                prepared = self._engine.prepare_fwd_bwd_input(upcoming)
+            self._copies.watch(f"{step}/stage", _device_arrays(prepared))
+            self._prepared[upcoming.name] = prepared
+            self.count += 1
+        if point == wait_at:
+            with clock.span("device_wait"):
+                self._engine.wait_for_device()
+
+    def input_for(self, payload: Payload) -> Payload | PreparedInput:
+        """What `fwd_bwd` gets for `payload`: its staged copy where one was issued, else itself."""
+        return self._prepared.pop(payload.name, payload)
+
+    def copy_ready(self, step: int) -> float | None:
+        """When step `step`'s staged copy was ready (None: nothing was staged at that step)."""
+        return self._copies.ready(f"{step}/stage") if self.issues_at(step) else None
+
+    def close(self) -> None:
+        if self._copies:
+            self._copies.close()
+
+
+def _stage_points(stage: StageConfig, platform: str) -> tuple[str | None, str | None]:
+    """Where `stage` issues the copy and where it waits for the device (None: it does not)."""
+    if stage.before_update:
+        issue = BEFORE_LAST_FWD_BWD if stage.issue_before_last(platform) else BEFORE_UPDATE
+        return issue, BEFORE_UPDATE
+    if stage.after_update:
+        return AFTER_UPDATE, AFTER_UPDATE
+    return None, None
+
+
+def _device_arrays(prepared: PreparedInput) -> Any:
+    """The fields of an engine's PreparedInput as a pytree, for the watcher to block on."""
+    if dataclasses.is_dataclass(prepared):
+        return {f.name: getattr(prepared, f.name) for f in dataclasses.fields(prepared)}
+    return getattr(prepared, "__dict__", prepared)
+
+
+class ProgramTimeline:
+    """Stamps each dispatched program's completion marker when ready, where the engine gives one."""
+
+    def __init__(self, engine: Engine):
+        self._marker = getattr(engine, "completion_marker", None)
+        self._timeline = DeviceTimeline("bench-programs") if callable(self._marker) else None
+        self._previous_ready: float | None = None
+
+    def watch(self, label: str) -> None:
+        if self._timeline:
+            self._timeline.watch(label, self._marker())
+
+    def stamps(self, step: int, calls: int, copy_ready: float | None) -> ruler.DeviceStamps | None:
+        """Step `step`'s ready stamps, read after its clock stopped (None: no completion markers)."""
+        if not self._timeline:
+            return None
+        ready = [self._timeline.ready(f"{step}/fwd_bwd/{index}") for index in range(calls)]
+        update = self._timeline.ready(f"{step}/update")
+        stamps = ruler.DeviceStamps(ready, update, self._previous_ready, copy_ready)
+        self._previous_ready = update
+        return stamps
+
+    def close(self) -> None:
+        if self._timeline:
+            self._timeline.close()
+
+
+class CompileWatch:
+    """Names every program XLA compiles while it is installed (JAX's backend-compile event)."""
+
+    _EVENT = "/jax/core/compile/backend_compile_duration"
+
+    def __init__(self) -> None:
+        self._names: list[str] = []
+        self._lock = threading.Lock()
+
+    def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
+        if event == self._EVENT:
+            with self._lock:
+                self._names.append(str(kwargs.get("fun_name", "?")))
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[CompileWatch]:
+        jax.monitoring.register_event_duration_secs_listener(self._listen)
+        try:
+            yield self
+        finally:
+            jax.monitoring.unregister_event_duration_listener(self._listen)
+
+    @contextlib.contextmanager
+    def during(self) -> Iterator[list[str]]:
+        """The programs compiled inside the block, in the yielded list once the block is over."""
+        with self._lock:
+            mark = len(self._names)
+        compiled: list[str] = []
+        yield compiled
+        with self._lock:
+            compiled.extend(self._names[mark:])
+
+
+class ProfilerWindow:
+    """PROFILE_STEPS: a trace from the window's first step to its last, written under `folder`."""
+
+    def __init__(self, steps: tuple[int, int] | None, folder: Path):
+        self._steps, self._folder = steps, folder
+        self._tracing = False
+
+    @contextlib.contextmanager
+    def around(self, step: int) -> Iterator[None]:
+        """One step, annotated for the trace viewer's step view; the trace starts before the
+        window's first step and stops after its last, or after a step that fails inside it."""
+        if self._steps and step == self._steps[0]:
+            jax.profiler.start_trace(str(self._folder))
+            self._tracing = True
+        try:
+            with jax.profiler.StepTraceAnnotation("bench_step", step_num=step):
+                yield
+        except BaseException:
+            self._stop()
+            raise
+        if self._steps and step == self._steps[1]:
+            self._stop()
+
+    def _stop(self) -> None:
+        if self._tracing:
+            jax.profiler.stop_trace()
+            self._tracing = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmSettings:
+    """What one arm's loop needs besides the engine: its label, its steps, and where it runs."""
+
+    arm: str
+    warmup_steps: int
+    steps: int
+    devices: int
+    peak_flops: float | None
+
+
+class StepLoop:
+    """One arm's steps on a compiled engine: run_step is the trainer's loop, timed.
+
+    `boundary_stages` holds one stage per boundary (by the step it closes): one per step but the last.
+    """
+
+    def __init__(
+        self,
+        worker: TrainerWorker,
+        pool: MicroBatchPool,
+        boundary_stages: Sequence[StageConfig],
+        compiles: CompileWatch,
+        profiler: ProfilerWindow,
+        settings: ArmSettings,
+        log: Callable[[str], None],
+    ):
+        self.worker, self.pool = worker, pool
+        self.staging = Staging(worker.engine, boundary_stages, jax.default_backend())
+        self.compiles, self.profiler, self.settings = compiles, profiler, settings
+        self.log = log
+        self.programs = ProgramTimeline(worker.engine)
+        self.records: list[StepRecord] = []
+        self.recompiles: list[str] = []  # programs compiled during scored steps
+
+    def __enter__(self) -> StepLoop:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.programs.close()
+        self.staging.close()
+
+    def run_step(self, step: int) -> StepRecord:
+        batches = self.pool.for_step(step)
+        upcoming = self.pool.first_of(step + 1) if step + 1 < self.total_steps else None
+        clock = StepClock(annotate=jax.profiler.TraceAnnotation)
+        last = len(batches) - 1
+        with self.profiler.around(step), self.compiles.during() as compiled, clock.running():
+            for index, batch in enumerate(batches):
+                if index == last:
+                    self.staging.at(BEFORE_LAST_FWD_BWD, upcoming, clock, step)
+                request = self.staging.input_for(batch.payload)
+                with clock.span("fwd_bwd", f"fwd_bwd {batch.payload.name}"):
+                    self.worker.fwd_bwd(request, apply_optimizer=index == last)
+                self.programs.watch(f"{step}/fwd_bwd/{index}")
+            self.staging.at(BEFORE_UPDATE, upcoming, clock, step)
+            with clock.span("update"):
+                self.worker.update()
+            self.programs.watch(f"{step}/update")
+            self.staging.at(AFTER_UPDATE, upcoming, clock, step)
+            metrics = self.worker.get_metrics()
+        staged = upcoming.name if self.staging.issues_at(step) else None
+        return self._record(step, batches, clock, compiled, metrics, staged)
+
+    @property
+    def total_steps(self) -> int:
+        return self.settings.warmup_steps + self.settings.steps
+
+    def _record(
+        self,
+        step: int,
+        batches: Sequence[PoolEntry],
+        clock: StepClock,
+        compiled: list[str],
+        metrics: Any,
+        staged: str | None,
+    ) -> StepRecord:
+        """The ruler's record of the step, built after its clock stopped; scored compiles noted."""
+        scored = step >= self.settings.warmup_steps
+        if scored and compiled:
+            self.recompiles.extend(compiled)
+            self.log(f"{ruler.LOG_PREFIX} RECOMPILE step={step} programs={','.join(compiled)}")
+        flops = [b.flops for b in batches]
+        inputs = ruler.StepInputs(
+            step=step,
+            warmup=not scored,
+            arm=self.settings.arm,
+            micro_batches=[b.payload.name for b in batches],
+            digests=[b.digest for b in batches],
+            tokens=sum(b.tokens for b in batches),
+            model_flops=None if None in flops else sum(flops),  # type: ignore[arg-type]
+            staged=staged,
+            devices=self.settings.devices,
+            peak_flops=self.settings.peak_flops,
+        )
+        copy_ready = self.staging.copy_ready(step)
+        device = self.programs.stamps(step, len(batches), copy_ready)
+        record = ruler.step_record(
+            inputs, clock, device, metrics, recompiles=len(compiled) if scored else 0
+        )
+        self.records.append(record)
+        return record

@@ -1,0 +1,85 @@
+"""How a knob's text becomes a value: the grammars every entry point shares.
+
+The renderer, the driver, the CLI flags and the engine keys all read numbers, switches, choices,
+shell words and step windows through these functions, so a value one of them accepts means the
+same thing to all of them. Numbers are ASCII only: Python's `int()` reads `٣` as 3, which would let
+a value look different in a manifest than in the run; each parser raises `ConfigError` with one
+line naming the knob, the value and the accepted form.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+
+from rl_trainer_bench.errors import ConfigError
+
+WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+REAL_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_SWITCH = {"on": True, "off": False}
+_STEP_WINDOW = re.compile(r"([0-9]+)(?:\s*[:-]\s*([0-9]+))?", re.ASCII)
+STEP_WINDOW_FORMS = "N, A:B or A-B (one inclusive window of step indices)"
+
+
+def whole_number(name: str, text: str, minimum: int | None = None) -> int:
+    """An integer written in ASCII digits, at least `minimum` when one is given."""
+    stripped = text.strip()
+    if not WHOLE_NUMBER.fullmatch(stripped):
+        raise ConfigError(f"{name}={text!r} is not an integer: write ASCII digits, e.g. {name}=4")
+    value = int(stripped)
+    if minimum is not None and value < minimum:
+        raise ConfigError(f"{name}={value} is too small: use an integer >= {minimum}")
+    return value
+
+
+def real_number(name: str, text: str) -> float:
+    """A finite decimal number (1e-6, 0.125, -3), ASCII only."""
+    stripped = text.strip()
+    if not REAL_NUMBER.fullmatch(stripped):
+        raise ConfigError(f"{name}={text!r} is not a number: write e.g. {name}=0.125")
+    return float(stripped)
+
+
+def switch(name: str, text: str) -> bool:
+    """`on` or `off` (any case)."""
+    value = _SWITCH.get(text.strip().lower())
+    if value is None:
+        raise ConfigError(f"{name}={text!r} is not allowed: use on or off")
+    return value
+
+
+def choice(name: str, text: str, choices: Sequence[str]) -> str:
+    """One of `choices`, exactly."""
+    value = text.strip()
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not allowed: use one of {', '.join(choices)}")
+    return value
+
+
+def shell_words(name: str, text: str) -> tuple[str, ...]:
+    """Shell words, quoted as a POSIX shell would read them."""
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as error:
+        raise ConfigError(
+            f"{name}={text!r} does not parse as shell words ({error}); fix its quoting"
+        ) from None
+
+
+def step_window(name: str, text: str) -> tuple[int, int]:
+    """One inclusive window of step indices: `N` (one step), `A:B` or `A-B` (A through B).
+
+    The profiler traces one contiguous window, so a list of windows is refused rather than
+    silently narrowed; a reversed window is named as reversed.
+    """
+    match = _STEP_WINDOW.fullmatch(text.strip())
+    if match is None:
+        raise ConfigError(f"{name}={text!r} is not a step window: write {STEP_WINDOW_FORMS}")
+    first = int(match.group(1))
+    last = int(match.group(2)) if match.group(2) is not None else first
+    if last < first:
+        raise ConfigError(
+            f"{name}={text!r} is reversed: write the first step first ({last}:{first})"
+        )
+    return first, last

@@ -1,0 +1,222 @@
+"""The rendered pod times the trainer's own cell: its driver's `--plan`, run from the pod's own code.
+
+Each test renders a launcher's output, unpacks the code bundle embedded in the client command,
+and runs that bundle's `bench_driver.py --plan` here, with exactly the environment the script
+exports, so what is checked is what the pod would print before touching a device.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
+from render_helpers import FIXTURE, REPO, client_script, exports, real_render
+
+from rl_trainer_bench.bench import driver
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.launch.knobs import RenderKnobs
+from rl_trainer_bench.launch.pod_script import CODE_MARKER
+from rl_trainer_bench.launch.render import render
+
+UNKNOWN_MODEL = REPO / "tests" / "testdata" / "launch_dryrun_unknown_model.yaml"
+
+
+def _pod_plan(bench: dict, folder: Path) -> subprocess.CompletedProcess:
+    """`bench_driver.py --plan` from the bundle in `bench`'s client script, in its environment."""
+    script = client_script(bench)
+    start = script.index("\n", script.index(f"<<'{CODE_MARKER}'")) + 1
+    bundle = base64.b64decode(script[start : script.index(f"\n{CODE_MARKER}\n", start)])
+    with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as archive:
+        archive.extractall(folder, filter="data")
+    environment = {**exports(bench), "PATH": os.environ["PATH"], "PYTHONPATH": str(folder)}
+    return subprocess.run(
+        [sys.executable, str(folder / "bench_driver.py"), "--plan"],
+        env=environment,
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_397b_launch_renders_a_pod_that_plans_the_397b_cell_on_its_slice(tmp_path):
+    name = "tunix-mlperf-397b-256-v5p-trainer.stdout.txt"
+    bench = yaml.safe_load(render(real_render(name).read_text(), name, RenderKnobs()))
+    assert "PRESET" not in exports(bench)  # the model comes from the trainer's own flags
+    result = _pod_plan(bench, tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert (
+        "plan: cell: qwen3.5-397b-cell mesh 16 x 8 x 2 (fsdp x context x expert),"
+        " micro-batch 32 rows of 65,536 tokens, 9 micro-steps per step"
+    ) in lines
+    assert "plan: preset: qwen3.5-397b-cell (chosen by --model_name=Qwen3.5-397B-A17B)" in lines
+    assert "plan: mesh: 16 x 8 x 2 = 256 devices on v5p:4x8x8 (256 chips)" in lines
+    assert lines[-1] == "plan: ok: every knob is valid; nothing ran on a device"
+
+
+def test_a_known_model_fixture_plans_its_preset_with_lengths_from_the_trainer(tmp_path):
+    """The fixture's orchestrator states no lengths; the trainer's flags supply them."""
+    bench = yaml.safe_load(render(FIXTURE.read_text(), FIXTURE.name, RenderKnobs()))
+    assert "max_prompt_length" not in exports(bench)["ORCH_ARGV"]
+    result = _pod_plan(bench, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (
+        "plan: cell: qwen3-30b-a3b-cell mesh 8 x 1 x 1 (fsdp x context x expert),"
+        " micro-batch 8 rows of 4,096 tokens, 4 micro-steps per step"
+    ) in result.stdout.splitlines()
+    assert "packing: from ORCH_ARGV" in result.stdout
+
+
+def test_an_unknown_model_is_refused_at_render_time_naming_preset():
+    with pytest.raises(UserError) as raised:
+        render(UNKNOWN_MODEL.read_text(), UNKNOWN_MODEL.name, RenderKnobs())
+    message = str(raised.value)
+    assert (
+        "--model_name=Mixtral-8x22B-Instruct is not a model the bench has a preset for" in message
+    )
+    assert "set PRESET" in message and "\n" not in message
+
+
+def test_preset_overrides_the_model_mapping(tmp_path):
+    knobs = RenderKnobs.from_strings({"driver_env": "PRESET=qwen3-30b-a3b-cell"})
+    bench = yaml.safe_load(render(UNKNOWN_MODEL.read_text(), UNKNOWN_MODEL.name, knobs))
+    result = _pod_plan(bench, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "plan: preset: qwen3-30b-a3b-cell (chosen by PRESET)" in result.stdout.splitlines()
+
+
+def test_a_trainer_command_naming_no_model_is_refused_naming_preset():
+    text = FIXTURE.read_text().replace("--model_name=Qwen3-30B-A3B ", "")
+    with pytest.raises(UserError, match=r"name no model .*set PRESET through DRIVER_ENV"):
+        render(text, "f", RenderKnobs())
+
+
+def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
+    from rl_trainer_bench import cli
+
+    out = tmp_path / "bench.yaml"
+    assert cli.main(["render", "--launch-render", str(FIXTURE), "--output", str(out)]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "render: the pod times qwen3-30b-a3b-cell mesh 8 x 1 x 1 (fsdp x context x expert),"
+        " micro-batch 8 rows of 4,096 tokens, 4 micro-steps per step"
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Every value the renderer accepts, the pod's driver accepts
+# ----------------------------------------------------------------------------------------------
+
+_SMALL = st.integers(-1, 20).map(str)
+_TRAINER_ARGV = st.builds(
+    lambda model, fsdp, context, rows, prompt, response: " ".join(
+        f"--{flag}={value}"
+        for flag, value in (
+            ("model_name", model),
+            ("mesh_fsdp", fsdp),
+            ("mesh_context", context),
+            ("train_micro_batch_size", rows),
+            ("max_prompt_length", prompt),
+            ("max_response_length", response),
+        )
+        if value is not None
+    ),
+    st.sampled_from(["Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B", "qwen3.5-397b-a17b", "Other-7B"]),
+    st.sampled_from(["8", "4", "2", "1", "0", "x", None]),
+    st.sampled_from(["1", "2", "4", None]),
+    st.sampled_from(["8", "16", "4", "0", None]),
+    st.sampled_from(["64", "1024", "0", "٣", None]),
+    st.sampled_from(["64", "3072", "1", None]),
+)
+_ENGINE_FLAGS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "mesh_fsdp",
+                "mesh_context",
+                "train_micro_batch_size",
+                "beta",
+                "remat_policy",
+                "attention_chunk_size",
+                "compute_logps_chunk_size",
+                "dtype",
+                "seed",
+            ]
+        ),
+        st.sampled_from(["1", "2", "4", "8", "64", "0", "-1", "0.5", "none", "float32", "x"]),
+    ),
+    max_size=3,
+).map(lambda pairs: " ".join(f"{k}={v}" for k, v in pairs))
+_DRIVER_ENV = st.lists(
+    st.sampled_from(
+        [
+            "WORKER=fused",
+            "STAGE_BEFORE_UPDATE=on",
+            "PRESET=cpu-tiny",
+            "WARMUP_STEPS=3",
+            "SEED=x",
+            "STAGE_ISSUE=before_last",
+            "DISTINCT_MICRO_BATCHES=2",
+            "PLAN_ONLY=0",
+            "WORKERS=fused",
+        ]
+    ),
+    max_size=3,
+    unique=True,
+).map(" ".join)
+_KNOBS = st.fixed_dictionaries(
+    {},
+    optional={
+        "steps": _SMALL,
+        "micro_steps": _SMALL,
+        "profile_steps": st.builds(
+            "{}{}{}".format, st.integers(0, 12), st.sampled_from([":", "-"]), st.integers(0, 12)
+        ),
+        "trainer_argv": _TRAINER_ARGV,
+        "orch_argv": st.sampled_from(
+            [
+                "--num_generations=4",
+                "--num_generations=0",
+                "--max_prompt_length=16",
+                "--max_prompt_length=16 --max_response_length=16",
+                "--pad_rows=9",
+            ]
+        ),
+        "engine_flags": _ENGINE_FLAGS,
+        "driver_env": _DRIVER_ENV,
+        "trainer_slice": st.sampled_from(["v5p:2x2x2", "v5e:2x4", "v5p:2x2x1", "tpu7x:2x2x2"]),
+    },
+)
+FIXTURE_TEXT = FIXTURE.read_text()
+
+
+@settings(
+    max_examples=int(os.environ.get("RENDER_PLAN_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(knobs=_KNOBS)
+@example(knobs={})
+@example(knobs={"steps": "3", "profile_steps": "1-3", "engine_flags": "beta=0.5 remat_policy=none"})
+@example(knobs={"orch_argv": "--num_generations=4", "trainer_slice": "v5e:2x4"})
+@example(knobs={"trainer_argv": "--model_name=Qwen3-30B-A3B --mesh_fsdp=8 --max_prompt_length=64"})
+def test_every_render_the_renderer_accepts_is_a_pod_whose_driver_accepts_its_knobs(knobs, capsys):
+    try:
+        bench = yaml.safe_load(render(FIXTURE_TEXT, "fuzz.yaml", RenderKnobs.from_strings(knobs)))
+    except UserError as error:
+        assert "\n" not in str(error)
+        event("refused at render time")
+        return
+    event("rendered")
+    environment = {**exports(bench), "PLAN_ONLY": "1"}
+    assert driver.main([], environment) == 0, capsys.readouterr().err
+    assert capsys.readouterr().out.splitlines()[-1].startswith("plan: ok")
