@@ -61,6 +61,7 @@ _DEFAULT_KEYS: dict[str, Any] = {
     "enable_checkpointing": False,
     "skip_step_on_spikes": False,
     "warmup_steps_fraction": 0.1,
+    "jax_cache_dir": "~/jax_cache",
     "num_experts": 1,
     "num_experts_per_tok": 1,
     "base_moe_mlp_dim": 16,

@@ -141,6 +141,10 @@ def maxtext_keys(config: EngineConfig) -> dict[str, Any]:
         "enable_checkpointing": False,
         "skip_step_on_spikes": False,
         "warmup_steps_fraction": 0.0,  # MaxText warms up over 10 % of 150k steps: no learning here
+        # MaxText otherwise turns on JAX's persistent compilation cache for the whole process: the
+        # compile seconds would become cache reads and a program loaded in a scored step would
+        # slip past the recompile check (which sees compiles, not cache hits).
+        "jax_cache_dir": "",
     }
     if m.num_experts > 1:
         keys |= {

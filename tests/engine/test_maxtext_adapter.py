@@ -118,6 +118,11 @@ def test_staged_input_lands_on_the_fwd_bwd_input_shardings(conformance):
         array = prepared.batch[key]
         assert array.sharding.is_equivalent_to(expected[key], array.ndim), key
     assert prepared.batch["inputs"].sharding.spec[0] == "fsdp"  # really sharded, not replicated
+    engine.fwd_bwd(prepared)
+    engine.update()
+    metrics = engine.get_metrics()
+    assert metrics["tokens"] == np.count_nonzero(payload.segment_ids)
+    assert metrics["loss_denominator"] == np.count_nonzero(payload.completion_mask)
 
 
 def _arm(stage: StageConfig):
