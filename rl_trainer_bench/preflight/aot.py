@@ -487,6 +487,11 @@ def run_check(
 
     `progress` gets one line per compiled program: a full-size compile takes minutes.
     """
+    from rl_trainer_bench.payload.routing_profile import load_profile
+
+    if seed < 0:
+        raise UserError(f"--seed / SEED={seed}: expected 0 or more")
+    profile = load_profile(routing_profile)  # a bad file is refused before minutes of compiling
     cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags)
     full_depth = cell.config.model.num_layers
     depths = _depths(full_depth, layers)
@@ -508,7 +513,7 @@ def run_check(
         )
     else:
         progress("aot: building micro-batch 0 for the replay chance and the model FLOPs")
-        facts = step_estimate.micro_batch_facts(cell.config, routing_profile, seed)
+        facts = step_estimate.micro_batch_facts(cell.config, profile, seed)
         report.step = predict_step(report, micro_steps or preset(cell.preset).micro_steps, facts)
     return report
 

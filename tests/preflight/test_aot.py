@@ -188,9 +188,17 @@ def test_no_chip_in_the_table_means_no_time_estimate(compiled_cell):
     assert report.to_json()["time_estimate"] is None
 
 
-def test_bad_micro_steps_is_refused(capsys):
+def test_bad_estimate_inputs_are_refused_before_any_compile(capsys, tmp_path):
     assert cli.main(["aot", "--micro-steps", "-1"]) == 2
     assert "--micro-steps / MICRO_STEPS=-1" in capsys.readouterr().err
+    assert cli.main(["aot", "--seed", "-3"]) == 2
+    assert "--seed / SEED=-3: expected 0 or more" in capsys.readouterr().err
+    missing = tmp_path / "none.json"
+    output = tmp_path / "report.json"
+    assert cli.main(["aot", "--routing-profile", str(missing), "--output", str(output)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and str(missing) in error
+    assert not output.exists()
 
 
 def test_unknown_slice_is_refused_with_the_known_forms(capsys):

@@ -69,7 +69,7 @@ def test_replay_probability_over_groups_and_layers():
 
 def test_facts_come_from_the_bench_first_micro_batch():
     config = preset("cpu-tiny").engine
-    facts = step_estimate.micro_batch_facts(config, None, seed=0)
+    facts = step_estimate.micro_batch_facts(config, load_profile(None), seed=0)
     built = build.build_calibrated(config, load_profile(None), seed=0, index=0, replay=True)
     assert facts.model_flops == micro_batch_flops(config, built.payload.segment_ids, False)
     expected = step_estimate.replay_probability(
@@ -82,6 +82,6 @@ def test_facts_come_from_the_bench_first_micro_batch():
     never = dataclasses.replace(
         config, moe=dataclasses.replace(config.moe, retry_when_tokens_dropped=False)
     )
-    quiet = step_estimate.micro_batch_facts(never, None, seed=0)
+    quiet = step_estimate.micro_batch_facts(never, load_profile(None), seed=0)
     assert quiet.replay_probability == 0.0 and "never replays" in quiet.source
     assert quiet.model_flops == facts.model_flops
