@@ -8,6 +8,7 @@ the engine imports nothing from the rest of the package.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +48,7 @@ class MeshConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-    """GRPO clipped surrogate and k3 KL (ENGINE.md)."""
+    """GRPO clipped surrogate and k3 KL (docs/engine.md)."""
 
     epsilon: float = 0.2
     epsilon_high: float = 0.28
@@ -64,7 +65,17 @@ class MoeConfig:
     retry_when_tokens_dropped: bool = True
     expert_compute: str = "auto"  # auto | einsum | ragged_dot
     router_replay: bool = True  # micro-batches carry routed_experts (what AOT lowering assumes)
-    float32_router_logits: bool = True
+
+
+def expert_capacity(tokens: int, top_k: int, num_experts: int, factor: float) -> int:
+    """Slots per expert for a group of `tokens` tokens: ceil(factor x N x K / E), at least one.
+
+    Factor -1 is dropless: every token fits. The payload builder's overflow prediction uses this
+    same formula, which is why it lives here, free of JAX (docs/engine.md, capacity and drops).
+    """
+    if factor == -1:
+        return tokens
+    return max(1, math.ceil(factor * tokens * top_k / num_experts))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""GRPO loss of one micro-batch, from log-probs computed chunk by chunk (ENGINE.md).
+"""GRPO loss of one micro-batch, from log-probs computed chunk by chunk (docs/engine.md).
 
 The log-probs of a 65k-token row against a 250k vocabulary would need [B, T, V] float32 logits
 (terabytes); `chunked_logps` scans over sequence chunks and rematerializes each chunk's logits in

@@ -4,6 +4,11 @@ Layers run under `jax.lax.scan` over stacked weights, so compile time does not g
 and each layer is rematerialized by the `remat_policy` knob. Parameters are float32; each layer
 casts them to the compute dtype where it uses them. The model returns the final hidden states, not
 logits: the head is applied chunk by chunk in `loss.py` so [B, T, V] never exists.
+
+Shape legend (docs/engine.md): B rows of a micro-batch, T tokens per row, D model width, H query
+heads, KV key/value heads, hd head width, V vocabulary, L layers, E experts, K experts per token,
+F an expert's hidden width, C slots per expert buffer, Gr x Gc token groups (one per device
+holding tokens: row groups x context groups), N tokens per group.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from rl_trainer_bench.engine import moe, sharding
+from rl_trainer_bench.engine import moe, parameters, sharding
 from rl_trainer_bench.engine.config import ModelConfig
 
 REMAT_POLICIES = {
@@ -23,33 +28,17 @@ _MASKED = -1e30  # finite, so a row with nothing to attend to (padding) gives ze
 
 
 def init_params(config: ModelConfig, key: jax.Array) -> dict[str, jax.Array]:
-    """Float32 parameters: normal(0, 1/sqrt(fan_in)) matrices, unit norms; layer weights stacked on L."""
-    c = config
-    L, D, E = c.num_layers, c.d_model, c.num_experts
-    shapes = {
-        "embed": ((c.vocab_size, D), 1.0),
-        "head": ((D, c.vocab_size), D),
-        "wq": ((L, D, c.num_heads, c.head_dim), D),
-        "wk": ((L, D, c.num_kv_heads, c.head_dim), D),
-        "wv": ((L, D, c.num_kv_heads, c.head_dim), D),
-        "wo": ((L, c.num_heads, c.head_dim, D), c.num_heads * c.head_dim),
-        "router": ((L, D, E), D),
-        "expert_gate": ((L, E, D, c.expert_ffn_dim), D),
-        "expert_up": ((L, E, D, c.expert_ffn_dim), D),
-        "expert_down": ((L, E, c.expert_ffn_dim, D), c.expert_ffn_dim),
-    }
-    if c.shared_expert_ffn_dim:
-        shapes["shared_gate"] = ((L, D, c.shared_expert_ffn_dim), D)
-        shapes["shared_up"] = ((L, D, c.shared_expert_ffn_dim), D)
-        shapes["shared_down"] = ((L, c.shared_expert_ffn_dim, D), c.shared_expert_ffn_dim)
-    keys = jax.random.split(key, len(shapes))
-    params = {
-        name: jax.random.normal(k, shape, jnp.float32) / jnp.sqrt(float(fan_in))
-        for k, (name, (shape, fan_in)) in zip(keys, shapes.items(), strict=True)
-    }
-    params["attn_norm"] = jnp.ones((L, D), jnp.float32)
-    params["mlp_norm"] = jnp.ones((L, D), jnp.float32)
-    params["final_norm"] = jnp.ones((D,), jnp.float32)
+    """Float32 parameters (`parameters.PARAMETERS`): normal(0, 1/sqrt(fan_in)) matrices, unit norms."""
+    shapes = parameters.parameter_shapes(config)
+    drawn = [name for name in shapes if parameters.PARAMETERS[name].fan_in is not parameters.ONES]
+    keys = dict(zip(drawn, jax.random.split(key, len(drawn)), strict=True))
+    params = {}
+    for name, shape in shapes.items():
+        if name in keys:
+            scale = jnp.sqrt(float(parameters.fan_in(config, name)))
+            params[name] = jax.random.normal(keys[name], shape, jnp.float32) / scale
+        else:
+            params[name] = jnp.ones(shape, jnp.float32)
     return params
 
 
@@ -159,23 +148,6 @@ def shared_expert(x, layer):
     return hidden @ layer["shared_down"].astype(dtype)
 
 
-LAYER_WEIGHTS = (
-    "attn_norm",
-    "wq",
-    "wk",
-    "wv",
-    "wo",
-    "mlp_norm",
-    "router",
-    "expert_gate",
-    "expert_up",
-    "expert_down",
-    "shared_gate",
-    "shared_up",
-    "shared_down",
-)
-
-
 def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config, methods):
     """Hidden states after the final norm, [B, T, D], and whether any layer dropped a pair.
 
@@ -188,7 +160,7 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config,
     valid = segments != 0
     groups = (sharding.row_groups(mesh_config), mesh_config.context)
     x = sharding.constrain(params["embed"][batch["input_ids"]].astype(dtype), sharding.ACTIVATIONS)
-    layers = {name: params[name] for name in LAYER_WEIGHTS if name in params}
+    layers = {name: params[name] for name in parameters.LAYER_WEIGHTS if name in params}
     replayed = batch.get("routed_experts")
     if replayed is not None:
         replayed = jnp.moveaxis(replayed, 2, 0)  # [L, B, T, K]: scanned with the layer weights

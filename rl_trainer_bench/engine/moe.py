@@ -1,20 +1,24 @@
 """The MoE feed-forward: routing (top-k or replay), capacity buffers with drops, expert compute, combine.
 
 The step time of an MoE trainer depends on how many (token, expert) pairs each expert receives, so
-the layer reproduces the production semantics exactly (ENGINE.md): replayed routes take precedence
+the layer reproduces the production semantics exactly (docs/engine.md): replayed routes take precedence
 over the router, slots are handed out in token order per group of device-local tokens, pairs past
 the capacity are dropped and raise the overflow flag, and `capacity_factor=-1` is the dropless
 program that a replay of an overflowing micro-batch runs.
+
+Shape legend (docs/engine.md): B rows of a micro-batch, T tokens per row, D model width, H query
+heads, KV key/value heads, hd head width, V vocabulary, L layers, E experts, K experts per token,
+F an expert's hidden width, C slots per expert buffer, Gr x Gc token groups (one per device
+holding tokens: row groups x context groups), N tokens per group.
 """
 
 from __future__ import annotations
-
-import math
 
 import jax
 import jax.numpy as jnp
 
 from rl_trainer_bench.engine import sharding
+from rl_trainer_bench.engine.config import expert_capacity
 
 EXPERT_COMPUTE_CHOICES = ("einsum", "ragged_dot")
 
@@ -28,13 +32,6 @@ FASTEST_EXPERT_COMPUTE = {"gpu": "einsum", "cuda": "einsum", "tpu": "einsum", "c
 def expert_compute_for(choice: str, platform: str) -> str:
     """Resolve `auto` to the measured choice for `platform`."""
     return FASTEST_EXPERT_COMPUTE.get(platform, "einsum") if choice == "auto" else choice
-
-
-def capacity(tokens: int, top_k: int, num_experts: int, factor: float) -> int:
-    """Slots per expert for a group of `tokens` tokens; factor -1 is dropless (every token fits)."""
-    if factor == -1:
-        return tokens
-    return max(1, math.ceil(factor * tokens * top_k / num_experts))
 
 
 def route(x, router_weights, top_k, valid, replayed=None):
@@ -151,7 +148,7 @@ def moe_ffn(x, params, valid, replayed, *, top_k, capacity_factor, groups, metho
     experts, gates = route(x, params["router"], top_k, valid, replayed)
     grouped = sharding.constrain(group_tokens(x, *groups), sharding.GROUPED)  # [Gr, Gc, N, D]
     experts, gates = group_tokens(experts, *groups), group_tokens(gates, *groups)
-    slots = capacity(grouped.shape[2], top_k, num_experts, capacity_factor)
+    slots = expert_capacity(grouped.shape[2], top_k, num_experts, capacity_factor)
     per_group = jax.vmap(jax.vmap(lambda t, e: dispatch(t, e, num_experts, slots)))
     buffer, slot, overflow = per_group(grouped, experts)  # buffer [Gr, Gc, E, C, D]
     buffer = sharding.constrain(buffer, sharding.DISPATCH)

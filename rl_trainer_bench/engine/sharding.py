@@ -19,6 +19,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.engine.contract import ContractError
+from rl_trainer_bench.engine.parameters import PARAMETERS
 
 AXES = ("fsdp", "context", "expert")
 ROWS = ("fsdp", "expert")  # mesh axes that split the rows (B) of a micro-batch
@@ -33,25 +34,10 @@ DISPATCH = P("fsdp", "context", "expert", None, None)  # [Gr, Gc, E, C, D] at th
 COLLECTED = P(ROWS, "context", None, None, None)  # [Gr, Gc, E, C, D] back at the tokens' devices
 REPLICATED = P()
 
-# Parameter rules by name; stacked layer weights carry a leading, unsharded layer axis.
-PARAMETER_SPECS = {
-    "embed": P("fsdp", None),  # [V, D]
-    "final_norm": P(None),  # [D]
-    "head": P(None, "fsdp"),  # [D, V]
-    "attn_norm": P(None, None),  # [L, D]
-    "wq": P(None, "fsdp", None, None),  # [L, D, H, hd]
-    "wk": P(None, "fsdp", None, None),  # [L, D, KV, hd]
-    "wv": P(None, "fsdp", None, None),  # [L, D, KV, hd]
-    "wo": P(None, None, None, "fsdp"),  # [L, H, hd, D]
-    "mlp_norm": P(None, None),  # [L, D]
-    "router": P(None, "fsdp", None),  # [L, D, E]
-    "expert_gate": P(None, "expert", "fsdp", None),  # [L, E, D, F]
-    "expert_up": P(None, "expert", "fsdp", None),  # [L, E, D, F]
-    "expert_down": P(None, "expert", None, "fsdp"),  # [L, E, F, D]
-    "shared_gate": P(None, "fsdp", None),  # [L, D, Fs]
-    "shared_up": P(None, "fsdp", None),  # [L, D, Fs]
-    "shared_down": P(None, None, "fsdp"),  # [L, Fs, D]
-}
+# Mesh axes a parameter's `sharded` dim is split over, and the one its `expert_dim` is split over
+# (`parameters.PARAMETERS` names the dims).
+PARAMETER_AXES = "fsdp"
+EXPERT_AXIS = "expert"
 
 
 def make_mesh(config: MeshConfig, devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -83,9 +69,16 @@ def named(mesh, spec: PartitionSpec, memory_kind: str | None = None) -> NamedSha
     return NamedSharding(mesh, spec, memory_kind=memory_kind)
 
 
+def parameter_spec(name: str) -> PartitionSpec:
+    """The PartitionSpec of parameter `name`, from its row in `parameters.PARAMETERS`."""
+    parameter = PARAMETERS[name]
+    axes = {parameter.sharded: PARAMETER_AXES, parameter.expert_dim: EXPERT_AXIS}
+    return P(*(axes.get(dim) for dim in parameter.dims))
+
+
 def parameter_shardings(mesh, params) -> dict:
-    """A sharding per parameter, by the name rules above."""
-    return {name: named(mesh, PARAMETER_SPECS[name]) for name in params}
+    """A sharding per parameter, by the rules of `parameter_spec`."""
+    return {name: named(mesh, parameter_spec(name)) for name in params}
 
 
 def payload_sharding(mesh, ndim: int, memory_kind: str | None = None) -> NamedSharding:

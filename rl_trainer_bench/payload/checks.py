@@ -359,7 +359,8 @@ def run_engine(config: EngineConfig, payload: Payload) -> NumericsRun:
     import jax.numpy as jnp
 
     from rl_trainer_bench.engine import loss, model, sharding
-    from rl_trainer_bench.engine.jax_engine import JaxEngine, resolved_methods
+    from rl_trainer_bench.engine.jax_engine import JaxEngine
+    from rl_trainer_bench.engine.programs import resolved_methods
 
     devices = jax.devices("cpu")[:1]
     engine = JaxEngine(config, devices=devices)

@@ -26,7 +26,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 
-from rl_trainer_bench.engine.config import EngineConfig, ModelConfig
+from rl_trainer_bench.engine.config import EngineConfig, ModelConfig, expert_capacity
 from rl_trainer_bench.errors import UserError
 
 PROFILE_FORMAT = "rl_trainer_bench.routing_profile"
@@ -193,13 +193,6 @@ def tokens_per_expert_group(engine: EngineConfig) -> int:
     """
     rows = math.ceil(engine.micro_batch_rows / (engine.mesh.fsdp * engine.mesh.expert))
     return rows * math.ceil(engine.seq_len / engine.mesh.context)
-
-
-def expert_capacity(tokens: int, top_k: int, num_experts: int, factor: float) -> int:
-    """ENGINE.md's buffer capacity: ceil(factor * N * K / E), or N when factor = -1 (never drops)."""
-    if factor == -1:
-        return tokens
-    return math.ceil(factor * tokens * top_k / num_experts)
 
 
 def _normal_cdf(z: np.ndarray) -> np.ndarray:

@@ -206,17 +206,17 @@ def state_bytes(config: EngineConfig, mesh, stage_before_update: bool) -> dict[s
     """Per-device bytes of each part of the state that stays on the device (STATE_PARTS)."""
     import jax
 
-    from rl_trainer_bench.engine import jax_engine, sharding
+    from rl_trainer_bench.engine import programs, sharding
 
-    state = jax_engine.abstract_state(config, mesh)
-    spec = jax_engine.payload_spec(config)
+    state = programs.abstract_state(config, mesh)
+    spec = programs.payload_spec(config)
     batch = {
         name: jax.ShapeDtypeStruct(
             s.shape, s.dtype, sharding=sharding.payload_sharding(mesh, s.ndim)
         )
         for name, s in spec.items()
     }
-    late_accumulate = config.moe.retry_when_tokens_dropped and config.moe.ragged_buffer_factor != -1
+    late_accumulate = programs.replays_possible(config)
     params = per_device_bytes(state["params"])
     return {
         "params": params,
@@ -328,9 +328,9 @@ def _first_line(error: BaseException) -> str:
 
 def compile_programs(config: EngineConfig, mesh) -> Iterator[tuple[str, Any, ProgramMemory]]:
     """Lower every engine program, then compile each on its own: (name, compiled or None, row)."""
-    from rl_trainer_bench.engine import jax_engine
+    from rl_trainer_bench.engine import programs
 
-    for name, lowered in jax_engine.lower_programs(config, mesh).items():
+    for name, lowered in programs.lower_programs(config, mesh).items():
         start = time.perf_counter()
         try:
             compiled = lowered.compile()

@@ -15,12 +15,9 @@ from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.engine.config import MeshConfig, MoeConfig
 from rl_trainer_bench.engine.contract import ContractError, Engine, example_payload
-from rl_trainer_bench.engine.jax_engine import (
-    JaxEngine,
-    abstract_state,
-    lower_programs,
-    micro_batch_flops,
-)
+from rl_trainer_bench.engine.flops import micro_batch_flops
+from rl_trainer_bench.engine.jax_engine import JaxEngine
+from rl_trainer_bench.engine.programs import abstract_state, lower_programs
 from rl_trainer_bench.engine.sharding import make_mesh
 
 # cpu-tiny at buffer factor 1.0: random routes overflow now and then, forced ones always do.
@@ -130,7 +127,7 @@ def reference_value_and_grad(params, arrays):
 
 
 def reference_params(engine):
-    return {k: np.asarray(v) for k, v in jax.device_get(engine._params).items()}
+    return {k: np.asarray(v) for k, v in jax.device_get(engine._state.params).items()}
 
 
 def assert_gradients_close(got, want):

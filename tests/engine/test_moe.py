@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl_trainer_bench.engine import moe
+from rl_trainer_bench.engine.config import expert_capacity
 
 
 def test_slots_are_taken_in_token_order_and_pairs_past_capacity_drop():
@@ -20,7 +21,7 @@ def test_slots_are_taken_in_token_order_and_pairs_past_capacity_drop():
 
 def test_dropless_capacity_never_overflows():
     experts = jnp.tile(jnp.array([[0, 1]]), (16, 1))  # every token to the same two experts
-    slots = moe.capacity(16, top_k=2, num_experts=8, factor=-1)
+    slots = expert_capacity(16, top_k=2, num_experts=8, factor=-1)
     _, _, overflow = moe.dispatch(jnp.ones((16, 4)), experts, num_experts=8, slots=slots)
     assert slots == 16 and not bool(overflow)
 

@@ -1,0 +1,87 @@
+"""Every parameter of the decoder in one table: its shape, how it starts and how it is sharded.
+
+Initialisation (`model.init_params`), the layer weights the decoder scans over (`LAYER_WEIGHTS`)
+and the sharding rules (`sharding.parameter_shardings`) all read this table, so a new weight is one
+row. Shapes are written in the legend's letters (docs/engine.md): V vocabulary, D model width,
+L layers, H query heads, KV key/value heads, hd head width, E experts, F an expert's hidden width,
+Fs the shared expert's hidden width. A leading L marks a layer weight.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from rl_trainer_bench.engine.config import ModelConfig
+
+ONES = None  # `fan_in` of a norm scale: initialised to one
+
+
+@dataclasses.dataclass(frozen=True)
+class Parameter:
+    """One weight: dims in legend letters, the dims whose product is its fan-in, its mesh axes.
+
+    `fan_in=()` is a fan-in of 1 (the embedding); `ONES` starts the weight at one. `sharded` names
+    the dim split over the mesh's parameter axes (`sharding.PARAMETER_AXES`); `expert_dim` names the
+    dim split over the expert axis instead, for expert weights.
+    """
+
+    dims: tuple[str, ...]
+    fan_in: tuple[str, ...] | None
+    sharded: str | None = None
+    expert_dim: str | None = None
+
+    @property
+    def layered(self) -> bool:
+        return self.dims[0] == "L"
+
+
+# The order of the randomly initialised rows fixes which key each draws.
+PARAMETERS: dict[str, Parameter] = {
+    "embed": Parameter(("V", "D"), fan_in=(), sharded="V"),
+    "head": Parameter(("D", "V"), fan_in=("D",), sharded="V"),
+    "wq": Parameter(("L", "D", "H", "hd"), fan_in=("D",), sharded="D"),
+    "wk": Parameter(("L", "D", "KV", "hd"), fan_in=("D",), sharded="D"),
+    "wv": Parameter(("L", "D", "KV", "hd"), fan_in=("D",), sharded="D"),
+    "wo": Parameter(("L", "H", "hd", "D"), fan_in=("H", "hd"), sharded="D"),
+    "router": Parameter(("L", "D", "E"), fan_in=("D",), sharded="D"),
+    "expert_gate": Parameter(("L", "E", "D", "F"), fan_in=("D",), sharded="D", expert_dim="E"),
+    "expert_up": Parameter(("L", "E", "D", "F"), fan_in=("D",), sharded="D", expert_dim="E"),
+    "expert_down": Parameter(("L", "E", "F", "D"), fan_in=("F",), sharded="D", expert_dim="E"),
+    "shared_gate": Parameter(("L", "D", "Fs"), fan_in=("D",), sharded="D"),
+    "shared_up": Parameter(("L", "D", "Fs"), fan_in=("D",), sharded="D"),
+    "shared_down": Parameter(("L", "Fs", "D"), fan_in=("Fs",), sharded="D"),
+    "attn_norm": Parameter(("L", "D"), fan_in=ONES),
+    "mlp_norm": Parameter(("L", "D"), fan_in=ONES),
+    "final_norm": Parameter(("D",), fan_in=ONES),
+}
+
+LAYER_WEIGHTS = tuple(name for name, p in PARAMETERS.items() if p.layered)
+
+
+def dim_sizes(config: ModelConfig) -> dict[str, int]:
+    """The size of every legend letter a parameter uses."""
+    return {
+        "V": config.vocab_size,
+        "D": config.d_model,
+        "L": config.num_layers,
+        "H": config.num_heads,
+        "KV": config.num_kv_heads,
+        "hd": config.head_dim,
+        "E": config.num_experts,
+        "F": config.expert_ffn_dim,
+        "Fs": config.shared_expert_ffn_dim,
+    }
+
+
+def parameter_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Shape of every parameter the model has (a weight with a zero-sized dim does not exist)."""
+    sizes = dim_sizes(config)
+    shapes = {name: tuple(sizes[d] for d in p.dims) for name, p in PARAMETERS.items()}
+    return {name: shape for name, shape in shapes.items() if all(shape)}
+
+
+def fan_in(config: ModelConfig, name: str) -> int:
+    """The product of a randomly initialised parameter's fan-in dims."""
+    sizes = dim_sizes(config)
+    return math.prod(sizes[d] for d in PARAMETERS[name].fan_in)
