@@ -143,10 +143,11 @@ def micro_batch_facts(config, profile, seed: int) -> MicroBatchFacts:
     """Build the bench's first micro-batch (index 0 of `seed`) and read its replay chance and model
     FLOPs (`profile`: a `routing_profile.RoutingProfile`); with retry off or a buffer that never
     drops there is no replay to predict."""
-    from rl_trainer_bench.engine.jax_engine import micro_batch_flops
+    from rl_trainer_bench.engine.flops import micro_batch_flops
+    from rl_trainer_bench.engine.programs import replays_possible
     from rl_trainer_bench.payload import build
 
-    replays = config.moe.retry_when_tokens_dropped and config.moe.ragged_buffer_factor != -1
+    replays = replays_possible(config)
     built = build.build_calibrated(config, profile, seed=seed, index=0, replay=replays)
     flops = micro_batch_flops(config, built.payload.segment_ids, count_remat=False)
     if built.calibration is None:
