@@ -79,6 +79,9 @@ ENGINE_KEYS: Mapping[str, EngineKey] = {
     ),
     "retry_when_tokens_dropped": EngineKey("true", "moe.retry_when_tokens_dropped", "bool"),
     "expert_compute": EngineKey("auto", "moe.expert_compute", "choice:auto|einsum|ragged_dot"),
+    "dropless_compute": EngineKey(
+        _MOE.dropless_compute, "moe.dropless_compute", "choice:auto|capacity|ragged_dot|gmm"
+    ),
     "router_replay": EngineKey("true", "moe.router_replay", "bool"),
     "attention": EngineKey("auto", "model.attention", "choice:auto|xla|cudnn"),
     "attention_chunk_size": EngineKey("1024", "model.attention_chunk_size", "positive_int"),

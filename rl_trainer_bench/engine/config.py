@@ -64,6 +64,9 @@ class MoeConfig:
     ragged_buffer_factor: float = 1.25  # -1: capacity = local tokens, never drops
     retry_when_tokens_dropped: bool = True
     expert_compute: str = "auto"  # auto | einsum | ragged_dot
+    # The dropless program's layout: capacity (E x N slots) | ragged_dot | gmm (token-sorted pairs
+    # and a grouped matmul; gmm on TPU only) | auto (gmm on TPU, ragged_dot elsewhere)
+    dropless_compute: str = "auto"
     router_replay: bool = True  # micro-batches carry routed_experts (what AOT lowering assumes)
 
 

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from rl_trainer_bench.engine.config import LossConfig
-from rl_trainer_bench.engine.model import merge_chunks, split_chunks
+from rl_trainer_bench.engine.model import compute_weight, merge_chunks, split_chunks
 
 
 def next_token_targets(input_ids, segment_ids):
@@ -66,6 +66,7 @@ def micro_batch_loss(hidden, head, batch, config: LossConfig, shards: int):
     mask = (batch["completion_mask"] != 0) & has_target
     logits_dtype = jnp.dtype(config.logits_dtype)
     chunk = min(config.compute_logps_chunk_size, targets.shape[1] // shards)
+    head = compute_weight("head", head, hidden.dtype)  # gathered once, not once per chunk
     logps = chunked_logps(hidden, head, targets, chunk, shards, logits_dtype)
     per_token = grpo_token_loss(
         logps, batch["old_logps"], batch["advantages"], config, batch.get("ref_logps")

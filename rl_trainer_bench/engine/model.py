@@ -148,13 +148,19 @@ def shared_expert(x, layer):
     return hidden @ layer["shared_down"].astype(dtype)
 
 
+def compute_weight(name: str, weight: jax.Array, dtype) -> jax.Array:
+    """A weight as a layer uses it: in the compute dtype (unless kept in float32), gathered."""
+    if not parameters.PARAMETERS[name].float32:
+        weight = weight.astype(dtype)
+    return sharding.gathered(name, weight)
+
+
 def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config, methods):
     """Hidden states after the final norm, [B, T, D], and whether any layer dropped a pair.
 
     batch: device arrays of the payload (`routed_experts` [B, T, L, K] replays the routes);
-    methods: resolved (attention, expert compute) choices.
+    methods: resolved choices (`programs.Methods`).
     """
-    attention_impl, expert_impl = methods
     dtype = jnp.dtype(config.dtype)
     segments, positions = batch["segment_ids"], batch["positions"]
     valid = segments != 0
@@ -167,9 +173,10 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config,
 
     def layer_fn(x, scanned):
         layer, routes = scanned
+        layer = {name: compute_weight(name, w, dtype) for name, w in layer.items()}
         h = rms_norm(x, layer["attn_norm"], config.rms_norm_eps)
         x = x + attention(
-            h, layer, positions, segments, config, attention_impl, mesh_config.context
+            h, layer, positions, segments, config, methods.attention, mesh_config.context
         )
         h = rms_norm(x, layer["mlp_norm"], config.rms_norm_eps)
         ffn, overflow = moe.moe_ffn(
@@ -180,7 +187,7 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config,
             top_k=config.top_k,
             capacity_factor=capacity_factor,
             groups=groups,
-            method=expert_impl,
+            methods=(methods.expert_compute, methods.dropless_compute),
         )
         if "shared_gate" in layer:
             ffn = ffn + shared_expert(h, layer)

@@ -23,13 +23,15 @@ class Parameter:
 
     `fan_in=()` is a fan-in of 1 (the embedding); `ONES` starts the weight at one. `sharded` names
     the dim split over the mesh's parameter axes (`sharding.PARAMETER_AXES`); `expert_dim` names the
-    dim split over the expert axis instead, for expert weights.
+    dim split over the expert axis instead, for expert weights. `float32` weights (norm scales,
+    the router) stay in float32 where they are used; the others are cast to the compute dtype.
     """
 
     dims: tuple[str, ...]
     fan_in: tuple[str, ...] | None
     sharded: str | None = None
     expert_dim: str | None = None
+    float32: bool = False
 
     @property
     def layered(self) -> bool:
@@ -44,16 +46,16 @@ PARAMETERS: dict[str, Parameter] = {
     "wk": Parameter(("L", "D", "KV", "hd"), fan_in=("D",), sharded="D"),
     "wv": Parameter(("L", "D", "KV", "hd"), fan_in=("D",), sharded="D"),
     "wo": Parameter(("L", "H", "hd", "D"), fan_in=("H", "hd"), sharded="D"),
-    "router": Parameter(("L", "D", "E"), fan_in=("D",), sharded="D"),
+    "router": Parameter(("L", "D", "E"), fan_in=("D",), sharded="D", float32=True),
     "expert_gate": Parameter(("L", "E", "D", "F"), fan_in=("D",), sharded="D", expert_dim="E"),
     "expert_up": Parameter(("L", "E", "D", "F"), fan_in=("D",), sharded="D", expert_dim="E"),
     "expert_down": Parameter(("L", "E", "F", "D"), fan_in=("F",), sharded="D", expert_dim="E"),
     "shared_gate": Parameter(("L", "D", "Fs"), fan_in=("D",), sharded="D"),
     "shared_up": Parameter(("L", "D", "Fs"), fan_in=("D",), sharded="D"),
     "shared_down": Parameter(("L", "Fs", "D"), fan_in=("Fs",), sharded="D"),
-    "attn_norm": Parameter(("L", "D"), fan_in=ONES),
-    "mlp_norm": Parameter(("L", "D"), fan_in=ONES),
-    "final_norm": Parameter(("D",), fan_in=ONES),
+    "attn_norm": Parameter(("L", "D"), fan_in=ONES, sharded="D", float32=True),
+    "mlp_norm": Parameter(("L", "D"), fan_in=ONES, sharded="D", float32=True),
+    "final_norm": Parameter(("D",), fan_in=ONES, sharded="D", float32=True),
 }
 
 LAYER_WEIGHTS = tuple(name for name, p in PARAMETERS.items() if p.layered)

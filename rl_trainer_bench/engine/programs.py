@@ -107,6 +107,9 @@ def check_config(config: EngineConfig) -> None:
          f"one of {', '.join(model.ATTENTION_CHOICES)}"),
         (config.moe.expert_compute in ("auto", *moe.EXPERT_COMPUTE_CHOICES), "expert_compute",
          config.moe.expert_compute, f"one of auto, {', '.join(moe.EXPERT_COMPUTE_CHOICES)}"),
+        (config.moe.dropless_compute in ("auto", *moe.DROPLESS_COMPUTE_CHOICES),
+         "dropless_compute", config.moe.dropless_compute,
+         f"one of auto, {', '.join(moe.DROPLESS_COMPUTE_CHOICES)}"),
         (config.moe.ragged_buffer_factor == -1 or config.moe.ragged_buffer_factor > 0,
          "ragged_buffer_factor", config.moe.ragged_buffer_factor, "positive, or -1 for dropless"),
     ]  # fmt: skip
@@ -203,11 +206,20 @@ def platform_of(mesh) -> str:
     return jax.default_backend()
 
 
-def resolved_methods(config: EngineConfig, platform: str) -> tuple[str, str]:
-    """(attention, expert compute) after resolving `auto` for `platform`."""
-    return (
+class Methods(NamedTuple):
+    """The implementation choices of a config once `auto` is resolved for a platform."""
+
+    attention: str
+    expert_compute: str
+    dropless_compute: str
+
+
+def resolved_methods(config: EngineConfig, platform: str) -> Methods:
+    """Every `auto` choice resolved for `platform`."""
+    return Methods(
         model.attention_method(config.model.attention, platform),
         moe.expert_compute_for(config.moe.expert_compute, platform),
+        moe.dropless_compute_for(config.moe.dropless_compute, platform),
     )
 
 

@@ -277,7 +277,8 @@ def _with(section: str | None, **changes):
 
 def numerics_reference(engine: EngineConfig) -> EngineConfig:
     """The float32 reference: one device, float32 activations and logits, highest matmul
-    precision, einsum experts, and no dropped pairs (so every knob sees the same routing)."""
+    precision, einsum experts in capacity buffers, and no dropped pairs (so every knob sees the
+    same routing)."""
     return dataclasses.replace(
         engine,
         model=dataclasses.replace(engine.model, dtype="float32"),
@@ -288,6 +289,7 @@ def numerics_reference(engine: EngineConfig) -> EngineConfig:
             ragged_buffer_factor=-1,
             retry_when_tokens_dropped=False,
             expert_compute="einsum",
+            dropless_compute="capacity",
         ),
         matmul_precision="highest",
     )
@@ -317,6 +319,13 @@ def default_knobs(engine: EngineConfig) -> tuple[Knob, ...]:
         Knob(
             "moe.expert_compute=ragged_dot",
             _with("moe", expert_compute="ragged_dot"),
+            1e-5,
+            1e-5,
+            1e-5,
+        ),
+        Knob(
+            "moe.dropless_compute=ragged_dot",
+            _with("moe", dropless_compute="ragged_dot"),
             1e-5,
             1e-5,
             1e-5,

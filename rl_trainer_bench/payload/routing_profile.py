@@ -186,7 +186,7 @@ def shard_max_load_ratio(shares: np.ndarray, expert_shards: int) -> np.ndarray:
 
 
 def tokens_per_expert_group(engine: EngineConfig) -> int:
-    """Tokens whose routed pairs share one set of expert buffers (N in ENGINE.md's capacity).
+    """Tokens whose routed pairs share one set of expert buffers (N in docs/engine.md's capacity).
 
     As the engine groups them (`moe.group_tokens`): rows split over fsdp x expert devices and
     the sequence over context, so one group is (B / (fsdp * expert)) rows of T / context tokens.

@@ -227,6 +227,13 @@ def state_bytes(config: EngineConfig, mesh, stage_before_update: bool) -> dict[s
     }
 
 
+def unsharded_state(config: EngineConfig, mesh) -> list[tuple[str, int]]:
+    """(leaf, bytes per device) of every state leaf that is not split over every device."""
+    from rl_trainer_bench.engine import programs, sharding
+
+    return sharding.unsharded_leaves(programs.abstract_state(config, mesh), mesh.size)
+
+
 def beside(program: str, state: Mapping[str, int]) -> int:
     """State bytes in device memory while `program` runs that are not among its arguments."""
     if program not in BESIDE:
@@ -366,6 +373,8 @@ class AotReport:
     host_peak_bytes: int = 0  # this process's peak resident memory when the compiles were done
     step: step_estimate.StepEstimate | None = None  # ESTIMATE: predicted step and MFU
     step_note: str = ""  # why there is no predicted step, when there is none
+    # State leaves not split over every device, with their bytes per device (`unsharded_state`).
+    unsharded_state: list[tuple[str, int]] = dataclasses.field(default_factory=list)
 
     @property
     def estimate(self) -> bool:
@@ -419,6 +428,7 @@ class AotReport:
             "host_peak_bytes": self.host_peak_bytes,
             "time_estimate": self.step.to_json() if self.step else None,
             "time_estimate_note": self.step_note,
+            "unsharded_state": [list(leaf) for leaf in self.unsharded_state],
         }
 
 
@@ -575,6 +585,7 @@ def assemble(
         unapplied_keys=cell.unapplied_keys,
         note=cell.note,
         roofline=roofline,
+        unsharded_state=unsharded_state(cell.config, cell.mesh),
     )
 
 
@@ -679,6 +690,9 @@ def format_report(report: AotReport) -> str:
         f"device peak {human_bytes(report.peak)} of {memory} ({report.memory_source}); "
         f"headroom {headroom}: {verdict}"
     )
+    if report.unsharded_state:
+        leaves = ", ".join(f"{path} {human_bytes(n)}" for path, n in report.unsharded_state)
+        lines.append(f"state not split over all {report.devices} devices: {leaves}")
     if report.unapplied_keys:
         lines.append(f"keys the built-in engine does not apply: {', '.join(report.unapplied_keys)}")
     lines += format_estimate(report)

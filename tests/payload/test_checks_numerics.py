@@ -7,7 +7,12 @@ import pytest
 
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.payload.build import build_micro_batch
-from rl_trainer_bench.payload.checks import check_numerics, default_knobs, format_numerics
+from rl_trainer_bench.payload.checks import (
+    check_numerics,
+    default_knobs,
+    format_numerics,
+    numerics_reference,
+)
 from rl_trainer_bench.payload.routing_profile import load_profile
 
 TINY = preset("cpu-tiny").engine
@@ -33,3 +38,12 @@ def test_bfloat16_logits_pass_and_each_comparison_can_fail():
         line.rsplit(" ", 1)[-1] for line in format_numerics(reference, results).splitlines()[2:]
     ]
     assert verdicts == ["pass", "FAIL", "FAIL", "FAIL"]
+
+
+@pytest.mark.slow
+def test_the_token_sorted_dropless_layout_matches_the_capacity_reference():
+    payload = build_micro_batch(TINY, load_profile(None), seed=0, index=0)
+    (knob,) = [k for k in default_knobs(TINY) if k.name == "moe.dropless_compute=ragged_dot"]
+    reference, results = check_numerics(TINY, payload, (knob,))
+    assert results[0].passed, format_numerics(reference, results)
+    assert numerics_reference(TINY).moe.dropless_compute == "capacity"  # two different layouts

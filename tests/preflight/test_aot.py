@@ -78,6 +78,12 @@ def test_report_peak_headroom_and_verdict(compiled_cell):
     text = aot.format_report(report)
     assert "FITS" in text and human_bytes(report.peak) in text
     assert "STAGE_BEFORE_UPDATE=on" in text
+    # Adam's step counters are the only state leaves not split over the 8 devices.
+    assert [path for path, _ in report.unsharded_state] == [
+        "['opt_state'][1][0].count",
+        "['opt_state'][1][2].count",
+    ]
+    assert "state not split over all 8 devices: ['opt_state'][1][0].count 4 B" in text
 
 
 def test_pending_gradient_counts_beside_fwd_bwd_only():
