@@ -133,8 +133,8 @@ def analyze(
 ) -> OverlapReport:
     """Every collective of `module` with its overlap, and the per-kind summary."""
     mesh = dict(mesh or {})
-    executions = _execution_counts(module)
-    flops = _FlopCounter(module)
+    executions = execution_counts(module)
+    flops = FlopCounter(module)
     collectives: list[Collective] = []
     for computation in module.computations.values():
         if computation.name not in executions:
@@ -170,7 +170,7 @@ def _collectives_of(
     module: HloModule,
     mesh: Mapping[str, int],
     executions: int,
-    flops: _FlopCounter,
+    flops: FlopCounter,
 ) -> list[Collective]:
     by_name = computation.by_name()
     order = {instruction.name: index for index, instruction in enumerate(computation.instructions)}
@@ -265,7 +265,7 @@ def _is_compute(instruction: Instruction) -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
-def _execution_counts(module: HloModule) -> dict[str, int]:
+def execution_counts(module: HloModule) -> dict[str, int]:
     """How often each control-flow computation runs per execution of the entry.
 
     Only computations reached through `while`, `call` and `conditional` hold collectives that run
@@ -332,7 +332,7 @@ def _constant(instruction: Instruction | None, by_name: Mapping[str, Instruction
         return None
 
 
-class _FlopCounter:
+class FlopCounter:
     """Matmul FLOPs of an instruction, descending into fusions, calls and loop bodies."""
 
     def __init__(self, module: HloModule) -> None:
@@ -632,11 +632,13 @@ def run(args) -> int:
         reports = [analyze_text(path.read_text(), str(path), mesh, path.stem)]
     else:
         from rl_trainer_bench.preflight.aot import compiled_texts
+        from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 
-        reports = [
-            analyze_text(text, name, mesh, name)
-            for name, text, mesh in compiled_texts(args.preset, args.target, args.layers)
-        ]
+        with quiet_libtpu():  # libtpu's start-up noise when compiling for a TPU slice
+            reports = [
+                analyze_text(text, name, mesh, name)
+                for name, text, mesh in compiled_texts(args.preset, args.target, args.layers)
+            ]
     if args.json:
         print(json.dumps([r.to_json() for r in reports], indent=1))
     else:
