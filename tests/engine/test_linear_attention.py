@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from rl_trainer_bench.engine import mesh as sharding
-from rl_trainer_bench.engine.engine_config import MeshConfig
+from rl_trainer_bench.engine import sharding
+from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.engine.linear_attention import gated_delta_rule
 
 HEADS, KEY_DIM, VALUE_DIM = 2, 8, 6
