@@ -4,6 +4,9 @@ The engine holds the training state on the device and calls the compiled program
 the trainer does. Gradients are accumulated one micro-batch late when dropless retry is on: the
 overflow count of micro-batch i is read on the host only after i + 1 was dispatched, so the device
 stays busy while the host waits (docs/engine.md); with retry off nothing is ever read back.
+The price is one more gradient in memory beside `fwd_bwd`; as every gradient is split over all
+devices of the mesh, that is one parameter's worth of float32 divided by the device count (5.73 GiB
+per device for the 397B cell on 256 devices, BENCHMARKS.md), which the cell's budget holds.
 """
 
 from __future__ import annotations

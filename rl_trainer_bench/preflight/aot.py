@@ -13,6 +13,11 @@ refuses for memory becomes a row with the amount needed and available, not a tra
 
 Depth: the engine scans over layers, so a shallow compile is fast; `--layers N` compiles at N and
 2N layers and extrapolates every compiled figure linearly to the preset's depth, labelled ESTIMATE.
+
+Time: on a target whose chip is in the table, each program also gets XLA's cost analysis with loop
+bodies counted per trip and a roofline time (`program_cost`), and the report a predicted step and
+MFU (`step_estimate`), all labelled as this tool's estimate, never as a measurement. libtpu's
+start-up noise on a CPU host is kept off the screen (`quiet_stderr`).
 """
 
 from __future__ import annotations
@@ -37,10 +42,13 @@ from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError, UserError
+from rl_trainer_bench.preflight import program_cost, step_estimate
+from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 from rl_trainer_bench.units import human_bytes
 
 LOCAL = "local"
 _MEMORY_FIELDS = ("argument", "output", "alias", "temp", "generated_code")
+_COST_FIELDS = ("xla_flops", "xla_bytes_accessed", "flops", "bytes_accessed")
 
 # The training state the engine keeps on the device between programs (per device), and which of
 # it sits beside each program without being one of its arguments (arguments are already inside
@@ -89,6 +97,17 @@ class Target:
     device_kind: str
     memory_bytes: int | None  # per device
     memory_source: str
+    chip: accelerators.Chip | None = None  # for peak FLOP/s and HBM bandwidth; None: unknown
+    devices_per_chip: int = 1
+
+    @property
+    def roofline(self) -> tuple[float, float] | None:
+        """(peak FLOP/s, HBM bytes/s) of one device, or None when the table lacks either."""
+        chip = self.chip
+        if chip is None or not chip.peak_bf16_flops or not chip.hbm_bytes_per_second:
+            return None
+        share = self.devices_per_chip
+        return chip.peak_bf16_flops / share, chip.hbm_bytes_per_second / share
 
 
 def resolve_target(name: str, wanted_devices: int = 0) -> Target:
@@ -124,7 +143,7 @@ def _local_target(wanted_devices: int) -> Target:
         source = f"host memory shared by {len(devices)} CPU devices"
     else:
         memory, source = None, f"unknown for {device.device_kind!r}"
-    return Target(LOCAL, devices, device.device_kind, memory, source)
+    return Target(LOCAL, devices, device.device_kind, memory, source, chip)
 
 
 def _memory_stats(device) -> dict:
@@ -164,7 +183,9 @@ def _topology_target(tpu_slice: accelerators.TpuSlice) -> Target:
     per_chip = max(len(devices) // tpu_slice.num_chips, 1)
     memory = tpu_slice.chip.memory_bytes // per_chip
     source = f"{tpu_slice.chip.name} table, {per_chip} device(s) per chip"
-    return Target(tpu_slice.name, devices, devices[0].device_kind, memory, source)
+    return Target(
+        tpu_slice.name, devices, devices[0].device_kind, memory, source, tpu_slice.chip, per_chip
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -249,7 +270,7 @@ def beside(program: str, state: Mapping[str, int]) -> int:
 
 @dataclasses.dataclass
 class ProgramMemory:
-    """One program's compiled footprint on one device, or why it did not compile."""
+    """One program's compiled footprint and cost on one device, or why it did not compile."""
 
     name: str
     argument: int = 0
@@ -258,7 +279,14 @@ class ProgramMemory:
     temp: int = 0
     generated_code: int = 0
     beside: int = 0  # state not among its arguments (see STATE_PARTS)
-    flops: float = 0.0  # XLA's cost analysis, per device
+    # XLA's cost analysis per device, as XLA gives it (each loop body once) ...
+    xla_flops: float = 0.0
+    xla_bytes_accessed: float = 0.0
+    xla_optimal_seconds: float | None = None  # XLA's own time estimate, where it gives one
+    # ... and with loop bodies counted per trip (program_cost), and the roofline time from those.
+    flops: float = 0.0
+    bytes_accessed: float = 0.0
+    roofline_seconds: float | None = None  # ESTIMATE; None without the chip's peak and bandwidth
     compile_seconds: float = 0.0
     out_of_memory: bool = False
     needed: int | None = None  # from a memory failure's message
@@ -279,10 +307,9 @@ class ProgramMemory:
 
 
 def measure(compiled, name: str, seconds: float) -> ProgramMemory:
-    """Read XLA's memory analysis (and FLOPs) of a compiled program."""
+    """Read XLA's memory and cost analyses of a compiled program."""
     analysis = compiled.memory_analysis()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list) else cost
+    cost = program_cost.cost_of(compiled)
     return ProgramMemory(
         name=name,
         argument=int(analysis.argument_size_in_bytes),
@@ -290,7 +317,11 @@ def measure(compiled, name: str, seconds: float) -> ProgramMemory:
         alias=int(analysis.alias_size_in_bytes),
         temp=int(analysis.temp_size_in_bytes),
         generated_code=int(analysis.generated_code_size_in_bytes),
-        flops=float((cost or {}).get("flops", 0.0)),
+        xla_flops=cost.xla_flops,
+        xla_bytes_accessed=cost.xla_bytes_accessed,
+        xla_optimal_seconds=cost.xla_optimal_seconds,
+        flops=cost.flops,
+        bytes_accessed=cost.bytes_accessed,
         compile_seconds=seconds,
     )
 
@@ -369,6 +400,10 @@ class AotReport:
     compile_seconds: float
     unapplied_keys: list[str]
     note: str = ""
+    roofline: tuple[float, float] | None = None  # per device: peak FLOP/s, HBM bytes/s
+    host_peak_bytes: int = 0  # this process's peak resident memory when the compiles were done
+    step: step_estimate.StepEstimate | None = None  # ESTIMATE: predicted step and MFU
+    step_note: str = ""  # why there is no predicted step, when there is none
     # State leaves not split over every device, with their bytes per device (`unsharded_state`).
     unsharded_state: list[tuple[str, int]] = dataclasses.field(default_factory=list)
 
@@ -408,6 +443,7 @@ class AotReport:
                     **dataclasses.asdict(p),
                     "resident": p.resident if p.compiled else None,
                     "peak": p.peak if p.compiled else None,
+                    "roofline_seconds_kind": "estimate" if p.roofline_seconds else None,
                 }
                 for p in self.programs
             ],
@@ -420,6 +456,9 @@ class AotReport:
             "compile_seconds": self.compile_seconds,
             "unapplied_keys": self.unapplied_keys,
             "note": self.note,
+            "host_peak_bytes": self.host_peak_bytes,
+            "time_estimate": self.step.to_json() if self.step else None,
+            "time_estimate_note": self.step_note,
             "unsharded_state": [list(leaf) for leaf in self.unsharded_state],
         }
 
@@ -481,12 +520,21 @@ def run_check(
     layers: int = 0,
     progress: Callable[[str], None] = lambda line: None,
     engine: str = BUILT_IN,
+    micro_steps: int = 0,
+    routing_profile: str | None = None,
+    seed: int = 0,
 ) -> AotReport:
-    """Compile the preset's programs for the target and build the memory report.
+    """Compile the preset's programs for the target and build the memory report, with the
+    predicted step of `micro_steps` (0: the preset's) micro-batches where the chip is known.
 
     `progress` gets one line per compiled program: a full-size compile takes minutes.
     """
     module = aot_engine_module(engine)
+    from rl_trainer_bench.payload.routing_profile import load_profile
+
+    if seed < 0:
+        raise UserError(f"--seed / SEED={seed}: expected 0 or more")
+    profile = load_profile(routing_profile)  # a bad file is refused before minutes of compiling
     cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags)
     full_depth = cell.config.model.num_layers
     depths = _depths(full_depth, layers)
@@ -501,7 +549,41 @@ def run_check(
         measured.append(rows)
     programs = measured[0] if len(depths) == 1 else _extrapolate(measured, depths, full_depth)
     seconds = time.perf_counter() - started
-    return assemble(cell, programs, depths, stage_before_update, seconds, module)
+    report = assemble(cell, programs, depths, stage_before_update, seconds, module)
+    report.host_peak_bytes = host_peak_bytes()
+    if report.roofline is None:
+        report.step_note = (
+            f"no peak FLOP/s and HBM bandwidth in the chip table for {cell.target.device_kind!r}"
+        )
+    else:
+        progress("aot: building micro-batch 0 for the replay chance and the model FLOPs")
+        facts = step_estimate.micro_batch_facts(cell.config, profile, seed)
+        report.step = predict_step(report, micro_steps or preset(cell.preset).micro_steps, facts)
+    return report
+
+
+def host_peak_bytes() -> int:
+    """This process's peak resident memory so far (Linux reports it in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def predict_step(
+    report: AotReport, micro_steps: int, facts: step_estimate.MicroBatchFacts
+) -> step_estimate.StepEstimate:
+    """The predicted step from the report's roofline times and the first micro-batch's facts."""
+    peak, bandwidth = report.roofline
+    return step_estimate.StepEstimate(
+        micro_steps=micro_steps,
+        program_seconds={p.name: p.roofline_seconds for p in report.programs},
+        replay_probability=facts.replay_probability,
+        model_flops_per_micro_batch=facts.model_flops,
+        devices=report.devices,
+        peak_flops_per_device=peak,
+        bytes_per_second_per_device=bandwidth,
+        replay_source=facts.source,
+    )
 
 
 def assemble(
@@ -514,8 +596,13 @@ def assemble(
 ) -> AotReport:
     """The report from compiled rows: each program gets the state beside it."""
     state = state_bytes(cell.config, cell.mesh, stage_before_update, engine)
+    roofline = cell.target.roofline
     for program in programs:
         program.beside = beside(program.name, state)
+        if roofline is not None and program.compiled:
+            program.roofline_seconds = program_cost.roofline_seconds(
+                program.flops, program.bytes_accessed, *roofline
+            )
     return AotReport(
         preset=cell.preset,
         target=cell.target.name,
@@ -532,6 +619,7 @@ def assemble(
         compile_seconds=seconds,
         unapplied_keys=cell.unapplied_keys,
         note=cell.note,
+        roofline=roofline,
         unsharded_state=unsharded_state(cell.config, cell.mesh),
     )
 
@@ -571,9 +659,12 @@ def _extrapolate(
             return x + (y - x) * (full_depth - low) / (high - low)
 
         row = ProgramMemory(name=a.name, compile_seconds=a.compile_seconds + b.compile_seconds)
-        for field in (*_MEMORY_FIELDS, "flops"):
-            value = scaled(getattr(a, field), getattr(b, field))
-            setattr(row, field, value if field == "flops" else round(value))
+        for field in _MEMORY_FIELDS:
+            setattr(row, field, round(scaled(getattr(a, field), getattr(b, field))))
+        for field in _COST_FIELDS:
+            setattr(row, field, scaled(getattr(a, field), getattr(b, field)))
+        if a.xla_optimal_seconds is not None and b.xla_optimal_seconds is not None:
+            row.xla_optimal_seconds = scaled(a.xla_optimal_seconds, b.xla_optimal_seconds)
         rows.append(row)
     return rows
 
@@ -639,8 +730,66 @@ def format_report(report: AotReport) -> str:
         lines.append(f"state not split over all {report.devices} devices: {leaves}")
     if report.unapplied_keys:
         lines.append(f"keys the built-in engine does not apply: {', '.join(report.unapplied_keys)}")
-    lines.append(f"compiled in {report.compile_seconds:.1f} s")
+    lines += format_estimate(report)
+    host = (
+        f"; host peak memory {human_bytes(report.host_peak_bytes)}"
+        if report.host_peak_bytes
+        else ""
+    )
+    lines.append(f"compiled in {report.compile_seconds:.1f} s{host}")
     return "\n".join(lines)
+
+
+def format_estimate(report: AotReport) -> list[str]:
+    """XLA's cost per program, the roofline times and the predicted step, labelled as estimates."""
+    compiled = [p for p in report.programs if p.compiled]
+    if not compiled:
+        return []
+    lines = [
+        "cost per device: XLA's cost analysis as XLA counts it (each loop body once), then with "
+        "loop bodies counted per trip"
+    ]
+    header = ("program", "XLA FLOPs", "XLA bytes", "XLA time", "FLOPs", "bytes", "roofline")
+    lines.append(f"{header[0]:<18}" + "".join(f"{h:>12}" for h in header[1:]))
+    for p in compiled:
+        values = (
+            f"{p.xla_flops:.4g}",
+            human_bytes(round(p.xla_bytes_accessed)),
+            step_estimate.seconds_text(p.xla_optimal_seconds),
+            f"{p.flops:.4g}",
+            human_bytes(round(p.bytes_accessed)),
+            step_estimate.seconds_text(p.roofline_seconds),
+        )
+        lines.append(f"{p.name:<18}" + "".join(f"{v:>12}" for v in values))
+    if report.roofline is None:
+        lines.append(f"no time estimate: {report.step_note}")
+        return lines
+    peak, bandwidth = report.roofline
+    lines.append(
+        f"XLA time: XLA's own estimate (optimal_seconds; '-' where it gives none, as with a loop); "
+        f"roofline: {step_estimate.LABEL} by this tool, max(FLOPs / {peak / 1e12:.1f} TFLOP/s, "
+        f"bytes / {bandwidth / 1e12:.3f} TB/s) per device, a lower bound (no exposed collectives)"
+    )
+    checks = [
+        f"{p.name} {p.roofline_seconds / p.xla_optimal_seconds:.2f}"
+        for p in compiled
+        if p.xla_optimal_seconds and p.roofline_seconds
+    ]
+    if checks:
+        lines.append(f"roofline / XLA time where XLA gives one: {', '.join(checks)}")
+    step = report.step
+    if step is None:
+        return lines
+    lines.append(f"predicted step, {step_estimate.LABEL}: {step.formula()}")
+    lines.append(f"  P(replay) per micro-batch from the {step.replay_source}")
+    mfu = step.mfu
+    lines.append(
+        f"predicted MFU, {step_estimate.LABEL}: "
+        + ("n/a" if mfu is None else f"{100 * mfu:.1f}%")
+        + f" (model FLOPs {step.model_flops_per_micro_batch:.4g} per micro-batch, real tokens "
+        f"only, over {step.devices} devices at {step.peak_flops_per_device / 1e12:.1f} TFLOP/s)"
+    )
+    return lines
 
 
 def compiled_texts(
@@ -690,6 +839,20 @@ def add_arguments(parser) -> None:
         default="off",
         help="on|off: count the staged micro-batch beside accumulate and update",
     )
+    parser.add_argument(
+        "--micro-steps",
+        type=int,
+        default=0,
+        help="micro-batches per step for the predicted step (0: the preset's MICRO_STEPS)",
+    )
+    parser.add_argument(
+        "--routing-profile",
+        default=None,
+        help="routing profile JSON for the replay chance (ROUTING_PROFILE; default: the shipped one)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the micro-batch the estimate reads (SEED)"
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--output", metavar="FILE", help="also write the JSON report to FILE")
 
@@ -698,16 +861,22 @@ def run(args) -> int:
     """Exit 0 when the cell fits, 1 when it does not (or a program failed), 2 for bad input."""
     if args.stage_before_update not in ("on", "off"):
         raise ConfigError(f"STAGE_BEFORE_UPDATE={args.stage_before_update!r}: expected on or off")
-    report = run_check(
-        args.preset,
-        args.target,
-        trainer_argv=args.trainer_argv,
-        engine_flags=args.engine_flags,
-        stage_before_update=args.stage_before_update == "on",
-        layers=args.layers,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
-        engine=engine_spec(args.engine, "--engine"),
-    )
+    if args.micro_steps < 0:
+        raise UserError(f"--micro-steps / MICRO_STEPS={args.micro_steps}: expected 0 or more")
+    with quiet_libtpu():
+        report = run_check(
+            args.preset,
+            args.target,
+            trainer_argv=args.trainer_argv,
+            engine_flags=args.engine_flags,
+            stage_before_update=args.stage_before_update == "on",
+            layers=args.layers,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+            micro_steps=args.micro_steps,
+            routing_profile=args.routing_profile,
+            seed=args.seed,
+            engine=engine_spec(args.engine, "--engine"),
+        )
     document = json.dumps(report.to_json(), indent=1)
     if args.output:
         from rl_trainer_bench.io import write_text_atomically

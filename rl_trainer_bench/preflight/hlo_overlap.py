@@ -160,8 +160,8 @@ def analyze(
             f"compiled for {devices} (num_partitions x replica_count); pass the mesh it was "
             "compiled for"
         )
-    executions = _execution_counts(module)
-    flops = _FlopCounter(module)
+    executions = execution_counts(module)
+    flops = FlopCounter(module)
     collectives: list[Collective] = []
     for computation in module.computations.values():
         if computation.name not in executions:
@@ -213,7 +213,7 @@ def _collectives_of(
     module: HloModule,
     mesh: Mapping[str, int],
     executions: int,
-    flops: _FlopCounter,
+    flops: FlopCounter,
 ) -> list[Collective]:
     by_name = computation.by_name()
     order = {instruction.name: index for index, instruction in enumerate(computation.instructions)}
@@ -321,7 +321,7 @@ def _is_compute(instruction: Instruction) -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
-def _execution_counts(module: HloModule) -> dict[str, int]:
+def execution_counts(module: HloModule) -> dict[str, int]:
     """How often each control-flow computation runs per execution of the entry.
 
     Only computations reached through `while`, `call` and `conditional` hold collectives that run
@@ -401,7 +401,7 @@ def _constant(instruction: Instruction | None, by_name: Mapping[str, Instruction
         return None
 
 
-class _FlopCounter:
+class FlopCounter:
     """Matmul FLOPs of an instruction, descending into fusions, calls and loop bodies."""
 
     def __init__(self, module: HloModule) -> None:
@@ -727,11 +727,13 @@ def run(args) -> int:
         reports = analyze_file(data, str(path), mesh, Path(path.name.removesuffix(".gz")).stem)
     else:
         from rl_trainer_bench.preflight.aot import compiled_texts
+        from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 
-        reports = [
-            analyze_text(text, name, mesh, name)
-            for name, text, mesh in compiled_texts(args.preset, args.target, args.layers)
-        ]
+        with quiet_libtpu():  # libtpu's start-up noise when compiling for a TPU slice
+            reports = [
+                analyze_text(text, name, mesh, name)
+                for name, text, mesh in compiled_texts(args.preset, args.target, args.layers)
+            ]
     if args.json:
         text = json.dumps([r.to_json() for r in reports], indent=1)
     else:

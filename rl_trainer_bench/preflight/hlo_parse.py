@@ -109,7 +109,7 @@ class Instruction:
     operands: tuple[str, ...]  # operand instruction names
     attributes: str  # the raw text after the operand list
     line: int  # 1-based line number in the file
-    literal: str = ""  # a constant's value as written
+    literal: str = ""  # a constant's value or a parameter's index, as written
 
     @property
     def bytes(self) -> int:
@@ -288,7 +288,7 @@ def parse_instruction(text: str, line: int) -> Instruction | None:
         operands=operands,
         attributes=rest[close:].lstrip(", ").strip(),
         line=line,
-        literal=operand_text.strip() if name == "constant" else "",
+        literal=operand_text.strip() if name in ("constant", "parameter") else "",
     )
 
 

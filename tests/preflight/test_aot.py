@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import jax
 import pytest
 
-from rl_trainer_bench import cli
-from rl_trainer_bench.preflight import aot
+from rl_trainer_bench import accelerators, cli
+from rl_trainer_bench.preflight import aot, step_estimate
 from rl_trainer_bench.units import human_bytes
 
 # Retry off leaves out the dropless replay program: one fewer compile keeps the suite fast; the
@@ -140,11 +141,70 @@ def test_out_of_memory_program_makes_the_verdict_no(compiled_cell):
 
 
 def test_extrapolation_is_linear_in_layers():
-    shallow = aot.ProgramMemory("fwd_bwd", argument=100, output=10, temp=1000, flops=5.0)
-    deep = aot.ProgramMemory("fwd_bwd", argument=180, output=10, temp=1500, flops=9.0)
+    shallow = aot.ProgramMemory(
+        "fwd_bwd", argument=100, output=10, temp=1000, flops=5.0, bytes_accessed=7.0
+    )
+    deep = aot.ProgramMemory(
+        "fwd_bwd", argument=180, output=10, temp=1500, flops=9.0, bytes_accessed=8.0
+    )
     (row,) = aot._extrapolate([[shallow], [deep]], [2, 4], 60)
     assert (row.argument, row.output, row.temp) == (100 + 40 * 58, 10, 1000 + 250 * 58)
     assert row.flops == pytest.approx(5.0 + 2.0 * 58)
+    assert row.bytes_accessed == pytest.approx(7.0 + 0.5 * 58)
+    assert row.xla_optimal_seconds is None  # XLA gave no time at either depth
+    timed = [dataclasses.replace(r, xla_optimal_seconds=t) for r, t in ((shallow, 1), (deep, 2))]
+    (row,) = aot._extrapolate([[timed[0]], [timed[1]]], [2, 4], 60)
+    assert row.xla_optimal_seconds == pytest.approx(1 + 0.5 * 58)
+
+
+def test_time_estimate_in_text_and_json_is_labelled_an_estimate(compiled_cell):
+    """cpu-tiny's programs (compiled for CPU) timed against a v5e's peak and bandwidth."""
+    cell, _, rows = compiled_cell
+    v5e = accelerators.chip_by_name("v5e")
+    on_v5e = dataclasses.replace(cell, target=dataclasses.replace(cell.target, chip=v5e))
+    report = aot.assemble(on_v5e, [dataclasses.replace(r) for r in rows], [2], False, 1.0)
+    assert report.roofline == (v5e.peak_bf16_flops, v5e.hbm_bytes_per_second)
+    for program in report.programs:
+        assert program.roofline_seconds == max(
+            program.flops / v5e.peak_bf16_flops,
+            program.bytes_accessed / v5e.hbm_bytes_per_second,
+        )
+    facts = step_estimate.MicroBatchFacts(0.0, 3e8, "none: test")
+    report.step = aot.predict_step(report, 2, facts)
+    seconds = {p.name: p.roofline_seconds for p in report.programs}
+    assert report.step.step_seconds == pytest.approx(
+        2 * (seconds["fwd_bwd"] + seconds["accumulate"]) + seconds["update"]
+    )
+    text = aot.format_report(report)
+    assert "predicted step, ESTIMATE (not a measurement)" in text
+    assert "predicted MFU, ESTIMATE (not a measurement)" in text
+    assert "roofline: ESTIMATE (not a measurement) by this tool" in text
+    document = json.loads(json.dumps(report.to_json()))
+    assert document["time_estimate"]["kind"] == "estimate"
+    assert document["time_estimate"]["measured"] is False
+    assert document["time_estimate"]["step_seconds"] == pytest.approx(report.step.step_seconds)
+    assert all(p["roofline_seconds_kind"] == "estimate" for p in document["programs"])
+
+
+def test_no_chip_in_the_table_means_no_time_estimate(compiled_cell):
+    cell, _, rows = compiled_cell
+    report = aot.assemble(cell, [dataclasses.replace(r) for r in rows], [2], False, 1.0)
+    assert report.roofline is None and report.step is None
+    assert all(p.roofline_seconds is None for p in report.programs)
+    assert report.to_json()["time_estimate"] is None
+
+
+def test_bad_estimate_inputs_are_refused_before_any_compile(capsys, tmp_path):
+    assert cli.main(["aot", "--micro-steps", "-1"]) == 2
+    assert "--micro-steps / MICRO_STEPS=-1" in capsys.readouterr().err
+    assert cli.main(["aot", "--seed", "-3"]) == 2
+    assert "--seed / SEED=-3: expected 0 or more" in capsys.readouterr().err
+    missing = tmp_path / "none.json"
+    output = tmp_path / "report.json"
+    assert cli.main(["aot", "--routing-profile", str(missing), "--output", str(output)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and str(missing) in error
+    assert not output.exists()
 
 
 def test_unknown_slice_is_refused_with_the_known_forms(capsys):
@@ -195,3 +255,24 @@ def test_tpu_target_without_libtpu_says_how_to_install(capsys):
     assert cli.main(["aot", "--target", "v6e:2x4"]) == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and "pip install 'rl-trainer-bench[tpu-aot]'" in error
+
+
+@pytest.mark.tpu_aot
+@pytest.mark.slow
+def test_loop_counted_cost_is_linear_in_depth_where_xla_counts_the_loop_once():
+    """cpu-tiny for v5e:2x2 at 1, 2 and 4 layers: one layer has no loop (XLA's figure is whole);
+    from 2 layers on XLA counts the layer loop once, so its FLOPs barely move, while the
+    loop-counted FLOPs grow by one layer's worth per layer."""
+    pytest.importorskip("libtpu")
+    cell = aot.resolve_cell("cpu-tiny", "v5e:2x2", engine_flags=FLAGS)
+    rows = {}
+    for depth in (1, 2, 4):
+        config = aot._with_layers(cell.config, depth)
+        rows[depth] = {r.name: r for *_, r in aot.compile_programs(config, cell.mesh)}
+    one, two, four = (rows[d]["fwd_bwd"] for d in (1, 2, 4))
+    assert one.xla_optimal_seconds and two.xla_optimal_seconds is None
+    assert one.flops == one.xla_flops
+    assert four.xla_flops == pytest.approx(two.xla_flops, rel=0.01)  # the loop counted once
+    layer = two.flops - one.flops
+    assert layer > 0.3 * one.flops
+    assert four.flops - two.flops == pytest.approx(2 * layer, rel=0.02)
