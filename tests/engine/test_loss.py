@@ -1,11 +1,12 @@
-"""GRPO loss and the chunked log-prob pass (no engine, no mesh)."""
+"""GRPO loss and the chunked log-prob pass (no engine; a one-device mesh where weights are gathered)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from rl_trainer_bench.engine import loss
-from rl_trainer_bench.engine.config import LossConfig
+from rl_trainer_bench.engine.config import LossConfig, MeshConfig
+from rl_trainer_bench.engine.sharding import make_mesh
 
 
 def test_chunked_logps_equal_unchunked_values_and_gradients():
@@ -69,7 +70,10 @@ def _loss_and_grads(batch, beta):
         loss_sum, stats = loss.micro_batch_loss(h, w, batch, config, shards=1)
         return loss_sum / stats["loss_denominator"], stats
 
-    (value, stats), grads = jax.value_and_grad(total, argnums=(0, 1), has_aux=True)(hidden, head)
+    with jax.set_mesh(make_mesh(MeshConfig(), jax.devices()[:1])):
+        (value, stats), grads = jax.value_and_grad(total, argnums=(0, 1), has_aux=True)(
+            hidden, head
+        )
     return value, grads, stats
 
 
