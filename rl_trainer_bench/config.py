@@ -46,6 +46,10 @@ class Preset:
     purpose: str
 
 
+# Qwen3.5's repeating block (full_attention_interval=4): three Gated DeltaNet layers, then one
+# gated full-attention layer.
+_QWEN35_BLOCK = ("linear_attention",) * 3 + ("full_attention",)
+
 PRESETS: Mapping[str, Preset] = {
     preset.name: preset
     for preset in (
@@ -64,6 +68,13 @@ PRESETS: Mapping[str, Preset] = {
                     expert_ffn_dim=64,
                     shared_expert_ffn_dim=64,
                     dtype="float32",
+                    attention_output_gate=True,
+                    layer_types=("linear_attention", "full_attention"),
+                    linear_num_key_heads=2,
+                    linear_num_value_heads=4,
+                    linear_key_head_dim=16,
+                    linear_value_head_dim=16,
+                    linear_chunk_size=32,
                 ),
                 mesh=MeshConfig(fsdp=2, context=2, expert=2),
                 # Expert groups here hold only 64 tokens, so the synthetic profile's skew overflows
@@ -91,6 +102,12 @@ PRESETS: Mapping[str, Preset] = {
                     top_k=4,
                     expert_ffn_dim=1024,
                     shared_expert_ffn_dim=0,
+                    attention_output_gate=True,
+                    layer_types=_QWEN35_BLOCK,
+                    linear_num_key_heads=8,
+                    linear_num_value_heads=16,
+                    linear_key_head_dim=128,
+                    linear_value_head_dim=128,
                 ),
                 mesh=MeshConfig(),
                 micro_batch_rows=8,
@@ -101,7 +118,13 @@ PRESETS: Mapping[str, Preset] = {
             purpose="fills one H200 for about a second per micro-batch",
         ),
         Preset(
-            # Qwen3.5-397B-A17B's public shapes, with full attention in every layer.
+            # Qwen3.5-397B-A17B's public shapes (model card of Qwen/Qwen3.5-397B-A17B on Hugging
+            # Face): 60 layers as 15 x (3 Gated DeltaNet + 1 gated full attention), hidden 4096;
+            # full attention 32 query / 2 KV heads of 256; linear attention 16 QK / 64 V heads of
+            # 128; 512 experts, 10 routed + 1 shared, of 1024; vocabulary 248,320. The 4-tap
+            # convolution and the attention output gate (linear_conv_kernel_dim=4,
+            # attn_output_gate=true) are from the public config.json files of the Qwen3.5 family
+            # (qwen3_5 model type), which this model shares.
             name="qwen3.5-397b-cell",
             engine=EngineConfig(
                 model=ModelConfig(
@@ -115,6 +138,13 @@ PRESETS: Mapping[str, Preset] = {
                     top_k=10,
                     expert_ffn_dim=1024,
                     shared_expert_ffn_dim=1024,
+                    attention_output_gate=True,
+                    layer_types=_QWEN35_BLOCK,
+                    linear_num_key_heads=16,
+                    linear_num_value_heads=64,
+                    linear_key_head_dim=128,
+                    linear_value_head_dim=128,
+                    linear_conv_kernel_dim=4,
                 ),
                 mesh=MeshConfig(fsdp=32, context=4, expert=2),
                 micro_batch_rows=64,
@@ -205,6 +235,7 @@ ENGINE_KEYS: Mapping[str, EngineKey] = {
     "router_replay": EngineKey("true", "moe.router_replay", "bool"),
     "attention": EngineKey("auto", "model.attention", "choice:auto|xla|cudnn"),
     "attention_chunk_size": EngineKey("1024", "model.attention_chunk_size", "positive_int"),
+    "linear_chunk_size": EngineKey("64", "model.linear_chunk_size", "positive_int"),
     "dtype": EngineKey("bfloat16", "model.dtype", "choice:bfloat16|float32"),
     "matmul_precision": EngineKey("default", "matmul_precision", "choice:default|high|highest"),
     "seed": EngineKey("0", "seed", "int"),

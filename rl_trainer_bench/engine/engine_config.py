@@ -12,7 +12,8 @@ import dataclasses
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Decoder shapes. Attention is grouped-query; each layer's feed-forward is a routed MoE."""
+    """Decoder shapes. Each layer mixes tokens by grouped-query full attention or Gated DeltaNet
+    (`layer_types`) and feeds forward through a routed MoE."""
 
     vocab_size: int
     d_model: int
@@ -30,6 +31,20 @@ class ModelConfig:
     remat_policy: str = "full"  # full | minimal | none
     attention: str = "auto"  # auto | xla | cudnn (auto: cudnn on GPU, query-chunked XLA elsewhere)
     attention_chunk_size: int = 1024  # query tokens per chunk on the XLA path
+    attention_output_gate: bool = False  # full attention's output times sigmoid(x W_gate)
+    # The mixer of each layer of a block that repeats num_layers / len(layer_types) times.
+    layer_types: tuple[str, ...] = ("full_attention",)  # full_attention | linear_attention
+    # Gated DeltaNet shapes (linear_attention layers; docs/engine.md, "Gated DeltaNet").
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 4
+    linear_chunk_size: int = 64  # tokens per chunk of the chunked gated delta rule
+
+    def layers_of(self, kind: str) -> int:
+        """How many of the num_layers layers are of mixer `kind`."""
+        return self.num_layers // len(self.layer_types) * self.layer_types.count(kind)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -51,6 +51,21 @@ PARAMETER_SPECS = {
     "shared_gate": P(None, "fsdp", None),  # [L, D, Fs]
     "shared_up": P(None, "fsdp", None),  # [L, D, Fs]
     "shared_down": P(None, None, "fsdp"),  # [L, Fs, D]
+    "wq_gate": P(None, "fsdp", None, None),  # [L, D, H, hd]
+    # Gated DeltaNet, stacked on its layers: projections split on D like attention's.
+    "gdn_wq": P(None, "fsdp", None, None),  # [L, D, Hk, Dk]
+    "gdn_wk": P(None, "fsdp", None, None),  # [L, D, Hk, Dk]
+    "gdn_wv": P(None, "fsdp", None, None),  # [L, D, Hv, Dv]
+    "gdn_wz": P(None, "fsdp", None, None),  # [L, D, Hv, Dv]
+    "gdn_wb": P(None, "fsdp", None),  # [L, D, Hv]
+    "gdn_wa": P(None, "fsdp", None),  # [L, D, Hv]
+    "gdn_conv_q": P(None, None, None, None),  # [L, taps, Hk, Dk]
+    "gdn_conv_k": P(None, None, None, None),  # [L, taps, Hk, Dk]
+    "gdn_conv_v": P(None, None, None, None),  # [L, taps, Hv, Dv]
+    "gdn_a_log": P(None, None),  # [L, Hv]
+    "gdn_dt_bias": P(None, None),  # [L, Hv]
+    "gdn_norm": P(None, None),  # [L, Dv]
+    "gdn_wo": P(None, None, None, "fsdp"),  # [L, Hv, Dv, D]
 }
 
 

@@ -1,18 +1,21 @@
 """The decoder: embeddings, attention over packed segments, RMSNorm, rotary, MoE layers, output head.
 
-Layers run under `jax.lax.scan` over stacked weights, so compile time does not grow with depth,
-and each layer is rematerialized by the `remat_policy` knob. Parameters are float32; each layer
+Each layer mixes tokens by full attention or Gated DeltaNet (`gated_deltanet.py`) as the repeating
+block `layer_types` says. Blocks run under `jax.lax.scan` over stacked weights, so compile time does
+not grow with depth, and each layer is rematerialized by the `remat_policy` knob. Parameters are float32; each layer
 casts them to the compute dtype where it uses them. The model returns the final hidden states, not
 logits: the head is applied chunk by chunk in `loss.py` so [B, T, V] never exists.
 """
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
+from rl_trainer_bench.engine import gated_deltanet, moe
 from rl_trainer_bench.engine import mesh as sharding
-from rl_trainer_bench.engine import moe
 from rl_trainer_bench.engine.engine_config import ModelConfig
 
 REMAT_POLICIES = {
@@ -20,20 +23,23 @@ REMAT_POLICIES = {
     "minimal": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
 ATTENTION_CHOICES = ("auto", "xla", "cudnn")
+LAYER_TYPES = ("full_attention", "linear_attention")
 _MASKED = -1e30  # finite, so a row with nothing to attend to (padding) gives zeros, not NaN
 
 
 def init_params(config: ModelConfig, key: jax.Array) -> dict[str, jax.Array]:
-    """Float32 parameters: normal(0, 1/sqrt(fan_in)) matrices, unit norms; layer weights stacked on L."""
+    """Float32 parameters: normal(0, 1/sqrt(fan_in)) matrices, unit norms; layer weights stacked on
+    their layers (L, or the full- / linear-attention layers for those mixers' weights)."""
     c = config
     L, D, E = c.num_layers, c.d_model, c.num_experts
+    full, linear = c.layers_of("full_attention"), c.layers_of("linear_attention")
     shapes = {
         "embed": ((c.vocab_size, D), 1.0),
         "head": ((D, c.vocab_size), D),
-        "wq": ((L, D, c.num_heads, c.head_dim), D),
-        "wk": ((L, D, c.num_kv_heads, c.head_dim), D),
-        "wv": ((L, D, c.num_kv_heads, c.head_dim), D),
-        "wo": ((L, c.num_heads, c.head_dim, D), c.num_heads * c.head_dim),
+        "wq": ((full, D, c.num_heads, c.head_dim), D),
+        "wk": ((full, D, c.num_kv_heads, c.head_dim), D),
+        "wv": ((full, D, c.num_kv_heads, c.head_dim), D),
+        "wo": ((full, c.num_heads, c.head_dim, D), c.num_heads * c.head_dim),
         "router": ((L, D, E), D),
         "expert_gate": ((L, E, D, c.expert_ffn_dim), D),
         "expert_up": ((L, E, D, c.expert_ffn_dim), D),
@@ -43,6 +49,12 @@ def init_params(config: ModelConfig, key: jax.Array) -> dict[str, jax.Array]:
         shapes["shared_gate"] = ((L, D, c.shared_expert_ffn_dim), D)
         shapes["shared_up"] = ((L, D, c.shared_expert_ffn_dim), D)
         shapes["shared_down"] = ((L, c.shared_expert_ffn_dim, D), c.shared_expert_ffn_dim)
+    if c.attention_output_gate:
+        shapes["wq_gate"] = ((full, D, c.num_heads, c.head_dim), D)
+    if linear:
+        shapes.update(gated_deltanet.random_weight_shapes(c, linear))
+    if not full:
+        shapes = {name: spec for name, spec in shapes.items() if name not in FULL_ATTENTION_WEIGHTS}
     keys = jax.random.split(key, len(shapes))
     params = {
         name: jax.random.normal(k, shape, jnp.float32) / jnp.sqrt(float(fan_in))
@@ -51,6 +63,8 @@ def init_params(config: ModelConfig, key: jax.Array) -> dict[str, jax.Array]:
     params["attn_norm"] = jnp.ones((L, D), jnp.float32)
     params["mlp_norm"] = jnp.ones((L, D), jnp.float32)
     params["final_norm"] = jnp.ones((D,), jnp.float32)
+    if linear:
+        params.update(gated_deltanet.fixed_weights(c, linear))
     return params
 
 
@@ -137,7 +151,11 @@ def attention_method(choice: str, platform: str) -> str:
 
 
 def attention(x, layer, positions, segments, config: ModelConfig, method: str, shards: int):
-    """Self-attention of one layer over packed segments: x [B, T, D] -> [B, T, D]."""
+    """Self-attention of one layer over packed segments: x [B, T, D] -> [B, T, D].
+
+    With `attention_output_gate`, each head's output is scaled by sigmoid(x W_gate) before the
+    output projection, as in Qwen3.5's full-attention layers.
+    """
     dtype = x.dtype
     q = jnp.einsum("btd,dhk->bthk", x, layer["wq"].astype(dtype))
     k = jnp.einsum("btd,dhk->bthk", x, layer["wk"].astype(dtype))
@@ -148,6 +166,8 @@ def attention(x, layer, positions, segments, config: ModelConfig, method: str, s
     else:
         out = attention_xla(q, k, v, segments, config.attention_chunk_size, shards)
     out = out * (segments != 0)[:, :, None, None].astype(dtype)  # padding contributes nothing
+    if "wq_gate" in layer:
+        out = out * jax.nn.sigmoid(jnp.einsum("btd,dhk->bthk", x, layer["wq_gate"].astype(dtype)))
     return jnp.einsum("bthk,hkd->btd", out, layer["wo"].astype(dtype))
 
 
@@ -160,12 +180,13 @@ def shared_expert(x, layer):
     return hidden @ layer["shared_down"].astype(dtype)
 
 
-LAYER_WEIGHTS = (
+FULL_ATTENTION_WEIGHTS = ("wq", "wk", "wv", "wo", "wq_gate")
+MIXER_WEIGHTS = {
+    "full_attention": FULL_ATTENTION_WEIGHTS,
+    "linear_attention": gated_deltanet.WEIGHTS,
+}
+LAYER_WEIGHTS = (  # every layer's, stacked on L
     "attn_norm",
-    "wq",
-    "wk",
-    "wv",
-    "wo",
     "mlp_norm",
     "router",
     "expert_gate",
@@ -181,25 +202,34 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config,
     """Hidden states after the final norm, [B, T, D], and whether any layer dropped a pair.
 
     batch: device arrays of the payload (`routed_experts` [B, T, L, K] replays the routes);
-    methods: resolved (attention, expert compute) choices.
+    methods: resolved (attention, expert compute) choices. The scan runs over blocks of
+    `layer_types`; inside a block each layer takes its slice of the per-layer and per-mixer stacks.
     """
     attention_impl, expert_impl = methods
     dtype = jnp.dtype(config.dtype)
+    pattern = config.layer_types
+    blocks = config.num_layers // len(pattern)
     segments, positions = batch["segment_ids"], batch["positions"]
     valid = segments != 0
     groups = (sharding.row_groups(mesh_config), mesh_config.context)
     x = sharding.constrain(params["embed"][batch["input_ids"]].astype(dtype), sharding.ACTIVATIONS)
-    layers = {name: params[name] for name in LAYER_WEIGHTS if name in params}
+    stacked = {
+        name: weight.reshape(blocks, -1, *weight.shape[1:])
+        for name, weight in params.items()
+        if name in LAYER_WEIGHTS or any(name in names for names in MIXER_WEIGHTS.values())
+    }
     replayed = batch.get("routed_experts")
-    if replayed is not None:
-        replayed = jnp.moveaxis(replayed, 2, 0)  # [L, B, T, K]: scanned with the layer weights
+    if replayed is not None:  # [blocks, layers per block, B, T, K]: scanned with the weights
+        replayed = jnp.moveaxis(replayed, 2, 0).reshape(blocks, len(pattern), *segments.shape, -1)
 
-    def layer_fn(x, scanned):
-        layer, routes = scanned
+    def mix(kind, h, layer):
+        if kind == "linear_attention":
+            return gated_deltanet.gated_deltanet(h, layer, segments, config, mesh_config.context)
+        return attention(h, layer, positions, segments, config, attention_impl, mesh_config.context)
+
+    def layer_fn(kind, x, layer, routes):
         h = rms_norm(x, layer["attn_norm"], config.rms_norm_eps)
-        x = x + attention(
-            h, layer, positions, segments, config, attention_impl, mesh_config.context
-        )
+        x = x + mix(kind, h, layer)
         h = rms_norm(x, layer["mlp_norm"], config.rms_norm_eps)
         ffn, overflow = moe.moe_ffn(
             h,
@@ -215,7 +245,23 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config,
             ffn = ffn + shared_expert(h, layer)
         return sharding.constrain(x + ffn, sharding.ACTIVATIONS), overflow
 
+    layer_fns = {kind: functools.partial(layer_fn, kind) for kind in set(pattern)}
     if config.remat_policy != "none":
-        layer_fn = jax.checkpoint(layer_fn, policy=REMAT_POLICIES[config.remat_policy])
-    x, overflow = jax.lax.scan(layer_fn, x, (layers, replayed))
+        policy = REMAT_POLICIES[config.remat_policy]
+        layer_fns = {kind: jax.checkpoint(fn, policy=policy) for kind, fn in layer_fns.items()}
+
+    def block_fn(x, scanned):
+        weights, routes = scanned
+        overflows = []
+        for index, kind in enumerate(pattern):
+            of_kind = pattern[:index].count(kind)  # this layer's slot in its mixer's stacks
+            layer = {name: weights[name][index] for name in LAYER_WEIGHTS if name in weights}
+            layer |= {
+                name: weights[name][of_kind] for name in MIXER_WEIGHTS[kind] if name in weights
+            }
+            x, overflow = layer_fns[kind](x, layer, None if routes is None else routes[index])
+            overflows.append(overflow)
+        return x, jnp.any(jnp.stack(overflows))
+
+    x, overflow = jax.lax.scan(block_fn, x, (stacked, replayed))
     return rms_norm(x, params["final_norm"], config.rms_norm_eps), jnp.any(overflow)
