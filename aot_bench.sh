@@ -2,7 +2,9 @@
 # AOT memory check of a preset on the local devices or a TPU slice, knobs as environment variables:
 #   PRESET (default cpu-tiny)  TRAINER_SLICE (a slice such as tpu7x:4x4x8; default: local devices)
 #   TRAINER_ARGV  ENGINE_FLAGS  STAGE_BEFORE_UPDATE (on|off)  AOT_LAYERS (compile N and 2N layers and
-#   extrapolate; default 0 = full depth)  PYTHON (interpreter, default python3)
+#   extrapolate; default 0 = full depth)  MICRO_STEPS (for the predicted step; default: the preset's)
+#   ROUTING_PROFILE  SEED (the micro-batch whose replay chance the estimate reads)
+#   PYTHON (interpreter, default python3)
 # e.g. PRESET=cpu-tiny TRAINER_SLICE=v5e:2x2 bash aot_bench.sh
 # The report goes to stdout and logs/aot-bench-<time>.log, its JSON to logs/aot-bench-<time>.json.
 # Exit status: 0 fits, 1 does not fit (or a program failed to compile), 2 bad input.
@@ -18,8 +20,13 @@ args=(
   --engine-flags="${ENGINE_FLAGS:-}"
   --stage-before-update="${STAGE_BEFORE_UPDATE:-off}"
   --layers="${AOT_LAYERS:-0}"
+  --micro-steps="${MICRO_STEPS:-0}"
+  --seed="${SEED:-0}"
   --output="$here/logs/aot-bench-$stamp.json"
 )
+if [[ -n "${ROUTING_PROFILE:-}" ]]; then
+  args+=(--routing-profile="$ROUTING_PROFILE")
+fi
 if [[ -n "${TRAINER_SLICE:-}" && -z "${JAX_PLATFORMS:-}" ]]; then
   export JAX_PLATFORMS=cpu  # a TPU slice is compiled from this host: no TPU runtime needed here
 fi

@@ -41,7 +41,8 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    from rl_trainer_bench.config import engine_config_from, preset
+    from rl_trainer_bench.config.engine_keys import engine_config_from
+    from rl_trainer_bench.config.presets import preset
 
     cell = preset(args.preset)
     devices = args.fake_devices or cell.host_devices
@@ -63,8 +64,8 @@ def main() -> int:
 def lower(config) -> int:
     import jax
 
-    from rl_trainer_bench.engine.jax_engine import lower_programs
-    from rl_trainer_bench.engine.mesh import make_mesh
+    from rl_trainer_bench.engine.programs import lower_programs
+    from rl_trainer_bench.engine.sharding import make_mesh
 
     mesh = make_mesh(config.mesh, jax.devices()[: config.mesh.size])
     before = len(jax.live_arrays())
@@ -83,10 +84,11 @@ def compare_expert_compute(config) -> int:
     import jax.numpy as jnp
 
     from rl_trainer_bench.engine import moe
+    from rl_trainer_bench.engine.config import expert_capacity
 
     m = config.model
     tokens = config.micro_batch_rows * config.seq_len // config.mesh.size
-    slots = moe.capacity(tokens, m.top_k, m.num_experts, config.moe.ragged_buffer_factor)
+    slots = expert_capacity(tokens, m.top_k, m.num_experts, config.moe.ragged_buffer_factor)
     dtype = jnp.dtype(m.dtype)
     keys = jax.random.split(jax.random.key(0), 4)
     buffer = jax.random.normal(keys[0], (m.num_experts, slots, m.d_model), dtype)

@@ -28,9 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl_trainer_bench.config import BenchConfig, StageConfig
-from rl_trainer_bench.distributed import initialize_runtime
-from rl_trainer_bench.driver import Bench
+from rl_trainer_bench.bench.distributed import initialize_runtime
+from rl_trainer_bench.bench.driver import Bench
+from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.engine.contract import Payload
 
 

@@ -37,7 +37,7 @@ def _peak_rss_bytes() -> int:
 def child_floor(preset_name: str) -> dict:
     import numpy as np
 
-    from rl_trainer_bench.config import preset
+    from rl_trainer_bench.config.presets import preset
 
     engine = preset(preset_name).engine
     m = engine.model
@@ -49,9 +49,9 @@ def child_floor(preset_name: str) -> dict:
 
 
 def child_build(preset_name: str) -> dict:
-    from rl_trainer_bench.config import preset
-    from rl_trainer_bench.payload import build_calibrated
-    from rl_trainer_bench.routing_profile import load_profile
+    from rl_trainer_bench.config.presets import preset
+    from rl_trainer_bench.payload.build import build_calibrated
+    from rl_trainer_bench.payload.routing_profile import load_profile
 
     engine = preset(preset_name).engine
     profile = load_profile(None)
@@ -74,8 +74,8 @@ def child_build(preset_name: str) -> dict:
 def child_naive(preset_name: str, sample_tokens: int) -> dict:
     import numpy as np
 
-    from rl_trainer_bench.config import preset
-    from rl_trainer_bench.routing_profile import fit_to_model, load_profile
+    from rl_trainer_bench.config.presets import preset
+    from rl_trainer_bench.payload.routing_profile import fit_to_model, load_profile
 
     engine = preset(preset_name).engine
     m = engine.model

@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from rl_trainer_bench.render import render
-from rl_trainer_bench.render_knobs import RenderKnobs
-from rl_trainer_bench.validate import schema_validator
+from rl_trainer_bench.launch.knobs import RenderKnobs
+from rl_trainer_bench.launch.render import render
+from rl_trainer_bench.launch.validate import schema_validator
 
 INPUTS = ("tunix-gsm8k-start.yaml", "tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
 

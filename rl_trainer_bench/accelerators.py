@@ -28,6 +28,8 @@ class Chip:
     pathways_prefix: str = ""
     chips_per_host: int = 0
     topology_dims: int = 0
+    # Per chip, bytes/s: the roofline time estimate of the AOT check divides bytes accessed by it.
+    hbm_bytes_per_second: float = 0.0
 
 
 CHIPS: tuple[Chip, ...] = (
@@ -37,6 +39,7 @@ CHIPS: tuple[Chip, ...] = (
         605e12,
         "measured bf16 8192^3 matmul, jax.jit, 2026-11-30",
         141 * 10**9,
+        hbm_bytes_per_second=4.8e12,
     ),
     Chip(
         "h100",
@@ -44,9 +47,19 @@ CHIPS: tuple[Chip, ...] = (
         989e12,
         "NVIDIA spec sheet, dense bf16",
         80 * GIB,
+        hbm_bytes_per_second=3.35e12,
     ),
     Chip(
-        "v4", ("TPU v4",), 275e12, "Cloud TPU v4 spec", 32 * GIB, "tpu-v4-podslice", "tpuv4", 4, 3
+        "v4",
+        ("TPU v4",),
+        275e12,
+        "Cloud TPU v4 spec",
+        32 * GIB,
+        "tpu-v4-podslice",
+        "tpuv4",
+        4,
+        3,
+        hbm_bytes_per_second=1.228e12,
     ),
     Chip(
         "v5e",
@@ -58,6 +71,7 @@ CHIPS: tuple[Chip, ...] = (
         "tpuv5e",
         4,
         2,
+        hbm_bytes_per_second=8.19e11,
     ),
     Chip(
         "v5p",
@@ -69,6 +83,7 @@ CHIPS: tuple[Chip, ...] = (
         "tpuv5",
         4,
         3,
+        hbm_bytes_per_second=2.765e12,
     ),
     Chip(
         "v6e",
@@ -80,6 +95,7 @@ CHIPS: tuple[Chip, ...] = (
         "tpuv6e",
         4,
         2,
+        hbm_bytes_per_second=1.64e12,
     ),
     Chip(
         "tpu7x",
@@ -91,6 +107,7 @@ CHIPS: tuple[Chip, ...] = (
         "tpu7x",
         4,
         3,
+        hbm_bytes_per_second=7.37e12,
     ),
 )
 

@@ -21,7 +21,7 @@ _Adder = Callable[[argparse.ArgumentParser], None]
 COMMANDS: list[tuple[str, str, _Adder, str]] = []
 
 
-# ---- micro-batches and routing profiles (rl_trainer_bench.payload, rl_trainer_bench.checks) ----
+# ---- micro-batches and routing profiles (rl_trainer_bench.payload.build, rl_trainer_bench.payload.checks) ----
 
 
 def _add_micro_batch_source(parser: argparse.ArgumentParser) -> None:
@@ -84,25 +84,25 @@ COMMANDS += [
         "payload",
         "Build one calibrated micro-batch, print its routing calibration, write it as .npz.",
         _add_payload_arguments,
-        "rl_trainer_bench.payload:run_payload",
+        "rl_trainer_bench.payload.build:run_payload",
     ),
     (
         "profile-routing",
         "Turn a dump of a run's routed experts into a routing profile (JSON).",
         _add_profile_routing_arguments,
-        "rl_trainer_bench.payload:run_profile_routing",
+        "rl_trainer_bench.payload.build:run_profile_routing",
     ),
     (
         "check",
         "CPU checks: micro-batch well-formedness and the engine's numerics knobs.",
         _add_check_arguments,
-        "rl_trainer_bench.checks:run_check",
+        "rl_trainer_bench.payload.checks:run_check",
     ),
 ]
 
 
 def _add_check_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    from rl_trainer_bench.check_engine import add_arguments
+    from rl_trainer_bench.preflight.check_engine import add_arguments
 
     add_arguments(parser)
 
@@ -112,13 +112,13 @@ COMMANDS.append(
         "check-engine",
         "run the engine contract's conformance checks on an engine (default: the built-in one)",
         _add_check_engine_arguments,
-        "rl_trainer_bench.check_engine:run",
+        "rl_trainer_bench.preflight.check_engine:run",
     )
 )
 
 
 def _add_render_arguments(parser: argparse.ArgumentParser) -> None:
-    from rl_trainer_bench.render_knobs import add_arguments  # light: no YAML, schema or JAX
+    from rl_trainer_bench.launch.knobs import add_arguments  # light: no YAML, schema or JAX
 
     add_arguments(parser)
 
@@ -147,37 +147,39 @@ COMMANDS += [
         "render",
         "Render a launcher's DRY_RUN output into a single-slice bench JobSet.",
         _add_render_arguments,
-        "rl_trainer_bench.render:run",
+        "rl_trainer_bench.launch.render:run",
     ),
     (
         "render-diff",
         "Structured diff of two JobSets (default: the launch's trainer against the bench).",
         _add_render_diff_arguments,
-        "rl_trainer_bench.render_diff:run",
+        "rl_trainer_bench.launch.diff:run",
     ),
     (
         "validate",
         "Check JobSets against the CRD schema, the webhook's name budgets and slice consistency.",
         _add_validate_arguments,
-        "rl_trainer_bench.validate:run",
+        "rl_trainer_bench.launch.validate:run",
     ),
 ]
 
 
 def _add_aot_arguments(parser: argparse.ArgumentParser) -> None:
-    from rl_trainer_bench.aot import add_arguments  # light: JAX is imported when the command runs
+    from rl_trainer_bench.preflight.aot import (
+        add_arguments,  # light: JAX is imported when the command runs
+    )
 
     add_arguments(parser)
 
 
 def _add_hlo_overlap_arguments(parser: argparse.ArgumentParser) -> None:
-    from rl_trainer_bench.hlo_overlap import add_arguments
+    from rl_trainer_bench.preflight.hlo_overlap import add_arguments
 
     add_arguments(parser)
 
 
 def _add_config_diff_arguments(parser: argparse.ArgumentParser) -> None:
-    from rl_trainer_bench.config_diff import add_arguments
+    from rl_trainer_bench.preflight.config_diff import add_arguments
 
     add_arguments(parser)
 
@@ -187,25 +189,25 @@ COMMANDS += [
         "aot",
         "Compile each engine program ahead of time (local devices or a TPU slice) and check memory.",
         _add_aot_arguments,
-        "rl_trainer_bench.aot:run",
+        "rl_trainer_bench.preflight.aot:run",
     ),
     (
         "hlo-overlap",
         "Summarize the collectives of an HLO text file or a compiled preset and what hides them.",
         _add_hlo_overlap_arguments,
-        "rl_trainer_bench.hlo_overlap:run",
+        "rl_trainer_bench.preflight.hlo_overlap:run",
     ),
     (
         "config-diff",
         "Diff two engine configs: key=value flags, YAML, trainer argv, or two JobSets.",
         _add_config_diff_arguments,
-        "rl_trainer_bench.config_diff:run",
+        "rl_trainer_bench.preflight.config_diff:run",
     ),
 ]
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    from rl_trainer_bench.config import add_driver_knob_arguments  # no JAX at parse time
+    from rl_trainer_bench.config.knobs import add_driver_knob_arguments  # no JAX at parse time
 
     add_driver_knob_arguments(parser)
 
@@ -215,13 +217,13 @@ COMMANDS.append(
         "run",
         "Run the bench driver: compile, warm up, time STEPS steps, print the step ruler.",
         _add_run_arguments,
-        "rl_trainer_bench.driver:run_command",
+        "rl_trainer_bench.bench.driver:run_command",
     )
 )
 
 
 def _add_ab_arguments(parser: argparse.ArgumentParser) -> None:
-    from rl_trainer_bench.ab import add_arguments  # light: no numpy scorer, no JAX
+    from rl_trainer_bench.ab.command import add_arguments  # light: no numpy scorer, no JAX
 
     add_arguments(parser)
 
@@ -231,7 +233,7 @@ COMMANDS.append(
         "ab",
         "same-process A/B of bench arms: noise floor, exact checks, verdict (the main job)",
         _add_ab_arguments,
-        "rl_trainer_bench.ab:run",
+        "rl_trainer_bench.ab.command:run",
     )
 )
 

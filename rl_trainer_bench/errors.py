@@ -8,3 +8,7 @@ bench and keeps its traceback.
 
 class UserError(ValueError):
     """Bad input from the user (a file, a flag, a knob): one line naming the field and the fix."""
+
+
+class ConfigError(UserError):
+    """Invalid configuration; the message is one line naming the knob, the value and the fix."""

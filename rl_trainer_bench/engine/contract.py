@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 if TYPE_CHECKING:
-    from rl_trainer_bench.engine.engine_config import EngineConfig
+    from rl_trainer_bench.engine.config import EngineConfig
 
 # Every array of a micro-batch, its dtype, and its rank; `ref_logps` and `routed_experts` are optional.
 PAYLOAD_FIELDS: Mapping[str, tuple[np.dtype, int]] = {

@@ -14,55 +14,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from rl_trainer_bench.engine.engine_config import ModelConfig
+from rl_trainer_bench.engine.config import ModelConfig
 from rl_trainer_bench.engine.linear_attention import gated_delta_rule, segment_starts
-
-# The layer's stacked weights, each with a leading axis over the linear-attention layers.
-WEIGHTS = (
-    "gdn_wq",
-    "gdn_wk",
-    "gdn_wv",
-    "gdn_wz",
-    "gdn_wb",
-    "gdn_wa",
-    "gdn_conv_q",
-    "gdn_conv_k",
-    "gdn_conv_v",
-    "gdn_a_log",
-    "gdn_dt_bias",
-    "gdn_norm",
-    "gdn_wo",
-)
-
-
-def random_weight_shapes(config: ModelConfig, layers: int) -> dict[str, tuple[tuple, int]]:
-    """(shape, fan in) of each weight drawn as normal(0, 1/sqrt(fan in)), for `layers` layers."""
-    c = config
-    d, kernel = c.d_model, c.linear_conv_kernel_dim
-    hk, dk = c.linear_num_key_heads, c.linear_key_head_dim
-    hv, dv = c.linear_num_value_heads, c.linear_value_head_dim
-    return {
-        "gdn_wq": ((layers, d, hk, dk), d),
-        "gdn_wk": ((layers, d, hk, dk), d),
-        "gdn_wv": ((layers, d, hv, dv), d),
-        "gdn_wz": ((layers, d, hv, dv), d),
-        "gdn_wb": ((layers, d, hv), d),
-        "gdn_wa": ((layers, d, hv), d),
-        "gdn_conv_q": ((layers, kernel, hk, dk), kernel),
-        "gdn_conv_k": ((layers, kernel, hk, dk), kernel),
-        "gdn_conv_v": ((layers, kernel, hv, dv), kernel),
-        "gdn_wo": ((layers, hv, dv, d), hv * dv),
-    }
-
-
-def fixed_weights(config: ModelConfig, layers: int) -> dict[str, jax.Array]:
-    """Weights that start at constants: unit output norm, A = 1 and zero dt bias (decay softplus(x W_a))."""
-    hv, dv = config.linear_num_value_heads, config.linear_value_head_dim
-    return {
-        "gdn_a_log": jnp.zeros((layers, hv), jnp.float32),
-        "gdn_dt_bias": jnp.zeros((layers, hv), jnp.float32),
-        "gdn_norm": jnp.ones((layers, dv), jnp.float32),
-    }
 
 
 def causal_conv(x, kernel, starts):

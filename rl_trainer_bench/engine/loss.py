@@ -1,4 +1,4 @@
-"""GRPO loss of one micro-batch, from log-probs computed chunk by chunk (ENGINE.md).
+"""GRPO loss of one micro-batch, from log-probs computed chunk by chunk (docs/engine.md).
 
 The log-probs of a 65k-token row against a 250k vocabulary would need [B, T, V] float32 logits
 (terabytes); `chunked_logps` scans over sequence chunks and rematerializes each chunk's logits in
@@ -11,8 +11,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from rl_trainer_bench.engine.engine_config import LossConfig
-from rl_trainer_bench.engine.model import merge_chunks, split_chunks
+from rl_trainer_bench.engine.config import LossConfig
+from rl_trainer_bench.engine.model import compute_weight, merge_chunks, split_chunks
 
 
 def next_token_targets(input_ids, segment_ids):
@@ -66,6 +66,7 @@ def micro_batch_loss(hidden, head, batch, config: LossConfig, shards: int):
     mask = (batch["completion_mask"] != 0) & has_target
     logits_dtype = jnp.dtype(config.logits_dtype)
     chunk = min(config.compute_logps_chunk_size, targets.shape[1] // shards)
+    head = compute_weight("head", head, hidden.dtype)  # gathered once, not once per chunk
     logps = chunked_logps(hidden, head, targets, chunk, shards, logits_dtype)
     per_token = grpo_token_loss(
         logps, batch["old_logps"], batch["advantages"], config, batch.get("ref_logps")

@@ -1,10 +1,15 @@
 """The decoder: embeddings, attention over packed segments, RMSNorm, rotary, MoE layers, output head.
 
 Each layer mixes tokens by full attention or Gated DeltaNet (`gated_deltanet.py`) as the repeating
-block `layer_types` says. Blocks run under `jax.lax.scan` over stacked weights, so compile time does
-not grow with depth, and each layer is rematerialized by the `remat_policy` knob. Parameters are float32; each layer
+block `layer_types` says. Blocks of it run under `jax.lax.scan` over stacked weights, so compile
+time does not grow with depth, and each layer is rematerialized by the `remat_policy` knob. Parameters are float32; each layer
 casts them to the compute dtype where it uses them. The model returns the final hidden states, not
 logits: the head is applied chunk by chunk in `loss.py` so [B, T, V] never exists.
+
+Shape legend (docs/engine.md): B rows of a micro-batch, T tokens per row, D model width, H query
+heads, KV key/value heads, hd head width, V vocabulary, L layers, E experts, K experts per token,
+F an expert's hidden width, C slots per expert buffer, Gr x Gc token groups (one per device
+holding tokens: row groups x context groups), N tokens per group.
 """
 
 from __future__ import annotations
@@ -14,9 +19,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from rl_trainer_bench.engine import gated_deltanet, moe
-from rl_trainer_bench.engine import mesh as sharding
-from rl_trainer_bench.engine.engine_config import ModelConfig
+from rl_trainer_bench.engine import gated_deltanet, moe, parameters, sharding
+from rl_trainer_bench.engine.config import ModelConfig
 
 REMAT_POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,
@@ -28,43 +32,17 @@ _MASKED = -1e30  # finite, so a row with nothing to attend to (padding) gives ze
 
 
 def init_params(config: ModelConfig, key: jax.Array) -> dict[str, jax.Array]:
-    """Float32 parameters: normal(0, 1/sqrt(fan_in)) matrices, unit norms; layer weights stacked on
-    their layers (L, or the full- / linear-attention layers for those mixers' weights)."""
-    c = config
-    L, D, E = c.num_layers, c.d_model, c.num_experts
-    full, linear = c.layers_of("full_attention"), c.layers_of("linear_attention")
-    shapes = {
-        "embed": ((c.vocab_size, D), 1.0),
-        "head": ((D, c.vocab_size), D),
-        "wq": ((full, D, c.num_heads, c.head_dim), D),
-        "wk": ((full, D, c.num_kv_heads, c.head_dim), D),
-        "wv": ((full, D, c.num_kv_heads, c.head_dim), D),
-        "wo": ((full, c.num_heads, c.head_dim, D), c.num_heads * c.head_dim),
-        "router": ((L, D, E), D),
-        "expert_gate": ((L, E, D, c.expert_ffn_dim), D),
-        "expert_up": ((L, E, D, c.expert_ffn_dim), D),
-        "expert_down": ((L, E, c.expert_ffn_dim, D), c.expert_ffn_dim),
-    }
-    if c.shared_expert_ffn_dim:
-        shapes["shared_gate"] = ((L, D, c.shared_expert_ffn_dim), D)
-        shapes["shared_up"] = ((L, D, c.shared_expert_ffn_dim), D)
-        shapes["shared_down"] = ((L, c.shared_expert_ffn_dim, D), c.shared_expert_ffn_dim)
-    if c.attention_output_gate:
-        shapes["wq_gate"] = ((full, D, c.num_heads, c.head_dim), D)
-    if linear:
-        shapes.update(gated_deltanet.random_weight_shapes(c, linear))
-    if not full:
-        shapes = {name: spec for name, spec in shapes.items() if name not in FULL_ATTENTION_WEIGHTS}
-    keys = jax.random.split(key, len(shapes))
-    params = {
-        name: jax.random.normal(k, shape, jnp.float32) / jnp.sqrt(float(fan_in))
-        for k, (name, (shape, fan_in)) in zip(keys, shapes.items(), strict=True)
-    }
-    params["attn_norm"] = jnp.ones((L, D), jnp.float32)
-    params["mlp_norm"] = jnp.ones((L, D), jnp.float32)
-    params["final_norm"] = jnp.ones((D,), jnp.float32)
-    if linear:
-        params.update(gated_deltanet.fixed_weights(c, linear))
+    """Float32 parameters (`parameters.PARAMETERS`): normal(0, 1/sqrt(fan_in)) matrices, unit norms."""
+    shapes = parameters.parameter_shapes(config)
+    drawn = [name for name in shapes if parameters.PARAMETERS[name].fan_in is not parameters.ONES]
+    keys = dict(zip(drawn, jax.random.split(key, len(drawn)), strict=True))
+    params = {}
+    for name, shape in shapes.items():
+        if name in keys:
+            scale = jnp.sqrt(float(parameters.fan_in(config, name)))
+            params[name] = jax.random.normal(keys[name], shape, jnp.float32) / scale
+        else:
+            params[name] = jnp.ones(shape, jnp.float32)
     return params
 
 
@@ -180,32 +158,20 @@ def shared_expert(x, layer):
     return hidden @ layer["shared_down"].astype(dtype)
 
 
-FULL_ATTENTION_WEIGHTS = ("wq", "wk", "wv", "wo", "wq_gate")
-MIXER_WEIGHTS = {
-    "full_attention": FULL_ATTENTION_WEIGHTS,
-    "linear_attention": gated_deltanet.WEIGHTS,
-}
-LAYER_WEIGHTS = (  # every layer's, stacked on L
-    "attn_norm",
-    "mlp_norm",
-    "router",
-    "expert_gate",
-    "expert_up",
-    "expert_down",
-    "shared_gate",
-    "shared_up",
-    "shared_down",
-)
+def compute_weight(name: str, weight: jax.Array, dtype) -> jax.Array:
+    """A weight as a layer uses it: in the compute dtype (unless kept in float32), gathered."""
+    if not parameters.PARAMETERS[name].float32:
+        weight = weight.astype(dtype)
+    return sharding.gathered(name, weight)
 
 
 def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config, methods):
     """Hidden states after the final norm, [B, T, D], and whether any layer dropped a pair.
 
     batch: device arrays of the payload (`routed_experts` [B, T, L, K] replays the routes);
-    methods: resolved (attention, expert compute) choices. The scan runs over blocks of
-    `layer_types`; inside a block each layer takes its slice of the per-layer and per-mixer stacks.
+    methods: resolved choices (`programs.Methods`). The scan runs over blocks of `layer_types`;
+    inside a block each layer takes its slice of the per-layer and per-mixer stacks.
     """
-    attention_impl, expert_impl = methods
     dtype = jnp.dtype(config.dtype)
     pattern = config.layer_types
     blocks = config.num_layers // len(pattern)
@@ -213,10 +179,10 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config,
     valid = segments != 0
     groups = (sharding.row_groups(mesh_config), mesh_config.context)
     x = sharding.constrain(params["embed"][batch["input_ids"]].astype(dtype), sharding.ACTIVATIONS)
-    stacked = {
+    stacked = {  # [blocks, layers of the block (of the mixer), ...]
         name: weight.reshape(blocks, -1, *weight.shape[1:])
         for name, weight in params.items()
-        if name in LAYER_WEIGHTS or any(name in names for names in MIXER_WEIGHTS.values())
+        if parameters.PARAMETERS[name].layered
     }
     replayed = batch.get("routed_experts")
     if replayed is not None:  # [blocks, layers per block, B, T, K]: scanned with the weights
@@ -225,9 +191,12 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config,
     def mix(kind, h, layer):
         if kind == "linear_attention":
             return gated_deltanet.gated_deltanet(h, layer, segments, config, mesh_config.context)
-        return attention(h, layer, positions, segments, config, attention_impl, mesh_config.context)
+        return attention(
+            h, layer, positions, segments, config, methods.attention, mesh_config.context
+        )
 
     def layer_fn(kind, x, layer, routes):
+        layer = {name: compute_weight(name, w, dtype) for name, w in layer.items()}
         h = rms_norm(x, layer["attn_norm"], config.rms_norm_eps)
         x = x + mix(kind, h, layer)
         h = rms_norm(x, layer["mlp_norm"], config.rms_norm_eps)
@@ -239,7 +208,7 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config,
             top_k=config.top_k,
             capacity_factor=capacity_factor,
             groups=groups,
-            method=expert_impl,
+            methods=(methods.expert_compute, methods.dropless_compute),
         )
         if "shared_gate" in layer:
             ffn = ffn + shared_expert(h, layer)
@@ -255,9 +224,9 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config,
         overflows = []
         for index, kind in enumerate(pattern):
             of_kind = pattern[:index].count(kind)  # this layer's slot in its mixer's stacks
-            layer = {name: weights[name][index] for name in LAYER_WEIGHTS if name in weights}
+            layer = {n: weights[n][index] for n in parameters.LAYER_WEIGHTS if n in weights}
             layer |= {
-                name: weights[name][of_kind] for name in MIXER_WEIGHTS[kind] if name in weights
+                n: weights[n][of_kind] for n in parameters.MIXER_WEIGHTS[kind] if n in weights
             }
             x, overflow = layer_fns[kind](x, layer, None if routes is None else routes[index])
             overflows.append(overflow)

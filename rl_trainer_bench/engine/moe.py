@@ -1,22 +1,34 @@
 """The MoE feed-forward: routing (top-k or replay), capacity buffers with drops, expert compute, combine.
 
 The step time of an MoE trainer depends on how many (token, expert) pairs each expert receives, so
-the layer reproduces the production semantics exactly (ENGINE.md): replayed routes take precedence
+the layer reproduces the production semantics exactly (docs/engine.md): replayed routes take precedence
 over the router, slots are handed out in token order per group of device-local tokens, pairs past
 the capacity are dropped and raise the overflow flag, and `capacity_factor=-1` is the dropless
 program that a replay of an overflowing micro-batch runs.
+
+Shape legend (docs/engine.md): B rows of a micro-batch, T tokens per row, D model width, H query
+heads, KV key/value heads, hd head width, V vocabulary, L layers, E experts, K experts per token,
+F an expert's hidden width, C slots per expert buffer, Gr x Gc token groups (one per device
+holding tokens: row groups x context groups), N tokens per group.
 """
 
 from __future__ import annotations
 
-import math
+import functools
 
 import jax
 import jax.numpy as jnp
 
-from rl_trainer_bench.engine import mesh as sharding
+from rl_trainer_bench.engine import sharding
+from rl_trainer_bench.engine.config import expert_capacity
+from rl_trainer_bench.engine.contract import ContractError
+from rl_trainer_bench.engine.sharding import EXPERT_AXIS
 
 EXPERT_COMPUTE_CHOICES = ("einsum", "ragged_dot")
+# How a dropless program computes: `capacity` buffers of N slots per expert (E x N per group), or
+# the token-sorted layout with a grouped matmul (`ragged_dot`, or the TPU kernel `gmm`).
+DROPLESS_COMPUTE_CHOICES = ("capacity", "ragged_dot", "gmm")
+EXPERT_WEIGHTS = ("expert_gate", "expert_up", "expert_down")
 
 # The faster expert-compute path per platform. gpu: MEASURED on an H200 (reference facts,
 # 2026-11-30: padded einsum ~50x faster than ragged_dot). cpu: MEASURED on the dev machine with
@@ -30,11 +42,21 @@ def expert_compute_for(choice: str, platform: str) -> str:
     return FASTEST_EXPERT_COMPUTE.get(platform, "einsum") if choice == "auto" else choice
 
 
-def capacity(tokens: int, top_k: int, num_experts: int, factor: float) -> int:
-    """Slots per expert for a group of `tokens` tokens; factor -1 is dropless (every token fits)."""
-    if factor == -1:
-        return tokens
-    return max(1, math.ceil(factor * tokens * top_k / num_experts))
+# The grouped matmul of the dropless layout per platform: the Pallas kernel on TPU (it compiles for
+# tpu7x and v5p from this host, BENCHMARKS.md), XLA's ragged_dot elsewhere.
+DROPLESS_COMPUTE = {"tpu": "gmm"}
+
+
+def dropless_compute_for(choice: str, platform: str) -> str:
+    """Resolve `auto` for `platform`; the TPU kernel is refused elsewhere."""
+    if choice == "auto":
+        return DROPLESS_COMPUTE.get(platform, "ragged_dot")
+    if choice == "gmm" and platform != "tpu":
+        raise ContractError(
+            f"engine config dropless_compute=gmm: the grouped-matmul kernel runs on TPU only, and "
+            f"this mesh is on {platform}; use ragged_dot or capacity"
+        )
+    return choice
 
 
 def route(x, router_weights, top_k, valid, replayed=None):
@@ -140,28 +162,125 @@ def ungroup_tokens(x, batch, seq):
     return jnp.swapaxes(x, 1, 2).reshape(batch, seq, *rest)
 
 
-def moe_ffn(x, params, valid, replayed, *, top_k, capacity_factor, groups, method):
+def moe_ffn(x, params, valid, replayed, *, top_k, capacity_factor, groups, methods):
     """The routed feed-forward of one layer: x [B, T, D] -> ([B, T, D], overflow flag).
 
     params: this layer's router [D, E] and expert weights [E, D, F] / [E, F, D]; valid: [B, T];
-    replayed: [B, T, K] or None; groups: (row groups, sequence groups) of the mesh.
+    replayed: [B, T, K] or None; groups: (row groups, sequence groups) of the mesh; methods:
+    (expert compute, dropless compute) resolved. Dropless (capacity_factor -1) runs the
+    token-sorted layout unless the dropless compute is `capacity`.
     """
-    batch, seq, _ = x.shape
-    num_experts = params["router"].shape[-1]
+    expert_compute, dropless_compute = methods
     experts, gates = route(x, params["router"], top_k, valid, replayed)
+    weights = tuple(params[name].astype(x.dtype) for name in EXPERT_WEIGHTS)
+    if capacity_factor == -1 and dropless_compute != "capacity":
+        return sorted_ffn(x, experts, gates, weights, dropless_compute), jnp.zeros((), bool)
+    return capacity_ffn(x, experts, gates, weights, capacity_factor, groups, expert_compute)
+
+
+def capacity_ffn(x, experts, gates, weights, capacity_factor, groups, method):
+    """Pairs in per-expert buffers of C slots per token group; pairs past C drop (the overflow flag)."""
+    batch, seq, _ = x.shape
+    num_experts, top_k = weights[0].shape[0], experts.shape[-1]
     grouped = sharding.constrain(group_tokens(x, *groups), sharding.GROUPED)  # [Gr, Gc, N, D]
     experts, gates = group_tokens(experts, *groups), group_tokens(gates, *groups)
-    slots = capacity(grouped.shape[2], top_k, num_experts, capacity_factor)
+    slots = expert_capacity(grouped.shape[2], top_k, num_experts, capacity_factor)
     per_group = jax.vmap(jax.vmap(lambda t, e: dispatch(t, e, num_experts, slots)))
     buffer, slot, overflow = per_group(grouped, experts)  # buffer [Gr, Gc, E, C, D]
     buffer = sharding.constrain(buffer, sharding.DISPATCH)
-    out = experts_ffn(
-        buffer,
-        params["expert_gate"].astype(x.dtype),
-        params["expert_up"].astype(x.dtype),
-        params["expert_down"].astype(x.dtype),
-        method,
-    )
+    out = experts_ffn(buffer, *weights, method)
     out = sharding.constrain(out, sharding.COLLECTED)
     combined = jax.vmap(jax.vmap(combine))(out, slot, gates)  # [Gr, Gc, N, D]
     return ungroup_tokens(combined, batch, seq), jnp.any(overflow)
+
+
+# ----------------------------------------------------------------------------------------------
+# Dropless in a token-sorted layout: buffers of the routed pairs (N x K), not of E x N slots
+# ----------------------------------------------------------------------------------------------
+
+
+def sort_pairs(experts, first_expert, num_local):
+    """The (token, k) pairs ordered by local expert, and how many pairs each local expert has.
+
+    experts: [N, K] global ids (-1: empty). Pairs of experts outside [first_expert, first_expert +
+    num_local) and empty ones sort after every local group. A stable sort keeps token order inside
+    each expert, as the capacity path's queues do. Returns order [N K] (flat pair indices) and
+    group sizes [num_local] int32.
+    """
+    local = experts.reshape(-1) - first_expert
+    key = jnp.where((local >= 0) & (local < num_local), local, num_local)
+    order = jnp.argsort(key, stable=True)
+    sizes = jnp.bincount(key, length=num_local + 1)[:num_local]
+    return order, sizes.astype(jnp.int32)
+
+
+def gmm_tiling(m: int, k: int, n: int) -> tuple[int, int, int]:
+    """Tiles for the TPU grouped matmul: rows by the largest power of two up to 512 dividing m."""
+    tm = 512
+    while m % tm:
+        tm //= 2
+    return tm, min(k, 1024), min(n, 1024)
+
+
+def grouped_matmul(rows, weights, group_sizes, method, interpret=False):
+    """rows [P, D] (sorted by group) x weights [G, D, F] -> [P, F]; rows past the groups are zero.
+
+    `ragged_dot` is XLA's grouped matmul; `gmm` is the Pallas TPU kernel that ships with JAX
+    (`interpret` runs it in Pallas's interpreter, to check it off a TPU).
+    """
+    live = (jnp.arange(rows.shape[0]) < jnp.sum(group_sizes))[:, None]
+    # The kernel leaves rows past the groups unwritten, in its output and in the gradient it
+    # returns for its input: masking both keeps them out of every sum.
+    rows = jnp.where(live, rows, 0)
+    if method == "gmm":
+        from jax.experimental.pallas.ops.tpu.megablox import gmm
+
+        tiling = gmm_tiling(rows.shape[0], rows.shape[1], weights.shape[2])
+        out = gmm(rows, weights, group_sizes, rows.dtype, tiling, interpret=interpret)
+    else:
+        out = jax.lax.ragged_dot(rows, weights, group_sizes)
+    return jnp.where(live, out, 0)
+
+
+def local_sorted_ffn(x, experts, gates, weights, method, interpret=False):
+    """One device's share of the dropless layer, inside `shard_map` (see `sorted_ffn`).
+
+    x [b, t, D], experts and gates [b, t, K]: this device's tokens; weights: its experts.
+    """
+    b, t, d = x.shape
+    k = experts.shape[-1]
+    tokens = jax.lax.all_gather(x.reshape(-1, d), EXPERT_AXIS, axis=0, tiled=True)
+    experts = jax.lax.all_gather(experts.reshape(-1, k), EXPERT_AXIS, axis=0, tiled=True)
+    gates = jax.lax.all_gather(gates.reshape(-1, k), EXPERT_AXIS, axis=0, tiled=True)
+    num_local = weights[0].shape[0]
+    first = jax.lax.axis_index(EXPERT_AXIS) * num_local
+    order, sizes = sort_pairs(experts, first, num_local)
+    rows = tokens[order // k]  # [A N K, D]: every pair of the gathered tokens, sorted
+    gate_w, up_w, down_w = weights
+    hidden = jax.nn.silu(grouped_matmul(rows, gate_w, sizes, method, interpret))
+    hidden = hidden * grouped_matmul(rows, up_w, sizes, method, interpret)
+    out = grouped_matmul(hidden, down_w, sizes, method, interpret)  # zero for non-local pairs
+    pairs = jnp.zeros_like(out).at[order].set(out).reshape(-1, k, d)  # back in token order
+    partial = jnp.einsum(
+        "nkd,nk->nd", pairs, gates.astype(out.dtype), preferred_element_type=jnp.float32
+    )
+    mine = jax.lax.psum_scatter(partial, EXPERT_AXIS, scatter_dimension=0, tiled=True)
+    return mine.astype(x.dtype).reshape(b, t, d)
+
+
+def sorted_ffn(x, experts, gates, weights, method, interpret=False):
+    """Dropless routed feed-forward with buffers of routed pairs: x [B, T, D] -> [B, T, D].
+
+    Each device gathers the tokens of its expert-axis peers (A x N tokens, A the expert axis size),
+    sorts their A x N x K pairs by its own experts, runs a grouped matmul, and sums the results
+    back to the tokens' devices with one reduce-scatter over the expert axis. Its buffers are
+    A x N x K rows, where the capacity layout at capacity N needs E x N slots.
+    """
+    tokens, weight = sharding.ACTIVATIONS, sharding.EXPERT_WEIGHTS
+    local = functools.partial(local_sorted_ffn, method=method, interpret=interpret)
+    return jax.shard_map(
+        lambda x, e, g, w: local(x, e, g, w),
+        in_specs=(tokens, tokens, tokens, (weight,) * 3),
+        out_specs=tokens,
+        check_vma=False,
+    )(x, experts, gates, weights)

@@ -1,0 +1,181 @@
+"""A/B arms: what each arm sets, parsed once from `--arms`, and what one arm's run produced.
+
+An arm is a named setting of knobs run for the same steps as every other arm. A setting that appears
+twice in the run order (`off,on,off,on`) is a repeat: the difference between its two runs is the
+noise floor, measured in the same process as the effect. Knob names follow the bench's own edges:
+an UPPER_CASE key is a driver knob (the DRIVER_ENV a pod would get), a lower_case key is an engine
+key (it goes into ENGINE_FLAGS), so any arm a pod can run, an A/B can run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+
+from rl_trainer_bench.bench.ruler import StepRecord
+from rl_trainer_bench.config.knobs import DRIVER_KNOBS
+from rl_trainer_bench.errors import UserError
+
+# Knobs that change what a step does but not any compiled program: arms that differ only in these
+# share one Bench (one compile); any other difference gets its own Bench, compiled and reported apart.
+STAGE_KNOBS = ("STAGE_BEFORE_UPDATE", "STAGE_AFTER_UPDATE", "STAGE_ISSUE")
+
+# Knobs the A/B itself owns: every arm must run the same steps, or the exact checks mean nothing.
+RESERVED_KNOBS = {
+    "STEPS": "--steps",
+    "WARMUP_STEPS": "--warmup-steps",
+    "PRESET": "--preset",
+    "RESULTS_DIR": "--out",
+}
+
+# Settings an arm may name without defining them.
+BUILTIN_ARMS: Mapping[str, Mapping[str, str]] = {
+    "off": {"STAGE_BEFORE_UPDATE": "off"},
+    "on": {"STAGE_BEFORE_UPDATE": "on"},
+    "after": {"STAGE_AFTER_UPDATE": "on"},
+}
+
+DEFAULT_ARMS = "off,on,off,on"
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.+]*")
+_DRIVER_KNOB = re.compile(r"[A-Z][A-Z0-9_]*")
+_ENGINE_KEY = re.compile(r"[a-z][a-z0-9_.]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmSpec:
+    """One arm in run order: its label (`off`, then `off'` for the repeat) and its setting."""
+
+    label: str  # unique in the run: the setting's name, primed once per earlier occurrence
+    setting: str  # the setting's name; arms with one setting are repeats of each other
+    driver_knobs: Mapping[str, str]  # UPPER_CASE knobs, as DRIVER_ENV would pass them
+    engine_keys: Mapping[str, str]  # lower_case engine keys, appended to ENGINE_FLAGS
+    occurrence: int  # 0 for the first run of this setting, 1 for its first repeat, ...
+
+    @property
+    def program_knobs(self) -> tuple[tuple[str, str], ...]:
+        """The knobs that can change a compiled program: equal tuples share one Bench."""
+        driver = tuple(sorted((k, v) for k, v in self.driver_knobs.items() if k not in STAGE_KNOBS))
+        return driver + tuple(sorted(self.engine_keys.items()))
+
+    def describe(self) -> str:
+        """`KNOB=V,key=v`, the way the arm was (or could have been) written."""
+        pairs = [*self.driver_knobs.items(), *self.engine_keys.items()]
+        return ",".join(f"{k}={v}" for k, v in pairs) or "(defaults)"
+
+
+@dataclasses.dataclass
+class ArmRun:
+    """What one arm produced: its step records and the counters the exact checks read.
+
+    `updates`, `stages` and `recompiles` come from the driver in a same-process run; read back from a
+    log they are `None` where the log does not say, and the check that needs them is skipped.
+    """
+
+    label: str
+    setting: str
+    staged: bool  # the arm stages the next first micro-batch at each boundary
+    records: list[StepRecord]
+    updates: int | None = None
+    stages: int | None = None
+    recompiles: list[str] | None = None
+    param_digest: str | None = None
+    source: str = ""  # where the records came from: a bench group or a log file
+
+    @property
+    def scored(self) -> list[StepRecord]:
+        return [r for r in self.records if not r.warmup]
+
+
+def parse_arms(text: str) -> list[ArmSpec]:
+    """Parse `--arms` into arms in run order.
+
+    Grammar (comma-separated tokens): `NAME` runs a built-in or earlier-defined setting;
+    `NAME:KEY=V` defines a setting and runs it, and each following `KEY=V` token adds to it.
+    Example: `base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2,base,wide`.
+    """
+    definitions: dict[str, dict[str, str]] = {name: dict(k) for name, k in BUILTIN_ARMS.items()}
+    defined_here: set[str] = set()
+    order: list[str] = []
+    current: str | None = None
+    for token in (t.strip() for t in text.split(",")):
+        if not token:
+            raise UserError(f"--arms {text!r}: empty arm between commas; write e.g. {DEFAULT_ARMS}")
+        if ":" in token:
+            name, first_knob = token.split(":", 1)
+            _check_name(name, text)
+            if name in defined_here or name in BUILTIN_ARMS:
+                raise UserError(
+                    f"--arms: setting {name!r} is defined twice; define it once and repeat its bare name"
+                )
+            definitions[name] = {}
+            defined_here.add(name)
+            current = name
+            order.append(name)
+            _add_knob(definitions[name], first_knob, name)
+        elif "=" in token:
+            if current is None:
+                raise UserError(
+                    f"--arms: knob {token!r} has no arm; start the arm with NAME:{token}"
+                )
+            _add_knob(definitions[current], token, current)
+        else:
+            _check_name(token, text)
+            if token not in definitions:
+                raise UserError(
+                    f"--arms: unknown arm {token!r}: use one of {', '.join(BUILTIN_ARMS)} "
+                    f"or define it as {token}:KNOB=VALUE"
+                )
+            current = None
+            order.append(token)
+    if len(set(order)) < 2:
+        raise UserError(f"--arms {text!r}: an A/B needs at least two different settings")
+    return _number(order, definitions)
+
+
+def _check_name(name: str, text: str) -> None:
+    if not _NAME.fullmatch(name):
+        raise UserError(
+            f"--arms {text!r}: arm name {name!r} must start with a letter and use letters, digits, _ . +"
+        )
+
+
+def _add_knob(knobs: dict[str, str], token: str, arm: str) -> None:
+    key, sep, value = token.partition("=")
+    if not sep or not value:
+        raise UserError(f"--arms: arm {arm!r} has {token!r}; write KEY=VALUE")
+    if key in RESERVED_KNOBS:
+        raise UserError(
+            f"--arms: arm {arm!r} sets {key}; every arm runs the same {key}, set it with {RESERVED_KNOBS[key]}"
+        )
+    if not (_DRIVER_KNOB.fullmatch(key) or _ENGINE_KEY.fullmatch(key)):
+        raise UserError(
+            f"--arms: arm {arm!r} has key {key!r}: use an UPPER_CASE driver knob or a lower_case engine key"
+        )
+    if _DRIVER_KNOB.fullmatch(key) and key not in DRIVER_KNOBS:
+        raise UserError(
+            f"--arms: arm {arm!r} sets {key}, which is not a driver knob: use one of {', '.join(DRIVER_KNOBS)}"
+        )
+    if key in knobs and knobs[key] != value:
+        raise UserError(f"--arms: arm {arm!r} sets {key} twice ({knobs[key]!r}, {value!r})")
+    knobs[key] = value
+
+
+def _number(order: Sequence[str], definitions: Mapping[str, Mapping[str, str]]) -> list[ArmSpec]:
+    seen: dict[str, int] = {}
+    arms = []
+    for name in order:
+        occurrence = seen.get(name, 0)
+        seen[name] = occurrence + 1
+        knobs = definitions[name]
+        arms.append(
+            ArmSpec(
+                label=name + "'" * occurrence,
+                setting=name,
+                driver_knobs={k: v for k, v in knobs.items() if _DRIVER_KNOB.fullmatch(k)},
+                engine_keys={k: v for k, v in knobs.items() if not _DRIVER_KNOB.fullmatch(k)},
+                occurrence=occurrence,
+            )
+        )
+    return arms

@@ -1,0 +1,170 @@
+"""Exact checks across A/B arms: did every arm train the same thing, the same way?
+
+A time difference means something only if the arms did the same work: the same micro-batches in the
+same order, the same loss denominators, one update per step, one stage per boundary where staging is
+on, and no compile inside a scored step. These are equalities, not statistics, so any failure makes
+the whole A/B FAIL whatever the times say. Each check reports what it compared and, on failure, the
+first place the arms parted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable, Sequence
+
+from rl_trainer_bench.ab.arms import ArmRun
+
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: str  # PASS | FAIL | SKIP (the inputs do not carry what the check needs)
+    detail: str
+
+
+def exact_checks(runs: Sequence[ArmRun]) -> list[CheckResult]:
+    """Run every exact check over the arms, in a stable order."""
+    return [check(runs) for check in CHECKS]
+
+
+def failed(results: Sequence[CheckResult]) -> list[CheckResult]:
+    return [r for r in results if r.status == FAIL]
+
+
+def same_micro_batches(runs: Sequence[ArmRun]) -> CheckResult:
+    """Every arm trains the same micro-batches (by content digest) in the same order.
+
+    Names are shown but not compared: they label a position in a run, the digest is the content.
+    """
+    name = "same micro-batch digests in the same order"
+    reference = runs[0]
+    expected = _batches(reference)
+    for run in runs[1:]:
+        got = _batches(run)
+        for index, (want, have) in enumerate(zip(expected, got, strict=False)):
+            if want[1] != have[1]:
+                return CheckResult(
+                    name,
+                    FAIL,
+                    f"micro-batch {index}: {reference.label} trained {want[0]} ({want[1][:12]}), "
+                    f"{run.label} trained {have[0]} ({have[1][:12]})",
+                )
+        if len(got) != len(expected):
+            return CheckResult(
+                name,
+                FAIL,
+                f"{reference.label} trained {len(expected)} micro-batches, {run.label} {len(got)}",
+            )
+    if not expected or any(not digest for _, digest in expected):
+        return CheckResult(name, FAIL, f"{reference.label} recorded no content digests")
+    return CheckResult(
+        name, PASS, f"{len(runs)} arms x {len(expected)} micro-batches, digests equal in order"
+    )
+
+
+def same_loss_denominators(runs: Sequence[ArmRun]) -> CheckResult:
+    """Every arm reports the same loss denominator (completion tokens) at each step, exactly."""
+    name = "same loss denominators per step"
+    reference = runs[0]
+    expected = [r.loss_denominator for r in reference.records]
+    for run in runs[1:]:
+        got = [r.loss_denominator for r in run.records]
+        if len(got) != len(expected):
+            return CheckResult(
+                name, FAIL, f"{reference.label} has {len(expected)} steps, {run.label} {len(got)}"
+            )
+        for index, (want, have) in enumerate(zip(expected, got, strict=True)):
+            if want != have:
+                return CheckResult(
+                    name,
+                    FAIL,
+                    f"step {index}: {reference.label} divided by {want!r}, {run.label} by {have!r}",
+                )
+    return CheckResult(name, PASS, f"{len(expected)} steps, equal in every arm")
+
+
+def same_updates(runs: Sequence[ArmRun]) -> CheckResult:
+    """Every arm applies one optimizer update per step, so all arms apply the same number."""
+    name = "same number of updates"
+    if any(run.updates is None for run in runs):
+        return CheckResult(name, SKIP, "update counts are not in the inputs (logs)")
+    for run in runs:
+        if run.updates != len(run.records):
+            return CheckResult(
+                name,
+                FAIL,
+                f"{run.label} applied {run.updates} updates in {len(run.records)} steps",
+            )
+    counts = {run.updates for run in runs}
+    if len(counts) > 1:
+        return CheckResult(name, FAIL, ", ".join(f"{r.label}: {r.updates}" for r in runs))
+    return CheckResult(name, PASS, f"{counts.pop()} updates in every arm, one per step")
+
+
+def one_stage_per_boundary(runs: Sequence[ArmRun]) -> CheckResult:
+    """A staged arm stages exactly the next step's first micro-batch at each boundary; others never stage."""
+    name = "one stage per boundary in staged arms"
+    for run in runs:
+        boundaries = max(len(run.records) - 1, 0)
+        expected = boundaries if run.staged else 0
+        stages = run.stages
+        if stages is None:
+            stages = sum(r.staged is not None for r in run.records)
+        if stages != expected:
+            kind = "staged" if run.staged else "unstaged"
+            return CheckResult(
+                name,
+                FAIL,
+                f"{kind} arm {run.label}: {stages} stages over {boundaries} boundaries, expected {expected}",
+            )
+        for step, following in zip(run.records, run.records[1:], strict=False):
+            if run.staged and step.staged != following.micro_batches[0]:
+                return CheckResult(
+                    name,
+                    FAIL,
+                    f"{run.label} step {step.step} staged {step.staged}, "
+                    f"but step {following.step} started with {following.micro_batches[0]}",
+                )
+        if not run.staged and any(r.staged is not None for r in run.records):
+            return CheckResult(name, FAIL, f"unstaged arm {run.label} recorded a stage")
+    staged = [run.label for run in runs if run.staged]
+    return CheckResult(
+        name, PASS, f"staged arms {', '.join(staged) or '(none)'}: one stage at every boundary"
+    )
+
+
+def no_scored_recompiles(runs: Sequence[ArmRun]) -> CheckResult:
+    """No program compiles during a scored step (a compile there would be timed as step time)."""
+    name = "no recompiles in scored steps"
+    for run in runs:
+        programs = list(run.recompiles or [])
+        steps = [r.step for r in run.scored if r.recompiles]
+        if programs or steps:
+            where = f" at step(s) {steps}" if steps else ""
+            what = f": {', '.join(programs)}" if programs else ""
+            return CheckResult(name, FAIL, f"{run.label} compiled during scored steps{where}{what}")
+    return CheckResult(
+        name, PASS, f"{sum(len(r.scored) for r in runs)} scored steps, none compiled"
+    )
+
+
+def _batches(run: ArmRun) -> list[tuple[str, str]]:
+    return [
+        (name, digest)
+        for record in run.records
+        for name, digest in itertools.zip_longest(
+            record.micro_batches, record.digests, fillvalue=""
+        )
+    ]
+
+
+CHECKS: tuple[Callable[[Sequence[ArmRun]], CheckResult], ...] = (
+    same_micro_batches,
+    same_loss_denominators,
+    same_updates,
+    one_stage_per_boundary,
+    no_scored_recompiles,
+)

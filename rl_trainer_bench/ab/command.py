@@ -1,0 +1,543 @@
+"""`rl-trainer-bench ab`: did my change move the step time by more than the noise?
+
+One process runs the arms back to back (default off, on, off', on': STAGE_BEFORE_UPDATE switched,
+each setting twice) on the same micro-batches, so the effect and the noise floor are measured on
+the same machine, minutes apart. Arms that change only run-time knobs share one compiled Bench;
+an arm that changes a program compiles its own, reported separately. Predictions are recorded
+before any device work; the exact checks, the score and the verdict come after. `--from-logs`
+scores runs from separate pods with the same report, marked cross-pod (no shared noise floor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+# Only light modules at import time: `cli` imports this one to build its parser, and a parser must
+# not pay for numpy or JAX. The scorer and the driver are imported where they run.
+from rl_trainer_bench.ab import arms as ab_arms
+from rl_trainer_bench.ab import checks as ab_checks
+from rl_trainer_bench.ab import plot as ab_plot
+from rl_trainer_bench.ab import predict as ab_predict
+from rl_trainer_bench.ab import report as ab_report
+from rl_trainer_bench.ab.arms import ArmRun, ArmSpec
+from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.config import knobs as config
+from rl_trainer_bench.errors import UserError
+
+DEFAULT_STEPS = 8
+DEFAULT_MIN_EFFECT_PCT = 2.0
+ENGINE_FLAGS = "ENGINE_FLAGS"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="cpu-tiny", help="bench preset (default: cpu-tiny)")
+    parser.add_argument(
+        "--arms",
+        default=ab_arms.DEFAULT_ARMS,
+        help="arms in run order: built-in off, on, after, or NAME:KEY=V[,KEY=V] to define one "
+        "(UPPER_CASE: driver knob, lower_case: engine key); repeat a name for the noise floor "
+        f"(default: {ab_arms.DEFAULT_ARMS})",
+    )
+    parser.add_argument(
+        "--steps",
+        type=_positive,
+        default=DEFAULT_STEPS,
+        help=f"scored steps per arm (default: {DEFAULT_STEPS})",
+    )
+    parser.add_argument(
+        "--warmup-steps",
+        type=_positive,
+        default=1,
+        help="warm-up steps per arm, reported, never scored (default: 1)",
+    )
+    parser.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="KEY=V",
+        help="a driver knob or engine key for every arm (repeatable), e.g. MICRO_STEPS=4",
+    )
+    parser.add_argument(
+        "--predict",
+        action="append",
+        default=[],
+        metavar="SETTING-BASELINE=V[LOW,HIGH]",
+        help="pre-registered delta and band, percent of BASELINE's median unless V ends in ms "
+        "or s, e.g. on-off=-7.4[-8.5,-5.5] (repeatable, or ';'-separated)",
+    )
+    parser.add_argument(
+        "--predict-file", type=Path, help="predictions written before the run, one per line"
+    )
+    parser.add_argument(
+        "--min-effect",
+        type=float,
+        default=DEFAULT_MIN_EFFECT_PCT,
+        metavar="PCT",
+        help="smallest change worth finding, percent of the baseline's median step; NO-EFFECT "
+        f"means smaller than this (default: {DEFAULT_MIN_EFFECT_PCT})",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="folder for ab.json, ab.png and logs (default: a fresh ab-YYYYmmdd-HHMMSS/ here)",
+    )
+    parser.add_argument(
+        "--from-logs",
+        nargs="+",
+        metavar="[NAME=]LOG",
+        help="score bench logs from separate pods instead of running arms (cross-pod: no shared "
+        "noise floor); the first log is the baseline",
+    )
+
+
+# Builds a Bench from its config and a log callable: the driver's, or a stand-in in tests.
+BenchFactory = Callable[[config.BenchConfig, Callable[[str], None]], Any]
+
+
+def run(args: argparse.Namespace, *, make_bench: BenchFactory | None = None) -> int:
+    """The `ab` command: 0 when every exact check passed, 1 when one failed (verdict FAIL)."""
+    started = time.time()
+    if not 0 < args.min_effect < 100:
+        raise UserError(f"--min-effect {args.min_effect}: give a percent between 0 and 100")
+    predictions, sources = _predictions(args)
+    if args.from_logs:
+        return _cross_pod(args, predictions, sources, started)
+    return _same_process(args, predictions, sources, started, make_bench)
+
+
+# ----------------------------------------------------------------------------------------------
+# Same process: arms run back to back on shared compiled programs
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmPlan:
+    """Every arm's validated configuration, built before any device work."""
+
+    preset: config.Preset
+    arms: list[ArmSpec]
+    envs: dict[str, dict[str, str]]  # by arm label: the knobs its Bench and stage come from
+    stages: dict[str, config.StageConfig]  # by arm label
+    groups: dict[str, str]  # arm label -> bench name; arms that share programs share a bench
+    bench_configs: dict[str, config.BenchConfig]  # by bench name
+
+
+def plan_arms(args: argparse.Namespace, out: Path) -> ArmPlan:
+    """Parse and validate the arms and their knobs; raises UserError/ConfigError on bad input."""
+    preset = config.preset(args.preset)
+    arms = ab_arms.parse_arms(args.arms)
+    base = _base_knobs(args.knob)
+    envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
+    stages = {arm.label: config.StageConfig.from_env(envs[arm.label]) for arm in arms}
+    names: dict[tuple[tuple[str, str], ...], str] = {}
+    for arm in arms:
+        names.setdefault(arm.program_knobs, f"bench{len(names) + 1}")
+    groups = {arm.label: names[arm.program_knobs] for arm in arms}
+    bench_configs = {
+        groups[arm.label]: config.BenchConfig.from_env(envs[arm.label]) for arm in arms
+    }
+    for bench_config in bench_configs.values():
+        _refuse_unapplied_engine_keys(bench_config)
+    return ArmPlan(preset, arms, envs, stages, groups, bench_configs)
+
+
+def _same_process(
+    args: argparse.Namespace,
+    predictions: list[ab_predict.Prediction],
+    sources: list[dict[str, Any]],
+    started: float,
+    make_bench: BenchFactory | None,
+) -> int:
+    out = args.out if args.out is not None else _fresh_name()
+    plan = plan_arms(args, out)
+    ab_predict.check_settings(predictions, dict.fromkeys(a.setting for a in plan.arms))
+    _make_folder(out)
+    with (out / "ab.log").open("w") as log_file, contextlib.ExitStack() as cleanup:
+        progress = Progress(log_file, started)
+        progress.say(start_runtime(plan.preset))
+        make_bench = make_bench or _driver_bench
+        benches, compile_s = {}, {}
+        for name, bench_config in plan.bench_configs.items():
+            settings = dict.fromkeys(a.setting for a in plan.arms if plan.groups[a.label] == name)
+            progress.say(f"setting up {name} (arms {', '.join(settings)}): pool, engine, compile")
+            benches[name] = make_bench(bench_config, progress.log)
+            cleanup.callback(benches[name].close)
+            compile_s[name] = dict(benches[name].setup())
+            progress.say(f"{name} compiled: {_seconds(compile_s[name])}")
+        runs = []
+        for index, arm in enumerate(plan.arms, 1):
+            stage = plan.stages[arm.label]
+            progress.start_arm(
+                f"{arm.label} ({index}/{len(plan.arms)})", args.warmup_steps + args.steps
+            )
+            result = benches[plan.groups[arm.label]].run(
+                steps=args.steps,
+                stage=stage,
+                arm=arm.label,
+                warmup_steps=args.warmup_steps,
+                results_path=out / f"arm{index}-{arm.setting}.jsonl",
+            )
+            runs.append(
+                ArmRun(
+                    label=arm.label,
+                    setting=arm.setting,
+                    staged=stage.enabled,
+                    records=list(result.records),
+                    updates=result.updates,
+                    stages=result.stages,
+                    recompiles=list(result.recompiles),
+                    param_digest=result.param_digest or None,
+                    source=plan.groups[arm.label],
+                )
+            )
+        progress.say("arms done; scoring")
+    machine = {**ab_report.host_machine(), **_devices()}
+    title = (
+        f"A/B on {plan.preset.name} ({machine['device_count']} x {machine['device_kind']}), "
+        f"same process: {args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
+    )
+    extra = {
+        "compile_s": compile_s,
+        "arm_knobs": plan.envs,
+        "bench_groups": plan.groups,
+    }
+    settings = {
+        "preset": plan.preset.name,
+        "arms": args.arms,
+        "steps": args.steps,
+        "warmup_steps": args.warmup_steps,
+        "knobs": _base_knobs(args.knob),
+        "min_effect_pct": args.min_effect,
+    }
+    return _report(
+        "same-process",
+        title,
+        out,
+        runs,
+        settings,
+        machine,
+        extra,
+        predictions,
+        sources,
+        started,
+        cross_pod=False,
+        min_effect_pct=args.min_effect,
+    )
+
+
+def arm_env(
+    preset: str, args: argparse.Namespace, out: Path, base: Mapping[str, str], arm: ArmSpec
+) -> dict[str, str]:
+    """The env-style knobs one arm's Bench is built from: the A/B's own, the base knobs, the arm's.
+
+    Engine keys (lower case) join ENGINE_FLAGS as `key=value` words after any the base set, so an
+    arm's key overrides the base's.
+    """
+    env = {
+        "PRESET": preset,
+        "STEPS": str(args.steps),
+        "WARMUP_STEPS": str(args.warmup_steps),
+        "RESULTS_DIR": str(out),
+    }
+    engine_words = []
+    for key, value in base.items():
+        if key == key.lower():
+            engine_words.append(f"{key}={value}")
+        else:
+            env[key] = value
+    if ENGINE_FLAGS in env:
+        engine_words.insert(0, env[ENGINE_FLAGS])
+    env.update(arm.driver_knobs)
+    if ENGINE_FLAGS in arm.driver_knobs:
+        engine_words.append(arm.driver_knobs[ENGINE_FLAGS])
+    engine_words += [f"{k}={v}" for k, v in arm.engine_keys.items()]
+    if engine_words:
+        env[ENGINE_FLAGS] = " ".join(engine_words)
+    return env
+
+
+def _refuse_unapplied_engine_keys(bench_config: config.BenchConfig) -> None:
+    """An engine key the engine config does not take would make an arm a silent copy of another."""
+    if not bench_config.engine_flags and not bench_config.trainer_argv:
+        return
+    engine_config_from = getattr(config, "engine_config_from", None)
+    if engine_config_from is None:
+        raise UserError(
+            "engine keys in --arms/--knob need config.engine_config_from, which this build lacks: "
+            "define arms with driver knobs only"
+        )
+    _, unapplied = engine_config_from(
+        bench_config.preset,
+        trainer_argv=bench_config.trainer_argv,
+        engine_flags=bench_config.engine_flags,
+    )
+    if unapplied:
+        raise UserError(
+            f"engine key(s) {' '.join(unapplied)} would not be applied to the engine: "
+            "fix the key names (see `rl-trainer-bench ab --help`)"
+        )
+
+
+def _driver_bench(bench_config: config.BenchConfig, log: Callable[[str], None]) -> Any:
+    from rl_trainer_bench.bench.driver import Bench  # imports JAX: only once start_runtime has run
+
+    return Bench(bench_config, log)
+
+
+def start_runtime(preset: config.Preset) -> str:
+    """Start JAX as the preset asks (host presets: the CPU platform with their device count).
+
+    Must run before anything touches a device; returns the line saying how the runtime started.
+    """
+    if preset.host_devices:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from rl_trainer_bench.bench.distributed import initialize_runtime
+
+    return initialize_runtime(os.environ, preset.host_devices)
+
+
+class Progress:
+    """Progress on the terminal (elapsed, arm, step k of n); the driver's full log in ab.log.
+
+    The driver's per-step ruler lines go to ab.log (where `--from-logs` can read them back); the
+    terminal gets one short line per step instead. During an arm only the driver's other ruler lines
+    (a recompile, say) reach the terminal; before the arms, everything does.
+    """
+
+    def __init__(self, log_file: TextIO, started: float, echo: Callable[[str], None] = print):
+        self._file, self._started, self._echo = log_file, started, echo
+        self._arm, self._total, self._step = "", 0, 0
+
+    def say(self, message: str) -> None:
+        line = f"[ab {time.time() - self._started:6.1f}s] {message}"
+        self._echo(line)
+        self._write(line)
+
+    def start_arm(self, arm: str, total_steps: int) -> None:
+        self._arm, self._total, self._step = arm, total_steps, 0
+        self.say(f"arm {arm}: {total_steps} steps")
+
+    def log(self, line: str) -> None:
+        self._write(line)
+        if f"{ruler.LOG_PREFIX} step=" in line:
+            self._step += 1
+            record = ruler.parse_line(line)
+            kind = "warm-up" if record.warmup else "scored"
+            self._echo(
+                f"[ab {time.time() - self._started:6.1f}s] arm {self._arm}: step {self._step} of "
+                f"{self._total} ({kind}) {record.step_s * 1e3:.1f} ms"
+            )
+        elif not self._arm or line.startswith(ruler.LOG_PREFIX):
+            self._echo(line)
+
+    def _write(self, line: str) -> None:
+        self._file.write(line + "\n")
+        self._file.flush()
+
+
+# ----------------------------------------------------------------------------------------------
+# Cross-pod: two bench logs from separate runs
+# ----------------------------------------------------------------------------------------------
+
+
+def _cross_pod(
+    args: argparse.Namespace,
+    predictions: list[ab_predict.Prediction],
+    sources: list[dict[str, Any]],
+    started: float,
+) -> int:
+    runs, malformed = [], {}
+    for spec in args.from_logs:
+        name, sep, path_text = spec.partition("=")
+        path = Path(path_text if sep else spec)
+        label = name if sep else path.stem
+        if any(run.label == label for run in runs):
+            raise UserError(f"--from-logs: two logs are named {label!r}; write NAME=LOG for each")
+        try:
+            text = path.read_text()
+        except OSError as error:
+            raise UserError(f"--from-logs {path}: cannot read it ({error.strerror})") from None
+        parsed = ruler.parse(text)
+        records = parsed.records
+        if parsed.malformed:
+            malformed[str(path)] = [f"line {n}: {why}" for n, why in parsed.malformed]
+            print(f"{path}: {len(parsed.malformed)} ruler line(s) did not read back; see ab.json")
+        if not records:
+            raise UserError(
+                f"--from-logs {path}: no {ruler.LOG_PREFIX} step lines in it; pass a bench log"
+            )
+        arms_in_log = sorted({r.arm for r in records if r.arm})
+        if len(arms_in_log) > 1:
+            raise UserError(
+                f"--from-logs {path}: holds arms {', '.join(arms_in_log)}; pass one pod's log per arm"
+            )
+        runs.append(
+            ArmRun(
+                label=label,
+                setting=label,
+                staged=any(r.staged is not None for r in records),
+                records=records,
+                recompiles=[],
+                source=str(path),
+            )
+        )
+    if len(runs) < 2:
+        raise UserError(
+            "--from-logs: give two logs (baseline first), e.g. --from-logs off.log on.log"
+        )
+    ab_predict.check_settings(predictions, [run.label for run in runs])
+    out = args.out if args.out is not None else _fresh_name()
+    _make_folder(out)
+    title = (
+        f"A/B across pods from logs ({', '.join(r.source for r in runs)}): no shared noise floor"
+    )
+    settings = {"from_logs": list(args.from_logs), "min_effect_pct": args.min_effect}
+    machine = {"records_from": "logs of separate runs", "scored_on": ab_report.host_machine()}
+    return _report(
+        "cross-pod",
+        title,
+        out,
+        runs,
+        settings,
+        machine,
+        {"malformed_log_lines": malformed},
+        predictions,
+        sources,
+        started,
+        cross_pod=True,
+        min_effect_pct=args.min_effect,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared: score, report, files
+# ----------------------------------------------------------------------------------------------
+
+
+def _report(
+    mode: str,
+    title: str,
+    out: Path,
+    runs: Sequence[ArmRun],
+    settings: Mapping[str, Any],
+    machine: Mapping[str, Any],
+    extra: Mapping[str, Any],
+    predictions: Sequence[ab_predict.Prediction],
+    sources: Sequence[dict[str, Any]],
+    started: float,
+    *,
+    cross_pod: bool,
+    min_effect_pct: float,
+) -> int:
+    from rl_trainer_bench.ab import score as ab_score
+
+    checks = ab_checks.exact_checks(runs)
+    score = ab_score.score(runs, min_effect_pct=min_effect_pct, cross_pod=cross_pod)
+    medians = {setting: spread.median_s for setting, spread in score.settings.items()}
+    outcomes = ab_predict.outcomes(predictions, medians)
+    for source in sources:
+        modified = source.get("modified_unix")
+        source["before_run"] = None if modified is None else modified < started
+    plot_note = ab_plot.missing_reason()
+    if plot_note is None:
+        ab_plot.write_plot(runs, out / "ab.png", title)
+        plot_note = str(out / "ab.png")
+    text = ab_report.table(title, runs, score, checks, outcomes, plot_note)
+    print(text)
+    ab_report.write_text_atomic(out / "ab.txt", text + "\n")
+    content = ab_report.document(
+        mode=mode,
+        command=sys.argv,
+        started_unix=started,
+        finished_unix=time.time(),
+        settings=settings,
+        runs=runs,
+        score=score,
+        checks=checks,
+        predictions=outcomes,
+        prediction_sources=sources,
+        machine=machine,
+        extra={**extra, "plot": plot_note},
+    )
+    ab_report.write_json_atomic(out / "ab.json", content)
+    print(f"wrote {out / 'ab.json'}")
+    return 1 if ab_checks.failed(checks) else 0
+
+
+def _predictions(args: argparse.Namespace) -> tuple[list[ab_predict.Prediction], list[dict]]:
+    predictions = ab_predict.parse_predictions(args.predict)
+    sources = [{"origin": "--predict", "texts": list(args.predict)}] if args.predict else []
+    if args.predict_file:
+        from_file, source = ab_predict.read_prediction_file(args.predict_file)
+        predictions += from_file
+        sources.append(
+            {
+                "origin": source.origin,
+                "sha256": source.sha256,
+                "modified_unix": source.modified_unix,
+            }
+        )
+    return predictions, sources
+
+
+def _base_knobs(pairs: Sequence[str]) -> dict[str, str]:
+    knobs: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not value:
+            raise UserError(f"--knob {pair!r}: write KEY=VALUE, e.g. --knob MICRO_STEPS=4")
+        if key in ab_arms.RESERVED_KNOBS:
+            raise UserError(f"--knob {key}: set it with {ab_arms.RESERVED_KNOBS[key]}")
+        knobs[key] = value
+    return knobs
+
+
+def _fresh_name() -> Path:
+    """A new ab-YYYYmmdd-HHMMSS/ under the current directory (suffixed if that second is taken)."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    folder = Path(f"ab-{stamp}")
+    suffix = 1
+    while folder.exists():
+        suffix += 1
+        folder = Path(f"ab-{stamp}-{suffix}")
+    return folder
+
+
+def _make_folder(folder: Path) -> None:
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--out {folder}: exists and is not a folder; name a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+
+
+def _devices() -> dict[str, Any]:
+    import jax
+
+    devices = jax.devices()
+    return {
+        "backend": jax.default_backend(),
+        "device_kind": devices[0].device_kind,
+        "device_count": len(devices),
+    }
+
+
+def _seconds(per_program: Mapping[str, float]) -> str:
+    return ", ".join(f"{name} {seconds:.1f}s" for name, seconds in per_program.items()) or "-"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= 1")
+    return value

@@ -1,0 +1,66 @@
+"""The A/B plot (ab.png): step time per step per arm, and the first call's extra over a regular one.
+
+The table gives medians; the plot shows what medians hide: a drift across the run (the repeated
+arm exists to catch it), a warm-up step that is not over, or a first call that pays for something
+the others do not (what staging the next first micro-batch is meant to remove). matplotlib is an
+optional extra: without it the report says the plot was skipped and why.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from rl_trainer_bench.ab.arms import ArmRun
+
+
+def missing_reason() -> str | None:
+    """Why no plot can be drawn here, or None when matplotlib is importable."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "matplotlib is not installed (install the [plot] extra for ab.png)"
+    return None
+
+
+def write_plot(runs: Sequence[ArmRun], path: Path, title: str) -> None:
+    """Draw both panels and write the PNG atomically (temp file in the same folder, then rename)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, (steps_axis, first_axis) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    for run in runs:
+        index = list(range(len(run.records)))
+        step_ms = [r.step_s * 1e3 for r in run.records]
+        extra_ms = [
+            float("nan") if r.first_call_extra_s is None else r.first_call_extra_s * 1e3
+            for r in run.records
+        ]
+        (line,) = steps_axis.plot(index, step_ms, marker="o", markersize=3, label=run.label)
+        first_axis.plot(index, extra_ms, marker="o", markersize=3, color=line.get_color())
+        warm = [i for i, r in enumerate(run.records) if r.warmup]
+        steps_axis.plot(
+            warm, [step_ms[i] for i in warm], "o", mfc="none", color=line.get_color(), markersize=8
+        )
+    steps_axis.set_ylabel("step time (ms)")
+    steps_axis.set_title(title)
+    steps_axis.legend(title="arm (circled: warm-up, not scored)", fontsize=8)
+    first_axis.set_ylabel("first call's extra (ms)")
+    first_axis.set_xlabel("step within the arm")
+    for axis in (steps_axis, first_axis):
+        axis.grid(alpha=0.3)
+    warm_max = max((r.step_s for run in runs for r in run.records if r.warmup), default=0.0)
+    scored_max = max(r.step_s for run in runs for r in run.scored)
+    if warm_max > 5 * scored_max:  # keep the scored steps readable; the warm-up runs off the top
+        steps_axis.set_ylim(0, 1.5 * scored_max * 1e3)
+    figure.tight_layout()
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        figure.savefig(temporary, format="png", dpi=110)
+        os.replace(temporary, path)
+    finally:
+        plt.close(figure)
+        temporary.unlink(missing_ok=True)

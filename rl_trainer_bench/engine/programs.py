@@ -1,0 +1,415 @@
+"""The engine's four programs as pure functions, their state and inputs, and their lowering.
+
+`fwd_bwd` (gradient and statistics of one micro-batch), `fwd_bwd_dropless` (the same with no pair
+dropped, run only to replay a micro-batch that dropped pairs), `accumulate` (adds a micro-batch's
+gradient and statistics into the step's running sums) and `update` (divides by the step's token
+count, clips, applies AdamW). `JaxEngine` runs them; `lower_programs` and `abstract_state` give the
+AOT check the same programs on abstract inputs without allocating anything (docs/engine.md).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from rl_trainer_bench.engine import model, moe, sharding
+from rl_trainer_bench.engine.config import EngineConfig, MeshConfig, OptimizerConfig
+from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS, ContractError, Payload
+from rl_trainer_bench.engine.loss import micro_batch_loss
+
+
+class StepStat(NamedTuple):
+    """A statistic a micro-batch reports and the step keeps: its dtype and how values combine."""
+
+    dtype: Any
+    combine: Callable[[jax.Array, jax.Array], jax.Array]
+
+
+# Each micro-batch's `fwd_bwd` returns these; `accumulate` combines them into the step's values and
+# `update` reports them (with the loss and gradient norm) as the step's metrics.
+STEP_STATS: Mapping[str, StepStat] = {
+    "loss_sum": StepStat(jnp.float32, jnp.add),
+    "loss_denominator": StepStat(jnp.float32, jnp.add),  # loss tokens
+    "tokens": StepStat(jnp.int32, jnp.add),  # non-padding tokens
+    "overflow_count": StepStat(jnp.int32, jnp.add),  # micro-batches that dropped a pair
+    "mult_prob_error_max": StepStat(jnp.float32, jnp.maximum),
+}
+
+
+class TrainState(NamedTuple):
+    """What stays on the device between programs."""
+
+    params: Any
+    opt_state: Any
+    grad_sum: Any  # the step's gradient so far, not yet divided by its token count
+    step_stats: dict[str, jax.Array]
+
+
+class MicroBatchResult(NamedTuple):
+    """`fwd_bwd`'s outputs: the micro-batch's gradient sum and its STEP_STATS values."""
+
+    grads: Any
+    stats: dict[str, jax.Array]
+
+
+class Accumulated(NamedTuple):
+    """`accumulate`'s outputs. `marker` is a scalar of its own for the completion marker: the other
+    outputs are donated to the next program, so a watcher could find them deleted."""
+
+    grad_sum: Any
+    step_stats: dict[str, jax.Array]
+    marker: jax.Array
+
+
+class Updated(NamedTuple):
+    """`update`'s outputs: the next state (zero gradient sum and statistics) and the step's metrics."""
+
+    state: TrainState
+    metrics: dict[str, jax.Array]
+
+
+class Programs(NamedTuple):
+    """The pure functions `lower_programs` compiles."""
+
+    fwd_bwd: Callable[..., MicroBatchResult]  # (params, batch, capacity_factor)
+    accumulate: Callable[..., Accumulated]  # (grad_sum, step_stats, micro_batch_result)
+    update: Callable[[TrainState], Updated]
+
+
+# ----------------------------------------------------------------------------------------------
+# Config and input checks
+# ----------------------------------------------------------------------------------------------
+
+
+def check_config(config: EngineConfig) -> None:
+    """Raise ContractError naming the field when the shapes cannot be laid out on the mesh."""
+    m, mesh, rows, seq = config.model, config.mesh, config.micro_batch_rows, config.seq_len
+    checks = [
+        (rows % sharding.row_groups(mesh) == 0, "micro_batch_rows", rows,
+         f"a multiple of mesh fsdp x expert = {sharding.row_groups(mesh)}"),
+        (seq % mesh.context == 0, "seq_len", seq, f"a multiple of mesh context = {mesh.context}"),
+        (m.d_model % mesh.fsdp == 0, "d_model", m.d_model, f"a multiple of mesh fsdp = {mesh.fsdp}"),
+        (m.num_experts % mesh.expert == 0, "num_experts", m.num_experts,
+         f"a multiple of mesh expert = {mesh.expert}"),
+        (m.num_heads % m.num_kv_heads == 0, "num_heads", m.num_heads,
+         f"a multiple of num_kv_heads = {m.num_kv_heads}"),
+        (m.head_dim % 2 == 0, "head_dim", m.head_dim, "even (rotary rotates half-dims)"),
+        (0 < m.top_k <= m.num_experts, "top_k", m.top_k, f"in 1..num_experts = {m.num_experts}"),
+        (m.remat_policy in (*model.REMAT_POLICIES, "none"), "remat_policy", m.remat_policy,
+         f"one of {', '.join((*model.REMAT_POLICIES, 'none'))}"),
+        (m.attention in model.ATTENTION_CHOICES, "attention", m.attention,
+         f"one of {', '.join(model.ATTENTION_CHOICES)}"),
+        (config.moe.expert_compute in ("auto", *moe.EXPERT_COMPUTE_CHOICES), "expert_compute",
+         config.moe.expert_compute, f"one of auto, {', '.join(moe.EXPERT_COMPUTE_CHOICES)}"),
+        (config.moe.dropless_compute in ("auto", *moe.DROPLESS_COMPUTE_CHOICES),
+         "dropless_compute", config.moe.dropless_compute,
+         f"one of auto, {', '.join(moe.DROPLESS_COMPUTE_CHOICES)}"),
+        (config.moe.ragged_buffer_factor == -1 or config.moe.ragged_buffer_factor > 0,
+         "ragged_buffer_factor", config.moe.ragged_buffer_factor, "positive, or -1 for dropless"),
+        (bool(m.layer_types) and set(m.layer_types) <= set(model.LAYER_TYPES), "layer_types",
+         m.layer_types, f"a non-empty sequence of {', '.join(model.LAYER_TYPES)}"),
+        (m.num_layers % max(len(m.layer_types), 1) == 0, "num_layers", m.num_layers,
+         f"a multiple of len(layer_types) = {len(m.layer_types)}"),
+    ]  # fmt: skip
+    if "linear_attention" in m.layer_types:
+        checks += [
+            (min(m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
+                 m.linear_conv_kernel_dim, m.linear_chunk_size) > 0, "linear_* shapes",
+             (m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
+              m.linear_conv_kernel_dim, m.linear_chunk_size), "positive with linear_attention layers"),
+            (m.linear_num_value_heads > 0
+             and m.linear_num_value_heads % max(m.linear_num_key_heads, 1) == 0,
+             "linear_num_value_heads", m.linear_num_value_heads,
+             f"a positive multiple of linear_num_key_heads = {m.linear_num_key_heads}"),
+        ]  # fmt: skip
+    per_shard = seq // max(mesh.context, 1)
+    for name, chunk in (
+        ("compute_logps_chunk_size", config.loss.compute_logps_chunk_size),
+        ("attention_chunk_size", m.attention_chunk_size),
+    ):
+        divides = per_shard % min(chunk, per_shard) == 0
+        checks.append((divides, name, chunk, f"a divisor of seq_len / mesh context = {per_shard}"))
+    for ok, name, value, allowed in checks:
+        if not ok:
+            raise ContractError(f"engine config {name}={value!r}: must be {allowed}")
+
+
+def payload_spec(config: EngineConfig) -> dict[str, jax.ShapeDtypeStruct]:
+    """Shapes and dtypes of one micro-batch as the engine's programs take it."""
+    b, t = config.micro_batch_rows, config.seq_len
+    spec = {
+        name: jax.ShapeDtypeStruct((b, t), PAYLOAD_FIELDS[name][0])
+        for name in PAYLOAD_FIELDS
+        if PAYLOAD_FIELDS[name][1] == 2 and name != "ref_logps"
+    }
+    if config.loss.beta > 0:
+        spec["ref_logps"] = jax.ShapeDtypeStruct((b, t), PAYLOAD_FIELDS["ref_logps"][0])
+    if config.moe.router_replay:
+        shape = (b, t, config.model.num_layers, config.model.top_k)
+        spec["routed_experts"] = jax.ShapeDtypeStruct(shape, PAYLOAD_FIELDS["routed_experts"][0])
+    return spec
+
+
+def check_payload(payload: Payload, spec: Mapping[str, jax.ShapeDtypeStruct]) -> None:
+    """Raise ContractError naming the first field whose presence, dtype or shape breaks `spec`."""
+    arrays = payload.arrays()
+    for name, expected in spec.items():
+        if name not in arrays:
+            raise ContractError(
+                f"payload {payload.name}: field {name} is missing; this engine's programs take "
+                f"{', '.join(spec)}"
+            )
+        array = arrays[name]
+        if array.dtype != expected.dtype or tuple(array.shape) != tuple(expected.shape):
+            raise ContractError(
+                f"payload {payload.name}: field {name} is {array.dtype}{list(array.shape)}, "
+                f"expected {expected.dtype}{list(expected.shape)}"
+            )
+    extra = sorted(set(arrays) - set(spec))
+    if extra:
+        raise ContractError(
+            f"payload {payload.name}: field {extra[0]} is present but the engine was compiled "
+            f"without it; compile with a payload that carries it (or drop it)"
+        )
+
+
+def check_routes(routed_experts: np.ndarray, num_experts: int, name: str) -> None:
+    """Expert ids must be -1 (empty slot) or in [0, num_experts)."""
+    low, high = int(routed_experts.min()), int(routed_experts.max())
+    if low < -1 or high >= num_experts:
+        bad = low if low < -1 else high
+        raise ContractError(
+            f"payload {name}: field routed_experts holds expert id {bad}; ids must be -1 "
+            f"(empty slot) or in 0..{num_experts - 1}"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# The programs as pure functions
+# ----------------------------------------------------------------------------------------------
+
+
+def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
+    """Global-norm clipping, then AdamW on the configured schedule."""
+    if config.schedule == "warmup_cosine_decay_schedule":
+        schedule = optax.warmup_cosine_decay_schedule(
+            init_value=config.init_value,
+            peak_value=config.peak_value,
+            warmup_steps=config.warmup_steps,
+            decay_steps=config.decay_steps,
+            end_value=config.end_value,
+        )
+    else:
+        schedule = optax.constant_schedule(config.learning_rate)
+    return optax.chain(
+        optax.clip_by_global_norm(config.max_grad_norm),
+        optax.adamw(schedule, config.b1, config.b2, config.eps, weight_decay=config.weight_decay),
+    )
+
+
+def platform_of(mesh) -> str:
+    """The platform of a concrete mesh's devices (the default backend for an abstract mesh)."""
+    devices = getattr(mesh, "devices", None)
+    if isinstance(devices, np.ndarray):
+        return devices.flat[0].platform
+    return jax.default_backend()
+
+
+class Methods(NamedTuple):
+    """The implementation choices of a config once `auto` is resolved for a platform."""
+
+    attention: str
+    expert_compute: str
+    dropless_compute: str
+
+
+def resolved_methods(config: EngineConfig, platform: str) -> Methods:
+    """Every `auto` choice resolved for `platform`."""
+    return Methods(
+        model.attention_method(config.model.attention, platform),
+        moe.expert_compute_for(config.moe.expert_compute, platform),
+        moe.dropless_compute_for(config.moe.dropless_compute, platform),
+    )
+
+
+def zero_stats() -> dict[str, jax.Array]:
+    """The step's statistics before its first micro-batch."""
+    return {name: jnp.zeros((), stat.dtype) for name, stat in STEP_STATS.items()}
+
+
+def build_programs(config: EngineConfig, mesh_config: MeshConfig, methods) -> Programs:
+    """The programs as pure functions of arrays, for a mesh of `mesh_config`'s shape."""
+    optimizer = make_optimizer(config.optimizer)
+
+    def fwd_bwd(params, batch, capacity_factor) -> MicroBatchResult:
+        def objective(p):
+            hidden, overflow = model.decoder(
+                p,
+                batch,
+                config.model,
+                capacity_factor=capacity_factor,
+                mesh_config=mesh_config,
+                methods=methods,
+            )
+            loss_sum, stats = micro_batch_loss(
+                hidden, p["head"], batch, config.loss, mesh_config.context
+            )
+            return loss_sum, (stats, overflow)
+
+        (loss_sum, (stats, overflow)), grads = jax.value_and_grad(objective, has_aux=True)(params)
+        stats = {
+            **stats,
+            "loss_sum": loss_sum,
+            "tokens": jnp.sum(batch["segment_ids"] != 0, dtype=jnp.int32),
+            "overflow_count": overflow.astype(jnp.int32),
+        }
+        return MicroBatchResult(grads, {name: stats[name] for name in STEP_STATS})
+
+    def accumulate(grad_sum, step_stats, micro_batch: MicroBatchResult) -> Accumulated:
+        grad_sum = jax.tree.map(jnp.add, grad_sum, micro_batch.grads)
+        step_stats = {
+            name: stat.combine(step_stats[name], micro_batch.stats[name])
+            for name, stat in STEP_STATS.items()
+        }
+        return Accumulated(grad_sum, step_stats, step_stats["loss_sum"])
+
+    def update(state: TrainState) -> Updated:
+        denominator = jnp.maximum(state.step_stats["loss_denominator"], 1.0)
+        grads = jax.tree.map(lambda g: g / denominator, state.grad_sum)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        metrics = {
+            **state.step_stats,
+            "loss": state.step_stats["loss_sum"] / denominator,
+            "grad_norm": optax.tree.norm(grads),
+        }
+        zeros = jax.tree.map(jnp.zeros_like, state.grad_sum)
+        params = optax.apply_updates(state.params, updates)
+        return Updated(TrainState(params, opt_state, zeros, zero_stats()), metrics)
+
+    return Programs(fwd_bwd, accumulate, update)
+
+
+# ----------------------------------------------------------------------------------------------
+# State, shardings and lowering (nothing allocated)
+# ----------------------------------------------------------------------------------------------
+
+
+def initial_state(config: EngineConfig) -> TrainState:
+    """Parameters from the seed, a fresh optimizer state, a zero gradient sum and zero stats."""
+    params = model.init_params(config.model, jax.random.key(config.seed))
+    opt_state = make_optimizer(config.optimizer).init(params)
+    return TrainState(params, opt_state, jax.tree.map(jnp.zeros_like, params), zero_stats())
+
+
+def state_shapes(config: EngineConfig) -> TrainState:
+    """The state as ShapeDtypeStructs (no sharding)."""
+    return jax.eval_shape(functools.partial(initial_state, config))
+
+
+def state_shardings(config: EngineConfig, mesh, shapes: TrainState | None = None) -> TrainState:
+    """A sharding for every leaf of the state: optimizer moments follow their parameter."""
+    shapes = state_shapes(config) if shapes is None else shapes
+    params = sharding.parameter_shardings(mesh, shapes.params)
+    replicated = sharding.named(mesh, sharding.REPLICATED)
+    opt_state = optax.tree_map_params(
+        make_optimizer(config.optimizer),
+        lambda _, s: s,
+        shapes.opt_state,
+        params,
+        transform_non_params=lambda _: replicated,
+    )
+    stats = jax.tree.map(lambda _: replicated, shapes.step_stats)
+    return TrainState(params, opt_state, params, stats)
+
+
+def abstract_state(config: EngineConfig, mesh) -> dict[str, Any]:
+    """What stays in device memory between programs, as sharded ShapeDtypeStructs."""
+    shapes = state_shapes(config)
+    shardings = state_shardings(config, mesh, shapes)
+
+    def attach(shape, s):
+        return jax.ShapeDtypeStruct(shape.shape, shape.dtype, sharding=s)
+
+    abstract = jax.tree.map(attach, shapes, shardings)
+    return {
+        "params": abstract.params,
+        "opt_state": abstract.opt_state,
+        "grad_accum": abstract.grad_sum,
+    }
+
+
+def input_shardings(mesh, spec: Mapping[str, jax.ShapeDtypeStruct], memory_kind=None):
+    """Where each payload array goes: rows over (fsdp, expert), tokens over context."""
+    return {
+        name: sharding.payload_sharding(mesh, len(s.shape), memory_kind) for name, s in spec.items()
+    }
+
+
+def replays_possible(config: EngineConfig) -> bool:
+    """Whether a micro-batch can be replayed dropless (retry on, and a finite buffer factor)."""
+    return config.moe.retry_when_tokens_dropped and config.moe.ragged_buffer_factor != -1
+
+
+def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tuple]]:
+    """Every program jitted with its shardings, beside the abstract arguments to lower it on."""
+    programs = build_programs(
+        config, sharding.mesh_config_of(mesh), resolved_methods(config, platform_of(mesh))
+    )
+    shapes = state_shapes(config)
+    shardings = state_shardings(config, mesh, shapes)
+    replicated = sharding.named(mesh, sharding.REPLICATED)
+    micro_batch = MicroBatchResult(shardings.params, replicated)
+
+    def fwd_bwd_at(factor):
+        return jax.jit(
+            lambda params, batch: programs.fwd_bwd(params, batch, factor),
+            in_shardings=(shardings.params, input_shardings(mesh, spec)),
+            out_shardings=micro_batch,
+        )
+
+    jitted = {"fwd_bwd": (fwd_bwd_at(config.moe.ragged_buffer_factor), (shapes.params, spec))}
+    if replays_possible(config):
+        jitted["fwd_bwd_dropless"] = (fwd_bwd_at(-1), (shapes.params, spec))
+    jitted["accumulate"] = (
+        jax.jit(
+            programs.accumulate,
+            in_shardings=(shardings.grad_sum, shardings.step_stats, micro_batch),
+            out_shardings=Accumulated(shardings.grad_sum, shardings.step_stats, replicated),
+            donate_argnums=(0, 1),
+        ),
+        (shapes.grad_sum, shapes.step_stats, MicroBatchResult(shapes.params, shapes.step_stats)),
+    )
+    jitted["update"] = (
+        jax.jit(
+            programs.update,
+            in_shardings=(shardings,),
+            out_shardings=Updated(shardings, replicated),
+            donate_argnums=(0,),
+        ),
+        (shapes,),
+    )
+    return jitted
+
+
+def lower_programs(
+    config: EngineConfig,
+    mesh,
+    spec: Mapping[str, jax.ShapeDtypeStruct] | None = None,
+) -> dict[str, jax.stages.Lowered]:
+    """Lower every program on abstract inputs sharded over `mesh`; nothing is allocated.
+
+    Returns `fwd_bwd`, `accumulate`, `update`, and `fwd_bwd_dropless` when a replay can happen
+    (`replays_possible`). `spec` defaults to `payload_spec(config)`.
+    """
+    check_config(config)
+    spec = payload_spec(config) if spec is None else spec
+    jitted = jitted_programs(config, mesh, spec)  # outside the mesh: optax evaluates eagerly
+    precision = None if config.matmul_precision == "default" else config.matmul_precision
+    with jax.set_mesh(mesh), jax.default_matmul_precision(precision):
+        return {name: program.lower(*args) for name, (program, args) in jitted.items()}

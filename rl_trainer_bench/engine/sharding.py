@@ -1,0 +1,141 @@
+"""The device mesh (fsdp, context, expert) and every sharding rule of the engine, in one place.
+
+Rows of a micro-batch are split over fsdp *and* expert, the sequence over context: the attention and
+dense parts then run on disjoint tokens on every device (splitting rows over fsdp alone would repeat
+them on each expert shard). Every parameter, and so every optimizer moment, gradient sum and
+pending gradient, is split over every device of the mesh: expert weights over expert on their
+expert dim and over (fsdp, context) on their model dim, every other weight over all three axes on
+one dim (a dim the axes do not divide keeps the longest prefix of them that does). A layer gathers
+its weights in the compute dtype just before use (`gathered`), so only one layer's weights are
+whole at a time. The MoE layer groups tokens by the device that holds them, so a group's buffer
+moves to its experts' devices by one all-to-all over the expert axis (`DISPATCH`).
+
+No other module spells a PartitionSpec: they name a rule from here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from rl_trainer_bench.engine.config import MeshConfig
+from rl_trainer_bench.engine.contract import ContractError
+from rl_trainer_bench.engine.parameters import PARAMETERS
+
+AXES = ("fsdp", "context", "expert")
+ROWS = ("fsdp", "expert")  # mesh axes that split the rows (B) of a micro-batch
+
+P = PartitionSpec
+TOKENS = P(ROWS, "context")  # [B, T, ...]: any per-token array
+ACTIVATIONS = P(ROWS, "context", None)  # [B, T, D]
+GROUPED = P(
+    ROWS, "context", None, None
+)  # [Gr, Gc, N, D]: tokens grouped by the device holding them
+DISPATCH = P("fsdp", "context", "expert", None, None)  # [Gr, Gc, E, C, D] at the experts' devices
+COLLECTED = P(ROWS, "context", None, None, None)  # [Gr, Gc, E, C, D] back at the tokens' devices
+EXPERT_WEIGHTS = P("expert", None, None)  # [E, D, F]: one layer's expert weights, gathered
+REPLICATED = P()
+
+# Mesh axes a parameter's `sharded` dim is split over (those its expert dim does not take), and the
+# one its `expert_dim` is split over (`parameters.PARAMETERS` names the dims).
+PARAMETER_AXES = AXES
+EXPERT_AXIS = "expert"
+
+
+def make_mesh(config: MeshConfig, devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """The (fsdp, context, expert) mesh over `devices` (default: all); sizes must multiply to their count."""
+    devices = list(jax.devices() if devices is None else devices)
+    if config.size != len(devices):
+        raise ContractError(
+            f"mesh fsdp={config.fsdp} x context={config.context} x expert={config.expert} "
+            f"= {config.size} devices, but {len(devices)} are available: set mesh_fsdp, "
+            f"mesh_context and mesh_expert so their product is {len(devices)}"
+        )
+    grid = np.asarray(devices, dtype=object).reshape(config.fsdp, config.context, config.expert)
+    return Mesh(grid, AXES, axis_types=(AxisType.Auto,) * len(AXES))
+
+
+def mesh_config_of(mesh: Mesh | jax.sharding.AbstractMesh) -> MeshConfig:
+    """The MeshConfig a (possibly abstract) mesh realizes."""
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
+    return MeshConfig(fsdp=sizes["fsdp"], context=sizes["context"], expert=sizes["expert"])
+
+
+def row_groups(config: MeshConfig) -> int:
+    """How many row shards a micro-batch has (fsdp x expert)."""
+    return config.fsdp * config.expert
+
+
+def named(mesh, spec: PartitionSpec, memory_kind: str | None = None) -> NamedSharding:
+    """A NamedSharding of `spec` over `mesh` (optionally in a given memory kind)."""
+    return NamedSharding(mesh, spec, memory_kind=memory_kind)
+
+
+def dividing_axes(size: int, axes: Sequence[str], mesh_shape: Mapping[str, int]) -> tuple[str, ...]:
+    """The longest prefix of `axes` whose device count divides `size`."""
+    axes = tuple(axes)
+    while axes and size % math.prod(mesh_shape[a] for a in axes):
+        axes = axes[:-1]
+    return axes
+
+
+def parameter_spec(name: str, shape: Sequence[int], mesh_shape: Mapping[str, int]) -> PartitionSpec:
+    """The PartitionSpec of parameter `name` of `shape`, from its row in `parameters.PARAMETERS`."""
+    parameter = PARAMETERS[name]
+    spec: dict[str, tuple[str, ...]] = {}
+    if parameter.expert_dim:
+        size = shape[parameter.dims.index(parameter.expert_dim)]
+        spec[parameter.expert_dim] = dividing_axes(size, (EXPERT_AXIS,), mesh_shape)
+    if parameter.sharded:
+        taken = {axis for axes in spec.values() for axis in axes}
+        free = [axis for axis in PARAMETER_AXES if axis not in taken]
+        size = shape[parameter.dims.index(parameter.sharded)]
+        spec[parameter.sharded] = dividing_axes(size, free, mesh_shape)
+    return P(*(spec.get(dim) or None for dim in parameter.dims))
+
+
+def gathered(name: str, weight: jax.Array) -> jax.Array:
+    """A layer weight (its L dim scanned away) whole on every device but for its expert split.
+
+    Pinning the gathered layout makes the FSDP all-gather explicit and puts it after the cast to
+    the compute dtype, so it moves half the bytes of the float32 parameter.
+    """
+    parameter = PARAMETERS[name]
+    dims = parameter.dims[1:] if parameter.layered else parameter.dims
+    return constrain(weight, P(*(EXPERT_AXIS if d == parameter.expert_dim else None for d in dims)))
+
+
+def parameter_shardings(mesh, params) -> dict:
+    """A sharding per parameter (ShapeDtypeStructs or arrays), by the rules of `parameter_spec`."""
+    return {
+        name: named(mesh, parameter_spec(name, value.shape, mesh.shape))
+        for name, value in params.items()
+    }
+
+
+def unsharded_leaves(tree, devices: int) -> list[tuple[str, int]]:
+    """(path, bytes per device) of every leaf of sharded ShapeDtypeStructs not split `devices` ways.
+
+    Read by the memory report, so a leaf that stays whole somewhere is named with what it costs.
+    """
+    found = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        shard = leaf.sharding.shard_shape(leaf.shape)
+        if math.prod(leaf.shape) < devices * math.prod(shard):
+            nbytes = math.prod(shard) * np.dtype(leaf.dtype).itemsize
+            found.append((jax.tree_util.keystr(path), nbytes))
+    return found
+
+
+def payload_sharding(mesh, ndim: int, memory_kind: str | None = None) -> NamedSharding:
+    """Rows over (fsdp, expert), tokens over context, trailing dims (layers, top-k) whole."""
+    return named(mesh, P(ROWS, "context", *([None] * (ndim - 2))), memory_kind)
+
+
+def constrain(x: jax.Array, spec: PartitionSpec) -> jax.Array:
+    """Pin an intermediate to a layout of the ambient mesh (set by the engine around tracing)."""
+    return jax.lax.with_sharding_constraint(x, spec)

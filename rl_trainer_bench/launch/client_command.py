@@ -1,0 +1,234 @@
+"""The client container's command: read the trainer's env prefix and argv out of its bash script.
+
+Launchers start the trainer from a PID-1 wrapper script (`bash -c '...'`) in which one line runs
+`NAME=value ... python -m module --flag ...`. The renderer needs that line's environment (so the
+bench runs under the same `LIBTPU_INIT_ARGS`) and its flags (so the bench builds the same engine),
+and the config diff needs the flags of a launched or rendered JobSet. This module is a small,
+quote-aware reader of such scripts: it splits the script into simple commands the way bash does
+(quotes, `$(...)`, backticks, comments and here-documents are respected), then reads words with
+`shlex`. It never runs anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from collections.abc import Iterator, Mapping, Sequence
+
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.launch.dry_run import client_container
+
+_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+_INTERPRETER = re.compile(r"^(?:.*/)?python[0-9.]*$")
+_HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+_COMMAND_SEPARATORS = ";&|()"
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+_REDIRECTION = re.compile(r"^(?:\d*(?:>>?|<)|&>>?)(?:&\d+|&-)?\S*$")
+_KEYWORDS = frozenset({"then", "do", "else", "{", "!", "time", "exec"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientCommand:
+    """What the client script runs: exported and prefix environment, the interpreter, its flags."""
+
+    env: dict[str, str]  # `export K=V` lines, then the python line's `K=V` prefix (later wins)
+    program: list[str]  # ["python", "-m", "module"] or ["python", "script.py"]
+    argv: list[str]  # the program's own arguments (its flags)
+
+
+def script_of(command: Sequence[str]) -> str:
+    """The shell script inside a container's `command` + `args` (`bash -c SCRIPT` or `sh -c`)."""
+    words = list(command)
+    for index, word in enumerate(words[:-1]):
+        if word.startswith("-") and "c" in word.lstrip("-") and not word.startswith("--"):
+            return words[index + 1]
+    return shlex.join(words)
+
+
+def parse_client_command(command: Sequence[str] | str) -> tuple[dict[str, str], list[str]]:
+    """The environment and the argv (flags after the program) of the python a client command runs."""
+    parsed = read_client_command(command)
+    return parsed.env, parsed.argv
+
+
+def read_client_command(command: Sequence[str] | str) -> ClientCommand:
+    """Find the first python invocation in a client command; UserError when there is none."""
+    script = command if isinstance(command, str) else script_of(command)
+    exported: dict[str, str] = {}
+    for words in simple_commands(script):
+        if words[:1] == ["export"]:
+            exported.update(_assignments(words[1:]))
+            continue
+        while words and words[0] in _KEYWORDS:
+            words = words[1:]
+        prefix, rest = _split_prefix(_without_redirections(words))
+        if rest and _INTERPRETER.match(rest[0]):
+            program_length = 3 if rest[1:2] == ["-m"] else 2
+            return ClientCommand(
+                env={**exported, **prefix},
+                program=rest[:program_length],
+                argv=rest[program_length:],
+            )
+    raise UserError("the client container's command runs no python program: nothing to bench")
+
+
+def client_argv(jobset: Mapping) -> str:
+    """The trainer flags of a launched or rendered JobSet, as one shell-quoted string.
+
+    A bench JobSet carries them in its `TRAINER_ARGV` export; a launched trainer on its python line.
+    """
+    container = client_container(jobset)
+    parsed = read_client_command([*container.get("command", []), *container.get("args", [])])
+    if "TRAINER_ARGV" in parsed.env:
+        return parsed.env["TRAINER_ARGV"]
+    return shell_join(parsed.argv)
+
+
+def shell_quote(word: str) -> str:
+    """`word` as one bash word that bash reads back literally (no expansion of any kind).
+
+    Like `shlex.quote`, but a word holding single quotes is double-quoted with `\\ $ ` "` escaped,
+    which reads far better than shlex's `'"'"'` chains in a manifest someone reviews.
+    """
+    if word and _SAFE_WORD.match(word):
+        return word
+    if "'" not in word:
+        return f"'{word}'"
+    return '"' + re.sub(r'([\\$`"])', r"\\\1", word) + '"'
+
+
+def shell_join(words: Sequence[str]) -> str:
+    return " ".join(shell_quote(word) for word in words)
+
+
+def merge_flags(existing: str, overrides: str, knob: str) -> str:
+    """`--flag[=value]` words of `existing` with `overrides` applied: same flag replaced in place, new
+    ones appended. Used for LIBTPU_INIT_ARGS and XLA_FLAGS, where the last occurrence would win
+    anyway but a duplicate hides which value the run used.
+    """
+    merged: dict[str, str] = {}
+    for word in shlex.split(existing):
+        merged[word.split("=", 1)[0]] = word
+    for word in _split_knob(overrides, knob):
+        if not re.match(r"^--?[A-Za-z0-9_][A-Za-z0-9_.-]*(=.*)?$", word, re.DOTALL):
+            raise UserError(f"{knob}: {word!r} is not a --flag or --flag=value; fix the value")
+        merged[word.split("=", 1)[0]] = word
+    return " ".join(merged.values())
+
+
+def _split_knob(text: str, knob: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as error:
+        raise UserError(f"{knob}: {text!r} is not a list of shell words ({error})") from None
+
+
+def _is_redirection(line: str, position: int) -> bool:
+    """`&` in `2>&1`, `>&2` or `&>file` belongs to a redirection, not a command separator."""
+    return line[position] == "&" and (
+        line[position - 1 : position] in (">", "<") or line[position + 1 : position + 2] == ">"
+    )
+
+
+def _without_redirections(words: list[str]) -> list[str]:
+    """Drop redirection words (`2>&1`, `> log`, `>>log`) that bash would not pass to the program."""
+    kept: list[str] = []
+    skip_next = False
+    for word in words:
+        if skip_next:
+            skip_next = False
+        elif _REDIRECTION.match(word):
+            skip_next = re.fullmatch(r"\d*(?:>>?|<)|&>>?", word) is not None
+        else:
+            kept.append(word)
+    return kept
+
+
+def _assignments(words: Sequence[str]) -> dict[str, str]:
+    return {m.group(1): m.group(2) for m in map(_ASSIGNMENT.match, words) if m}
+
+
+def _split_prefix(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Leading `NAME=value` words (the command's own environment) and the words after them."""
+    index = 0
+    while index < len(words) and _ASSIGNMENT.match(words[index]):
+        index += 1
+    return _assignments(words[:index]), words[index:]
+
+
+def simple_commands(script: str) -> Iterator[list[str]]:
+    """The words of each simple command of a bash script, in order; unparsable pieces are skipped."""
+    for text in _command_texts(script):
+        try:
+            words = shlex.split(text, comments=False)
+        except ValueError:
+            continue
+        if words:
+            yield words
+
+
+def _command_texts(script: str) -> Iterator[str]:
+    """Split at unquoted newlines and `; & | ( )`, skipping comments and here-document bodies."""
+    current: list[str] = []
+    pending_heredocs: list[str] = []
+    lines = script.split("\n")
+    line_index = 0
+    quote = ""  # "'", '"' or "" while scanning across lines
+    depth = 0  # nesting of $( ... ) and backticks
+    while line_index < len(lines):
+        line = lines[line_index]
+        line_index += 1
+        position = 0
+        while position < len(line):
+            char = line[position]
+            if quote == "'":
+                current.append(char)
+                quote = "" if char == "'" else quote
+            elif char == "\\" and quote != "'":
+                current.append(line[position : position + 2])
+                position += 1
+            elif quote == '"':
+                current.append(char)
+                if char == '"' and depth == 0:
+                    quote = ""
+                elif line.startswith("$(", position):
+                    depth += 1
+                elif char == ")" and depth:
+                    depth -= 1
+            elif char in "'\"":
+                quote = char
+                current.append(char)
+            elif line.startswith("$(", position) or char == "`":
+                depth += 1 if char != "`" or depth == 0 else -1
+                current.append(char)
+            elif depth:
+                depth -= 1 if char == ")" else 0
+                current.append(char)
+            elif char == "#" and (not current or current[-1] in " \t"):
+                break
+            elif char in _COMMAND_SEPARATORS and not _is_redirection(line, position):
+                yield "".join(current)
+                current = []
+            else:
+                if line.startswith("<<", position):
+                    match = _HEREDOC.match(line, position)
+                    if match:
+                        pending_heredocs.append(match.group(2))
+                current.append(char)
+            position += 1
+        if current and current[-1] == "\\" and quote != "'":
+            current.pop()  # a backslash-newline joins the next line
+            continue
+        if quote or depth:
+            current.append("\n")
+            continue
+        yield "".join(current)
+        current = []
+        for delimiter in pending_heredocs:
+            while line_index < len(lines) and lines[line_index].strip() != delimiter:
+                line_index += 1
+            line_index += 1
+        pending_heredocs = []
+    if current:
+        yield "".join(current)

@@ -1,0 +1,136 @@
+"""The bench code a rendered pod runs: which files, their digest, and a reproducible archive of them.
+
+The pod must run exactly the code that rendered it, without the package installed in the image, so
+the renderer embeds an archive of it in the client command. The digest is computed the same way here
+and, by the driver at start, inside the pod from the unpacked archive: equal digests prove the pod
+ran the rendered code. The archive is byte-reproducible (sorted names, zero times and owners, a
+fixed gzip header), so rendering twice gives the same manifest.
+
+The JobSet schemas are render-time data the pod never reads; they are left out, because their
+100 KB of base64 would push the manifest past the 256 KiB that `kubectl apply` can store in its
+last-applied annotation.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import gzip
+import hashlib
+import io
+import tarfile
+from pathlib import Path
+
+PACKAGE = "rl_trainer_bench"
+DRIVER_SCRIPT = "bench_driver.py"
+_RENDER_TIME_ONLY = (("launch", "schemas"),)  # package-relative folders
+_SKIPPED_DIRS = ("__pycache__",)
+
+
+def default_root() -> Path:
+    """The folder holding the `rl_trainer_bench` package (a checkout, or the pod's unpacked bundle)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def code_files(root: Path | None = None) -> list[Path]:
+    """The files the pod's driver needs, sorted, under `root`.
+
+    That is the driver's import closure inside the package (found by reading the imports, lazy
+    ones too), the `__init__.py` of every package on the way, the package's data files (routing
+    profiles), and `bench_driver.py` if present. The rest of the package (renderer, AOT and A/B
+    tools) never runs in the pod; leaving it out keeps the client command under the kernel's
+    128 KiB limit on one exec argument, which `bash -c SCRIPT` is.
+    """
+    root = default_root() if root is None else root
+    package = root / PACKAGE
+    sources = _import_closure(root, [package / "bench" / "driver.py", root / DRIVER_SCRIPT])
+    data = [
+        path
+        for path in package.rglob("*")
+        if path.is_file() and path.suffix != ".py" and _belongs_to_bundle(path.relative_to(package))
+    ]
+    return sorted({*sources, *data}, key=lambda path: path.relative_to(root).as_posix())
+
+
+def _import_closure(root: Path, starts: list[Path]) -> set[Path]:
+    """Every package module reachable by imports from `starts`, with their packages' `__init__.py`."""
+    found: set[Path] = set()
+    pending = [path for path in starts if path.is_file()]
+    pending += [
+        folder / "__init__.py"
+        for path in pending
+        for folder in path.parents
+        if folder.is_relative_to(root) and (folder / "__init__.py").is_file()
+    ]
+    while pending:
+        path = pending.pop()
+        if path in found:
+            continue
+        found.add(path)
+        for module in _package_imports(path.read_text()):
+            parts = module.split(".")
+            for depth in range(1, len(parts) + 1):
+                init = root.joinpath(*parts[:depth], "__init__.py")
+                if init.is_file():
+                    pending.append(init)
+            module_file = root.joinpath(*parts).with_suffix(".py")
+            if module_file.is_file():
+                pending.append(module_file)
+    return found
+
+
+def _belongs_to_bundle(relative: Path) -> bool:
+    parts = relative.parts
+    return not (
+        any(parts[: len(folder)] == folder for folder in _RENDER_TIME_ONLY)
+        or any(part in _SKIPPED_DIRS or part.startswith(".") for part in parts)
+        or relative.suffix in (".pyc", ".pyo")
+    )
+
+
+def _package_imports(source: str) -> set[str]:
+    """Dotted names of the package's modules that `source` imports (`from P import m` counts `P.m`)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in names if name.split(".")[0] == PACKAGE}
+
+
+def code_sha256(root: Path | None = None) -> str:
+    """sha256 over each code file's relative path and bytes, in sorted order; hex."""
+    root = default_root() if root is None else root
+    digest = hashlib.sha256()
+    for path in code_files(root):
+        data = path.read_bytes()
+        name = path.relative_to(root).as_posix().encode()
+        digest.update(b"%d:%s\0%d:" % (len(name), name, len(data)))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def bundle(root: Path | None = None) -> bytes:
+    """A reproducible tar.gz of `code_files(root)`, paths relative to `root`."""
+    root = default_root() if root is None else root
+    tar_bytes = io.BytesIO()
+    with tarfile.open(fileobj=tar_bytes, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+        for path in code_files(root):
+            data = path.read_bytes()
+            info = tarfile.TarInfo(path.relative_to(root).as_posix())
+            info.size = len(data)
+            info.mode = 0o644
+            info.mtime = 0
+            archive.addfile(info, io.BytesIO(data))
+    compressed = io.BytesIO()
+    with gzip.GzipFile(fileobj=compressed, mode="wb", compresslevel=9, mtime=0, filename="") as gz:
+        gz.write(tar_bytes.getvalue())
+    return compressed.getvalue()
+
+
+def bundle_base64(root: Path | None = None, line_length: int = 76) -> str:
+    """`bundle(root)` as base64 lines of `line_length` characters, as `base64 -d` reads them."""
+    encoded = base64.b64encode(bundle(root)).decode()
+    return "\n".join(encoded[i : i + line_length] for i in range(0, len(encoded), line_length))

@@ -1,0 +1,67 @@
+"""The bench pod's client script: unpack the embedded bench code and run its driver under PID-1 care.
+
+It keeps the launcher's PID-1 wrapper behaviour (SIGTERM forwarded to the workload, a polling loop
+so bash runs the trap promptly, core dumps off, start/end lines and the workload's exit code), and
+replaces the trainer's python line with the bench driver. Every value the driver receives is
+exported through `shell_quote`, so spaces, quotes, `$()` and backticks arrive literally and nothing
+the user typed is evaluated by the shell. The code travels base64-encoded in a quoted
+here-document, which the shell does not expand either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rl_trainer_bench.launch.client_command import shell_quote
+
+CODE_MARKER = "RL_TRAINER_BENCH_CODE"
+CODE_DIR_VARIABLE = "BENCH_CODE_DIR"
+DRIVER_MODULE = "rl_trainer_bench.bench.driver"
+
+
+def bench_script(
+    *,
+    interpreter: str,
+    code_base64: str,
+    environment: Mapping[str, str],
+    has_driver_script: bool,
+    trainer_jobset: str,
+) -> str:
+    """The `bash -c` script of the bench's client container."""
+    exports = "\n".join(
+        f"export {name}={shell_quote(value)}" for name, value in environment.items()
+    )
+    driver = (
+        f'"${CODE_DIR_VARIABLE}/bench_driver.py"' if has_driver_script else f"-m {DRIVER_MODULE}"
+    )
+    return f"""\
+# rl-trainer-bench: the trainer of JobSet {trainer_jobset} replaced by the embedded bench driver,
+# with the trainer's environment and flags (TRAINER_ARGV) and the bench knobs as environment.
+# PID 1 wrapper: forwards SIGTERM to the bench so the grace period ends it cleanly; the polling
+# sleep keeps bash awake to run the trap.
+echo "Program Start: $(date)"
+_sigterm() (kill -SIGTERM $! 2>/dev/null)
+trap _sigterm SIGTERM
+ulimit -c 0
+
+(
+set -eu
+export {CODE_DIR_VARIABLE}="$(mktemp -d)"
+base64 -d <<'{CODE_MARKER}' | tar -xzf - -C "${CODE_DIR_VARIABLE}"
+{code_base64}
+{CODE_MARKER}
+export PYTHONPATH="${CODE_DIR_VARIABLE}${{PYTHONPATH:+:$PYTHONPATH}}"
+{exports}
+exec {shell_quote(interpreter)} {driver}
+) & PID=$!
+
+while kill -0 $PID 2>/dev/null; do
+  sleep 1
+done
+wait $PID
+EXIT_CODE=$?
+
+echo "Program End: $(date)"
+echo "EXIT_CODE=$EXIT_CODE"
+exit $EXIT_CODE
+"""

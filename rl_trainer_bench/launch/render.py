@@ -1,0 +1,237 @@
+"""Launch render ──► bench JobSet: the trainer's JobSet with only its names, restarts and command changed.
+
+Users hold the full RL run's manifests (their launcher's DRY_RUN output) and want the bench to run
+on a trainer slice with exactly the trainer's scheduling, containers and flags. So the renderer
+copies the trainer JobSet and changes only: the JobSet name (and every reference to it, or the
+bench's affinity would wait for the trainer's pods forever), `failurePolicy.maxRestarts`, the
+client container's command (the embedded bench driver with the trainer's environment and flags),
+a provenance annotation, and, when asked, the slice. `render-diff` proves nothing else moved.
+Every knob is validated here, once, into `RenderKnobs`; the result is validated before it is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+from rl_trainer_bench.accelerators import TpuSlice
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import write_text_atomically
+from rl_trainer_bench.launch import code_bundle, validate
+from rl_trainer_bench.launch.client_command import (
+    ClientCommand,
+    merge_flags,
+    read_client_command,
+    shell_join,
+)
+from rl_trainer_bench.launch.dry_run import (
+    TPU_RESOURCE,
+    asks_for_tpus,
+    client_container,
+    containers,
+    find_trainer,
+    is_pathways_container,
+    jobset_name,
+    jobsets,
+    pod_spec,
+    read_documents,
+    replicated_jobs,
+)
+from rl_trainer_bench.launch.knobs import KNOBS, RenderKnobs
+from rl_trainer_bench.launch.names import bench_name, rename_text
+from rl_trainer_bench.launch.pod_script import bench_script
+
+ANNOTATION_PREFIX = "rl-trainer-bench/"
+CODE_SHA_ANNOTATION = ANNOTATION_PREFIX + "code-sha256"
+TRAINER_ANNOTATION = ANNOTATION_PREFIX + "trainer-jobset"
+SLICE_ANNOTATION = ANNOTATION_PREFIX + "slice"
+
+
+# ----------------------------------------------------------------------------------------------
+# The transformation
+# ----------------------------------------------------------------------------------------------
+
+
+def render(text: str, source: str, knobs: RenderKnobs) -> str:
+    """The bench JobSet's YAML for a launch render; validated, or UserError."""
+    documents = read_documents(text, source)
+    trainer = find_trainer(documents, source, knobs.trainer_jobset)
+    launch = read_client_command(_command_words(client_container(trainer)))
+    bench = copy.deepcopy(trainer)
+    new_name = bench_name(trainer, knobs.name)
+    rename_references(bench, jobset_name(trainer), new_name)
+    spec = bench.setdefault("spec", {})
+    spec["failurePolicy"] = {**(spec.get("failurePolicy") or {}), "maxRestarts": knobs.max_restarts}
+    if knobs.trainer_slice is not None:
+        apply_slice(bench, knobs.trainer_slice)
+    sha = code_bundle.code_sha256()
+    container = client_container(bench)
+    container.pop("args", None)
+    container["command"] = [
+        "bash",
+        "-c",
+        bench_script(
+            interpreter=launch.program[0],
+            code_base64=code_bundle.bundle_base64(),
+            environment=driver_environment(
+                launch, knobs, _orchestrator_argv(documents, launch), sha
+            ),
+            has_driver_script=(code_bundle.default_root() / code_bundle.DRIVER_SCRIPT).is_file(),
+            trainer_jobset=jobset_name(trainer),
+        ),
+    ]
+    metadata = bench.setdefault("metadata", {})
+    metadata["annotations"] = {
+        **(metadata.get("annotations") or {}),
+        CODE_SHA_ANNOTATION: sha,
+        TRAINER_ANNOTATION: jobset_name(trainer),
+        **({SLICE_ANNOTATION: knobs.trainer_slice.name} if knobs.trainer_slice else {}),
+    }
+    validate.check(bench, f"bench rendered from {source}")
+    return dump_yaml(bench)
+
+
+def _command_words(container: Mapping) -> list[str]:
+    return [str(w) for w in [*(container.get("command") or []), *(container.get("args") or [])]]
+
+
+def driver_environment(
+    launch: ClientCommand, knobs: RenderKnobs, orch_argv: list[str] | None, sha: str
+) -> dict[str, str]:
+    """What the driver's process sees: the trainer's environment, DRIVER_ENV, then the bench knobs."""
+    environment = {"BENCH_CODE_SHA256": sha, **launch.env}
+    if knobs.libtpu_flags or "LIBTPU_INIT_ARGS" in environment:
+        environment["LIBTPU_INIT_ARGS"] = merge_flags(
+            environment.get("LIBTPU_INIT_ARGS", ""), knobs.libtpu_flags, "LIBTPU_FLAGS"
+        )
+    environment.update(knobs.driver_env)
+    trainer_argv = launch.argv if knobs.trainer_argv is None else list(knobs.trainer_argv)
+    environment["TRAINER_ARGV"] = shell_join(trainer_argv)
+    orch = list(knobs.orch_argv) if knobs.orch_argv is not None else orch_argv
+    optional = {
+        "ORCH_ARGV": None if orch is None else shell_join(orch),
+        "ENGINE_FLAGS": shell_join(f"{k}={v}" for k, v in knobs.engine_flags) or None,
+        "STEPS": knobs.steps,
+        "MICRO_STEPS": knobs.micro_steps,
+        "PROFILE_STEPS": knobs.profile_steps,
+    }
+    environment.update({key: str(value) for key, value in optional.items() if value is not None})
+    return environment
+
+
+def _orchestrator_argv(documents: list[dict], launch: ClientCommand) -> list[str] | None:
+    """The orchestrator's flags, when its JobSet (named in the trainer's --discovery_addrs) is present."""
+    hosts = {
+        address.split(":")[0]
+        for word in launch.argv
+        if word.startswith("--discovery_addrs=")
+        for address in word.split("=", 1)[1].split(",")
+    }
+    for jobset in jobsets(documents):
+        if jobset_name(jobset) in hosts:
+            try:
+                return read_client_command(_command_words(client_container(jobset))).argv
+            except UserError:
+                return None
+    return None
+
+
+def rename_references(jobset: dict, old: str, new: str) -> None:
+    """Point every reference to JobSet `old` at `new`: metadata, selectors, env values, labels."""
+
+    def visit(node: object) -> object:
+        if isinstance(node, dict):
+            return {key: visit(value) for key, value in node.items()}
+        if isinstance(node, list):
+            return [visit(value) for value in node]
+        return rename_text(node, old, new) if isinstance(node, str) else node
+
+    renamed = visit(jobset)
+    jobset.clear()
+    jobset.update(renamed)
+
+
+def apply_slice(jobset: dict, tpu_slice: TpuSlice) -> None:
+    """Move every slice fact together: node selectors, hosts, chips per host, Pathways instance type."""
+    for job in replicated_jobs(jobset):
+        selector = pod_spec(job).get("nodeSelector")
+        if isinstance(selector, dict) and validate.ACCELERATOR_SELECTOR in selector:
+            selector[validate.ACCELERATOR_SELECTOR] = tpu_slice.chip.gke_accelerator
+            selector[validate.TOPOLOGY_SELECTOR] = tpu_slice.topology
+        if asks_for_tpus(job):
+            job_spec = job["template"]["spec"]
+            job_spec["completions"] = tpu_slice.num_hosts
+            job_spec["parallelism"] = tpu_slice.num_hosts
+        for container in containers(job):
+            resources = container.get("resources") or {}
+            for kind in ("limits", "requests"):
+                if TPU_RESOURCE in (resources.get(kind) or {}):
+                    resources[kind][TPU_RESOURCE] = str(tpu_slice.chips_per_host)
+            if is_pathways_container(container) and container.get("args"):
+                container["args"] = [
+                    f"{validate.INSTANCE_TYPE_FLAG}{tpu_slice.pathways_instance_type}"
+                    if str(arg).startswith(validate.INSTANCE_TYPE_FLAG)
+                    else arg
+                    for arg in container["args"]
+                ]
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, keys in the trainer's order, scripts as literal blocks, no anchors."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def dump_yaml(document: Mapping) -> str:
+    return yaml.dump(
+        document, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=10_000
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------------------------
+
+
+def run(args) -> int:
+    knobs = RenderKnobs.from_strings({knob.dest: getattr(args, knob.dest) for knob in KNOBS})
+    source, text = _read_input(knobs.launch_render)
+    rendered = render(text, source, knobs)
+    if knobs.output is None:
+        sys.stdout.write(rendered)
+    else:
+        try:
+            write_text_atomically(Path(knobs.output), rendered)
+        except OSError as error:
+            raise UserError(
+                f"OUTPUT={knobs.output}: cannot write ({error.strerror}); pick a writable path"
+            ) from None
+    name = yaml.safe_load(rendered)["metadata"]["name"]
+    target = knobs.output or "stdout"
+    print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
+    return 0
+
+
+def _read_input(path: str) -> tuple[str, str]:
+    if path == "-":
+        return "stdin", sys.stdin.read()
+    try:
+        return path, Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise UserError(
+            f"LAUNCH_RENDER={path}: cannot read ({reason}); pass an existing file"
+        ) from None

@@ -1,0 +1,508 @@
+"""CPU checks behind `rl-trainer-bench check`: is a micro-batch well formed, and are the engine's
+numerics knobs harmless?
+
+A malformed micro-batch does not crash an engine; it trains on garbage (a segment split in two
+attends across a gap, a mask on padding adds tokens to the loss denominator, a repeated expert
+takes two buffer slots) and the timing looks plausible. So every rule here names the row and
+position where it is broken. The numerics check runs the built-in engine on the CPU under knob
+settings that should only change rounding, and compares loss, gradient norm and per-token
+log-probs with a float32 reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from rl_trainer_bench.engine.config import EngineConfig, MeshConfig
+from rl_trainer_bench.engine.contract import OPTIONAL_PAYLOAD_FIELDS, PAYLOAD_FIELDS, Payload
+
+MAX_REPORTS_PER_RULE = 5  # positions named per broken rule; the rest are counted
+
+
+def _positions(mask: np.ndarray) -> Iterator[tuple[int, ...]]:
+    return (tuple(int(i) for i in index) for index in np.argwhere(mask))
+
+
+def _report(rule: str, mask: np.ndarray, describe) -> list[str]:
+    """One message per broken position (up to MAX_REPORTS_PER_RULE), then a count of the rest."""
+    count = int(mask.sum())
+    if not count:
+        return []
+    messages = []
+    for index in _positions(mask):
+        if len(messages) == MAX_REPORTS_PER_RULE:
+            break
+        messages.append(f"row {index[0]} position {index[1]}: {describe(*index)} [{rule}]")
+    if count > MAX_REPORTS_PER_RULE:
+        messages.append(f"... and {count - MAX_REPORTS_PER_RULE} more positions breaking [{rule}]")
+    return messages
+
+
+def _check_shapes(payload: Payload, engine: EngineConfig) -> list[str]:
+    rows, seq_len = engine.micro_batch_rows, engine.seq_len
+    model = engine.model
+    expected_shapes = {name: (rows, seq_len) for name in PAYLOAD_FIELDS}
+    expected_shapes["routed_experts"] = (rows, seq_len, model.num_layers, model.top_k)
+    problems = []
+    beta = engine.loss.beta
+    if (payload.ref_logps is not None) != (beta > 0):
+        state = "present" if payload.ref_logps is not None else "missing"
+        problems.append(
+            f"ref_logps: {state} but loss.beta={beta:g}; the engine takes ref_logps exactly when "
+            "beta > 0 [optional arrays]"
+        )
+    for name, (dtype, _rank) in PAYLOAD_FIELDS.items():
+        array = getattr(payload, name)
+        if array is None:
+            if name not in OPTIONAL_PAYLOAD_FIELDS:
+                problems.append(f"{name}: missing [shapes]")
+            continue
+        if array.dtype != dtype:
+            problems.append(f"{name}: dtype {array.dtype}, the contract says {dtype} [dtypes]")
+        if array.shape != expected_shapes[name]:
+            problems.append(
+                f"{name}: shape {array.shape}, expected {expected_shapes[name]} [shapes]"
+            )
+    return problems
+
+
+def _segment_starts(segment_ids: np.ndarray) -> np.ndarray:
+    """True where a real token begins a run of its segment id."""
+    previous = np.concatenate(
+        [np.zeros((segment_ids.shape[0], 1), segment_ids.dtype), segment_ids[:, :-1]], axis=1
+    )
+    return (segment_ids != 0) & (segment_ids != previous)
+
+
+def _check_segments(payload: Payload) -> list[str]:
+    """Segments are contiguous runs numbered 1, 2, ... in order; positions restart in each."""
+    ids, positions = payload.segment_ids, payload.positions
+    real = ids > 0
+    starts = _segment_starts(ids)
+    run_number = np.cumsum(starts, axis=1)  # 1 for the row's first run, 2 for the next, ...
+    problems = _report(
+        "segments contiguous and numbered in order",
+        real & (ids != run_number),
+        lambda b, t: (
+            f"segment id {ids[b, t]} where run {run_number[b, t]} of the row begins or continues"
+        ),
+    )
+    problems += _report(
+        "segment ids >= 0",
+        ids < 0,
+        lambda b, t: f"segment id {ids[b, t]} (0 is padding, real segments count from 1)",
+    )
+    token = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+    start_of_run = np.maximum.accumulate(np.where(starts, token, 0), axis=1)
+    expected = token - start_of_run
+    problems += _report(
+        "positions restart at 0 in each segment",
+        real & (positions != expected),
+        lambda b, t: (
+            f"position {positions[b, t]}, expected {expected[b, t]} (offset in its segment)"
+        ),
+    )
+    return problems
+
+
+def _check_masks(payload: Payload) -> list[str]:
+    """completion_mask: 0/1, 0 on padding and on each segment's last token, one run per segment
+    that ends at the segment's second-to-last token; advantages constant per segment."""
+    ids, mask, advantages = payload.segment_ids, payload.completion_mask, payload.advantages
+    real = ids > 0
+    nxt = np.concatenate([ids[:, 1:], np.zeros((ids.shape[0], 1), ids.dtype)], axis=1)
+    last_token = real & (nxt != ids)
+    second_last = (
+        np.concatenate([last_token[:, 1:], np.zeros((ids.shape[0], 1), bool)], axis=1) & real
+    )
+    problems = _report(
+        "completion_mask is 0 or 1", (mask != 0) & (mask != 1), lambda b, t: f"value {mask[b, t]}"
+    )
+    problems += _report(
+        "completion_mask is 0 on padding",
+        ~real & (mask != 0),
+        lambda b, t: "mask set on a padding token",
+    )
+    problems += _report(
+        "completion_mask is 0 on a segment's last token (it has no next token)",
+        last_token & (mask != 0),
+        lambda b, t: f"mask set on the last token of segment {ids[b, t]}",
+    )
+    on = mask == 1
+    following = np.concatenate([on[:, 1:], np.zeros((ids.shape[0], 1), bool)], axis=1)
+    problems += _report(
+        "completion is one run to the segment's end",
+        real & on & ~following & ~second_last,
+        lambda b, t: (
+            f"completion of segment {ids[b, t]} stops before the segment's second-to-last token"
+        ),
+    )
+    previous_advantage = np.concatenate([advantages[:, :1], advantages[:, :-1]], axis=1)
+    starts = _segment_starts(ids)
+    problems += _report(
+        "advantages constant per segment",
+        real & ~starts & (advantages != previous_advantage),
+        lambda b, t: (
+            f"advantage {advantages[b, t]:g} differs from the previous token's in segment {ids[b, t]}"
+        ),
+    )
+    for name in ("advantages", "old_logps", "ref_logps"):
+        values = getattr(payload, name)
+        if values is None:
+            continue
+        problems += _report(
+            f"{name} finite",
+            ~np.isfinite(values),
+            lambda b, t, v=values, n=name: f"{n} is {v[b, t]}",
+        )
+    problems += _report(
+        "advantages 0 on padding",
+        ~real & (advantages != 0),
+        lambda b, t: f"advantage {advantages[b, t]:g} on padding",
+    )
+    return problems
+
+
+def _check_routed_experts(payload: Payload, num_experts: int) -> list[str]:
+    """Experts in range and distinct per token and layer on real tokens; all -1 on padding.
+
+    A -1 slot on a real token is allowed (ENGINE.md: it has weight 0 and takes no buffer slot).
+    Works one row at a time so a 5 GB array is never copied whole.
+    """
+    routed = payload.routed_experts
+    if routed is None:
+        return []
+    real = payload.segment_ids > 0
+    out_of_range = np.zeros(real.shape, bool)
+    repeated = np.zeros(real.shape, bool)
+    padding_routed = np.zeros(real.shape, bool)
+    for b in range(routed.shape[0]):
+        row = routed[b]  # [T, L, K]
+        out_of_range[b] = ((row < -1) | (row >= num_experts)).any(axis=(1, 2))
+        ordered = np.sort(row, axis=-1)
+        repeated[b] = ((ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)).any(
+            axis=(1, 2)
+        )
+        padding_routed[b] = (row != -1).any(axis=(1, 2))
+    problems = _report(
+        f"experts in [0, {num_experts}) or -1",
+        real & out_of_range,
+        lambda b, t: (
+            f"expert ids {_layer_slice(routed, b, t, (routed[b, t] < -1) | (routed[b, t] >= num_experts))}"
+        ),
+    )
+    problems += _report(
+        "experts distinct per token",
+        real & repeated,
+        lambda b, t: f"a token's experts repeat: {_first_repeat(routed[b, t])}",
+    )
+    problems += _report(
+        "routed_experts -1 on padding",
+        ~real & padding_routed,
+        lambda b, t: f"padding token routed: {_layer_slice(routed, b, t, routed[b, t] != -1)}",
+    )
+    return problems
+
+
+def _layer_slice(routed: np.ndarray, b: int, t: int, bad: np.ndarray) -> str:
+    layer = int(np.flatnonzero(bad.any(axis=-1))[0])
+    return f"layer {layer} has {routed[b, t, layer].tolist()}"
+
+
+def _first_repeat(token: np.ndarray) -> str:
+    for layer, experts in enumerate(token.tolist()):
+        real = [e for e in experts if e >= 0]
+        if len(set(real)) != len(real):
+            return f"layer {layer} has {experts}"
+    return "?"
+
+
+def check_payload(payload: Payload, engine: EngineConfig) -> list[str]:
+    """Every way `payload` breaks the contract for `engine`'s shapes; empty when it is well formed.
+
+    Each message names the row and position (or the array, for shape and dtype problems) and
+    ends with the rule in brackets.
+    """
+    problems = _check_shapes(payload, engine)
+    if problems:
+        return problems  # the per-token rules assume the contract's shapes
+    problems += _check_segments(payload)
+    problems += _check_masks(payload)
+    problems += _check_routed_experts(payload, engine.model.num_experts)
+    problems += _check_digests(payload)
+    return problems
+
+
+def _check_digests(payload: Payload) -> list[str]:
+    """Stored digests must match the arrays: a stale digest hides a change in on/off comparisons."""
+    from rl_trainer_bench.payload.build import array_digest
+
+    arrays = payload.arrays()
+    return [
+        f"{name}: content does not match its digest {digest} [digests]"
+        for name, digest in sorted(payload.digests.items())
+        if name in arrays and array_digest(arrays[name]) != digest
+    ]
+
+
+# ----------------------------------------------------------------------------------------------
+# Numerics knobs
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """An engine setting that should change the math by rounding only, and how much it may."""
+
+    name: str
+    apply: Callable[[EngineConfig], EngineConfig]
+    loss_rtol: float  # |loss - reference| / |reference|
+    grad_norm_rtol: float
+    logp_atol: float  # max |logp - reference| over the loss's tokens (nats)
+
+
+def _with(section: str | None, **changes):
+    def apply(config: EngineConfig) -> EngineConfig:
+        if section is None:
+            return dataclasses.replace(config, **changes)
+        return dataclasses.replace(
+            config, **{section: dataclasses.replace(getattr(config, section), **changes)}
+        )
+
+    return apply
+
+
+def numerics_reference(engine: EngineConfig) -> EngineConfig:
+    """The float32 reference: one device, float32 activations and logits, highest matmul
+    precision, einsum experts in capacity buffers, and no dropped pairs (so every knob sees the
+    same routing)."""
+    return dataclasses.replace(
+        engine,
+        model=dataclasses.replace(engine.model, dtype="float32"),
+        mesh=MeshConfig(),
+        loss=dataclasses.replace(engine.loss, logits_dtype="float32"),
+        moe=dataclasses.replace(
+            engine.moe,
+            ragged_buffer_factor=-1,
+            retry_when_tokens_dropped=False,
+            expert_compute="einsum",
+            dropless_compute="capacity",
+        ),
+        matmul_precision="highest",
+    )
+
+
+def default_knobs(engine: EngineConfig) -> tuple[Knob, ...]:
+    """The knobs `check` tries, with their tolerances.
+
+    bfloat16 logits keep 8 significant bits: a logit of magnitude 4 moves by up to 0.016, so a
+    log-prob (target logit minus logsumexp) may move by about twice that: 3e-2. The loss and
+    grad-norm bounds are 4-15x the differences measured on cpu-tiny (BENCHMARKS.md). The other
+    knobs (the linear layers' chunk size among them, when the model has Gated DeltaNet layers) only
+    regroup or reorder float32 arithmetic, so they get float32-rounding bounds.
+    """
+    chunk = min(engine.loss.compute_logps_chunk_size, engine.seq_len)
+    knobs = (
+        Knob(
+            "loss.logits_dtype=bfloat16", _with("loss", logits_dtype="bfloat16"), 2e-2, 1e-2, 3e-2
+        ),
+        Knob(
+            f"loss.compute_logps_chunk_size={max(chunk // 4, 1)}",
+            _with("loss", compute_logps_chunk_size=max(chunk // 4, 1)),
+            1e-5,
+            1e-5,
+            1e-5,
+        ),
+        Knob("matmul_precision=default", _with(None, matmul_precision="default"), 1e-4, 1e-4, 1e-4),
+        Knob(
+            "moe.expert_compute=ragged_dot",
+            _with("moe", expert_compute="ragged_dot"),
+            1e-5,
+            1e-5,
+            1e-5,
+        ),
+        Knob(
+            "moe.dropless_compute=ragged_dot",
+            _with("moe", dropless_compute="ragged_dot"),
+            1e-5,
+            1e-5,
+            1e-5,
+        ),
+    )
+    if "linear_attention" not in engine.model.layer_types:
+        return knobs
+    linear_chunk = max(min(engine.model.linear_chunk_size, engine.seq_len) // 4, 1)
+    return (
+        *knobs,
+        Knob(  # a smaller chunk moves work between the intra-chunk solve and the state recurrence
+            f"model.linear_chunk_size={linear_chunk}",
+            _with("model", linear_chunk_size=linear_chunk),
+            1e-5,
+            1e-5,
+            1e-5,
+        ),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class NumericsRun:
+    """One engine setting's figures on the micro-batch."""
+
+    loss: float
+    grad_norm: float
+    logps: np.ndarray  # [B, T] per-token log-probs (meaningful where `mask`)
+    mask: np.ndarray  # [B, T] the tokens the loss counts
+
+
+@dataclasses.dataclass(frozen=True)
+class KnobResult:
+    knob: Knob
+    run: NumericsRun
+    loss_rdiff: float
+    grad_norm_rdiff: float
+    logp_max_diff: float
+
+    @property
+    def passed(self) -> bool:
+        k = self.knob
+        return (
+            self.loss_rdiff <= k.loss_rtol
+            and self.grad_norm_rdiff <= k.grad_norm_rtol
+            and self.logp_max_diff <= k.logp_atol
+        )
+
+
+def run_engine(config: EngineConfig, payload: Payload) -> NumericsRun:
+    """Loss and grad norm from the engine's own programs (fwd_bwd, update), per-token log-probs
+    from its decoder and chunked log-prob pass, all on one CPU device."""
+    import jax
+    import jax.numpy as jnp
+
+    from rl_trainer_bench.engine import loss, model, sharding
+    from rl_trainer_bench.engine.jax_engine import JaxEngine
+    from rl_trainer_bench.engine.programs import resolved_methods
+
+    devices = jax.devices("cpu")[:1]
+    engine = JaxEngine(config, devices=devices)
+    engine.compile(payload)
+    engine.fwd_bwd(payload)
+    engine.update()
+    metrics = engine.get_metrics()
+    methods = resolved_methods(config, "cpu")
+    shards = config.mesh.context
+    chunk = min(config.loss.compute_logps_chunk_size, config.seq_len // shards)
+
+    def logps_of(params, batch):
+        hidden, _ = model.decoder(
+            params,
+            batch,
+            config.model,
+            capacity_factor=config.moe.ragged_buffer_factor,
+            mesh_config=config.mesh,
+            methods=methods,
+        )
+        targets, has_target = loss.next_token_targets(batch["input_ids"], batch["segment_ids"])
+        logits_dtype = jnp.dtype(config.loss.logits_dtype)
+        logps = loss.chunked_logps(hidden, params["head"], targets, chunk, shards, logits_dtype)
+        return logps, (batch["completion_mask"] != 0) & has_target
+
+    precision = None if config.matmul_precision == "default" else config.matmul_precision
+    params = model.init_params(config.model, jax.random.key(config.seed))  # the engine's start
+    with (
+        jax.set_mesh(sharding.make_mesh(config.mesh, devices)),
+        jax.default_matmul_precision(precision),
+    ):
+        logps, mask = jax.jit(logps_of)(params, payload.arrays())
+    return NumericsRun(
+        float(metrics["loss"]), float(metrics["grad_norm"]), np.asarray(logps), np.asarray(mask)
+    )
+
+
+def _relative(value: float, reference: float) -> float:
+    return abs(value - reference) / max(abs(reference), 1e-12)
+
+
+def check_numerics(
+    engine: EngineConfig, payload: Payload, knobs: tuple[Knob, ...] | None = None
+) -> tuple[NumericsRun, list[KnobResult]]:
+    """Each knob's loss, grad norm and log-probs against the float32 reference, same micro-batch."""
+    reference_config = numerics_reference(engine)
+    runs = {reference_config: run_engine(reference_config, payload)}  # one run per distinct config
+    reference = runs[reference_config]
+    results = []
+    for knob in knobs if knobs is not None else default_knobs(engine):
+        config = knob.apply(reference_config)
+        if config not in runs:
+            runs[config] = run_engine(config, payload)
+        run = runs[config]
+        counted = reference.mask & run.mask
+        logp_diff = float(np.abs(run.logps - reference.logps)[counted].max(initial=0.0))
+        results.append(
+            KnobResult(
+                knob,
+                run,
+                _relative(run.loss, reference.loss),
+                _relative(run.grad_norm, reference.grad_norm),
+                logp_diff,
+            )
+        )
+    return reference, results
+
+
+def format_numerics(reference: NumericsRun, results: list[KnobResult]) -> str:
+    lines = [
+        f"numerics against the float32 reference (loss {reference.loss:.6g}, grad norm "
+        f"{reference.grad_norm:.6g}, {int(reference.mask.sum())} loss tokens); rel = relative difference",
+        f"{'knob':40s} {'loss rel':>10s} {'(tol)':>8s} {'gnorm rel':>10s} {'(tol)':>8s} "
+        f"{'max |dlogp|':>12s} {'(tol)':>8s}  verdict",
+    ]
+    for r in results:
+        k = r.knob
+        lines.append(
+            f"{k.name:40s} {r.loss_rdiff:10.2e} {k.loss_rtol:8.0e} {r.grad_norm_rdiff:10.2e} "
+            f"{k.grad_norm_rtol:8.0e} {r.logp_max_diff:12.2e} {k.logp_atol:8.0e}  "
+            + ("pass" if r.passed else "FAIL")
+        )
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# The command
+# ----------------------------------------------------------------------------------------------
+
+
+def run_check(args) -> int:
+    """`rl-trainer-bench check`: well-formedness of a built or loaded micro-batch, then numerics.
+
+    Exit 0 when everything passes, 1 when a check fails (2 is bad input, from the cli).
+    """
+    from rl_trainer_bench.payload import build as payloads
+    from rl_trainer_bench.payload.routing_profile import load_profile
+
+    engine = payloads.engine_for(args)
+    if args.payload:
+        payload = payloads.load_npz(
+            args.payload, verify=False
+        )  # a digest mismatch is reported below
+    else:
+        payload = payloads.build_micro_batch(
+            engine,
+            load_profile(args.routing_profile),
+            seed=args.seed,
+            index=args.index,
+            layout=payloads.layout_for(args, engine),
+        )
+    problems = check_payload(payload, engine)
+    for problem in problems:
+        print(f"{payload.name}: {problem}")
+    print(
+        f"{payload.name}: well-formedness {'FAILED' if problems else 'ok'} ({len(problems)} problems)"
+    )
+    if problems or args.skip_numerics:
+        return 1 if problems else 0
+    reference, results = check_numerics(engine, payload)
+    print(format_numerics(reference, results))
+    return 0 if all(r.passed for r in results) else 1

@@ -1,0 +1,49 @@
+"""`rl-trainer-bench check-engine`: run the engine contract's conformance checks on an engine.
+
+Another engine (e.g. an adapter around MaxText's) is named as `module:Class`; it is built the way
+the built-in one is, `Class(engine_config)`, from the preset and the same engine keys, so a check
+exercises exactly what a bench run would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from rl_trainer_bench.config.engine_keys import engine_config_from
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.engine.contract import check_engine, example_payloads_for
+from rl_trainer_bench.errors import UserError
+
+BUILT_IN = "rl_trainer_bench.engine.jax_engine:JaxEngine"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="cpu-tiny", help="shapes and mesh (default cpu-tiny)")
+    parser.add_argument("--engine", default=BUILT_IN, help=f"module:Class (default {BUILT_IN})")
+    parser.add_argument("--trainer-argv", default="", help="trainer command line whose keys apply")
+    parser.add_argument("--engine-flags", default="", help="key=value engine keys (applied last)")
+
+
+def run(args: argparse.Namespace) -> int:
+    config, unapplied = engine_config_from(
+        preset(args.preset), args.trainer_argv, args.engine_flags
+    )
+    if unapplied:
+        print(f"check-engine: keys not applied by the built-in engine: {', '.join(unapplied)}")
+    module_name, _, class_name = args.engine.partition(":")
+    try:
+        engine_class = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise UserError(
+            f"--engine {args.engine!r} cannot be imported ({error}); write module:Class"
+        ) from error
+    engine = engine_class(config)
+    payloads = example_payloads_for(config, 2, prefix="check")
+    failures = check_engine(engine, payloads)
+    for failure in failures:
+        print(f"check-engine: FAIL {failure}")
+    if failures:
+        return 1
+    print(f"check-engine: {args.engine} conforms to the engine contract ({args.preset})")
+    return 0

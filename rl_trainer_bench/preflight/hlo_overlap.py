@@ -1,0 +1,646 @@
+"""What XLA did with the collectives: which are asynchronous, what compute hides them, how many bytes.
+
+A collective costs step time only when nothing runs beside it. After scheduling, each computation's
+text order is its execution order, so an asynchronous collective (an `all-gather-start`/`-done` pair,
+or an `async-start`/`async-done` wrapper around e.g. a reduce-scatter) can hide behind exactly the
+instructions scheduled between its start and its done; a synchronous one hides behind nothing. This
+module lists every collective with its bytes (from the shapes), its replica groups mapped back to
+the mesh axes, and the instructions and matmul FLOPs between start and done, then sums per kind:
+bytes that move, and how much of that has compute beside it. It reads CPU, GPU and TPU HLO text
+alike; collectives in a loop body count once per known trip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.preflight.hlo_parse import Computation, HloModule, Instruction, parse_hlo
+from rl_trainer_bench.units import human_bytes
+
+KINDS = (
+    "all-gather",
+    "all-reduce",
+    "reduce-scatter",
+    "all-to-all",
+    "ragged-all-to-all",
+    "collective-permute",
+)
+# Instructions that move no data and compute nothing: scheduled between a start and its done they
+# hide nothing (nor do other async steps, `*-start`/`*-update`/`*-done`, see `_is_compute`).
+_BOOKKEEPING = frozenset(
+    {
+        "parameter",
+        "constant",
+        "get-tuple-element",
+        "tuple",
+        "bitcast",
+        "partition-id",
+        "replica-id",
+        "after-all",
+        "opt-barrier",
+    }
+)
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    """One collective of a program, as scheduled."""
+
+    kind: str  # one of KINDS
+    name: str  # the start instruction's name (the collective's own name when synchronous)
+    computation: str
+    line: int
+    form: str  # "sync" | "async pair" | "async wrapper"
+    bytes: int  # per device: the larger of its input and output buffers
+    executions: int  # times it runs per program execution (loop trip counts multiplied in)
+    group_size: int  # devices per replica group (0: unknown)
+    mesh_axes: tuple[str, ...] | None  # the mesh axes its groups span; None when not a mesh slice
+    between_instructions: int  # instructions scheduled between start and done
+    between_compute: int  # of those, the ones that compute (fusions, matmuls, ...)
+    between_flops: float  # matmul FLOPs scheduled between start and done (estimate)
+    made_sync: bool  # XLA turned an async pair into a synchronous op (nothing was there to hide it)
+
+    @property
+    def is_async(self) -> bool:
+        return self.form != "sync"
+
+    @property
+    def overlapped(self) -> bool:
+        return self.is_async and self.between_compute > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class KindSummary:
+    kind: str
+    count: int  # collectives in the program text
+    executions: int  # collectives run per program execution
+    bytes: int  # bytes moved per device per program execution
+    async_bytes: int
+    overlapped_bytes: int  # async with compute scheduled between start and done
+    exposed_bytes: int  # synchronous, or async with nothing to hide behind
+    hiding_flops: float  # matmul FLOPs scheduled beside the async ones, per execution
+
+    @property
+    def overlapped_fraction(self) -> float:
+        return self.overlapped_bytes / self.bytes if self.bytes else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class OverlapReport:
+    program: str
+    scheduled: bool
+    num_partitions: int
+    mesh: dict[str, int]
+    collectives: list[Collective]
+    kinds: list[KindSummary]
+    total: KindSummary
+
+    def to_json(self) -> dict:
+        def summary(s: KindSummary) -> dict:
+            return {**dataclasses.asdict(s), "overlapped_fraction": s.overlapped_fraction}
+
+        return {
+            "program": self.program,
+            "scheduled": self.scheduled,
+            "num_partitions": self.num_partitions,
+            "mesh": self.mesh,
+            "collectives": [
+                {**dataclasses.asdict(c), "async": c.is_async, "overlapped": c.overlapped}
+                for c in self.collectives
+            ],
+            "kinds": [summary(s) for s in self.kinds],
+            "total": summary(self.total),
+        }
+
+
+# ----------------------------------------------------------------------------------------------
+# Finding collectives
+# ----------------------------------------------------------------------------------------------
+
+
+def analyze(
+    module: HloModule, mesh: Mapping[str, int] | None = None, program: str = ""
+) -> OverlapReport:
+    """Every collective of `module` with its overlap, and the per-kind summary."""
+    mesh = dict(mesh or {})
+    executions = execution_counts(module)
+    flops = FlopCounter(module)
+    collectives: list[Collective] = []
+    for computation in module.computations.values():
+        if computation.name not in executions:
+            continue  # fusion bodies and reducers: collectives never live there
+        collectives += _collectives_of(
+            computation, module, mesh, executions[computation.name], flops
+        )
+    collectives.sort(key=lambda c: c.line)
+    kinds = [
+        _summarize(kind, [c for c in collectives if c.kind == kind])
+        for kind in KINDS
+        if any(c.kind == kind for c in collectives)
+    ]
+    return OverlapReport(
+        program=program or module.name,
+        scheduled=module.is_scheduled,
+        num_partitions=module.num_partitions,
+        mesh=mesh,
+        collectives=collectives,
+        kinds=kinds,
+        total=_summarize("total", collectives),
+    )
+
+
+def analyze_text(
+    text: str, source: str, mesh: Mapping[str, int] | None = None, program: str = ""
+) -> OverlapReport:
+    return analyze(parse_hlo(text, source), mesh, program)
+
+
+def _collectives_of(
+    computation: Computation,
+    module: HloModule,
+    mesh: Mapping[str, int],
+    executions: int,
+    flops: FlopCounter,
+) -> list[Collective]:
+    by_name = computation.by_name()
+    order = {instruction.name: index for index, instruction in enumerate(computation.instructions)}
+    found: list[Collective] = []
+    for instruction in computation.instructions:
+        kind, form, wrapped = _classify(instruction, module)
+        if kind is None:
+            continue
+        # A ragged all-to-all's other operands are its output buffer and offsets: only its input moves.
+        sent = instruction.operands[:1] if kind == "ragged-all-to-all" else instruction.operands
+        operand_bytes = sum(by_name[o].bytes for o in sent if o in by_name)
+        if form == "sync":
+            result_bytes = instruction.bytes
+            between: list[Instruction] = []
+        else:
+            done = _done_of(instruction, computation)
+            if wrapped is not None:
+                result_bytes = wrapped.bytes
+            elif done is not None:
+                result_bytes = done.bytes
+            else:
+                result_bytes = instruction.arrays[-1].bytes if instruction.arrays else 0
+            end = order[done.name] if done is not None else len(computation.instructions)
+            between = computation.instructions[order[instruction.name] + 1 : end]
+        groups_source = wrapped if wrapped is not None else instruction
+        groups, axes = _groups_and_axes(groups_source, module, mesh)
+        compute = [i for i in between if _is_compute(i)]
+        found.append(
+            Collective(
+                kind=kind,
+                name=instruction.name,
+                computation=computation.name,
+                line=instruction.line,
+                form=form,
+                bytes=max(operand_bytes, result_bytes),
+                executions=executions,
+                group_size=groups,
+                mesh_axes=axes,
+                between_instructions=len(between),
+                between_compute=len(compute),
+                between_flops=sum(flops.of_instruction(i, by_name) for i in compute),
+                made_sync=form == "sync" and "async_collective_name=" in instruction.attributes,
+            )
+        )
+    return found
+
+
+def _classify(
+    instruction: Instruction, module: HloModule
+) -> tuple[str | None, str, Instruction | None]:
+    """(kind, form, wrapped instruction) for a collective or a collective's start; (None, ..) else."""
+    opcode = instruction.opcode
+    if opcode in KINDS:
+        return opcode, "sync", None
+    if opcode.endswith("-start") and opcode.removesuffix("-start") in KINDS:
+        return opcode.removesuffix("-start"), "async pair", None
+    if opcode == "async-start":
+        for name in instruction.called_computations():
+            called = module.computations.get(name)
+            root = _root(called) if called else None
+            if root is not None and root.opcode in KINDS:
+                return root.opcode, "async wrapper", root
+    return None, "", None
+
+
+def _root(computation: Computation) -> Instruction | None:
+    return computation.instructions[-1] if computation.instructions else None
+
+
+def _done_of(start: Instruction, computation: Computation) -> Instruction | None:
+    """The `-done` that closes `start`, following `-update` steps in between."""
+    current = start.name
+    for instruction in computation.instructions:
+        if instruction.operands[:1] == (current,) and (
+            instruction.opcode.endswith("-update") or instruction.opcode.endswith("-done")
+        ):
+            if instruction.opcode.endswith("-done"):
+                return instruction
+            current = instruction.name
+    return None
+
+
+def _is_compute(instruction: Instruction) -> bool:
+    opcode = instruction.opcode
+    if opcode in _BOOKKEEPING or opcode in KINDS:
+        return False
+    return not (opcode.endswith("-start") or opcode.endswith("-done") or opcode.endswith("-update"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Execution counts (loops) and FLOPs
+# ----------------------------------------------------------------------------------------------
+
+
+def execution_counts(module: HloModule) -> dict[str, int]:
+    """How often each control-flow computation runs per execution of the entry.
+
+    Only computations reached through `while`, `call` and `conditional` hold collectives that run
+    on their own; a while body runs its trip count times (see `trip_count`).
+    """
+    counts: dict[str, int] = {}
+
+    def visit(name: str, times: int) -> None:
+        computation = module.computations.get(name)
+        if computation is None:
+            return
+        counts[name] = counts.get(name, 0) + times
+        for instruction in computation.instructions:
+            if instruction.opcode == "while":
+                trips = trip_count(instruction, computation, module)
+                for key in ("body", "condition"):
+                    called = instruction.attribute(key)
+                    if called:
+                        visit(called.lstrip("%"), times * trips)
+            elif instruction.opcode in ("call", "conditional"):
+                # (an async-start's wrapped collective is reported at the start, not visited)
+                for called in instruction.called_computations():
+                    visit(called, times)
+
+    visit(module.entry.name, 1)
+    return counts
+
+
+def trip_count(loop: Instruction, caller: Computation, module: HloModule) -> int:
+    """Iterations of a `while`: XLA's `known_trip_count` when recorded (GPU, CPU), else read from
+    the loop itself (TPU drops the record): a condition `counter < N` on a tuple element whose
+    initial value is a constant c gives N - c. 1 when neither is readable.
+    """
+    match = _TRIP_COUNT.search(loop.attributes)
+    if match:
+        return int(match.group(1))
+    condition = module.computations.get((loop.attribute("condition") or "").lstrip("%"))
+    compare = _root(condition) if condition else None
+    if compare is None or compare.opcode != "compare" or "direction=LT" not in compare.attributes:
+        return 1
+    inside = condition.by_name()
+    counter, limit = (inside.get(o) for o in compare.operands[:2])
+    bound = _constant(limit, inside)
+    if counter is None or counter.opcode != "get-tuple-element" or bound is None:
+        return 1
+    index = int(counter.attribute("index") or 0)
+    outside = caller.by_name()
+    init = outside.get(loop.operands[0]) if loop.operands else None
+    start = 0
+    if init is not None and init.opcode == "tuple" and index < len(init.operands):
+        start = _constant(outside.get(init.operands[index]), outside) or 0
+    return max(bound - start, 1)
+
+
+def _constant(instruction: Instruction | None, by_name: Mapping[str, Instruction]) -> int | None:
+    """The integer value of a scalar constant, looking through copies and conversions."""
+    while instruction is not None and instruction.opcode in ("copy", "bitcast", "convert"):
+        instruction = by_name.get(instruction.operands[0]) if instruction.operands else None
+    if instruction is None or instruction.opcode != "constant":
+        return None
+    try:
+        return int(instruction.literal)
+    except ValueError:
+        return None
+
+
+class FlopCounter:
+    """Matmul FLOPs of an instruction, descending into fusions, calls and loop bodies."""
+
+    def __init__(self, module: HloModule) -> None:
+        self._module = module
+        self._memo: dict[str, float] = {}
+        self._callers = {
+            i.name: c
+            for c in module.computations.values()
+            for i in c.instructions
+            if i.opcode == "while"
+        }
+
+    def of_computation(self, name: str) -> float:
+        if name not in self._memo:
+            computation = self._module.computations.get(name)
+            self._memo[name] = 0.0
+            if computation is not None:
+                by_name = computation.by_name()
+                self._memo[name] = sum(
+                    self.of_instruction(i, by_name) for i in computation.instructions
+                )
+        return self._memo[name]
+
+    def of_instruction(self, instruction: Instruction, by_name: Mapping[str, Instruction]) -> float:
+        opcode = instruction.opcode
+        if opcode == "dot":
+            lhs = by_name.get(instruction.operands[0]) if instruction.operands else None
+            return 2.0 * _elements(instruction) * _contracted(instruction, lhs)
+        if opcode == "convolution":
+            rhs = by_name.get(instruction.operands[1]) if len(instruction.operands) > 1 else None
+            return 2.0 * _elements(instruction) * _kernel_reduction(instruction, rhs)
+        if opcode == "while":
+            body = instruction.attribute("body")
+            trips = trip_count(instruction, self._callers[instruction.name], self._module)
+            return trips * self.of_computation(body.lstrip("%")) if body else 0
+        if opcode in ("fusion", "call", "async-start", "conditional", "custom-call"):
+            return sum(self.of_computation(c) for c in instruction.called_computations())
+        return 0.0
+
+
+def _elements(instruction: Instruction) -> int:
+    return instruction.arrays[0].elements if instruction.arrays else 0
+
+
+def _contracted(dot: Instruction, lhs: Instruction | None) -> int:
+    """Product of the lhs contracting dimensions (1 when the lhs shape is unknown)."""
+    dims = dot.attribute("lhs_contracting_dims")
+    if lhs is None or not lhs.arrays or not dims:
+        return 1
+    shape = lhs.arrays[0].dims
+    return math.prod(shape[int(d)] for d in dims.strip("{}").split(",") if d.strip())
+
+
+def _kernel_reduction(convolution: Instruction, rhs: Instruction | None) -> int:
+    """Kernel elements per output element: all kernel dims except the output feature one."""
+    labels = convolution.attribute("dim_labels")
+    if rhs is None or not rhs.arrays or not labels or "_" not in labels:
+        return 1
+    kernel_labels = labels.split("_")[1].split("->")[0]
+    shape = rhs.arrays[0].dims
+    if len(kernel_labels) != len(shape):
+        return 1
+    return math.prod(size for label, size in zip(kernel_labels, shape, strict=True) if label != "o")
+
+
+# ----------------------------------------------------------------------------------------------
+# Replica groups and mesh axes
+# ----------------------------------------------------------------------------------------------
+
+
+def _groups_and_axes(
+    instruction: Instruction, module: HloModule, mesh: Mapping[str, int]
+) -> tuple[int, tuple[str, ...] | None]:
+    devices = math.prod(mesh.values()) if mesh else module.num_partitions * module.replica_count
+    if instruction.opcode.startswith("collective-permute"):
+        pairs = _pairs(instruction.attribute("source_target_pairs") or "")
+        return 2, _axes_of_pairs(pairs, mesh) if mesh and pairs else None
+    groups = replica_groups(instruction.attributes, devices)
+    if groups is None:
+        return 0, None
+    size = len(groups[0]) if groups else 0
+    return size, _axes_of_groups(groups, mesh) if mesh else None
+
+
+def replica_groups(attributes: str, num_devices: int) -> list[list[int]] | None:
+    """The device groups of a collective's `replica_groups` in any of XLA's three spellings.
+
+    `{{0,1},{2,3}}` (explicit), `[2,2]<=[4]` or `[4,2]<=[2,2,2]T(2,1,0)` (iota), and
+    `mesh['a'=4,'b'=2] {'a'}` with optional `device_ids=(...)` (mesh axes). `{}` means one group of
+    all devices. None when the attribute is absent or not understood.
+    """
+    match = re.search(r"replica_groups=", attributes)
+    if match is None:
+        return None
+    text = attributes[match.end() :]
+    if text.startswith("mesh["):
+        return _mesh_groups(text, num_devices)
+    if text.startswith("["):
+        iota = re.match(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text)
+        return _iota(iota.group(1), iota.group(2), iota.group(3)).tolist() if iota else None
+    if text.startswith("{}"):
+        return [list(range(num_devices))]
+    explicit = re.match(r"\{((?:\{[\d,\s]*\},?)*)\}", text)
+    if explicit is None:
+        return None
+    return [
+        [int(d) for d in group.split(",") if d.strip()]
+        for group in re.findall(r"\{([\d,\s]*)\}", explicit.group(1))
+    ]
+
+
+def _iota(shape: str, dims: str, perm: str | None) -> np.ndarray:
+    reshape = [int(d) for d in dims.split(",")]
+    array = np.arange(math.prod(reshape)).reshape(reshape)
+    if perm:
+        array = array.transpose([int(p) for p in perm.split(",")])
+    return array.reshape([int(d) for d in shape.split(",")])
+
+
+_MESH_AXIS = re.compile(r"'([^']+)'=(\d+)")
+_SELECTED_AXIS = re.compile(r"'([^']+)'(?::\((\d+)\)(\d+))?")
+
+
+def _mesh_groups(text: str, num_devices: int) -> list[list[int]] | None:
+    """Groups of the mesh form: devices that differ only along the selected (sub-)axes."""
+    head = re.match(r"mesh\[([^\]]*)\]", text)
+    if head is None:
+        return None
+    axes = [(name, int(size)) for name, size in _MESH_AXIS.findall(head.group(1))]
+    rest = text[head.end() :]
+    ids = np.arange(math.prod(s for _, s in axes) or num_devices)
+    device_ids = re.match(r",\s*device_ids=\((\[[\d,]+\](?:<=\[[\d,]+\])?(?:T\([\d,]+\))?)\)", rest)
+    if device_ids:
+        iota = re.match(r"\[([\d,]+)\](?:<=\[([\d,]+)\])?(?:T\(([\d,]+)\))?", device_ids.group(1))
+        ids = _iota(str(ids.size), iota.group(2) or iota.group(1), iota.group(3)).reshape(-1)
+        rest = rest[device_ids.end() :]
+    selection = re.match(r"\s*\{([^}]*)\}", rest)
+    if selection is None:
+        return None
+    # Split every axis into (major, selected, minor) pieces so sub-axes `'a':(pre)size` work too.
+    dims: list[int] = []
+    selected: list[int] = []
+    chosen = {name: (pre, size) for name, pre, size in _SELECTED_AXIS.findall(selection.group(1))}
+    for name, size in axes:
+        if name not in chosen:
+            dims.append(size)
+            continue
+        pre, sub = chosen[name]
+        pre, sub = (int(pre), int(sub)) if sub else (1, size)
+        dims += [pre, sub, size // (pre * sub)]
+        selected.append(len(dims) - 2)
+    grid = ids.reshape(dims)
+    others = [d for d in range(len(dims)) if d not in selected]
+    moved = np.transpose(grid, others + selected)
+    group_size = math.prod(dims[d] for d in selected)
+    return moved.reshape(-1, group_size).tolist()
+
+
+def mesh_partition(mesh: Mapping[str, int], axes: Sequence[str]) -> frozenset[frozenset[int]]:
+    """The device groups that a collective over `axes` of `mesh` uses (devices in mesh order)."""
+    names = list(mesh)
+    grid = np.arange(math.prod(mesh.values())).reshape([mesh[n] for n in names])
+    keep = [names.index(a) for a in axes]
+    others = [d for d in range(len(names)) if d not in keep]
+    size = math.prod(mesh[a] for a in axes)
+    groups = np.transpose(grid, others + keep).reshape(-1, size)
+    return frozenset(frozenset(g) for g in groups.tolist())
+
+
+def _axes_of_groups(groups: list[list[int]], mesh: Mapping[str, int]) -> tuple[str, ...] | None:
+    wanted = frozenset(frozenset(g) for g in groups)
+    names = [n for n in mesh if mesh[n] > 1]
+    for count in range(len(names) + 1):
+        for axes in itertools.combinations(names, count):
+            if mesh_partition(mesh, axes) == wanted:
+                return axes
+    return None
+
+
+def _pairs(text: str) -> list[tuple[int, int]]:
+    return [(int(a), int(b)) for a, b in re.findall(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}", text)]
+
+
+def _axes_of_pairs(pairs: list[tuple[int, int]], mesh: Mapping[str, int]) -> tuple[str, ...] | None:
+    """The mesh axes along which a collective-permute's source and target differ."""
+    shape = [mesh[n] for n in mesh]
+    total = math.prod(shape)
+    if any(a >= total or b >= total for a, b in pairs):
+        return None
+    differ: set[str] = set()
+    for source, target in pairs:
+        a, b = np.unravel_index(source, shape), np.unravel_index(target, shape)
+        differ |= {name for name, x, y in zip(mesh, a, b, strict=True) if x != y}
+    return tuple(n for n in mesh if n in differ)
+
+
+# ----------------------------------------------------------------------------------------------
+# Summary and output
+# ----------------------------------------------------------------------------------------------
+
+
+def _summarize(kind: str, collectives: Sequence[Collective]) -> KindSummary:
+    def moved(selected) -> int:
+        return sum(c.bytes * c.executions for c in selected)
+
+    return KindSummary(
+        kind=kind,
+        count=len(collectives),
+        executions=sum(c.executions for c in collectives),
+        bytes=moved(collectives),
+        async_bytes=moved(c for c in collectives if c.is_async),
+        overlapped_bytes=moved(c for c in collectives if c.overlapped),
+        exposed_bytes=moved(c for c in collectives if not c.overlapped),
+        hiding_flops=sum(c.between_flops * c.executions for c in collectives if c.overlapped),
+    )
+
+
+def format_report(report: OverlapReport, details: bool = True) -> str:
+    """Human table: one row per collective (when `details`), then one per kind and the total."""
+    mesh = " x ".join(f"{n}{s}" for n, s in report.mesh.items()) or "not given"
+    lines = [
+        f"program {report.program}: {report.num_partitions} partitions, mesh {mesh}, "
+        f"{'scheduled' if report.scheduled else 'NOT scheduled (order is not execution order)'}"
+    ]
+    if details and report.collectives:
+        lines.append(
+            f"  {'line':>6} {'kind':<19} {'form':<13} {'bytes':>10} {'x':>4} {'group':>5} "
+            f"{'axes':<16} {'between':>7} {'compute':>7} {'GFLOP':>9}"
+        )
+        for c in report.collectives:
+            axes = ",".join(c.mesh_axes) if c.mesh_axes is not None else "?"
+            form = c.form + (" (made)" if c.made_sync else "")
+            lines.append(
+                f"  {c.line:>6} {c.kind:<19} {form:<13} {human_bytes(c.bytes):>10} {c.executions:>4} "
+                f"{c.group_size or '?':>5} {axes:<16} {c.between_instructions:>7} "
+                f"{c.between_compute:>7} {c.between_flops / 1e9:>9.3f}"
+            )
+    lines.append(
+        f"  {'kind':<19} {'count':>5} {'runs':>5} {'bytes':>10} {'async':>10} "
+        f"{'overlapped':>10} {'exposed':>10} {'overlap':>7} {'hiding GFLOP':>12}"
+    )
+    for s in [*report.kinds, report.total]:
+        lines.append(
+            f"  {s.kind:<19} {s.count:>5} {s.executions:>5} {human_bytes(s.bytes):>10} "
+            f"{human_bytes(s.async_bytes):>10} {human_bytes(s.overlapped_bytes):>10} "
+            f"{human_bytes(s.exposed_bytes):>10} {s.overlapped_fraction:>7.0%} {s.hiding_flops / 1e9:>12.3f}"
+        )
+    if any(c.made_sync for c in report.collectives):
+        lines.append(
+            "  (made): XLA turned an async pair into a synchronous op: nothing was scheduled to hide it"
+        )
+    return "\n".join(lines)
+
+
+def parse_mesh(text: str) -> dict[str, int]:
+    """`fsdp=2,context=2,expert=2` (mesh order, major to minor) into an ordered mapping."""
+    mesh: dict[str, int] = {}
+    for piece in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, size = piece.partition("=")
+        if not sep or not name.strip() or not size.strip().isdigit() or int(size) < 1:
+            raise UserError(
+                f"--mesh: {piece!r} is not NAME=SIZE; write e.g. fsdp=2,context=2,expert=2"
+            )
+        mesh[name.strip()] = int(size)
+    return mesh
+
+
+# ----------------------------------------------------------------------------------------------
+# Command
+# ----------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "file", nargs="?", metavar="FILE.hlo", help="HLO text (compiled.as_text() or an XLA dump)"
+    )
+    parser.add_argument(
+        "--mesh",
+        metavar="AXES",
+        help="mesh of FILE, major to minor, e.g. fsdp=2,context=2,expert=2: maps groups to axes",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--summary-only", action="store_true", help="leave out the per-collective rows"
+    )
+    from rl_trainer_bench.preflight.aot import add_target_arguments
+
+    add_target_arguments(parser)
+
+
+def run(args) -> int:
+    if args.file:
+        path = Path(args.file)
+        if not path.is_file():
+            raise UserError(f"FILE.hlo: {args.file!r} does not exist; pass an HLO text file")
+        mesh = parse_mesh(args.mesh) if args.mesh else None
+        reports = [analyze_text(path.read_text(), str(path), mesh, path.stem)]
+    else:
+        from rl_trainer_bench.preflight.aot import compiled_texts
+        from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
+
+        with quiet_libtpu():  # libtpu's start-up noise when compiling for a TPU slice
+            reports = [
+                analyze_text(text, name, mesh, name)
+                for name, text, mesh in compiled_texts(args.preset, args.target, args.layers)
+            ]
+    if args.json:
+        print(json.dumps([r.to_json() for r in reports], indent=1))
+    else:
+        print("\n\n".join(format_report(r, details=not args.summary_only) for r in reports))
+    return 0

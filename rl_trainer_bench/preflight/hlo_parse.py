@@ -1,0 +1,333 @@
+"""Read XLA's HLO text into computations of instructions, with shapes and byte sizes.
+
+The collective-overlap summary needs four things from a compiled program: the instruction order of
+each computation (after scheduling, text order is execution order), each instruction's shape (for
+bytes and FLOPs), its operands (start/done pairs are linked through them) and its attributes
+(replica groups, called computations, trip counts). CPU, GPU and TPU text differ in layouts
+(`{1,0:T(8,128)(2,1)S(1)}`), tuple comments (`/*index=5*/`), whether operands carry their shapes and
+the debug sections before the first computation; this reader accepts all of them and refuses
+anything else with the line number, so a truncated or foreign file never yields a silent summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterator
+
+from rl_trainer_bench.errors import UserError
+
+# Bytes per element of each HLO primitive type; sub-byte types are rounded up per array.
+_BITS = {
+    "pred": 8,
+    "s2": 2,
+    "u2": 2,
+    "s4": 4,
+    "u4": 4,
+    "s8": 8,
+    "u8": 8,
+    "s16": 16,
+    "u16": 16,
+    "s32": 32,
+    "u32": 32,
+    "s64": 64,
+    "u64": 64,
+    "f16": 16,
+    "bf16": 16,
+    "f32": 32,
+    "f64": 64,
+    "c64": 64,
+    "c128": 128,
+    "token": 0,
+}
+_FP8 = re.compile(r"^f8e\w+$|^f4e2m1fn$|^f6e\w+$|^f8e8m0fnu$")
+_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
+_COMMENT = re.compile(r"/\*.*?\*/")
+_INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*")
+_OPCODE = re.compile(r"\s*([a-z][\w\-]*)\(")
+_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*(->\s*.*)?\{\s*$")
+_CALLING_ATTRIBUTES = frozenset(
+    {
+        "calls",
+        "to_apply",
+        "body",
+        "condition",
+        "true_computation",
+        "false_computation",
+        "branch_computations",
+    }
+)
+_SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
+
+
+class HloParseError(UserError):
+    """HLO text that this reader cannot follow; the message carries the file and line number."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Array:
+    """One array of a shape: element type and dimensions (dynamic `<=N` dimensions count as N)."""
+
+    dtype: str
+    dims: tuple[int, ...]
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def bytes(self) -> int:
+        if self.dtype in _BITS:
+            bits = _BITS[self.dtype]
+        elif _FP8.match(self.dtype):
+            bits = int(self.dtype[1])
+        else:
+            raise ValueError(f"unknown HLO element type {self.dtype!r}")
+        return (self.elements * bits + 7) // 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Instruction:
+    """One HLO instruction as written: `[ROOT] name = shape opcode(operands), attributes`."""
+
+    name: str
+    opcode: str
+    arrays: tuple[Array, ...]  # the arrays of its (possibly tuple) result shape, in order
+    is_tuple: bool
+    operands: tuple[str, ...]  # operand instruction names
+    attributes: str  # the raw text after the operand list
+    line: int  # 1-based line number in the file
+    literal: str = ""  # a constant's value or a parameter's index, as written
+
+    @property
+    def bytes(self) -> int:
+        return sum(array.bytes for array in self.arrays)
+
+    def attribute(self, key: str) -> str | None:
+        """The raw value of `key=...` (balanced over brackets and quotes), or None."""
+        for name, value in split_attributes(self.attributes):
+            if name == key:
+                return value
+        return None
+
+    def called_computations(self) -> list[str]:
+        """Names of the computations this instruction runs (fusion bodies, loop bodies, branches)."""
+        names: list[str] = []
+        for key, value in split_attributes(self.attributes):
+            if key in _CALLING_ATTRIBUTES:
+                names += [n.strip().lstrip("%") for n in value.strip("{}").split(",")]
+        return [n for n in names if n]
+
+
+@dataclasses.dataclass
+class Computation:
+    name: str
+    is_entry: bool
+    instructions: list[Instruction]
+    line: int
+
+    def by_name(self) -> dict[str, Instruction]:
+        return {instruction.name: instruction for instruction in self.instructions}
+
+
+@dataclasses.dataclass
+class HloModule:
+    name: str
+    attributes: str
+    computations: dict[str, Computation]
+
+    @property
+    def entry(self) -> Computation:
+        entries = [c for c in self.computations.values() if c.is_entry]
+        return entries[0] if entries else list(self.computations.values())[-1]
+
+    @property
+    def is_scheduled(self) -> bool:
+        return "is_scheduled=true" in self.attributes
+
+    @property
+    def num_partitions(self) -> int:
+        match = re.search(r"num_partitions=(\d+)", self.attributes)
+        return int(match.group(1)) if match else 1
+
+    @property
+    def replica_count(self) -> int:
+        match = re.search(r"replica_count=(\d+)", self.attributes)
+        return int(match.group(1)) if match else 1
+
+
+def parse_shape(text: str) -> tuple[tuple[Array, ...], bool]:
+    """The arrays of a shape string (`f32[2,3]{1,0}` or a tuple of them) and whether it is a tuple."""
+    text = _COMMENT.sub("", text).strip()
+    arrays = tuple(
+        Array(dtype, tuple(_dimension(d) for d in dims.split(",") if d.strip()))
+        for dtype, dims in _ARRAY.findall(text)  # layouts `{1,0:T(8,128)}` hold no brackets
+    )
+    return arrays, text.startswith("(")
+
+
+def _dimension(text: str) -> int:
+    return int(text.strip().removeprefix("<="))
+
+
+def split_attributes(text: str) -> Iterator[tuple[str, str]]:
+    """`key=value` pairs of an attribute list, split at commas outside brackets and quotes."""
+    for piece in _split_top_level(text):
+        key, sep, value = piece.partition("=")
+        if sep:
+            yield key.strip(), value.strip()
+
+
+def _split_top_level(text: str) -> list[str]:
+    pieces, current, depth, quote = [], [], 0, ""
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if quote:
+            current.append(char)
+            if char == "\\":
+                current.append(text[index + 1 : index + 2])
+                index += 1
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+            current.append(char)
+        elif char in "([{":
+            depth += 1
+            current.append(char)
+        elif char in ")]}":
+            depth -= 1
+            current.append(char)
+        elif char == "," and depth == 0:
+            pieces.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+        index += 1
+    if "".join(current).strip():
+        pieces.append("".join(current))
+    return [piece.strip() for piece in pieces if piece.strip()]
+
+
+def _balanced(text: str, start: int) -> int:
+    """Index just past the bracket group opening at `text[start]`; -1 when it never closes."""
+    depth, quote = 0, ""
+    for index in range(start, len(text)):
+        char = text[index]
+        if quote:
+            if char == quote and text[index - 1] != "\\":
+                quote = ""
+        elif char == '"':
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+    return -1
+
+
+def parse_instruction(text: str, line: int) -> Instruction | None:
+    """One instruction line, or None when the line is not of the instruction form."""
+    head = _INSTRUCTION.match(text)
+    if head is None:
+        return None
+    rest = text[head.end() :]
+    if rest.startswith("("):
+        end = _balanced(rest, 0)
+        if end < 0:
+            return None
+    else:
+        end = len(rest.split(" ", 1)[0]) if " " in rest else -1
+        if end < 0:
+            return None
+    shape_text, rest = rest[:end], rest[end:]
+    opcode = _OPCODE.match(rest)
+    if opcode is None:
+        return None
+    open_paren = opcode.end() - 1
+    close = _balanced(rest, open_paren)
+    if close < 0:
+        return None
+    operand_text = rest[open_paren + 1 : close - 1]
+    arrays, is_tuple = parse_shape(shape_text)
+    if not arrays and "token" not in shape_text and shape_text.strip("() ") != "":
+        return None
+    name = opcode.group(1)
+    # A constant's parentheses hold its literal and a parameter's its index, not operands.
+    operands = () if name in ("constant", "parameter") else tuple(_operand_names(operand_text))
+    return Instruction(
+        name=head.group(2),
+        opcode=name,
+        arrays=arrays,
+        is_tuple=is_tuple,
+        operands=operands,
+        attributes=rest[close:].lstrip(", ").strip(),
+        line=line,
+        literal=operand_text.strip() if name in ("constant", "parameter") else "",
+    )
+
+
+def _operand_names(text: str) -> Iterator[str]:
+    """Operand names; older text writes `f32[2]{0} %x`, newer just `%x`."""
+    for piece in _split_top_level(_COMMENT.sub("", text)):
+        word = piece.split()[-1]
+        yield word.lstrip("%")
+
+
+def parse_hlo(text: str, source: str = "<hlo>") -> HloModule:
+    """Parse a whole HLO module; HloParseError names `source` and the line for anything unexpected."""
+    module_name, module_attributes = "", ""
+    computations: dict[str, Computation] = {}
+    current: Computation | None = None
+    in_section = False
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.rstrip()
+        stripped = line.strip()
+        if current is not None:
+            if stripped == "}" or stripped.startswith("},"):  # `}, execution_thread="..."`
+                computations[current.name] = current
+                current = None
+            elif stripped:
+                instruction = parse_instruction(line, number)
+                if instruction is None:
+                    raise HloParseError(
+                        f"{source}:{number}: not an HLO instruction ({_excerpt(stripped)}); "
+                        "pass the text of a compiled module (compiled.as_text() or an XLA dump)"
+                    )
+                current.instructions.append(instruction)
+            continue
+        if not stripped or stripped.startswith("//"):
+            in_section = False if not stripped else in_section
+            continue
+        if stripped.startswith("HloModule "):
+            module_name, _, module_attributes = stripped[len("HloModule ") :].partition(",")
+            module_name = module_name.strip()
+            continue
+        if stripped in _SECTIONS:
+            in_section = True
+            continue
+        if in_section and re.match(r"^\d+\s", stripped):
+            continue
+        header = _HEADER.match(stripped)
+        if header is None:
+            raise HloParseError(
+                f"{source}:{number}: expected a computation header such as "
+                f"'ENTRY %main (p: f32[2]) -> f32[2] {{', found {_excerpt(stripped)}"
+            )
+        current = Computation(header.group(2), bool(header.group(1)), [], number)
+    if current is not None:
+        raise HloParseError(
+            f"{source}:{current.line}: computation {current.name} is never closed with '}}' "
+            "(truncated file?)"
+        )
+    if not computations:
+        raise HloParseError(f"{source}:1: no HLO computation found; is this an HLO text file?")
+    return HloModule(module_name, module_attributes, computations)
+
+
+def _excerpt(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")

@@ -1,0 +1,168 @@
+"""A predicted step time and MFU from the compiled programs' roofline times: an estimate, never a
+measurement.
+
+One step of the engine runs, per micro-batch, `fwd_bwd` then `accumulate`, and when that
+micro-batch dropped routed pairs also its dropless replay; then `update` once. So
+
+    step = MICRO_STEPS x (fwd_bwd + accumulate + P(replay) x fwd_bwd_dropless) + update
+
+with P(replay) the chance that a micro-batch overflows its expert buffers, from the calibration
+report of the micro-batch the bench would time first (`payload.build.CalibrationReport`: the chance,
+per layer, that one group of tokens overflows; a micro-batch replays when any group in any layer
+does). The MFU divides the engine's model FLOPs (real tokens only, no recomputation; the figure the
+bench's ruler uses) by the predicted step and the devices' peak. Each program's time is the roofline
+of `program_cost`, a lower bound, so the step is a lower bound and the MFU an upper bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+ESTIMATE_BY = (
+    "rl-trainer-bench: roofline of XLA's cost analysis (loop bodies counted per trip) against the "
+    "chip table's peak FLOP/s and HBM bandwidth"
+)
+LABEL = "ESTIMATE (not a measurement)"
+PER_MICRO_BATCH = ("fwd_bwd", "accumulate")
+
+
+def replay_probability(
+    overflow_per_group: np.ndarray, tokens_per_group: int, micro_batch_tokens: int
+) -> float:
+    """P(a micro-batch replays): 1 - prod over layers of (1 - p_layer) ** groups.
+
+    `overflow_per_group[l]` is the chance that one group of `tokens_per_group` tokens overflows in
+    layer l; groups and layers are taken as independent, as the calibration report takes experts.
+    """
+    groups = math.ceil(micro_batch_tokens / max(tokens_per_group, 1))
+    keep = np.clip(1.0 - np.asarray(overflow_per_group, dtype=np.float64), 0.0, 1.0)
+    with np.errstate(divide="ignore"):
+        log_keep = groups * np.log(keep).sum()
+    return float(1.0 - math.exp(log_keep)) if np.isfinite(log_keep) else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class StepEstimate:
+    """The predicted step of one cell on one target (all times per device, in seconds)."""
+
+    micro_steps: int
+    program_seconds: Mapping[str, float | None]  # roofline per program; None: did not compile
+    replay_probability: float  # per micro-batch; 0 when the engine never replays
+    model_flops_per_micro_batch: float
+    devices: int
+    peak_flops_per_device: float
+    bytes_per_second_per_device: float
+    replay_source: str  # where replay_probability comes from, in words
+
+    def _seconds(self, program: str) -> float | None:
+        return self.program_seconds.get(program)
+
+    @property
+    def step_seconds(self) -> float | None:
+        """None when a program the step needs did not compile."""
+        needed = [*PER_MICRO_BATCH, "update"]
+        if self.replay_probability > 0:
+            needed.append("fwd_bwd_dropless")
+        if any(self._seconds(p) is None for p in needed):
+            return None
+        per_micro_batch = sum(self._seconds(p) for p in PER_MICRO_BATCH)
+        if self.replay_probability > 0:
+            per_micro_batch += self.replay_probability * self._seconds("fwd_bwd_dropless")
+        return self.micro_steps * per_micro_batch + self._seconds("update")
+
+    @property
+    def mfu(self) -> float | None:
+        step = self.step_seconds
+        if not step:
+            return None
+        model_flops = self.micro_steps * self.model_flops_per_micro_batch
+        return model_flops / (step * self.devices * self.peak_flops_per_device)
+
+    def formula(self) -> str:
+        """The step as a sum of its terms, for the report."""
+
+        def term(program: str) -> str:
+            seconds = self._seconds(program)
+            return f"{program} {'n/a' if seconds is None else seconds_text(seconds)}"
+
+        replay = (
+            f" + P(replay) {self.replay_probability:.3g} x {term('fwd_bwd_dropless')}"
+            if self.replay_probability > 0
+            else ""
+        )
+        step = self.step_seconds
+        total = "n/a (a program did not compile)" if step is None else seconds_text(step)
+        return (
+            f"{self.micro_steps} x ({term('fwd_bwd')} + {term('accumulate')}{replay}) + "
+            f"{term('update')} = {total}"
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "kind": "estimate",
+            "measured": False,
+            "by": ESTIMATE_BY,
+            "program_seconds": dict(self.program_seconds),
+            "micro_steps": self.micro_steps,
+            "replay_probability": self.replay_probability,
+            "replay_source": self.replay_source,
+            "step_seconds": self.step_seconds,
+            "model_flops_per_micro_batch": self.model_flops_per_micro_batch,
+            "devices": self.devices,
+            "peak_flops_per_device": self.peak_flops_per_device,
+            "hbm_bytes_per_second_per_device": self.bytes_per_second_per_device,
+            "mfu": self.mfu,
+        }
+
+
+def seconds_text(seconds: float | None) -> str:
+    """A time for a report: s, ms or us; `-` when there is none."""
+    if seconds is None:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+@dataclasses.dataclass(frozen=True)
+class MicroBatchFacts:
+    """What the estimate needs from the micro-batch the bench would time first."""
+
+    replay_probability: float
+    model_flops: float
+    source: str
+
+
+def micro_batch_facts(config, profile, seed: int) -> MicroBatchFacts:
+    """Build the bench's first micro-batch (index 0 of `seed`) and read its replay chance and model
+    FLOPs (`profile`: a `routing_profile.RoutingProfile`); with retry off or a buffer that never
+    drops there is no replay to predict."""
+    from rl_trainer_bench.engine.flops import micro_batch_flops
+    from rl_trainer_bench.engine.programs import replays_possible
+    from rl_trainer_bench.payload import build
+
+    replays = replays_possible(config)
+    built = build.build_calibrated(config, profile, seed=seed, index=0, replay=replays)
+    flops = micro_batch_flops(config, built.payload.segment_ids, count_remat=False)
+    if built.calibration is None:
+        return MicroBatchFacts(
+            0.0, flops, "none: the engine never replays (retry off or factor -1)"
+        )
+    calibration = built.calibration
+    probability = replay_probability(
+        calibration.overflow.overflow_probability,
+        calibration.tokens_per_group,
+        config.micro_batch_rows * config.seq_len,
+    )
+    kind = "synthetic" if calibration.synthetic else "measured"
+    source = (
+        f"calibration report of micro-batch 0 (seed {seed}, {kind} routing profile) at "
+        f"ragged_buffer_factor={calibration.factor:g}"
+    )
+    return MicroBatchFacts(probability, flops, source)

@@ -1,0 +1,92 @@
+"""Synthetic A/B inputs for the scorer and check tests: step records with chosen times and contents."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rl_trainer_bench.ab.arms import ArmRun
+from rl_trainer_bench.bench.ruler import StepRecord
+
+MICRO_STEPS = 2
+
+
+def record(
+    step: int, step_s: float, *, warmup: bool = False, staged: str | None = None
+) -> StepRecord:
+    """One step that trained micro-batches bench_<step>_<i> with digests derived from them."""
+    names = [f"bench_{step}_{i}" for i in range(MICRO_STEPS)]
+    return StepRecord(
+        step=step,
+        warmup=warmup,
+        step_s=step_s,
+        fwd_bwd_dispatch_s=[0.001] * MICRO_STEPS,
+        first_call_extra_s=0.002,
+        update_s=0.001,
+        drain_s=0.001,
+        stage_s=0.0,
+        device_wait_s=0.0,
+        tokens=1000,
+        tokens_per_s_per_device=1000 / step_s,
+        tflops_per_device=None,
+        mfu=None,
+        loss=0.5,
+        grad_norm=1.0,
+        loss_denominator=float(400 + step),
+        overflow_count=0,
+        replay_count=0,
+        micro_batches=names,
+        digests=[f"digest-{name}" for name in names],
+        device_ready_s=[0.01, 0.02],
+        update_ready_s=0.03,
+        boundary_idle_s=0.0,
+        staged=staged,
+    )
+
+
+def arm(
+    label: str, setting: str, times: list[float], *, staged: bool = False, warmup_s: float = 1.0
+) -> ArmRun:
+    """An arm with one warm-up step then one scored step per time, counters as a healthy run has them."""
+    steps = [warmup_s, *times]
+    records = [
+        record(
+            i,
+            t,
+            warmup=i == 0,
+            staged=f"bench_{i + 1}_0" if staged and i + 1 < len(steps) else None,
+        )
+        for i, t in enumerate(steps)
+    ]
+    return ArmRun(
+        label=label,
+        setting=setting,
+        staged=staged,
+        records=records,
+        updates=len(records),
+        stages=len(records) - 1 if staged else 0,
+        recompiles=[],
+    )
+
+
+def jittered(median_s: float, steps: int, rel_sd: float, seed: int) -> list[float]:
+    """Step times around `median_s` with relative spread `rel_sd` (reproducible)."""
+    rng = np.random.default_rng(seed)
+    return list(median_s * (1 + rel_sd * rng.standard_normal(steps)))
+
+
+def off_on_off_on(
+    off_s: float,
+    on_s: float,
+    *,
+    repeat_off_s: float | None = None,
+    rel_sd: float = 0.005,
+    steps: int = 20,
+) -> list[ArmRun]:
+    """The default A/B: off, on, off', on' with the given medians."""
+    repeat_off_s = off_s if repeat_off_s is None else repeat_off_s
+    return [
+        arm("off", "off", jittered(off_s, steps, rel_sd, 1)),
+        arm("on", "on", jittered(on_s, steps, rel_sd, 2), staged=True),
+        arm("off'", "off", jittered(repeat_off_s, steps, rel_sd, 3)),
+        arm("on'", "on", jittered(on_s, steps, rel_sd, 4), staged=True),
+    ]

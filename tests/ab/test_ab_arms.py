@@ -1,0 +1,112 @@
+"""Arm specs from `--arms` and predictions from `--predict`: parsing, defaults and refusals."""
+
+import os
+
+import pytest
+
+from rl_trainer_bench.ab import arms as ab_arms
+from rl_trainer_bench.ab import predict as ab_predict
+from rl_trainer_bench.errors import UserError
+
+
+def test_default_arms_interleave_off_and_on_with_primed_repeats():
+    arms = ab_arms.parse_arms(ab_arms.DEFAULT_ARMS)
+    assert [a.label for a in arms] == ["off", "on", "off'", "on'"]
+    assert [a.setting for a in arms] == ["off", "on", "off", "on"]
+    assert arms[1].driver_knobs == {"STAGE_BEFORE_UPDATE": "on"}
+
+
+def test_stage_switch_arms_share_programs():
+    arms = ab_arms.parse_arms("off,on,after")
+    assert len({a.program_knobs for a in arms}) == 1
+
+
+def test_defined_arms_split_driver_knobs_and_engine_keys():
+    arms = ab_arms.parse_arms(
+        "base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2,MICRO_STEPS=3,base,wide"
+    )
+    assert [a.label for a in arms] == ["base", "wide", "base'", "wide'"]
+    wide = arms[1]
+    assert wide.engine_keys == {"ragged_buffer_factor": "2"}
+    assert wide.driver_knobs == {"MICRO_STEPS": "3"}
+    assert arms[0].program_knobs != wide.program_knobs
+    assert arms[3].program_knobs == wide.program_knobs
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("off", "two different settings"),
+        ("off,,on", "empty arm"),
+        ("off,fast", "unknown arm 'fast'"),
+        ("STEPS=3,off,on", "has no arm"),
+        ("a:STEPS=3,off", "set it with --steps"),
+        ("a:X,off", "KEY=VALUE"),
+        ("a:STAGE_BEFOR_UPDATE=on,off", "not a driver knob"),
+        ("a:Mixed_Case=1,off", "UPPER_CASE driver knob or a lower_case engine key"),
+        ("a:SEED=1,a:SEED=2", "defined twice"),
+        ("on:SEED=1,off", "defined twice"),
+        ("a:SEED=1,SEED=2,off", "sets SEED twice"),
+        ("a-b:SEED=1,off", "must start with a letter"),
+    ],
+)
+def test_bad_arms_are_refused_with_the_fix(text, message):
+    with pytest.raises(UserError, match=message):
+        ab_arms.parse_arms(text)
+
+
+def test_prediction_in_percent_by_default():
+    (p,) = ab_predict.parse_predictions(["on-off=-7.4[-8.5,-5.5]"])
+    assert (p.setting, p.baseline, p.value, p.low, p.high, p.unit) == (
+        "on",
+        "off",
+        -7.4,
+        -8.5,
+        -5.5,
+        "%",
+    )
+    assert p.measure({"off": 1.0, "on": 0.93}) == pytest.approx(-7.0)
+
+
+def test_prediction_in_milliseconds_and_several_in_one_flag():
+    first, second = ab_predict.parse_predictions(["on-off=-12ms[-15,-9]; after-off=0[-1,1]"])
+    assert first.unit == "ms"
+    assert first.measure({"off": 0.100, "on": 0.090}) == pytest.approx(-10.0)
+    assert second.setting == "after"
+
+
+@pytest.mark.parametrize(
+    "text", ["on-off=-7.4", "on-off=-7.4[-5,-8]", "on=-7[-8,-5]", "on-on=0[-1,1]", "on-off=x[1,2]"]
+)
+def test_bad_prediction_is_refused(text):
+    with pytest.raises(UserError, match="--predict"):
+        ab_predict.parse_predictions([text])
+
+
+def test_outcome_says_whether_the_prediction_held():
+    predictions = ab_predict.parse_predictions(["on-off=-7.4[-8.5,-5.5]", "on-off=0[-1,1]"])
+    held, missed = ab_predict.outcomes(predictions, {"off": 1.0, "on": 0.93})
+    assert held["held"] is True and missed["held"] is False
+    assert missed["measured"] == pytest.approx(-7.0)
+
+
+def test_prediction_about_a_setting_not_in_the_run_is_refused():
+    predictions = ab_predict.parse_predictions(["after-off=-1[-2,0]"])
+    with pytest.raises(UserError, match="no setting 'after'"):
+        ab_predict.check_settings(predictions, ["off", "on"])
+
+
+def test_prediction_file_is_read_and_fingerprinted(tmp_path):
+    path = tmp_path / "predictions.txt"
+    path.write_text("# written before the run\non-off=-7.4[-8.5,-5.5]  # staging hides the copy\n")
+    os.utime(path, (1_000_000, 1_000_000))
+    predictions, source = ab_predict.read_prediction_file(path)
+    assert [p.text for p in predictions] == ["on-off=-7.4[-8.5,-5.5]"]
+    assert source.modified_unix == 1_000_000 and len(source.sha256) == 64
+
+
+def test_prediction_file_without_predictions_is_refused(tmp_path):
+    path = tmp_path / "empty.txt"
+    path.write_text("# nothing yet\n")
+    with pytest.raises(UserError, match="no predictions"):
+        ab_predict.read_prediction_file(path)

@@ -1,0 +1,186 @@
+"""`rl-trainer-bench ab` end to end: arms through the driver's Bench, the report, the files, the exit code.
+
+The stand-in engine and pool are the driver's own test doubles (tests/test_driver_loop.py):
+they make the run fast and its training exactly checkable; the real cpu-tiny run is the last test.
+"""
+
+import json
+
+import pytest
+from stand_in_engine import StandInEngine, stand_in_pool
+
+from rl_trainer_bench import cli
+from rl_trainer_bench.ab import command as ab
+from rl_trainer_bench.bench.driver import Bench
+
+
+class Benches:
+    """A Bench factory with stand-ins that counts how many Benches (compiles) the A/B made."""
+
+    def __init__(self):
+        self.made = []
+
+    def __call__(self, config, log):
+        pool = stand_in_pool(3)
+        if config.seed:  # another seed, other micro-batches, as the real pool builder does
+            pool.reverse()
+        bench = Bench(config, log, engine_factory=lambda _: StandInEngine(), pool=pool)
+        self.made.append(config)
+        return bench
+
+
+def run_ab(argv, make_bench=None):
+    args = cli.build_parser().parse_args(["ab", *argv])
+    return ab.run(args, make_bench=make_bench or Benches())
+
+
+def test_default_ab_runs_four_arms_on_one_bench_and_writes_the_report(tmp_path, capsys):
+    out = tmp_path / "out"
+    benches = Benches()
+    code = run_ab(["--steps", "3", "--out", str(out), "--predict", "on-off=0[-90,90]"], benches)
+    assert code == 0
+    assert len(benches.made) == 1  # the stage switch shares compiled programs
+    report = json.loads((out / "ab.json").read_text())
+    assert report["mode"] == "same-process"
+    assert [a["label"] for a in report["arms"]] == ["off", "on", "off'", "on'"]
+    assert [len(a["records"]) for a in report["arms"]] == [4, 4, 4, 4]
+    assert [a["stages"] for a in report["arms"]] == [0, 3, 0, 3]
+    assert {c["status"] for c in report["checks"]} == {"PASS"}
+    assert report["verdict"] in ("FASTER", "SLOWER", "NO-EFFECT", "NOISY")
+    assert report["score"]["noise_floor_s"] is not None
+    assert report["predictions"][0]["text"] == "on-off=0[-90,90]"
+    assert report["versions"]["rl_trainer_bench"] and report["machine"]["device_count"] == 8
+    assert report["command"]
+    assert (out / "ab.txt").read_text().startswith("A/B on cpu-tiny")
+    assert sorted(p.name for p in out.glob("arm*.jsonl")) == [
+        "arm1-off.jsonl",
+        "arm2-on.jsonl",
+        "arm3-off.jsonl",
+        "arm4-on.jsonl",
+    ]
+    printed = capsys.readouterr().out
+    assert "verdict: " in printed and "rule: " in printed
+    assert "arm on' (4/4): step 4 of 4 (scored)" in printed
+    pytest.importorskip("matplotlib")
+    assert (out / "ab.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_arm_that_trains_other_data_fails_whatever_the_times(tmp_path):
+    benches = Benches()
+    code = run_ab(
+        ["--arms", "off,reseeded:SEED=7,off,reseeded", "--steps", "2", "--out", str(tmp_path)],
+        benches,
+    )
+    assert code == 1
+    assert len(benches.made) == 2  # a knob outside the stage switch gets its own bench
+    report = json.loads((tmp_path / "ab.json").read_text())
+    assert report["verdict"] == "FAIL"
+    failed = [c["name"] for c in report["checks"] if c["status"] == "FAIL"]
+    assert "same micro-batch digests in the same order" in failed
+
+
+def test_bad_arm_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "never"
+    assert cli.main(["ab", "--arms", "off,fast", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown arm 'fast'" in err[0]
+    assert not out.exists()
+
+
+def test_bad_knob_value_is_refused_before_any_output(tmp_path, capsys):
+    out = tmp_path / "never"
+    assert cli.main(["ab", "--arms", "off,x:STAGE_ISSUE=sideways", "--out", str(out)]) == 2
+    assert "STAGE_ISSUE='sideways'" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_prediction_about_a_missing_setting_is_refused_before_any_output(tmp_path):
+    out = tmp_path / "never"
+    assert cli.main(["ab", "--predict", "after-off=-5[-6,-4]", "--out", str(out)]) == 2
+    assert not out.exists()
+
+
+def _driver_log(path, stage, seed="0"):
+    """One pod's log: a Bench run alone, its lines as the driver prints them."""
+    from rl_trainer_bench.config.knobs import BenchConfig
+
+    config = BenchConfig.from_env({"STEPS": "4", "STAGE_BEFORE_UPDATE": stage, "SEED": seed})
+    lines = []
+    bench = Benches()(config, lines.append)
+    bench.setup()
+    bench.run(steps=config.steps, stage=config.stage)
+    bench.close()
+    path.write_text("\n".join(["pod start", *lines, "pod end"]) + "\n")
+
+
+def test_from_logs_scores_two_pods_cross_pod(tmp_path, capsys):
+    _driver_log(tmp_path / "off.log", "off")
+    _driver_log(tmp_path / "on.log", "on")
+    out = tmp_path / "report"
+    code = run_ab(
+        [
+            "--from-logs",
+            str(tmp_path / "off.log"),
+            str(tmp_path / "on.log"),
+            "--out",
+            str(out),
+            "--predict",
+            "on-off=0[-90,90]",
+        ]
+    )
+    assert code == 0
+    report = json.loads((out / "ab.json").read_text())
+    assert report["mode"] == "cross-pod"
+    assert report["score"]["noise_floor_s"] is None and report["score"]["cross_pod"] is True
+    assert [a["label"] for a in report["arms"]] == ["off", "on"]
+    assert [len(a["records"]) for a in report["arms"]] == [5, 5]
+    statuses = {c["name"]: c["status"] for c in report["checks"]}
+    assert statuses["same number of updates"] == "SKIP"
+    assert statuses["same micro-batch digests in the same order"] == "PASS"
+    assert statuses["one stage per boundary in staged arms"] == "PASS"
+    assert "cross-pod" in capsys.readouterr().out
+
+
+def test_from_logs_of_pods_that_trained_other_data_fails(tmp_path):
+    _driver_log(tmp_path / "a.log", "off")
+    _driver_log(tmp_path / "b.log", "off", seed="3")
+    assert (
+        run_ab(
+            [
+                "--from-logs",
+                str(tmp_path / "a.log"),
+                str(tmp_path / "b.log"),
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 1
+    )
+
+
+def test_from_logs_without_ruler_lines_is_refused(tmp_path):
+    (tmp_path / "a.log").write_text("nothing here\n")
+    (tmp_path / "b.log").write_text("nor here\n")
+    with pytest.raises(ab.UserError, match="no \\[TrainerBench\\] step lines"):
+        run_ab(
+            [
+                "--from-logs",
+                str(tmp_path / "a.log"),
+                str(tmp_path / "b.log"),
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+
+
+@pytest.mark.slow
+def test_cpu_tiny_ab_with_the_real_engine(tmp_path):
+    pytest.importorskip("rl_trainer_bench.engine.jax_engine", reason="the JAX engine is not built")
+    pytest.importorskip("rl_trainer_bench.payload.build", reason="the payload builder is not built")
+    out = tmp_path / "out"
+    code = cli.main(["ab", "--steps", "2", "--out", str(out)])
+    report = json.loads((out / "ab.json").read_text())
+    assert code == 0, report["checks"]
+    assert {c["status"] for c in report["checks"]} == {"PASS"}
+    assert report["machine"]["device_count"] == 8
+    assert len(report["compile_s"]) == 1

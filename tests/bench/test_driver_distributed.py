@@ -1,0 +1,84 @@
+"""Two processes with 4 CPU devices each (jax.distributed on localhost) train like one with 8.
+
+The pod runs one driver process per host; the mesh spans them. This runs the real driver as
+subprocesses, each with its own XLA_FLAGS, and compares the losses each reports with a single
+8-device process on the same knobs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("rl_trainer_bench.engine.jax_engine")
+pytest.importorskip("rl_trainer_bench.payload.build")
+
+REPO = Path(__file__).resolve().parents[2]
+KNOBS = {"PRESET": "cpu-tiny", "STEPS": "2", "MICRO_STEPS": "2", "SEED": "3"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("localhost", 0))
+        return sock.getsockname()[1]
+
+
+def _driver(results: Path, devices: int, extra: dict[str, str]) -> subprocess.Popen:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": str(REPO),
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "RESULTS_DIR": str(results),
+        **KNOBS,
+        **extra,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "rl_trainer_bench.bench.driver"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _losses(results: Path) -> list[float]:
+    lines = (results / "results.jsonl").read_text().splitlines()
+    return [json.loads(line)["loss"] for line in lines]
+
+
+def _finish(process: subprocess.Popen) -> str:
+    output, _ = process.communicate(timeout=240)
+    assert process.returncode == 0, output[-3000:]
+    return output
+
+
+@pytest.mark.slow
+def test_two_processes_of_four_devices_match_one_of_eight(tmp_path):
+    address = f"localhost:{_free_port()}"
+    workers = [
+        _driver(
+            tmp_path / f"process{i}",
+            4,
+            {
+                "JAX_COORDINATOR_ADDRESS": address,
+                "JAX_NUM_PROCESSES": "2",
+                "JAX_PROCESS_ID": str(i),
+            },
+        )
+        for i in range(2)
+    ]
+    outputs = [_finish(p) for p in workers]
+    single = _finish(_driver(tmp_path / "single", 8, {}))
+    assert "process 1 of 2" in outputs[1] and "single process" in single
+    expected = _losses(tmp_path / "single")
+    assert len(expected) == 3
+    assert _losses(tmp_path / "process0") == pytest.approx(expected, rel=1e-5)
+    assert _losses(tmp_path / "process1") == pytest.approx(expected, rel=1e-5)

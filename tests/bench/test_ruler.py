@@ -1,0 +1,145 @@
+"""The step ruler: device-timeline arithmetic, the log line's round trip, results.jsonl, summary."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.bench.ruler import StepRecord
+
+
+def record(**changes) -> StepRecord:
+    base = dict(
+        step=3,
+        warmup=False,
+        step_s=1.25,
+        fwd_bwd_dispatch_s=[0.01, 0.002],
+        first_call_extra_s=0.3,
+        update_s=0.004,
+        drain_s=0.5,
+        stage_s=0.001,
+        device_wait_s=0.2,
+        tokens=4096,
+        tokens_per_s_per_device=409.6,
+        tflops_per_device=12.5,
+        mfu=None,
+        loss=0.1234567891234,
+        grad_norm=2.0,
+        loss_denominator=3000.0,
+        overflow_count=1,
+        replay_count=1,
+        micro_batches=["bench_3_0", "bench_3_1"],
+        digests=["ab12", "cd34"],
+        device_ready_s=[0.6, 1.1],
+        update_ready_s=1.2,
+        boundary_idle_s=0.05,
+        staged="bench_4_0",
+        stage_hidden=0.75,
+        fwd_bwd_device_s=[0.8, 0.5],
+    )
+    base.update(changes)
+    return StepRecord(**base)
+
+
+def test_device_seconds_start_at_dispatch_or_previous_ready_whichever_is_later():
+    # second program dispatched while the first still ran: it starts when the first is ready
+    assert ruler.device_seconds([0.0, 0.1], [1.0, 1.5], None) == [1.0, 0.5]
+    # dispatched after the previous step's update was ready: the gap is idle, not device time
+    assert ruler.device_seconds([2.0], [2.5], 1.0) == [0.5]
+    assert ruler.device_seconds([0.0], [2.5], 1.0) == [1.5]
+
+
+def test_first_call_extra_is_over_the_median_regular_call():
+    assert ruler.first_call_extra([1.5, 0.5, 0.4, 0.6]) == pytest.approx(1.0)
+    assert ruler.first_call_extra([1.5]) is None
+
+
+def test_boundary_idle_is_from_previous_ready_to_first_dispatch():
+    assert ruler.boundary_idle(None, 5.0) is None
+    assert ruler.boundary_idle(4.0, 5.5) == 1.5
+    assert ruler.boundary_idle(6.0, 5.5) == 0.0  # dispatched before the device drained: no gap
+
+
+def test_overlap_fraction_counts_only_busy_time():
+    busy = [(0.0, 1.0), (1.5, 2.0)]
+    assert ruler.overlap_fraction((0.5, 1.5), busy) == pytest.approx(0.5)
+    assert ruler.overlap_fraction((1.0, 1.5), busy) == 0.0
+    assert ruler.overlap_fraction((0.2, 0.4), busy) == pytest.approx(1.0)
+    assert ruler.overlap_fraction((1.0, 1.0), busy) is None
+
+
+def test_line_round_trips_through_parse():
+    original = record()
+    line = ruler.format_line(original)
+    assert line.startswith("[TrainerBench] step=3 warmup=0 step_s=1.250000")
+    parsed = ruler.parse(f"noise\n{line}\nmore noise\n")
+    assert parsed.malformed == []
+    (back,) = parsed.records
+    assert back.loss == original.loss  # exact: two pods' losses compare bit for bit
+    assert back.micro_batches == original.micro_batches and back.digests == original.digests
+    assert back.staged == "bench_4_0" and back.first_call_extra_s == pytest.approx(0.3)
+    assert back.fwd_bwd_device_s == pytest.approx([0.8, 0.5])
+    assert back.mfu is None
+
+
+def test_line_round_trips_an_arm_and_missing_figures():
+    original = record(arm="on", staged=None, stage_hidden=None, first_call_extra_s=None)
+    (back,) = ruler.parse(ruler.format_line(original)).records
+    assert back.arm == "on" and back.staged is None and back.first_call_extra_s is None
+
+
+@given(
+    loss=st.floats(allow_nan=False, allow_infinity=False, width=64),
+    step=st.integers(0, 10**6),
+    names=st.lists(
+        st.from_regex(r"bench_[0-9]{1,3}_[0-9]", fullmatch=True), min_size=1, max_size=4
+    ),
+)
+def test_exact_figures_survive_any_value(loss, step, names):
+    original = record(loss=loss, step=step, micro_batches=names, digests=["d"] * len(names))
+    (back,) = ruler.parse(ruler.format_line(original)).records
+    assert back.loss == loss and back.step == step and back.micro_batches == names
+
+
+def test_malformed_lines_are_reported_not_fatal():
+    good = ruler.format_line(record())
+    truncated = good.split(" mb=")[0]  # a pod log cut mid-line
+    garbled = good.replace("step=3", "step=three")
+    parsed = ruler.parse("\n".join([good, truncated, "[TrainerBench] config PRESET=x", garbled]))
+    assert len(parsed.records) == 1
+    assert [number for number, _ in parsed.malformed] == [2, 4]
+    assert "missing" in parsed.malformed[0][1]
+
+
+def test_without_times_keeps_everything_but_the_clock():
+    a = ruler.format_line(record())
+    b = ruler.format_line(record(step_s=9.0, drain_s=3.0, device_ready_s=[7.0, 8.0], mfu=0.5))
+    assert a != b and ruler.without_times(a) == ruler.without_times(b)
+    c = ruler.format_line(record(loss=0.5))
+    assert ruler.without_times(a) != ruler.without_times(c)
+
+
+def test_results_writer_flushes_each_step(tmp_path):
+    path = tmp_path / "out" / "results.jsonl"
+    with ruler.ResultsWriter(path) as writer:
+        writer.write(record(step=0))
+        # readable before the writer is closed: a crash here keeps step 0
+        assert json.loads(path.read_text().splitlines()[0])["step"] == 0
+        writer.write(record(step=1))
+    path.write_text(path.read_text() + '{"step": 2, "warm')  # a torn last line from a crash
+    assert [r.step for r in ruler.read_results(path)] == [0, 1]
+
+
+def test_summary_covers_scored_steps_only():
+    records = [record(step=0, warmup=True, step_s=100.0)] + [
+        record(step=i, step_s=s) for i, s in enumerate([1.0, 2.0, 3.0], start=1)
+    ]
+    text = ruler.summary(records)
+    assert "over 3 scored steps" in text
+    step_row = next(line for line in text.splitlines() if line.startswith("step_s"))
+    assert step_row.split()[1:] == ["2", "1", "3", "100.0%"]
+    assert not any(line.startswith("MFU") for line in text.splitlines())

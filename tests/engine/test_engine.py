@@ -1,0 +1,301 @@
+"""The built-in engine on 8 host CPU devices as a 2x2x2 mesh, against a plain float32 reference.
+
+Compiling is the slow part on 2 cores, so the tests share two configs (compiled programs are
+reused across engines of one config) and build fresh engines where they need fresh state.
+"""
+
+import dataclasses
+
+import gdn_reference
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rl_trainer_bench import cli
+from rl_trainer_bench.config.presets import PRESETS
+from rl_trainer_bench.engine.config import MeshConfig, MoeConfig
+from rl_trainer_bench.engine.contract import ContractError, Engine, example_payload
+from rl_trainer_bench.engine.flops import micro_batch_flops
+from rl_trainer_bench.engine.jax_engine import JaxEngine
+from rl_trainer_bench.engine.programs import abstract_state, lower_programs
+from rl_trainer_bench.engine.sharding import make_mesh
+
+# cpu-tiny at buffer factor 1.0: random routes overflow now and then, forced ones always do.
+CONFIG = dataclasses.replace(
+    PRESETS["cpu-tiny"].engine, moe=MoeConfig(ragged_buffer_factor=1.0, expert_compute="einsum")
+)
+MODEL = CONFIG.model
+
+
+def payload(seed=0, rows=CONFIG.micro_batch_rows, **kw):
+    return example_payload(
+        rows,
+        CONFIG.seq_len,
+        MODEL.vocab_size,
+        num_layers=MODEL.num_layers,
+        top_k=MODEL.top_k,
+        num_experts=MODEL.num_experts,
+        segment_len=kw.pop("segment_len", 48),
+        seed=seed,
+        name=f"mb{seed}",
+        **kw,
+    )
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """Compile CONFIG's programs once; later engines of CONFIG reuse them."""
+    engine = JaxEngine(CONFIG)
+    return engine.compile(payload())
+
+
+def fresh_engine(compiled, config=CONFIG):
+    engine = JaxEngine(config)
+    engine.compile(payload(rows=config.micro_batch_rows))
+    return engine
+
+
+# ----------------------------------------------------------------------------------------------
+# A plain float32 reference: unsharded, unchunked, dense experts, written for clarity.
+# ----------------------------------------------------------------------------------------------
+
+
+def _rms(x, scale):
+    return x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + MODEL.rms_norm_eps) * scale
+
+
+def _rope(x, positions):
+    half = x.shape[-1] // 2
+    freq = MODEL.rope_theta ** (-np.arange(half) / half)
+    angle = positions[:, :, None, None] * freq
+    a, b = x[..., :half], x[..., half:]
+    return jnp.concatenate(
+        [a * jnp.cos(angle) - b * jnp.sin(angle), b * jnp.cos(angle) + a * jnp.sin(angle)], -1
+    )
+
+
+def _swiglu(x, gate, up, down):
+    return (jax.nn.silu(x @ gate) * (x @ up)) @ down
+
+
+def reference_loss(params, a):
+    """Token-mean GRPO loss (beta 0) of one micro-batch, every expert pair kept."""
+    seg, pos = jnp.asarray(a["segment_ids"]), jnp.asarray(a["positions"], jnp.float32)
+    t = seg.shape[1]
+    x = params["embed"][a["input_ids"]]
+    causal = np.tril(np.ones((t, t), bool))
+    mask = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] != 0) & causal
+    groups = MODEL.num_heads // MODEL.num_kv_heads
+    pattern = MODEL.layer_types
+    for layer in range(MODEL.num_layers):
+        kind = pattern[layer % len(pattern)]
+        of_kind = [i for i in range(MODEL.num_layers) if pattern[i % len(pattern)] == kind]
+        mixer = {  # this layer's mixer weights, stacked over the layers of its kind
+            name: value[of_kind.index(layer)]
+            for name, value in params.items()
+            if name.startswith(
+                ("gdn_",) if kind == "linear_attention" else ("wq", "wk", "wv", "wo")
+            )
+        }
+        w = {name: params[name][layer] for name in ("router", "expert_gate", "expert_up")}
+        w |= {name: params[name][layer] for name in ("expert_down", "shared_gate", "shared_up")}
+        w |= {"shared_down": params["shared_down"][layer]}
+        h = _rms(x, params["attn_norm"][layer])
+        if kind == "linear_attention":
+            x = x + gdn_reference.layer(h, mixer, seg, MODEL)
+        else:
+            q = _rope(jnp.einsum("btd,dhk->bthk", h, mixer["wq"]), pos)
+            k = jnp.repeat(_rope(jnp.einsum("btd,dhk->bthk", h, mixer["wk"]), pos), groups, axis=2)
+            v = jnp.repeat(jnp.einsum("btd,dhk->bthk", h, mixer["wv"]), groups, axis=2)
+            scores = jnp.einsum("bqhk,bshk->bhqs", q, k) / np.sqrt(MODEL.head_dim)
+            attn = jax.nn.softmax(jnp.where(mask[:, None], scores, -1e30), axis=-1)
+            out = jnp.einsum("bhqs,bshk->bqhk", attn, v) * (seg != 0)[:, :, None, None]
+            out = out * jax.nn.sigmoid(jnp.einsum("btd,dhk->bthk", h, mixer["wq_gate"]))
+            x = x + jnp.einsum("bthk,hkd->btd", out, mixer["wo"])
+        h = _rms(x, params["mlp_norm"][layer])
+        probs = jax.nn.softmax(h @ params["router"][layer], axis=-1)
+        chosen = jnp.asarray(a["routed_experts"][:, :, layer, :], jnp.int32)
+        gates = jnp.where(chosen >= 0, jnp.take_along_axis(probs, jnp.maximum(chosen, 0), -1), 0)
+        gates = gates / jnp.maximum(gates.sum(-1, keepdims=True), 1e-9)
+        ffn = _swiglu(h, w["shared_gate"], w["shared_up"], w["shared_down"])
+        for e in range(MODEL.num_experts):
+            weight = jnp.sum(jnp.where(chosen == e, gates, 0.0), axis=-1, keepdims=True)
+            ffn = ffn + weight * _swiglu(
+                h, w["expert_gate"][e], w["expert_up"][e], w["expert_down"][e]
+            )
+        x = x + ffn
+    logits = _rms(x, params["final_norm"]) @ params["head"]
+    targets = jnp.concatenate([a["input_ids"][:, 1:], jnp.zeros_like(a["input_ids"][:, :1])], 1)
+    next_seg = jnp.concatenate(
+        [a["segment_ids"][:, 1:], jnp.zeros_like(a["segment_ids"][:, :1])], 1
+    )
+    m = (a["completion_mask"] != 0) & (a["segment_ids"] != 0) & (next_seg == a["segment_ids"])
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None], -1)[..., 0]
+    ratio = jnp.exp(logp - a["old_logps"])
+    clipped = jnp.clip(ratio, 1 - CONFIG.loss.epsilon, 1 + CONFIG.loss.epsilon_high)
+    token = -jnp.minimum(ratio * a["advantages"], clipped * a["advantages"])
+    return jnp.sum(token * m) / m.sum()
+
+
+@jax.jit
+def reference_value_and_grad(params, arrays):
+    return jax.value_and_grad(reference_loss)(params, arrays)
+
+
+def reference_params(engine):
+    return {k: np.asarray(v) for k, v in jax.device_get(engine._state.params).items()}
+
+
+def assert_gradients_close(got, want):
+    for name in want:
+        scale = np.abs(want[name]).max() + 1e-12
+        np.testing.assert_allclose(got[name] / scale, want[name] / scale, atol=2e-4, err_msg=name)
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def test_loss_and_gradient_match_the_float32_reference(compiled):
+    engine = fresh_engine(compiled)
+    p = payload(seed=1)
+    params = reference_params(engine)
+    want_loss, want_grads = reference_value_and_grad(params, p.arrays())
+    engine.fwd_bwd(p)
+    assert_gradients_close(engine.accumulated_gradient(), want_grads)
+    engine.update()
+    np.testing.assert_allclose(engine.get_metrics()["loss"], want_loss, rtol=1e-5)
+
+
+def test_forced_overflow_is_detected_replayed_once_and_gives_the_dropless_gradient(compiled):
+    engine = fresh_engine(compiled)
+    p = payload(seed=2)
+    forced = np.where(p.routed_experts >= 0, np.arange(MODEL.top_k, dtype=np.int16), -1)
+    p = dataclasses.replace(p, routed_experts=forced.astype(np.int16), digests={})
+    _, want_grads = reference_value_and_grad(reference_params(engine), p.arrays())
+    engine.fwd_bwd(p)
+    assert_gradients_close(engine.accumulated_gradient(), want_grads)
+    engine.update()
+    metrics = engine.get_metrics()
+    assert metrics["overflow_count"] == 1 and metrics["replay_count"] == 1
+
+
+def test_micro_batches_accumulate_to_the_gradient_of_one_batch_of_all_rows(compiled):
+    engine = fresh_engine(compiled)
+    first, second = payload(seed=3), payload(seed=4)
+    joined = {k: np.concatenate([a, second.arrays()[k]]) for k, a in first.arrays().items()}
+    joined = dataclasses.replace(first, **joined, name="joined", digests={})
+    want_loss, want_grads = reference_value_and_grad(reference_params(engine), joined.arrays())
+    engine.fwd_bwd(first)
+    engine.fwd_bwd(second)
+    assert_gradients_close(engine.accumulated_gradient(), want_grads)
+    engine.update()
+    metrics = engine.get_metrics()
+    assert metrics["loss_denominator"] == float(np.count_nonzero(joined.completion_mask))
+    np.testing.assert_allclose(metrics["loss"], want_loss, rtol=1e-5)
+
+
+def test_prepared_input_trains_bit_identically_to_the_plain_payload(compiled):
+    plain, staged = fresh_engine(compiled), fresh_engine(compiled)
+    first, second = payload(seed=5), payload(seed=6)
+    plain.fwd_bwd(first)
+    plain.fwd_bwd(second)
+    plain.update()
+    prepared = staged.prepare_fwd_bwd_input(first)
+    assert prepared.name == "mb5" and prepared.issue_seconds >= 0
+    assert staged.wait_for_device() >= 0 and prepared.ready_at is not None
+    staged.fwd_bwd(prepared)
+    staged.fwd_bwd(second)
+    staged.update()
+    assert staged.parameter_digest() == plain.parameter_digest()
+    assert staged.get_metrics() == plain.get_metrics()
+
+
+def test_train_step_moves_only_in_update_and_metrics_are_complete(compiled):
+    engine = fresh_engine(compiled)
+    assert isinstance(engine, Engine) and engine.get_metrics() == {}
+    p = payload(seed=7)
+    engine.fwd_bwd(p)
+    engine.fwd_bwd(p)
+    assert engine.train_step == 0 and engine.completion_marker() is not None
+    assert engine.update() == 1 and engine.train_step == 1
+    metrics = engine.get_metrics(clear_cache=False)
+    assert metrics["tokens"] == 2 * int(np.count_nonzero(p.segment_ids))
+    assert metrics["loss_denominator"] == 2 * float(np.count_nonzero(p.completion_mask))
+    assert metrics["mult_prob_error_max"] > 0 and metrics["grad_norm"] > 0
+    assert engine.get_metrics() == metrics and engine.get_metrics() == {}
+
+
+def test_check_engine_command_passes_the_built_in_engine(compiled, capsys):
+    code = cli.main(
+        [
+            "check-engine",
+            "--preset",
+            "cpu-tiny",
+            "--engine-flags",
+            "ragged_buffer_factor=1.0 expert_compute=einsum",
+        ]
+    )
+    assert code == 0, capsys.readouterr()
+    assert "conforms" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (lambda p: {"input_ids": p.input_ids[:, :-1]}, "field input_ids is int32"),
+        (lambda p: {"advantages": p.advantages.astype(np.float64)}, "field advantages is float64"),
+        (lambda p: {"routed_experts": np.full_like(p.routed_experts, 8)}, "expert id 8"),
+        (lambda p: {"routed_experts": None}, "field routed_experts is missing"),
+    ],
+)
+def test_bad_payload_raises_one_error_naming_the_field(compiled, change, named):
+    engine = fresh_engine(compiled)
+    p = payload(seed=8)
+    bad = dataclasses.replace(p, **change(p), digests={})
+    with pytest.raises(ContractError, match=named):
+        engine.fwd_bwd(bad)
+
+
+def test_mesh_that_does_not_match_the_devices_is_refused():
+    with pytest.raises(ContractError, match="x expert=1 = 4 devices, but 8 are available"):
+        JaxEngine(dataclasses.replace(CONFIG, mesh=MeshConfig(fsdp=2, context=2, expert=1)))
+    with pytest.raises(ContractError, match="micro_batch_rows=6: must be a multiple"):
+        JaxEngine(dataclasses.replace(CONFIG, micro_batch_rows=6))
+
+
+def test_lowering_allocates_nothing_and_covers_every_program():
+    mesh = make_mesh(CONFIG.mesh)
+    before = len(jax.live_arrays())
+    lowered = lower_programs(CONFIG, mesh)
+    state = abstract_state(CONFIG, mesh)
+    assert len(jax.live_arrays()) == before
+    assert set(lowered) == {"fwd_bwd", "fwd_bwd_dropless", "accumulate", "update"}
+    assert state["params"]["expert_gate"].shape == (2, 8, 64, 64)
+    assert set(state) == {"params", "opt_state", "grad_accum"}
+
+
+def test_model_flops_follow_the_accounting():
+    """cpu-tiny: one gated full-attention layer, one Gated DeltaNet layer (docs/engine.md)."""
+    p = payload(seed=9)
+    m = MODEL
+    assert m.layer_types == ("linear_attention", "full_attention") and m.num_layers == 2
+    tokens = int(np.count_nonzero(p.segment_ids))
+    attention = (
+        3 * m.d_model * m.num_heads * m.head_dim + 2 * m.d_model * m.num_kv_heads * m.head_dim
+    )
+    keys = m.linear_num_key_heads * m.linear_key_head_dim
+    values = m.linear_num_value_heads * m.linear_value_head_dim
+    linear = m.d_model * (2 * keys + 3 * values + 2 * m.linear_num_value_heads)
+    linear += m.linear_conv_kernel_dim * (2 * keys + values)
+    ffn = m.d_model * m.num_experts + 3 * m.d_model * (
+        m.top_k * m.expert_ffn_dim + m.shared_expert_ffn_dim
+    )
+    squares = CONFIG.micro_batch_rows * (CONFIG.seq_len // 48) * 48**2 / 2
+    want = 6 * tokens * (attention + linear + 2 * ffn + m.d_model * m.vocab_size)
+    want += 12 * m.num_heads * m.head_dim * squares
+    c, dk, dv = m.linear_chunk_size, m.linear_key_head_dim, m.linear_value_head_dim
+    want += 6 * tokens * m.linear_num_value_heads * (2 * c * dk + c * (dk + dv) / 2 + c * dv)
+    want += 6 * tokens * m.linear_num_value_heads * 3 * dk * dv
+    assert micro_batch_flops(CONFIG, p.segment_ids, count_remat=False) == pytest.approx(want)
+    assert micro_batch_flops(CONFIG, p.segment_ids, count_remat=True) == pytest.approx(4 / 3 * want)

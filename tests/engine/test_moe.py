@@ -1,0 +1,181 @@
+"""MoE routing, buffers, expert compute and the dropless layouts, on small arrays (no engine)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from rl_trainer_bench.engine import moe
+from rl_trainer_bench.engine.config import MeshConfig, expert_capacity
+from rl_trainer_bench.engine.contract import ContractError
+from rl_trainer_bench.engine.sharding import make_mesh
+
+
+def test_slots_are_taken_in_token_order_and_pairs_past_capacity_drop():
+    experts = jnp.array([[0, 1], [0, 2], [0, 1], [3, -1]])  # expert 0 wanted by tokens 0, 1, 2
+    x = jnp.arange(4.0)[:, None] * jnp.ones((4, 3))
+    buffer, slot, overflow = moe.dispatch(x, experts, num_experts=4, slots=2)
+    assert bool(overflow)
+    np.testing.assert_array_equal(buffer[0, :, 0], [0.0, 1.0])  # tokens 0 and 1 got expert 0
+    assert int(slot[2, 0]) == 4 * 2  # token 2's pair to expert 0 dropped (spare row)
+    assert int(slot[3, 1]) == 4 * 2  # the empty slot takes no buffer slot
+    np.testing.assert_array_equal(buffer[1, :, 0], [0.0, 2.0])  # expert 1: tokens 0 and 2
+
+
+def test_dropless_capacity_never_overflows():
+    experts = jnp.tile(jnp.array([[0, 1]]), (16, 1))  # every token to the same two experts
+    slots = expert_capacity(16, top_k=2, num_experts=8, factor=-1)
+    _, _, overflow = moe.dispatch(jnp.ones((16, 4)), experts, num_experts=8, slots=slots)
+    assert slots == 16 and not bool(overflow)
+
+
+def test_replay_uses_exactly_the_given_experts_and_empty_slots_weigh_nothing():
+    x = jax.random.normal(jax.random.key(0), (5, 8))
+    router = jax.random.normal(jax.random.key(1), (8, 6))
+    replayed = jnp.array([[5, 2], [0, -1], [3, 4], [1, 0], [2, 5]])
+    valid = jnp.array([True, True, True, True, False])
+    experts, gates = moe.route(x, router, 2, valid, replayed)
+    np.testing.assert_array_equal(experts[:4], replayed[:4])
+    np.testing.assert_array_equal(experts[4], [-1, -1])  # padding routes nowhere
+    probs = jax.nn.softmax(x @ router)
+    np.testing.assert_allclose(gates[1], [1.0, 0.0], rtol=1e-6)
+    expected = probs[0, jnp.array([5, 2])] / probs[0, jnp.array([5, 2])].sum()
+    np.testing.assert_allclose(gates[0], expected, rtol=1e-5)
+
+
+def test_einsum_and_ragged_dot_agree_on_the_same_buffers():
+    buffer = jax.random.normal(jax.random.key(0), (2, 3, 4, 5, 8))  # [Gr, Gc, E, C, D]
+    gate, up, down = (
+        jax.random.normal(jax.random.key(i), shape)
+        for i, shape in ((1, (4, 8, 6)), (2, (4, 8, 6)), (3, (4, 6, 8)))
+    )
+    einsum = moe.experts_ffn(buffer, gate, up, down, "einsum")
+    ragged = moe.experts_ffn(buffer, gate, up, down, "ragged_dot")
+    np.testing.assert_allclose(einsum, ragged, rtol=1e-5, atol=1e-5)
+
+
+def test_grouping_tokens_by_device_round_trips():
+    x = jnp.arange(4 * 6 * 2).reshape(4, 6, 2)
+    grouped = moe.group_tokens(x, 2, 3)
+    assert grouped.shape == (2, 3, 4, 2)
+    np.testing.assert_array_equal(grouped[1, 2, :, 0], x[2:4, 4:6, 0].reshape(-1))
+    np.testing.assert_array_equal(moe.ungroup_tokens(grouped, 4, 6), x)
+
+
+# ----------------------------------------------------------------------------------------------
+# The token-sorted dropless layout, on the 2x2x2 mesh of 8 host devices
+# ----------------------------------------------------------------------------------------------
+
+B, T, D, E, K, F = 4, 16, 128, 8, 2, 128  # 128-wide so the TPU kernel's tiles fit in interpret mode
+
+
+def _layer(seed=0):
+    keys = jax.random.split(jax.random.key(seed), 5)
+    x = jax.random.normal(keys[0], (B, T, D))
+    shapes = ((E, D, F), (E, D, F), (E, F, D))
+    weights = tuple(
+        jax.random.normal(k, s) / np.sqrt(s[1]) for k, s in zip(keys[2:], shapes, strict=True)
+    )
+    params = {
+        "router": jax.random.normal(keys[1], (D, E)),
+        **dict(zip(moe.EXPERT_WEIGHTS, weights, strict=True)),
+    }
+    return x, params
+
+
+def _moe(x, params, capacity_factor, methods):
+    valid = jnp.ones(x.shape[:2], bool)
+    return moe.moe_ffn(
+        x,
+        params,
+        valid,
+        None,
+        top_k=K,
+        capacity_factor=capacity_factor,
+        groups=(4, 2),
+        methods=methods,
+    )
+
+
+def _float64_reference(x, params):
+    """Every routed pair kept, in numpy float64: sum_k gate_k x SwiGLU_k(x)."""
+    x64 = np.asarray(x, np.float64).reshape(-1, D)
+    probs = np.asarray(jax.nn.softmax(jnp.asarray(x64 @ np.asarray(params["router"], np.float64))))
+    chosen = np.argsort(-probs, axis=-1, kind="stable")[:, :K]
+    gates = np.take_along_axis(probs, chosen, -1)
+    gates /= gates.sum(-1, keepdims=True)
+    gate_w, up_w, down_w = (np.asarray(params[n], np.float64) for n in moe.EXPERT_WEIGHTS)
+    out = np.zeros_like(x64)
+    for n in range(x64.shape[0]):
+        for k in range(K):
+            e = chosen[n, k]
+            h = x64[n] @ gate_w[e]
+            out[n] += gates[n, k] * ((h / (1 + np.exp(-h))) * (x64[n] @ up_w[e])) @ down_w[e]
+    return out.reshape(x.shape)
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return make_mesh(MeshConfig(fsdp=2, context=2, expert=2))
+
+
+def test_sorted_dropless_equals_the_capacity_layout_in_value_and_gradient(mesh):
+    x, params = _layer()
+
+    def loss(x, params, methods):
+        out, overflow = _moe(x, params, -1, methods)
+        return jnp.sum(jnp.sin(out)), overflow
+
+    with jax.set_mesh(mesh):
+        grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True), static_argnums=2)
+        (want, want_overflow), want_grads = grad(x, params, ("einsum", "capacity"))
+        (got, got_overflow), got_grads = grad(x, params, ("einsum", "ragged_dot"))
+    assert not bool(want_overflow) and not bool(got_overflow)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for got_leaf, want_leaf in zip(
+        jax.tree.leaves(got_grads), jax.tree.leaves(want_grads), strict=True
+    ):
+        np.testing.assert_allclose(got_leaf, want_leaf, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("grouped_matmul", ["ragged_dot", "gmm"])
+def test_sorted_dropless_replay_of_a_dropping_batch_equals_the_float64_reference(
+    mesh, grouped_matmul
+):
+    x, params = _layer(seed=1)
+    with jax.set_mesh(mesh):
+        _, overflow = jax.jit(lambda x, p: _moe(x, p, 0.5, ("einsum", "capacity")))(x, params)
+        experts, gates = moe.route(x, params["router"], K, jnp.ones((B, T), bool))
+        weights = tuple(params[n] for n in moe.EXPERT_WEIGHTS)
+        replay = jax.jit(
+            lambda x, e, g, w: moe.sorted_ffn(x, e, g, w, grouped_matmul, interpret=True)
+        )(x, experts, gates, weights)
+    assert bool(overflow)  # the capacity layout at factor 0.5 drops pairs of this batch
+    want = _float64_reference(x, params)
+    np.testing.assert_allclose(np.asarray(replay, np.float64), want, rtol=2e-5, atol=2e-5)
+
+
+def test_pairs_sort_by_local_expert_in_token_order_and_the_rest_go_last():
+    experts = jnp.array([[3, 0], [2, 3], [-1, 2], [0, 1]])  # this device holds experts 2 and 3
+    order, sizes = moe.sort_pairs(experts, first_expert=2, num_local=2)
+    np.testing.assert_array_equal(sizes, [2, 2])
+    np.testing.assert_array_equal(order[:4], [2, 5, 0, 3])  # expert 2: pairs 2, 5; expert 3: 0, 3
+
+
+def test_tpu_kernel_is_refused_off_a_tpu():
+    with pytest.raises(ContractError, match=r"dropless_compute=gmm: .* TPU only"):
+        moe.dropless_compute_for("gmm", "cpu")
+    assert moe.dropless_compute_for("auto", "tpu") == "gmm"
+    assert moe.dropless_compute_for("auto", "cpu") == "ragged_dot"
+
+
+def test_capacity_is_at_least_one_slot_and_the_payload_predicts_with_the_same_formula():
+    from rl_trainer_bench.payload import routing_profile
+
+    assert expert_capacity(4, top_k=2, num_experts=8, factor=1.0) == 1
+    assert expert_capacity(0, top_k=1, num_experts=8, factor=1.0) == 1  # ceil(0) = 0: at least one
+    assert expert_capacity(16, top_k=2, num_experts=8, factor=-1) == 16  # dropless
+    prediction = routing_profile.predict_overflow(
+        np.full(8, 1 / 8), tokens=0, real_fraction=1.0, top_k=1, factor=1.0
+    )
+    assert prediction.capacity == 1

@@ -1,0 +1,69 @@
+"""render_bench.py (flags) and render_bench.sh (environment): same output, same one-line errors."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from render_helpers import FIXTURE, REPO
+
+from rl_trainer_bench.launch.knobs import KNOBS
+
+KNOB_VALUES = {
+    "LAUNCH_RENDER": str(FIXTURE),
+    "STEPS": "4",
+    "DRIVER_ENV": "A='x $(id)'",
+    "TRAINER_SLICE": "v5p:2x2x4",
+}
+
+
+def _run(argv, env_extra=None):
+    env = {**os.environ, "PYTHON": sys.executable, **(env_extra or {})}
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_shell_and_python_entry_points_render_the_same_bench(tmp_path):
+    flags = [f"--{k.lower().replace('_', '-')}={v}" for k, v in KNOB_VALUES.items()]
+    by_flags = _run([sys.executable, "render_bench.py", *flags])
+    by_env = _run(["bash", "render_bench.sh"], KNOB_VALUES)
+    assert by_flags.returncode == by_env.returncode == 0, by_env.stderr
+    assert by_flags.stdout == by_env.stdout
+    assert "kind: JobSet" in by_flags.stdout
+
+
+def test_shell_entry_point_knows_every_knob():
+    script = (REPO / "render_bench.sh").read_text()
+    for knob in KNOBS:
+        listed = script.split("knobs=(", 1)[1].split(")", 1)[0].split()
+        assert knob.env in listed
+
+
+@pytest.mark.parametrize(
+    "env_extra",
+    [
+        {"TRAINER_SLICE": "v9:8x8"},
+        {"STEPS": "-3"},
+        {"BENCH_NAME": "x" * 40},
+        {"LAUNCH_RENDER": "/nonexistent/launch.yaml"},
+    ],
+)
+def test_bad_knob_is_one_line_exit_2_and_no_output_file(tmp_path, env_extra):
+    output = tmp_path / "bench.yaml"
+    result = _run(["bash", "render_bench.sh"], {**KNOB_VALUES, "OUTPUT": str(output), **env_extra})
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unknown_flag_is_one_line_exit_2():
+    result = _run([sys.executable, "render_bench.py", "--stepz=3"])
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+
+
+def test_output_file_is_written_whole(tmp_path):
+    output = tmp_path / "bench.yaml"
+    result = _run(["bash", "render_bench.sh"], {**KNOB_VALUES, "OUTPUT": str(output)})
+    assert result.returncode == 0, result.stderr
+    assert output.read_text().startswith("apiVersion: jobset.x-k8s.io/v1alpha2")
+    assert [p.name for p in tmp_path.iterdir()] == ["bench.yaml"]

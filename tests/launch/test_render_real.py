@@ -1,0 +1,59 @@
+"""The renderer on real launcher output (skipped where ../shared is absent)."""
+
+import shlex
+
+import pytest
+import yaml
+from render_helpers import exports, real_render
+
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.launch.client_command import read_client_command
+from rl_trainer_bench.launch.diff import diff, unexpected
+from rl_trainer_bench.launch.dry_run import client_container, find_trainer, read_documents
+from rl_trainer_bench.launch.knobs import RenderKnobs
+from rl_trainer_bench.launch.render import render
+from rl_trainer_bench.launch.validate import jobset_problems
+
+EXPECTED = {"names", "restarts", "command", "provenance"}
+
+
+@pytest.mark.parametrize(
+    "name", ["tunix-gsm8k-start.yaml", "tunix-mlperf-397b-256-v5p-trainer.stdout.txt"]
+)
+def test_real_launch_renders_to_a_valid_bench_that_changes_only_what_it_should(name):
+    text = real_render(name).read_text()
+    trainer = find_trainer(read_documents(text, name), name)
+    bench = yaml.safe_load(render(text, name, RenderKnobs()))
+    assert jobset_problems(bench) == []
+    assert unexpected(diff(trainer, bench), EXPECTED) == []
+    launch = read_client_command(client_container(trainer)["command"])
+    env = exports(bench)
+    assert shlex.split(env["TRAINER_ARGV"]) == launch.argv
+    for key, value in launch.env.items():
+        assert env[key] == value
+
+
+def test_397b_trainer_keeps_its_libtpu_flags_and_moves_to_a_new_slice():
+    name = "tunix-mlperf-397b-256-v5p-trainer.stdout.txt"
+    text = real_render(name).read_text()
+    knobs = RenderKnobs.from_strings(
+        {"trainer_slice": "tpu7x:4x4x8", "libtpu_flags": "--xla_tpu_scoped_vmem_limit_kib=98304"}
+    )
+    bench = yaml.safe_load(render(text, name, knobs))
+    flags = exports(bench)["LIBTPU_INIT_ARGS"].split()
+    assert "--xla_tpu_scoped_vmem_limit_kib=98304" in flags
+    assert "--xla_tpu_scoped_vmem_limit_kib=65536" not in flags
+    assert "--xla_tpu_aggressive_opt_barrier_removal=true" in flags
+    assert len(flags) == 13
+    workers = bench["spec"]["replicatedJobs"][1]["template"]["spec"]
+    assert (workers["completions"], workers["parallelism"]) == (32, 32)
+    assert jobset_problems(bench) == []
+
+
+def test_rollout_only_launch_is_refused_listing_what_was_found():
+    name = "tunix-mlperf-397b-256-v5p-rollout.stdout.txt"
+    with pytest.raises(UserError) as raised:
+        render(real_render(name).read_text(), name, RenderKnobs())
+    message = str(raised.value)
+    assert "no trainer JobSet" in message and "--trainer-jobset NAME" in message
+    assert all(f"benchuser-roll-{i} (no Pathways head)" in message for i in range(4))

@@ -1,0 +1,55 @@
+"""Numerics knobs: rounding-only knobs (bfloat16 logits, the linear layers' chunk size) pass against
+the float32 reference, and each of the three comparisons fails once its tolerance is below the
+difference the knob makes."""
+
+import dataclasses
+
+import pytest
+
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.payload.build import build_micro_batch
+from rl_trainer_bench.payload.checks import (
+    check_numerics,
+    default_knobs,
+    format_numerics,
+    numerics_reference,
+)
+from rl_trainer_bench.payload.routing_profile import load_profile
+
+TINY = preset("cpu-tiny").engine
+
+
+@pytest.mark.slow
+def test_bfloat16_logits_pass_and_each_comparison_can_fail():
+    payload = build_micro_batch(TINY, load_profile(None), seed=0, index=0)
+    bf16 = default_knobs(TINY)[0]
+    assert bf16.name == "loss.logits_dtype=bfloat16"
+    tight = [  # the same setting (run once), one tolerance below what bfloat16 logits change
+        dataclasses.replace(bf16, name="tight loss", loss_rtol=1e-7),
+        dataclasses.replace(bf16, name="tight grad norm", grad_norm_rtol=1e-7),
+        dataclasses.replace(bf16, name="tight logp", logp_atol=1e-7),
+    ]
+    linear_chunk = default_knobs(TINY)[-1]
+    assert linear_chunk.name == "model.linear_chunk_size=8"
+    reference, results = check_numerics(TINY, payload, (bf16, *tight, linear_chunk))
+    regrouped = results.pop()  # the Gated DeltaNet layer's chunks of 8 instead of 32
+    assert regrouped.passed, format_numerics(reference, [regrouped])
+    assert regrouped.logp_max_diff > 0  # the knob reached the linear layer's arithmetic
+    assert reference.mask.sum() == (payload.completion_mask != 0).sum()  # the loss's tokens
+    rounding = results[0]
+    assert rounding.passed, format_numerics(reference, results)
+    assert rounding.loss_rdiff > 0 and rounding.grad_norm_rdiff > 0 and rounding.logp_max_diff > 0
+    assert [r.passed for r in results[1:]] == [False, False, False]
+    verdicts = [
+        line.rsplit(" ", 1)[-1] for line in format_numerics(reference, results).splitlines()[2:]
+    ]
+    assert verdicts == ["pass", "FAIL", "FAIL", "FAIL"]
+
+
+@pytest.mark.slow
+def test_the_token_sorted_dropless_layout_matches_the_capacity_reference():
+    payload = build_micro_batch(TINY, load_profile(None), seed=0, index=0)
+    (knob,) = [k for k in default_knobs(TINY) if k.name == "moe.dropless_compute=ragged_dot"]
+    reference, results = check_numerics(TINY, payload, (knob,))
+    assert results[0].passed, format_numerics(reference, results)
+    assert numerics_reference(TINY).moe.dropless_compute == "capacity"  # two different layouts

@@ -1,0 +1,278 @@
+"""The AOT memory check: cpu-tiny on 8 CPU devices, cross-checked against XLA's memory analysis."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import jax
+import pytest
+
+from rl_trainer_bench import accelerators, cli
+from rl_trainer_bench.preflight import aot, step_estimate
+from rl_trainer_bench.units import human_bytes
+
+# Retry off leaves out the dropless replay program: one fewer compile keeps the suite fast; the
+# replay's row is the same code path as fwd_bwd's.
+FLAGS = "retry_when_tokens_dropped=false"
+
+
+@pytest.fixture(scope="module")
+def compiled_cell():
+    """cpu-tiny's programs compiled once for the module: (cell, {name: compiled}, rows)."""
+    cell = aot.resolve_cell("cpu-tiny", "local", engine_flags=FLAGS)
+    compiled, rows = {}, []
+    for name, program, row in aot.compile_programs(cell.config, cell.mesh):
+        compiled[name] = program
+        rows.append(row)
+    return cell, compiled, rows
+
+
+def test_rows_are_xla_memory_analysis(compiled_cell):
+    _, compiled, rows = compiled_cell
+    assert [row.name for row in rows] == ["fwd_bwd", "accumulate", "update"]
+    for row in rows:
+        analysis = compiled[row.name].memory_analysis()
+        assert row.argument == analysis.argument_size_in_bytes
+        assert row.output == analysis.output_size_in_bytes
+        assert row.alias == analysis.alias_size_in_bytes
+        assert row.temp == analysis.temp_size_in_bytes
+        assert row.generated_code == analysis.generated_code_size_in_bytes
+        assert row.resident == (
+            analysis.argument_size_in_bytes
+            + analysis.output_size_in_bytes
+            - analysis.alias_size_in_bytes
+            + analysis.temp_size_in_bytes
+        )
+        assert row.compiled
+    assert rows[0].temp > 0  # fwd_bwd's activations
+
+
+def test_state_bytes_match_what_the_programs_take(compiled_cell):
+    """The state the report adds beside each program is what XLA sees in the arguments."""
+    cell, _, rows = compiled_cell
+    state = aot.state_bytes(cell.config, cell.mesh, stage_before_update=True)
+    by_name = {row.name: row for row in rows}
+    stats_bytes = 5 * 4  # the step's five scalar statistics
+    update_state = state["params"] + state["opt_state"] + state["grad_accum"]
+    assert by_name["update"].argument == update_state + stats_bytes
+    # fwd_bwd takes the parameters and one micro-batch (the same bytes a staged one holds).
+    assert by_name["fwd_bwd"].argument == state["params"] + state["staged_micro_batch"]
+    assert state["pending_gradient"] == 0  # retry off: nothing is accumulated late
+
+
+def test_report_peak_headroom_and_verdict(compiled_cell):
+    cell, _, rows = compiled_cell
+    report = aot.assemble(cell, rows, [2], stage_before_update=True, seconds=1.0)
+    state = report.state
+    update = next(p for p in report.programs if p.name == "update")
+    assert update.beside == state["staged_micro_batch"] > 0
+    fwd_bwd = next(p for p in report.programs if p.name == "fwd_bwd")
+    assert fwd_bwd.beside == state["opt_state"] + state["grad_accum"]
+    assert report.peak == max(p.resident + p.beside for p in report.programs)
+    assert report.memory_bytes and report.headroom == report.memory_bytes - report.peak
+    assert report.fits is True and not report.estimate
+    document = json.loads(json.dumps(report.to_json()))
+    assert document["peak_bytes"] == report.peak and document["fits"] is True
+    text = aot.format_report(report)
+    assert "FITS" in text and human_bytes(report.peak) in text
+    assert "STAGE_BEFORE_UPDATE=on" in text
+    # Adam's step counters are the only state leaves not split over the 8 devices.
+    assert [path for path, _ in report.unsharded_state] == [
+        "['opt_state'][1][0].count",
+        "['opt_state'][1][2].count",
+    ]
+    assert "state not split over all 8 devices: ['opt_state'][1][0].count 4 B" in text
+
+
+def test_pending_gradient_counts_beside_fwd_bwd_only():
+    state = {
+        "params": 100,
+        "opt_state": 200,
+        "grad_accum": 100,
+        "pending_gradient": 100,
+        "staged_micro_batch": 7,
+    }
+    assert aot.beside("fwd_bwd", state) == 200 + 100 + 100
+    assert aot.beside("fwd_bwd_dropless", state) == 200 + 100 + 100 + 7
+    assert aot.beside("accumulate", state) == 100 + 200 + 7
+    assert aot.beside("update", state) == 7
+    with pytest.raises(KeyError, match=r"aot\.BESIDE"):
+        aot.beside("new_program", state)
+
+
+def test_memory_failures_become_rows_with_amounts():
+    tpu = RuntimeError(
+        "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space "
+        "hbm. Used 120.50G of 95.74G hbm. Exceeded hbm capacity by 24.76G.\n\nTotal hbm usage..."
+    )
+    row = aot.failed("fwd_bwd", tpu, 3.0)
+    assert row.out_of_memory and not row.compiled
+    assert row.needed == int(120.50 * 1024**3) and row.available == int(95.74 * 1024**3)
+    assert row.error.startswith("RESOURCE_EXHAUSTED") or "Used 120.50G" in row.error
+    # The form libtpu 0.0.42 printed for the qwen3.5-397b-cell fwd_bwd on tpu7x:4x4x8.
+    temporaries = RuntimeError(
+        "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+        "temporaries (111.71G) exceeds available HBM (94.75G)."
+    )
+    row = aot.failed("fwd_bwd", temporaries, 200.0)
+    assert row.out_of_memory
+    assert (row.needed, row.available) == (int(111.71 * 1024**3), int(94.75 * 1024**3))
+    gpu = RuntimeError(
+        "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2147483648 bytes."
+    )
+    gpu_row = aot.failed("update", gpu, 1.0)
+    assert gpu_row.out_of_memory and gpu_row.needed == 2**31 and gpu_row.available is None
+    other = aot.failed("update", ValueError("INVALID_ARGUMENT: bad sharding"), 1.0)
+    assert not other.out_of_memory and other.error == "INVALID_ARGUMENT: bad sharding"
+
+
+def test_out_of_memory_program_makes_the_verdict_no(compiled_cell):
+    cell, _, rows = compiled_cell
+    oom = aot.failed("update", RuntimeError("RESOURCE_EXHAUSTED: Used 20.00G of 16.00G hbm."), 2.0)
+    report = aot.assemble(cell, [rows[0], oom], [2], stage_before_update=False, seconds=1.0)
+    assert report.fits is False
+    text = aot.format_report(report)
+    assert "update             OUT OF MEMORY: needs 20.00 GiB of 16.00 GiB" in text
+    assert "DOES NOT FIT" in text
+    failed_row = report.to_json()["programs"][1]
+    assert failed_row["peak"] is None and failed_row["needed"] == 20 * 1024**3
+
+
+def test_extrapolation_is_linear_in_layers():
+    shallow = aot.ProgramMemory(
+        "fwd_bwd", argument=100, output=10, temp=1000, flops=5.0, bytes_accessed=7.0
+    )
+    deep = aot.ProgramMemory(
+        "fwd_bwd", argument=180, output=10, temp=1500, flops=9.0, bytes_accessed=8.0
+    )
+    (row,) = aot._extrapolate([[shallow], [deep]], [2, 4], 60)
+    assert (row.argument, row.output, row.temp) == (100 + 40 * 58, 10, 1000 + 250 * 58)
+    assert row.flops == pytest.approx(5.0 + 2.0 * 58)
+    assert row.bytes_accessed == pytest.approx(7.0 + 0.5 * 58)
+    assert row.xla_optimal_seconds is None  # XLA gave no time at either depth
+    timed = [dataclasses.replace(r, xla_optimal_seconds=t) for r, t in ((shallow, 1), (deep, 2))]
+    (row,) = aot._extrapolate([[timed[0]], [timed[1]]], [2, 4], 60)
+    assert row.xla_optimal_seconds == pytest.approx(1 + 0.5 * 58)
+
+
+def test_time_estimate_in_text_and_json_is_labelled_an_estimate(compiled_cell):
+    """cpu-tiny's programs (compiled for CPU) timed against a v5e's peak and bandwidth."""
+    cell, _, rows = compiled_cell
+    v5e = accelerators.chip_by_name("v5e")
+    on_v5e = dataclasses.replace(cell, target=dataclasses.replace(cell.target, chip=v5e))
+    report = aot.assemble(on_v5e, [dataclasses.replace(r) for r in rows], [2], False, 1.0)
+    assert report.roofline == (v5e.peak_bf16_flops, v5e.hbm_bytes_per_second)
+    for program in report.programs:
+        assert program.roofline_seconds == max(
+            program.flops / v5e.peak_bf16_flops,
+            program.bytes_accessed / v5e.hbm_bytes_per_second,
+        )
+    facts = step_estimate.MicroBatchFacts(0.0, 3e8, "none: test")
+    report.step = aot.predict_step(report, 2, facts)
+    seconds = {p.name: p.roofline_seconds for p in report.programs}
+    assert report.step.step_seconds == pytest.approx(
+        2 * (seconds["fwd_bwd"] + seconds["accumulate"]) + seconds["update"]
+    )
+    text = aot.format_report(report)
+    assert "predicted step, ESTIMATE (not a measurement)" in text
+    assert "predicted MFU, ESTIMATE (not a measurement)" in text
+    assert "roofline: ESTIMATE (not a measurement) by this tool" in text
+    document = json.loads(json.dumps(report.to_json()))
+    assert document["time_estimate"]["kind"] == "estimate"
+    assert document["time_estimate"]["measured"] is False
+    assert document["time_estimate"]["step_seconds"] == pytest.approx(report.step.step_seconds)
+    assert all(p["roofline_seconds_kind"] == "estimate" for p in document["programs"])
+
+
+def test_no_chip_in_the_table_means_no_time_estimate(compiled_cell):
+    cell, _, rows = compiled_cell
+    report = aot.assemble(cell, [dataclasses.replace(r) for r in rows], [2], False, 1.0)
+    assert report.roofline is None and report.step is None
+    assert all(p.roofline_seconds is None for p in report.programs)
+    assert report.to_json()["time_estimate"] is None
+
+
+def test_bad_estimate_inputs_are_refused_before_any_compile(capsys, tmp_path):
+    assert cli.main(["aot", "--micro-steps", "-1"]) == 2
+    assert "--micro-steps / MICRO_STEPS=-1" in capsys.readouterr().err
+    assert cli.main(["aot", "--seed", "-3"]) == 2
+    assert "--seed / SEED=-3: expected 0 or more" in capsys.readouterr().err
+    missing = tmp_path / "none.json"
+    output = tmp_path / "report.json"
+    assert cli.main(["aot", "--routing-profile", str(missing), "--output", str(output)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and str(missing) in error
+    assert not output.exists()
+
+
+def test_unknown_slice_is_refused_with_the_known_forms(capsys):
+    assert cli.main(["aot", "--target", "v9z:2x2"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error
+    assert "unknown TPU slice 'v9z:2x2'" in error and "tpu7x:4x4x8" in error
+
+
+def test_bad_stage_knob_is_refused_before_any_compile(capsys):
+    assert cli.main(["aot", "--stage-before-update", "yes"]) == 2
+    assert "STAGE_BEFORE_UPDATE='yes': expected on or off" in capsys.readouterr().err
+
+
+@pytest.mark.tpu_aot
+@pytest.mark.slow
+def test_cpu_tiny_compiles_for_a_tpu_topology_from_this_host():
+    """Needs the [tpu-aot] extra: libtpu compiles for a v6e:2x4 slice (8 chips, like cpu-tiny).
+
+    The same compiled programs feed the overlap summary: it must read TPU HLO text too.
+    """
+    pytest.importorskip("libtpu")
+    from rl_trainer_bench.preflight.hlo_overlap import analyze_text
+
+    cell = aot.resolve_cell("cpu-tiny", "v6e:2x4", engine_flags=FLAGS)
+    compiled = list(aot.compile_programs(cell.config, cell.mesh))
+    report = aot.assemble(cell, [row for *_, row in compiled], [2], False, 1.0)
+    assert report.device_kind.startswith("TPU v6")
+    assert report.devices == 8 and report.memory_bytes == 32 * 1024**3
+    assert [p.name for p in report.programs] == ["fwd_bwd", "accumulate", "update"]
+    assert all(p.compiled and p.generated_code > 0 for p in report.programs)
+    assert report.fits is True
+    assert math.isclose(report.headroom, report.memory_bytes - report.peak)
+    assert jax.devices()[0].platform == "cpu"  # nothing ran on (or needed) a TPU
+    name, program, _ = compiled[0]
+    overlap = analyze_text(program.as_text(), name, cell.mesh_sizes)
+    assert overlap.total.bytes > 0
+    assert all(c.group_size > 0 for c in overlap.collectives)
+
+
+def test_tpu_target_without_libtpu_says_how_to_install(capsys):
+    try:
+        import libtpu  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("libtpu is installed here")
+    assert cli.main(["aot", "--target", "v6e:2x4"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "pip install 'rl-trainer-bench[tpu-aot]'" in error
+
+
+@pytest.mark.tpu_aot
+@pytest.mark.slow
+def test_loop_counted_cost_is_linear_in_depth_where_xla_counts_the_loop_once():
+    """cpu-tiny for v5e:2x2 at 1, 2 and 4 layers: one layer has no loop (XLA's figure is whole);
+    from 2 layers on XLA counts the layer loop once, so its FLOPs barely move, while the
+    loop-counted FLOPs grow by one layer's worth per layer."""
+    pytest.importorskip("libtpu")
+    cell = aot.resolve_cell("cpu-tiny", "v5e:2x2", engine_flags=FLAGS)
+    rows = {}
+    for depth in (1, 2, 4):
+        config = aot._with_layers(cell.config, depth)
+        rows[depth] = {r.name: r for *_, r in aot.compile_programs(config, cell.mesh)}
+    one, two, four = (rows[d]["fwd_bwd"] for d in (1, 2, 4))
+    assert one.xla_optimal_seconds and two.xla_optimal_seconds is None
+    assert one.flops == one.xla_flops
+    assert four.xla_flops == pytest.approx(two.xla_flops, rel=0.01)  # the loop counted once
+    layer = two.flops - one.flops
+    assert layer > 0.3 * one.flops
+    assert four.flops - two.flops == pytest.approx(2 * layer, rel=0.02)

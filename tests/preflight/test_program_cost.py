@@ -1,0 +1,97 @@
+"""XLA's cost analysis with loop bodies counted per trip, checked against the same program unrolled."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from rl_trainer_bench.preflight import program_cost
+from rl_trainer_bench.preflight.hlo_parse import parse_hlo
+
+LAYERS = 6
+X = jax.ShapeDtypeStruct((128, 256), jnp.float32)
+WEIGHTS = jax.ShapeDtypeStruct((LAYERS, 256, 256), jnp.float32)
+DOT_FLOPS = 2 * 128 * 256 * 256
+
+
+def _scanned(x, weights):
+    def layer(h, w):
+        return jnp.tanh(h @ w), None
+
+    return jax.lax.scan(layer, x, weights)[0].sum()
+
+
+def _unrolled(x, weights):
+    for i in range(weights.shape[0]):
+        x = jnp.tanh(x @ weights[i])
+    return x.sum()
+
+
+def _nested(x, weights):
+    def outer(h, w):
+        def inner(g, _):
+            return jnp.tanh(g @ w), None
+
+        return jax.lax.scan(inner, h, None, length=4)[0], None
+
+    return jax.lax.scan(outer, x, weights)[0].sum()
+
+
+def _compiled(function, *shapes):
+    return jax.jit(function).lower(*shapes).compile()
+
+
+def _xla(compiled) -> dict:
+    analysis = compiled.cost_analysis()
+    return analysis[0] if isinstance(analysis, list) else analysis
+
+
+@pytest.fixture(scope="module")
+def scanned_and_unrolled():
+    return _compiled(_scanned, X, WEIGHTS), _compiled(_unrolled, X, WEIGHTS)
+
+
+def test_xla_counts_a_loop_body_once_and_the_correction_counts_every_trip(scanned_and_unrolled):
+    scanned, unrolled = scanned_and_unrolled
+    # What the correction is for: XLA's raw count of the scanned program is about one layer.
+    assert _xla(scanned)["flops"] < 2 * DOT_FLOPS
+    cost = program_cost.cost_of(scanned)
+    assert cost.xla_flops == _xla(scanned)["flops"]
+    assert cost.flops == pytest.approx(_xla(unrolled)["flops"], rel=0.01)
+    assert cost.flops == pytest.approx(LAYERS * DOT_FLOPS, rel=0.01)
+    # Without a loop there is nothing to correct.
+    flat = program_cost.cost_of(unrolled)
+    assert (flat.flops, flat.bytes_accessed) == (flat.xla_flops, flat.xla_bytes_accessed)
+
+
+def test_the_walk_counts_bytes_as_xla_does(scanned_and_unrolled):
+    """Once per computation, the HLO walk's bytes are XLA's: slices read only what they take."""
+    for compiled in scanned_and_unrolled:
+        counts = program_cost.loop_counts(parse_hlo(compiled.as_text()))
+        assert counts.bytes_once == pytest.approx(_xla(compiled)["bytes accessed"], rel=0.01)
+
+
+def test_nested_loops_multiply_their_trip_counts():
+    counts = program_cost.loop_counts(parse_hlo(_compiled(_nested, X, WEIGHTS).as_text()))
+    assert counts.flops_once == DOT_FLOPS
+    assert counts.flops_run == LAYERS * 4 * DOT_FLOPS
+
+
+def test_cost_keeps_xla_time_only_where_xla_gives_one():
+    counts = program_cost.LoopCounts(flops_once=10, flops_run=30, bytes_once=4, bytes_run=6)
+    looped = program_cost.cost_from(
+        {"flops": 100.0, "bytes accessed": 40.0, "optimal_seconds": -0.9995}, counts
+    )
+    assert looped.xla_optimal_seconds is None
+    assert (looped.flops, looped.bytes_accessed) == (300.0, 60.0)
+    plain = program_cost.cost_from(
+        {"flops": 1.0, "bytes accessed": 2.0, "optimal_seconds": 2.5e-5},
+        program_cost.LoopCounts(0, 0, 0, 0),
+    )
+    assert plain.xla_optimal_seconds == 2.5e-5 and (plain.flops, plain.bytes_accessed) == (1, 2)
+
+
+def test_roofline_is_the_slower_of_compute_and_memory():
+    assert program_cost.roofline_seconds(2e12, 1e9, 1e12, 1e12) == 2.0  # compute-bound
+    assert program_cost.roofline_seconds(1e9, 3e12, 1e12, 1e12) == 3.0  # memory-bound
