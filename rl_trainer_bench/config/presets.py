@@ -52,13 +52,6 @@ PRESETS: Mapping[str, Preset] = {
                     expert_ffn_dim=64,
                     shared_expert_ffn_dim=64,
                     dtype="float32",
-                    attention_output_gate=True,
-                    layer_types=("linear_attention", "full_attention"),
-                    linear_num_key_heads=2,
-                    linear_num_value_heads=4,
-                    linear_key_head_dim=16,
-                    linear_value_head_dim=16,
-                    linear_chunk_size=32,
                 ),
                 mesh=MeshConfig(fsdp=2, context=2, expert=2),
                 # Expert groups here hold only 64 tokens, so the synthetic profile's skew overflows

@@ -111,7 +111,8 @@ def reference_loss(params, a):
             scores = jnp.einsum("bqhk,bshk->bhqs", q, k) / np.sqrt(MODEL.head_dim)
             attn = jax.nn.softmax(jnp.where(mask[:, None], scores, -1e30), axis=-1)
             out = jnp.einsum("bhqs,bshk->bqhk", attn, v) * (seg != 0)[:, :, None, None]
-            out = out * jax.nn.sigmoid(jnp.einsum("btd,dhk->bthk", h, mixer["wq_gate"]))
+            if "wq_gate" in mixer:
+                out = out * jax.nn.sigmoid(jnp.einsum("btd,dhk->bthk", h, mixer["wq_gate"]))
             x = x + jnp.einsum("bthk,hkd->btd", out, mixer["wo"])
         h = _rms(x, params["mlp_norm"][layer])
         probs = jax.nn.softmax(h @ params["router"][layer], axis=-1)
@@ -276,10 +277,20 @@ def test_lowering_allocates_nothing_and_covers_every_program():
 
 
 def test_model_flops_follow_the_accounting():
-    """cpu-tiny: one gated full-attention layer, one Gated DeltaNet layer (docs/engine.md)."""
+    """cpu-tiny made hybrid: one gated full-attention layer, one Gated DeltaNet (docs/engine.md)."""
     p = payload(seed=9)
-    m = MODEL
-    assert m.layer_types == ("linear_attention", "full_attention") and m.num_layers == 2
+    m = dataclasses.replace(
+        MODEL,
+        attention_output_gate=True,
+        layer_types=("linear_attention", "full_attention"),
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        linear_chunk_size=32,
+    )
+    hybrid = dataclasses.replace(CONFIG, model=m)
+    assert m.num_layers == 2
     tokens = int(np.count_nonzero(p.segment_ids))
     attention = (
         3 * m.d_model * m.num_heads * m.head_dim + 2 * m.d_model * m.num_kv_heads * m.head_dim
@@ -297,5 +308,5 @@ def test_model_flops_follow_the_accounting():
     c, dk, dv = m.linear_chunk_size, m.linear_key_head_dim, m.linear_value_head_dim
     want += 6 * tokens * m.linear_num_value_heads * (2 * c * dk + c * (dk + dv) / 2 + c * dv)
     want += 6 * tokens * m.linear_num_value_heads * 3 * dk * dv
-    assert micro_batch_flops(CONFIG, p.segment_ids, count_remat=False) == pytest.approx(want)
-    assert micro_batch_flops(CONFIG, p.segment_ids, count_remat=True) == pytest.approx(4 / 3 * want)
+    assert micro_batch_flops(hybrid, p.segment_ids, count_remat=False) == pytest.approx(want)
+    assert micro_batch_flops(hybrid, p.segment_ids, count_remat=True) == pytest.approx(4 / 3 * want)

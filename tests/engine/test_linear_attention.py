@@ -164,6 +164,15 @@ def test_context_shards_equal_one_shard_on_eight_devices():
 )
 def test_bad_layer_pattern_or_linear_shapes_are_refused_naming_the_field(changes, named):
     tiny = PRESETS["cpu-tiny"].engine
-    bad = dataclasses.replace(tiny, model=dataclasses.replace(tiny.model, **changes))
+    hybrid = dataclasses.replace(
+        tiny.model,
+        layer_types=("linear_attention", "full_attention"),
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+    )
+    check_config(dataclasses.replace(tiny, model=hybrid))
+    bad = dataclasses.replace(tiny, model=dataclasses.replace(hybrid, **changes))
     with pytest.raises(ContractError, match=re.escape(named)):
         check_config(bad)
