@@ -34,6 +34,10 @@ class Preset:
     models: tuple[str, ...] = ()  # the trainer's names for this model, lower case
 
 
+# Qwen3.5's repeating block (full_attention_interval=4): three Gated DeltaNet layers, then one
+# gated full-attention layer.
+_QWEN35_BLOCK = ("linear_attention",) * 3 + ("full_attention",)
+
 PRESETS: Mapping[str, Preset] = {
     preset.name: preset
     for preset in (
@@ -104,6 +108,12 @@ PRESETS: Mapping[str, Preset] = {
                     top_k=4,
                     expert_ffn_dim=1024,
                     shared_expert_ffn_dim=0,
+                    attention_output_gate=True,
+                    layer_types=_QWEN35_BLOCK,
+                    linear_num_key_heads=8,
+                    linear_num_value_heads=16,
+                    linear_key_head_dim=128,
+                    linear_value_head_dim=128,
                 ),
                 mesh=MeshConfig(),
                 micro_batch_rows=8,
@@ -114,7 +124,13 @@ PRESETS: Mapping[str, Preset] = {
             purpose="fills one H200 for about a second per micro-batch",
         ),
         Preset(
-            # Qwen3.5-397B-A17B's public shapes, with full attention in every layer.
+            # Qwen3.5-397B-A17B's public shapes (model card of Qwen/Qwen3.5-397B-A17B on Hugging
+            # Face): 60 layers as 15 x (3 Gated DeltaNet + 1 gated full attention), hidden 4096;
+            # full attention 32 query / 2 KV heads of 256; linear attention 16 QK / 64 V heads of
+            # 128; 512 experts, 10 routed + 1 shared, of 1024; vocabulary 248,320. The 4-tap
+            # convolution and the attention output gate (linear_conv_kernel_dim=4,
+            # attn_output_gate=true) are from the public config.json files of the Qwen3.5 family
+            # (qwen3_5 model type), which this model shares.
             name="qwen3.5-397b-cell",
             engine=EngineConfig(
                 model=ModelConfig(
@@ -128,6 +144,13 @@ PRESETS: Mapping[str, Preset] = {
                     top_k=10,
                     expert_ffn_dim=1024,
                     shared_expert_ffn_dim=1024,
+                    attention_output_gate=True,
+                    layer_types=_QWEN35_BLOCK,
+                    linear_num_key_heads=16,
+                    linear_num_value_heads=64,
+                    linear_key_head_dim=128,
+                    linear_value_head_dim=128,
+                    linear_conv_kernel_dim=4,
                 ),
                 mesh=MeshConfig(fsdp=32, context=4, expert=2),
                 micro_batch_rows=64,

@@ -24,6 +24,7 @@ DroplessCompute = Literal["auto", "capacity", "ragged_dot", "gmm"]
 ComputeDtype = Literal["bfloat16", "float32"]
 MatmulPrecision = Literal["default", "high", "highest"]
 Schedule = Literal["constant", "warmup_cosine_decay_schedule"]
+LAYER_TYPES = ("full_attention", "linear_attention")  # the mixers `layer_types` may name
 
 
 def engine_key(help: str, *, key: str | None = None, minimum: int | None = None) -> dict:
@@ -33,7 +34,8 @@ def engine_key(help: str, *, key: str | None = None, minimum: int | None = None)
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    """Decoder shapes. Attention is grouped-query; each layer's feed-forward is a routed MoE."""
+    """Decoder shapes. Each layer mixes tokens by grouped-query full attention or Gated DeltaNet
+    (`layer_types`) and feeds forward through a routed MoE."""
 
     vocab_size: int
     d_model: int
@@ -65,6 +67,23 @@ class ModelConfig:
         default=1024,
         metadata=engine_key("query tokens per chunk on the XLA attention path", minimum=1),
     )
+    attention_output_gate: bool = False  # full attention's output times sigmoid(x W_gate)
+    # The mixer of each layer of a block that repeats num_layers / len(layer_types) times.
+    layer_types: tuple[str, ...] = ("full_attention",)  # full_attention | linear_attention
+    # Gated DeltaNet shapes (linear_attention layers; docs/engine.md, "Gated DeltaNet").
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 4
+    linear_chunk_size: int = dataclasses.field(
+        default=64,
+        metadata=engine_key("tokens per chunk of the chunked gated delta rule", minimum=1),
+    )
+
+    def layers_of(self, kind: str) -> int:
+        """How many of the num_layers layers are of mixer `kind`."""
+        return self.num_layers // len(self.layer_types) * self.layer_types.count(kind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,7 +290,22 @@ def _shape_problems(config: EngineConfig) -> list[str]:
         (0 < m.top_k <= m.num_experts, "top_k", m.top_k, f"in 1..num_experts = {m.num_experts}"),
         (config.moe.ragged_buffer_factor == -1 or config.moe.ragged_buffer_factor > 0,
          "ragged_buffer_factor", config.moe.ragged_buffer_factor, "positive, or -1 for dropless"),
+        (bool(m.layer_types) and set(m.layer_types) <= set(LAYER_TYPES), "layer_types",
+         m.layer_types, f"a non-empty sequence of {', '.join(LAYER_TYPES)}"),
+        (m.num_layers % max(len(m.layer_types), 1) == 0, "num_layers", m.num_layers,
+         f"a multiple of len(layer_types) = {len(m.layer_types)}"),
     ]  # fmt: skip
+    if "linear_attention" in m.layer_types:
+        checks += [
+            (min(m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
+                 m.linear_conv_kernel_dim, m.linear_chunk_size) > 0, "linear_* shapes",
+             (m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
+              m.linear_conv_kernel_dim, m.linear_chunk_size), "positive with linear_attention layers"),
+            (m.linear_num_value_heads > 0
+             and m.linear_num_value_heads % max(m.linear_num_key_heads, 1) == 0,
+             "linear_num_value_heads", m.linear_num_value_heads,
+             f"a positive multiple of linear_num_key_heads = {m.linear_num_key_heads}"),
+        ]  # fmt: skip
     per_shard = seq // max(mesh.context, 1)
     for name, chunk in (
         ("compute_logps_chunk_size", config.loss.compute_logps_chunk_size),

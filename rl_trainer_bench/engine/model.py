@@ -1,7 +1,8 @@
 """The decoder: embeddings, attention over packed segments, RMSNorm, rotary, MoE layers, output head.
 
-Layers run under `jax.lax.scan` over stacked weights, so compile time does not grow with depth,
-and each layer is rematerialized by the `remat_policy` knob. Parameters are float32; each layer
+Each layer mixes tokens by full attention or Gated DeltaNet (`gated_deltanet.py`) as the repeating
+block `layer_types` says. Blocks of it run under `jax.lax.scan` over stacked weights, so compile
+time does not grow with depth, and each layer is rematerialized by the `remat_policy` knob. Parameters are float32; each layer
 casts them to the compute dtype where it uses them. The model returns the final hidden states, not
 logits: the head is applied chunk by chunk in `loss.py` so [B, T, V] never exists.
 
@@ -13,10 +14,12 @@ holding tokens: row groups x context groups), N tokens per group.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
-from rl_trainer_bench.engine import moe, parameters, sharding
+from rl_trainer_bench.engine import gated_deltanet, moe, parameters, sharding
 from rl_trainer_bench.engine.config import AttentionImpl, ModelConfig, choices
 
 # What each `RematPolicy` saves; "none" runs the layer without a checkpoint.
@@ -126,7 +129,11 @@ def attention_method(choice: str, platform: str) -> str:
 
 
 def attention(x, layer, positions, segments, config: ModelConfig, method: str, shards: int):
-    """Self-attention of one layer over packed segments: x [B, T, D] -> [B, T, D]."""
+    """Self-attention of one layer over packed segments: x [B, T, D] -> [B, T, D].
+
+    With `attention_output_gate`, each head's output is scaled by sigmoid(x W_gate) before the
+    output projection, as in Qwen3.5's full-attention layers.
+    """
     dtype = x.dtype
     q = jnp.einsum("btd,dhk->bthk", x, layer["wq"].astype(dtype))
     k = jnp.einsum("btd,dhk->bthk", x, layer["wk"].astype(dtype))
@@ -137,6 +144,8 @@ def attention(x, layer, positions, segments, config: ModelConfig, method: str, s
     else:
         out = attention_xla(q, k, v, segments, config.attention_chunk_size, shards)
     out = out * (segments != 0)[:, :, None, None].astype(dtype)  # padding contributes nothing
+    if "wq_gate" in layer:
+        out = out * jax.nn.sigmoid(jnp.einsum("btd,dhk->bthk", x, layer["wq_gate"].astype(dtype)))
     return jnp.einsum("bthk,hkd->btd", out, layer["wo"].astype(dtype))
 
 
@@ -160,25 +169,36 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config,
     """Hidden states after the final norm, [B, T, D], and whether any layer dropped a pair.
 
     batch: device arrays of the payload (`routed_experts` [B, T, L, K] replays the routes);
-    methods: resolved choices (`programs.Methods`).
+    methods: resolved choices (`programs.Methods`). The scan runs over blocks of `layer_types`;
+    inside a block each layer takes its slice of the per-layer and per-mixer stacks.
     """
     dtype = jnp.dtype(config.dtype)
+    pattern = config.layer_types
+    blocks = config.num_layers // len(pattern)
     segments, positions = batch["segment_ids"], batch["positions"]
     valid = segments != 0
     groups = (sharding.row_groups(mesh_config), mesh_config.context)
     x = sharding.constrain(params["embed"][batch["input_ids"]].astype(dtype), sharding.ACTIVATIONS)
-    layers = {name: params[name] for name in parameters.LAYER_WEIGHTS if name in params}
+    stacked = {  # [blocks, layers of the block (of the mixer), ...]
+        name: weight.reshape(blocks, -1, *weight.shape[1:])
+        for name, weight in params.items()
+        if parameters.PARAMETERS[name].layered
+    }
     replayed = batch.get("routed_experts")
-    if replayed is not None:
-        replayed = jnp.moveaxis(replayed, 2, 0)  # [L, B, T, K]: scanned with the layer weights
+    if replayed is not None:  # [blocks, layers per block, B, T, K]: scanned with the weights
+        replayed = jnp.moveaxis(replayed, 2, 0).reshape(blocks, len(pattern), *segments.shape, -1)
 
-    def layer_fn(x, scanned):
-        layer, routes = scanned
-        layer = {name: compute_weight(name, w, dtype) for name, w in layer.items()}
-        h = rms_norm(x, layer["attn_norm"], config.rms_norm_eps)
-        x = x + attention(
+    def mix(kind, h, layer):
+        if kind == "linear_attention":
+            return gated_deltanet.gated_deltanet(h, layer, segments, config, mesh_config.context)
+        return attention(
             h, layer, positions, segments, config, methods.attention, mesh_config.context
         )
+
+    def layer_fn(kind, x, layer, routes):
+        layer = {name: compute_weight(name, w, dtype) for name, w in layer.items()}
+        h = rms_norm(x, layer["attn_norm"], config.rms_norm_eps)
+        x = x + mix(kind, h, layer)
         h = rms_norm(x, layer["mlp_norm"], config.rms_norm_eps)
         ffn, overflow = moe.moe_ffn(
             h,
@@ -194,7 +214,23 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config,
             ffn = ffn + shared_expert(h, layer)
         return sharding.constrain(x + ffn, sharding.ACTIVATIONS), overflow
 
+    layer_fns = {kind: functools.partial(layer_fn, kind) for kind in set(pattern)}
     if config.remat_policy != "none":
-        layer_fn = jax.checkpoint(layer_fn, policy=REMAT_POLICIES[config.remat_policy])
-    x, overflow = jax.lax.scan(layer_fn, x, (layers, replayed))
+        policy = REMAT_POLICIES[config.remat_policy]
+        layer_fns = {kind: jax.checkpoint(fn, policy=policy) for kind, fn in layer_fns.items()}
+
+    def block_fn(x, scanned):
+        weights, routes = scanned
+        overflows = []
+        for index, kind in enumerate(pattern):
+            of_kind = pattern[:index].count(kind)  # this layer's slot in its mixer's stacks
+            layer = {n: weights[n][index] for n in parameters.LAYER_WEIGHTS if n in weights}
+            layer |= {
+                n: weights[n][of_kind] for n in parameters.MIXER_WEIGHTS[kind] if n in weights
+            }
+            x, overflow = layer_fns[kind](x, layer, None if routes is None else routes[index])
+            overflows.append(overflow)
+        return x, jnp.any(jnp.stack(overflows))
+
+    x, overflow = jax.lax.scan(block_fn, x, (stacked, replayed))
     return rms_norm(x, params["final_norm"], config.rms_norm_eps), jnp.any(overflow)

@@ -4,7 +4,10 @@ Initialisation (`model.init_params`), the layer weights the decoder scans over (
 and the sharding rules (`sharding.parameter_shardings`) all read this table, so a new weight is one
 row. Shapes are written in the legend's letters (docs/engine.md): V vocabulary, D model width,
 L layers, H query heads, KV key/value heads, hd head width, E experts, F an expert's hidden width,
-Fs the shared expert's hidden width. A leading L marks a layer weight.
+Fs the shared expert's hidden width; Lf, Ll the full- and linear-attention layers, Hg the query
+heads of the attention output gate (0 without one), Hk, Dk, Hv, Dv Gated DeltaNet's key and value
+heads and widths, taps its convolutions' length. A leading L, Lf or Ll marks a layer weight
+(stacked on every layer, or on the layers of that mixer).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import math
 from rl_trainer_bench.engine.config import ModelConfig
 
 ONES = None  # `fan_in` of a norm scale: initialised to one
+# Leading dims of stacked layer weights, and the mixer whose layers each stacks (None: every layer).
+LAYER_LETTERS = {"L": None, "Lf": "full_attention", "Ll": "linear_attention"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,17 +40,17 @@ class Parameter:
 
     @property
     def layered(self) -> bool:
-        return self.dims[0] == "L"
+        return self.dims[0] in LAYER_LETTERS
 
 
 # The order of the randomly initialised rows fixes which key each draws.
 PARAMETERS: dict[str, Parameter] = {
     "embed": Parameter(("V", "D"), fan_in=(), sharded="V"),
     "head": Parameter(("D", "V"), fan_in=("D",), sharded="V"),
-    "wq": Parameter(("L", "D", "H", "hd"), fan_in=("D",), sharded="D"),
-    "wk": Parameter(("L", "D", "KV", "hd"), fan_in=("D",), sharded="D"),
-    "wv": Parameter(("L", "D", "KV", "hd"), fan_in=("D",), sharded="D"),
-    "wo": Parameter(("L", "H", "hd", "D"), fan_in=("H", "hd"), sharded="D"),
+    "wq": Parameter(("Lf", "D", "H", "hd"), fan_in=("D",), sharded="D"),
+    "wk": Parameter(("Lf", "D", "KV", "hd"), fan_in=("D",), sharded="D"),
+    "wv": Parameter(("Lf", "D", "KV", "hd"), fan_in=("D",), sharded="D"),
+    "wo": Parameter(("Lf", "H", "hd", "D"), fan_in=("H", "hd"), sharded="D"),
     "router": Parameter(("L", "D", "E"), fan_in=("D",), sharded="D", float32=True),
     "expert_gate": Parameter(("L", "E", "D", "F"), fan_in=("D",), sharded="D", expert_dim="E"),
     "expert_up": Parameter(("L", "E", "D", "F"), fan_in=("D",), sharded="D", expert_dim="E"),
@@ -56,9 +61,30 @@ PARAMETERS: dict[str, Parameter] = {
     "attn_norm": Parameter(("L", "D"), fan_in=ONES, sharded="D", float32=True),
     "mlp_norm": Parameter(("L", "D"), fan_in=ONES, sharded="D", float32=True),
     "final_norm": Parameter(("D",), fan_in=ONES, sharded="D", float32=True),
+    "wq_gate": Parameter(("Lf", "D", "Hg", "hd"), fan_in=("D",), sharded="D"),
+    # Gated DeltaNet (`gated_deltanet.py`); A_log and dt_bias start as normal(0, 1).
+    "gdn_wq": Parameter(("Ll", "D", "Hk", "Dk"), fan_in=("D",), sharded="D"),
+    "gdn_wk": Parameter(("Ll", "D", "Hk", "Dk"), fan_in=("D",), sharded="D"),
+    "gdn_wv": Parameter(("Ll", "D", "Hv", "Dv"), fan_in=("D",), sharded="D"),
+    "gdn_wz": Parameter(("Ll", "D", "Hv", "Dv"), fan_in=("D",), sharded="D"),
+    "gdn_wb": Parameter(("Ll", "D", "Hv"), fan_in=("D",), sharded="D"),
+    "gdn_wa": Parameter(("Ll", "D", "Hv"), fan_in=("D",), sharded="D"),
+    "gdn_conv_q": Parameter(("Ll", "taps", "Hk", "Dk"), fan_in=("taps",)),
+    "gdn_conv_k": Parameter(("Ll", "taps", "Hk", "Dk"), fan_in=("taps",)),
+    "gdn_conv_v": Parameter(("Ll", "taps", "Hv", "Dv"), fan_in=("taps",)),
+    "gdn_a_log": Parameter(("Ll", "Hv"), fan_in=(), float32=True),
+    "gdn_dt_bias": Parameter(("Ll", "Hv"), fan_in=(), float32=True),
+    "gdn_norm": Parameter(("Ll", "Dv"), fan_in=ONES, float32=True),
+    "gdn_wo": Parameter(("Ll", "Hv", "Dv", "D"), fan_in=("Hv", "Dv"), sharded="D"),
 }
 
-LAYER_WEIGHTS = tuple(name for name, p in PARAMETERS.items() if p.layered)
+LAYER_WEIGHTS = tuple(name for name, p in PARAMETERS.items() if p.dims[0] == "L")
+# The weights of each mixer, stacked on that mixer's layers.
+MIXER_WEIGHTS = {
+    mixer: tuple(name for name, p in PARAMETERS.items() if p.dims[0] == letter)
+    for letter, mixer in LAYER_LETTERS.items()
+    if mixer
+}
 
 
 def dim_sizes(config: ModelConfig) -> dict[str, int]:
@@ -73,6 +99,14 @@ def dim_sizes(config: ModelConfig) -> dict[str, int]:
         "E": config.num_experts,
         "F": config.expert_ffn_dim,
         "Fs": config.shared_expert_ffn_dim,
+        "Lf": config.layers_of("full_attention"),
+        "Ll": config.layers_of("linear_attention"),
+        "Hg": config.num_heads if config.attention_output_gate else 0,
+        "Hk": config.linear_num_key_heads,
+        "Dk": config.linear_key_head_dim,
+        "Hv": config.linear_num_value_heads,
+        "Dv": config.linear_value_head_dim,
+        "taps": config.linear_conv_kernel_dim,
     }
 
 

@@ -346,10 +346,11 @@ def default_knobs(engine: EngineConfig) -> tuple[Knob, ...]:
     bfloat16 logits keep 8 significant bits: a logit of magnitude 4 moves by up to 0.016, so a
     log-prob (target logit minus logsumexp) may move by about twice that: 3e-2. The loss and
     grad-norm bounds are 4-15x the differences measured on cpu-tiny (BENCHMARKS.md). The other
-    knobs only regroup or reorder float32 arithmetic, so they get float32-rounding bounds.
+    knobs (the linear layers' chunk size among them, when the model has Gated DeltaNet layers) only
+    regroup or reorder float32 arithmetic, so they get float32-rounding bounds.
     """
     chunk = min(engine.loss.compute_logps_chunk_size, engine.seq_len)
-    return (
+    knobs = (
         Knob(
             "loss.logits_dtype=bfloat16", _with("loss", logits_dtype="bfloat16"), 2e-2, 1e-2, 3e-2
         ),
@@ -371,6 +372,19 @@ def default_knobs(engine: EngineConfig) -> tuple[Knob, ...]:
         Knob(
             "moe.dropless_compute=ragged_dot",
             _with("moe", dropless_compute="ragged_dot"),
+            1e-5,
+            1e-5,
+            1e-5,
+        ),
+    )
+    if "linear_attention" not in engine.model.layer_types:
+        return knobs
+    linear_chunk = max(min(engine.model.linear_chunk_size, engine.seq_len) // 4, 1)
+    return (
+        *knobs,
+        Knob(  # a smaller chunk moves work between the intra-chunk solve and the state recurrence
+            f"model.linear_chunk_size={linear_chunk}",
+            _with("model", linear_chunk_size=linear_chunk),
             1e-5,
             1e-5,
             1e-5,

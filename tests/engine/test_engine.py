@@ -6,6 +6,7 @@ reused across engines of one config) and build fresh engines where they need fre
 
 import dataclasses
 
+import gdn_reference
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -86,16 +87,33 @@ def reference_loss(params, a):
     causal = np.tril(np.ones((t, t), bool))
     mask = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] != 0) & causal
     groups = MODEL.num_heads // MODEL.num_kv_heads
+    pattern = MODEL.layer_types
     for layer in range(MODEL.num_layers):
-        w = {name: value[layer] for name, value in params.items() if value.ndim > 2}
+        kind = pattern[layer % len(pattern)]
+        of_kind = [i for i in range(MODEL.num_layers) if pattern[i % len(pattern)] == kind]
+        mixer = {  # this layer's mixer weights, stacked over the layers of its kind
+            name: value[of_kind.index(layer)]
+            for name, value in params.items()
+            if name.startswith(
+                ("gdn_",) if kind == "linear_attention" else ("wq", "wk", "wv", "wo")
+            )
+        }
+        w = {name: params[name][layer] for name in ("router", "expert_gate", "expert_up")}
+        w |= {name: params[name][layer] for name in ("expert_down", "shared_gate", "shared_up")}
+        w |= {"shared_down": params["shared_down"][layer]}
         h = _rms(x, params["attn_norm"][layer])
-        q = _rope(jnp.einsum("btd,dhk->bthk", h, w["wq"]), pos)
-        k = jnp.repeat(_rope(jnp.einsum("btd,dhk->bthk", h, w["wk"]), pos), groups, axis=2)
-        v = jnp.repeat(jnp.einsum("btd,dhk->bthk", h, w["wv"]), groups, axis=2)
-        scores = jnp.einsum("bqhk,bshk->bhqs", q, k) / np.sqrt(MODEL.head_dim)
-        attn = jax.nn.softmax(jnp.where(mask[:, None], scores, -1e30), axis=-1)
-        out = jnp.einsum("bhqs,bshk->bqhk", attn, v) * (seg != 0)[:, :, None, None]
-        x = x + jnp.einsum("bthk,hkd->btd", out, w["wo"])
+        if kind == "linear_attention":
+            x = x + gdn_reference.layer(h, mixer, seg, MODEL)
+        else:
+            q = _rope(jnp.einsum("btd,dhk->bthk", h, mixer["wq"]), pos)
+            k = jnp.repeat(_rope(jnp.einsum("btd,dhk->bthk", h, mixer["wk"]), pos), groups, axis=2)
+            v = jnp.repeat(jnp.einsum("btd,dhk->bthk", h, mixer["wv"]), groups, axis=2)
+            scores = jnp.einsum("bqhk,bshk->bhqs", q, k) / np.sqrt(MODEL.head_dim)
+            attn = jax.nn.softmax(jnp.where(mask[:, None], scores, -1e30), axis=-1)
+            out = jnp.einsum("bhqs,bshk->bqhk", attn, v) * (seg != 0)[:, :, None, None]
+            if "wq_gate" in mixer:
+                out = out * jax.nn.sigmoid(jnp.einsum("btd,dhk->bthk", h, mixer["wq_gate"]))
+            x = x + jnp.einsum("bthk,hkd->btd", out, mixer["wo"])
         h = _rms(x, params["mlp_norm"][layer])
         probs = jax.nn.softmax(h @ params["router"][layer], axis=-1)
         chosen = jnp.asarray(a["routed_experts"][:, :, layer, :], jnp.int32)
@@ -265,19 +283,36 @@ def test_lowering_allocates_nothing_and_covers_every_program():
 
 
 def test_model_flops_follow_the_accounting():
+    """cpu-tiny made hybrid: one gated full-attention layer, one Gated DeltaNet (docs/engine.md)."""
     p = payload(seed=9)
-    m = MODEL
+    m = dataclasses.replace(
+        MODEL,
+        attention_output_gate=True,
+        layer_types=("linear_attention", "full_attention"),
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        linear_chunk_size=32,
+    )
+    hybrid = dataclasses.replace(CONFIG, model=m)
+    assert m.num_layers == 2
     tokens = int(np.count_nonzero(p.segment_ids))
     attention = (
-        2 * m.d_model * m.num_heads * m.head_dim + 2 * m.d_model * m.num_kv_heads * m.head_dim
+        3 * m.d_model * m.num_heads * m.head_dim + 2 * m.d_model * m.num_kv_heads * m.head_dim
     )
-    per_layer = (
-        attention
-        + m.d_model * m.num_experts
-        + 3 * m.d_model * (m.top_k * m.expert_ffn_dim + m.shared_expert_ffn_dim)
+    keys = m.linear_num_key_heads * m.linear_key_head_dim
+    values = m.linear_num_value_heads * m.linear_value_head_dim
+    linear = m.d_model * (2 * keys + 3 * values + 2 * m.linear_num_value_heads)
+    linear += m.linear_conv_kernel_dim * (2 * keys + values)
+    ffn = m.d_model * m.num_experts + 3 * m.d_model * (
+        m.top_k * m.expert_ffn_dim + m.shared_expert_ffn_dim
     )
     squares = CONFIG.micro_batch_rows * (CONFIG.seq_len // 48) * 48**2 / 2
-    want = 6 * tokens * (m.num_layers * per_layer + m.d_model * m.vocab_size)
-    want += 12 * m.num_layers * m.num_heads * m.head_dim * squares
-    assert micro_batch_flops(CONFIG, p.segment_ids, count_remat=False) == pytest.approx(want)
-    assert micro_batch_flops(CONFIG, p.segment_ids, count_remat=True) == pytest.approx(4 / 3 * want)
+    want = 6 * tokens * (attention + linear + 2 * ffn + m.d_model * m.vocab_size)
+    want += 12 * m.num_heads * m.head_dim * squares
+    c, dk, dv = m.linear_chunk_size, m.linear_key_head_dim, m.linear_value_head_dim
+    want += 6 * tokens * m.linear_num_value_heads * (2 * c * dk + c * (dk + dv) / 2 + c * dv)
+    want += 6 * tokens * m.linear_num_value_heads * 3 * dk * dv
+    assert micro_batch_flops(hybrid, p.segment_ids, count_remat=False) == pytest.approx(want)
+    assert micro_batch_flops(hybrid, p.segment_ids, count_remat=True) == pytest.approx(4 / 3 * want)

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from gdn_reference import recurrence
 from jax.sharding import NamedSharding, PartitionSpec
 
+from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.engine import sharding
 from rl_trainer_bench.engine.config import MeshConfig
+from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.engine.linear_attention import gated_delta_rule
+from rl_trainer_bench.engine.programs import check_config
 
 HEADS, KEY_DIM, VALUE_DIM = 2, 8, 6
 
@@ -33,27 +40,6 @@ def reference(q, k, v, log_decay, beta, segment_ids):
             if segment_ids[row, t]:
                 out[row, t] = np.einsum("hvk,hk->hv", state, q[row, t])
     return out
-
-
-def recurrence_jax(q, k, v, log_decay, beta, segment_ids):
-    """The same recurrence in JAX (float32), to differentiate."""
-    starts = segment_ids != jnp.pad(segment_ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
-
-    def step(state, inputs):
-        q_t, k_t, v_t, g_t, b_t, start_t, real_t = inputs
-        state = jnp.where(start_t[:, None, None, None], 0.0, state)
-        a = jnp.exp(g_t)[..., None]
-        predicted = jnp.einsum("bhvk,bhk->bhv", state, k_t) * a
-        update = (b_t[..., None] * (v_t - predicted))[..., None] * k_t[..., None, :]
-        state = a[..., None] * state + update
-        out = jnp.einsum("bhvk,bhk->bhv", state, q_t) * real_t[:, None, None]
-        return state, out
-
-    rows, _, heads, key_dim = q.shape
-    state = jnp.zeros((rows, heads, v.shape[-1], key_dim))
-    inputs = (q, k, v, log_decay, beta, starts, segment_ids != 0)
-    _, out = jax.lax.scan(step, state, jax.tree.map(lambda x: jnp.moveaxis(x, 1, 0), inputs))
-    return jnp.moveaxis(out, 0, 1)
 
 
 def packed_segments(rng, rows, length):
@@ -122,7 +108,7 @@ def test_gradients_equal_the_recurrences():
     chunked = jax.jit(
         jax.grad(loss(lambda *x: gated_delta_rule(*x, chunk_size=4)), argnums=(0, 1, 2, 3, 4))
     )(*inputs[:-1])
-    expected = jax.jit(jax.grad(loss(recurrence_jax), argnums=(0, 1, 2, 3, 4)))(*inputs[:-1])
+    expected = jax.jit(jax.grad(loss(recurrence), argnums=(0, 1, 2, 3, 4)))(*inputs[:-1])
     for name, got, want in zip(
         ("q", "k", "v", "log_decay", "beta"), chunked, expected, strict=True
     ):
@@ -165,3 +151,28 @@ def test_context_shards_equal_one_shard_on_eight_devices():
     np.testing.assert_allclose(np.asarray(split), np.asarray(single), atol=2e-5, rtol=1e-4)
     for got, want in zip(split_grads, single_grads, strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"layer_types": ("linear_attention", "mamba")}, "engine config layer_types="),
+        ({"num_layers": 3}, "engine config num_layers=3: must be a multiple of len(layer_types)"),
+        ({"linear_num_value_heads": 3}, "engine config linear_num_value_heads=3"),
+        ({"linear_key_head_dim": 0}, "engine config linear_* shapes="),
+    ],
+)
+def test_bad_layer_pattern_or_linear_shapes_are_refused_naming_the_field(changes, named):
+    tiny = PRESETS["cpu-tiny"].engine
+    hybrid = dataclasses.replace(
+        tiny.model,
+        layer_types=("linear_attention", "full_attention"),
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+    )
+    check_config(dataclasses.replace(tiny, model=hybrid))
+    bad = dataclasses.replace(tiny, model=dataclasses.replace(hybrid, **changes))
+    with pytest.raises(ContractError, match=re.escape(named)):
+        check_config(bad)

@@ -32,10 +32,17 @@ def test_every_state_leaf_of_the_cell_is_split_over_all_devices(mesh_shape):
     config = dataclasses.replace(CELL, mesh=sharding.mesh_config_of(mesh))
     state = programs.abstract_state(config, mesh)
     whole = sharding.unsharded_leaves(state, mesh.size)
-    # Only the optimizer's step counters (int32 scalars) cannot be split.
-    assert whole == [("['opt_state'][1][0].count", 4), ("['opt_state'][1][2].count", 4)]
-    for leaf in jax.tree.leaves(state):
-        if leaf.ndim:
+    # Only the optimizer's step counters (int32 scalars) and Gated DeltaNet's small per-head and
+    # per-channel weights (convolution taps, A_log, dt_bias, output norm: no dim of theirs splits
+    # 256 ways; 34 MiB per device in all) stay whole.
+    small = [(path, size) for path, size in whole if "gdn_" in path]
+    assert [leaf for leaf in whole if leaf not in small] == [
+        ("['opt_state'][1][0].count", 4),
+        ("['opt_state'][1][2].count", 4),
+    ]
+    assert sum(size for _, size in small) < 36 * 2**20
+    for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+        if leaf.ndim and "gdn_" not in jax.tree_util.keystr(path):  # beside the small weights
             shard = leaf.sharding.shard_shape(leaf.shape)
             assert math.prod(leaf.shape) == mesh.size * math.prod(shard)
     per_device = sum(
@@ -43,7 +50,8 @@ def test_every_state_leaf_of_the_cell_is_split_over_all_devices(mesh_shape):
         for leaf in jax.tree.leaves(state["params"])
     )
     parameters = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(state["params"]))
-    assert per_device == pytest.approx(4 * parameters / mesh.size, rel=1e-6)
+    # The whole small weights add 8.9 MB of parameters per device to the even split.
+    assert per_device == pytest.approx(4 * parameters / mesh.size, rel=2e-3)
 
 
 def test_a_dim_the_mesh_does_not_divide_keeps_the_axes_that_do_and_is_reported():

@@ -1,0 +1,61 @@
+"""Plain references for Gated DeltaNet, written for clarity: a per-token recurrence and one layer."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def recurrence(q, k, v, log_decay, beta, segment_ids):
+    """S_t = a_t S + b_t (v_t - a_t S k_t) k_t^T, o_t = S_t q_t, token by token (zero on padding)."""
+    starts = segment_ids != jnp.pad(segment_ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
+
+    def step(state, inputs):
+        q_t, k_t, v_t, g_t, b_t, start_t, real_t = inputs
+        state = jnp.where(start_t[:, None, None, None], 0.0, state)
+        a = jnp.exp(g_t)[..., None]
+        predicted = jnp.einsum("bhvk,bhk->bhv", state, k_t) * a
+        update = (b_t[..., None] * (v_t - predicted))[..., None] * k_t[..., None, :]
+        state = a[..., None] * state + update
+        out = jnp.einsum("bhvk,bhk->bhv", state, q_t) * real_t[:, None, None]
+        return state, out
+
+    rows, _, heads, key_dim = q.shape
+    state = jnp.zeros((rows, heads, v.shape[-1], key_dim))
+    inputs = (q, k, v, log_decay, beta, starts, segment_ids != 0)
+    _, out = jax.lax.scan(step, state, jax.tree.map(lambda x: jnp.moveaxis(x, 1, 0), inputs))
+    return jnp.moveaxis(out, 0, 1)
+
+
+def _rms(x, scale, eps):
+    return x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * scale
+
+
+def layer(h, w, segment_ids, model):
+    """One Gated DeltaNet layer of `model` (a ModelConfig) on h [B, T, D]; w: that layer's gdn_*."""
+    starts = segment_ids != jnp.pad(segment_ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
+    run = jnp.cumsum(starts, axis=1)  # tokens of one segment share a run number
+
+    def conv(x, kernel):
+        out = jnp.zeros_like(x)
+        for back in range(kernel.shape[0]):
+            earlier = jnp.pad(x, ((0, 0), (back, 0), (0, 0), (0, 0)))[:, : x.shape[1]]
+            earlier_run = jnp.pad(run, ((0, 0), (back, 0)), constant_values=-1)[:, : x.shape[1]]
+            out = out + jnp.where((earlier_run == run)[..., None, None], earlier, 0) * kernel[back]
+        return jax.nn.silu(out)
+
+    def unit(x):
+        return x / jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-6)
+
+    share = model.linear_num_value_heads // model.linear_num_key_heads
+    q = conv(jnp.einsum("btd,dhk->bthk", h, w["gdn_wq"]), w["gdn_conv_q"])
+    k = conv(jnp.einsum("btd,dhk->bthk", h, w["gdn_wk"]), w["gdn_conv_k"])
+    v = conv(jnp.einsum("btd,dhk->bthk", h, w["gdn_wv"]), w["gdn_conv_v"])
+    q = jnp.repeat(unit(q) / jnp.sqrt(model.linear_key_head_dim), share, axis=2)
+    k = jnp.repeat(unit(k), share, axis=2)
+    beta = jax.nn.sigmoid(h @ w["gdn_wb"])
+    log_decay = -jnp.exp(w["gdn_a_log"]) * jax.nn.softplus(h @ w["gdn_wa"] + w["gdn_dt_bias"])
+    out = recurrence(q, k, v, log_decay, beta, segment_ids)
+    gate = jax.nn.silu(jnp.einsum("btd,dhk->bthk", h, w["gdn_wz"]))
+    out = _rms(out, w["gdn_norm"], model.rms_norm_eps) * gate
+    return jnp.einsum("bthk,hkd->btd", out, w["gdn_wo"])
