@@ -263,7 +263,7 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
     refuse_stage_before_fused_update(config.worker, config.stage)
     log(initialize_runtime(env, config.preset.host_devices))
     log(f"{ruler.LOG_PREFIX} config {_describe(config.describe())}")
-    log(f"{ruler.LOG_PREFIX} code sha256={code_sha256()}")
+    log(f"{ruler.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")
     results = config.results_dir / "results.jsonl"
     bench = Bench(config, log)
     try:

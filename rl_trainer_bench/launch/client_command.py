@@ -20,11 +20,11 @@ from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.dry_run import client_container
 
 _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
-_INTERPRETER = re.compile(r"^(?:.*/)?python[0-9.]*$")
+_INTERPRETER = re.compile(r"^(?:.*/)?python[0-9.]*\Z")
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 _COMMAND_SEPARATORS = ";&|()"
-_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
-_REDIRECTION = re.compile(r"^(?:\d*(?:>>?|<)|&>>?)(?:&\d+|&-)?\S*$")
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+\Z")
+_REDIRECTION = re.compile(r"^(?:\d*(?:>>?|<)|&>>?)(?:&\d+|&-)?\S*\Z")
 _KEYWORDS = frozenset({"then", "do", "else", "{", "!", "time", "exec"})
 
 

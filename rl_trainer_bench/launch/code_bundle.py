@@ -21,6 +21,8 @@ import io
 import tarfile
 from pathlib import Path
 
+from rl_trainer_bench.engine.factory import BUILT_IN
+
 PACKAGE = "rl_trainer_bench"
 DRIVER_SCRIPT = "bench_driver.py"
 _RENDER_TIME_ONLY = (("launch", "schemas"),)  # package-relative folders
@@ -32,24 +34,23 @@ def default_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def code_files(root: Path | None = None) -> list[Path]:
-    """The files the pod's driver needs, sorted, under `root`.
+def code_files(root: Path | None = None, engine: str = BUILT_IN) -> list[Path]:
+    """The files the pod's driver needs to time `engine` (`module:Class`), sorted, under `root`.
 
     That is the driver's import closure inside the package (found by reading the imports, lazy
     ones too), the `__init__.py` of every package on the way, the package's data files (routing
-    profiles), and `bench_driver.py` if present. The driver builds its engine from a name
-    (`module:Class`, the ENGINE knob), which no import statement shows, so every module of the
-    engine room starts the closure too: the built-in engine and the adapters the knob may name
-    travel with the pod, and the pod's digest covers the same files as the render's. The rest of the package (renderer, AOT and A/B
-    tools) never runs in the pod; leaving it out keeps the client command under the kernel's
-    128 KiB limit on one exec argument, which `bash -c SCRIPT` is.
+    profiles), and `bench_driver.py` if present. The driver builds its engine from a name (the
+    ENGINE knob), which no import statement shows, so the named engine's module starts the
+    closure too when it is one of the package's (an adapter); the renderer and the pod's driver
+    both pass the same name, so their digests cover the same files. The rest of the package
+    (renderer, AOT and A/B tools, adapters not named) never runs in the pod; leaving it out keeps
+    the client command under the kernel's 128 KiB limit on one exec argument, which
+    `bash -c SCRIPT` is.
     """
     root = default_root() if root is None else root
     package = root / PACKAGE
-    engines = sorted((package / "engine").glob("*.py"))
-    sources = _import_closure(
-        root, [package / "bench" / "driver.py", root / DRIVER_SCRIPT, *engines]
-    )
+    named = root.joinpath(*engine.partition(":")[0].split(".")).with_suffix(".py")
+    sources = _import_closure(root, [package / "bench" / "driver.py", root / DRIVER_SCRIPT, named])
     data = [
         path
         for path in package.rglob("*")
@@ -106,11 +107,11 @@ def _package_imports(source: str) -> set[str]:
     return {name for name in names if name.split(".")[0] == PACKAGE}
 
 
-def code_sha256(root: Path | None = None) -> str:
+def code_sha256(root: Path | None = None, engine: str = BUILT_IN) -> str:
     """sha256 over each code file's relative path and bytes, in sorted order; hex."""
     root = default_root() if root is None else root
     digest = hashlib.sha256()
-    for path in code_files(root):
+    for path in code_files(root, engine):
         data = path.read_bytes()
         name = path.relative_to(root).as_posix().encode()
         digest.update(b"%d:%s\0%d:" % (len(name), name, len(data)))
@@ -118,12 +119,12 @@ def code_sha256(root: Path | None = None) -> str:
     return digest.hexdigest()
 
 
-def bundle(root: Path | None = None) -> bytes:
-    """A reproducible tar.gz of `code_files(root)`, paths relative to `root`."""
+def bundle(root: Path | None = None, engine: str = BUILT_IN) -> bytes:
+    """A reproducible tar.gz of `code_files(root, engine)`, paths relative to `root`."""
     root = default_root() if root is None else root
     tar_bytes = io.BytesIO()
     with tarfile.open(fileobj=tar_bytes, mode="w", format=tarfile.USTAR_FORMAT) as archive:
-        for path in code_files(root):
+        for path in code_files(root, engine):
             data = path.read_bytes()
             info = tarfile.TarInfo(path.relative_to(root).as_posix())
             info.size = len(data)
@@ -136,7 +137,7 @@ def bundle(root: Path | None = None) -> bytes:
     return compressed.getvalue()
 
 
-def bundle_base64(root: Path | None = None, line_length: int = 76) -> str:
-    """`bundle(root)` as base64 lines of `line_length` characters, as `base64 -d` reads them."""
-    encoded = base64.b64encode(bundle(root)).decode()
+def bundle_base64(root: Path | None = None, engine: str = BUILT_IN, line_length: int = 76) -> str:
+    """`bundle(root, engine)` as base64 lines of `line_length` characters, as `base64 -d` reads."""
+    encoded = base64.b64encode(bundle(root, engine)).decode()
     return "\n".join(encoded[i : i + line_length] for i in range(0, len(encoded), line_length))

@@ -25,6 +25,7 @@ from rl_trainer_bench.bench.plan import Plan
 from rl_trainer_bench.config.engine_keys import format_engine_flags
 from rl_trainer_bench.config.knobs import refuse_misspelt_knobs
 from rl_trainer_bench.config.presets import MODEL_FLAGS
+from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text, write_text_atomically
 from rl_trainer_bench.launch import code_bundle, validate
@@ -80,7 +81,8 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
     spec["failurePolicy"] = {**(spec.get("failurePolicy") or {}), "maxRestarts": knobs.max_restarts}
     if knobs.trainer_slice is not None:
         apply_slice(bench, knobs.trainer_slice)
-    sha = code_bundle.code_sha256()
+    engine = knobs.engine or BUILT_IN
+    sha = code_bundle.code_sha256(engine=engine)
     environment = driver_environment(
         launch, knobs, _orchestrator_argv(documents, launch), sha, jobset_slice(trainer)
     )
@@ -92,7 +94,7 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
         "-c",
         bench_script(
             interpreter=launch.program[0],
-            code_base64=code_bundle.bundle_base64(),
+            code_base64=code_bundle.bundle_base64(engine=engine),
             environment=environment,
             has_driver_script=(code_bundle.default_root() / code_bundle.DRIVER_SCRIPT).is_file(),
             trainer_jobset=jobset_name(trainer),

@@ -73,3 +73,19 @@ def test_bundle_is_reproducible_and_unpacks_to_the_same_digest(tmp_path):
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
         tar.extractall(unpacked, filter="data")
     assert code_bundle.code_sha256(unpacked) == code_bundle.code_sha256(root)
+
+
+def test_the_named_engine_travels_with_the_pod_and_other_adapters_do_not():
+    adapter = "rl_trainer_bench/engine/maxtext_adapter.py"
+    built_in = {
+        p.relative_to(code_bundle.default_root()).as_posix() for p in code_bundle.code_files()
+    }
+    named = {
+        p.relative_to(code_bundle.default_root()).as_posix()
+        for p in code_bundle.code_files(engine="rl_trainer_bench.engine.maxtext_adapter:Any")
+    }
+    assert "rl_trainer_bench/engine/jax_engine.py" in built_in and adapter not in built_in
+    assert adapter in named
+    assert code_bundle.code_sha256() != code_bundle.code_sha256(
+        engine="rl_trainer_bench.engine.maxtext_adapter:Any"
+    )

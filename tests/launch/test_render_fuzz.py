@@ -59,6 +59,7 @@ def test_damaged_input_gives_a_valid_bench_or_one_clear_error(start, length, ins
 @FUZZ
 @given(_TEXT)
 @example('it\'s $(touch x) `id` "q" \\ ${HOME}')
+@example("0\n")
 def test_shell_quote_reads_back_literally_in_bash(value):
     result = subprocess.run(
         ["bash", "-c", f"printf %s {shell_quote(value)}"], capture_output=True, timeout=10
