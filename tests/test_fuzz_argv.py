@@ -180,8 +180,8 @@ def test_any_argv_ends_in_0_1_or_2_with_one_line_and_no_partial_file(
             TALLY[command, 0] += 1
             return
     event(f"exit {code}")
-    TALLY[command, code] += 1
     assert code in (0, 1, 2), (command, argv, env)
+    TALLY[command, code] += 1
     assert _leftovers(out) == []
     if code == 2:
         assert not (out / "result.json").exists() and not (out / "mb.npz").exists()
@@ -205,3 +205,14 @@ def test_refusals_are_one_line_that_names_the_command(command, files, capsys, mo
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("rl-trainer-bench"), err
     assert "Traceback" not in err and "internal error" not in err
+
+
+@pytest.mark.parametrize("command", ["payload", "check"])
+def test_a_routing_profile_that_is_not_text_is_one_line(command, files, capsys, tmp_path):
+    argv = ["--routing-profile", str(files["binary"])]
+    if command == "payload":
+        argv += ["--out", str(tmp_path / "mb.npz")]
+    assert cli.main([command, *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "not UTF-8 text" in err, err
+    assert not (tmp_path / "mb.npz").exists()

@@ -28,6 +28,7 @@ import numpy as np
 
 from rl_trainer_bench.engine.config import EngineConfig, ModelConfig, expert_capacity
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import read_user_text
 
 PROFILE_FORMAT = "rl_trainer_bench.routing_profile"
 PROFILE_VERSION = 1
@@ -414,10 +415,9 @@ def load_profile(path: str | None) -> RoutingProfile:
         origin = f"shipped profile {DEFAULT_PROFILE}"
     else:
         try:
-            with open(path, encoding="utf-8") as handle:
-                text = handle.read()
-        except OSError as error:
-            raise ProfileError(f"routing profile {path}: cannot read ({error.strerror})") from None
+            text = read_user_text(path, "routing profile")
+        except UserError as error:
+            raise ProfileError(str(error)) from None
         origin = f"routing profile {path}"
     try:
         document = json.loads(text)
