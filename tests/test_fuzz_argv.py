@@ -30,8 +30,16 @@ class ReachedDeviceWork(BaseException):
     """Raised where a command would start device work: every check before it has passed."""
 
 
-def _stop(*_args, **_kwargs):
-    raise ReachedDeviceWork
+class _Stop:
+    """Stands in for each start of device work, a function or an engine class: calling it stops."""
+
+    def __init__(self, *_args, **_kwargs):
+        raise ReachedDeviceWork
+
+
+# In place of the built-in engine class it must sit in that engine's module, where `aot` looks up
+# the lowering functions it compiles from.
+_Stop.__module__ = "rl_trainer_bench.engine.jax_engine"
 
 
 DEVICE_WORK = (
@@ -152,7 +160,7 @@ def test_any_argv_ends_in_0_1_or_2_with_one_line_and_no_partial_file(
     command, files, tmp_path_factory, monkeypatch, data
 ):
     for target in DEVICE_WORK:
-        monkeypatch.setattr(target, _stop, raising=False)
+        monkeypatch.setattr(target, _Stop, raising=False)
     out = tmp_path_factory.mktemp("out")
     words = _values(files, out)
     pair = st.tuples(st.sampled_from(_flag_words(command)), st.sampled_from(words))
@@ -190,7 +198,7 @@ def test_any_argv_ends_in_0_1_or_2_with_one_line_and_no_partial_file(
 @pytest.mark.parametrize("command", COMMANDS)
 def test_refusals_are_one_line_that_names_the_command(command, files, capsys, monkeypatch):
     for target in DEVICE_WORK:
-        monkeypatch.setattr(target, _stop, raising=False)
+        monkeypatch.setattr(target, _Stop, raising=False)
     argv = {
         "payload": ["--out", str(files["regular"] / "x.npz"), "--seed", "²"],
         "check": ["--payload", str(files["binary"])],
