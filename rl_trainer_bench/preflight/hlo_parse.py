@@ -231,8 +231,8 @@ def _split_top_level(text: str) -> list[str]:
     return [piece.strip() for piece in pieces if piece.strip()]
 
 
-def _balanced(text: str, start: int) -> int:
-    """Index just past the bracket group opening at `text[start]`; -1 when it never closes."""
+def _bracket_depths(text: str, start: int = 0):
+    """(index, bracket depth after that character) from `start` on; brackets in quotes don't count."""
     depth, quote = 0, ""
     for index in range(start, len(text)):
         char = text[index]
@@ -245,9 +245,12 @@ def _balanced(text: str, start: int) -> int:
             depth += 1
         elif char in ")]}":
             depth -= 1
-            if depth == 0:
-                return index + 1
-    return -1
+        yield index, depth
+
+
+def _balanced(text: str, start: int) -> int:
+    """Index just past the bracket group opening at `text[start]`; -1 when it never closes."""
+    return next((index + 1 for index, depth in _bracket_depths(text, start) if depth == 0), -1)
 
 
 def parse_instruction(text: str, line: int) -> Instruction | None:
@@ -413,18 +416,8 @@ def _continues(statement: str, line: str) -> bool:
 
 
 def _open_brackets(text: str) -> int:
-    depth, quote = 0, ""
-    for index, char in enumerate(text):
-        if quote:
-            if char == quote and text[index - 1] != "\\":
-                quote = ""
-        elif char == '"':
-            quote = char
-        elif char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-    return depth
+    """Brackets `text` leaves open (an instruction continued on the next line)."""
+    return next(reversed([depth for _, depth in _bracket_depths(text)]), 0)
 
 
 def _excerpt(text: str, limit: int = 80) -> str:
