@@ -169,14 +169,18 @@ _FLOAT_FIELDS = ("advantages", "old_logps", "ref_logps")
 
 def _check_finite(payload: Payload) -> list[str]:
     """Float values the loss reads are finite: NaN or inf there turns the loss and gradient NaN."""
-    counted = loss_positions(payload)
+    return _non_finite(payload, loss_positions(payload), "finite where the loss reads it")
+
+
+def _non_finite(payload: Payload, where: np.ndarray, rule: str) -> list[str]:
+    """One report per float field holding a non-finite value at a position of `where`."""
     problems = []
     for name in _FLOAT_FIELDS:
         values = getattr(payload, name)
         if values is not None:
             problems += _report(
-                f"{name} finite where the loss reads it",
-                counted & ~np.isfinite(values),
+                f"{name} {rule}",
+                where & ~np.isfinite(values),
                 lambda b, t, v=values, n=name: f"{n} is {v[b, t]}",
             )
     return problems
@@ -191,17 +195,9 @@ def payload_warnings(payload: Payload, engine: EngineConfig) -> list[str]:
     """
     if _check_shapes(payload, engine):
         return []
-    ignored = ~loss_positions(payload)
-    warnings = []
-    for name in _FLOAT_FIELDS:
-        values = getattr(payload, name)
-        if values is not None:
-            warnings += _report(
-                f"{name} non-finite where masked; the loss ignores it",
-                ignored & ~np.isfinite(values),
-                lambda b, t, v=values, n=name: f"{n} is {v[b, t]}",
-            )
-    return warnings
+    return _non_finite(
+        payload, ~loss_positions(payload), "non-finite where masked; the loss ignores it"
+    )
 
 
 def _check_token_ids(payload: Payload, vocab_size: int) -> list[str]:
