@@ -47,6 +47,16 @@ ENGINE_FLAGS = "ENGINE_FLAGS"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `ab` command's arguments, one group per thing they decide, in their `--help` order."""
+    _add_design_arguments(parser)
+    _add_length_arguments(parser)
+    _add_knob_arguments(parser)
+    _add_prediction_arguments(parser)
+    _add_output_arguments(parser)
+
+
+def _add_design_arguments(parser: argparse.ArgumentParser) -> None:
+    """What is compared and how the runs are laid out: preset, arms, order, design, schedule."""
     parser.add_argument("--preset", default="cpu-tiny", help="bench preset (default: cpu-tiny)")
     parser.add_argument(
         "--arms",
@@ -78,6 +88,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="seed of the interleaved schedule (default: 0)",
     )
+
+
+def _add_length_arguments(parser: argparse.ArgumentParser) -> None:
+    """How many steps each arm runs, scored and warm-up: what the run costs in time."""
     parser.add_argument(
         "--steps",
         type=_positive,
@@ -91,6 +105,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="warm-up steps per arm, reported, never scored (default: 1)",
     )
+
+
+def _add_knob_arguments(parser: argparse.ArgumentParser) -> None:
+    """Settings every arm shares: driver knobs, engine keys and the engine itself."""
     parser.add_argument(
         "--knob",
         action="append",
@@ -106,6 +124,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="module:Class",
         help="the engine every arm times (--knob ENGINE=...); an arm may set its own ENGINE",
     )
+
+
+def _add_prediction_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the verdict is judged against: pre-registered predictions and the smallest effect."""
     parser.add_argument(
         "--predict",
         action="append",
@@ -125,6 +147,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="smallest change worth finding, percent of the baseline's median step; NO-EFFECT "
         f"means smaller than this (default: {DEFAULT_MIN_EFFECT_PCT})",
     )
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the report goes, or which logs are scored instead of running arms."""
     parser.add_argument(
         "--out",
         type=Path,
