@@ -79,6 +79,22 @@ class Delta:
     verdict: str
     reason: str
 
+    @classmethod
+    def judged(
+        cls,
+        setting: str,
+        baseline: str,
+        delta_s: float,
+        ci_low_s: float,
+        ci_high_s: float,
+        baseline_median_s: float,
+        floor_s: float | None,
+        min_effect_s: float,
+    ) -> Delta:
+        """The delta with its verdict, so every design decides by the one rule (`verdict`)."""
+        word, reason = verdict(delta_s, ci_low_s, ci_high_s, floor_s, min_effect_s)
+        return cls(setting, baseline, delta_s, ci_low_s, ci_high_s, baseline_median_s, word, reason)
+
     @property
     def name(self) -> str:
         return f"{self.setting}-{self.baseline}"
@@ -126,25 +142,13 @@ def score(
     runs: Sequence[ArmRun], *, min_effect_pct: float, cross_pod: bool = False, seed: int = 0
 ) -> Score:
     """Score separate arms: every later setting against the first one (the baseline)."""
-    times = {run.label: [r.step_s for r in run.scored] for run in runs}
-    empty = [label for label, t in times.items() if not t]
-    if empty:
-        raise UserError(f"arm(s) {', '.join(empty)} have no scored steps; run with --steps >= 1")
-    by_setting: dict[str, list[str]] = {}
-    for run in runs:
-        by_setting.setdefault(run.setting, []).append(run.label)
-    if len(by_setting) < 2:
-        raise UserError("an A/B needs at least two different settings")
-
+    times = _scored_times(runs)
+    by_setting = _labels_by_setting(runs)
     arms = {label: Spread.of(t) for label, t in times.items()}
     settings = {
         s: Spread.of([x for lb in labels for x in times[lb]]) for s, labels in by_setting.items()
     }
-    noise = [
-        NoiseFloor(s, tuple(labels), _range([arms[lb].median_s for lb in labels]))
-        for s, labels in by_setting.items()
-        if len(labels) > 1
-    ]
+    noise = _noise_floors(arms, by_setting)
     floor = None if cross_pod or not noise else max(n.seconds for n in noise)
     baseline, *others = by_setting
     min_effect_s = min_effect_pct / 100.0 * settings[baseline].median_s
@@ -154,31 +158,26 @@ def score(
         shared_clock=not cross_pod,
         min_effect_s=min_effect_s,
     )
-    if cross_pod:
-        answer = "separate pods: no shared clock, a drift between them is not measured"
-    else:
-        answer = run_orders.balance([run.setting for run in runs]).describe()
-
     deltas = []
     for index, setting in enumerate(others):
-        rng = np.random.default_rng([seed, index])
-        a = _bootstrap_arm_medians([times[lb] for lb in by_setting[baseline]], rng)
-        b = _bootstrap_arm_medians([times[lb] for lb in by_setting[setting]], rng)
-        low, high = np.percentile(b - a, [50 * (1 - CONFIDENCE), 50 * (1 + CONFIDENCE)])
+        low, high = _bootstrap_interval(
+            [times[lb] for lb in by_setting[baseline]],
+            [times[lb] for lb in by_setting[setting]],
+            np.random.default_rng([seed, index]),
+        )
         delta = _mean_of_arm_medians(arms, by_setting[setting]) - _mean_of_arm_medians(
             arms, by_setting[baseline]
         )
-        word, reason = verdict(delta, float(low), float(high), floor, min_effect_s)
         deltas.append(
-            Delta(
+            Delta.judged(
                 setting,
                 baseline,
                 delta,
-                float(low),
-                float(high),
+                low,
+                high,
                 settings[baseline].median_s,
-                word,
-                reason,
+                floor,
+                min_effect_s,
             )
         )
     return Score(
@@ -192,8 +191,55 @@ def score(
         rule_text(floor, min_effect_s, cross_pod),
         SEPARATE_ARMS,
         drift,
-        answer,
+        _drift_answer(runs, cross_pod),
     )
+
+
+def _scored_times(runs: Sequence[ArmRun]) -> dict[str, list[float]]:
+    """Scored step seconds by arm label; an arm with none has no median, so it is refused."""
+    times = {run.label: [r.step_s for r in run.scored] for run in runs}
+    empty = [label for label, t in times.items() if not t]
+    if empty:
+        raise UserError(f"arm(s) {', '.join(empty)} have no scored steps; run with --steps >= 1")
+    return times
+
+
+def _labels_by_setting(runs: Sequence[ArmRun]) -> dict[str, list[str]]:
+    """Arm labels by setting, baseline first; one setting alone has nothing to compare against."""
+    by_setting: dict[str, list[str]] = {}
+    for run in runs:
+        by_setting.setdefault(run.setting, []).append(run.label)
+    if len(by_setting) < 2:
+        raise UserError("an A/B needs at least two different settings")
+    return by_setting
+
+
+def _noise_floors(arms: dict[str, Spread], by_setting: dict[str, list[str]]) -> list[NoiseFloor]:
+    """How far apart the arms of each repeated setting landed: what *nothing changed* looks like."""
+    return [
+        NoiseFloor(s, tuple(labels), _range([arms[lb].median_s for lb in labels]))
+        for s, labels in by_setting.items()
+        if len(labels) > 1
+    ]
+
+
+def _drift_answer(runs: Sequence[ArmRun], cross_pod: bool) -> str:
+    """How the run order deals with a linear drift; separate pods share no clock to measure one."""
+    if cross_pod:
+        return "separate pods: no shared clock, a drift between them is not measured"
+    return run_orders.balance([run.setting for run in runs]).describe()
+
+
+def _bootstrap_interval(
+    baseline: Sequence[Sequence[float]],
+    setting: Sequence[Sequence[float]],
+    rng: np.random.Generator,
+) -> tuple[float, float]:
+    """The CONFIDENCE interval of setting minus baseline (means of arm medians), by bootstrap."""
+    a = _bootstrap_arm_medians(baseline, rng)
+    b = _bootstrap_arm_medians(setting, rng)
+    low, high = np.percentile(b - a, [50 * (1 - CONFIDENCE), 50 * (1 + CONFIDENCE)])
+    return float(low), float(high)
 
 
 def verdict(
@@ -275,7 +321,6 @@ def score_interleaved(
     half_width = stats.t.ppf(0.5 + CONFIDENCE / 2, len(differences) - 1) * stats.sem(differences)
     low, high = delta - half_width, delta + half_width
     min_effect_s = min_effect_pct / 100.0 * arms[baseline].median_s
-    word, reason = verdict(delta, float(low), float(high), None, min_effect_s)
     step_settings = {(run.label, r.step): schedule.setting_of_step(r.step) for r in run.records}
     drift = ab_drift.measure(
         ab_drift.timed_steps([run], shared_clock=True, setting_of_step=step_settings),
@@ -292,15 +337,15 @@ def score_interleaved(
         min_effect_s,
         False,
         [
-            Delta(
+            Delta.judged(
                 other,
                 baseline,
                 delta,
                 float(low),
                 float(high),
                 arms[baseline].median_s,
-                word,
-                reason,
+                None,
+                min_effect_s,
             )
         ],
         rule_text(None, min_effect_s, False, INTERLEAVED),
