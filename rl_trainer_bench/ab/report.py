@@ -164,12 +164,7 @@ def document(
     return {
         "schema": SCHEMA,
         "mode": mode,
-        "command": list(command),
-        "started_unix": started_unix,
-        "finished_unix": finished_unix,
-        "settings": dict(settings),
-        "machine": dict(machine),
-        "versions": versions(),
+        **_provenance(command, started_unix, finished_unix, settings, machine),
         "verdict": overall_verdict(score, checks),
         "score": score.to_json(),
         "checks": [dataclasses.asdict(c) for c in checks],
@@ -199,15 +194,28 @@ def incomplete_document(
         "mode": mode,
         "incomplete": True,
         "interrupted": interrupted,
+        **_provenance(command, started_unix, finished_unix, settings, machine),
+        "verdict": None,
+        "arms": _arms(runs),
+        **extra,
+    }
+
+
+def _provenance(
+    command: Sequence[str],
+    started_unix: float,
+    finished_unix: float,
+    settings: Mapping[str, Any],
+    machine: Mapping[str, Any],
+) -> dict[str, Any]:
+    """How, when and where the run ran: a finished and an interrupted ab.json record it alike."""
+    return {
         "command": list(command),
         "started_unix": started_unix,
         "finished_unix": finished_unix,
         "settings": dict(settings),
         "machine": dict(machine),
         "versions": versions(),
-        "verdict": None,
-        "arms": _arms(runs),
-        **extra,
     }
 
 
