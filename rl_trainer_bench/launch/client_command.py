@@ -168,67 +168,89 @@ def simple_commands(script: str) -> Iterator[list[str]]:
             yield words
 
 
+@dataclasses.dataclass
+class _ScriptScan:
+    """Where a script's split stands at a line's end: quotes, `$(...)` and heredocs span lines."""
+
+    current: list[str] = dataclasses.field(default_factory=list)  # the command read so far
+    quote: str = ""  # "'", '"' or "" while scanning across lines
+    depth: int = 0  # nesting of $( ... ) and backticks
+    heredocs: list[str] = dataclasses.field(default_factory=list)  # delimiters opened on the line
+
+    def take(self) -> str:
+        """The command read so far, and a fresh start for the next one."""
+        text = "".join(self.current)
+        self.current = []
+        return text
+
+
 def _command_texts(script: str) -> Iterator[str]:
     """Split at unquoted newlines and `; & | ( )`, skipping comments and here-document bodies."""
-    current: list[str] = []
-    pending_heredocs: list[str] = []
+    scan = _ScriptScan()
     lines = script.split("\n")
     line_index = 0
-    quote = ""  # "'", '"' or "" while scanning across lines
-    depth = 0  # nesting of $( ... ) and backticks
     while line_index < len(lines):
         line = lines[line_index]
         line_index += 1
-        position = 0
-        while position < len(line):
-            char = line[position]
-            if quote == "'":
-                current.append(char)
-                quote = "" if char == "'" else quote
-            elif char == "\\" and quote != "'":
-                current.append(line[position : position + 2])
-                position += 1
-            elif quote == '"':
-                current.append(char)
-                if char == '"' and depth == 0:
-                    quote = ""
-                elif line.startswith("$(", position):
-                    depth += 1
-                elif char == ")" and depth:
-                    depth -= 1
-            elif char in "'\"":
-                quote = char
-                current.append(char)
-            elif line.startswith("$(", position) or char == "`":
-                depth += 1 if char != "`" or depth == 0 else -1
-                current.append(char)
-            elif depth:
-                depth -= 1 if char == ")" else 0
-                current.append(char)
-            elif char == "#" and (not current or current[-1] in " \t"):
-                break
-            elif char in _COMMAND_SEPARATORS and not _is_redirection(line, position):
-                yield "".join(current)
-                current = []
-            else:
-                if line.startswith("<<", position):
-                    match = _HEREDOC.match(line, position)
-                    if match:
-                        pending_heredocs.append(match.group(2))
-                current.append(char)
+        yield from _split_line(line, scan)
+        if scan.current and scan.current[-1] == "\\" and scan.quote != "'":
+            scan.current.pop()  # a backslash-newline joins the next line
+            continue
+        if scan.quote or scan.depth:
+            scan.current.append("\n")
+            continue
+        yield scan.take()
+        line_index = _past_heredoc_bodies(lines, line_index, scan.heredocs)
+        scan.heredocs = []
+    if scan.current:
+        yield scan.take()
+
+
+def _split_line(line: str, scan: _ScriptScan) -> Iterator[str]:
+    """The commands one line ends, left of a comment; what stays open is carried in `scan`."""
+    position = 0
+    while position < len(line):
+        char = line[position]
+        if scan.quote == "'":
+            scan.current.append(char)
+            scan.quote = "" if char == "'" else scan.quote
+        elif char == "\\" and scan.quote != "'":
+            scan.current.append(line[position : position + 2])
             position += 1
-        if current and current[-1] == "\\" and quote != "'":
-            current.pop()  # a backslash-newline joins the next line
-            continue
-        if quote or depth:
-            current.append("\n")
-            continue
-        yield "".join(current)
-        current = []
-        for delimiter in pending_heredocs:
-            while line_index < len(lines) and lines[line_index].strip() != delimiter:
-                line_index += 1
+        elif scan.quote == '"':
+            scan.current.append(char)
+            if char == '"' and scan.depth == 0:
+                scan.quote = ""
+            elif line.startswith("$(", position):
+                scan.depth += 1
+            elif char == ")" and scan.depth:
+                scan.depth -= 1
+        elif char in "'\"":
+            scan.quote = char
+            scan.current.append(char)
+        elif line.startswith("$(", position) or char == "`":
+            scan.depth += 1 if char != "`" or scan.depth == 0 else -1
+            scan.current.append(char)
+        elif scan.depth:
+            scan.depth -= 1 if char == ")" else 0
+            scan.current.append(char)
+        elif char == "#" and (not scan.current or scan.current[-1] in " \t"):
+            return
+        elif char in _COMMAND_SEPARATORS and not _is_redirection(line, position):
+            yield scan.take()
+        else:
+            if line.startswith("<<", position):
+                match = _HEREDOC.match(line, position)
+                if match:
+                    scan.heredocs.append(match.group(2))
+            scan.current.append(char)
+        position += 1
+
+
+def _past_heredoc_bodies(lines: list[str], line_index: int, delimiters: list[str]) -> int:
+    """The index of the first line after the bodies of the here-documents a line opened."""
+    for delimiter in delimiters:
+        while line_index < len(lines) and lines[line_index].strip() != delimiter:
             line_index += 1
-        pending_heredocs = []
-    if current:
-        yield "".join(current)
+        line_index += 1
+    return line_index
