@@ -543,6 +543,23 @@ def profile_from_dump(
     `num_experts` defaults to the largest expert id seen plus one; pass it when the hottest
     experts may be unused.
     """
+    _check_dump_array(routed, layout)
+    num_experts = _dump_expert_count(routed, num_experts)
+    counts = routed_expert_counts(routed, num_experts, layout=layout)
+    packing = _dump_packing_layout(routed, layout)
+    return RoutingProfile(
+        num_experts=num_experts,
+        top_k=routed.shape[3],
+        num_layers=counts.shape[0],
+        shares=_dump_shares(counts),
+        layout=packing,
+        synthetic=False,
+        description=description,
+    )
+
+
+def _check_dump_array(routed: np.ndarray, layout: str) -> None:
+    """Refuse a dump that is not four axes of integer expert ids with something in each axis."""
     if not np.issubdtype(routed.dtype, np.integer):
         raise ProfileError(f"routed experts have dtype {routed.dtype}: expected integer expert ids")
     if routed.ndim != 4:
@@ -552,7 +569,13 @@ def profile_from_dump(
             f"routed experts have shape {routed.shape}: an axis is empty ({layout}); pass a dump "
             "with at least one row, token, layer and slot"
         )
-    top_k = routed.shape[3]
+
+
+def _dump_expert_count(routed: np.ndarray, num_experts: int | None) -> int:
+    """The expert count of a dump: `num_experts` if given and consistent, else the top id plus one.
+
+    Ids out of range usually mean a wrong dtype or --layout, so they are refused with that hint.
+    """
     lowest = min(int(np.min(row)) for row in routed)
     highest = max(int(np.max(row)) for row in routed)
     if lowest < -1:
@@ -568,13 +591,17 @@ def profile_from_dump(
     if highest < 0:
         raise ProfileError("routed experts hold no routed token (every slot is -1)")
     if num_experts is None:
-        num_experts = highest + 1
-    elif not highest < num_experts <= MAX_EXPERT_ID + 1:
+        return highest + 1
+    if not highest < num_experts <= MAX_EXPERT_ID + 1:
         raise ProfileError(
             f"--num-experts {num_experts}: the dump routes to expert {highest}; pass a count above "
             f"{highest} and at most {MAX_EXPERT_ID + 1}"
         )
-    counts = routed_expert_counts(routed, num_experts, layout=layout)
+    return num_experts
+
+
+def _dump_packing_layout(routed: np.ndarray, layout: str) -> PackingLayout:
+    """The padding part of the layout: a token is real when any of its slots routes somewhere."""
     time_axis = 1 if layout == "BTLK" else 2
     other_axes = (1, 2) if layout == "BTLK" else (0, 2)  # of one row: all but the token axis
     real_tokens = np.array(
@@ -582,23 +609,18 @@ def profile_from_dump(
     )
     rows, seq_len = routed.shape[0], routed.shape[time_axis]
     real_rows = real_tokens[real_tokens > 0]
-    layout_stats = PackingLayout(
+    return PackingLayout(
         rows=rows,
         seq_len=seq_len,
         pad_rows=int((real_tokens == 0).sum()),
         real_fraction=_quantiles(real_rows / seq_len),
     )
+
+
+def _dump_shares(counts: np.ndarray) -> np.ndarray:
+    """Each layer's counts as shares of its pairs; a layer that routes none means a wrong layout."""
     routed_pairs = counts.sum(axis=1, keepdims=True)
     if (routed_pairs == 0).any():
         empty = int(np.flatnonzero(routed_pairs[:, 0] == 0)[0])
         raise ProfileError(f"layer {empty} of the dump routes no token: is --layout right?")
-    shares = counts / routed_pairs
-    return RoutingProfile(
-        num_experts=num_experts,
-        top_k=top_k,
-        num_layers=counts.shape[0],
-        shares=shares,
-        layout=layout_stats,
-        synthetic=False,
-        description=description,
-    )
+    return counts / routed_pairs
