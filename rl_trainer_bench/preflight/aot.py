@@ -671,6 +671,19 @@ def _extrapolate(
 
 def format_report(report: AotReport) -> str:
     """The human table: one row per program, then the device peak against the chip's memory."""
+    lines = _report_heading(report) + _program_table(report) + _memory_verdict(report)
+    lines += format_estimate(report)
+    host = (
+        f"; host peak memory {human_bytes(report.host_peak_bytes)}"
+        if report.host_peak_bytes
+        else ""
+    )
+    lines.append(f"compiled in {report.compile_seconds:.1f} s{host}")
+    return "\n".join(lines)
+
+
+def _report_heading(report: AotReport) -> list[str]:
+    """Which cell was compiled for which devices, and whether the figures are extrapolated."""
     mesh = " x ".join(f"{n}={s}" for n, s in report.mesh.items())
     lines = [
         f"AOT memory check: preset {report.preset} on {report.target} ({report.devices} x "
@@ -684,6 +697,11 @@ def format_report(report: AotReport) -> str:
             f"ESTIMATE: compiled at {low} and {high} of {report.layers} layers; program figures "
             f"extrapolated linearly to {report.layers} (state figures are exact)"
         )
+    return lines
+
+
+def _program_table(report: AotReport) -> list[str]:
+    """One row of bytes per program; a program that did not compile says why in its row."""
     header = (
         "program",
         "argument",
@@ -695,15 +713,10 @@ def format_report(report: AotReport) -> str:
         "beside",
         "peak",
     )
-    lines.append(f"{header[0]:<18}" + "".join(f"{h:>11}" for h in header[1:]))
+    lines = [f"{header[0]:<18}" + "".join(f"{h:>11}" for h in header[1:])]
     for p in report.programs:
         if not p.compiled:
-            detail = "OUT OF MEMORY" if p.out_of_memory else "FAILED"
-            if p.needed is not None:
-                detail += f": needs {human_bytes(p.needed)}" + (
-                    f" of {human_bytes(p.available)}" if p.available is not None else ""
-                )
-            lines.append(f"{p.name:<18} {detail}  ({p.error})")
+            lines.append(f"{p.name:<18} {_failure_detail(p)}  ({p.error})")
             continue
         values = (
             p.argument,
@@ -716,8 +729,23 @@ def format_report(report: AotReport) -> str:
             p.peak,
         )
         lines.append(f"{p.name:<18}" + "".join(f"{human_bytes(v):>11}" for v in values))
+    return lines
+
+
+def _failure_detail(p: ProgramMemory) -> str:
+    """How a program failed, with the bytes XLA said it needed where a memory failure names them."""
+    detail = "OUT OF MEMORY" if p.out_of_memory else "FAILED"
+    if p.needed is not None:
+        detail += f": needs {human_bytes(p.needed)}" + (
+            f" of {human_bytes(p.available)}" if p.available is not None else ""
+        )
+    return detail
+
+
+def _memory_verdict(report: AotReport) -> list[str]:
+    """The state per device and the device peak against the chip's memory, with what to watch."""
     state = ", ".join(f"{k} {human_bytes(v)}" for k, v in report.state.items() if v)
-    lines.append(f"state per device: {state}")
+    lines = [f"state per device: {state}"]
     memory = human_bytes(report.memory_bytes) if report.memory_bytes is not None else "unknown"
     verdict = {True: "FITS", False: "DOES NOT FIT", None: "UNKNOWN"}[report.fits]
     headroom = human_bytes(report.headroom) if report.headroom is not None else "n/a"
@@ -730,14 +758,7 @@ def format_report(report: AotReport) -> str:
         lines.append(f"state not split over all {report.devices} devices: {leaves}")
     if report.unapplied_keys:
         lines.append(f"keys the built-in engine does not apply: {', '.join(report.unapplied_keys)}")
-    lines += format_estimate(report)
-    host = (
-        f"; host peak memory {human_bytes(report.host_peak_bytes)}"
-        if report.host_peak_bytes
-        else ""
-    )
-    lines.append(f"compiled in {report.compile_seconds:.1f} s{host}")
-    return "\n".join(lines)
+    return lines
 
 
 def format_estimate(report: AotReport) -> list[str]:
