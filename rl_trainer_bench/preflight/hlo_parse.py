@@ -308,84 +308,118 @@ def parse_hlo(text: str, source: str = "<hlo>", first_line: int = 1) -> HloModul
     `first_line` is the file line of `text`'s first line, so a module cut from a longer file is
     reported with the file's line numbers.
     """
-    module_name, module_attributes = "", ""
-    computations: dict[str, Computation] = {}
-    current: Computation | None = None
-    statement: list[str] = []  # the lines of the instruction being read
-    statement_line = 0
-    in_section = False
+    reader = _ModuleReader(source)
+    for number, raw in enumerate(text.splitlines(), start=first_line):
+        reader.read_line(number, raw.rstrip())
+    return reader.module(first_line)
 
-    def finish_statement() -> None:
-        if not statement:
+
+class _ModuleReader:
+    """One pass over a module's lines. Inside a computation's braces lines are instructions, which
+    may continue over several lines; outside them only the module header, debug sections and
+    computation headers may stand, so anything else is refused with its line number."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.name, self.attributes = "", ""
+        self.computations: dict[str, Computation] = {}
+        self.current: Computation | None = None  # the computation whose body is being read
+        self.statement: list[str] = []  # the lines of the instruction being read
+        self.statement_line = 0
+        self.in_section = False  # inside a debug section (`FileNames` ...) before the bodies
+
+    def read_line(self, number: int, line: str) -> None:
+        """Read one line (trailing white space already gone)."""
+        if self.current is not None:
+            self._read_body_line(number, line)
+        else:
+            self._read_outer_line(number, line.strip())
+
+    def module(self, first_line: int) -> HloModule:
+        """The module once every line is read; a computation left open means a truncated file."""
+        if self.current is not None:
+            raise HloParseError(
+                f"{self.source}:{self.current.line}: computation {self.current.name} is never "
+                "closed with '}' (truncated file?)"
+            )
+        if not self.computations:
+            raise HloParseError(
+                f"{self.source}:{first_line}: no HLO computation found; is this an HLO text file?"
+            )
+        return HloModule(self.name, self.attributes, self.computations)
+
+    def _read_body_line(self, number: int, line: str) -> None:
+        """An instruction, a continuation of the one being read, or the body's closing brace."""
+        code = strip_line_comment(line).rstrip()
+        if not code.strip():
             return
-        joined = " ".join(statement)
-        instruction = parse_instruction(joined, statement_line)
+        if code.strip() == "}" or code.strip().startswith("},"):  # `}, execution_thread=..`
+            self._finish_statement()
+            self._close_computation()
+        elif self.statement and _continues(" ".join(self.statement), code):
+            self.statement.append(code.strip())
+        else:
+            self._finish_statement()
+            self.statement.append(code)
+            self.statement_line = number
+
+    def _finish_statement(self) -> None:
+        """Parse the instruction read so far into the current computation."""
+        if not self.statement:
+            return
+        joined = " ".join(self.statement)
+        instruction = parse_instruction(joined, self.statement_line)
         if instruction is None:
             raise HloParseError(
-                f"{source}:{statement_line}: not an HLO instruction ({_excerpt(joined.strip())}); "
+                f"{self.source}:{self.statement_line}: not an HLO instruction "
+                f"({_excerpt(joined.strip())}); "
                 "pass the text of a compiled module (compiled.as_text() or an XLA dump)"
             )
-        current.instructions.append(instruction)
-        statement.clear()
+        self.current.instructions.append(instruction)
+        self.statement.clear()
 
-    for number, raw in enumerate(text.splitlines(), start=first_line):
-        line = raw.rstrip()
-        stripped = line.strip()
-        if current is not None:
-            code = strip_line_comment(line).rstrip()
-            if not code.strip():
-                continue
-            if code.strip() == "}" or code.strip().startswith("},"):  # `}, execution_thread=..`
-                finish_statement()
-                if current.name in computations:
-                    raise HloParseError(
-                        f"{source}:{current.line}: a second computation named {current.name} "
-                        f"(the first is at line {computations[current.name].line}); names must be "
-                        "unique within a module"
-                    )
-                computations[current.name] = current
-                current = None
-            elif statement and _continues(" ".join(statement), code):
-                statement.append(code.strip())
-            else:
-                finish_statement()
-                statement.append(code)
-                statement_line = number
-            continue
+    def _close_computation(self) -> None:
+        """Keep the finished computation; a second one of the same name would shadow the first."""
+        current = self.current
+        if current.name in self.computations:
+            raise HloParseError(
+                f"{self.source}:{current.line}: a second computation named {current.name} "
+                f"(the first is at line {self.computations[current.name].line}); names must be "
+                "unique within a module"
+            )
+        self.computations[current.name] = current
+        self.current = None
+
+    def _read_outer_line(self, number: int, stripped: str) -> None:
+        """Between bodies: blank lines, comments, the module header, debug sections, a header."""
         if not stripped or stripped.startswith("//"):
-            in_section = False if not stripped else in_section
-            continue
+            self.in_section = False if not stripped else self.in_section
+            return
         if stripped.startswith("HloModule "):
-            if module_name:
-                raise HloParseError(
-                    f"{source}:{number}: a second HloModule ({_excerpt(stripped)}); this reader "
-                    "takes one module at a time"
-                )
-            module_name, _, module_attributes = stripped[len("HloModule ") :].partition(",")
-            module_name = module_name.strip()
-            continue
+            self._read_module_header(number, stripped)
+            return
         if stripped in _SECTIONS:
-            in_section = True
-            continue
-        if in_section and re.match(r"^\d+\s", stripped):
-            continue
+            self.in_section = True
+            return
+        if self.in_section and re.match(r"^\d+\s", stripped):
+            return
         header = _HEADER.match(strip_line_comment(stripped).strip())
         if header is None:
             raise HloParseError(
-                f"{source}:{number}: expected a computation header such as "
+                f"{self.source}:{number}: expected a computation header such as "
                 f"'ENTRY %main (p: f32[2]) -> f32[2] {{', found {_excerpt(stripped)}"
             )
-        current = Computation(header.group(2), bool(header.group(1)), [], number)
-    if current is not None:
-        raise HloParseError(
-            f"{source}:{current.line}: computation {current.name} is never closed with '}}' "
-            "(truncated file?)"
-        )
-    if not computations:
-        raise HloParseError(
-            f"{source}:{first_line}: no HLO computation found; is this an HLO text file?"
-        )
-    return HloModule(module_name, module_attributes, computations)
+        self.current = Computation(header.group(2), bool(header.group(1)), [], number)
+
+    def _read_module_header(self, number: int, stripped: str) -> None:
+        """The module's name and attributes; a second header means two modules in one text."""
+        if self.name:
+            raise HloParseError(
+                f"{self.source}:{number}: a second HloModule ({_excerpt(stripped)}); this reader "
+                "takes one module at a time"
+            )
+        name, _, self.attributes = stripped[len("HloModule ") :].partition(",")
+        self.name = name.strip()
 
 
 def strip_line_comment(line: str) -> str:
