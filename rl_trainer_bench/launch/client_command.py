@@ -53,7 +53,9 @@ def parse_client_command(command: Sequence[str] | str) -> tuple[dict[str, str], 
 
 
 def read_client_command(command: Sequence[str] | str) -> ClientCommand:
-    """Find the first python invocation in a client command; UserError when there is none."""
+    """Find the first python invocation that runs a program (a script or `-m` module) in a client
+    command; UserError when there is none. A `python -c` snippet is not the trainer (a bench's
+    script unpacks its code with one before it runs its driver) and is passed over."""
     script = command if isinstance(command, str) else script_of(command)
     exported: dict[str, str] = {}
     for words in simple_commands(script):
@@ -63,7 +65,7 @@ def read_client_command(command: Sequence[str] | str) -> ClientCommand:
         while words and words[0] in _KEYWORDS:
             words = words[1:]
         prefix, rest = _split_prefix(_without_redirections(words))
-        if rest and _INTERPRETER.match(rest[0]):
+        if rest and _INTERPRETER.match(rest[0]) and rest[1:2] != ["-c"]:
             program_length = 3 if rest[1:2] == ["-m"] else 2
             return ClientCommand(
                 env={**exported, **prefix},

@@ -5,7 +5,7 @@ so bash runs the trap promptly, core dumps off, start/end lines and the workload
 replaces the trainer's python line with the bench driver. Every value the driver receives is
 exported through `shell_quote`, so spaces, quotes, `$()` and backticks arrive literally and nothing
 the user typed is evaluated by the shell. The code travels base64-encoded in a quoted
-here-document, which the shell does not expand either.
+here-document, which the shell does not expand either, and the trainer's interpreter unpacks it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,14 @@ from rl_trainer_bench.launch.client_command import shell_quote
 CODE_MARKER = "RL_TRAINER_BENCH_CODE"
 CODE_DIR_VARIABLE = "BENCH_CODE_DIR"
 DRIVER_MODULE = "rl_trainer_bench.bench.driver"
+# Unpacks the base64 tar.xz on stdin into the folder argv[1] with nothing but Python's standard
+# library (`code_bundle.bundle`); the data filter where the Python has one (3.12, and 3.8-3.11
+# patch releases from 2023).
+UNPACK = (
+    "import base64, io, sys, tarfile; "
+    "archive = tarfile.open(fileobj=io.BytesIO(base64.b64decode(sys.stdin.buffer.read())), mode='r:xz'); "
+    "archive.extractall(sys.argv[1], **({'filter': 'data'} if hasattr(tarfile, 'data_filter') else {}))"
+)
 
 
 def bench_script(
@@ -47,7 +55,7 @@ ulimit -c 0
 (
 set -eu
 export {CODE_DIR_VARIABLE}="$(mktemp -d)"
-base64 -d <<'{CODE_MARKER}' | tar -xzf - -C "${CODE_DIR_VARIABLE}"
+{shell_quote(interpreter)} -c {shell_quote(UNPACK)} "${CODE_DIR_VARIABLE}" <<'{CODE_MARKER}'
 {code_base64}
 {CODE_MARKER}
 export PYTHONPATH="${CODE_DIR_VARIABLE}${{PYTHONPATH:+:$PYTHONPATH}}"

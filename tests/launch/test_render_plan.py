@@ -35,7 +35,7 @@ def _pod_plan(bench: dict, folder: Path) -> subprocess.CompletedProcess:
     script = client_script(bench)
     start = script.index("\n", script.index(f"<<'{CODE_MARKER}'")) + 1
     bundle = base64.b64decode(script[start : script.index(f"\n{CODE_MARKER}\n", start)])
-    with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as archive:
+    with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:xz") as archive:
         archive.extractall(folder, filter="data")
     environment = {**exports(bench), "PATH": os.environ["PATH"], "PYTHONPATH": str(folder)}
     return subprocess.run(

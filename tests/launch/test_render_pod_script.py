@@ -2,8 +2,10 @@
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -28,8 +30,12 @@ def _driver_env() -> str:
 
 
 def _stub_python(folder: Path, body: str) -> dict[str, str]:
+    """A `python` that runs `body` as the driver; `python -c` (the script's unpacking of the
+    embedded code) goes to the real interpreter."""
     stub = folder / "python"
-    stub.write_text(f"#!/bin/bash\n{body}\n")
+    stub.write_text(
+        f'#!/bin/bash\nif [ "$1" = -c ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n{body}\n'
+    )
     stub.chmod(0o755)
     return {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
 
