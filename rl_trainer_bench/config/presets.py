@@ -56,6 +56,16 @@ PRESETS: Mapping[str, Preset] = {
                     expert_ffn_dim=64,
                     shared_expert_ffn_dim=64,
                     dtype="float32",
+                    # One Gated DeltaNet layer and one gated full-attention layer, so the tests and
+                    # the main job run both mixers; chunks of 32 give each 64-token context
+                    # shard two chunks, so the chunk recurrence and the shard hand-over both run.
+                    attention_output_gate=True,
+                    layer_types=("linear_attention", "full_attention"),
+                    linear_num_key_heads=2,
+                    linear_num_value_heads=8,
+                    linear_key_head_dim=16,
+                    linear_value_head_dim=16,
+                    linear_chunk_size=32,
                 ),
                 mesh=MeshConfig(fsdp=2, context=2, expert=2),
                 # Expert groups here hold only 64 tokens, so the synthetic profile's skew overflows
@@ -67,7 +77,8 @@ PRESETS: Mapping[str, Preset] = {
             ),
             micro_steps=2,
             host_devices=8,
-            purpose="tests and the default main job: seconds on 2 CPU cores, 8 host devices as 2x2x2",
+            purpose="tests and the default main job: seconds on 2 CPU cores, 8 host devices as 2x2x2,"
+            " one layer of each mixer",
         ),
         Preset(
             name="cpu-tiny-dense",
@@ -151,6 +162,9 @@ PRESETS: Mapping[str, Preset] = {
                     linear_key_head_dim=128,
                     linear_value_head_dim=128,
                     linear_conv_kernel_dim=4,
+                    # [B, H, chunk, T] float32 logits per device: 2 GiB at 256 for 65,536-token
+                    # rows, 8 GiB at the engine default of 1024 (BENCHMARKS.md, fit table).
+                    attention_chunk_size=256,
                 ),
                 mesh=MeshConfig(fsdp=32, context=4, expert=2),
                 micro_batch_rows=64,

@@ -158,6 +158,27 @@ class MoeConfig:
         default=True,
         metadata=engine_key("micro-batches carry routed_experts (what AOT lowering assumes)"),
     )
+    token_chunks: int = dataclasses.field(
+        default=1,
+        metadata=engine_key(
+            "groups a device's tokens form in the MoE layer, run one after another, each with"
+            " buffers of its own (1/chunks of the buffer memory; capacity is per group)",
+            key="num_moe_token_chunks",
+            minimum=1,
+        ),
+    )
+
+
+def tokens_per_group(config: EngineConfig) -> int:
+    """Tokens whose routed pairs share one set of expert buffers (N in docs/engine.md's capacity).
+
+    A device holds B / (fsdp x expert) rows of T / context tokens; the MoE layer splits them into
+    `token_chunks` groups. The payload's overflow prediction reads this same figure.
+    """
+    mesh = config.mesh
+    rows = math.ceil(config.micro_batch_rows / (mesh.fsdp * mesh.expert))
+    local = rows * math.ceil(config.seq_len / mesh.context)
+    return math.ceil(local / config.moe.token_chunks)
 
 
 def expert_capacity(tokens: int, top_k: int, num_experts: int, factor: float) -> int:
@@ -305,8 +326,15 @@ def _shape_problems(config: EngineConfig) -> list[str]:
              and m.linear_num_value_heads % max(m.linear_num_key_heads, 1) == 0,
              "linear_num_value_heads", m.linear_num_value_heads,
              f"a positive multiple of linear_num_key_heads = {m.linear_num_key_heads}"),
+            # a convolution reads its taps - 1 earlier tokens from the previous context shard only
+            (seq // max(mesh.context, 1) >= m.linear_conv_kernel_dim - 1, "linear_conv_kernel_dim",
+             m.linear_conv_kernel_dim, f"at most seq_len / mesh context + 1 = {seq // max(mesh.context, 1) + 1}"),
         ]  # fmt: skip
     per_shard = seq // max(mesh.context, 1)
+    local = rows // max(mesh.row_groups, 1) * per_shard
+    chunks = config.moe.token_chunks
+    checks.append((local % chunks == 0, "num_moe_token_chunks", chunks,
+                   f"a divisor of the tokens one device holds = {local}"))  # fmt: skip
     for name, chunk in (
         ("compute_logps_chunk_size", config.loss.compute_logps_chunk_size),
         ("attention_chunk_size", m.attention_chunk_size),

@@ -11,39 +11,78 @@ back. Packed rows: the convolutions, like the rule, never reach across a segment
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
 
+from rl_trainer_bench.engine import sharding
 from rl_trainer_bench.engine.config import ModelConfig
-from rl_trainer_bench.engine.linear_attention import gated_delta_rule, segment_starts
+from rl_trainer_bench.engine.linear_attention import gated_delta_rule
+
+# q, k and v share one projection matmul and one convolution: their weights side by side.
+QKV = (("gdn_wq", "gdn_conv_q"), ("gdn_wk", "gdn_conv_k"), ("gdn_wv", "gdn_conv_v"))
 
 
-def causal_conv(x, kernel, starts):
-    """Depthwise causal convolution over T that stops at segment starts, then SiLU.
+def context_conv(x, kernel, segments):
+    """Depthwise causal convolution over T that never reaches across a segment start, then SiLU.
 
-    x: [B, T, H, hd]; kernel: [K, H, hd], tap j weighs the token j steps back; starts: [B, T].
+    x: [B, T, W] split like the tokens (T over `context`); kernel: [taps, W], tap j weighs the token
+    j steps back; segments: [B, T]. Each device takes the last taps - 1 tokens of the span before
+    it from its context peer (one collective permute) and convolves its own span.
     """
+    return jax.shard_map(
+        local_conv,
+        in_specs=(sharding.ACTIVATIONS, sharding.REPLICATED, sharding.TOKENS),
+        out_specs=sharding.ACTIVATIONS,
+        check_vma=False,
+    )(x, kernel, segments)
+
+
+def local_conv(x, kernel, segments):
+    """One device's span of `context_conv`; token t - j counts while t - j .. t share a segment."""
+    t, halo = x.shape[1], kernel.shape[0] - 1
+    x_ext = jnp.concatenate([_previous_tail(x, halo), x], axis=1)
+    ids = jnp.concatenate([_previous_tail(segments, halo), segments], axis=1)
     out = x * kernel[0]
-    reaches = jnp.ones(starts.shape, bool)  # token t - j is in t's segment
-    for back in range(1, kernel.shape[0]):
-        reaches = reaches & ~_shift(starts, back - 1)
-        out = out + jnp.where(reaches[..., None, None], _shift(x, back), 0) * kernel[back]
+    reaches = jnp.ones(segments.shape, bool)
+    for back in range(1, halo + 1):
+        first = halo - back  # token t - back sits at first + t of the extended span
+        reaches = reaches & (ids[:, first : first + t] == ids[:, first + 1 : first + 1 + t])
+        out = out + jnp.where(reaches[..., None], x_ext[:, first : first + t], 0) * kernel[back]
     return jax.nn.silu(out)
 
 
-def _shift(x, steps):
-    """x delayed by `steps` tokens along T (axis 1), zeros (False) shifted in."""
-    if steps == 0:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[1] = (steps, 0)
-    return jnp.pad(x[:, :-steps], widths)
+def _previous_tail(a, n):
+    """The last `n` tokens of the previous device's span on `context`; zeros on the first device
+    (a zero segment id is padding, which no real token's segment equals)."""
+    shards = jax.lax.axis_size("context")
+    tail = a[:, a.shape[1] - n :]
+    if shards == 1:
+        return jnp.zeros_like(tail)
+    return jax.lax.ppermute(tail, "context", [(i, i + 1) for i in range(shards - 1)])
 
 
 def l2_normalize(x, eps=1e-6):
     """x / |x| over the head dim, in float32."""
     x32 = x.astype(jnp.float32)
     return x32 * jax.lax.rsqrt(jnp.sum(x32 * x32, axis=-1, keepdims=True) + eps)
+
+
+def context_delta_rule(q, k, v, log_decay, beta, segments, *, chunk_size, solve="auto"):
+    """`gated_delta_rule` with the sequence split over `context`: each device runs its own span
+    and takes its incoming state from the spans before it (`linear_attention.py`)."""
+    heads, per_head = sharding.HEADS, P(sharding.ROWS, "context", None)
+    return jax.shard_map(
+        functools.partial(
+            gated_delta_rule, chunk_size=chunk_size, context_axis="context", solve=solve
+        ),
+        in_specs=(heads, heads, heads, per_head, per_head, sharding.TOKENS),
+        out_specs=heads,
+        check_vma=False,
+    )(q, k, v, log_decay, beta, segments)
 
 
 def gated_rms_norm(x, gate, scale, eps):
@@ -53,33 +92,34 @@ def gated_rms_norm(x, gate, scale, eps):
     return (normed * jax.nn.silu(gate.astype(jnp.float32))).astype(gate.dtype)
 
 
-def gated_deltanet(x, layer, segments, config: ModelConfig, context_shards: int):
-    """One linear-attention layer over packed segments: x [B, T, D] -> [B, T, D]."""
+def gated_deltanet(x, layer, segments, config: ModelConfig, solve: str = "auto"):
+    """One linear-attention layer over packed segments: x [B, T, D] -> [B, T, D].
+
+    `solve`: how the chunks' triangular systems are solved (`linear_attention.solve_method`).
+    """
     dtype = x.dtype
     c = config
 
     def project(name, spec="btd,dhk->bthk"):
         return jnp.einsum(spec, x, layer[name].astype(dtype))
 
-    starts = segment_starts(segments)
-    q = causal_conv(project("gdn_wq"), layer["gdn_conv_q"].astype(dtype), starts)
-    k = causal_conv(project("gdn_wk"), layer["gdn_conv_k"].astype(dtype), starts)
-    v = causal_conv(project("gdn_wv"), layer["gdn_conv_v"].astype(dtype), starts)
+    widths = [layer[w].shape[1] * layer[w].shape[2] for w, _ in QKV]
+    weights = jnp.concatenate([layer[w].reshape(c.d_model, -1) for w, _ in QKV], axis=-1)
+    kernels = [layer[k].reshape(c.linear_conv_kernel_dim, -1) for _, k in QKV]
+    qkv = context_conv(
+        x @ weights.astype(dtype), jnp.concatenate(kernels, -1).astype(dtype), segments
+    )
+    q, k, v = jnp.split(qkv, np.cumsum(widths)[:-1], axis=-1)
+    heads = (c.linear_num_key_heads, c.linear_num_key_heads, c.linear_num_value_heads)
+    q, k, v = (a.reshape(*a.shape[:2], h, -1) for a, h in zip((q, k, v), heads, strict=True))
     share = c.linear_num_value_heads // c.linear_num_key_heads
     q = jnp.repeat(l2_normalize(q) * c.linear_key_head_dim**-0.5, share, axis=2)
     k = jnp.repeat(l2_normalize(k), share, axis=2)
     beta = jax.nn.sigmoid(project("gdn_wb", "btd,dh->bth").astype(jnp.float32))
     rate = project("gdn_wa", "btd,dh->bth").astype(jnp.float32) + layer["gdn_dt_bias"]
     log_decay = -jnp.exp(layer["gdn_a_log"]) * jax.nn.softplus(rate)
-    out = gated_delta_rule(
-        q,
-        k,
-        v,
-        log_decay,
-        beta,
-        segments,
-        chunk_size=c.linear_chunk_size,
-        context_shards=context_shards,
+    out = context_delta_rule(
+        q, k, v, log_decay, beta, segments, chunk_size=c.linear_chunk_size, solve=solve
     )
     out = gated_rms_norm(out, project("gdn_wz"), layer["gdn_norm"], c.rms_norm_eps)
     return jnp.einsum("bthk,hkd->btd", out, layer["gdn_wo"].astype(dtype))

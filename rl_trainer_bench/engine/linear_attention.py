@@ -29,20 +29,46 @@ import jax
 import jax.numpy as jnp
 
 
-def segment_starts(segment_ids: jax.Array) -> jax.Array:
-    """[B, T] bool: the token opens a run of equal segment ids (padding runs included)."""
-    previous = jnp.pad(segment_ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
+def segment_starts(segment_ids: jax.Array, context_axis: str | None = None) -> jax.Array:
+    """[B, T] bool: the token opens a run of equal segment ids (padding runs included).
+
+    Inside `shard_map` with `context_axis`, a span's first token compares with the last token of
+    the span before it (on the previous device of the axis); the row's first token always opens.
+    """
+    before = jnp.full_like(segment_ids[:, :1], -1)
+    if context_axis is not None:
+        shards = jax.lax.axis_size(context_axis)
+        last = jax.lax.ppermute(
+            segment_ids[:, -1:], context_axis, [(i, i + 1) for i in range(shards - 1)]
+        )
+        before = jnp.where(jax.lax.axis_index(context_axis) == 0, before, last)
+    previous = jnp.concatenate([before, segment_ids[:, :-1]], axis=1)
     return segment_ids != previous
 
 
-def gated_delta_rule(q, k, v, log_decay, beta, segment_ids, *, chunk_size, context_shards=1):
+def gated_delta_rule(
+    q,
+    k,
+    v,
+    log_decay,
+    beta,
+    segment_ids,
+    *,
+    chunk_size,
+    context_shards=1,
+    context_axis=None,
+    solve="auto",
+):
     """Outputs o [B, T, H, Dv] of the gated delta rule (module docstring) over packed rows.
 
     q, k: [B, T, H, Dk], already normalised and scaled (nothing is applied to them here);
     v: [B, T, H, Dv]; log_decay, beta: [B, T, H]; segment_ids: [B, T], 0 = padding, whose outputs
-    are zero and whose inputs are ignored. T splits into `context_shards` contiguous spans (the engine's context axis), each
-    padded up to whole chunks with tokens that leave the state unchanged. Computed in float32,
-    returned in v's dtype.
+    are zero and whose inputs are ignored. T splits into `context_shards` contiguous spans, each
+    padded up to whole chunks with tokens that leave the state unchanged. Inside `shard_map`,
+    `context_axis` names the mesh axis whose devices hold the spans of the same rows in order: the
+    arrays are then this device's span, and the spans before it are folded in from its peers.
+    `solve` picks how the chunks' triangular systems are solved (`unit_lower_solve`). Computed in
+    float32, returned in v's dtype.
     """
     b, t, h, dk = q.shape
     dv = v.shape[-1]
@@ -69,18 +95,23 @@ def gated_delta_rule(q, k, v, log_decay, beta, segment_ids, *, chunk_size, conte
     q, k, v = (jnp.where(real[..., None, None], x, 0).astype(f32) for x in (q, k, v))
     beta = jnp.where(real[..., None], beta, 0).astype(f32)
     log_decay = jnp.where(real[..., None], log_decay, 0).astype(f32)
-    starts = chunked(segment_starts(segment_ids), False)
+    starts = chunked(segment_starts(segment_ids, context_axis), False)
     chunks = _chunk_terms(
-        chunked(q, 0), chunked(k, 0), chunked(v, 0), chunked(log_decay, 0), chunked(beta, 0), starts
+        *(chunked(x, 0) for x in (q, k, v, log_decay, beta)), starts, solve_method(solve)
     )
     zeros = jnp.zeros((b, context_shards, h, dk, dv), f32)
-    incoming = _incoming_states(chunks, zeros) if context_shards > 1 else zeros
+    if context_axis is not None and jax.lax.axis_size(context_axis) > 1:
+        incoming = _incoming_from_peers(chunks, zeros, context_axis)
+    elif context_shards > 1:
+        incoming = _incoming_states(chunks, zeros)
+    else:
+        incoming = zeros
     out = _chunk_outputs(chunks, incoming)  # [n, B, S, C, H, Dv]
     out = jnp.moveaxis(out, 0, 2).reshape(b, context_shards, padded, h, dv)[:, :, :span]
     return out.reshape(b, t, h, dv).astype(v.dtype)
 
 
-def _chunk_terms(q, k, v, log_decay, beta, starts):
+def _chunk_terms(q, k, v, log_decay, beta, starts, solve):
     """Everything of a chunk that does not depend on its incoming state, for all chunks at once.
 
     Inputs are [n, B, S, C, ...] (starts: bool [n, B, S, C]). Returns a dict of per-chunk terms.
@@ -103,11 +134,10 @@ def _chunk_terms(q, k, v, log_decay, beta, starts):
 
     kk = jnp.einsum("...thd,...ihd->...tih", k, k)
     system = decay(strictly) * kk * beta[..., :, None, :]  # A [.., t, i, H]
-    system = jnp.moveaxis(system, -1, -3) + jnp.eye(system.shape[-2])  # I + A [.., H, t, i]
     rhs = jnp.concatenate([v * beta[..., None], k * (beta * from_start)[..., None]], axis=-1)
-    solved = jax.scipy.linalg.solve_triangular(
-        system, jnp.moveaxis(rhs, -2, -3), lower=True, unit_diagonal=True
-    )  # [.., H, C, Dv + Dk]
+    solved = unit_lower_solve(
+        jnp.moveaxis(system, -1, -3), jnp.moveaxis(rhs, -2, -3), solve
+    )  # (I + A) [U | W] = rhs: [.., H, C, Dv + Dk]
     dv = v.shape[-1]
     return {
         "u": solved[..., :dv],
@@ -117,6 +147,64 @@ def _chunk_terms(q, k, v, log_decay, beta, starts):
         "k": jnp.moveaxis(k * to_end[..., None], -2, -3),  # e k [.., H, C, Dk]
         "g": across,  # [.., H]
     }
+
+
+# How the chunks' unit lower-triangular systems are solved: XLA's triangular solve (a blocked
+# inverse and matmuls on TPU and GPU), or row-by-row substitution. On the CPU, JAX's triangular
+# solve is a LAPACK call that splits its batch over the host's thread pool and waits for the
+# parts: with several host devices running it at once every thread can end up waiting for parts
+# that no thread is left to run, and the step never finishes (seen on 8 host devices on 2 cores).
+SOLVE_METHODS = ("xla", "substitution")
+
+
+def solve_method(choice: str, platform: str | None = None) -> str:
+    """Resolve `auto` for `platform` (default: JAX's default backend): substitution on the CPU."""
+    if choice != "auto":
+        return choice
+    return "substitution" if (platform or jax.default_backend()) == "cpu" else "xla"
+
+
+def unit_lower_solve(strict, rhs, method):
+    """x with (I + strict) x = rhs: strict [..., C, C] strictly lower triangular, rhs [..., C, X]."""
+    if method == "xla":
+        system = strict + jnp.eye(strict.shape[-1], dtype=strict.dtype)
+        return jax.lax.linalg.triangular_solve(
+            system, rhs, left_side=True, lower=True, unit_diagonal=True
+        )
+    return _substituted(strict, rhs)
+
+
+def _forward_substitution(strict, rhs):
+    """Row i of x is rhs_i - strict_i . x, rows in order (row i of strict reads only rows < i)."""
+
+    def row(i, x):
+        value = rhs[..., i, :] - jnp.einsum("...c,...cx->...x", strict[..., i, :], x)
+        return jax.lax.dynamic_update_index_in_dim(x, value, i, axis=-2)
+
+    return jax.lax.fori_loop(0, rhs.shape[-2], row, jnp.zeros_like(rhs))
+
+
+@jax.custom_vjp
+def _substituted(strict, rhs):
+    return _forward_substitution(strict, rhs)
+
+
+def _substituted_forward(strict, rhs):
+    x = _forward_substitution(strict, rhs)
+    return x, (strict, x)
+
+
+def _substituted_backward(saved, grad):
+    """y = (I + strict)^-T grad, by substitution on the reversed transpose (strictly lower again);
+    then d rhs = y and d strict = -y x^T below the diagonal. Nothing per row is kept for this."""
+    strict, x = saved
+    reverse = jnp.swapaxes(strict, -1, -2)[..., ::-1, ::-1]
+    y = _forward_substitution(reverse, grad[..., ::-1, :])[..., ::-1, :]
+    d_strict = -jnp.tril(jnp.einsum("...ix,...jx->...ij", y, x), -1)
+    return d_strict, y
+
+
+_substituted.defvjp(_substituted_forward, _substituted_backward)
 
 
 def _advance(chunk, state, values):
@@ -139,8 +227,11 @@ def _chunk_outputs(chunks, incoming):
     return out
 
 
-def _incoming_states(chunks, zeros):
-    """Each shard's true incoming state [B, S, H, Dk, Dv]: shard maps found in parallel, then folded."""
+def _shard_maps(chunks, zeros):
+    """Each span's affine map of its incoming state, H_out = M H_in + N: (N, M) per shard.
+
+    M follows the state's recurrence with zero values, so both come from one pass from [0 | I].
+    """
     b, shards, h, dk, dv = zeros.shape
     identity = jnp.broadcast_to(jnp.eye(dk, dtype=zeros.dtype), (b, shards, h, dk, dk))
 
@@ -150,8 +241,31 @@ def _incoming_states(chunks, zeros):
         return _advance(chunk, state, values)[1], None
 
     maps, _ = jax.lax.scan(step, jnp.concatenate([zeros, identity], axis=-1), chunks)
-    offsets, linear = maps[..., :dv], maps[..., dv:]  # N [.., Dk, Dv], M [.., Dk, Dk]
-    states = [zeros[:, 0]]
-    for shard in range(shards - 1):
+    return maps[..., :dv], maps[..., dv:]  # N [B, S, H, Dk, Dv], M [B, S, H, Dk, Dk]
+
+
+def _fold(offsets, linear, first):
+    """The incoming state of every span [B, S, H, Dk, Dv], folding the maps in sequence order."""
+    states = [first]
+    for shard in range(offsets.shape[1] - 1):
         states.append(linear[:, shard] @ states[-1] + offsets[:, shard])
     return jnp.stack(states, axis=1)
+
+
+def _incoming_states(chunks, zeros):
+    """Each shard's true incoming state [B, S, H, Dk, Dv]: shard maps found in parallel, then folded."""
+    offsets, linear = _shard_maps(chunks, zeros)
+    return _fold(offsets, linear, zeros[:, 0])
+
+
+def _incoming_from_peers(chunks, zeros, axis):
+    """This device's incoming state [B, 1, H, Dk, Dv] when its peers on `axis` hold the other spans.
+
+    Every device finds its span's map in parallel, the maps (a few MiB) are gathered over the axis
+    and folded in order, and each device takes the state that reaches its own span.
+    """
+    offsets, linear = (
+        jax.lax.all_gather(m[:, 0], axis, axis=1, tiled=False) for m in _shard_maps(chunks, zeros)
+    )
+    states = _fold(offsets, linear, zeros[:, 0])
+    return jax.lax.dynamic_slice_in_dim(states, jax.lax.axis_index(axis), 1, axis=1)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from rl_trainer_bench.engine import sharding
 from rl_trainer_bench.engine.config import LossConfig
-from rl_trainer_bench.engine.model import compute_weight, merge_chunks, split_chunks
+from rl_trainer_bench.engine.model import merge_chunks, split_chunks
 
 
 def next_token_targets(input_ids, segment_ids):
@@ -33,17 +34,39 @@ def token_logps(hidden, head, targets, logits_dtype):
     return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
-def chunked_logps(hidden, head, targets, chunk, shards, logits_dtype=jnp.float32):
-    """token_logps over [B, T] in chunks of `chunk` tokens per context shard, each rematerialized."""
+def chunked_logps(hidden, head, targets, chunk, logits_dtype=jnp.float32):
+    """token_logps of a device's tokens [b, t] in chunks of `chunk` tokens, each rematerialized."""
 
     @jax.checkpoint
     def one_chunk(_, inputs):
         h, tgt = inputs
         return None, token_logps(h, head, tgt, logits_dtype)
 
-    xs = (split_chunks(hidden, chunk, shards), split_chunks(targets, chunk, shards))
-    _, logps = jax.lax.scan(one_chunk, None, xs)
+    _, logps = jax.lax.scan(
+        one_chunk, None, (split_chunks(hidden, chunk), split_chunks(targets, chunk))
+    )
     return merge_chunks(logps)
+
+
+def sharded_logps(hidden, head, targets, chunk, logits_dtype):
+    """`chunked_logps` on every device's own tokens, the head gathered once per device.
+
+    hidden [B, T, D] and targets [B, T] split like the tokens; head [D, V] in the compute dtype,
+    split as its parameter. The head's gradient is summed per device in that dtype and
+    reduce-scattered back to the parameter's split.
+    """
+    spec = sharding.parameter_spec("head", head.shape, sharding.ambient_mesh_shape())
+
+    def per_device(hidden, head, targets):
+        head = sharding.gather_dims(head, spec)
+        return chunked_logps(hidden, head, targets, min(chunk, targets.shape[1]), logits_dtype)
+
+    return jax.shard_map(
+        per_device,
+        in_specs=(sharding.ACTIVATIONS, spec, sharding.TOKENS),
+        out_specs=sharding.TOKENS,
+        check_vma=False,
+    )(hidden, head, targets)
 
 
 def grpo_token_loss(logps, old_logps, advantages, config: LossConfig, ref_logps=None, mask=None):
@@ -68,7 +91,7 @@ def grpo_token_loss(logps, old_logps, advantages, config: LossConfig, ref_logps=
     return loss if mask is None else jnp.where(mask, loss, 0.0)
 
 
-def micro_batch_loss(hidden, head, batch, config: LossConfig, shards: int):
+def micro_batch_loss(hidden, head, batch, config: LossConfig):
     """(loss sum S, stats) for one micro-batch; stats hold the count N and the probability error.
 
     The mask is the payload's completion mask where a target exists (a segment's last token has
@@ -78,9 +101,8 @@ def micro_batch_loss(hidden, head, batch, config: LossConfig, shards: int):
     targets, has_target = next_token_targets(batch["input_ids"], batch["segment_ids"])
     mask = (batch["completion_mask"] != 0) & has_target
     logits_dtype = jnp.dtype(config.logits_dtype)
-    chunk = min(config.compute_logps_chunk_size, targets.shape[1] // shards)
-    head = compute_weight("head", head, hidden.dtype)  # gathered once, not once per chunk
-    logps = chunked_logps(hidden, head, targets, chunk, shards, logits_dtype)
+    head = head.astype(hidden.dtype)  # gathered once per device, not once per chunk
+    logps = sharded_logps(hidden, head, targets, config.compute_logps_chunk_size, logits_dtype)
     per_token = grpo_token_loss(
         logps, batch["old_logps"], batch["advantages"], config, batch.get("ref_logps"), mask
     )

@@ -8,8 +8,8 @@ logits: the head is applied chunk by chunk in `loss.py` so [B, T, V] never exist
 
 Shape legend (docs/engine.md): B rows of a micro-batch, T tokens per row, D model width, H query
 heads, KV key/value heads, hd head width, V vocabulary, L layers, E experts, K experts per token,
-F an expert's hidden width, C slots per expert buffer, Gr x Gc token groups (one per device
-holding tokens: row groups x context groups), N tokens per group.
+F an expert's hidden width, C slots per expert buffer, N tokens per group (a device's tokens, or
+1/num_moe_token_chunks of them), A devices on the expert axis.
 """
 
 from __future__ import annotations
@@ -69,48 +69,59 @@ def segment_mask(q_segments, kv_segments, q_index, kv_index):
     return same & (kv_index[None, None, :] <= q_index[None, :, None])
 
 
-def split_chunks(x, chunk, shards):
-    """[B, T, ...] -> [T / (chunk * shards), B, shards, chunk, ...]: chunks to scan over.
-
-    The `shards` axis stays where the context axis splits T, so each scan iteration works on one
-    chunk per context shard and nothing moves between devices to form a chunk.
-    """
+def split_chunks(x, chunk):
+    """[B, T, ...] -> [T / chunk, B, chunk, ...]: a device's tokens in chunks to scan over."""
     b, t, *rest = x.shape
-    x = x.reshape(b, shards, t // (shards * chunk), chunk, *rest)
-    return jnp.moveaxis(x, 2, 0)
+    return jnp.moveaxis(x.reshape(b, t // chunk, chunk, *rest), 1, 0)
 
 
 def merge_chunks(x):
     """Inverse of `split_chunks`."""
-    n, b, shards, chunk, *rest = x.shape
-    return jnp.moveaxis(x, 0, 2).reshape(b, shards * n * chunk, *rest)
+    n, b, chunk, *rest = x.shape
+    return jnp.moveaxis(x, 0, 1).reshape(b, n * chunk, *rest)
 
 
-def attention_xla(q, k, v, segments, chunk, shards):
-    """Masked attention in plain XLA, one chunk of queries at a time: peak [B, H, chunk, T] logits.
+def context_attention(q, k, v, segments, chunk):
+    """Masked attention over packed segments with the sequence split over `context`.
 
-    q: [B, T, H, hd]; k, v: [B, T, KV, hd] (grouped-query: H = KV x G).
+    q: [B, T, H, hd]; k, v: [B, T, KV, hd] (grouped-query: H = KV x G), all split like the tokens.
+    Each device gathers every key and value of its rows over the context axis (what
+    `context_parallel_strategy=all_gather` does) and attends its own queries to them, `chunk`
+    queries at a time, so its logits peak at [B, H, chunk, T] (docs/engine.md, "Attention").
     """
+    return jax.shard_map(
+        functools.partial(local_attention, chunk=chunk),
+        in_specs=(sharding.HEADS, sharding.HEADS, sharding.HEADS, sharding.TOKENS),
+        out_specs=sharding.HEADS,
+        check_vma=False,
+    )(q, k, v, segments)
+
+
+def local_attention(q, k, v, segments, *, chunk):
+    """One device's queries against its rows' gathered keys (inside `context_attention`)."""
     b, t, h, hd = q.shape
+    k, v, kv_segments = (
+        jax.lax.all_gather(a, "context", axis=1, tiled=True) for a in (k, v, segments)
+    )
     kv = k.shape[2]
-    chunk = min(chunk, t // shards)
-    q_chunks = split_chunks(q.reshape(b, t, kv, h // kv, hd), chunk, shards)
-    seg_chunks = split_chunks(segments, chunk, shards)
-    index_chunks = split_chunks(jnp.broadcast_to(jnp.arange(t), (b, t)), chunk, shards)
+    chunk = min(chunk, t)
+    first = jax.lax.axis_index("context") * t  # this shard's first position in the row
+    q_index = jnp.broadcast_to(first + jnp.arange(t), (b, t))
     scale = hd**-0.5
 
     @jax.checkpoint
     def one_chunk(_, inputs):
-        q_c, seg_c, idx_c = inputs  # [B, S, c, KV, G, hd], [B, S, c], [B, S, c]
+        q_c, seg_c, idx_c = inputs  # [B, c, H, hd], [B, c], [B, c]
         q_c = q_c.reshape(b, -1, kv, h // kv, hd)
         logits = jnp.einsum("bqkgd,bskd->bkgqs", q_c, k, preferred_element_type=jnp.float32)
-        mask = segment_mask(seg_c.reshape(b, -1), segments, idx_c[0].reshape(-1), jnp.arange(t))
+        mask = segment_mask(seg_c, kv_segments, idx_c[0], jnp.arange(k.shape[1]))
         logits = jnp.where(mask[:, None, None], logits * scale, _MASKED)
         weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
         out = jnp.einsum("bkgqs,bskd->bqkgd", weights, v)
-        return None, out.reshape(b, shards, -1, h, hd)
+        return None, out.reshape(b, -1, h, hd)
 
-    _, out = jax.lax.scan(one_chunk, None, (q_chunks, seg_chunks, index_chunks))
+    xs = tuple(split_chunks(a, chunk) for a in (q, segments, q_index))
+    _, out = jax.lax.scan(one_chunk, None, xs)
     return merge_chunks(out)
 
 
@@ -128,7 +139,7 @@ def attention_method(choice: str, platform: str) -> str:
     return "cudnn" if platform in ("gpu", "cuda") else "xla"
 
 
-def attention(x, layer, positions, segments, config: ModelConfig, method: str, shards: int):
+def attention(x, layer, positions, segments, config: ModelConfig, method: str):
     """Self-attention of one layer over packed segments: x [B, T, D] -> [B, T, D].
 
     With `attention_output_gate`, each head's output is scaled by sigmoid(x W_gate) before the
@@ -142,7 +153,7 @@ def attention(x, layer, positions, segments, config: ModelConfig, method: str, s
     if method == "cudnn":
         out = attention_cudnn(q, k, v, segments)
     else:
-        out = attention_xla(q, k, v, segments, config.attention_chunk_size, shards)
+        out = context_attention(q, k, v, segments, config.attention_chunk_size)
     out = out * (segments != 0)[:, :, None, None].astype(dtype)  # padding contributes nothing
     if "wq_gate" in layer:
         out = out * jax.nn.sigmoid(jnp.einsum("btd,dhk->bthk", x, layer["wq_gate"].astype(dtype)))
@@ -159,41 +170,51 @@ def shared_expert(x, layer):
 
 
 def compute_weight(name: str, weight: jax.Array, dtype) -> jax.Array:
-    """A weight as a layer uses it: in the compute dtype (unless kept in float32), gathered."""
-    if not parameters.PARAMETERS[name].float32:
+    """A weight as a layer uses it: in the compute dtype (unless kept in float32); dense weights
+    gathered, expert weights left split (the MoE layer gathers them over their model dim)."""
+    parameter = parameters.PARAMETERS[name]
+    if not parameter.float32:
         weight = weight.astype(dtype)
-    return sharding.gathered(name, weight)
+    return weight if parameter.expert_dim else sharding.gathered(weight)
 
 
-def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config, methods):
-    """Hidden states after the final norm, [B, T, D], and whether any layer dropped a pair.
+def embed_tokens(table, ids):
+    """table[ids] for the split table (compute dtype) and ids [B, T]: [B, T, D].
 
-    batch: device arrays of the payload (`routed_experts` [B, T, L, K] replays the routes);
-    methods: resolved choices (`programs.Methods`). The scan runs over blocks of `layer_types`;
-    inside a block each layer takes its slice of the per-layer and per-mixer stacks.
+    Each device gathers the table and looks up its own tokens; the gradient is summed into a
+    table of that dtype per device and reduce-scattered back to the table's split, where the
+    partitioner would sum a float32 table over every device (docs/engine.md, "Mesh").
     """
+    spec = sharding.parameter_spec("embed", table.shape, sharding.ambient_mesh_shape())
+    return jax.shard_map(
+        lambda t, i: jnp.take(sharding.gather_dims(t, spec), i, axis=0),
+        in_specs=(spec, sharding.TOKENS),
+        out_specs=sharding.ACTIVATIONS,
+        check_vma=False,
+    )(table, ids)
+
+
+def mixer_runs(pattern: tuple[str, ...]) -> list[tuple[str, int, int, int]]:
+    """The runs of one mixer in a block: (kind, first layer of the block, first slot in the
+    kind's stacks, length). Qwen3.5's (linear x 3, full) is [(linear, 0, 0, 3), (full, 3, 0, 1)]."""
+    runs: list[tuple[str, int, int, int]] = []
+    for index, kind in enumerate(pattern):
+        if runs and runs[-1][0] == kind and runs[-1][1] + runs[-1][3] == index:
+            runs[-1] = (*runs[-1][:3], runs[-1][3] + 1)
+        else:
+            runs.append((kind, index, pattern[:index].count(kind), 1))
+    return runs
+
+
+def layer_functions(batch, config: ModelConfig, *, capacity_factor, token_chunks, methods):
+    """One layer per mixer kind, (x, weights, routes) -> (x, overflow), rematerialized by policy."""
     dtype = jnp.dtype(config.dtype)
-    pattern = config.layer_types
-    blocks = config.num_layers // len(pattern)
     segments, positions = batch["segment_ids"], batch["positions"]
-    valid = segments != 0
-    groups = (sharding.row_groups(mesh_config), mesh_config.context)
-    x = sharding.constrain(params["embed"][batch["input_ids"]].astype(dtype), sharding.ACTIVATIONS)
-    stacked = {  # [blocks, layers of the block (of the mixer), ...]
-        name: weight.reshape(blocks, -1, *weight.shape[1:])
-        for name, weight in params.items()
-        if parameters.PARAMETERS[name].layered
-    }
-    replayed = batch.get("routed_experts")
-    if replayed is not None:  # [blocks, layers per block, B, T, K]: scanned with the weights
-        replayed = jnp.moveaxis(replayed, 2, 0).reshape(blocks, len(pattern), *segments.shape, -1)
 
     def mix(kind, h, layer):
         if kind == "linear_attention":
-            return gated_deltanet.gated_deltanet(h, layer, segments, config, mesh_config.context)
-        return attention(
-            h, layer, positions, segments, config, methods.attention, mesh_config.context
-        )
+            return gated_deltanet.gated_deltanet(h, layer, segments, config, methods.linear_solve)
+        return attention(h, layer, positions, segments, config, methods.attention)
 
     def layer_fn(kind, x, layer, routes):
         layer = {name: compute_weight(name, w, dtype) for name, w in layer.items()}
@@ -203,34 +224,60 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, mesh_config,
         ffn, overflow = moe.moe_ffn(
             h,
             layer,
-            valid,
+            segments != 0,
             routes,
             top_k=config.top_k,
             capacity_factor=capacity_factor,
-            groups=groups,
+            token_chunks=token_chunks,
             methods=(methods.expert_compute, methods.dropless_compute),
         )
         if "shared_gate" in layer:
             ffn = ffn + shared_expert(h, layer)
         return sharding.constrain(x + ffn, sharding.ACTIVATIONS), overflow
 
-    layer_fns = {kind: functools.partial(layer_fn, kind) for kind in set(pattern)}
-    if config.remat_policy != "none":
-        policy = REMAT_POLICIES[config.remat_policy]
-        layer_fns = {kind: jax.checkpoint(fn, policy=policy) for kind, fn in layer_fns.items()}
+    layer_fns = {kind: functools.partial(layer_fn, kind) for kind in set(config.layer_types)}
+    if config.remat_policy == "none":
+        return layer_fns
+    policy = REMAT_POLICIES[config.remat_policy]
+    return {kind: jax.checkpoint(fn, policy=policy) for kind, fn in layer_fns.items()}
+
+
+def decoder(params, batch, config: ModelConfig, *, capacity_factor, token_chunks, methods):
+    """Hidden states after the final norm, [B, T, D], and whether any layer dropped a pair.
+
+    batch: device arrays of the payload (`routed_experts` [B, T, L, K] replays the routes);
+    methods: resolved choices (`programs.Methods`). The scan runs over blocks of `layer_types`;
+    inside a block each run of one mixer (`mixer_runs`) is a scan of its own over its layers'
+    slices of the per-layer and per-mixer stacks, so the compiled body holds one layer per mixer
+    kind however long the block is.
+    """
+    pattern = config.layer_types
+    blocks = config.num_layers // len(pattern)
+    x = embed_tokens(params["embed"].astype(config.dtype), batch["input_ids"])
+    stacked = {  # [blocks, layers of the block (of the mixer), ...]
+        name: weight.reshape(blocks, -1, *weight.shape[1:])
+        for name, weight in params.items()
+        if parameters.PARAMETERS[name].layered
+    }
+    replayed = batch.get("routed_experts")
+    if replayed is not None:  # [blocks, layers per block, B, T, K]: scanned with the weights
+        replayed = jnp.moveaxis(replayed, 2, 0).reshape(blocks, len(pattern), *x.shape[:2], -1)
+    layers = layer_functions(
+        batch, config, capacity_factor=capacity_factor, token_chunks=token_chunks, methods=methods
+    )
 
     def block_fn(x, scanned):
         weights, routes = scanned
-        overflows = []
-        for index, kind in enumerate(pattern):
-            of_kind = pattern[:index].count(kind)  # this layer's slot in its mixer's stacks
-            layer = {n: weights[n][index] for n in parameters.LAYER_WEIGHTS if n in weights}
-            layer |= {
-                n: weights[n][of_kind] for n in parameters.MIXER_WEIGHTS[kind] if n in weights
-            }
-            x, overflow = layer_fns[kind](x, layer, None if routes is None else routes[index])
-            overflows.append(overflow)
-        return x, jnp.any(jnp.stack(overflows))
+        overflow = jnp.zeros((), bool)
+        for kind, start, slot, length in mixer_runs(pattern):
+            names = (*parameters.LAYER_WEIGHTS, *parameters.MIXER_WEIGHTS[kind])
+            first = {n: start if n in parameters.LAYER_WEIGHTS else slot for n in names}
+            run = {n: weights[n][first[n] : first[n] + length] for n in names if n in weights}
+            run_routes = None if routes is None else routes[start : start + length]
+            run = (run, run_routes)
+            x, flags = jax.lax.scan(lambda x, s, kind=kind: layers[kind](x, *s), x, run)
+            overflow = overflow | jnp.any(flags)
+        return x, overflow
 
     x, overflow = jax.lax.scan(block_fn, x, (stacked, replayed))
     return rms_norm(x, params["final_norm"], config.rms_norm_eps), jnp.any(overflow)

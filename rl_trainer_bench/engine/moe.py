@@ -8,8 +8,8 @@ program that a replay of an overflowing micro-batch runs.
 
 Shape legend (docs/engine.md): B rows of a micro-batch, T tokens per row, D model width, H query
 heads, KV key/value heads, hd head width, V vocabulary, L layers, E experts, K experts per token,
-F an expert's hidden width, C slots per expert buffer, Gr x Gc token groups (one per device
-holding tokens: row groups x context groups), N tokens per group.
+F an expert's hidden width, C slots per expert buffer, N tokens per group (a device's tokens, or
+1/num_moe_token_chunks of them), A devices on the expert axis.
 """
 
 from __future__ import annotations
@@ -148,51 +148,84 @@ def experts_ffn(buffer, gate_w, up_w, down_w, method):
     return expert_matmul(hidden, down_w, method)
 
 
-def group_tokens(x, row_groups, seq_groups):
-    """[B, T, ...] -> [Gr, Gc, N, ...]: tokens grouped by the device that holds them (no data moves)."""
-    b, t, *rest = x.shape
-    x = x.reshape(row_groups, b // row_groups, seq_groups, t // seq_groups, *rest)
-    x = jnp.swapaxes(x, 1, 2)
-    return x.reshape(row_groups, seq_groups, -1, *rest)
-
-
-def ungroup_tokens(x, batch, seq):
-    """Inverse of `group_tokens`."""
-    gr, gc, _, *rest = x.shape
-    x = x.reshape(gr, gc, batch // gr, seq // gc, *rest)
-    return jnp.swapaxes(x, 1, 2).reshape(batch, seq, *rest)
-
-
-def moe_ffn(x, params, valid, replayed, *, top_k, capacity_factor, groups, methods):
+def moe_ffn(x, params, valid, replayed, *, top_k, capacity_factor, token_chunks, methods):
     """The routed feed-forward of one layer: x [B, T, D] -> ([B, T, D], overflow flag).
 
-    params: this layer's router [D, E] and expert weights [E, D, F] / [E, F, D]; valid: [B, T];
-    replayed: [B, T, K] or None; groups: (row groups, sequence groups) of the mesh; methods:
-    (expert compute, dropless compute) resolved. Dropless (capacity_factor -1) runs the
+    params: this layer's router [D, E] and expert weights [E, D, F] / [E, F, D] in the compute dtype,
+    still split as parameters (`sharding.parameter_spec`); valid: [B, T]; replayed: [B, T, K] or
+    None; token_chunks: how many groups a device's tokens form, each with buffers of its own;
+    methods: (expert compute, dropless compute) resolved. Dropless (capacity_factor -1) runs the
     token-sorted layout unless the dropless compute is `capacity`.
     """
     expert_compute, dropless_compute = methods
     experts, gates = route(x, params["router"], top_k, valid, replayed)
-    weights = tuple(params[name].astype(x.dtype) for name in EXPERT_WEIGHTS)
+    weights = tuple(params[name] for name in EXPERT_WEIGHTS)
     if capacity_factor == -1 and dropless_compute != "capacity":
-        return sorted_ffn(x, experts, gates, weights, dropless_compute), jnp.zeros((), bool)
-    return capacity_ffn(x, experts, gates, weights, capacity_factor, groups, expert_compute)
+        local = functools.partial(local_sorted_ffn, method=dropless_compute)
+    else:
+        local = functools.partial(local_capacity_ffn, factor=capacity_factor, method=expert_compute)
+    return expert_parallel(local, x, experts, gates, weights, token_chunks)
 
 
-def capacity_ffn(x, experts, gates, weights, capacity_factor, groups, method):
-    """Pairs in per-expert buffers of C slots per token group; pairs past C drop (the overflow flag)."""
-    batch, seq, _ = x.shape
-    num_experts, top_k = weights[0].shape[0], experts.shape[-1]
-    grouped = sharding.constrain(group_tokens(x, *groups), sharding.GROUPED)  # [Gr, Gc, N, D]
-    experts, gates = group_tokens(experts, *groups), group_tokens(gates, *groups)
-    slots = expert_capacity(grouped.shape[2], top_k, num_experts, capacity_factor)
-    per_group = jax.vmap(jax.vmap(lambda t, e: dispatch(t, e, num_experts, slots)))
-    buffer, slot, overflow = per_group(grouped, experts)  # buffer [Gr, Gc, E, C, D]
-    buffer = sharding.constrain(buffer, sharding.DISPATCH)
+def expert_parallel(local, x, experts, gates, weights, token_chunks):
+    """Run `local` on each device's tokens in `token_chunks` groups, under `shard_map`.
+
+    Each device gathers its experts' weights over the axes that split their model dim (the FSDP
+    gather, whose transpose reduce-scatters the gradient), then runs its groups one after the other,
+    each rematerialized on its own so the backward pass holds one group's buffers at a time. The
+    overflow flag is the OR over every group of every device.
+    """
+    mesh_shape = sharding.ambient_mesh_shape()
+    weight_specs = tuple(
+        sharding.parameter_spec(name, w.shape, mesh_shape)
+        for name, w in zip(EXPERT_WEIGHTS, weights, strict=True)
+    )
+
+    def per_device(x, experts, gates, weights):
+        weights = tuple(
+            sharding.gather_dims(w, spec, keep=(EXPERT_AXIS,))
+            for w, spec in zip(weights, weight_specs, strict=True)
+        )
+        b, t, d = x.shape
+        groups = tuple(
+            a.reshape(token_chunks, -1, a.shape[-1]) for a in (x, experts, gates)
+        )  # [chunks, N, ...]
+        group = jax.checkpoint(lambda _, g: (None, local(*g, weights)))
+        if token_chunks == 1:
+            out, overflow = local(*(a[0] for a in groups), weights)
+            out, overflow = out[None], overflow[None]
+        else:
+            _, (out, overflow) = jax.lax.scan(group, None, groups)
+        flag = jax.lax.pmax(jnp.any(overflow).astype(jnp.int32), sharding.AXES)
+        return out.reshape(b, t, d), flag > 0
+
+    tokens = sharding.ACTIVATIONS
+    return jax.shard_map(
+        per_device,
+        in_specs=(tokens, tokens, tokens, weight_specs),
+        out_specs=(tokens, sharding.REPLICATED),
+        check_vma=False,
+    )(x, experts, gates, weights)
+
+
+def local_capacity_ffn(tokens, experts, gates, weights, *, factor, method):
+    """One group's pairs in per-expert buffers of C slots; pairs past C drop (the overflow flag).
+
+    tokens [N, D], experts and gates [N, K]: one group of a device's tokens; weights: this
+    device's experts, whole. The buffers of all E experts are filled locally, then one all-to-all
+    over the expert axis brings each device the slots of its own experts from every peer, and a
+    second one brings the results back.
+    """
+    num_local = weights[0].shape[0]
+    peers = jax.lax.axis_size(EXPERT_AXIS)
+    num_experts, (n, d) = num_local * peers, tokens.shape
+    slots = expert_capacity(n, experts.shape[-1], num_experts, factor)
+    buffer, slot, overflow = dispatch(tokens, experts, num_experts, slots)  # [E, C, D]
+    buffer = buffer.reshape(peers, num_local, slots, d)
+    buffer = jax.lax.all_to_all(buffer, EXPERT_AXIS, 0, 0, tiled=True)  # [peers, local E, C, D]
     out = experts_ffn(buffer, *weights, method)
-    out = sharding.constrain(out, sharding.COLLECTED)
-    combined = jax.vmap(jax.vmap(combine))(out, slot, gates)  # [Gr, Gc, N, D]
-    return ungroup_tokens(combined, batch, seq), jnp.any(overflow)
+    out = jax.lax.all_to_all(out, EXPERT_AXIS, 0, 0, tiled=True).reshape(num_experts, slots, d)
+    return combine(out, slot, gates), overflow
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,16 +276,19 @@ def grouped_matmul(rows, weights, group_sizes, method, interpret=False):
     return jnp.where(live, out, 0)
 
 
-def local_sorted_ffn(x, experts, gates, weights, method, interpret=False):
-    """One device's share of the dropless layer, inside `shard_map` (see `sorted_ffn`).
+def local_sorted_ffn(tokens, experts, gates, weights, *, method, interpret=False):
+    """One group of a device's tokens through the dropless layer (see `expert_parallel`).
 
-    x [b, t, D], experts and gates [b, t, K]: this device's tokens; weights: its experts.
+    Each device gathers the group's tokens from its expert-axis peers (A x N tokens, A the expert
+    axis size), sorts their A x N x K pairs by its own experts, runs a grouped matmul, and sums the
+    results back to the tokens' devices with one reduce-scatter over the expert axis. Its buffers
+    are A x N x K rows, where the capacity layout at capacity N needs E x N slots.
+    tokens [N, D], experts and gates [N, K]; weights: this device's experts, whole.
     """
-    b, t, d = x.shape
-    k = experts.shape[-1]
-    tokens = jax.lax.all_gather(x.reshape(-1, d), EXPERT_AXIS, axis=0, tiled=True)
-    experts = jax.lax.all_gather(experts.reshape(-1, k), EXPERT_AXIS, axis=0, tiled=True)
-    gates = jax.lax.all_gather(gates.reshape(-1, k), EXPERT_AXIS, axis=0, tiled=True)
+    d, k = tokens.shape[-1], experts.shape[-1]
+    tokens = jax.lax.all_gather(tokens, EXPERT_AXIS, axis=0, tiled=True)
+    experts = jax.lax.all_gather(experts, EXPERT_AXIS, axis=0, tiled=True)
+    gates = jax.lax.all_gather(gates, EXPERT_AXIS, axis=0, tiled=True)
     num_local = weights[0].shape[0]
     first = jax.lax.axis_index(EXPERT_AXIS) * num_local
     order, sizes = sort_pairs(experts, first, num_local)
@@ -266,22 +302,4 @@ def local_sorted_ffn(x, experts, gates, weights, method, interpret=False):
         "nkd,nk->nd", pairs, gates.astype(out.dtype), preferred_element_type=jnp.float32
     )
     mine = jax.lax.psum_scatter(partial, EXPERT_AXIS, scatter_dimension=0, tiled=True)
-    return mine.astype(x.dtype).reshape(b, t, d)
-
-
-def sorted_ffn(x, experts, gates, weights, method, interpret=False):
-    """Dropless routed feed-forward with buffers of routed pairs: x [B, T, D] -> [B, T, D].
-
-    Each device gathers the tokens of its expert-axis peers (A x N tokens, A the expert axis size),
-    sorts their A x N x K pairs by its own experts, runs a grouped matmul, and sums the results
-    back to the tokens' devices with one reduce-scatter over the expert axis. Its buffers are
-    A x N x K rows, where the capacity layout at capacity N needs E x N slots.
-    """
-    tokens, weight = sharding.ACTIVATIONS, sharding.EXPERT_WEIGHTS
-    local = functools.partial(local_sorted_ffn, method=method, interpret=interpret)
-    return jax.shard_map(
-        lambda x, e, g, w: local(x, e, g, w),
-        in_specs=(tokens, tokens, tokens, (weight,) * 3),
-        out_specs=tokens,
-        check_vma=False,
-    )(x, experts, gates, weights)
+    return mine.astype(tokens.dtype), jnp.zeros((), bool)

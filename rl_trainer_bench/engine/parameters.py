@@ -69,12 +69,12 @@ PARAMETERS: dict[str, Parameter] = {
     "gdn_wz": Parameter(("Ll", "D", "Hv", "Dv"), fan_in=("D",), sharded="D"),
     "gdn_wb": Parameter(("Ll", "D", "Hv"), fan_in=("D",), sharded="D"),
     "gdn_wa": Parameter(("Ll", "D", "Hv"), fan_in=("D",), sharded="D"),
-    "gdn_conv_q": Parameter(("Ll", "taps", "Hk", "Dk"), fan_in=("taps",)),
-    "gdn_conv_k": Parameter(("Ll", "taps", "Hk", "Dk"), fan_in=("taps",)),
-    "gdn_conv_v": Parameter(("Ll", "taps", "Hv", "Dv"), fan_in=("taps",)),
-    "gdn_a_log": Parameter(("Ll", "Hv"), fan_in=(), float32=True),
-    "gdn_dt_bias": Parameter(("Ll", "Hv"), fan_in=(), float32=True),
-    "gdn_norm": Parameter(("Ll", "Dv"), fan_in=ONES, float32=True),
+    "gdn_conv_q": Parameter(("Ll", "taps", "Hk", "Dk"), fan_in=("taps",), sharded="Dk"),
+    "gdn_conv_k": Parameter(("Ll", "taps", "Hk", "Dk"), fan_in=("taps",), sharded="Dk"),
+    "gdn_conv_v": Parameter(("Ll", "taps", "Hv", "Dv"), fan_in=("taps",), sharded="Dv"),
+    "gdn_a_log": Parameter(("Ll", "Hv"), fan_in=(), sharded="Hv", float32=True),
+    "gdn_dt_bias": Parameter(("Ll", "Hv"), fan_in=(), sharded="Hv", float32=True),
+    "gdn_norm": Parameter(("Ll", "Dv"), fan_in=ONES, sharded="Dv", float32=True),
     "gdn_wo": Parameter(("Ll", "Hv", "Dv", "D"), fan_in=("Hv", "Dv"), sharded="D"),
 }
 

@@ -18,13 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl_trainer_bench.engine import model, moe, sharding
-from rl_trainer_bench.engine.config import (
-    EngineConfig,
-    MeshConfig,
-    OptimizerConfig,
-    config_problems,
-)
+from rl_trainer_bench.engine import linear_attention, model, moe, sharding
+from rl_trainer_bench.engine.config import EngineConfig, OptimizerConfig, config_problems
 from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS, ContractError, Payload
 from rl_trainer_bench.engine.loss import micro_batch_loss
 
@@ -186,6 +181,7 @@ class Methods(NamedTuple):
     attention: str
     expert_compute: str
     dropless_compute: str
+    linear_solve: str  # Gated DeltaNet's triangular systems (`linear_attention.solve_method`)
 
 
 def resolved_methods(config: EngineConfig, platform: str) -> Methods:
@@ -194,6 +190,7 @@ def resolved_methods(config: EngineConfig, platform: str) -> Methods:
         model.attention_method(config.model.attention, platform),
         moe.expert_compute_for(config.moe.expert_compute, platform),
         moe.dropless_compute_for(config.moe.dropless_compute, platform),
+        linear_attention.solve_method("auto", platform),
     )
 
 
@@ -202,8 +199,8 @@ def zero_stats() -> dict[str, jax.Array]:
     return {name: jnp.zeros((), stat.dtype) for name, stat in STEP_STATS.items()}
 
 
-def build_programs(config: EngineConfig, mesh_config: MeshConfig, methods) -> Programs:
-    """The programs as pure functions of arrays, for a mesh of `mesh_config`'s shape."""
+def build_programs(config: EngineConfig, methods: Methods) -> Programs:
+    """The programs as pure functions of arrays, traced under the mesh they run on."""
     optimizer = make_optimizer(config.optimizer)
 
     def fwd_bwd(params, batch, capacity_factor) -> MicroBatchResult:
@@ -213,12 +210,10 @@ def build_programs(config: EngineConfig, mesh_config: MeshConfig, methods) -> Pr
                 batch,
                 config.model,
                 capacity_factor=capacity_factor,
-                mesh_config=mesh_config,
+                token_chunks=config.moe.token_chunks,
                 methods=methods,
             )
-            loss_sum, stats = micro_batch_loss(
-                hidden, p["head"], batch, config.loss, mesh_config.context
-            )
+            loss_sum, stats = micro_batch_loss(hidden, p["head"], batch, config.loss)
             return loss_sum, (stats, overflow)
 
         (loss_sum, (stats, overflow)), grads = jax.value_and_grad(objective, has_aux=True)(params)
@@ -317,9 +312,7 @@ def replays_possible(config: EngineConfig) -> bool:
 
 def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tuple]]:
     """Every program jitted with its shardings, beside the abstract arguments to lower it on."""
-    programs = build_programs(
-        config, sharding.mesh_config_of(mesh), resolved_methods(config, platform_of(mesh))
-    )
+    programs = build_programs(config, resolved_methods(config, platform_of(mesh)))
     shapes = state_shapes(config)
     shardings = state_shardings(config, mesh, shapes)
     replicated = sharding.named(mesh, sharding.REPLICATED)

@@ -5,10 +5,16 @@ dense parts then run on disjoint tokens on every device (splitting rows over fsd
 them on each expert shard). Every parameter, and so every optimizer moment, gradient sum and
 pending gradient, is split over every device of the mesh: expert weights over expert on their
 expert dim and over (fsdp, context) on their model dim, every other weight over all three axes on
-one dim (a dim the axes do not divide keeps the longest prefix of them that does). A layer gathers
-its weights in the compute dtype just before use (`gathered`), so only one layer's weights are
-whole at a time. The MoE layer groups tokens by the device that holds them, so a group's buffer
-moves to its experts' devices by one all-to-all over the expert axis (`DISPATCH`).
+one dim (a dim the axes do not divide keeps the longest prefix of them that does).
+
+Where a weight is whole: the dense weights of a layer are gathered in the compute dtype just
+before use (`gathered`), so only one layer's weights are whole at a time. The parts whose
+collectives decide the memory of the production cell run under `shard_map` with their collectives
+written out (`docs/engine.md`, "Mesh"): the embedding lookup, attention (keys and values gathered
+over context), the Gated DeltaNet chunk recurrence (shard states passed over context) and the MoE
+layer (expert weights gathered over the axes of their model dim, buffers moved by one all-to-all
+over expert). Left to the partitioner, those gathered the embedding and all experts' weights in
+full on every device (BENCHMARKS.md, "Production-cell memory").
 
 No other module spells a PartitionSpec: they name a rule from here.
 """
@@ -30,14 +36,9 @@ AXES = ("fsdp", "context", "expert")
 ROWS = ("fsdp", "expert")  # mesh axes that split the rows (B) of a micro-batch
 
 P = PartitionSpec
-TOKENS = P(ROWS, "context")  # [B, T, ...]: any per-token array
+TOKENS = P(ROWS, "context")  # [B, T]: any per-token array
 ACTIVATIONS = P(ROWS, "context", None)  # [B, T, D]
-GROUPED = P(
-    ROWS, "context", None, None
-)  # [Gr, Gc, N, D]: tokens grouped by the device holding them
-DISPATCH = P("fsdp", "context", "expert", None, None)  # [Gr, Gc, E, C, D] at the experts' devices
-COLLECTED = P(ROWS, "context", None, None, None)  # [Gr, Gc, E, C, D] back at the tokens' devices
-EXPERT_WEIGHTS = P("expert", None, None)  # [E, D, F]: one layer's expert weights, gathered
+HEADS = P(ROWS, "context", None, None)  # [B, T, heads, width]
 REPLICATED = P()
 
 # Mesh axes a parameter's `sharded` dim is split over (those its expert dim does not take), and the
@@ -65,11 +66,6 @@ def mesh_config_of(mesh: Mesh | jax.sharding.AbstractMesh) -> MeshConfig:
     return MeshConfig(fsdp=sizes["fsdp"], context=sizes["context"], expert=sizes["expert"])
 
 
-def row_groups(config: MeshConfig) -> int:
-    """How many row shards a micro-batch has (fsdp x expert)."""
-    return config.row_groups
-
-
 def named(mesh, spec: PartitionSpec, memory_kind: str | None = None) -> NamedSharding:
     """A NamedSharding of `spec` over `mesh` (optionally in a given memory kind)."""
     return NamedSharding(mesh, spec, memory_kind=memory_kind)
@@ -84,29 +80,51 @@ def dividing_axes(size: int, axes: Sequence[str], mesh_shape: Mapping[str, int])
 
 
 def parameter_spec(name: str, shape: Sequence[int], mesh_shape: Mapping[str, int]) -> PartitionSpec:
-    """The PartitionSpec of parameter `name` of `shape`, from its row in `parameters.PARAMETERS`."""
+    """The PartitionSpec of parameter `name` of `shape`, from its row in `parameters.PARAMETERS`.
+
+    `shape` is the stacked parameter's, or one layer's slice of it (its layer dim scanned away).
+    """
     parameter = PARAMETERS[name]
+    dims = parameter.dims if len(shape) == len(parameter.dims) else parameter.dims[1:]
     spec: dict[str, tuple[str, ...]] = {}
     if parameter.expert_dim:
-        size = shape[parameter.dims.index(parameter.expert_dim)]
+        size = shape[dims.index(parameter.expert_dim)]
         spec[parameter.expert_dim] = dividing_axes(size, (EXPERT_AXIS,), mesh_shape)
     if parameter.sharded:
         taken = {axis for axes in spec.values() for axis in axes}
         free = [axis for axis in PARAMETER_AXES if axis not in taken]
-        size = shape[parameter.dims.index(parameter.sharded)]
+        size = shape[dims.index(parameter.sharded)]
         spec[parameter.sharded] = dividing_axes(size, free, mesh_shape)
-    return P(*(spec.get(dim) or None for dim in parameter.dims))
+    return P(*(spec.get(dim) or None for dim in dims))
 
 
-def gathered(name: str, weight: jax.Array) -> jax.Array:
-    """A layer weight (its L dim scanned away) whole on every device but for its expert split.
+def ambient_mesh_shape() -> dict[str, int]:
+    """Axis sizes of the mesh the engine traces under (`jax.set_mesh`)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
+
+
+def gather_dims(block: jax.Array, spec: PartitionSpec, keep: Sequence[str] = ()) -> jax.Array:
+    """Inside `shard_map`: the whole of every dim of `block` that `spec` splits, but for `keep` axes.
+
+    The FSDP gather written out: its transpose is a reduce-scatter of the gradient, in the dtype the
+    block is gathered in.
+    """
+    for dim, axes in enumerate(spec):
+        axes = tuple(a for a in ((axes,) if isinstance(axes, str) else axes or ()) if a not in keep)
+        if axes:
+            block = jax.lax.all_gather(block, axes, axis=dim, tiled=True)
+    return block
+
+
+def gathered(weight: jax.Array) -> jax.Array:
+    """A dense weight (a layer's, its L dim scanned away) whole on every device.
 
     Pinning the gathered layout makes the FSDP all-gather explicit and puts it after the cast to
-    the compute dtype, so it moves half the bytes of the float32 parameter.
+    the compute dtype, so it moves half the bytes of the float32 parameter. Expert weights are
+    gathered inside the MoE layer instead (`moe.py`), over their model dim only.
     """
-    parameter = PARAMETERS[name]
-    dims = parameter.dims[1:] if parameter.layered else parameter.dims
-    return constrain(weight, P(*(EXPERT_AXIS if d == parameter.expert_dim else None for d in dims)))
+    return constrain(weight, REPLICATED)
 
 
 def parameter_shardings(mesh, params) -> dict:

@@ -37,7 +37,7 @@ import numpy as np
 
 from rl_trainer_bench.config.engine_keys import parse_trainer_argv
 from rl_trainer_bench.config.presets import preset as find_preset
-from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.config import EngineConfig, tokens_per_group
 from rl_trainer_bench.engine.contract import OPTIONAL_PAYLOAD_FIELDS, PAYLOAD_FIELDS, Payload
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import write_atomically, write_text_atomically
@@ -393,7 +393,7 @@ def _calibrate(
     hottest = np.clip(profile.shares.max(axis=1) * top_k, 0, 1)  # inclusion probability
     standard_error = num_experts * np.sqrt(hottest * (1 - hottest) / max(real_tokens, 1)) / top_k
     sigmas = CALIBRATION_BASE_SIGMAS + math.sqrt(2 * math.log(num_experts))
-    group = routing_profile.tokens_per_expert_group(engine)
+    group = tokens_per_group(engine)
     shards = engine.mesh.expert
     return CalibrationReport(
         target_max_load=target_max,

@@ -372,6 +372,8 @@ def default_knobs(engine: EngineConfig) -> tuple[Knob, ...]:
             1e-5,
             1e-5,
         ),
+        # Dropless, two token groups run one after the other only regroup the sums.
+        Knob("moe.token_chunks=2", _with("moe", token_chunks=2), 1e-5, 1e-5, 1e-5),
     )
     if "linear_attention" not in engine.model.layer_types:
         return knobs
@@ -433,8 +435,6 @@ def run_engine(config: EngineConfig, payload: Payload) -> NumericsRun:
     engine.update()
     metrics = engine.get_metrics()
     methods = resolved_methods(config, "cpu")
-    shards = config.mesh.context
-    chunk = min(config.loss.compute_logps_chunk_size, config.seq_len // shards)
 
     def logps_of(params, batch):
         hidden, _ = model.decoder(
@@ -442,12 +442,14 @@ def run_engine(config: EngineConfig, payload: Payload) -> NumericsRun:
             batch,
             config.model,
             capacity_factor=config.moe.ragged_buffer_factor,
-            mesh_config=config.mesh,
+            token_chunks=config.moe.token_chunks,
             methods=methods,
         )
         targets, has_target = loss.next_token_targets(batch["input_ids"], batch["segment_ids"])
         logits_dtype = jnp.dtype(config.loss.logits_dtype)
-        logps = loss.chunked_logps(hidden, params["head"], targets, chunk, shards, logits_dtype)
+        head = params["head"].astype(hidden.dtype)
+        chunk = config.loss.compute_logps_chunk_size
+        logps = loss.sharded_logps(hidden, head, targets, chunk, logits_dtype)
         return logps, (batch["completion_mask"] != 0) & has_target
 
     precision = None if config.matmul_precision == "default" else config.matmul_precision

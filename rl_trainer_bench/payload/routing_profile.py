@@ -26,7 +26,7 @@ from typing import Any
 import jsonschema
 import numpy as np
 
-from rl_trainer_bench.engine.config import EngineConfig, ModelConfig, expert_capacity
+from rl_trainer_bench.engine.config import ModelConfig, expert_capacity
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
 
@@ -187,16 +187,6 @@ def shard_max_load_ratio(shares: np.ndarray, expert_shards: int) -> np.ndarray:
         return np.ones(shares.shape[:-1])
     blocks = shares.reshape(*shares.shape[:-1], expert_shards, num_experts // expert_shards)
     return blocks.sum(axis=-1).max(axis=-1) * expert_shards
-
-
-def tokens_per_expert_group(engine: EngineConfig) -> int:
-    """Tokens whose routed pairs share one set of expert buffers (N in docs/engine.md's capacity).
-
-    As the engine groups them (`moe.group_tokens`): rows split over fsdp x expert devices and
-    the sequence over context, so one group is (B / (fsdp * expert)) rows of T / context tokens.
-    """
-    rows = math.ceil(engine.micro_batch_rows / (engine.mesh.fsdp * engine.mesh.expert))
-    return rows * math.ceil(engine.seq_len / engine.mesh.context)
 
 
 def _normal_cdf(z: np.ndarray) -> np.ndarray:

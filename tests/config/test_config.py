@@ -102,7 +102,8 @@ KNOWN_KEYS = [
     "optimizer_warmup_steps", "optimizer_decay_steps", "optimizer_b1", "optimizer_b2", "optimizer_eps",
     "optimizer_weight_decay", "optimizer_opt_chain_type", "optimizer_chain_kwargs", "max_grad_norm",
     "epsilon", "epsilon_high", "beta", "ragged_buffer_factor", "dropless_compute", "retry_when_tokens_dropped",
-    "expert_compute", "router_replay", "attention", "attention_chunk_size", "linear_chunk_size", "dtype", "matmul_precision",
+    "expert_compute", "router_replay", "num_moe_token_chunks", "attention", "attention_chunk_size",
+    "linear_chunk_size", "dtype", "matmul_precision",
     "seed",
 ]  # fmt: skip
 

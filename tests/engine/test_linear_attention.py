@@ -16,6 +16,7 @@ from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.engine import sharding
 from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.engine.contract import ContractError
+from rl_trainer_bench.engine.gated_deltanet import context_delta_rule
 from rl_trainer_bench.engine.linear_attention import gated_delta_rule
 from rl_trainer_bench.engine.programs import check_config
 
@@ -116,7 +117,9 @@ def test_gradients_equal_the_recurrences():
 
 
 def test_context_shards_equal_one_shard_on_eight_devices():
-    """T over 4 context shards (2 x 4 x 1 mesh), spans of 7 tokens padded to chunks of 4.
+    """T over 4 context shards (2 x 4 x 1 mesh), spans of 7 tokens padded to chunks of 4: as one
+    program over the shard dim, and as the engine runs it, each device its own span under
+    `shard_map` with the spans' maps gathered from its peers.
 
     One row is a single segment across all shards and slow decays, so every shard's incoming state
     matters; the other starts segments inside shards and ends in padding.
@@ -148,9 +151,26 @@ def test_context_shards_equal_one_shard_on_eight_devices():
     ]
     with jax.set_mesh(mesh):
         (_, split), split_grads = jax.jit(loss(4))(*placed)
-    np.testing.assert_allclose(np.asarray(split), np.asarray(single), atol=2e-5, rtol=1e-4)
-    for got, want in zip(split_grads, single_grads, strict=True):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-4, rtol=1e-4)
+        (_, mapped), mapped_grads = jax.jit(
+            jax.value_and_grad(
+                lambda *x: (lambda out: (jnp.sum(out * weights), out))(
+                    context_delta_rule(*x, inputs[-1], chunk_size=4)
+                ),
+                argnums=(0, 1, 2, 3, 4),
+                has_aux=True,
+            )
+        )(*placed[:-1])
+    for name, out, grads in (
+        ("one program", split, split_grads),
+        ("per device", mapped, mapped_grads),
+    ):
+        np.testing.assert_allclose(
+            np.asarray(out), np.asarray(single), atol=2e-5, rtol=1e-4, err_msg=name
+        )
+        for got, want in zip(grads, single_grads, strict=True):
+            np.testing.assert_allclose(
+                np.asarray(got), np.asarray(want), atol=1e-4, rtol=1e-4, err_msg=name
+            )
 
 
 @pytest.mark.parametrize(
@@ -176,3 +196,57 @@ def test_bad_layer_pattern_or_linear_shapes_are_refused_naming_the_field(changes
     bad = dataclasses.replace(tiny, model=dataclasses.replace(hybrid, **changes))
     with pytest.raises(ContractError, match=re.escape(named)):
         check_config(bad)
+
+
+def test_substitution_and_xla_triangular_solve_agree_in_value_and_gradient():
+    """The row-by-row solve the CPU uses (its own backward pass) against XLA's triangular solve."""
+    from rl_trainer_bench.engine.linear_attention import unit_lower_solve
+
+    keys = jax.random.split(jax.random.key(3), 3)
+    strict = jnp.tril(jax.random.normal(keys[0], (3, 2, 16, 16)) * 0.3, -1)
+    rhs = jax.random.normal(keys[1], (3, 2, 16, 5))
+    weights = jax.random.normal(keys[2], rhs.shape)
+
+    def loss(method):
+        return lambda a, b: jnp.sum(jnp.sin(unit_lower_solve(a, b, method)) * weights)
+
+    system = strict + jnp.eye(16)
+    solved = unit_lower_solve(strict, rhs, "substitution")
+    np.testing.assert_allclose(system @ solved, rhs, atol=1e-4)
+    (got_a, got_b) = jax.grad(loss("substitution"), argnums=(0, 1))(strict, rhs)
+    (want_a, want_b) = jax.grad(loss("xla"), argnums=(0, 1))(strict, rhs)
+    np.testing.assert_allclose(got_b, want_b, rtol=1e-4, atol=1e-5)
+    # Only the strictly lower part is a variable of the system.
+    np.testing.assert_allclose(jnp.tril(got_a, -1), jnp.tril(want_a, -1), rtol=1e-4, atol=1e-5)
+
+
+def test_the_convolution_stops_at_segment_starts_across_context_shards():
+    """Per device of the 2x2x2 mesh (T over 2 context shards), against taps summed per token:
+    a segment that crosses the shard boundary reads the previous shard's tokens, one that starts
+    there does not, and no token reads across a segment start or before its row."""
+    from rl_trainer_bench.engine.gated_deltanet import context_conv
+
+    rows, length, width, taps = 4, 12, 3, 4
+    x = jax.random.normal(jax.random.key(4), (rows, length, width))
+    kernel = jax.random.normal(jax.random.key(5), (taps, width))
+    segments = np.array(
+        [
+            [1] * 12,  # one segment across the boundary at 6
+            [1] * 6 + [2] * 6,  # a segment starts at the boundary
+            [1, 1, 2, 2, 2, 2, 2, 2, 3, 3, 0, 0],  # starts inside shards, ends in padding
+            [5] * 4 + [0] * 3 + [5] * 5,  # the same id again after padding is a new segment
+        ]
+    )
+    want = np.zeros((rows, length, width))
+    xs, ks = np.asarray(x, np.float64), np.asarray(kernel, np.float64)
+    for r in range(rows):
+        for t in range(length):
+            for j in range(taps):
+                if t - j < 0 or len(set(segments[r, t - j : t + 1])) > 1:
+                    break
+                want[r, t] += xs[r, t - j] * ks[j]
+    want = want / (1 + np.exp(-want))  # SiLU
+    mesh = sharding.make_mesh(MeshConfig(fsdp=2, context=2, expert=2))
+    with jax.set_mesh(mesh):
+        got = jax.jit(context_conv)(x, kernel, jnp.asarray(segments))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)

@@ -10,21 +10,36 @@ from rl_trainer_bench.engine.sharding import make_mesh
 
 
 def test_chunked_logps_equal_unchunked_values_and_gradients():
-    hidden = jax.random.normal(jax.random.key(0), (2, 32, 8))
-    head = jax.random.normal(jax.random.key(1), (8, 50))
-    targets = jax.random.randint(jax.random.key(2), (2, 32), 0, 50)
+    """In chunks on one device, and per device of the 2x2x2 mesh (rows over fsdp x expert, the
+    sequence over context) with the head gathered inside: the same values and gradients."""
+    hidden = jax.random.normal(jax.random.key(0), (4, 32, 8))
+    head = jax.random.normal(jax.random.key(1), (8, 48))
+    targets = jax.random.randint(jax.random.key(2), (4, 32), 0, 48)
 
-    def total(h, w, chunk, shards):
-        return loss.chunked_logps(h, w, targets, chunk, shards).sum()
+    def total(fn):
+        return lambda h, w: fn(h, w).sum()
 
-    whole = loss.token_logps(hidden, head, targets, jnp.float32)
-    for chunk, shards in ((4, 1), (8, 2)):
-        chunked = loss.chunked_logps(hidden, head, targets, chunk, shards)
-        np.testing.assert_allclose(chunked, whole, rtol=1e-5, atol=1e-5)
-        grads = jax.grad(total, argnums=(0, 1))(hidden, head, chunk, shards)
-        expected = jax.grad(total, argnums=(0, 1))(hidden, head, 32, 1)
-        for got, want in zip(grads, expected, strict=True):
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    def whole(h, w):
+        return loss.token_logps(h, w, targets, jnp.float32)
+
+    def per_device(h, w):
+        return loss.sharded_logps(h, w, targets, 8, jnp.float32)
+
+    expected = jax.grad(total(whole), argnums=(0, 1))(hidden, head)
+    with jax.set_mesh(make_mesh(MeshConfig(fsdp=2, context=2, expert=2))):
+        sharded = (
+            jax.jit(per_device)(hidden, head),
+            jax.jit(jax.grad(total(per_device), (0, 1)))(hidden, head),
+        )
+    for chunk in (4, 32):
+        chunked = loss.chunked_logps(hidden, head, targets, chunk)
+        grads = jax.grad(total(lambda h, w: loss.chunked_logps(h, w, targets, chunk)), (0, 1))(
+            hidden, head
+        )
+        for got, got_grads in ((chunked, grads), sharded):
+            np.testing.assert_allclose(got, whole(hidden, head), rtol=1e-5, atol=1e-5)
+            for g, want in zip(got_grads, expected, strict=True):
+                np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-5)
 
 
 def test_targets_stop_at_segment_boundaries():
@@ -67,7 +82,7 @@ def _loss_and_grads(batch, beta):
     head = jax.random.normal(jax.random.key(1), (6, 10))
 
     def total(h, w):
-        loss_sum, stats = loss.micro_batch_loss(h, w, batch, config, shards=1)
+        loss_sum, stats = loss.micro_batch_loss(h, w, batch, config)
         return loss_sum / stats["loss_denominator"], stats
 
     with jax.set_mesh(make_mesh(MeshConfig(), jax.devices()[:1])):

@@ -1,5 +1,7 @@
 """MoE routing, buffers, expert compute and the dropless layouts, on small arrays (no engine)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -54,14 +56,6 @@ def test_einsum_and_ragged_dot_agree_on_the_same_buffers():
     np.testing.assert_allclose(einsum, ragged, rtol=1e-5, atol=1e-5)
 
 
-def test_grouping_tokens_by_device_round_trips():
-    x = jnp.arange(4 * 6 * 2).reshape(4, 6, 2)
-    grouped = moe.group_tokens(x, 2, 3)
-    assert grouped.shape == (2, 3, 4, 2)
-    np.testing.assert_array_equal(grouped[1, 2, :, 0], x[2:4, 4:6, 0].reshape(-1))
-    np.testing.assert_array_equal(moe.ungroup_tokens(grouped, 4, 6), x)
-
-
 # ----------------------------------------------------------------------------------------------
 # The token-sorted dropless layout, on the 2x2x2 mesh of 8 host devices
 # ----------------------------------------------------------------------------------------------
@@ -92,7 +86,7 @@ def _moe(x, params, capacity_factor, methods):
         None,
         top_k=K,
         capacity_factor=capacity_factor,
-        groups=(4, 2),
+        token_chunks=1,
         methods=methods,
     )
 
@@ -147,8 +141,9 @@ def test_sorted_dropless_replay_of_a_dropping_batch_equals_the_float64_reference
         _, overflow = jax.jit(lambda x, p: _moe(x, p, 0.5, ("einsum", "capacity")))(x, params)
         experts, gates = moe.route(x, params["router"], K, jnp.ones((B, T), bool))
         weights = tuple(params[n] for n in moe.EXPERT_WEIGHTS)
-        replay = jax.jit(
-            lambda x, e, g, w: moe.sorted_ffn(x, e, g, w, grouped_matmul, interpret=True)
+        local = functools.partial(moe.local_sorted_ffn, method=grouped_matmul, interpret=True)
+        replay, _ = jax.jit(
+            lambda x, e, g, w: moe.expert_parallel(local, x, e, g, w, token_chunks=1)
         )(x, experts, gates, weights)
     assert bool(overflow)  # the capacity layout at factor 0.5 drops pairs of this batch
     want = _float64_reference(x, params)
@@ -179,3 +174,76 @@ def test_capacity_is_at_least_one_slot_and_the_payload_predicts_with_the_same_fo
         np.full(8, 1 / 8), tokens=0, real_fraction=1.0, top_k=1, factor=1.0
     )
     assert prediction.capacity == 1
+
+
+def _dense_reference(x, params, keep):
+    """sum_k keep x gate_k x SwiGLU_k(x), every expert computed densely on one device (no mesh).
+
+    keep [B, T, K] says which routed pairs count (all of them for a dropless layer).
+    """
+    experts, gates = moe.route(x, params["router"], K, jnp.ones(x.shape[:2], bool))
+    gate_w, up_w, down_w = (params[n] for n in moe.EXPERT_WEIGHTS)
+    hidden = jax.nn.silu(jnp.einsum("btd,edf->btef", x, gate_w))
+    hidden = hidden * jnp.einsum("btd,edf->btef", x, up_w)
+    every = jnp.einsum("btef,efd->bted", hidden, down_w)  # [B, T, E, D]
+    chosen = jnp.take_along_axis(every, experts[..., None], axis=2)  # [B, T, K, D]
+    return jnp.einsum("btkd,btk->btd", chosen, gates * keep)
+
+
+def _kept_pairs(x, params, factor, chunks):
+    """Which pairs the capacity rule keeps (1.0) on the 2x2x2 mesh: a device holds one row of 8
+    tokens, split into `chunks` groups; each group's slots go in token order, then k order."""
+    experts = np.asarray(moe.route(x, params["router"], K, jnp.ones(x.shape[:2], bool))[0])
+    keep = np.zeros(experts.shape, np.float32)
+    for row in range(B):
+        for start in (0, T // 2):
+            block = experts[row, start : start + T // 2]  # one device's tokens [8, K]
+            for group in np.arange(len(block)).reshape(chunks, -1):
+                slots, used = expert_capacity(len(group), K, E, factor), np.zeros(E, int)
+                for n in group:
+                    for k in range(K):
+                        keep[row, start + n, k] = used[block[n, k]] < slots
+                        used[block[n, k]] += 1
+    return jnp.asarray(keep)
+
+
+@pytest.mark.parametrize(("factor", "chunks"), [(-1, 1), (-1, 2), (0.75, 1), (0.75, 2)])
+def test_expert_parallel_capacity_layer_equals_a_dense_reference_in_value_and_gradient(
+    mesh, factor, chunks
+):
+    """The shard_map layer (experts gathered over their model dim, buffers moved by all-to-all,
+    token chunks) against every expert computed densely on one device, drops included."""
+    x, params = _layer(seed=2)
+    keep = _kept_pairs(x, params, factor, chunks)
+
+    def sharded(x, params):
+        out, overflow = moe.moe_ffn(
+            x,
+            params,
+            jnp.ones(x.shape[:2], bool),
+            None,
+            top_k=K,
+            capacity_factor=factor,
+            token_chunks=chunks,
+            methods=("einsum", "capacity"),
+        )
+        return jnp.sum(jnp.sin(out)), (out, overflow)
+
+    def dense(x, params):
+        out = _dense_reference(x, params, keep)
+        return jnp.sum(jnp.sin(out)), out
+
+    with jax.set_mesh(mesh):
+        (_, (got, overflow)), got_grads = jax.jit(
+            jax.value_and_grad(sharded, argnums=(0, 1), has_aux=True)
+        )(x, params)
+    (_, want), want_grads = jax.jit(jax.value_and_grad(dense, argnums=(0, 1), has_aux=True))(
+        x, params
+    )
+    assert bool(overflow) == (factor != -1) == bool(jnp.any(keep == 0))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(got_grads[0], want_grads[0], rtol=1e-4, atol=1e-5, err_msg="x")
+    for name, want_leaf in want_grads[1].items():
+        np.testing.assert_allclose(
+            got_grads[1][name], want_leaf, rtol=1e-4, atol=1e-5, err_msg=name
+        )
