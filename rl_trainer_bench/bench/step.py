@@ -29,6 +29,7 @@ from rl_trainer_bench.bench.device_timeline import DeviceTimeline
 from rl_trainer_bench.bench.ruler import StepRecord
 from rl_trainer_bench.bench.worker import TrainerWorker
 from rl_trainer_bench.config.knobs import StageConfig
+from rl_trainer_bench.engine import compile_events
 from rl_trainer_bench.engine.contract import Engine, Payload, PreparedInput
 
 # The points of a step where staging can issue the next first micro-batch's copy or wait for it.
@@ -194,24 +195,19 @@ class ProgramTimeline:
 class CompileWatch:
     """Names every program XLA compiles while it is installed (JAX's backend-compile event)."""
 
-    _EVENT = "/jax/core/compile/backend_compile_duration"
-
     def __init__(self) -> None:
         self._names: list[str] = []
         self._lock = threading.Lock()
 
     def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
-        if event == self._EVENT:
+        if event == compile_events.BACKEND_COMPILE:
             with self._lock:
                 self._names.append(str(kwargs.get("fun_name", "?")))
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[CompileWatch]:
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-        try:
+        with compile_events.listening(self._listen):
             yield self
-        finally:
-            jax.monitoring.unregister_event_duration_listener(self._listen)
 
     @contextlib.contextmanager
     def during(self) -> Iterator[list[str]]:

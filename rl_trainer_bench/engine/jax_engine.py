@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rl_trainer_bench.engine import flops, programs, sharding
+from rl_trainer_bench.engine import flops, programs, residency, sharding
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload
 from rl_trainer_bench.engine.programs import (
@@ -33,6 +33,7 @@ from rl_trainer_bench.engine.programs import (
     check_config,
     check_payload,
     check_routes,
+    compile_reservations,  # noqa: F401
     input_shardings,
     lower_programs,
     payload_spec,
@@ -119,11 +120,13 @@ class JaxEngine:
         if cached is None:
             start = time.perf_counter()
             lowered = lower_programs(self.config, self.mesh, spec)
+            reserved = programs.compile_reservations(self.config, self.mesh)
             lowering = time.perf_counter() - start
             cached = {}
             for name, program in lowered.items():
                 start = time.perf_counter()
-                cached[name] = program.compile()
+                options = residency.compile_options(self.platform, reserved[name])
+                cached[name] = program.compile(compiler_options=options)
                 seconds[name] = time.perf_counter() - start + lowering / len(lowered)
                 log.info("compiled %s in %.2f s", name, seconds[name])
             _COMPILED[key] = cached

@@ -57,7 +57,6 @@ def gated_delta_rule(
     chunk_size,
     context_shards=1,
     context_axis=None,
-    solve="auto",
 ):
     """Outputs o [B, T, H, Dv] of the gated delta rule (module docstring) over packed rows.
 
@@ -67,8 +66,7 @@ def gated_delta_rule(
     padded up to whole chunks with tokens that leave the state unchanged. Inside `shard_map`,
     `context_axis` names the mesh axis whose devices hold the spans of the same rows in order: the
     arrays are then this device's span, and the spans before it are folded in from its peers.
-    `solve` picks how the chunks' triangular systems are solved (`unit_lower_solve`). Computed in
-    float32, returned in v's dtype.
+    Computed in float32, returned in v's dtype.
     """
     b, t, h, dk = q.shape
     dv = v.shape[-1]
@@ -79,13 +77,7 @@ def gated_delta_rule(
     padded = -(-span // chunk) * chunk
 
     def chunked(x, fill):
-        """[B, T, ...] -> [n, B, S, C, ...], each shard's span padded to whole chunks with `fill`."""
-        x = x.reshape(b, context_shards, span, *x.shape[2:])
-        widths = [(0, 0)] * x.ndim
-        widths[2] = (0, padded - span)
-        x = jnp.pad(x, widths, constant_values=fill)
-        x = x.reshape(b, context_shards, padded // chunk, chunk, *x.shape[3:])
-        return jnp.moveaxis(x, 2, 0)
+        return _in_chunks(x, context_shards, chunk, padded, fill)
 
     # Padding tokens are made inert (whatever they hold, non-finite values included): a zero query
     # makes their output zero, and a run of them leaves nothing behind, as the next real token
@@ -96,22 +88,35 @@ def gated_delta_rule(
     beta = jnp.where(real[..., None], beta, 0).astype(f32)
     log_decay = jnp.where(real[..., None], log_decay, 0).astype(f32)
     starts = chunked(segment_starts(segment_ids, context_axis), False)
-    chunks = _chunk_terms(
-        *(chunked(x, 0) for x in (q, k, v, log_decay, beta)), starts, solve_method(solve)
-    )
-    zeros = jnp.zeros((b, context_shards, h, dk, dv), f32)
-    if context_axis is not None and jax.lax.axis_size(context_axis) > 1:
-        incoming = _incoming_from_peers(chunks, zeros, context_axis)
-    elif context_shards > 1:
-        incoming = _incoming_states(chunks, zeros)
-    else:
-        incoming = zeros
+    chunks = _chunk_terms(*(chunked(x, 0) for x in (q, k, v, log_decay, beta)), starts)
+    incoming = _incoming(chunks, jnp.zeros((b, context_shards, h, dk, dv), f32), context_axis)
     out = _chunk_outputs(chunks, incoming)  # [n, B, S, C, H, Dv]
     out = jnp.moveaxis(out, 0, 2).reshape(b, context_shards, padded, h, dv)[:, :, :span]
     return out.reshape(b, t, h, dv).astype(v.dtype)
 
 
-def _chunk_terms(q, k, v, log_decay, beta, starts, solve):
+def _in_chunks(x, shards, chunk, padded, fill):
+    """[B, T, ...] -> [n, B, S, C, ...], each shard's span padded to `padded` tokens with `fill`."""
+    b, t = x.shape[:2]
+    x = x.reshape(b, shards, t // shards, *x.shape[2:])
+    widths = [(0, 0)] * x.ndim
+    widths[2] = (0, padded - t // shards)
+    x = jnp.pad(x, widths, constant_values=fill)
+    x = x.reshape(b, shards, padded // chunk, chunk, *x.shape[3:])
+    return jnp.moveaxis(x, 2, 0)
+
+
+def _incoming(chunks, zeros, context_axis):
+    """The state each span starts from [B, S, H, Dk, Dv]: from its peers on `context_axis` inside
+    `shard_map`, folded over the S shards of this program otherwise, zero for a single span."""
+    if context_axis is not None and jax.lax.axis_size(context_axis) > 1:
+        return _incoming_from_peers(chunks, zeros, context_axis)
+    if zeros.shape[1] > 1:
+        return _incoming_states(chunks, zeros)
+    return zeros
+
+
+def _chunk_terms(q, k, v, log_decay, beta, starts):
     """Everything of a chunk that does not depend on its incoming state, for all chunks at once.
 
     Inputs are [n, B, S, C, ...] (starts: bool [n, B, S, C]). Returns a dict of per-chunk terms.
@@ -136,7 +141,7 @@ def _chunk_terms(q, k, v, log_decay, beta, starts, solve):
     system = decay(strictly) * kk * beta[..., :, None, :]  # A [.., t, i, H]
     rhs = jnp.concatenate([v * beta[..., None], k * (beta * from_start)[..., None]], axis=-1)
     solved = unit_lower_solve(
-        jnp.moveaxis(system, -1, -3), jnp.moveaxis(rhs, -2, -3), solve
+        jnp.moveaxis(system, -1, -3), jnp.moveaxis(rhs, -2, -3)
     )  # (I + A) [U | W] = rhs: [.., H, C, Dv + Dk]
     dv = v.shape[-1]
     return {
@@ -149,62 +154,55 @@ def _chunk_terms(q, k, v, log_decay, beta, starts, solve):
     }
 
 
-# How the chunks' unit lower-triangular systems are solved: XLA's triangular solve (a blocked
-# inverse and matmuls on TPU and GPU), or row-by-row substitution. On the CPU, JAX's triangular
-# solve is a LAPACK call that splits its batch over the host's thread pool and waits for the
-# parts: with several host devices running it at once every thread can end up waiting for parts
-# that no thread is left to run, and the step never finishes (seen on 8 host devices on 2 cores).
-SOLVE_METHODS = ("xla", "substitution")
+def unit_lower_solve(strict, rhs):
+    """x with (I + strict) x = rhs: strict [..., C, C] strictly lower triangular, rhs [..., C, X].
 
-
-def solve_method(choice: str, platform: str | None = None) -> str:
-    """Resolve `auto` for `platform` (default: JAX's default backend): substitution on the CPU."""
-    if choice != "auto":
-        return choice
-    return "substitution" if (platform or jax.default_backend()) == "cpu" else "xla"
-
-
-def unit_lower_solve(strict, rhs, method):
-    """x with (I + strict) x = rhs: strict [..., C, C] strictly lower triangular, rhs [..., C, X]."""
-    if method == "xla":
-        system = strict + jnp.eye(strict.shape[-1], dtype=strict.dtype)
-        return jax.lax.linalg.triangular_solve(
-            system, rhs, left_side=True, lower=True, unit_diagonal=True
-        )
-    return _substituted(strict, rhs)
-
-
-def _forward_substitution(strict, rhs):
-    """Row i of x is rhs_i - strict_i . x, rows in order (row i of strict reads only rows < i)."""
-
-    def row(i, x):
-        value = rhs[..., i, :] - jnp.einsum("...c,...cx->...x", strict[..., i, :], x)
-        return jax.lax.dynamic_update_index_in_dim(x, value, i, axis=-2)
-
-    return jax.lax.fori_loop(0, rhs.shape[-2], row, jnp.zeros_like(rhs))
+    By the inverse (`unit_lower_inverse`) and one matmul, so the whole solve is batched matmuls on
+    every platform. JAX's triangular solve is not used: on the CPU it is a LAPACK call that splits
+    its batch over the host's thread pool and waits for the parts, and with several host devices
+    running it at once every thread can end up waiting for parts no thread is left to run (seen on
+    8 host devices on 2 cores: the step never finishes).
+    """
+    return jnp.einsum("...ij,...jx->...ix", unit_lower_inverse(strict), rhs)
 
 
 @jax.custom_vjp
-def _substituted(strict, rhs):
-    return _forward_substitution(strict, rhs)
+def unit_lower_inverse(strict):
+    """(I + strict)^-1 for strict [..., C, C] strictly lower triangular, by blocks that double.
+
+    With the inverses X11, X22 of the two diagonal blocks of a block [[L11, 0], [L21, L22]], its
+    inverse is [[X11, 0], [-X22 L21 X11, X22]]. Starting from the identity (blocks of one), each
+    level turns blocks of s into blocks of 2s at once for the whole matrix, X <- X - X N_s X, where
+    N_s keeps the entries of `strict` below-left of the diagonal inside each 2s block: log2(C)
+    levels of two C x C matmuls.
+    """
+    c = strict.shape[-1]
+    index = jnp.arange(c)
+    inverse = jnp.broadcast_to(jnp.eye(c, dtype=strict.dtype), strict.shape)
+    size = 1
+    while size < c:
+        same_pair = index[:, None] // (2 * size) == index[None, :] // (2 * size)
+        lower_half = (index[:, None] // size) % 2 == 1
+        upper_half = (index[None, :] // size) % 2 == 0
+        off = jnp.where(same_pair & lower_half & upper_half, strict, 0)
+        inverse = inverse - jnp.einsum("...ij,...jk,...kl->...il", inverse, off, inverse)
+        size *= 2
+    return inverse
 
 
-def _substituted_forward(strict, rhs):
-    x = _forward_substitution(strict, rhs)
-    return x, (strict, x)
+def _inverse_forward(strict):
+    inverse = unit_lower_inverse(strict)
+    return inverse, inverse
 
 
-def _substituted_backward(saved, grad):
-    """y = (I + strict)^-T grad, by substitution on the reversed transpose (strictly lower again);
-    then d rhs = y and d strict = -y x^T below the diagonal. Nothing per row is kept for this."""
-    strict, x = saved
-    reverse = jnp.swapaxes(strict, -1, -2)[..., ::-1, ::-1]
-    y = _forward_substitution(reverse, grad[..., ::-1, :])[..., ::-1, :]
-    d_strict = -jnp.tril(jnp.einsum("...ix,...jx->...ij", y, x), -1)
-    return d_strict, y
+def _inverse_backward(inverse, grad):
+    """d strict = -X^T G X^T below the diagonal (d M^-1 = -M^-1 dM M^-1); only X is kept."""
+    transposed = jnp.swapaxes(inverse, -1, -2)
+    d_strict = -jnp.einsum("...ij,...jk,...kl->...il", transposed, grad, transposed)
+    return (jnp.tril(d_strict, -1),)
 
 
-_substituted.defvjp(_substituted_forward, _substituted_backward)
+unit_lower_inverse.defvjp(_inverse_forward, _inverse_backward)
 
 
 def _advance(chunk, state, values):

@@ -49,16 +49,12 @@ from typing import Any
 import jax
 import numpy as np
 
+from rl_trainer_bench.engine import compile_events
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload, PreparedInput
 
 KERNELS = ("fwd_bwd", "fwd_bwd_accum", "update")
 _EVAL_KERNEL = "kernel"  # what MaxText's eval program is called in JAX's events
-_COMPILE_EVENTS = (
-    "/jax/core/compile/jaxpr_trace_duration",
-    "/jax/core/compile/jaxpr_to_mlir_module_duration",
-    "/jax/core/compile/backend_compile_duration",
-)
 NOT_MEASURED = ("overflow_count", "replay_count", "mult_prob_error_max")
 _CONVERTED_CACHE = 64  # distinct micro-batches kept converted (the bench's pool is far smaller)
 
@@ -235,7 +231,7 @@ class _CompileTimes:
         self.seconds: dict[str, float] = collections.defaultdict(float)
 
     def _listen(self, event: str, duration: float, **kwargs: Any) -> None:
-        if event in _COMPILE_EVENTS:
+        if event in compile_events.ALL:
             name = str(kwargs.get("fun_name", "?"))
             if name.startswith("jit(") and name.endswith(")"):
                 name = name[4:-1]
@@ -243,11 +239,8 @@ class _CompileTimes:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[_CompileTimes]:
-        jax.monitoring.register_event_duration_secs_listener(self._listen)
-        try:
+        with compile_events.listening(self._listen):
             yield self
-        finally:
-            jax.monitoring.unregister_event_duration_listener(self._listen)
 
     def per_program(self) -> dict[str, float]:
         """The engine's kernels by name, its eval program as `eval`, the rest as `eager_ops`."""

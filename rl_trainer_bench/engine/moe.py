@@ -15,6 +15,7 @@ F an expert's hidden width, C slots per expert buffer, N tokens per group (a dev
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -96,31 +97,89 @@ def slot_positions(experts, num_experts):
     return jnp.zeros_like(flat).at[order].set(rank).reshape(experts.shape)
 
 
-def dispatch(x, experts, num_experts, slots):
-    """Scatter one group's tokens into expert buffers.
+class Slots(NamedTuple):
+    """Where one group's routed pairs sit in the expert buffers, both ways round.
 
-    x: [N, D]; experts: [N, K]. Returns buffer [E, C, D], the flat slot of each pair [N, K]
-    (E * C for a dropped or empty pair) and whether any pair overflowed.
+    `of_pair` [N, K]: each pair's flat slot (E x C for a dropped or empty pair); `pair` [E x C]: the
+    pair in each slot (N x K for an empty slot). Kept slots are unique, so filling the buffers and
+    reading them back are both gathers, in the forward pass and in the backward pass: no scatter-add
+    of [N x K, D] rows anywhere, which is what XLA's TPU backend compiles slowest here.
+    """
+
+    of_pair: jax.Array
+    pair: jax.Array
+
+
+def dispatch(x, experts, num_experts, slots):
+    """One group's tokens into expert buffers.
+
+    x: [N, D]; experts: [N, K]. Returns buffer [E, C, D], the `Slots` of the pairs and whether any
+    pair overflowed.
     """
     n, k = experts.shape
     position = slot_positions(experts, num_experts)
     routed = experts >= 0
     kept = routed & (position < slots)
-    slot = jnp.where(kept, experts * slots + position, num_experts * slots)  # [N, K]
-    tokens = jnp.broadcast_to(jnp.arange(n)[:, None], (n, k))
-    # One spare row takes every dropped or empty pair and is cut off below.
-    buffer = jnp.zeros((num_experts * slots + 1, x.shape[-1]), x.dtype)
-    buffer = buffer.at[slot.reshape(-1)].add(x[tokens.reshape(-1)])  # kept slots are unique
-    overflow = jnp.any(routed & ~kept)
-    return buffer[:-1].reshape(num_experts, slots, -1), slot, overflow
+    of_pair = jnp.where(kept, experts * slots + position, num_experts * slots)  # [N, K]
+    # A spare slot takes every dropped or empty pair and is cut off.
+    pair = jnp.full((num_experts * slots + 1,), n * k, jnp.int32)
+    pair = pair.at[of_pair.reshape(-1)].set(jnp.arange(n * k, dtype=jnp.int32))[:-1]
+    placed = Slots(of_pair, pair)
+    buffer = _fill(x, placed)
+    return buffer.reshape(num_experts, slots, -1), placed, jnp.any(routed & ~kept)
 
 
-def combine(expert_out, slot, gates):
+def _with_zero_row(rows):
+    """rows [R, D] and a zero row after them, which sentinel indices read."""
+    return jnp.concatenate([rows, jnp.zeros((1, rows.shape[-1]), rows.dtype)])
+
+
+@jax.custom_vjp
+def _fill(x, placed: Slots):
+    """buffer[s] = x[token of the pair in slot s] (zero for an empty slot): [E x C, D]."""
+    k = placed.of_pair.shape[-1]
+    return _with_zero_row(x)[placed.pair // k]
+
+
+def _fill_forward(x, placed):
+    return _fill(x, placed), placed
+
+
+def _fill_backward(placed, grad):
+    """A token's gradient is the sum over its kept pairs' slots: a gather, then a sum over K."""
+    token_grad = _with_zero_row(grad)[placed.of_pair].sum(axis=1)
+    return token_grad, None
+
+
+_fill.defvjp(_fill_forward, _fill_backward)
+
+
+@jax.custom_vjp
+def combine(expert_out, placed: Slots, gates):
     """Gather each pair's expert output back to its token, weighted by its gate: [N, D]."""
     e, c, d = expert_out.shape
-    flat = jnp.concatenate([expert_out.reshape(e * c, d), jnp.zeros((1, d), expert_out.dtype)])
-    pairs = flat[slot]  # [N, K, D]; dropped and empty pairs read the zero row
+    pairs = _with_zero_row(expert_out.reshape(e * c, d))[placed.of_pair]  # [N, K, D]
     return jnp.einsum("nkd,nk->nd", pairs, gates.astype(expert_out.dtype))
+
+
+def _combine_forward(expert_out, placed, gates):
+    return combine(expert_out, placed, gates), (expert_out, placed, gates)
+
+
+def _combine_backward(saved, grad):
+    """d expert_out[slot] = gate x d out[token] of the slot's pair, d gate = out of the pair's slot
+    . d out[token]: gathers both (every kept slot holds exactly one pair)."""
+    expert_out, placed, gates = saved
+    e, c, d = expert_out.shape
+    k = placed.of_pair.shape[-1]
+    slot_gate = jnp.concatenate([gates.reshape(-1), jnp.zeros((1,), gates.dtype)])[placed.pair]
+    slot_grad = _with_zero_row(grad)[placed.pair // k] * slot_gate[:, None].astype(grad.dtype)
+    pairs = _with_zero_row(expert_out.reshape(e * c, d))[placed.of_pair]
+    gate_grad = jnp.einsum("nkd,nd->nk", pairs, grad, preferred_element_type=jnp.float32)
+    return slot_grad.reshape(e, c, d).astype(expert_out.dtype), None, gate_grad.astype(gates.dtype)
+
+
+combine.defvjp(_combine_forward, _combine_backward)
 
 
 def expert_matmul(buffer, weights, method):
@@ -170,9 +229,12 @@ def moe_ffn(x, params, valid, replayed, *, top_k, capacity_factor, token_chunks,
 def expert_parallel(local, x, experts, gates, weights, token_chunks):
     """Run `local` on each device's tokens in `token_chunks` groups, under `shard_map`.
 
-    Each device gathers its experts' weights over the axes that split their model dim (the FSDP
-    gather, whose transpose reduce-scatters the gradient), then runs its groups one after the other,
-    each rematerialized on its own so the backward pass holds one group's buffers at a time. The
+    Each group gathers its device's experts' weights over the axes that split their model dim
+    (the FSDP gather, whose transpose reduce-scatters the gradient) and runs; the groups run one
+    after the other, each rematerialized on its own, so the backward pass holds one group's buffers
+    and one copy of the whole weights and their gradient at a time. Gathering once for all groups
+    would instead carry the whole weights' gradient across the groups beside each group's own
+    (MEASURED on the Qwen3.5 cell: more memory with two groups than with one, BENCHMARKS.md). The
     overflow flag is the OR over every group of every device.
     """
     mesh_shape = sharding.ambient_mesh_shape()
@@ -181,21 +243,24 @@ def expert_parallel(local, x, experts, gates, weights, token_chunks):
         for name, w in zip(EXPERT_WEIGHTS, weights, strict=True)
     )
 
-    def per_device(x, experts, gates, weights):
-        weights = tuple(
+    def group(tokens, experts, gates, split_weights):
+        whole = tuple(
             sharding.gather_dims(w, spec, keep=(EXPERT_AXIS,))
-            for w, spec in zip(weights, weight_specs, strict=True)
+            for w, spec in zip(split_weights, weight_specs, strict=True)
         )
+        return local(tokens, experts, gates, whole)
+
+    def per_device(x, experts, gates, weights):
         b, t, d = x.shape
         groups = tuple(
             a.reshape(token_chunks, -1, a.shape[-1]) for a in (x, experts, gates)
         )  # [chunks, N, ...]
-        group = jax.checkpoint(lambda _, g: (None, local(*g, weights)))
         if token_chunks == 1:
-            out, overflow = local(*(a[0] for a in groups), weights)
+            out, overflow = group(*(a[0] for a in groups), weights)
             out, overflow = out[None], overflow[None]
         else:
-            _, (out, overflow) = jax.lax.scan(group, None, groups)
+            step = jax.checkpoint(lambda _, g: (None, group(*g, weights)))
+            _, (out, overflow) = jax.lax.scan(step, None, groups)
         flag = jax.lax.pmax(jnp.any(overflow).astype(jnp.int32), sharding.AXES)
         return out.reshape(b, t, d), flag > 0
 
@@ -220,12 +285,12 @@ def local_capacity_ffn(tokens, experts, gates, weights, *, factor, method):
     peers = jax.lax.axis_size(EXPERT_AXIS)
     num_experts, (n, d) = num_local * peers, tokens.shape
     slots = expert_capacity(n, experts.shape[-1], num_experts, factor)
-    buffer, slot, overflow = dispatch(tokens, experts, num_experts, slots)  # [E, C, D]
+    buffer, placed, overflow = dispatch(tokens, experts, num_experts, slots)  # [E, C, D]
     buffer = buffer.reshape(peers, num_local, slots, d)
     buffer = jax.lax.all_to_all(buffer, EXPERT_AXIS, 0, 0, tiled=True)  # [peers, local E, C, D]
     out = experts_ffn(buffer, *weights, method)
     out = jax.lax.all_to_all(out, EXPERT_AXIS, 0, 0, tiled=True).reshape(num_experts, slots, d)
-    return combine(out, slot, gates), overflow
+    return combine(out, placed, gates), overflow
 
 
 # ----------------------------------------------------------------------------------------------
@@ -233,19 +298,64 @@ def local_capacity_ffn(tokens, experts, gates, weights, *, factor, method):
 # ----------------------------------------------------------------------------------------------
 
 
+class Sorted(NamedTuple):
+    """A permutation of the (token, k) pairs and its inverse: `order[i]` is the pair at sorted
+    position i, `position[p]` the sorted position of pair p. With both, sorting rows and putting
+    them back are gathers in both passes (no scatter of [A N K, D] rows)."""
+
+    order: jax.Array
+    position: jax.Array
+
+
 def sort_pairs(experts, first_expert, num_local):
     """The (token, k) pairs ordered by local expert, and how many pairs each local expert has.
 
     experts: [N, K] global ids (-1: empty). Pairs of experts outside [first_expert, first_expert +
     num_local) and empty ones sort after every local group. A stable sort keeps token order inside
-    each expert, as the capacity path's queues do. Returns order [N K] (flat pair indices) and
-    group sizes [num_local] int32.
+    each expert, as the capacity path's queues do. Returns the `Sorted` permutation of the N K flat
+    pair indices and group sizes [num_local] int32.
     """
     local = experts.reshape(-1) - first_expert
     key = jnp.where((local >= 0) & (local < num_local), local, num_local)
     order = jnp.argsort(key, stable=True)
+    position = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
     sizes = jnp.bincount(key, length=num_local + 1)[:num_local]
-    return order, sizes.astype(jnp.int32)
+    return Sorted(order, position), sizes.astype(jnp.int32)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _pair_rows(tokens, placed: Sorted, k: int):
+    """Each pair's token row in sorted order: [N K, D] from tokens [N, D], K pairs per token."""
+    return tokens[placed.order // k]
+
+
+def _pair_rows_forward(tokens, placed, k):
+    return _pair_rows(tokens, placed, k), placed
+
+
+def _pair_rows_backward(k, placed, grad):
+    """A token's gradient is the sum over its K pairs, each read at its sorted position."""
+    return grad[placed.position].reshape(-1, k, grad.shape[-1]).sum(axis=1), None
+
+
+_pair_rows.defvjp(_pair_rows_forward, _pair_rows_backward)
+
+
+@jax.custom_vjp
+def _unsorted(rows, placed: Sorted):
+    """Sorted rows [N K, D] back in pair order."""
+    return rows[placed.position]
+
+
+def _unsorted_forward(rows, placed):
+    return _unsorted(rows, placed), placed
+
+
+def _unsorted_backward(placed, grad):
+    return grad[placed.order], None
+
+
+_unsorted.defvjp(_unsorted_forward, _unsorted_backward)
 
 
 def gmm_tiling(m: int, k: int, n: int) -> tuple[int, int, int]:
@@ -264,8 +374,9 @@ def grouped_matmul(rows, weights, group_sizes, method, interpret=False):
     """
     live = (jnp.arange(rows.shape[0]) < jnp.sum(group_sizes))[:, None]
     # The kernel leaves rows past the groups unwritten, in its output and in the gradient it
-    # returns for its input: masking both keeps them out of every sum.
-    rows = jnp.where(live, rows, 0)
+    # returns for its input: the output is masked, and so is the input's gradient (by
+    # `_live_rows`, which leaves the input itself alone rather than copying [P, D] rows).
+    rows = _live_rows(rows, live)
     if method == "gmm":
         from jax.experimental.pallas.ops.tpu.megablox import gmm
 
@@ -274,6 +385,24 @@ def grouped_matmul(rows, weights, group_sizes, method, interpret=False):
     else:
         out = jax.lax.ragged_dot(rows, weights, group_sizes)
     return jnp.where(live, out, 0)
+
+
+@jax.custom_vjp
+def _live_rows(rows, live):
+    """The rows themselves; their gradient is zero past the live ones. The rows past the groups
+    are never read for a live output, so only their gradient needs the mask."""
+    return rows
+
+
+def _live_rows_forward(rows, live):
+    return rows, live
+
+
+def _live_rows_backward(live, grad):
+    return jnp.where(live, grad, 0), None
+
+
+_live_rows.defvjp(_live_rows_forward, _live_rows_backward)
 
 
 def local_sorted_ffn(tokens, experts, gates, weights, *, method, interpret=False):
@@ -291,13 +420,13 @@ def local_sorted_ffn(tokens, experts, gates, weights, *, method, interpret=False
     gates = jax.lax.all_gather(gates, EXPERT_AXIS, axis=0, tiled=True)
     num_local = weights[0].shape[0]
     first = jax.lax.axis_index(EXPERT_AXIS) * num_local
-    order, sizes = sort_pairs(experts, first, num_local)
-    rows = tokens[order // k]  # [A N K, D]: every pair of the gathered tokens, sorted
+    placed, sizes = sort_pairs(experts, first, num_local)
+    rows = _pair_rows(tokens, placed, k)  # [A N K, D]: every pair of the gathered tokens, sorted
     gate_w, up_w, down_w = weights
     hidden = jax.nn.silu(grouped_matmul(rows, gate_w, sizes, method, interpret))
     hidden = hidden * grouped_matmul(rows, up_w, sizes, method, interpret)
     out = grouped_matmul(hidden, down_w, sizes, method, interpret)  # zero for non-local pairs
-    pairs = jnp.zeros_like(out).at[order].set(out).reshape(-1, k, d)  # back in token order
+    pairs = _unsorted(out, placed).reshape(-1, k, d)  # back in token order
     partial = jnp.einsum(
         "nkd,nk->nd", pairs, gates.astype(out.dtype), preferred_element_type=jnp.float32
     )

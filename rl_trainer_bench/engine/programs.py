@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl_trainer_bench.engine import linear_attention, model, moe, sharding
+from rl_trainer_bench.engine import model, moe, residency, sharding
 from rl_trainer_bench.engine.config import EngineConfig, OptimizerConfig, config_problems
 from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS, ContractError, Payload
 from rl_trainer_bench.engine.loss import micro_batch_loss
@@ -181,7 +181,6 @@ class Methods(NamedTuple):
     attention: str
     expert_compute: str
     dropless_compute: str
-    linear_solve: str  # Gated DeltaNet's triangular systems (`linear_attention.solve_method`)
 
 
 def resolved_methods(config: EngineConfig, platform: str) -> Methods:
@@ -190,7 +189,6 @@ def resolved_methods(config: EngineConfig, platform: str) -> Methods:
         model.attention_method(config.model.attention, platform),
         moe.expert_compute_for(config.moe.expert_compute, platform),
         moe.dropless_compute_for(config.moe.dropless_compute, platform),
-        linear_attention.solve_method("auto", platform),
     )
 
 
@@ -296,6 +294,34 @@ def abstract_state(config: EngineConfig, mesh) -> dict[str, Any]:
         "opt_state": abstract.opt_state,
         "grad_accum": abstract.grad_sum,
     }
+
+
+def sharded_micro_batch(config: EngineConfig, mesh) -> dict[str, jax.ShapeDtypeStruct]:
+    """One micro-batch as sharded ShapeDtypeStructs, as the programs take it on `mesh`."""
+    spec = payload_spec(config)
+    shardings = input_shardings(mesh, spec)
+    return {
+        n: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=shardings[n]) for n, s in spec.items()
+    }
+
+
+def state_beside(config: EngineConfig, mesh, stage_before_update: bool = True) -> dict[str, int]:
+    """Per-device bytes of each part of the state that stays on the device (`residency`)."""
+    return residency.state_bytes(
+        abstract_state(config, mesh),
+        sharded_micro_batch(config, mesh),
+        late_accumulate=replays_possible(config),
+        stage_before_update=stage_before_update,
+    )
+
+
+def compile_reservations(config: EngineConfig, mesh) -> dict[str, int]:
+    """Per program, the device bytes the state beside it holds while it runs: what the engine
+    tells XLA to leave free (`residency.compile_options`). The staged micro-batch is counted: the
+    engine cannot know whether the driver will stage, and one micro-batch is small beside the
+    rest (20 MiB per device for the Qwen3.5 cell)."""
+    state = state_beside(config, mesh, stage_before_update=True)
+    return {name: residency.beside(name, state) for name in residency.BESIDE}
 
 
 def input_shardings(mesh, spec: Mapping[str, jax.ShapeDtypeStruct], memory_kind=None):

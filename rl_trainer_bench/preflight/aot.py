@@ -25,12 +25,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -50,21 +49,6 @@ LOCAL = "local"
 _MEMORY_FIELDS = ("argument", "output", "alias", "temp", "generated_code")
 _COST_FIELDS = ("xla_flops", "xla_bytes_accessed", "flops", "bytes_accessed")
 
-# The training state the engine keeps on the device between programs (per device), and which of
-# it sits beside each program without being one of its arguments (arguments are already inside
-# XLA's argument bytes).
-# `pending_gradient`: with dropless retry the engine accumulates one micro-batch late, so the
-# previous micro-batch's gradient is alive while the next `fwd_bwd` runs.
-# `staged_micro_batch`: with STAGE_BEFORE_UPDATE=on, the next step's first micro-batch is on the
-# device from before `update` (and a replay of the step's last micro-batch) until the next
-# `fwd_bwd` takes it.
-STATE_PARTS = ("params", "opt_state", "grad_accum", "pending_gradient", "staged_micro_batch")
-BESIDE: Mapping[str, tuple[str, ...]] = {
-    "fwd_bwd": ("opt_state", "grad_accum", "pending_gradient"),
-    "fwd_bwd_dropless": ("opt_state", "grad_accum", "pending_gradient", "staged_micro_batch"),
-    "accumulate": ("params", "opt_state", "staged_micro_batch"),
-    "update": ("staged_micro_batch",),
-}
 _OOM_PATTERNS = (
     # TPU: "Ran out of memory in memory space hbm. Used 120.50G of 95.74G hbm."
     re.compile(
@@ -193,18 +177,6 @@ def _topology_target(tpu_slice: accelerators.TpuSlice) -> Target:
 # ----------------------------------------------------------------------------------------------
 
 
-def per_device_bytes(tree) -> int:
-    """Bytes one device holds of a pytree of sharded ShapeDtypeStructs (the largest shard)."""
-    import jax
-    import numpy as np
-
-    total = 0
-    for leaf in jax.tree.leaves(tree):
-        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
-        total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
-    return total
-
-
 # What aot needs from an engine's module to lower its programs from abstract inputs, without
 # building the engine (which would allocate its weights): the built-in engine's module has them.
 AOT_FUNCTIONS = ("lower_programs", "abstract_state", "payload_spec")
@@ -229,29 +201,24 @@ def aot_engine_module(spec: str) -> ModuleType:
 def state_bytes(
     config: EngineConfig, mesh, stage_before_update: bool, engine: ModuleType | None = None
 ) -> dict[str, int]:
-    """Per-device bytes of each part of the state that stays on the device (STATE_PARTS)."""
+    """Per-device bytes of each part of the state that stays on the device (residency.STATE_PARTS)."""
     import jax
 
-    from rl_trainer_bench.engine import programs, sharding
+    from rl_trainer_bench.engine import programs, residency, sharding
 
     engine = engine or aot_engine_module(BUILT_IN)
-    state = engine.abstract_state(config, mesh)
-    spec = engine.payload_spec(config)
     batch = {
         name: jax.ShapeDtypeStruct(
             s.shape, s.dtype, sharding=sharding.payload_sharding(mesh, s.ndim)
         )
-        for name, s in spec.items()
+        for name, s in engine.payload_spec(config).items()
     }
-    late_accumulate = programs.replays_possible(config)
-    params = per_device_bytes(state["params"])
-    return {
-        "params": params,
-        "opt_state": per_device_bytes(state["opt_state"]),
-        "grad_accum": per_device_bytes(state["grad_accum"]),
-        "pending_gradient": params if late_accumulate else 0,
-        "staged_micro_batch": per_device_bytes(batch) if stage_before_update else 0,
-    }
+    return residency.state_bytes(
+        engine.abstract_state(config, mesh),
+        batch,
+        late_accumulate=programs.replays_possible(config),
+        stage_before_update=stage_before_update,
+    )
 
 
 def unsharded_state(config: EngineConfig, mesh) -> list[tuple[str, int]]:
@@ -259,13 +226,6 @@ def unsharded_state(config: EngineConfig, mesh) -> list[tuple[str, int]]:
     from rl_trainer_bench.engine import programs, sharding
 
     return sharding.unsharded_leaves(programs.abstract_state(config, mesh), mesh.size)
-
-
-def beside(program: str, state: Mapping[str, int]) -> int:
-    """State bytes in device memory while `program` runs that are not among its arguments."""
-    if program not in BESIDE:
-        raise KeyError(f"no state table for program {program!r}: add it to aot.BESIDE")
-    return sum(state[part] for part in BESIDE[program])
 
 
 @dataclasses.dataclass
@@ -278,7 +238,7 @@ class ProgramMemory:
     alias: int = 0
     temp: int = 0
     generated_code: int = 0
-    beside: int = 0  # state not among its arguments (see STATE_PARTS)
+    beside: int = 0  # state not among its arguments (see residency.STATE_PARTS)
     # XLA's cost analysis per device, as XLA gives it (each loop body once) ...
     xla_flops: float = 0.0
     xla_bytes_accessed: float = 0.0
@@ -365,13 +325,21 @@ def compile_programs(
 ) -> Iterator[tuple[str, Any, ProgramMemory]]:
     """Lower every engine program, then compile each on its own: (name, compiled or None, row).
 
-    `engine`: the engine's module (aot_engine_module); the built-in engine's when None.
+    `engine`: the engine's module (aot_engine_module); the built-in engine's when None. An engine
+    whose module has `compile_reservations` (the built-in one) has each program compiled as it
+    compiles it, told how much device memory the state beside it holds (`residency`).
     """
+    from rl_trainer_bench.engine import programs, residency
+
     engine = engine or aot_engine_module(BUILT_IN)
+    reserve = getattr(engine, "compile_reservations", None)
+    reserved = reserve(config, mesh) if callable(reserve) else {}
+    platform = programs.platform_of(mesh)
     for name, lowered in engine.lower_programs(config, mesh).items():
         start = time.perf_counter()
+        options = residency.compile_options(platform, reserved.get(name, 0))
         try:
-            compiled = lowered.compile()
+            compiled = lowered.compile(compiler_options=options)
         except Exception as error:  # XLA raises XlaRuntimeError/ValueError: keep the others going
             yield name, None, failed(name, error, time.perf_counter() - start)
             continue
@@ -595,10 +563,12 @@ def assemble(
     engine: ModuleType | None = None,
 ) -> AotReport:
     """The report from compiled rows: each program gets the state beside it."""
+    from rl_trainer_bench.engine import residency
+
     state = state_bytes(cell.config, cell.mesh, stage_before_update, engine)
     roofline = cell.target.roofline
     for program in programs:
-        program.beside = beside(program.name, state)
+        program.beside = residency.beside(program.name, state)
         if roofline is not None and program.compiled:
             program.roofline_seconds = program_cost.roofline_seconds(
                 program.flops, program.bytes_accessed, *roofline

@@ -51,6 +51,7 @@ _NO_TRAFFIC = frozenset(
 
 
 _SLICES = frozenset({"slice", "dynamic-slice"})
+_LAYOUT = frozenset({"bitcast", "copy", "transpose", "reshape", "convert"})  # same elements
 _UPDATE_SLICE = "dynamic-update-slice"
 
 
@@ -95,9 +96,11 @@ class _ByteCounter:
     """Bytes an instruction reads and writes, as XLA's cost analysis counts them for slices.
 
     A (dynamic-)slice reads only its result's bytes of its operand, and a dynamic-update-slice
-    writes only its update in place; the same holds for fusion parameters that are only sliced and
-    a fusion whose root updates a parameter in place. Without this, a loop body that slices one
-    layer's weights out of the stacked [L, ...] array would count all L layers per trip.
+    writes only its update in place; the same holds for fusion parameters that are only sliced
+    (also through a fusion nested in the fusion) and for a fusion whose root, or an element of
+    whose tuple root, updates a parameter in place (also behind a bitcast). Without this, a loop
+    body that slices one layer's weights out of the stacked [L, ...] array, or a scan that writes
+    its step's output into the stacked result, would count the whole stack per trip.
     """
 
     def __init__(self, module: HloModule) -> None:
@@ -105,8 +108,8 @@ class _ByteCounter:
 
     def of(self, instruction: Instruction, by_name: Mapping[str, Instruction]) -> int:
         opcode = instruction.opcode
-        if opcode in _NO_TRAFFIC:
-            return 0
+        if opcode in _NO_TRAFFIC or opcode.endswith("-done"):
+            return 0  # an asynchronous op's bytes move at its start; its done hands the buffer on
         operands = [by_name.get(o) for o in instruction.operands]
         sizes = [o.bytes if o is not None else 0 for o in operands]
         written = instruction.bytes
@@ -116,38 +119,109 @@ class _ByteCounter:
             sizes[0], written = 0, sizes[1]
         elif opcode == "fusion":
             sizes, written = self._fusion(instruction, sizes, written)
+        elif opcode.endswith("-start"):
+            written = sum(sizes)  # its tuple result aliases its operands; it moves them once
         return written + sum(sizes)
 
-    def _fusion(self, fusion: Instruction, sizes: list[int], written: int) -> tuple[list[int], int]:
+    def _body(self, fusion: Instruction):
         called = fusion.called_computations()
-        body = self._module.computations.get(called[0]) if called else None
+        return self._module.computations.get(called[0]) if called else None
+
+    def _fusion(self, fusion: Instruction, sizes: list[int], written: int) -> tuple[list[int], int]:
+        body = self._body(fusion)
         if body is None:
             return sizes, written
         parameters = {int(i.literal): i.name for i in body.instructions if i.opcode == "parameter"}
-        users: dict[str, list[Instruction]] = {}
-        for instruction in body.instructions:
-            for operand in instruction.operands:
-                users.setdefault(operand, []).append(instruction)
         sizes = list(sizes)
         for index, name in parameters.items():
-            uses = users.get(name, [])
-            if (
-                index < len(sizes)
-                and uses
-                and all(u.opcode in _SLICES and u.operands[0] == name for u in uses)
-            ):
-                sizes[index] = sum(u.bytes for u in uses)
-        root = body.instructions[-1] if body.instructions else None
+            read = self._sliced_read(body, name)
+            if index < len(sizes) and read is not None:
+                sizes[index] = read
         by_name = body.by_name()
-        if root is not None and root.opcode == _UPDATE_SLICE and len(root.operands) > 1:
-            target = by_name.get(root.operands[0])
-            update = by_name.get(root.operands[1])
-            if target is not None and target.opcode == "parameter" and update is not None:
-                index = int(target.literal)
-                if index < len(sizes):
-                    sizes[index] = 0
-                written = update.bytes
+        for target, update in self._in_place_updates(body, by_name):
+            index = int(target.literal)
+            if index < len(sizes):
+                sizes[index] = 0
+            written += update.bytes - target.bytes
         return sizes, written
+
+    def _sliced_read(self, body, name: str) -> int | None:
+        """The bytes of `name` (a parameter of `body`, or a value made from one) that are read,
+        when only slices read it, directly, through layout changes (a bitcast, copy, transpose,
+        or a fusion of only those, which XLA computes only where the slice reads) or through
+        nested fusions; None when some instruction reads all of it."""
+        uses = [i for i in body.instructions if name in i.operands]
+        if not uses:
+            return None
+        read = 0
+        for use in uses:
+            if use.opcode in _SLICES and use.operands[0] == name:
+                part = use.bytes
+            elif use.opcode in _LAYOUT or (use.opcode == "fusion" and self._layout_only(use)):
+                part = self._sliced_read(body, use.name)
+            elif use.opcode == "fusion" and use.operands.count(name) == 1:
+                part = self._nested_read(use, use.operands.index(name))
+            else:
+                part = None
+            if part is None:
+                return None
+            read += part
+        return read
+
+    def _nested_read(self, fusion: Instruction, index: int) -> int | None:
+        nested = self._body(fusion)
+        inner = (
+            None
+            if nested is None
+            else next(
+                (
+                    i.name
+                    for i in nested.instructions
+                    if i.opcode == "parameter" and i.literal == str(index)
+                ),
+                None,
+            )
+        )
+        return None if inner is None else self._sliced_read(nested, inner)
+
+    def _layout_only(self, fusion: Instruction) -> bool:
+        body = self._body(fusion)
+        return (
+            body is not None
+            and len(fusion.operands) == 1
+            and all(i.opcode in _LAYOUT or i.opcode == "parameter" for i in body.instructions)
+        )
+
+    @staticmethod
+    def _in_place_updates(body, by_name: Mapping[str, Instruction]):
+        """(parameter, update) of each dynamic-update-slice of a parameter that the root returns
+        (itself, as a tuple element, or behind a bitcast)."""
+        root = body.instructions[-1] if body.instructions else None
+        if root is None:
+            return []
+        outputs = [by_name.get(o) for o in root.operands] if root.opcode == "tuple" else [root]
+        found = []
+        for output in outputs:
+            while output is not None and output.opcode == "bitcast" and output.operands:
+                output = by_name.get(output.operands[0])
+            if output is None or output.opcode != _UPDATE_SLICE or len(output.operands) < 2:
+                continue
+            target, update = by_name.get(output.operands[0]), by_name.get(output.operands[1])
+            # The buffer may reach the update through an op that writes its operand in place.
+            while target is not None and target.opcode != "parameter" and _aliases_operand(target):
+                target = by_name.get(target.operands[0])
+            if target is not None and target.opcode == "parameter" and update is not None:
+                found.append((target, update))
+        return found
+
+
+def _aliases_operand(instruction: Instruction) -> bool:
+    """A bitcast, or an op whose output is its first operand's buffer (XLA's
+    `output_to_operand_aliasing={{}: (0, {})}`): nothing moves."""
+    aliasing = instruction.attribute("output_to_operand_aliasing") or ""
+    return bool(instruction.operands) and (
+        instruction.opcode == "bitcast" or aliasing.replace(" ", "").startswith("{{}:(0,{})")
+    )
 
 
 @dataclasses.dataclass(frozen=True)

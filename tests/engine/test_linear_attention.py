@@ -198,26 +198,34 @@ def test_bad_layer_pattern_or_linear_shapes_are_refused_naming_the_field(changes
         check_config(bad)
 
 
-def test_substitution_and_xla_triangular_solve_agree_in_value_and_gradient():
-    """The row-by-row solve the CPU uses (its own backward pass) against XLA's triangular solve."""
+@pytest.mark.parametrize("size", [1, 6, 16])
+def test_the_blocked_inverse_solves_like_xlas_triangular_solve_in_value_and_gradient(size):
+    """Chunks of a power of two and not: the doubling blocks against XLA's triangular solve, and
+    its own backward pass against autodiff of that solve."""
     from rl_trainer_bench.engine.linear_attention import unit_lower_solve
 
-    keys = jax.random.split(jax.random.key(3), 3)
-    strict = jnp.tril(jax.random.normal(keys[0], (3, 2, 16, 16)) * 0.3, -1)
-    rhs = jax.random.normal(keys[1], (3, 2, 16, 5))
+    keys = jax.random.split(jax.random.key(size), 3)
+    strict = jnp.tril(jax.random.normal(keys[0], (3, 2, size, size)) * 0.3, -1)
+    rhs = jax.random.normal(keys[1], (3, 2, size, 5))
     weights = jax.random.normal(keys[2], rhs.shape)
 
-    def loss(method):
-        return lambda a, b: jnp.sum(jnp.sin(unit_lower_solve(a, b, method)) * weights)
+    def xla(a, b):
+        system = a + jnp.eye(size)
+        return jax.lax.linalg.triangular_solve(
+            system, b, left_side=True, lower=True, unit_diagonal=True
+        )
 
-    system = strict + jnp.eye(16)
-    solved = unit_lower_solve(strict, rhs, "substitution")
-    np.testing.assert_allclose(system @ solved, rhs, atol=1e-4)
-    (got_a, got_b) = jax.grad(loss("substitution"), argnums=(0, 1))(strict, rhs)
-    (want_a, want_b) = jax.grad(loss("xla"), argnums=(0, 1))(strict, rhs)
+    def loss(solve):
+        return lambda a, b: jnp.sum(jnp.sin(solve(a, b)) * weights)
+
+    np.testing.assert_allclose(
+        unit_lower_solve(strict, rhs), xla(strict, rhs), rtol=1e-5, atol=1e-5
+    )
+    got_a, got_b = jax.grad(loss(unit_lower_solve), argnums=(0, 1))(strict, rhs)
+    want_a, want_b = jax.grad(loss(xla), argnums=(0, 1))(strict, rhs)
     np.testing.assert_allclose(got_b, want_b, rtol=1e-4, atol=1e-5)
     # Only the strictly lower part is a variable of the system.
-    np.testing.assert_allclose(jnp.tril(got_a, -1), jnp.tril(want_a, -1), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(got_a, jnp.tril(want_a, -1), rtol=1e-4, atol=1e-5)
 
 
 def test_the_convolution_stops_at_segment_starts_across_context_shards():

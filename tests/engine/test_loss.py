@@ -33,7 +33,7 @@ def test_chunked_logps_equal_unchunked_values_and_gradients():
         )
     for chunk in (4, 32):
         chunked = loss.chunked_logps(hidden, head, targets, chunk)
-        grads = jax.grad(total(lambda h, w: loss.chunked_logps(h, w, targets, chunk)), (0, 1))(
+        grads = jax.grad(total(lambda h, w, c=chunk: loss.chunked_logps(h, w, targets, c)), (0, 1))(
             hidden, head
         )
         for got, got_grads in ((chunked, grads), sharded):

@@ -16,12 +16,14 @@ from rl_trainer_bench.engine.sharding import make_mesh
 def test_slots_are_taken_in_token_order_and_pairs_past_capacity_drop():
     experts = jnp.array([[0, 1], [0, 2], [0, 1], [3, -1]])  # expert 0 wanted by tokens 0, 1, 2
     x = jnp.arange(4.0)[:, None] * jnp.ones((4, 3))
-    buffer, slot, overflow = moe.dispatch(x, experts, num_experts=4, slots=2)
+    buffer, placed, overflow = moe.dispatch(x, experts, num_experts=4, slots=2)
     assert bool(overflow)
     np.testing.assert_array_equal(buffer[0, :, 0], [0.0, 1.0])  # tokens 0 and 1 got expert 0
-    assert int(slot[2, 0]) == 4 * 2  # token 2's pair to expert 0 dropped (spare row)
-    assert int(slot[3, 1]) == 4 * 2  # the empty slot takes no buffer slot
+    assert int(placed.of_pair[2, 0]) == 4 * 2  # token 2's pair to expert 0 dropped (spare slot)
+    assert int(placed.of_pair[3, 1]) == 4 * 2  # the empty slot takes no buffer slot
     np.testing.assert_array_equal(buffer[1, :, 0], [0.0, 2.0])  # expert 1: tokens 0 and 2
+    # Both ways round: slot 0 of expert 1 holds pair (0, 1), an unused slot holds no pair.
+    assert int(placed.pair[1 * 2 + 0]) == 0 * 2 + 1 and int(placed.pair[3 * 2 + 1]) == 4 * 2
 
 
 def test_dropless_capacity_never_overflows():
@@ -152,9 +154,10 @@ def test_sorted_dropless_replay_of_a_dropping_batch_equals_the_float64_reference
 
 def test_pairs_sort_by_local_expert_in_token_order_and_the_rest_go_last():
     experts = jnp.array([[3, 0], [2, 3], [-1, 2], [0, 1]])  # this device holds experts 2 and 3
-    order, sizes = moe.sort_pairs(experts, first_expert=2, num_local=2)
+    placed, sizes = moe.sort_pairs(experts, first_expert=2, num_local=2)
     np.testing.assert_array_equal(sizes, [2, 2])
-    np.testing.assert_array_equal(order[:4], [2, 5, 0, 3])  # expert 2: pairs 2, 5; expert 3: 0, 3
+    np.testing.assert_array_equal(placed.order[:4], [2, 5, 0, 3])  # expert 2: 2, 5; expert 3: 0, 3
+    np.testing.assert_array_equal(placed.order[placed.position], np.arange(8))  # the inverse
 
 
 def test_tpu_kernel_is_refused_off_a_tpu():

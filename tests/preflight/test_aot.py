@@ -10,6 +10,7 @@ import jax
 import pytest
 
 from rl_trainer_bench import accelerators, cli
+from rl_trainer_bench.engine import residency
 from rl_trainer_bench.preflight import aot, step_estimate
 from rl_trainer_bench.units import human_bytes
 
@@ -94,12 +95,12 @@ def test_pending_gradient_counts_beside_fwd_bwd_only():
         "pending_gradient": 100,
         "staged_micro_batch": 7,
     }
-    assert aot.beside("fwd_bwd", state) == 200 + 100 + 100
-    assert aot.beside("fwd_bwd_dropless", state) == 200 + 100 + 100 + 7
-    assert aot.beside("accumulate", state) == 100 + 200 + 7
-    assert aot.beside("update", state) == 7
-    with pytest.raises(KeyError, match=r"aot\.BESIDE"):
-        aot.beside("new_program", state)
+    assert residency.beside("fwd_bwd", state) == 200 + 100 + 100
+    assert residency.beside("fwd_bwd_dropless", state) == 200 + 100 + 100 + 7
+    assert residency.beside("accumulate", state) == 100 + 200 + 7
+    assert residency.beside("update", state) == 7
+    with pytest.raises(KeyError, match=r"residency\.BESIDE"):
+        residency.beside("new_program", state)
 
 
 def test_memory_failures_become_rows_with_amounts():

@@ -95,3 +95,19 @@ def test_cost_keeps_xla_time_only_where_xla_gives_one():
 def test_roofline_is_the_slower_of_compute_and_memory():
     assert program_cost.roofline_seconds(2e12, 1e9, 1e12, 1e12) == 2.0  # compute-bound
     assert program_cost.roofline_seconds(1e9, 3e12, 1e12, 1e12) == 3.0  # memory-bound
+
+
+def test_a_loop_step_counts_its_slice_and_its_update_not_the_stacks():
+    """TPU forms (`tests/testdata/hlo_loop_in_place.hlo`): a slice read through a layout-only
+    fusion nested in the consumer, an in-place update in a multi-output fusion behind a bitcast and
+    an aliasing copy, an asynchronous copy. Per trip: one [1024, 256] float32 slice read, the step's
+    two outputs written (the update and the tuple's second element), the async copy once."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "testdata" / "hlo_loop_in_place.hlo").read_text()
+    counts = program_cost.loop_counts(parse_hlo(text))
+    step = 1024 * 256 * 4  # one [1024, 256] float32 array
+    per_trip = step + 2 * step + 2 * step  # slice read; update and y written; async copy in and out
+    entry = 8 * step  # the broadcast of the zero output stack
+    scalars = 64 * 1024  # the loop counter's add and compare, 9 times each
+    assert 8 * per_trip + entry <= counts.bytes_run < 8 * per_trip + entry + scalars

@@ -1,0 +1,86 @@
+"""What stays in device memory beside each of the engine's programs, and telling XLA about it.
+
+The engine runs four programs, not one train step, so no program has the whole training state
+among its arguments: while `fwd_bwd` runs, the optimizer state and the gradient sum sit in device
+memory untouched. XLA plans a program's temporaries (how early it gathers weights, what it keeps
+for the backward pass) against the device memory it believes is free, which is everything but
+the program's own arguments and outputs. Told nothing, it plans into memory the state occupies,
+and the program that compiled would not fit beside the state at run time. So the engine compiles
+each program on TPU with `xla_tpu_user_reserved_hbm_bytes` set to the state beside it, and the
+AOT check compiles the same programs the same way and adds the same state to their footprint
+(docs/engine.md, "Memory beside each program").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+# The parts of the state per device, and which of them sit beside each program without being one
+# of its arguments (arguments are already inside XLA's argument bytes).
+# `pending_gradient`: with dropless retry the engine accumulates one micro-batch late, so the
+# previous micro-batch's gradient is alive while the next `fwd_bwd` runs.
+# `staged_micro_batch`: with STAGE_BEFORE_UPDATE=on, the next step's first micro-batch is on the
+# device from before `update` (and a replay of the step's last micro-batch) until the next
+# `fwd_bwd` takes it.
+STATE_PARTS = ("params", "opt_state", "grad_accum", "pending_gradient", "staged_micro_batch")
+BESIDE: Mapping[str, tuple[str, ...]] = {
+    "fwd_bwd": ("opt_state", "grad_accum", "pending_gradient"),
+    "fwd_bwd_dropless": ("opt_state", "grad_accum", "pending_gradient", "staged_micro_batch"),
+    "accumulate": ("params", "opt_state", "staged_micro_batch"),
+    "update": ("staged_micro_batch",),
+}
+
+
+def per_device_bytes(tree: Any) -> int:
+    """Bytes one device holds of a pytree of sharded ShapeDtypeStructs (the largest shard)."""
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
+        total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
+    return total
+
+
+def state_bytes(
+    abstract_state: Mapping[str, Any],
+    staged_micro_batch: Any,
+    *,
+    late_accumulate: bool,
+    stage_before_update: bool,
+) -> dict[str, int]:
+    """Per-device bytes of each of STATE_PARTS.
+
+    abstract_state: `programs.abstract_state` (params, opt_state, grad_accum); staged_micro_batch:
+    one micro-batch as sharded ShapeDtypeStructs; late_accumulate: whether a pending gradient
+    waits beside `fwd_bwd` (dropless retry on).
+    """
+    params = per_device_bytes(abstract_state["params"])
+    return {
+        "params": params,
+        "opt_state": per_device_bytes(abstract_state["opt_state"]),
+        "grad_accum": per_device_bytes(abstract_state["grad_accum"]),
+        "pending_gradient": params if late_accumulate else 0,
+        "staged_micro_batch": per_device_bytes(staged_micro_batch) if stage_before_update else 0,
+    }
+
+
+def beside(program: str, state: Mapping[str, int]) -> int:
+    """State bytes in device memory while `program` runs that are not among its arguments."""
+    if program not in BESIDE:
+        raise KeyError(f"no state table for program {program!r}: add it to residency.BESIDE")
+    return sum(state[part] for part in BESIDE[program])
+
+
+def compile_options(platform: str, reserved_bytes: int) -> dict[str, str]:
+    """XLA options that plan a program around `reserved_bytes` per device held by others.
+
+    Only libtpu has the option; elsewhere nothing is passed and the state beside a program is
+    counted by the AOT report alone.
+    """
+    if platform != "tpu" or reserved_bytes <= 0:
+        return {}
+    return {"xla_tpu_user_reserved_hbm_bytes": str(int(reserved_bytes))}
