@@ -1,12 +1,12 @@
 """JaxEngine: the built-in trainer engine, the programs of `programs.py` behind the contract.
 
 The engine holds the training state on the device and calls the compiled programs in the order
-the trainer does. Gradients are accumulated one micro-batch late when dropless retry is on: the
-overflow count of micro-batch i is read on the host only after i + 1 was dispatched, so the device
-stays busy while the host waits (docs/engine.md); with retry off nothing is ever read back.
-The price is one more gradient in memory beside `fwd_bwd`; as every gradient is split over all
-devices of the mesh, that is one parameter's worth of float32 divided by the device count (5.73 GiB
-per device for the 397B cell on 256 devices, BENCHMARKS.md), which the cell's budget holds.
+the trainer does. Each `fwd_bwd` adds its micro-batch into the step's gradient sum in place, unless
+the micro-batch dropped pairs and dropless retry is on: then it counts only the overflow, and the
+engine replays that micro-batch dropless, which adds the rest. The overflow flag of micro-batch i
+is read on the host only after i + 1 was dispatched, so the device stays busy while the host waits
+(docs/engine.md); the replay may come late because sums commute, and no gradient waits in device
+memory meanwhile. With retry off nothing is ever read back.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload
 from rl_trainer_bench.engine.programs import (
     Accumulated,
-    MicroBatchResult,
     TrainState,
     abstract_state,  # noqa: F401 (aot finds an engine's abstract-input functions in its module)
     check_config,
@@ -63,10 +62,10 @@ class PreparedBatch:
 
 @dataclasses.dataclass
 class _Pending:
-    """A dispatched micro-batch whose gradient is not yet in the step's sum."""
+    """A dispatched micro-batch whose overflow flag the host has not read yet."""
 
     inputs: dict[str, jax.Array]
-    result: MicroBatchResult
+    overflow: jax.Array
 
 
 # Compiled programs shared by engines of the same config on the same devices (A/B arms, tests).
@@ -145,14 +144,11 @@ class JaxEngine:
                 )
             self.compile(batch)
         inputs = self._device_inputs(batch)
-        result = self._compiled["fwd_bwd"](self._state.params, inputs)
-        self._marker = result.stats["loss_sum"]
-        previous, self._pending = self._pending, _Pending(inputs, result)
+        overflow = self._run("fwd_bwd", inputs)
+        previous = self._pending
+        self._pending = _Pending(inputs, overflow) if self._replays_possible else None
         if previous is not None:
             self._settle(previous)
-        if not self._replays_possible:
-            self._settle(self._pending)
-            self._pending = None
 
     def update(self) -> int:
         """Settle the last micro-batch (a host read of its overflow flag), then apply the step."""
@@ -297,22 +293,23 @@ class JaxEngine:
             return batch.arrays
         return jax.device_put(self._host_arrays(batch), input_shardings(self.mesh, self._spec))
 
-    def _settle(self, pending: _Pending) -> None:
-        """Add a micro-batch's gradient to the step's sum, replaying it dropless if it overflowed."""
-        result = pending.result
-        if self._replays_possible and int(jax.device_get(result.stats["overflow_count"])):
-            replay = self._compiled["fwd_bwd_dropless"](self._state.params, pending.inputs)
-            # The replay drops nothing; the step still counts the original micro-batch's drop.
-            stats = {**replay.stats, "overflow_count": result.stats["overflow_count"]}
-            result = MicroBatchResult(replay.grads, stats)
-            self._replays += 1
-        accumulated: Accumulated = self._compiled["accumulate"](
-            self._state.grad_sum, self._state.step_stats, result
+    def _run(self, program: str, inputs: dict[str, jax.Array]) -> jax.Array:
+        """One forward-backward program into the step's sums; its overflow flag (not yet read)."""
+        state = self._state
+        accumulated: Accumulated = self._compiled[program](
+            state.params, state.grad_sum, state.step_stats, inputs
         )
-        self._state = self._state._replace(
+        self._state = state._replace(
             grad_sum=accumulated.grad_sum, step_stats=accumulated.step_stats
         )
-        self._marker = accumulated.marker
+        self._marker = accumulated.overflow
+        return accumulated.overflow
+
+    def _settle(self, pending: _Pending) -> None:
+        """Replay a micro-batch dropless if it dropped pairs (the host reads its flag here)."""
+        if int(jax.device_get(pending.overflow)):
+            self._run("fwd_bwd_dropless", pending.inputs)
+            self._replays += 1
 
 
 def _record_ready(prepared: PreparedBatch) -> None:

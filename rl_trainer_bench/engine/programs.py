@@ -1,10 +1,10 @@
-"""The engine's four programs as pure functions, their state and inputs, and their lowering.
+"""The engine's three programs as pure functions, their state and inputs, and their lowering.
 
-`fwd_bwd` (gradient and statistics of one micro-batch), `fwd_bwd_dropless` (the same with no pair
-dropped, run only to replay a micro-batch that dropped pairs), `accumulate` (adds a micro-batch's
-gradient and statistics into the step's running sums) and `update` (divides by the step's token
-count, clips, applies AdamW). `JaxEngine` runs them; `lower_programs` and `abstract_state` give the
-AOT check the same programs on abstract inputs without allocating anything (docs/engine.md).
+`fwd_bwd` (one micro-batch's gradient and statistics, added into the step's running sums),
+`fwd_bwd_dropless` (the same with no pair dropped, run only to replay a micro-batch that dropped
+pairs) and `update` (divides by the step's token count, clips, applies AdamW). `JaxEngine` runs
+them; `lower_programs` and `abstract_state` give the AOT check the same programs on abstract inputs
+without allocating anything (docs/engine.md).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ class StepStat(NamedTuple):
     combine: Callable[[jax.Array, jax.Array], jax.Array]
 
 
-# Each micro-batch's `fwd_bwd` returns these; `accumulate` combines them into the step's values and
-# `update` reports them (with the loss and gradient norm) as the step's metrics.
+# Each micro-batch's `fwd_bwd` combines these into the step's values and `update` reports them (with
+# the loss and gradient norm) as the step's metrics.
 STEP_STATS: Mapping[str, StepStat] = {
     "loss_sum": StepStat(jnp.float32, jnp.add),
     "loss_denominator": StepStat(jnp.float32, jnp.add),  # loss tokens
@@ -51,20 +51,16 @@ class TrainState(NamedTuple):
     step_stats: dict[str, jax.Array]
 
 
-class MicroBatchResult(NamedTuple):
-    """`fwd_bwd`'s outputs: the micro-batch's gradient sum and its STEP_STATS values."""
-
-    grads: Any
-    stats: dict[str, jax.Array]
-
-
 class Accumulated(NamedTuple):
-    """`accumulate`'s outputs. `marker` is a scalar of its own for the completion marker: the other
-    outputs are donated to the next program, so a watcher could find them deleted."""
+    """`fwd_bwd`'s outputs: the step's sums with the micro-batch in, and whether it dropped pairs.
+
+    `overflow` is a scalar of its own, for the host's replay decision and for the completion
+    marker: the sums are donated to the next program, so a watcher could find them deleted.
+    """
 
     grad_sum: Any
     step_stats: dict[str, jax.Array]
-    marker: jax.Array
+    overflow: jax.Array  # int32: 1 when the micro-batch dropped a routed pair
 
 
 class Updated(NamedTuple):
@@ -77,8 +73,7 @@ class Updated(NamedTuple):
 class Programs(NamedTuple):
     """The pure functions `lower_programs` compiles."""
 
-    fwd_bwd: Callable[..., MicroBatchResult]  # (params, batch, capacity_factor)
-    accumulate: Callable[..., Accumulated]  # (grad_sum, step_stats, micro_batch_result)
+    fwd_bwd: Callable[..., Accumulated]  # (params, grad_sum, step_stats, batch, capacity_factor)
     update: Callable[[TrainState], Updated]
 
 
@@ -201,7 +196,7 @@ def build_programs(config: EngineConfig, methods: Methods) -> Programs:
     """The programs as pure functions of arrays, traced under the mesh they run on."""
     optimizer = make_optimizer(config.optimizer)
 
-    def fwd_bwd(params, batch, capacity_factor) -> MicroBatchResult:
+    def fwd_bwd(params, grad_sum, step_stats, batch, capacity_factor) -> Accumulated:
         def objective(p):
             hidden, overflow = model.decoder(
                 p,
@@ -221,15 +216,21 @@ def build_programs(config: EngineConfig, methods: Methods) -> Programs:
             "tokens": jnp.sum(batch["segment_ids"] != 0, dtype=jnp.int32),
             "overflow_count": overflow.astype(jnp.int32),
         }
-        return MicroBatchResult(grads, {name: stats[name] for name in STEP_STATS})
-
-    def accumulate(grad_sum, step_stats, micro_batch: MicroBatchResult) -> Accumulated:
-        grad_sum = jax.tree.map(jnp.add, grad_sum, micro_batch.grads)
+        # A micro-batch that dropped pairs and will be replayed adds only its overflow count; its
+        # dropless replay adds the rest. The sums are added here, in place, so no micro-batch's
+        # gradient waits in device memory beside the next program.
+        replayed_later = replays_possible(config) and capacity_factor != -1
+        kept = jnp.logical_not(overflow) if replayed_later else jnp.bool_(True)
+        grad_sum = jax.tree.map(lambda s, g: jnp.where(kept, s + g, s), grad_sum, grads)
         step_stats = {
-            name: stat.combine(step_stats[name], micro_batch.stats[name])
+            name: jnp.where(
+                True if name == "overflow_count" else kept,
+                stat.combine(step_stats[name], stats[name]),
+                step_stats[name],
+            )
             for name, stat in STEP_STATS.items()
         }
-        return Accumulated(grad_sum, step_stats, step_stats["loss_sum"])
+        return Accumulated(grad_sum, step_stats, stats["overflow_count"])
 
     def update(state: TrainState) -> Updated:
         denominator = jnp.maximum(state.step_stats["loss_denominator"], 1.0)
@@ -244,7 +245,7 @@ def build_programs(config: EngineConfig, methods: Methods) -> Programs:
         params = optax.apply_updates(state.params, updates)
         return Updated(TrainState(params, opt_state, zeros, zero_stats()), metrics)
 
-    return Programs(fwd_bwd, accumulate, update)
+    return Programs(fwd_bwd, update)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -310,7 +311,6 @@ def state_beside(config: EngineConfig, mesh, stage_before_update: bool = True) -
     return residency.state_bytes(
         abstract_state(config, mesh),
         sharded_micro_batch(config, mesh),
-        late_accumulate=replays_possible(config),
         stage_before_update=stage_before_update,
     )
 
@@ -342,27 +342,22 @@ def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tu
     shapes = state_shapes(config)
     shardings = state_shardings(config, mesh, shapes)
     replicated = sharding.named(mesh, sharding.REPLICATED)
-    micro_batch = MicroBatchResult(shardings.params, replicated)
+    sums = (shardings.grad_sum, shardings.step_stats)
 
     def fwd_bwd_at(factor):
         return jax.jit(
-            lambda params, batch: programs.fwd_bwd(params, batch, factor),
-            in_shardings=(shardings.params, input_shardings(mesh, spec)),
-            out_shardings=micro_batch,
+            lambda params, grad_sum, stats, batch: programs.fwd_bwd(
+                params, grad_sum, stats, batch, factor
+            ),
+            in_shardings=(shardings.params, *sums, input_shardings(mesh, spec)),
+            out_shardings=Accumulated(*sums, replicated),
+            donate_argnums=(1, 2),
         )
 
-    jitted = {"fwd_bwd": (fwd_bwd_at(config.moe.ragged_buffer_factor), (shapes.params, spec))}
+    arguments = (shapes.params, shapes.grad_sum, shapes.step_stats, spec)
+    jitted = {"fwd_bwd": (fwd_bwd_at(config.moe.ragged_buffer_factor), arguments)}
     if replays_possible(config):
-        jitted["fwd_bwd_dropless"] = (fwd_bwd_at(-1), (shapes.params, spec))
-    jitted["accumulate"] = (
-        jax.jit(
-            programs.accumulate,
-            in_shardings=(shardings.grad_sum, shardings.step_stats, micro_batch),
-            out_shardings=Accumulated(shardings.grad_sum, shardings.step_stats, replicated),
-            donate_argnums=(0, 1),
-        ),
-        (shapes.grad_sum, shapes.step_stats, MicroBatchResult(shapes.params, shapes.step_stats)),
-    )
+        jitted["fwd_bwd_dropless"] = (fwd_bwd_at(-1), arguments)
     jitted["update"] = (
         jax.jit(
             programs.update,
@@ -382,7 +377,7 @@ def lower_programs(
 ) -> dict[str, jax.stages.Lowered]:
     """Lower every program on abstract inputs sharded over `mesh`; nothing is allocated.
 
-    Returns `fwd_bwd`, `accumulate`, `update`, and `fwd_bwd_dropless` when a replay can happen
+    Returns `fwd_bwd`, `update`, and `fwd_bwd_dropless` when a replay can happen
     (`replays_possible`). `spec` defaults to `payload_spec(config)`.
     """
     check_config(config)

@@ -1,6 +1,6 @@
 """What stays in device memory beside each of the engine's programs, and telling XLA about it.
 
-The engine runs four programs, not one train step, so no program has the whole training state
+The engine runs three programs, not one train step, so no program has the whole training state
 among its arguments: while `fwd_bwd` runs, the optimizer state and the gradient sum sit in device
 memory untouched. XLA plans a program's temporaries (how early it gathers weights, what it keeps
 for the backward pass) against the device memory it believes is free, which is everything but
@@ -22,16 +22,15 @@ import numpy as np
 
 # The parts of the state per device, and which of them sit beside each program without being one
 # of its arguments (arguments are already inside XLA's argument bytes).
-# `pending_gradient`: with dropless retry the engine accumulates one micro-batch late, so the
-# previous micro-batch's gradient is alive while the next `fwd_bwd` runs.
+# `fwd_bwd` adds into the gradient sum in place (an argument it donates), so no micro-batch's
+# gradient waits beside the next program, with or without dropless retry.
 # `staged_micro_batch`: with STAGE_BEFORE_UPDATE=on, the next step's first micro-batch is on the
 # device from before `update` (and a replay of the step's last micro-batch) until the next
 # `fwd_bwd` takes it.
-STATE_PARTS = ("params", "opt_state", "grad_accum", "pending_gradient", "staged_micro_batch")
+STATE_PARTS = ("params", "opt_state", "grad_accum", "staged_micro_batch")
 BESIDE: Mapping[str, tuple[str, ...]] = {
-    "fwd_bwd": ("opt_state", "grad_accum", "pending_gradient"),
-    "fwd_bwd_dropless": ("opt_state", "grad_accum", "pending_gradient", "staged_micro_batch"),
-    "accumulate": ("params", "opt_state", "staged_micro_batch"),
+    "fwd_bwd": ("opt_state",),
+    "fwd_bwd_dropless": ("opt_state", "staged_micro_batch"),
     "update": ("staged_micro_batch",),
 }
 
@@ -49,21 +48,17 @@ def state_bytes(
     abstract_state: Mapping[str, Any],
     staged_micro_batch: Any,
     *,
-    late_accumulate: bool,
     stage_before_update: bool,
 ) -> dict[str, int]:
     """Per-device bytes of each of STATE_PARTS.
 
     abstract_state: `programs.abstract_state` (params, opt_state, grad_accum); staged_micro_batch:
-    one micro-batch as sharded ShapeDtypeStructs; late_accumulate: whether a pending gradient
-    waits beside `fwd_bwd` (dropless retry on).
+    one micro-batch as sharded ShapeDtypeStructs, counted when it is staged before `update`.
     """
-    params = per_device_bytes(abstract_state["params"])
     return {
-        "params": params,
+        "params": per_device_bytes(abstract_state["params"]),
         "opt_state": per_device_bytes(abstract_state["opt_state"]),
         "grad_accum": per_device_bytes(abstract_state["grad_accum"]),
-        "pending_gradient": params if late_accumulate else 0,
         "staged_micro_batch": per_device_bytes(staged_micro_batch) if stage_before_update else 0,
     }
 

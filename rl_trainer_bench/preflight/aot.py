@@ -1,6 +1,6 @@
 """Will this cell fit? Compile each engine program ahead of time and add up device memory.
 
-Each program (`fwd_bwd`, its dropless replay, `accumulate`, `update`) is compiled on its own from
+Each program (`fwd_bwd`, its dropless replay, `update`) is compiled on its own from
 `jax.ShapeDtypeStruct` inputs, so nothing is allocated and a program that does not fit does not hide
 the others. The target is the local devices or a TPU slice compiled from this host through
 `jax.experimental.topologies` (the `[tpu-aot]` extra), so a user on a CPU-only machine learns
@@ -204,7 +204,7 @@ def state_bytes(
     """Per-device bytes of each part of the state that stays on the device (residency.STATE_PARTS)."""
     import jax
 
-    from rl_trainer_bench.engine import programs, residency, sharding
+    from rl_trainer_bench.engine import residency, sharding
 
     engine = engine or aot_engine_module(BUILT_IN)
     batch = {
@@ -216,7 +216,6 @@ def state_bytes(
     return residency.state_bytes(
         engine.abstract_state(config, mesh),
         batch,
-        late_accumulate=programs.replays_possible(config),
         stage_before_update=stage_before_update,
     )
 
@@ -828,7 +827,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--stage-before-update",
         default="off",
-        help="on|off: count the staged micro-batch beside accumulate and update",
+        help="on|off: count the staged micro-batch beside the dropless replay and update",
     )
     parser.add_argument(
         "--micro-steps",

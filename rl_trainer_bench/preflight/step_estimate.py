@@ -1,10 +1,13 @@
 """A predicted step time and MFU from the compiled programs' roofline times: an estimate, never a
 measurement.
 
-One step of the engine runs, per micro-batch, `fwd_bwd` then `accumulate`, and when that
-micro-batch dropped routed pairs also its dropless replay; then `update` once. So
+One step of the built-in engine runs, per micro-batch, `fwd_bwd` (which adds into the step's sums),
+and when that micro-batch dropped routed pairs also its dropless replay; then `update` once. So
 
-    step = MICRO_STEPS x (fwd_bwd + accumulate + P(replay) x fwd_bwd_dropless) + update
+    step = MICRO_STEPS x (fwd_bwd + P(replay) x fwd_bwd_dropless) + update
+
+(an engine with more programs per micro-batch, such as a separate accumulate, has each of them
+inside the parentheses too)
 
 with P(replay) the chance that a micro-batch overflows its expert buffers, from the calibration
 report of the micro-batch the bench would time first (`payload.build.CalibrationReport`: the chance,
@@ -27,7 +30,8 @@ ESTIMATE_BY = (
     "chip table's peak FLOP/s and HBM bandwidth"
 )
 LABEL = "ESTIMATE (not a measurement)"
-PER_MICRO_BATCH = ("fwd_bwd", "accumulate")
+ONCE_PER_STEP = "update"
+REPLAY = "fwd_bwd_dropless"
 
 
 def replay_probability(
@@ -62,17 +66,23 @@ class StepEstimate:
         return self.program_seconds.get(program)
 
     @property
+    def per_micro_batch(self) -> list[str]:
+        """The programs every micro-batch runs: all but the replay and `update`."""
+        programs = [p for p in self.program_seconds if p not in (ONCE_PER_STEP, REPLAY)]
+        return programs or ["fwd_bwd"]
+
+    @property
     def step_seconds(self) -> float | None:
         """None when a program the step needs did not compile."""
-        needed = [*PER_MICRO_BATCH, "update"]
+        needed = [*self.per_micro_batch, ONCE_PER_STEP]
         if self.replay_probability > 0:
-            needed.append("fwd_bwd_dropless")
+            needed.append(REPLAY)
         if any(self._seconds(p) is None for p in needed):
             return None
-        per_micro_batch = sum(self._seconds(p) for p in PER_MICRO_BATCH)
+        per_micro_batch = sum(self._seconds(p) for p in self.per_micro_batch)
         if self.replay_probability > 0:
-            per_micro_batch += self.replay_probability * self._seconds("fwd_bwd_dropless")
-        return self.micro_steps * per_micro_batch + self._seconds("update")
+            per_micro_batch += self.replay_probability * self._seconds(REPLAY)
+        return self.micro_steps * per_micro_batch + self._seconds(ONCE_PER_STEP)
 
     @property
     def mfu(self) -> float | None:
@@ -90,16 +100,14 @@ class StepEstimate:
             return f"{program} {'n/a' if seconds is None else seconds_text(seconds)}"
 
         replay = (
-            f" + P(replay) {self.replay_probability:.3g} x {term('fwd_bwd_dropless')}"
+            f" + P(replay) {self.replay_probability:.3g} x {term(REPLAY)}"
             if self.replay_probability > 0
             else ""
         )
         step = self.step_seconds
         total = "n/a (a program did not compile)" if step is None else seconds_text(step)
-        return (
-            f"{self.micro_steps} x ({term('fwd_bwd')} + {term('accumulate')}{replay}) + "
-            f"{term('update')} = {total}"
-        )
+        each = " + ".join(term(p) for p in self.per_micro_batch)
+        return f"{self.micro_steps} x ({each}{replay}) + {term(ONCE_PER_STEP)} = {total}"
 
     def to_json(self) -> dict:
         return {

@@ -277,7 +277,7 @@ def test_lowering_allocates_nothing_and_covers_every_program():
     lowered = lower_programs(CONFIG, mesh)
     state = abstract_state(CONFIG, mesh)
     assert len(jax.live_arrays()) == before
-    assert set(lowered) == {"fwd_bwd", "fwd_bwd_dropless", "accumulate", "update"}
+    assert set(lowered) == {"fwd_bwd", "fwd_bwd_dropless", "update"}
     assert state["params"]["expert_gate"].shape == (2, 8, 64, 64)
     assert set(state) == {"params", "opt_state", "grad_accum"}
 

@@ -122,7 +122,8 @@ def test_context_shards_equal_one_shard_on_eight_devices():
     `shard_map` with the spans' maps gathered from its peers.
 
     One row is a single segment across all shards and slow decays, so every shard's incoming state
-    matters; the other starts segments inside shards and ends in padding.
+    matters; the other starts segments inside a shard and at a shard's first token (token 14), and
+    ends in padding.
     """
     q, k, v, log_decay, beta, _ = random_inputs(5, 2, 28)
     inputs = (
@@ -131,7 +132,7 @@ def test_context_shards_equal_one_shard_on_eight_devices():
         v,
         log_decay * 0.05,
         beta,
-        jnp.asarray([[3] * 28, [1] * 5 + [2] * 20 + [0] * 3]),
+        jnp.asarray([[3] * 28, [1] * 5 + [2] * 9 + [4] * 11 + [0] * 3]),
     )
     weights = jax.random.normal(jax.random.key(1), (2, 28, HEADS, VALUE_DIM))
     mesh = sharding.make_mesh(MeshConfig(fsdp=2, context=4, expert=1))

@@ -23,8 +23,9 @@ def test_each_program_reserves_the_state_beside_it_with_a_staged_micro_batch():
     state = programs.state_beside(config, mesh)
     reserved = programs.compile_reservations(config, mesh)
     assert set(reserved) == set(residency.BESIDE)
-    assert state["pending_gradient"] == state["params"] > 0  # dropless retry: one micro-batch late
-    assert reserved["fwd_bwd"] == state["opt_state"] + state["grad_accum"] + state["params"]
+    assert programs.replays_possible(config)  # and still no gradient waits beside fwd_bwd
+    assert reserved["fwd_bwd"] == state["opt_state"] > 0
+    assert reserved["fwd_bwd_dropless"] == state["opt_state"] + state["staged_micro_batch"]
     assert reserved["update"] == state["staged_micro_batch"] > 0
 
 

@@ -32,7 +32,7 @@ def compiled_cell():
 
 def test_rows_are_xla_memory_analysis(compiled_cell):
     _, compiled, rows = compiled_cell
-    assert [row.name for row in rows] == ["fwd_bwd", "accumulate", "update"]
+    assert [row.name for row in rows] == ["fwd_bwd", "update"]
     for row in rows:
         analysis = compiled[row.name].memory_analysis()
         assert row.argument == analysis.argument_size_in_bytes
@@ -58,9 +58,12 @@ def test_state_bytes_match_what_the_programs_take(compiled_cell):
     stats_bytes = 5 * 4  # the step's five scalar statistics
     update_state = state["params"] + state["opt_state"] + state["grad_accum"]
     assert by_name["update"].argument == update_state + stats_bytes
-    # fwd_bwd takes the parameters and one micro-batch (the same bytes a staged one holds).
-    assert by_name["fwd_bwd"].argument == state["params"] + state["staged_micro_batch"]
-    assert state["pending_gradient"] == 0  # retry off: nothing is accumulated late
+    # fwd_bwd takes the parameters, the step's sums (donated: it adds into them in place) and one
+    # micro-batch (the same bytes a staged one holds).
+    assert by_name["fwd_bwd"].argument == (
+        state["params"] + state["grad_accum"] + stats_bytes + state["staged_micro_batch"]
+    )
+    assert by_name["fwd_bwd"].alias == state["grad_accum"] + stats_bytes
 
 
 def test_report_peak_headroom_and_verdict(compiled_cell):
@@ -70,7 +73,7 @@ def test_report_peak_headroom_and_verdict(compiled_cell):
     update = next(p for p in report.programs if p.name == "update")
     assert update.beside == state["staged_micro_batch"] > 0
     fwd_bwd = next(p for p in report.programs if p.name == "fwd_bwd")
-    assert fwd_bwd.beside == state["opt_state"] + state["grad_accum"]
+    assert fwd_bwd.beside == state["opt_state"]
     assert report.peak == max(p.resident + p.beside for p in report.programs)
     assert report.memory_bytes and report.headroom == report.memory_bytes - report.peak
     assert report.fits is True and not report.estimate
@@ -87,17 +90,10 @@ def test_report_peak_headroom_and_verdict(compiled_cell):
     assert "state not split over all 8 devices: ['opt_state'][1][0].count 4 B" in text
 
 
-def test_pending_gradient_counts_beside_fwd_bwd_only():
-    state = {
-        "params": 100,
-        "opt_state": 200,
-        "grad_accum": 100,
-        "pending_gradient": 100,
-        "staged_micro_batch": 7,
-    }
-    assert residency.beside("fwd_bwd", state) == 200 + 100 + 100
-    assert residency.beside("fwd_bwd_dropless", state) == 200 + 100 + 100 + 7
-    assert residency.beside("accumulate", state) == 100 + 200 + 7
+def test_beside_each_program_is_the_state_it_does_not_take():
+    state = {"params": 100, "opt_state": 200, "grad_accum": 100, "staged_micro_batch": 7}
+    assert residency.beside("fwd_bwd", state) == 200
+    assert residency.beside("fwd_bwd_dropless", state) == 200 + 7
     assert residency.beside("update", state) == 7
     with pytest.raises(KeyError, match=r"residency\.BESIDE"):
         residency.beside("new_program", state)
@@ -173,9 +169,7 @@ def test_time_estimate_in_text_and_json_is_labelled_an_estimate(compiled_cell):
     facts = step_estimate.MicroBatchFacts(0.0, 3e8, "none: test")
     report.step = aot.predict_step(report, 2, facts)
     seconds = {p.name: p.roofline_seconds for p in report.programs}
-    assert report.step.step_seconds == pytest.approx(
-        2 * (seconds["fwd_bwd"] + seconds["accumulate"]) + seconds["update"]
-    )
+    assert report.step.step_seconds == pytest.approx(2 * seconds["fwd_bwd"] + seconds["update"])
     text = aot.format_report(report)
     assert "predicted step, ESTIMATE (not a measurement)" in text
     assert "predicted MFU, ESTIMATE (not a measurement)" in text
@@ -235,7 +229,7 @@ def test_cpu_tiny_compiles_for_a_tpu_topology_from_this_host():
     report = aot.assemble(cell, [row for *_, row in compiled], [2], False, 1.0)
     assert report.device_kind.startswith("TPU v6")
     assert report.devices == 8 and report.memory_bytes == 32 * 1024**3
-    assert [p.name for p in report.programs] == ["fwd_bwd", "accumulate", "update"]
+    assert [p.name for p in report.programs] == ["fwd_bwd", "update"]
     assert all(p.compiled and p.generated_code > 0 for p in report.programs)
     assert report.fits is True
     assert math.isclose(report.headroom, report.memory_bytes - report.peak)

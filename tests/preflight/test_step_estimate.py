@@ -13,7 +13,7 @@ from rl_trainer_bench.payload import build
 from rl_trainer_bench.payload.routing_profile import load_profile
 from rl_trainer_bench.preflight import step_estimate
 
-SECONDS = {"fwd_bwd": 2.0, "fwd_bwd_dropless": 3.0, "accumulate": 0.1, "update": 0.5}
+SECONDS = {"fwd_bwd": 2.0, "fwd_bwd_dropless": 3.0, "update": 0.5}
 
 
 def _estimate(**changes) -> step_estimate.StepEstimate:
@@ -30,17 +30,24 @@ def _estimate(**changes) -> step_estimate.StepEstimate:
     return step_estimate.StepEstimate(**{**fields, **changes})
 
 
-def test_step_is_micro_steps_of_fwd_bwd_accumulate_and_expected_replays_plus_update():
+def test_step_is_micro_steps_of_fwd_bwd_and_expected_replays_plus_update():
     estimate = _estimate()
-    assert estimate.step_seconds == pytest.approx(9 * (2.0 + 0.1 + 0.2 * 3.0) + 0.5)
+    assert estimate.step_seconds == pytest.approx(9 * (2.0 + 0.2 * 3.0) + 0.5)
     assert estimate.mfu == pytest.approx(9 * 1e15 / (estimate.step_seconds * 256 * 1e12))
+    assert "9 x (fwd_bwd 2.000 s + P(replay) 0.2 x fwd_bwd_dropless 3.000 s)" in estimate.formula()
+
+
+def test_every_other_program_of_an_engine_runs_once_per_micro_batch():
+    """An engine with a separate accumulate program has it inside the parentheses."""
+    estimate = _estimate(program_seconds={**SECONDS, "accumulate": 0.1})
+    assert estimate.step_seconds == pytest.approx(9 * (2.0 + 0.1 + 0.2 * 3.0) + 0.5)
     assert "9 x (fwd_bwd 2.000 s + accumulate 100.000 ms + P(replay) 0.2" in estimate.formula()
 
 
 def test_no_replay_needs_no_dropless_program():
     without_replay = {k: v for k, v in SECONDS.items() if k != "fwd_bwd_dropless"}
     estimate = _estimate(program_seconds=without_replay, replay_probability=0.0)
-    assert estimate.step_seconds == pytest.approx(9 * 2.1 + 0.5)
+    assert estimate.step_seconds == pytest.approx(9 * 2.0 + 0.5)
     assert "P(replay)" not in estimate.formula()
 
 
