@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -244,7 +243,9 @@ def _same_process(
                 progress.say(order_line(plan.arms))
             else:
                 progress.say(f"design: interleaved boundaries, {schedule.describe()}")
-            progress.say(start_runtime(plan.preset))
+            from rl_trainer_bench.bench.distributed import start_for_preset  # imports JAX
+
+            progress.say(start_for_preset(plan.preset.host_devices))
             benches = _built_benches(plan, make_bench or _driver_bench, progress, cleanup)
             progress.keep_log(out / "ab.log")  # every refusal is behind us: now files may change
             compile_s = {name: _compiled(name, bench, progress) for name, bench in benches.items()}
@@ -487,21 +488,9 @@ def _refuse_unapplied_engine_keys(bench_config: config.BenchConfig) -> None:
 
 
 def _driver_bench(bench_config: config.BenchConfig, log: Callable[[str], None]) -> Any:
-    from rl_trainer_bench.bench.driver import Bench  # imports JAX: only once start_runtime has run
+    from rl_trainer_bench.bench.driver import Bench  # imports JAX: only once the runtime started
 
     return Bench(bench_config, log)
-
-
-def start_runtime(preset: config.Preset) -> str:
-    """Start JAX as the preset asks (host presets: the CPU platform with their device count).
-
-    Must run before anything touches a device; returns the line saying how the runtime started.
-    """
-    if preset.host_devices:
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    from rl_trainer_bench.bench.distributed import initialize_runtime
-
-    return initialize_runtime(os.environ, preset.host_devices)
 
 
 class Progress:

@@ -65,6 +65,19 @@ def initialize_runtime(env: Mapping[str, str], host_devices: int) -> str:
     return "runtime: single process"
 
 
+def start_for_preset(host_devices: int) -> str:
+    """Start JAX as a preset asks, before anything touches a device; the line saying how.
+
+    A host preset (`host_devices` > 0, e.g. cpu-tiny's 2x2x2 mesh) gets the CPU platform with that
+    many devices unless the environment chose a platform or a device count; other presets start as
+    the environment says.
+    """
+    if host_devices and not os.environ.get("JAX_PLATFORMS"):
+        with contextlib.suppress(RuntimeError):  # backends already up: keep what they are
+            jax.config.update("jax_platforms", "cpu")
+    return initialize_runtime(os.environ, host_devices)
+
+
 def _force_host_devices(count: int) -> None:
     """Give the CPU platform `count` devices, unless XLA_FLAGS already chose or JAX already started."""
     if count <= 0 or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):

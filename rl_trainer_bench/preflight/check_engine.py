@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from rl_trainer_bench.bench.distributed import start_for_preset
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.contract import check_engine, example_payloads_for
@@ -23,9 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config, unapplied = engine_config_from(
-        preset(args.preset), args.trainer_argv, args.engine_flags
-    )
+    cell = preset(args.preset)
+    config, unapplied = engine_config_from(cell, args.trainer_argv, args.engine_flags)
+    start_for_preset(cell.host_devices)  # cpu-tiny's 2x2x2 mesh needs its 8 host devices
     if unapplied:
         print(f"check-engine: keys not applied by the built-in engine: {', '.join(unapplied)}")
     engine = build_engine(args.engine, config, knob="--engine")

@@ -1,0 +1,41 @@
+"""A host preset's commands start JAX with the preset's CPU devices, whatever process runs them.
+
+Inside the test session JAX already has 8 host devices (conftest.py), so this runs in a fresh
+interpreter with neither JAX_PLATFORMS nor XLA_FLAGS set, as a user's shell would be.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PROGRAM = """
+import jax
+from rl_trainer_bench.bench.distributed import start_for_preset
+print(start_for_preset({count}))
+print(jax.devices()[0].platform, len(jax.devices()))
+"""
+
+
+def _started(count: int, **env: str) -> list[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    result = subprocess.run(
+        [sys.executable, "-c", PROGRAM.format(count=count)],
+        env={**clean, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return result.stdout.splitlines()
+
+
+def test_a_host_preset_gets_the_cpu_platform_with_its_device_count():
+    assert _started(8) == ["runtime: single process", "cpu 8"]
+
+
+def test_the_environment_chooses_over_the_preset():
+    assert _started(8, XLA_FLAGS="--xla_force_host_platform_device_count=4")[-1] == "cpu 4"
