@@ -20,6 +20,8 @@ pytest.importorskip("rl_trainer_bench.engine.jax_engine")
 pytest.importorskip("rl_trainer_bench.payload.build")
 
 REPO = Path(__file__).resolve().parents[2]
+# The session's compilation cache (conftest.py): the three drivers compile the same programs.
+SHARED_CACHE = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")
 KNOBS = {"PRESET": "cpu-tiny", "STEPS": "2", "MICRO_STEPS": "2", "SEED": "3"}
 
 
@@ -34,6 +36,7 @@ def _driver(results: Path, devices: int, extra: dict[str, str]) -> subprocess.Po
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONPATH": str(REPO),
         "JAX_PLATFORMS": "cpu",
+        **{k: v for k, v in os.environ.items() if k in SHARED_CACHE},
         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
         "RESULTS_DIR": str(results),
         **KNOBS,
