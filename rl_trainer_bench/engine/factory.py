@@ -9,11 +9,6 @@ installed costs nothing until someone asks for it (docs/engine.md).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from rl_trainer_bench.engine.config import EngineConfig
-    from rl_trainer_bench.engine.contract import Engine
 
 # Light on purpose: the knob table (and so every command's parser) reads BUILT_IN from here, and a
 # parser must not pay for numpy or JAX; the contract is imported where an engine is built.
@@ -38,8 +33,3 @@ def engine_class(spec: str, knob: str = "ENGINE") -> type:
     if not isinstance(found, type):
         raise ContractError(f"{knob}={spec!r} names a {type(found).__name__}, not a class")
     return found
-
-
-def build_engine(spec: str, engine_config: EngineConfig, knob: str = "ENGINE") -> Engine:
-    """`Class(engine_config)` for the class `spec` names."""
-    return engine_class(spec, knob)(engine_config)

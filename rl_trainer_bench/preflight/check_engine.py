@@ -13,7 +13,7 @@ from rl_trainer_bench.bench.distributed import start_for_preset
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.contract import check_engine, example_payloads_for
-from rl_trainer_bench.engine.factory import BUILT_IN, build_engine
+from rl_trainer_bench.engine.factory import BUILT_IN, engine_class
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,10 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cell = preset(args.preset)
     config, unapplied = engine_config_from(cell, args.trainer_argv, args.engine_flags)
+    engine_type = engine_class(
+        args.engine, knob="--engine"
+    )  # a bad name is refused before JAX starts
     start_for_preset(cell.host_devices)  # cpu-tiny's 2x2x2 mesh needs its 8 host devices
     if unapplied:
         print(f"check-engine: keys not applied by the built-in engine: {', '.join(unapplied)}")
-    engine = build_engine(args.engine, config, knob="--engine")
+    engine = engine_type(config)
     payloads = example_payloads_for(config, 2, prefix="check")
     failures = check_engine(engine, payloads)
     for failure in failures:

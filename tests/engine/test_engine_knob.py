@@ -16,7 +16,7 @@ from rl_trainer_bench.ab.arms import parse_arms
 from rl_trainer_bench.bench import driver
 from rl_trainer_bench.config.knobs import BenchConfig, engine_spec
 from rl_trainer_bench.engine.contract import ContractError
-from rl_trainer_bench.engine.factory import BUILT_IN, build_engine
+from rl_trainer_bench.engine.factory import BUILT_IN, engine_class
 from rl_trainer_bench.errors import ConfigError
 
 STAND_IN = "stand_in_engine:ConfiguredStandInEngine"
@@ -30,15 +30,15 @@ def test_engine_knob_defaults_to_the_built_in_engine_and_checks_its_form():
         engine_spec("maxtext")
 
 
-def test_factory_builds_the_class_with_the_engine_config():
+def test_factory_finds_the_class_built_with_the_engine_config():
     config = BenchConfig.from_env({}).preset.engine
-    engine = build_engine(STAND_IN, config)
+    engine = engine_class(STAND_IN)(config)
     assert isinstance(engine, ConfiguredStandInEngine)
     assert ConfiguredStandInEngine.built_with[-1] is config
     with pytest.raises(ContractError, match="ENGINE='no_such_module:Engine' cannot be imported"):
-        build_engine("no_such_module:Engine", config)
+        engine_class("no_such_module:Engine")
     with pytest.raises(ContractError, match="names a function, not a class"):
-        build_engine("json:dumps", config)
+        engine_class("json:dumps")
 
 
 def _driver(tmp_path, **knobs):
