@@ -1,8 +1,8 @@
 """What stays in device memory beside each of the engine's programs, and telling XLA about it.
 
 The engine runs three programs, not one train step, so no program has the whole training state
-among its arguments: while `fwd_bwd` runs, the optimizer state and the gradient sum sit in device
-memory untouched. XLA plans a program's temporaries (how early it gathers weights, what it keeps
+among its arguments: while `fwd_bwd` runs, the optimizer state sits in device memory untouched
+(the gradient sum is one of its arguments: it adds into it in place). XLA plans a program's temporaries (how early it gathers weights, what it keeps
 for the backward pass) against the device memory it believes is free, which is everything but
 the program's own arguments and outputs. Told nothing, it plans into memory the state occupies,
 and the program that compiled would not fit beside the state at run time. So the engine compiles
@@ -63,11 +63,16 @@ def state_bytes(
     }
 
 
-def beside(program: str, state: Mapping[str, int]) -> int:
-    """State bytes in device memory while `program` runs that are not among its arguments."""
-    if program not in BESIDE:
+def beside(
+    program: str, state: Mapping[str, int], table: Mapping[str, tuple[str, ...]] = BESIDE
+) -> int:
+    """State bytes in device memory while `program` runs that are not among its arguments.
+
+    `table`: which STATE_PARTS sit beside each program (the built-in engine's BESIDE by default).
+    """
+    if program not in table:
         raise KeyError(f"no state table for program {program!r}: add it to residency.BESIDE")
-    return sum(state[part] for part in BESIDE[program])
+    return sum(state[part] for part in table[program])
 
 
 def compile_options(platform: str, reserved_bytes: int) -> dict[str, str]:

@@ -319,6 +319,14 @@ def _first_line(error: BaseException) -> str:
     return (interesting or lines or [type(error).__name__])[0][:300]
 
 
+def beside_table(engine: ModuleType | None) -> Any:
+    """Which state parts sit beside each program: the engine module's BESIDE, else the built-in
+    engine's (`residency.BESIDE`)."""
+    from rl_trainer_bench.engine import residency
+
+    return getattr(engine, "BESIDE", residency.BESIDE)
+
+
 def compile_programs(
     config: EngineConfig, mesh, engine: ModuleType | None = None
 ) -> Iterator[tuple[str, Any, ProgramMemory]]:
@@ -334,7 +342,16 @@ def compile_programs(
     reserve = getattr(engine, "compile_reservations", None)
     reserved = reserve(config, mesh) if callable(reserve) else {}
     platform = programs.platform_of(mesh)
-    for name, lowered in engine.lower_programs(config, mesh).items():
+    lowered_programs = engine.lower_programs(config, mesh)
+    table = beside_table(engine)
+    unknown = [name for name in lowered_programs if name not in table]
+    if unknown:  # refused before minutes of compiling, not after
+        raise UserError(
+            f"engine module {engine.__name__}: no BESIDE entry for program(s) "
+            f"{', '.join(unknown)}: give the module a BESIDE table (program -> the "
+            f"residency.STATE_PARTS in device memory beside it) so its peak can be counted"
+        )
+    for name, lowered in lowered_programs.items():
         start = time.perf_counter()
         options = residency.compile_options(platform, reserved.get(name, 0))
         try:
@@ -565,9 +582,10 @@ def assemble(
     from rl_trainer_bench.engine import residency
 
     state = state_bytes(cell.config, cell.mesh, stage_before_update, engine)
+    table = beside_table(engine)
     roofline = cell.target.roofline
     for program in programs:
-        program.beside = residency.beside(program.name, state)
+        program.beside = residency.beside(program.name, state, table)
         if roofline is not None and program.compiled:
             program.roofline_seconds = program_cost.roofline_seconds(
                 program.flops, program.bytes_accessed, *roofline

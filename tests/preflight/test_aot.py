@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
 
 import jax
 import pytest
 
 from rl_trainer_bench import accelerators, cli
-from rl_trainer_bench.engine import residency
+from rl_trainer_bench.engine import programs, residency
+from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight import aot, step_estimate
 from rl_trainer_bench.units import human_bytes
 
@@ -97,6 +99,28 @@ def test_beside_each_program_is_the_state_it_does_not_take():
     assert residency.beside("update", state) == 7
     with pytest.raises(KeyError, match=r"residency\.BESIDE"):
         residency.beside("new_program", state)
+
+
+def test_an_engine_with_programs_of_its_own_names_brings_its_state_table(compiled_cell):
+    """Refused before any compile (which takes minutes at full size) when the table is missing."""
+    cell, _, rows = compiled_cell
+
+    class NeverCompiled:
+        def compile(self, **_):
+            raise AssertionError("compiled before the table was checked")
+
+    other = types.ModuleType("other_engine")
+    other.lower_programs = lambda config, mesh: {"fwd_bwd": NeverCompiled(), "accumulate": None}
+    with pytest.raises(
+        UserError, match=r"other_engine: no BESIDE entry for program\(s\) accumulate"
+    ):
+        next(aot.compile_programs(cell.config, cell.mesh, other))
+    other.BESIDE = {"fwd_bwd": ("opt_state", "grad_accum"), "update": (), "accumulate": ()}
+    other.abstract_state, other.payload_spec = programs.abstract_state, programs.payload_spec
+    report = aot.assemble(cell, [dataclasses.replace(r) for r in rows], [2], False, 1.0, other)
+    fwd_bwd = next(p for p in report.programs if p.name == "fwd_bwd")
+    assert fwd_bwd.beside == report.state["opt_state"] + report.state["grad_accum"]
+    assert aot.beside_table(None) is residency.BESIDE
 
 
 def test_memory_failures_become_rows_with_amounts():
