@@ -233,6 +233,14 @@ class OptimizerConfig:
     max_grad_norm: float = dataclasses.field(
         default=1.0, metadata=engine_key("global-norm clip of the gradients")
     )
+    memory_host_offload: bool = dataclasses.field(
+        default=False,
+        metadata=engine_key(
+            "keep the optimizer state in pinned host memory between updates; update() moves it"
+            " in and back, so it takes no device memory beside fwd_bwd",
+            key="optimizer_memory_host_offload",
+        ),
+    )
 
 
 @dataclasses.dataclass(frozen=True)

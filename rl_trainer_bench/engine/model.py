@@ -238,7 +238,9 @@ def layer_functions(batch, config: ModelConfig, *, capacity_factor, token_chunks
     layer_fns = {kind: functools.partial(layer_fn, kind) for kind in set(config.layer_types)}
     if config.remat_policy == "none":
         return layer_fns
-    policy = REMAT_POLICIES[config.remat_policy]
+    policy = jax.checkpoint_policies.save_from_both_policies(
+        REMAT_POLICIES[config.remat_policy], moe.ROUTING_SAVED
+    )
     return {kind: jax.checkpoint(fn, policy=policy) for kind, fn in layer_fns.items()}
 
 

@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from rl_trainer_bench.engine import sharding
 from rl_trainer_bench.engine.config import DroplessCompute, ExpertCompute, choices, expert_capacity
@@ -31,6 +32,19 @@ EXPERT_COMPUTE_CHOICES = tuple(c for c in choices(ExpertCompute) if c != "auto")
 # the token-sorted layout with a grouped matmul (`ragged_dot`, or the TPU kernel `gmm`).
 DROPLESS_COMPUTE_CHOICES = tuple(c for c in choices(DroplessCompute) if c != "auto")
 EXPERT_WEIGHTS = ("expert_gate", "expert_up", "expert_down")
+# The name the routing's integer results (where each pair goes) carry for the layer's remat
+# policy: kept for the backward pass rather than sorted again there (`ROUTING_SAVED`).
+ROUTING = "moe_routing"
+# A sort of a device's pairs is the slowest op to compile here (34 s and 3.9 MiB of TPU code
+# for 327,680 pairs, BENCHMARKS.md) and is not free to run; what it yields is a few int32
+# vectors per layer (about 2.5 MiB per layer on the 397B cell), so the backward reads them.
+ROUTING_SAVED = jax.checkpoint_policies.save_only_these_names(ROUTING)
+
+
+def _saved(*routing):
+    """`routing` named for the remat policy (`ROUTING_SAVED`)."""
+    return tuple(checkpoint_name(a, ROUTING) for a in routing)
+
 
 # The faster expert-compute path per platform. gpu: MEASURED on an H200 (BENCHMARKS.md,
 # 2026-11-30: padded einsum ~50x faster than ragged_dot). cpu: MEASURED on the dev machine with
@@ -124,7 +138,7 @@ def dispatch(x, experts, num_experts, slots):
     # A spare slot takes every dropped or empty pair and is cut off.
     pair = jnp.full((num_experts * slots + 1,), n * k, jnp.int32)
     pair = pair.at[of_pair.reshape(-1)].set(jnp.arange(n * k, dtype=jnp.int32))[:-1]
-    placed = Slots(of_pair, pair)
+    placed = Slots(*_saved(of_pair, pair))
     buffer = _fill(x, placed)
     return buffer.reshape(num_experts, slots, -1), placed, jnp.any(routed & ~kept)
 
@@ -259,7 +273,7 @@ def expert_parallel(local, x, experts, gates, weights, token_chunks):
             out, overflow = group(*(a[0] for a in groups), weights)
             out, overflow = out[None], overflow[None]
         else:
-            step = jax.checkpoint(lambda _, g: (None, group(*g, weights)))
+            step = jax.checkpoint(lambda _, g: (None, group(*g, weights)), policy=ROUTING_SAVED)
             _, (out, overflow) = jax.lax.scan(step, None, groups)
         flag = jax.lax.pmax(jnp.any(overflow).astype(jnp.int32), sharding.AXES)
         return out.reshape(b, t, d), flag > 0
@@ -319,43 +333,9 @@ def sort_pairs(experts, first_expert, num_local):
     key = jnp.where((local >= 0) & (local < num_local), local, num_local)
     order = jnp.argsort(key, stable=True)
     position = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
-    sizes = jnp.bincount(key, length=num_local + 1)[:num_local]
-    return Sorted(order, position), sizes.astype(jnp.int32)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _pair_rows(tokens, placed: Sorted, k: int):
-    """Each pair's token row in sorted order: [N K, D] from tokens [N, D], K pairs per token."""
-    return tokens[placed.order // k]
-
-
-def _pair_rows_forward(tokens, placed, k):
-    return _pair_rows(tokens, placed, k), placed
-
-
-def _pair_rows_backward(k, placed, grad):
-    """A token's gradient is the sum over its K pairs, each read at its sorted position."""
-    return grad[placed.position].reshape(-1, k, grad.shape[-1]).sum(axis=1), None
-
-
-_pair_rows.defvjp(_pair_rows_forward, _pair_rows_backward)
-
-
-@jax.custom_vjp
-def _unsorted(rows, placed: Sorted):
-    """Sorted rows [N K, D] back in pair order."""
-    return rows[placed.position]
-
-
-def _unsorted_forward(rows, placed):
-    return _unsorted(rows, placed), placed
-
-
-def _unsorted_backward(placed, grad):
-    return grad[placed.order], None
-
-
-_unsorted.defvjp(_unsorted_forward, _unsorted_backward)
+    sizes = jnp.bincount(key, length=num_local + 1)[:num_local].astype(jnp.int32)
+    order, position, sizes = _saved(order, position, sizes)
+    return Sorted(order, position), sizes
 
 
 def gmm_tiling(m: int, k: int, n: int) -> tuple[int, int, int]:
@@ -367,42 +347,97 @@ def gmm_tiling(m: int, k: int, n: int) -> tuple[int, int, int]:
 
 
 def grouped_matmul(rows, weights, group_sizes, method, interpret=False):
-    """rows [P, D] (sorted by group) x weights [G, D, F] -> [P, F]; rows past the groups are zero.
+    """rows [P, D] (sorted by group) x weights [G, D, F] -> [P, F]; rows past the groups are
+    left undefined (the kernel does not write them): callers mask what they read.
 
     `ragged_dot` is XLA's grouped matmul; `gmm` is the Pallas TPU kernel that ships with JAX
-    (`interpret` runs it in Pallas's interpreter, to check it off a TPU).
+    (`interpret` runs it in Pallas's interpreter, to check it off a TPU). Both carry their own
+    gradient rule, which `_sorted_experts_backward` pulls back through.
     """
-    live = (jnp.arange(rows.shape[0]) < jnp.sum(group_sizes))[:, None]
-    # The kernel leaves rows past the groups unwritten, in its output and in the gradient it
-    # returns for its input: the output is masked, and so is the input's gradient (by
-    # `_live_rows`, which leaves the input itself alone rather than copying [P, D] rows).
-    rows = _live_rows(rows, live)
     if method == "gmm":
         from jax.experimental.pallas.ops.tpu.megablox import gmm
 
         tiling = gmm_tiling(rows.shape[0], rows.shape[1], weights.shape[2])
-        out = gmm(rows, weights, group_sizes, rows.dtype, tiling, interpret=interpret)
-    else:
-        out = jax.lax.ragged_dot(rows, weights, group_sizes)
-    return jnp.where(live, out, 0)
+        return gmm(rows, weights, group_sizes, rows.dtype, tiling, interpret=interpret)
+    return jax.lax.ragged_dot(rows, weights, group_sizes)
 
 
-@jax.custom_vjp
-def _live_rows(rows, live):
-    """The rows themselves; their gradient is zero past the live ones. The rows past the groups
-    are never read for a live output, so only their gradient needs the mask."""
-    return rows
+def _live(placed: Sorted, sizes):
+    """[P, 1] bool: sorted row i belongs to one of this device's experts."""
+    return (jnp.arange(placed.order.shape[0]) < jnp.sum(sizes))[:, None]
 
 
-def _live_rows_forward(rows, live):
-    return rows, live
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _sorted_experts(tokens, gates, weights, placed: Sorted, sizes, method, interpret):
+    """This device's experts on every pair of the gathered tokens, summed per token by gate.
+
+    tokens [A N, D]; gates [A N, K]; weights (gate, up, down) of the local experts, whole.
+    Returns [A N, D] float32: sum over a token's pairs routed here of gate x SwiGLU(token).
+    """
+    k = gates.shape[-1]
+    live = _live(placed, sizes)
+    rows = tokens[placed.order // k]  # [A N K, D]: every pair's token row, sorted by expert
+    gate_w, up_w, down_w = weights
+
+    def matmul(lhs, w):
+        return jnp.where(live, grouped_matmul(lhs, w, sizes, method, interpret), 0)
+
+    out = matmul(jax.nn.silu(matmul(rows, gate_w)) * matmul(rows, up_w), down_w)
+    pairs = out[placed.position].reshape(-1, k, out.shape[-1])  # back in token order
+    return jnp.einsum(
+        "nkd,nk->nd", pairs, gates.astype(out.dtype), preferred_element_type=jnp.float32
+    )
 
 
-def _live_rows_backward(live, grad):
-    return jnp.where(live, grad, 0), None
+def _sorted_experts_forward(tokens, gates, weights, placed, sizes, method, interpret):
+    out = _sorted_experts(tokens, gates, weights, placed, sizes, method, interpret)
+    return out, (tokens, gates, weights, placed, sizes)
 
 
-_live_rows.defvjp(_live_rows_forward, _live_rows_backward)
+def _sorted_experts_backward(method, interpret, saved, grad):
+    """The gradient by hand, so one layer's backward holds few [A N K, D] pair buffers.
+
+    Left to autodiff the layer kept about ten of them alive at once on the 397B cell (sorted rows,
+    each matmul's output and input gradient, masks, the unsorted output: 2.5 GiB each there,
+    BENCHMARKS.md). Here about five are (MEASURED at the backward's peak there): the recomputed
+    rows and their transpose for the weight gradients, each pair's output gradient `g` (its
+    token's gradient, ungated), and the rows' gradient from the two matmuls, summed in place; the
+    replay's temp fell from 78.28 to 69.58 GiB. With h = silu(x Wg) * (x Wu), the pair
+    output o = h Wd and its token's gradient g: d Wd = (gate h)^T g; u = g Wd^T gives
+    d h = gate u and d gate = <o, g> = <h, u>, so neither o nor gate x g is ever formed.
+    """
+    tokens, gates, weights, placed, sizes = saved
+    k, d = gates.shape[-1], tokens.shape[-1]
+    gate_w, up_w, down_w = weights
+    live = _live(placed, sizes)
+    token_of = placed.order // k
+    gate = gates.reshape(-1)[placed.order][:, None].astype(jnp.float32)  # [A N K, 1]
+
+    def matmul(lhs, w):
+        return grouped_matmul(lhs, w, sizes, method, interpret)
+
+    rows = tokens[token_of]
+    a, pull_gate = jax.vjp(matmul, rows, gate_w)
+    b, pull_up = jax.vjp(matmul, rows, up_w)
+    a, b = (jnp.where(live, v, 0).astype(jnp.float32) for v in (a, b))
+    sig = jax.nn.sigmoid(a)
+    h = a * sig * b
+    _, pull_down = jax.vjp(matmul, (gate * h).astype(rows.dtype), down_w)
+    u, d_down = pull_down(grad[token_of].astype(rows.dtype))
+    u = jnp.where(live, u, 0).astype(jnp.float32)
+    d_gate = jnp.sum(h * u, axis=-1)  # [A N K], zero past the live rows
+    dh = gate * u
+    d_rows, d_gate_w = pull_gate((dh * b * sig * (1 + a * (1 - sig))).astype(rows.dtype))
+    d_rows_up, d_up_w = pull_up((dh * a * sig).astype(rows.dtype))
+    d_rows = d_rows + d_rows_up  # undefined past the live rows: masked as it is read
+    pair_live = live[placed.position]
+    d_pairs = jnp.where(pair_live, d_rows[placed.position], 0).reshape(-1, k, d)
+    d_tokens = d_pairs.sum(axis=1, dtype=jnp.float32).astype(tokens.dtype)
+    d_gates = d_gate[placed.position].reshape(gates.shape).astype(gates.dtype)
+    return d_tokens, d_gates, (d_gate_w, d_up_w, d_down), None, None
+
+
+_sorted_experts.defvjp(_sorted_experts_forward, _sorted_experts_backward)
 
 
 def local_sorted_ffn(tokens, experts, gates, weights, *, method, interpret=False):
@@ -414,21 +449,12 @@ def local_sorted_ffn(tokens, experts, gates, weights, *, method, interpret=False
     are A x N x K rows, where the capacity layout at capacity N needs E x N slots.
     tokens [N, D], experts and gates [N, K]; weights: this device's experts, whole.
     """
-    d, k = tokens.shape[-1], experts.shape[-1]
     tokens = jax.lax.all_gather(tokens, EXPERT_AXIS, axis=0, tiled=True)
     experts = jax.lax.all_gather(experts, EXPERT_AXIS, axis=0, tiled=True)
     gates = jax.lax.all_gather(gates, EXPERT_AXIS, axis=0, tiled=True)
     num_local = weights[0].shape[0]
     first = jax.lax.axis_index(EXPERT_AXIS) * num_local
     placed, sizes = sort_pairs(experts, first, num_local)
-    rows = _pair_rows(tokens, placed, k)  # [A N K, D]: every pair of the gathered tokens, sorted
-    gate_w, up_w, down_w = weights
-    hidden = jax.nn.silu(grouped_matmul(rows, gate_w, sizes, method, interpret))
-    hidden = hidden * grouped_matmul(rows, up_w, sizes, method, interpret)
-    out = grouped_matmul(hidden, down_w, sizes, method, interpret)  # zero for non-local pairs
-    pairs = _unsorted(out, placed).reshape(-1, k, d)  # back in token order
-    partial = jnp.einsum(
-        "nkd,nk->nd", pairs, gates.astype(out.dtype), preferred_element_type=jnp.float32
-    )
+    partial = _sorted_experts(tokens, gates, tuple(weights), placed, sizes, method, interpret)
     mine = jax.lax.psum_scatter(partial, EXPERT_AXIS, scatter_dimension=0, tiled=True)
     return mine.astype(tokens.dtype), jnp.zeros((), bool)

@@ -192,8 +192,12 @@ def zero_stats() -> dict[str, jax.Array]:
     return {name: jnp.zeros((), stat.dtype) for name, stat in STEP_STATS.items()}
 
 
-def build_programs(config: EngineConfig, methods: Methods) -> Programs:
-    """The programs as pure functions of arrays, traced under the mesh they run on."""
+def build_programs(config: EngineConfig, methods: Methods, opt_state_on_device=None) -> Programs:
+    """The programs as pure functions of arrays, traced under the mesh they run on.
+
+    opt_state_on_device: with the optimizer state offloaded to host memory, its shardings in
+    device memory, where `update` moves it before using it (its output goes back to the host).
+    """
     optimizer = make_optimizer(config.optimizer)
 
     def fwd_bwd(params, grad_sum, step_stats, batch, capacity_factor) -> Accumulated:
@@ -235,7 +239,10 @@ def build_programs(config: EngineConfig, methods: Methods) -> Programs:
     def update(state: TrainState) -> Updated:
         denominator = jnp.maximum(state.step_stats["loss_denominator"], 1.0)
         grads = jax.tree.map(lambda g: g / denominator, state.grad_sum)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        opt_state = state.opt_state
+        if opt_state_on_device is not None:
+            opt_state = jax.device_put(opt_state, opt_state_on_device)
+        updates, opt_state = optimizer.update(grads, opt_state, state.params)
         metrics = {
             **state.step_stats,
             "loss": state.step_stats["loss_sum"] / denominator,
@@ -265,8 +272,14 @@ def state_shapes(config: EngineConfig) -> TrainState:
     return jax.eval_shape(functools.partial(initial_state, config))
 
 
-def state_shardings(config: EngineConfig, mesh, shapes: TrainState | None = None) -> TrainState:
-    """A sharding for every leaf of the state: optimizer moments follow their parameter."""
+def state_shardings(
+    config: EngineConfig, mesh, shapes: TrainState | None = None, *, resident: bool = True
+) -> TrainState:
+    """A sharding for every leaf of the state: optimizer moments follow their parameter.
+
+    Where the state rests between programs (`resident`): with `optimizer_memory_host_offload`
+    the optimizer state is in pinned host memory; resident=False gives its device shardings.
+    """
     shapes = state_shapes(config) if shapes is None else shapes
     params = sharding.parameter_shardings(mesh, shapes.params)
     replicated = sharding.named(mesh, sharding.REPLICATED)
@@ -277,12 +290,14 @@ def state_shardings(config: EngineConfig, mesh, shapes: TrainState | None = None
         params,
         transform_non_params=lambda _: replicated,
     )
+    if resident and config.optimizer.memory_host_offload:
+        opt_state = jax.tree.map(lambda s: s.with_memory_kind("pinned_host"), opt_state)
     stats = jax.tree.map(lambda _: replicated, shapes.step_stats)
     return TrainState(params, opt_state, params, stats)
 
 
 def abstract_state(config: EngineConfig, mesh) -> dict[str, Any]:
-    """What stays in device memory between programs, as sharded ShapeDtypeStructs."""
+    """What stays between programs, as sharded ShapeDtypeStructs (their memory kind says where)."""
     shapes = state_shapes(config)
     shardings = state_shardings(config, mesh, shapes)
 
@@ -338,9 +353,12 @@ def replays_possible(config: EngineConfig) -> bool:
 
 def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tuple]]:
     """Every program jitted with its shardings, beside the abstract arguments to lower it on."""
-    programs = build_programs(config, resolved_methods(config, platform_of(mesh)))
     shapes = state_shapes(config)
     shardings = state_shardings(config, mesh, shapes)
+    on_device = None
+    if config.optimizer.memory_host_offload:
+        on_device = state_shardings(config, mesh, shapes, resident=False).opt_state
+    programs = build_programs(config, resolved_methods(config, platform_of(mesh)), on_device)
     replicated = sharding.named(mesh, sharding.REPLICATED)
     sums = (shardings.grad_sum, shardings.step_stats)
 

@@ -35,10 +35,21 @@ BESIDE: Mapping[str, tuple[str, ...]] = {
 }
 
 
-def per_device_bytes(tree: Any) -> int:
-    """Bytes one device holds of a pytree of sharded ShapeDtypeStructs (the largest shard)."""
+# Memory kinds that are not the device's: state placed there takes no device memory.
+HOST_MEMORY_KINDS = ("pinned_host", "unpinned_host")
+
+
+def _in_host_memory(leaf) -> bool:
+    return getattr(leaf.sharding, "memory_kind", None) in HOST_MEMORY_KINDS
+
+
+def per_device_bytes(tree: Any, *, host: bool = False) -> int:
+    """Bytes one device holds of a pytree of sharded ShapeDtypeStructs (the largest shard), in
+    device memory, or with `host` the bytes of its leaves placed in host memory instead."""
     total = 0
     for leaf in jax.tree.leaves(tree):
+        if _in_host_memory(leaf) != host:
+            continue
         shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
         total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
     return total
@@ -50,7 +61,9 @@ def state_bytes(
     *,
     stage_before_update: bool,
 ) -> dict[str, int]:
-    """Per-device bytes of each of STATE_PARTS.
+    """Per-device bytes in device memory of each of STATE_PARTS, and `host_memory`: the state's
+    bytes per device kept in host memory instead (an offloaded optimizer state), never beside a
+    program.
 
     abstract_state: `programs.abstract_state` (params, opt_state, grad_accum); staged_micro_batch:
     one micro-batch as sharded ShapeDtypeStructs, counted when it is staged before `update`.
@@ -60,6 +73,7 @@ def state_bytes(
         "opt_state": per_device_bytes(abstract_state["opt_state"]),
         "grad_accum": per_device_bytes(abstract_state["grad_accum"]),
         "staged_micro_batch": per_device_bytes(staged_micro_batch) if stage_before_update else 0,
+        "host_memory": per_device_bytes(dict(abstract_state), host=True),
     }
 
 

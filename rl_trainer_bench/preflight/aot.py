@@ -729,9 +729,15 @@ def _failure_detail(p: ProgramMemory) -> str:
     return detail
 
 
+# How the state line names a part that is not a program's neighbour in device memory.
+_STATE_LABELS = {"host_memory": "in pinned host memory (not on the device)"}
+
+
 def _memory_verdict(report: AotReport) -> list[str]:
     """The state per device and the device peak against the chip's memory, with what to watch."""
-    state = ", ".join(f"{k} {human_bytes(v)}" for k, v in report.state.items() if v)
+    state = ", ".join(
+        f"{_STATE_LABELS.get(k, k)} {human_bytes(v)}" for k, v in report.state.items() if v
+    )
     lines = [f"state per device: {state}"]
     memory = human_bytes(report.memory_bytes) if report.memory_bytes is not None else "unknown"
     verdict = {True: "FITS", False: "DOES NOT FIT", None: "UNKNOWN"}[report.fits]

@@ -5,6 +5,7 @@ reused across engines of one config) and build fresh engines where they need fre
 """
 
 import dataclasses
+import re
 
 import gdn_reference
 import jax
@@ -316,3 +317,40 @@ def test_model_flops_follow_the_accounting():
     want += 6 * tokens * m.linear_num_value_heads * 3 * dk * dv
     assert micro_batch_flops(hybrid, p.segment_ids, count_remat=False) == pytest.approx(want)
     assert micro_batch_flops(hybrid, p.segment_ids, count_remat=True) == pytest.approx(4 / 3 * want)
+
+
+def test_the_backward_pass_reads_the_routing_rather_than_sorting_again():
+    """One sort of the routed pairs per layer kind in each forward-backward program: the layer's
+    remat keeps the routing (moe.ROUTING) instead of recomputing it in the backward pass."""
+    config = PRESETS["cpu-tiny"].engine
+    kinds = len(set(config.model.layer_types))
+    lowered = lower_programs(config, make_mesh(config.mesh))
+    for name in ("fwd_bwd", "fwd_bwd_dropless"):
+        hlo = lowered[name].compile().as_text()
+        assert len(re.findall(r" sort\(", hlo)) == kinds, name
+
+
+def test_an_offloaded_optimizer_state_rests_in_host_memory_and_trains_the_same(compiled):
+    """optimizer_memory_host_offload: the state between programs is in pinned host memory, the
+    report counts it there (nothing beside fwd_bwd), and two steps give the same parameters."""
+    from rl_trainer_bench.engine import programs, residency
+
+    offload = dataclasses.replace(
+        CONFIG, optimizer=dataclasses.replace(CONFIG.optimizer, memory_host_offload=True)
+    )
+    engines = [fresh_engine(compiled), fresh_engine(compiled, offload)]
+    for engine in engines:
+        for step in range(2):
+            engine.fwd_bwd(payload(seed=20 + step))
+            engine.update()
+    plain, offloaded = (e._state for e in engines)
+    kinds = {leaf.sharding.memory_kind for leaf in jax.tree.leaves(offloaded.opt_state)}
+    assert kinds == {"pinned_host"}
+    assert {leaf.sharding.memory_kind for leaf in jax.tree.leaves(offloaded.params)} == {"device"}
+    for got, want in zip(jax.tree.leaves(offloaded), jax.tree.leaves(plain), strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-7)
+    mesh = make_mesh(CONFIG.mesh)
+    state = programs.state_beside(offload, mesh)
+    resident = programs.state_beside(CONFIG, mesh)
+    assert state["opt_state"] == 0 and state["host_memory"] == resident["opt_state"] > 0
+    assert residency.beside("fwd_bwd", state) == 0
