@@ -279,19 +279,19 @@ def test_tpu_target_without_libtpu_says_how_to_install(capsys):
 @pytest.mark.tpu_aot
 @pytest.mark.slow
 def test_loop_counted_cost_is_linear_in_depth_where_xla_counts_the_loop_once():
-    """cpu-tiny for v5e:2x2 at 1, 2 and 4 layers: one layer has no loop (XLA's figure is whole);
-    from 2 layers on XLA counts the layer loop once, so its FLOPs barely move, while the
-    loop-counted FLOPs grow by one layer's worth per layer."""
+    """cpu-tiny for v5e:2x2 at 1, 2 and 4 blocks of its layer pattern: XLA counts the block loop
+    (and the chunk loops inside a layer) once, so its FLOPs barely move with depth, while the
+    loop-counted FLOPs grow by one block's worth per block."""
     pytest.importorskip("libtpu")
     cell = aot.resolve_cell("cpu-tiny", "v5e:2x2", engine_flags=FLAGS)
+    block = len(cell.config.model.layer_types)
     rows = {}
-    for depth in (1, 2, 4):
-        config = aot._with_layers(cell.config, depth)
-        rows[depth] = {r.name: r for *_, r in aot.compile_programs(config, cell.mesh)}
-    one, two, four = (rows[d]["fwd_bwd"] for d in (1, 2, 4))
-    assert one.xla_optimal_seconds and two.xla_optimal_seconds is None
-    assert one.flops == one.xla_flops
-    assert four.xla_flops == pytest.approx(two.xla_flops, rel=0.01)  # the loop counted once
-    layer = two.flops - one.flops
-    assert layer > 0.3 * one.flops
-    assert four.flops - two.flops == pytest.approx(2 * layer, rel=0.02)
+    for blocks in (1, 2, 4):
+        config = aot._with_layers(cell.config, blocks * block)
+        rows[blocks] = {r.name: r for *_, r in aot.compile_programs(config, cell.mesh)}
+    one, two, four = (rows[n]["fwd_bwd"] for n in (1, 2, 4))
+    assert four.xla_flops == pytest.approx(one.xla_flops, rel=0.01)  # the loop counted once
+    assert one.flops > one.xla_flops  # a layer's own chunk loops, counted per trip
+    per_block = two.flops - one.flops
+    assert per_block > 0.3 * one.flops
+    assert four.flops - two.flops == pytest.approx(2 * per_block, rel=0.02)
