@@ -148,6 +148,10 @@ def _topology_target(tpu_slice: accelerators.TpuSlice) -> Target:
         # This host has no TPU: keep JAX's own backend on the CPU while libtpu compiles.
         with contextlib.suppress(RuntimeError):
             jax.config.update("jax_platforms", "cpu")
+    # A compile-only TPU client cannot load an executable back from JAX's persistent cache: with
+    # JAX_COMPILATION_CACHE_DIR set, a second check of the same program printed libtpu's
+    # "INVALID_ARGUMENT: PjRtCompiler must be constructed with a Client" and compiled anyway.
+    jax.config.update("jax_enable_compilation_cache", False)
     try:
         from jax.experimental import topologies
 
