@@ -704,7 +704,7 @@ def _program_table(report: AotReport) -> list[str]:
         "beside",
         "peak",
     )
-    lines = [f"{header[0]:<18}" + "".join(f"{h:>11}" for h in header[1:])]
+    lines = [f"{header[0]:<18}" + "".join(f"{h:>12}" for h in header[1:])]
     for p in report.programs:
         if not p.compiled:
             lines.append(f"{p.name:<18} {_failure_detail(p)}  ({p.error})")
@@ -719,7 +719,7 @@ def _program_table(report: AotReport) -> list[str]:
             p.beside,
             p.peak,
         )
-        lines.append(f"{p.name:<18}" + "".join(f"{human_bytes(v):>11}" for v in values))
+        lines.append(f"{p.name:<18}" + "".join(f"{human_bytes(v):>12}" for v in values))
     return lines
 
 
