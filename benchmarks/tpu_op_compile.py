@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 import jax
@@ -23,6 +24,8 @@ import jax.numpy as jnp
 
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.config import tokens_per_group
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.preflight.aot import resolve_target
 
 
 def ops(tokens: int, pairs: int, width: int, top_k: int, dtype) -> dict:
@@ -55,12 +58,14 @@ def main() -> None:
     parser.add_argument("--preset", default="qwen3.5-397b-cell")
     parser.add_argument("--target", default="tpu7x:4x4x8")
     args = parser.parse_args()
-    from jax.experimental import topologies
-
-    config = preset(args.preset).engine
+    try:
+        config = preset(args.preset).engine
+        device = resolve_target(args.target).devices[0]
+    except UserError as error:  # an unknown preset or slice, or no libtpu here: one line
+        print(f"tpu_op_compile: {error}", file=sys.stderr)
+        sys.exit(2)
     tokens = config.mesh.expert * tokens_per_group(config)
     pairs = tokens * config.model.top_k
-    device = topologies.get_topology_desc(args.target, "tpu").devices[0]
     single = jax.sharding.SingleDeviceSharding(device)
     results = []
     for name, (fn, shapes) in ops(

@@ -272,14 +272,9 @@ def state_shapes(config: EngineConfig) -> TrainState:
     return jax.eval_shape(functools.partial(initial_state, config))
 
 
-def state_shardings(
-    config: EngineConfig, mesh, shapes: TrainState | None = None, *, resident: bool = True
-) -> TrainState:
-    """A sharding for every leaf of the state: optimizer moments follow their parameter.
-
-    Where the state rests between programs (`resident`): with `optimizer_memory_host_offload`
-    the optimizer state is in pinned host memory; resident=False gives its device shardings.
-    """
+def state_shardings(config: EngineConfig, mesh, shapes: TrainState | None = None) -> TrainState:
+    """Where every leaf of the state rests between programs: optimizer moments follow their
+    parameter, in pinned host memory with `optimizer_memory_host_offload`."""
     shapes = state_shapes(config) if shapes is None else shapes
     params = sharding.parameter_shardings(mesh, shapes.params)
     replicated = sharding.named(mesh, sharding.REPLICATED)
@@ -290,7 +285,7 @@ def state_shardings(
         params,
         transform_non_params=lambda _: replicated,
     )
-    if resident and config.optimizer.memory_host_offload:
+    if config.optimizer.memory_host_offload:
         opt_state = jax.tree.map(lambda s: s.with_memory_kind("pinned_host"), opt_state)
     stats = jax.tree.map(lambda _: replicated, shapes.step_stats)
     return TrainState(params, opt_state, params, stats)
@@ -357,7 +352,7 @@ def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tu
     shardings = state_shardings(config, mesh, shapes)
     on_device = None
     if config.optimizer.memory_host_offload:
-        on_device = state_shardings(config, mesh, shapes, resident=False).opt_state
+        on_device = jax.tree.map(lambda s: s.with_memory_kind("device"), shardings.opt_state)
     programs = build_programs(config, resolved_methods(config, platform_of(mesh)), on_device)
     replicated = sharding.named(mesh, sharding.REPLICATED)
     sums = (shardings.grad_sum, shardings.step_stats)

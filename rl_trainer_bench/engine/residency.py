@@ -2,7 +2,8 @@
 
 The engine runs three programs, not one train step, so no program has the whole training state
 among its arguments: while `fwd_bwd` runs, the optimizer state sits in device memory untouched
-(the gradient sum is one of its arguments: it adds into it in place). XLA plans a program's temporaries (how early it gathers weights, what it keeps
+(the gradient sum is one of its arguments: it adds into it in place), unless it is offloaded to
+host memory. XLA plans a program's temporaries (how early it gathers weights, what it keeps
 for the backward pass) against the device memory it believes is free, which is everything but
 the program's own arguments and outputs. Told nothing, it plans into memory the state occupies,
 and the program that compiled would not fit beside the state at run time. So the engine compiles
