@@ -331,10 +331,10 @@ def beside_table(engine: ModuleType | None) -> Any:
     return getattr(engine, "BESIDE", residency.BESIDE)
 
 
-def compile_programs(
+def compile_plan(
     config: EngineConfig, mesh, engine: ModuleType | None = None
-) -> Iterator[tuple[str, Any, ProgramMemory]]:
-    """Lower every engine program, then compile each on its own: (name, compiled or None, row).
+) -> list[tuple[str, Any, dict]]:
+    """Lower every engine program: (name, lowered, compiler options) in the engine's order.
 
     `engine`: the engine's module (aot_engine_module); the built-in engine's when None. An engine
     whose module has `compile_reservations` (the built-in one) has each program compiled as it
@@ -355,15 +355,35 @@ def compile_programs(
             f"{', '.join(unknown)}: give the module a BESIDE table (program -> the "
             f"residency.STATE_PARTS in device memory beside it) so its peak can be counted"
         )
-    for name, lowered in lowered_programs.items():
-        start = time.perf_counter()
-        options = residency.compile_options(platform, reserved.get(name, 0))
-        try:
-            compiled = lowered.compile(compiler_options=options)
-        except Exception as error:  # XLA raises XlaRuntimeError/ValueError: keep the others going
-            yield name, None, failed(name, error, time.perf_counter() - start)
-            continue
-        yield name, compiled, measure(compiled, name, time.perf_counter() - start)
+    return [
+        (name, lowered, residency.compile_options(platform, reserved.get(name, 0)))
+        for name, lowered in lowered_programs.items()
+    ]
+
+
+def compile_one(name: str, lowered, options: dict) -> tuple[Any, ProgramMemory]:
+    """Compile one lowered program: (compiled or None, its report row)."""
+    start = time.perf_counter()
+    try:
+        compiled = lowered.compile(compiler_options=options)
+    except Exception as error:  # XLA raises XlaRuntimeError/ValueError: keep the others going
+        return None, failed(name, error, time.perf_counter() - start)
+    return compiled, measure(compiled, name, time.perf_counter() - start)
+
+
+def compile_programs(
+    config: EngineConfig, mesh, engine: ModuleType | None = None
+) -> Iterator[tuple[str, Any, ProgramMemory]]:
+    """Lower every engine program, then compile each on its own, one after the other:
+    (name, compiled or None, row).
+
+    One at a time because libtpu's code generation already keeps the cores busy: the production
+    cell's programs compiled at once on 2 cores were no faster than one after the other, and took
+    a third more host memory (BENCHMARKS.md, "Where the compile time goes").
+    """
+    for name, lowered, options in compile_plan(config, mesh, engine):
+        compiled, row = compile_one(name, lowered, options)
+        yield name, compiled, row
 
 
 # ----------------------------------------------------------------------------------------------
