@@ -26,6 +26,7 @@ import resource
 import sys
 import time
 
+from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight import aot
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
@@ -42,6 +43,27 @@ def compiler_option(text: str) -> tuple[str, object]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
+
+
+def check_options(device, extra: dict) -> None:
+    """Refuse options XLA does not take (an unknown name, a value of the wrong type) in one line,
+    on a one-op program for the same device, before minutes of compiling."""
+    if not extra:
+        return
+    import jax
+    import jax.numpy as jnp
+
+    scalar = jax.ShapeDtypeStruct(
+        (), jnp.float32, sharding=jax.sharding.SingleDeviceSharding(device)
+    )
+    try:
+        jax.jit(lambda x: x + 1).lower(scalar).compile(compiler_options=extra)
+    except Exception as error:  # XLA raises XlaRuntimeError, nanobind a TypeError
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(
+            f"--compiler-option {extra}: XLA refused it ({first}); use a compile option XLA "
+            "knows, with a value of its type (e.g. exec_time_optimization_effort=-1)"
+        ) from error
 
 
 def compile_all(plan, extra: dict, concurrent_jobs: bool) -> list:
@@ -65,9 +87,12 @@ def main() -> None:
     parser.add_argument("--compiler-option", type=compiler_option, action="append", default=[])
     args = parser.parse_args()
     try:
+        if args.layers < 0:
+            raise UserError(f"--layers {args.layers}: expected 0 (full depth) or a positive count")
         with quiet_libtpu():
             cell = aot.resolve_cell(args.preset, args.target, args.trainer_argv, args.engine_flags)
             config = aot._with_layers(cell.config, args.layers) if args.layers else cell.config
+            check_options(cell.target.devices[0], dict(args.compiler_option))
             plan = aot.compile_plan(config, cell.mesh)
             wanted = [name for name in args.programs.split(",") if name]
             unknown = sorted(set(wanted) - {name for name, *_ in plan})
@@ -80,7 +105,7 @@ def main() -> None:
             started = time.perf_counter()
             results = compile_all(plan, dict(args.compiler_option), args.mode == "concurrent")
             wall = time.perf_counter() - started
-    except UserError as error:  # an unknown preset, slice or program, or no libtpu: one line
+    except (UserError, ContractError) as error:  # a bad preset, slice, depth or program: one line
         print(f"tpu_compile_modes: {error}", file=sys.stderr)
         sys.exit(2)
     for _, row in results:
@@ -96,8 +121,15 @@ def main() -> None:
         "compiler_options": dict(args.compiler_option),
         "wall_seconds": round(wall, 1),
         "host_peak_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "unapplied_keys": cell.unapplied_keys,
     }
     print(json.dumps(summary))
+    if cell.unapplied_keys:
+        print(f"tpu_compile_modes: keys not applied: {cell.unapplied_keys}", file=sys.stderr)
+    failed = [row for _, row in results if row.error]
+    for row in failed:
+        print(f"tpu_compile_modes: {row.name} did not compile: {row.error}", file=sys.stderr)
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -754,7 +754,7 @@ def _failure_detail(p: ProgramMemory) -> str:
 
 
 # How the state line names a part that is not a program's neighbour in device memory.
-_STATE_LABELS = {"host_memory": "in pinned host memory (not on the device)"}
+_STATE_LABELS = {"host_memory": "in host memory (not on the device)"}
 
 
 def _memory_verdict(report: AotReport) -> list[str]:

@@ -92,6 +92,19 @@ def test_report_peak_headroom_and_verdict(compiled_cell):
     assert "state not split over all 8 devices: ['opt_state'][1][0].count 4 B" in text
 
 
+def test_an_offloaded_optimizer_state_is_reported_in_host_memory_not_beside(compiled_cell):
+    _, _, rows = compiled_cell
+    cell = aot.resolve_cell(
+        "cpu-tiny", "local", engine_flags=f"{FLAGS} optimizer_memory_host_offload=true"
+    )
+    report = aot.assemble(cell, rows, [2], stage_before_update=False, seconds=1.0)
+    assert report.state["opt_state"] == 0 and report.state["host_memory"] > 0
+    assert all(p.beside == 0 for p in report.programs if p.name != "update")
+    text = aot.format_report(report)
+    assert f"in host memory (not on the device) {human_bytes(report.state['host_memory'])}" in text
+    assert "host_memory" not in text
+
+
 def test_beside_each_program_is_the_state_it_does_not_take():
     state = {"params": 100, "opt_state": 200, "grad_accum": 100, "staged_micro_batch": 7}
     assert residency.beside("fwd_bwd", state) == 200
