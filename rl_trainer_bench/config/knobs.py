@@ -26,6 +26,7 @@ from rl_trainer_bench.accelerators import TpuSlice, parse_slice
 from rl_trainer_bench.config import values
 from rl_trainer_bench.config.engine_keys import parse_engine_flags, parse_trainer_argv
 from rl_trainer_bench.config.presets import PRESETS, Preset, preset, preset_for_model
+from rl_trainer_bench.engine.config import GPU_PLATFORMS
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError
 
@@ -282,7 +283,7 @@ class StageConfig:
     def issue_before_last(self, platform: str) -> bool:
         """Whether the before-update copy goes out before the step's last fwd_bwd on `platform`."""
         if self.issue == "auto":
-            return platform in ("gpu", "cuda", "rocm")
+            return platform in GPU_PLATFORMS
         return self.issue == "before_last"
 
     def describe(self) -> str:

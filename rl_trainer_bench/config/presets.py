@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from rl_trainer_bench.engine.config import (
+    DROPLESS,
     EngineConfig,
     MeshConfig,
     ModelConfig,
@@ -97,7 +98,7 @@ PRESETS: Mapping[str, Preset] = {
                     dtype="float32",
                 ),
                 mesh=MeshConfig(fsdp=8),
-                moe=MoeConfig(ragged_buffer_factor=-1, router_replay=False),
+                moe=MoeConfig(ragged_buffer_factor=DROPLESS, router_replay=False),
                 micro_batch_rows=8,
                 seq_len=128,
             ),

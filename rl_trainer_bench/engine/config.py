@@ -25,6 +25,10 @@ ComputeDtype = Literal["bfloat16", "float32"]
 MatmulPrecision = Literal["default", "high", "highest"]
 Schedule = Literal["constant", "warmup_cosine_decay_schedule"]
 LAYER_TYPES = ("full_attention", "linear_attention")  # the mixers `layer_types` may name
+# The ragged_buffer_factor of a dropless MoE layer: every routed pair gets a slot.
+DROPLESS = -1
+# Platform names JAX gives a GPU backend (`jax.default_backend()`, a device's `platform`).
+GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 
 
 def engine_key(help: str, *, key: str | None = None, minimum: int | None = None) -> dict:
@@ -184,10 +188,10 @@ def tokens_per_group(config: EngineConfig) -> int:
 def expert_capacity(tokens: int, top_k: int, num_experts: int, factor: float) -> int:
     """Slots per expert for a group of `tokens` tokens: ceil(factor x N x K / E), at least one.
 
-    Factor -1 is dropless: every token fits. The payload builder's overflow prediction uses this
+    Factor DROPLESS (-1): every token fits. The payload builder's overflow prediction uses this
     same formula, which is why it lives here, free of JAX (docs/engine.md, capacity and drops).
     """
-    if factor == -1:
+    if factor == DROPLESS:
         return tokens
     return max(1, math.ceil(factor * tokens * top_k / num_experts))
 
@@ -317,7 +321,7 @@ def _shape_problems(config: EngineConfig) -> list[str]:
          f"a multiple of num_kv_heads = {m.num_kv_heads}"),
         (m.head_dim % 2 == 0, "head_dim", m.head_dim, "even (rotary rotates half-dims)"),
         (0 < m.top_k <= m.num_experts, "top_k", m.top_k, f"in 1..num_experts = {m.num_experts}"),
-        (config.moe.ragged_buffer_factor == -1 or config.moe.ragged_buffer_factor > 0,
+        (config.moe.ragged_buffer_factor == DROPLESS or config.moe.ragged_buffer_factor > 0,
          "ragged_buffer_factor", config.moe.ragged_buffer_factor, "positive, or -1 for dropless"),
         (bool(m.layer_types) and set(m.layer_types) <= set(LAYER_TYPES), "layer_types",
          m.layer_types, f"a non-empty sequence of {', '.join(LAYER_TYPES)}"),

@@ -20,7 +20,8 @@ from jax.sharding import PartitionSpec as P
 
 from rl_trainer_bench.engine import sharding
 from rl_trainer_bench.engine.config import ModelConfig
-from rl_trainer_bench.engine.linear_attention import gated_delta_rule
+from rl_trainer_bench.engine.linear_attention import from_previous_shard, gated_delta_rule
+from rl_trainer_bench.engine.norms import rms_normalized
 
 # q, k and v share one projection matmul and one convolution: their weights side by side.
 QKV = (("gdn_wq", "gdn_conv_q"), ("gdn_wk", "gdn_conv_k"), ("gdn_wv", "gdn_conv_v"))
@@ -58,11 +59,10 @@ def local_conv(x, kernel, segments):
 def _previous_tail(a, n):
     """The last `n` tokens of the previous device's span on `context`; zeros on the first device
     (a zero segment id is padding, which no real token's segment equals)."""
-    shards = jax.lax.axis_size("context")
     tail = a[:, a.shape[1] - n :]
-    if shards == 1:
+    if jax.lax.axis_size("context") == 1:
         return jnp.zeros_like(tail)
-    return jax.lax.ppermute(tail, "context", [(i, i + 1) for i in range(shards - 1)])
+    return from_previous_shard(tail, "context")
 
 
 def l2_normalize(x, eps=1e-6):
@@ -85,8 +85,7 @@ def context_delta_rule(q, k, v, log_decay, beta, segments, *, chunk_size):
 
 def gated_rms_norm(x, gate, scale, eps):
     """RMSNorm of each head's output times SiLU(gate), in float32, returned in gate's dtype."""
-    x32 = x.astype(jnp.float32)
-    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps) * scale
+    normed = rms_normalized(x, eps) * scale
     return (normed * jax.nn.silu(gate.astype(jnp.float32))).astype(gate.dtype)
 
 

@@ -29,6 +29,13 @@ import jax
 import jax.numpy as jnp
 
 
+def from_previous_shard(x: jax.Array, axis: str) -> jax.Array:
+    """Inside `shard_map`: each device's `x` from the previous device on `axis`; zeros on the
+    first device, which has none."""
+    shards = jax.lax.axis_size(axis)
+    return jax.lax.ppermute(x, axis, [(i, i + 1) for i in range(shards - 1)])
+
+
 def segment_starts(segment_ids: jax.Array, context_axis: str | None = None) -> jax.Array:
     """[B, T] bool: the token opens a run of equal segment ids (padding runs included).
 
@@ -37,10 +44,7 @@ def segment_starts(segment_ids: jax.Array, context_axis: str | None = None) -> j
     """
     before = jnp.full_like(segment_ids[:, :1], -1)
     if context_axis is not None:
-        shards = jax.lax.axis_size(context_axis)
-        last = jax.lax.ppermute(
-            segment_ids[:, -1:], context_axis, [(i, i + 1) for i in range(shards - 1)]
-        )
+        last = from_previous_shard(segment_ids[:, -1:], context_axis)
         before = jnp.where(jax.lax.axis_index(context_axis) == 0, before, last)
     previous = jnp.concatenate([before, segment_ids[:, :-1]], axis=1)
     return segment_ids != previous

@@ -15,12 +15,14 @@ F an expert's hidden width, C slots per expert buffer, N tokens per group (a dev
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from rl_trainer_bench.engine import gated_deltanet, moe, parameters, sharding
-from rl_trainer_bench.engine.config import AttentionImpl, ModelConfig, choices
+from rl_trainer_bench.engine.config import GPU_PLATFORMS, AttentionImpl, ModelConfig, choices
+from rl_trainer_bench.engine.norms import rms_norm
 
 # What each `RematPolicy` saves; "none" runs the layer without a checkpoint.
 REMAT_POLICIES = {
@@ -44,13 +46,6 @@ def init_params(config: ModelConfig, key: jax.Array) -> dict[str, jax.Array]:
         else:
             params[name] = jnp.ones(shape, jnp.float32)
     return params
-
-
-def rms_norm(x, scale, eps):
-    """x / rms(x) * scale, computed in float32, returned in x's dtype."""
-    x32 = x.astype(jnp.float32)
-    normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-    return (normed * scale).astype(x.dtype)
 
 
 def rotary(x, positions, theta):
@@ -136,7 +131,7 @@ def attention_method(choice: str, platform: str) -> str:
     """Resolve `auto`: cuDNN flash attention on GPUs, query-chunked XLA elsewhere."""
     if choice != "auto":
         return choice
-    return "cudnn" if platform in ("gpu", "cuda") else "xla"
+    return "cudnn" if platform in GPU_PLATFORMS else "xla"
 
 
 def attention(x, layer, positions, segments, config: ModelConfig, method: str):
@@ -194,15 +189,25 @@ def embed_tokens(table, ids):
     )(table, ids)
 
 
-def mixer_runs(pattern: tuple[str, ...]) -> list[tuple[str, int, int, int]]:
-    """The runs of one mixer in a block: (kind, first layer of the block, first slot in the
-    kind's stacks, length). Qwen3.5's (linear x 3, full) is [(linear, 0, 0, 3), (full, 3, 0, 1)]."""
-    runs: list[tuple[str, int, int, int]] = []
+class MixerRun(NamedTuple):
+    """Consecutive layers of one mixer kind inside a block: one scan of their own."""
+
+    kind: str
+    first_layer: int  # in the block
+    first_slot: int  # in the kind's parameter stacks
+    length: int
+
+
+def mixer_runs(pattern: tuple[str, ...]) -> list[MixerRun]:
+    """The runs of one mixer in a block. Qwen3.5's (linear x 3, full) is
+    [MixerRun(linear, 0, 0, 3), MixerRun(full, 3, 0, 1)]."""
+    runs: list[MixerRun] = []
     for index, kind in enumerate(pattern):
-        if runs and runs[-1][0] == kind and runs[-1][1] + runs[-1][3] == index:
-            runs[-1] = (*runs[-1][:3], runs[-1][3] + 1)
+        last = runs[-1] if runs else None
+        if last is not None and last.kind == kind and last.first_layer + last.length == index:
+            runs[-1] = last._replace(length=last.length + 1)
         else:
-            runs.append((kind, index, pattern[:index].count(kind), 1))
+            runs.append(MixerRun(kind, index, pattern[:index].count(kind), 1))
     return runs
 
 

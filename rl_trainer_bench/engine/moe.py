@@ -3,7 +3,7 @@
 The step time of an MoE trainer depends on how many (token, expert) pairs each expert receives, so
 the layer reproduces the production semantics exactly (docs/engine.md): replayed routes take precedence
 over the router, slots are handed out in token order per group of device-local tokens, pairs past
-the capacity are dropped and raise the overflow flag, and `capacity_factor=-1` is the dropless
+the capacity are dropped and raise the overflow flag, and `capacity_factor=DROPLESS` (-1) is the dropless
 program that a replay of an overflowing micro-batch runs.
 
 Shape legend (docs/engine.md): B rows of a micro-batch, T tokens per row, D model width, H query
@@ -22,7 +22,13 @@ import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from rl_trainer_bench.engine import sharding
-from rl_trainer_bench.engine.config import DroplessCompute, ExpertCompute, choices, expert_capacity
+from rl_trainer_bench.engine.config import (
+    DROPLESS,
+    DroplessCompute,
+    ExpertCompute,
+    choices,
+    expert_capacity,
+)
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.engine.sharding import EXPERT_AXIS
 
@@ -227,13 +233,13 @@ def moe_ffn(x, params, valid, replayed, *, top_k, capacity_factor, token_chunks,
     params: this layer's router [D, E] and expert weights [E, D, F] / [E, F, D] in the compute dtype,
     still split as parameters (`sharding.parameter_spec`); valid: [B, T]; replayed: [B, T, K] or
     None; token_chunks: how many groups a device's tokens form, each with buffers of its own;
-    methods: (expert compute, dropless compute) resolved. Dropless (capacity_factor -1) runs the
+    methods: (expert compute, dropless compute) resolved. Dropless (capacity_factor DROPLESS) runs the
     token-sorted layout unless the dropless compute is `capacity`.
     """
     expert_compute, dropless_compute = methods
     experts, gates = route(x, params["router"], top_k, valid, replayed)
     weights = tuple(params[name] for name in EXPERT_WEIGHTS)
-    if capacity_factor == -1 and dropless_compute != "capacity":
+    if capacity_factor == DROPLESS and dropless_compute != "capacity":
         local = functools.partial(local_sorted_ffn, method=dropless_compute)
     else:
         local = functools.partial(local_capacity_ffn, factor=capacity_factor, method=expert_compute)

@@ -19,7 +19,7 @@ import numpy as np
 import optax
 
 from rl_trainer_bench.engine import model, moe, residency, sharding
-from rl_trainer_bench.engine.config import EngineConfig, OptimizerConfig, config_problems
+from rl_trainer_bench.engine.config import DROPLESS, EngineConfig, OptimizerConfig, config_problems
 from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS, ContractError, Payload
 from rl_trainer_bench.engine.loss import micro_batch_loss
 
@@ -192,6 +192,21 @@ def zero_stats() -> dict[str, jax.Array]:
     return {name: jnp.zeros((), stat.dtype) for name, stat in STEP_STATS.items()}
 
 
+def accumulated(grad_sum, step_stats, grads, stats, kept) -> Accumulated:
+    """The step's sums with one micro-batch's gradient and statistics added where `kept`; its
+    overflow count is added either way, so a micro-batch that is replayed counts it once."""
+    grad_sum = jax.tree.map(lambda s, g: jnp.where(kept, s + g, s), grad_sum, grads)
+    step_stats = {
+        name: jnp.where(
+            True if name == "overflow_count" else kept,
+            stat.combine(step_stats[name], stats[name]),
+            step_stats[name],
+        )
+        for name, stat in STEP_STATS.items()
+    }
+    return Accumulated(grad_sum, step_stats, stats["overflow_count"])
+
+
 def build_programs(config: EngineConfig, methods: Methods, opt_state_on_device=None) -> Programs:
     """The programs as pure functions of arrays, traced under the mesh they run on.
 
@@ -223,18 +238,9 @@ def build_programs(config: EngineConfig, methods: Methods, opt_state_on_device=N
         # A micro-batch that dropped pairs and will be replayed adds only its overflow count; its
         # dropless replay adds the rest. The sums are added here, in place, so no micro-batch's
         # gradient waits in device memory beside the next program.
-        replayed_later = replays_possible(config) and capacity_factor != -1
+        replayed_later = replays_possible(config) and capacity_factor != DROPLESS
         kept = jnp.logical_not(overflow) if replayed_later else jnp.bool_(True)
-        grad_sum = jax.tree.map(lambda s, g: jnp.where(kept, s + g, s), grad_sum, grads)
-        step_stats = {
-            name: jnp.where(
-                True if name == "overflow_count" else kept,
-                stat.combine(step_stats[name], stats[name]),
-                step_stats[name],
-            )
-            for name, stat in STEP_STATS.items()
-        }
-        return Accumulated(grad_sum, step_stats, stats["overflow_count"])
+        return accumulated(grad_sum, step_stats, grads, stats, kept)
 
     def update(state: TrainState) -> Updated:
         denominator = jnp.maximum(state.step_stats["loss_denominator"], 1.0)
@@ -343,7 +349,7 @@ def input_shardings(mesh, spec: Mapping[str, jax.ShapeDtypeStruct], memory_kind=
 
 def replays_possible(config: EngineConfig) -> bool:
     """Whether a micro-batch can be replayed dropless (retry on, and a finite buffer factor)."""
-    return config.moe.retry_when_tokens_dropped and config.moe.ragged_buffer_factor != -1
+    return config.moe.retry_when_tokens_dropped and config.moe.ragged_buffer_factor != DROPLESS
 
 
 def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tuple]]:
@@ -370,7 +376,7 @@ def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tu
     arguments = (shapes.params, shapes.grad_sum, shapes.step_stats, spec)
     jitted = {"fwd_bwd": (fwd_bwd_at(config.moe.ragged_buffer_factor), arguments)}
     if replays_possible(config):
-        jitted["fwd_bwd_dropless"] = (fwd_bwd_at(-1), arguments)
+        jitted["fwd_bwd_dropless"] = (fwd_bwd_at(DROPLESS), arguments)
     jitted["update"] = (
         jax.jit(
             programs.update,

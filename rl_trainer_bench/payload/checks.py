@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from rl_trainer_bench.engine.config import EngineConfig, MeshConfig
+from rl_trainer_bench.engine.config import DROPLESS, EngineConfig, MeshConfig
 from rl_trainer_bench.engine.contract import OPTIONAL_PAYLOAD_FIELDS, PAYLOAD_FIELDS, Payload
 
 MAX_REPORTS_PER_RULE = 5  # positions named per broken rule; the rest are counted
@@ -327,7 +327,7 @@ def numerics_reference(engine: EngineConfig) -> EngineConfig:
         loss=dataclasses.replace(engine.loss, logits_dtype="float32"),
         moe=dataclasses.replace(
             engine.moe,
-            ragged_buffer_factor=-1,
+            ragged_buffer_factor=DROPLESS,
             retry_when_tokens_dropped=False,
             expert_compute="einsum",
             dropless_compute="capacity",
