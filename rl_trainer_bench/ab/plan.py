@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab.arms import ArmSpec
-from rl_trainer_bench.bench.worker import refuse_stage_before_fused_update
+from rl_trainer_bench.bench import plan as bench_plan
 from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.errors import UserError
 
@@ -45,14 +45,12 @@ def plan_arms(args: argparse.Namespace, out: Path) -> ArmPlan:
     envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
     arm_configs = {label: config.BenchConfig.from_env(env) for label, env in envs.items()}
     for arm_config in arm_configs.values():
-        refuse_stage_before_fused_update(arm_config.worker, arm_config.stage)
+        _refuse_unapplied_engine_keys(bench_plan.resolve(arm_config))
     names: dict[tuple[tuple[str, str], ...], str] = {}
     for arm in arms:
         names.setdefault(arm.program_knobs, f"bench{len(names) + 1}")
     groups = {arm.label: names[arm.program_knobs] for arm in arms}
     bench_configs = {groups[label]: arm_config for label, arm_config in arm_configs.items()}
-    for bench_config in bench_configs.values():
-        _refuse_unapplied_engine_keys(bench_config)
     stages = {label: arm_config.stage for label, arm_config in arm_configs.items()}
     return ArmPlan(preset, arms, envs, stages, groups, bench_configs)
 
@@ -88,24 +86,11 @@ def arm_env(
     return env
 
 
-def _refuse_unapplied_engine_keys(bench_config: config.BenchConfig) -> None:
+def _refuse_unapplied_engine_keys(plan: bench_plan.Plan) -> None:
     """An engine key the engine config does not take would make an arm a silent copy of another."""
-    if not bench_config.engine_flags and not bench_config.trainer_argv:
-        return
-    engine_config_from = getattr(config, "engine_config_from", None)
-    if engine_config_from is None:
+    if plan.unapplied:
         raise UserError(
-            "engine keys in --arms/--knob need config.engine_config_from, which this build lacks: "
-            "define arms with driver knobs only"
-        )
-    _, unapplied = engine_config_from(
-        bench_config.preset,
-        trainer_argv=bench_config.trainer_argv,
-        engine_flags=bench_config.engine_flags,
-    )
-    if unapplied:
-        raise UserError(
-            f"engine key(s) {' '.join(unapplied)} would not be applied to the engine: "
+            f"engine key(s) {' '.join(plan.unapplied)} would not be applied to the engine: "
             "fix the key names (see `rl-trainer-bench ab --help`)"
         )
 

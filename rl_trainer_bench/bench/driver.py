@@ -28,6 +28,7 @@ import jax
 
 from rl_trainer_bench.accelerators import chip_for_device_kind
 from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.bench.plan import refuse_unrunnable_stages
 from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.bench.step import (
     ArmSettings,
@@ -37,7 +38,7 @@ from rl_trainer_bench.bench.step import (
     StepLoop,
     stage_knob,
 )
-from rl_trainer_bench.bench.worker import TrainerWorker, refuse_stage_before_fused_update
+from rl_trainer_bench.bench.worker import TrainerWorker
 from rl_trainer_bench.config.knobs import (
     BenchConfig,
     StageConfig,
@@ -51,6 +52,7 @@ from rl_trainer_bench.engine.contract import (
     Engine,
     Payload,
     missing_methods,
+    optional,
 )
 from rl_trainer_bench.engine.factory import engine_class
 from rl_trainer_bench.errors import ConfigError, UserError, run_guarded
@@ -97,8 +99,7 @@ class Bench:
     def build(self, stages: Sequence[StageConfig] = ()) -> None:
         """The micro-batch pool, the engine and the worker, and every refusal that needs them, for
         the configured stage and any other `stages` this Bench will run: nothing compiled yet."""
-        for stage in (self.config.stage, *stages):
-            refuse_stage_before_fused_update(self.config.worker, stage)
+        refuse_unrunnable_stages(self.config.worker, (self.config.stage, *stages))
         engine_config = self._engine_config()
         factory = self._engine_factory or engine_class(self.config.engine)  # import it first
         payloads = self._build_pool(engine_config)
@@ -121,8 +122,8 @@ class Bench:
         return compile_s
 
     def refuse_unsupported(self, stage: StageConfig) -> None:
-        """ConfigError when this Bench's worker or engine cannot run `stage`."""
-        refuse_stage_before_fused_update(self.config.worker, stage)
+        """ConfigError when this Bench's engine lacks the methods `stage` needs (the worker's
+        refusal is the plan's, made before the engine was built)."""
         missing = missing_methods(self.engine, STAGING_METHODS) if stage.enabled else []
         if missing:
             knob = stage_knob(stage)
@@ -198,6 +199,7 @@ class Bench:
         if boundary_stages is not None and len(boundary_stages) != boundaries:
             raise ValueError(f"{len(boundary_stages)} boundary stages for {boundaries} boundaries")
         per_boundary = list(boundary_stages) if boundary_stages is not None else []
+        refuse_unrunnable_stages(self.config.worker, {stage, *per_boundary})
         for each in {stage, *per_boundary}:
             self.refuse_unsupported(each)
         updates_before = self.worker.train_step
@@ -216,7 +218,7 @@ class Bench:
                     self.log(ruler.stage_line(knob, record))
                 if writer:
                     writer.write(record)
-        digest = getattr(self.engine, "parameter_digest", None)
+        digest = optional(self.engine, "parameter_digest")
         return ArmRun(
             label=arm,
             setting=arm,
@@ -225,7 +227,7 @@ class Bench:
             updates=self.worker.train_step - updates_before,
             stages=loop.staging.count,
             recompiles=loop.recompiles,
-            param_digest=str(digest()) if callable(digest) else None,
+            param_digest=str(digest()) if digest is not None else None,
             stages_at=[s.enabled for s in per_boundary] if boundary_stages is not None else None,
         )
 
@@ -260,7 +262,6 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
             log(line)
         return 0
     check_writable_folder(config.results_dir, "RESULTS_DIR")
-    refuse_stage_before_fused_update(config.worker, config.stage)
     log(initialize_runtime(env, config.preset.host_devices))
     log(f"{ruler.LOG_PREFIX} config {_describe(config.describe())}")
     log(f"{ruler.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")

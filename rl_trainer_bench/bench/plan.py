@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice
-from rl_trainer_bench.bench.worker import refuse_stage_before_fused_update
 from rl_trainer_bench.config.engine_keys import engine_config_from
-from rl_trainer_bench.config.knobs import BenchConfig, driver_knobs
+from rl_trainer_bench.config.knobs import BenchConfig, StageConfig, driver_knobs
 from rl_trainer_bench.engine.config import EngineConfig, config_problems
 from rl_trainer_bench.errors import ConfigError
 
@@ -90,7 +89,7 @@ class Plan:
 
 def resolve(config: BenchConfig) -> Plan:
     """Validate what `config` asks for and resolve its cell; ConfigError naming the first problem."""
-    refuse_stage_before_fused_update(config.worker, config.stage)
+    refuse_unrunnable_stages(config.worker, [config.stage])
     engine, unapplied = engine_config_from(config.preset, config.trainer_argv, config.engine_flags)
     problems = config_problems(engine)
     if problems:
@@ -100,6 +99,21 @@ def resolve(config: BenchConfig) -> Plan:
         )
     _check_slice(engine, config.trainer_slice)
     return Plan(config, engine, tuple(unapplied), _layout(engine, config.orch_argv))
+
+
+def refuse_unrunnable_stages(worker: str, stages: Iterable[StageConfig]) -> None:
+    """ConfigError for WORKER=fused with STAGE_BEFORE_UPDATE=on among `stages`: the fused worker
+    applies the optimizer inside the step's last fwd_bwd, so there is no update to stage before.
+
+    From the knobs alone, so it is made before any work. Staging that needs methods an engine
+    lacks is refused once the engine is built (`Bench.refuse_unsupported`): the plan imports no
+    engine, so a renderer can resolve a pod's plan without the engine's packages.
+    """
+    if worker == "fused" and any(stage.before_update for stage in stages):
+        raise ConfigError(
+            "STAGE_BEFORE_UPDATE=on needs an update to stage before, but WORKER=fused applies the"
+            " optimizer inside the step's last fwd_bwd: set WORKER=separate or STAGE_BEFORE_UPDATE=off"
+        )
 
 
 def environment_config(env: Mapping[str, str]) -> BenchConfig:

@@ -30,7 +30,7 @@ from rl_trainer_bench.bench.ruler import StepRecord
 from rl_trainer_bench.bench.worker import TrainerWorker
 from rl_trainer_bench.config.knobs import StageConfig
 from rl_trainer_bench.engine import compile_events
-from rl_trainer_bench.engine.contract import Engine, Payload, PreparedInput
+from rl_trainer_bench.engine.contract import Engine, Payload, PreparedInput, optional
 
 # The points of a step where staging can issue the next first micro-batch's copy or wait for it.
 BEFORE_LAST_FWD_BWD, BEFORE_UPDATE, AFTER_UPDATE = (
@@ -54,14 +54,14 @@ class MicroBatchPool:
     """The micro-batches every arm trains: step s, call i takes entry (s * M + i) mod pool size."""
 
     def __init__(self, payloads: Sequence[Payload], engine: Engine, micro_steps: int):
-        count_flops = getattr(engine, "model_flops", None)
+        count_flops = optional(engine, "model_flops")
         self.micro_steps = micro_steps
         self.entries = [
             PoolEntry(
                 payload=p,
                 digest=micro_batch_digest(p),
                 tokens=int(np.count_nonzero(p.segment_ids)),
-                flops=float(count_flops(p)) if callable(count_flops) else None,
+                flops=float(count_flops(p)) if count_flops is not None else None,
             )
             for p in payloads
         ]
@@ -169,8 +169,8 @@ class ProgramTimeline:
     """Stamps each dispatched program's completion marker when ready, where the engine gives one."""
 
     def __init__(self, engine: Engine):
-        self._marker = getattr(engine, "completion_marker", None)
-        self._timeline = DeviceTimeline("bench-programs") if callable(self._marker) else None
+        self._marker = optional(engine, "completion_marker")
+        self._timeline = DeviceTimeline("bench-programs") if self._marker is not None else None
         self._previous_ready: float | None = None
 
     def watch(self, label: str) -> None:

@@ -3,8 +3,7 @@
 An RL trainer either applies the optimizer in a separate `update()` call or fuses it into the last
 `fwd_bwd` of a step (`apply_optimizer=True`). The bench offers both, so it times the program the
 production run dispatches. A fused worker has no separate update to stage the next micro-batch
-before, so STAGE_BEFORE_UPDATE with WORKER=fused is refused from the knobs alone, before any work.
-This module stays light (no numpy, no JAX): the A/B command refuses arms with it before it starts.
+before; the plan refuses STAGE_BEFORE_UPDATE with WORKER=fused (`bench/plan.py`).
 """
 
 from __future__ import annotations
@@ -12,21 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rl_trainer_bench.errors import ConfigError
-
 if TYPE_CHECKING:
-    from rl_trainer_bench.config.knobs import StageConfig
     from rl_trainer_bench.engine.contract import Engine, Payload, PreparedInput
-
-
-def refuse_stage_before_fused_update(worker: str, stage: StageConfig) -> None:
-    """ConfigError for WORKER=fused with STAGE_BEFORE_UPDATE=on: the fused worker applies the
-    optimizer inside the step's last fwd_bwd, so there is no update to stage before."""
-    if worker == "fused" and stage.before_update:
-        raise ConfigError(
-            "STAGE_BEFORE_UPDATE=on needs an update to stage before, but WORKER=fused applies the"
-            " optimizer inside the step's last fwd_bwd: set WORKER=separate or STAGE_BEFORE_UPDATE=off"
-        )
 
 
 class TrainerWorker:
@@ -62,6 +48,8 @@ class TrainerWorker:
 
     def info(self) -> dict[str, Any]:
         """What the worker runs: its update mode and, where the engine describes itself, the engine."""
-        describe = getattr(self.engine, "info", None)
-        engine_info = dict(describe()) if callable(describe) else {}
+        from rl_trainer_bench.engine.contract import optional
+
+        describe = optional(self.engine, "info")
+        engine_info = dict(describe()) if describe is not None else {}
         return {"worker": "fused" if self.fused else "separate", **engine_info}

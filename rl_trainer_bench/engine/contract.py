@@ -1,18 +1,24 @@
-"""The engine contract: what the bench's driver may call on a trainer engine, and nothing more.
+"""The engine contract, whole: what the bench may call on a trainer engine and on its module.
 
-It mirrors the public shape of MaxText's training engine (`compile`, `fwd_bwd`, `update`,
-`get_metrics`, `train_step`) so another engine plugs in through a thin adapter. The two methods
-STAGE_BEFORE_UPDATE needs, and the ones the step ruler uses for its device timeline, are optional:
-callers probe them with `missing_methods`, never assume them.
+An engine author reads this file only. Three parts:
 
-The Payload lives here, not in `payload.py`, because the engine consumes it and `engine/` imports
+- `Engine`: the calls every engine answers. It mirrors the public shape of MaxText's training
+  engine (`compile`, `fwd_bwd`, `update`, `get_metrics`, `train_step`) so another engine plugs in
+  through a thin adapter.
+- `OPTIONAL_METHODS`: the methods an engine may have, each with what it is for. Callers ask
+  `optional(engine, name)` (or `missing_methods` for a set of them), never assume one.
+- `AotEngineModule`: what the module of an engine needs for the AOT check to lower its programs
+  from abstract inputs without building the engine; `AOT_OPTIONAL` what it may add, read with
+  `aot_optional(module, name)`.
+
+The Payload lives here, not in `payload/`, because the engine consumes it and `engine/` imports
 nothing from the rest of the package.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -33,10 +39,23 @@ PAYLOAD_FIELDS: Mapping[str, tuple[np.dtype, int]] = {
 }
 OPTIONAL_PAYLOAD_FIELDS = frozenset({"ref_logps", "routed_experts"})
 
-# Engine methods STAGE_BEFORE_UPDATE needs; probed, never assumed.
+# The methods an engine may have, and what the bench does with each; `optional` reads them.
+OPTIONAL_METHODS: Mapping[str, str] = {
+    "prepare_fwd_bwd_input": "prepare_fwd_bwd_input(payload) -> PreparedInput: start the "
+    "micro-batch's host-to-device copy and return at once; `fwd_bwd` takes the result "
+    "(STAGE_BEFORE_UPDATE and STAGE_AFTER_UPDATE need it)",
+    "wait_for_device": "wait_for_device() -> seconds: block until every started copy and "
+    "dispatched program is done (the staging pair's second half)",
+    "completion_marker": "completion_marker() -> array: an array ready when the last dispatched "
+    "program is done; the step ruler's device timeline stamps it",
+    "parameter_digest": "parameter_digest() -> str: a digest of the weights, equal when they are "
+    "bit-identical; logged at the end of an arm so two runs compare",
+    "model_flops": "model_flops(payload) -> float: model FLOPs of one fwd_bwd on the payload; "
+    "the step ruler's TFLOP/s and MFU",
+    "info": "info() -> mapping: what the engine wants the log to say about itself",
+}
+# Engine methods STAGE_BEFORE_UPDATE and STAGE_AFTER_UPDATE need.
 STAGING_METHODS = ("prepare_fwd_bwd_input", "wait_for_device")
-# Engine methods the step ruler's device timeline and bit-identity checks use when present.
-TIMELINE_METHODS = ("completion_marker",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +124,7 @@ class ContractError(ValueError):
 
 @runtime_checkable
 class Engine(Protocol):
-    """The calls the driver makes. Optional methods: STAGING_METHODS and TIMELINE_METHODS."""
+    """The calls the driver makes on every engine; the optional ones are in OPTIONAL_METHODS."""
 
     @property
     def train_step(self) -> int:
@@ -132,6 +151,61 @@ class Engine(Protocol):
 def missing_methods(engine: object, names: tuple[str, ...]) -> list[str]:
     """The methods among `names` that `engine` lacks (optional methods are probed, not assumed)."""
     return [name for name in names if not callable(getattr(engine, name, None))]
+
+
+def optional(engine: object, name: str) -> Callable[..., Any] | None:
+    """The engine's optional method `name` (a key of OPTIONAL_METHODS), or None when it has none.
+
+    Asking for a name that is not in the table is a bug in the caller, not an engine without it.
+    """
+    if name not in OPTIONAL_METHODS:
+        raise KeyError(f"{name!r} is not an optional engine method: {', '.join(OPTIONAL_METHODS)}")
+    method = getattr(engine, name, None)
+    return method if callable(method) else None
+
+
+# ----------------------------------------------------------------------------------------------
+# The engine's module: lowering ahead of time, without building the engine
+# ----------------------------------------------------------------------------------------------
+
+
+class AotEngineModule(Protocol):
+    """What `aot` needs in the module of an engine to compile its programs without building it
+    (building would allocate the weights). The built-in engine's module (`jax_engine`) has it.
+
+    `config` is the EngineConfig, `mesh` the jax Mesh the programs are compiled for.
+    """
+
+    def lower_programs(self, config: EngineConfig, mesh: Any) -> Mapping[str, Any]:
+        """Every program lowered from abstract inputs: {name: jax Lowered}, in compile order."""
+        ...
+
+    def abstract_state(self, config: EngineConfig, mesh: Any) -> Mapping[str, Any]:
+        """The training state as `jax.ShapeDtypeStruct`s with their shardings (nothing allocated)."""
+        ...
+
+    def payload_spec(self, config: EngineConfig) -> Mapping[str, Any]:
+        """One micro-batch as `jax.ShapeDtypeStruct`s by contract array name."""
+        ...
+
+
+# The functions AotEngineModule requires.
+AOT_FUNCTIONS = ("lower_programs", "abstract_state", "payload_spec")
+# What an engine's module may add for `aot`, and what each changes; `aot_optional` reads them.
+AOT_OPTIONAL: Mapping[str, str] = {
+    "compile_reservations": "compile_reservations(config, mesh) -> {program: bytes}: the device "
+    "bytes the state beside each program holds, which the engine tells XLA to leave free when it "
+    "compiles; aot compiles with the same options, so it checks the programs the pod runs",
+    "BESIDE": "BESIDE: {program: residency.STATE_PARTS in device memory beside it}; required when "
+    "the programs are not named as the built-in engine's (fwd_bwd, fwd_bwd_dropless, update)",
+}
+
+
+def aot_optional(module: object, name: str) -> Any:
+    """The module's optional AOT entry `name` (a key of AOT_OPTIONAL), or None when it has none."""
+    if name not in AOT_OPTIONAL:
+        raise KeyError(f"{name!r} is not an optional AOT entry: {', '.join(AOT_OPTIONAL)}")
+    return getattr(module, name, None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -166,7 +240,7 @@ def example_payload(
     Each segment is a prompt half and a completion half; the row's tail past the last whole
     segment is padding. With `num_layers`, `top_k` and `num_experts` it carries uniformly random
     replay routes (distinct experts per token, -1 on padding). Realistic payloads come from
-    `payload.py`; this one only has to be valid.
+    `payload/build.py`; this one only has to be valid.
     """
     rng = np.random.default_rng(seed)
     segment_len = segment_len or max(2, seq_len // 2)

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.contract import aot_optional
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight import program_cost
@@ -149,7 +150,7 @@ def compile_plan(
     from rl_trainer_bench.engine import programs, residency
 
     engine = engine or aot_engine_module(BUILT_IN)
-    reserve = getattr(engine, "compile_reservations", None)
+    reserve = aot_optional(engine, "compile_reservations")
     reserved = reserve(config, mesh) if callable(reserve) else {}
     platform = programs.platform_of(mesh)
     lowered_programs = engine.lower_programs(config, mesh)

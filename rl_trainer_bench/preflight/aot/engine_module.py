@@ -1,8 +1,7 @@
-"""Which engine module the AOT check lowers: one with the abstract-input functions, and its BESIDE.
+"""Which engine module the AOT check lowers, and the BESIDE table it counts the peak with.
 
-The check lowers an engine's programs from `jax.ShapeDtypeStruct` inputs without building the
-engine (which would allocate its weights), so it needs functions from the engine's module, not an
-engine object.
+What such a module must and may have is the contract's (`engine/contract.py`, `AotEngineModule`);
+this module finds it from an engine's name and refuses one that lacks it, in one line.
 """
 
 from __future__ import annotations
@@ -11,11 +10,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from rl_trainer_bench.engine.contract import AOT_FUNCTIONS, aot_optional, missing_methods
 from rl_trainer_bench.errors import UserError
-
-# What aot needs from an engine's module to lower its programs from abstract inputs, without
-# building the engine (which would allocate its weights): the built-in engine's module has them.
-AOT_FUNCTIONS = ("lower_programs", "abstract_state", "payload_spec")
 
 
 def aot_engine_module(spec: str) -> ModuleType:
@@ -24,7 +20,7 @@ def aot_engine_module(spec: str) -> ModuleType:
     from rl_trainer_bench.engine.factory import engine_class
 
     module = sys.modules[engine_class(spec).__module__]
-    missing = [name for name in AOT_FUNCTIONS if not callable(getattr(module, name, None))]
+    missing = missing_methods(module, AOT_FUNCTIONS)
     if missing:
         raise UserError(
             f"ENGINE={spec}: aot lowers an engine's programs from abstract inputs, which needs"
@@ -39,4 +35,4 @@ def beside_table(engine: ModuleType | None) -> Any:
     engine's (`residency.BESIDE`)."""
     from rl_trainer_bench.engine import residency
 
-    return getattr(engine, "BESIDE", residency.BESIDE)
+    return aot_optional(engine, "BESIDE") or residency.BESIDE
