@@ -1,8 +1,10 @@
-"""Driver knobs: one table (name, default, parser, help) that every entry point reads.
+"""Driver knobs: one table (name, default, parser, help, field) that every entry point reads.
 
 The driver (`BenchConfig.from_env`), `bench_driver.py`'s environment, the `rl-trainer-bench run`
 flags and the renderer's pass-through knobs (`rl_trainer_bench.launch.knobs`) all read `KNOBS`,
-so a knob's default, accepted forms and help are written once; adding a knob is adding a row.
+so a knob's default, accepted forms and help are written once. `BenchConfig`'s defaults, its
+`from_env` and its `describe` are derived from the table: adding a knob is adding a row and the
+typed `BenchConfig` field it names.
 Errors are `ConfigError`s whose one-line message names the knob, the value and what is allowed,
 because a pod's log is often the only place a user sees them.
 
@@ -36,18 +38,38 @@ STAGE_ISSUE_CHOICES = ("auto", "before_last", "after_last")
 WORKER_CHOICES = ("separate", "fused")
 
 
+def _shown(value: Any) -> str:
+    """How the start-of-run config line writes a value: argv as shell words, nothing as '-'."""
+    if value is None or value == "" or value == ():
+        return "-"
+    if isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+        return shlex.join(value)
+    return str(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class Knob:
-    """One driver knob: its environment name, default text, parser and help.
+    """One driver knob: its environment name, default text, parser, help and BenchConfig field.
 
-    `default` is the text the knob has when unset; "" means no value (None), for knobs whose
-    default follows from others (MICRO_STEPS from the preset), which their help says.
+    `default` is the text the knob has when unset; "" means the knob reads as `unset`, for knobs
+    whose value follows from others (MICRO_STEPS from the preset), which their help says.
+    `field` is the BenchConfig field it sets (default: the name in lower case); the three STAGE_*
+    knobs set one field together (`StageConfig.from_env`). `shown` writes the field's value for
+    the start-of-run config line (`BenchConfig.describe`); None leaves the knob off that line.
     """
 
     name: str
     default: str
     parse: Callable[[str, str], Any]  # (knob name, text) -> value, or ConfigError
     help: str
+    field: str = ""
+    unset: Any = None  # the value when neither the environment nor `default` gives text
+    shown: Callable[[Any], str] | None = _shown
+
+    @property
+    def dest(self) -> str:
+        """The BenchConfig field this knob sets."""
+        return self.field or self.name.lower()
 
     @property
     def flag(self) -> str:
@@ -57,7 +79,7 @@ class Knob:
     def read(self, env: Mapping[str, str]) -> Any:
         """The knob's value in `env` (empty or unset: its default; no default: None)."""
         text = env.get(self.name, "").strip() or self.default
-        return self.parse(self.name, text) if text else None
+        return self.parse(self.name, text) if text else self.unset
 
 
 def _at_least(minimum: int) -> Callable[[str, str], int]:
@@ -111,6 +133,7 @@ KNOBS: tuple[Knob, ...] = (
         "",
         _preset,
         f"preset name (default: the preset of the model TRAINER_ARGV names, else {DEFAULT_PRESET})",
+        shown=lambda chosen: chosen.name,
     ),
     Knob("STEPS", "5", _at_least(1), "scored steps, an integer >= 1"),
     Knob("WARMUP_STEPS", "1", _at_least(1), "warm-up steps before the scored ones, >= 1"),
@@ -121,13 +144,29 @@ KNOBS: tuple[Knob, ...] = (
         _at_least(1),
         "micro-batches in the pool, >= 1 (default MICRO_STEPS + 1)",
     ),
-    Knob("STAGE_BEFORE_UPDATE", "off", values.switch, "on|off"),
-    Knob("STAGE_AFTER_UPDATE", "off", values.switch, "on|off (exclusive with STAGE_BEFORE_UPDATE)"),
+    Knob(
+        "STAGE_BEFORE_UPDATE",
+        "off",
+        values.switch,
+        "on|off",
+        field="stage",
+        shown=lambda stage: stage.describe(),
+    ),
+    Knob(
+        "STAGE_AFTER_UPDATE",
+        "off",
+        values.switch,
+        "on|off (exclusive with STAGE_BEFORE_UPDATE)",
+        field="stage",
+        shown=None,  # STAGE_BEFORE_UPDATE's row shows the stage
+    ),
     Knob(
         "STAGE_ISSUE",
         "auto",
         _one_of(STAGE_ISSUE_CHOICES),
         "auto|before_last|after_last: where in the step the stage's copy is issued",
+        field="stage",
+        shown=None,
     ),
     Knob(
         "PROFILE_STEPS",
@@ -135,22 +174,31 @@ KNOBS: tuple[Knob, ...] = (
         values.step_window,
         f"steps to trace with jax.profiler: {values.STEP_WINDOW_FORMS}, warm-up steps first"
         " (default: none)",
+        shown=lambda window: "-" if window is None else "{}:{}".format(*window),
     ),
     Knob("RESULTS_DIR", "bench_results", lambda name, text: Path(text), "folder for results"),
     Knob("ROUTING_PROFILE", "", _text, "routing profile JSON path (default: the shipped one)"),
     Knob("SEED", "0", values.whole_number, "integer seed of the micro-batch pool"),
-    Knob("TRAINER_ARGV", "", values.shell_words, "the trainer's argv, shell words (engine keys)"),
+    Knob(
+        "TRAINER_ARGV",
+        "",
+        values.shell_words,
+        "the trainer's argv, shell words (engine keys)",
+        unset=(),
+    ),
     Knob(
         "ENGINE_FLAGS",
         "",
         _engine_flags,
         "key=value engine keys, separated by spaces or commas (quotes and {...} kept whole)",
+        unset="",
     ),
     Knob(
         "ORCH_ARGV",
         "",
         values.shell_words,
         "the orchestrator's argv, shell words (micro-batch rows and lengths)",
+        unset=(),
     ),
     Knob("WORKER", "separate", _one_of(WORKER_CHOICES), "separate|fused"),
     Knob(
@@ -166,6 +214,7 @@ KNOBS: tuple[Knob, ...] = (
         _slice,
         "the TPU slice the run is for, e.g. v5p:4x8x8 (the renderer sets it); the plan checks the"
         " mesh against it, not against the machine it runs on",
+        shown=None,
     ),
     Knob(
         "PLAN_ONLY",
@@ -173,9 +222,15 @@ KNOBS: tuple[Knob, ...] = (
         _yes_no,
         "1: validate everything, print the resolved cell and exit before any device work"
         " (flag: --plan)",
+        shown=None,
     ),
 )
 DRIVER_KNOBS: Mapping[str, Knob] = {knob.name: knob for knob in KNOBS}
+
+
+def knob_default(name: str) -> Any:
+    """The value knob `name` has when it is not set: a BenchConfig field's default."""
+    return DRIVER_KNOBS[name].read({})
 
 
 def add_driver_knob_arguments(parser: argparse.ArgumentParser) -> None:
@@ -258,7 +313,7 @@ class StageConfig:
     """When the next step's first micro-batch is staged, if at all.
 
     `before_update` stages it at the boundary, before `update()`; `after_update` stages it right
-    after `update()` is dispatched (the order the seeds replaced, kept for A/B). `issue` places the
+    after `update()` is dispatched, so one A/B shows what each order hides. `issue` places the
     before-update copy relative to the step's last `fwd_bwd`: on a GPU a copy issued after a
     dispatched computation queues behind it, so `auto` issues it before the last dispatch there
     and after it elsewhere.
@@ -294,26 +349,39 @@ class StageConfig:
 
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
-    """The driver's knobs, validated. Steps are numbered from 0; warm-up steps come first."""
+    """The driver's knobs, validated. Steps are numbered from 0; warm-up steps come first.
+
+    One field per knob (`Knob.dest`; the STAGE_* knobs share `stage`), its default the knob's.
+    MICRO_STEPS unset means the preset's, DISTINCT_MICRO_BATCHES unset one more than MICRO_STEPS.
+    """
 
     preset: Preset
-    steps: int = 5
-    warmup_steps: int = 1
-    micro_steps: int = 2
-    distinct_micro_batches: int = 3
+    steps: int = dataclasses.field(default=knob_default("STEPS"))
+    warmup_steps: int = dataclasses.field(default=knob_default("WARMUP_STEPS"))
+    micro_steps: int = dataclasses.field(default=knob_default("MICRO_STEPS"))
+    distinct_micro_batches: int = dataclasses.field(default=knob_default("DISTINCT_MICRO_BATCHES"))
     stage: StageConfig = StageConfig()
-    profile_steps: tuple[int, int] | None = None  # inclusive step range
-    results_dir: Path = Path("bench_results")
-    routing_profile: str | None = None
-    seed: int = 0
-    trainer_argv: tuple[str, ...] = ()
-    engine_flags: str = ""  # key=value engine keys, as written (parse_engine_flags reads them)
-    orch_argv: tuple[str, ...] = ()
-    worker: str = "separate"
-    engine: str = BUILT_IN  # module:Class (engine/factory.py builds it)
+    # An inclusive step range, or None.
+    profile_steps: tuple[int, int] | None = dataclasses.field(default=knob_default("PROFILE_STEPS"))
+    results_dir: Path = dataclasses.field(default=knob_default("RESULTS_DIR"))
+    routing_profile: str | None = dataclasses.field(default=knob_default("ROUTING_PROFILE"))
+    seed: int = dataclasses.field(default=knob_default("SEED"))
+    trainer_argv: tuple[str, ...] = dataclasses.field(default=knob_default("TRAINER_ARGV"))
+    # key=value engine keys, as written (parse_engine_flags reads them).
+    engine_flags: str = dataclasses.field(default=knob_default("ENGINE_FLAGS"))
+    orch_argv: tuple[str, ...] = dataclasses.field(default=knob_default("ORCH_ARGV"))
+    worker: str = dataclasses.field(default=knob_default("WORKER"))
+    engine: str = dataclasses.field(default=knob_default("ENGINE"))  # module:Class
+    trainer_slice: TpuSlice | None = dataclasses.field(default=knob_default("TRAINER_SLICE"))
+    plan_only: bool = dataclasses.field(default=knob_default("PLAN_ONLY"))
     preset_source: str = "PRESET"  # what chose the preset: PRESET, a trainer flag, or the default
-    trainer_slice: TpuSlice | None = None
-    plan_only: bool = False
+
+    def __post_init__(self) -> None:
+        if self.micro_steps is None:
+            object.__setattr__(self, "micro_steps", self.preset.micro_steps)
+        if self.distinct_micro_batches is None:
+            object.__setattr__(self, "distinct_micro_batches", self.micro_steps + 1)
+        self._check_profile_window()
 
     @property
     def total_steps(self) -> int:
@@ -323,33 +391,11 @@ class BenchConfig:
     def from_env(cls, env: Mapping[str, str]) -> BenchConfig:
         """Validate every knob in `env` (host work only: nothing here touches a device)."""
         refuse_misspelt_knobs(env, "the knobs")
-        value = {knob.name: knob.read(env) for knob in KNOBS}
-        trainer_argv = value["TRAINER_ARGV"] or ()
-        trainer_flags = parse_trainer_argv(trainer_argv)
-        chosen, source = _chosen_preset(value["PRESET"], trainer_flags)
-        micro_steps = value["MICRO_STEPS"] or chosen.micro_steps
-        config = cls(
-            preset=chosen,
-            steps=value["STEPS"],
-            warmup_steps=value["WARMUP_STEPS"],
-            micro_steps=micro_steps,
-            distinct_micro_batches=value["DISTINCT_MICRO_BATCHES"] or micro_steps + 1,
-            stage=StageConfig.from_env(env),
-            profile_steps=value["PROFILE_STEPS"],
-            results_dir=value["RESULTS_DIR"],
-            routing_profile=value["ROUTING_PROFILE"],
-            seed=value["SEED"],
-            trainer_argv=trainer_argv,
-            engine_flags=value["ENGINE_FLAGS"] or "",
-            orch_argv=_with_lengths(value["ORCH_ARGV"] or (), trainer_flags),
-            worker=value["WORKER"],
-            engine=value["ENGINE"],
-            preset_source=source,
-            trainer_slice=value["TRAINER_SLICE"],
-            plan_only=value["PLAN_ONLY"],
-        )
-        config._check_profile_window()
-        return config
+        fields = {knob.dest: knob.read(env) for knob in KNOBS if knob.dest != "stage"}
+        trainer_flags = parse_trainer_argv(fields["trainer_argv"])
+        fields["preset"], source = _chosen_preset(fields["preset"], trainer_flags)
+        fields["orch_argv"] = _with_lengths(fields["orch_argv"], trainer_flags)
+        return cls(**fields, stage=StageConfig.from_env(env), preset_source=source)
 
     def _check_profile_window(self) -> None:
         if self.profile_steps is not None and self.profile_steps[1] >= self.total_steps:
@@ -360,24 +406,12 @@ class BenchConfig:
             )
 
     def describe(self) -> dict[str, str]:
-        """The configuration as the driver logs it at start: knob -> value."""
-        profile = "-" if self.profile_steps is None else "{}:{}".format(*self.profile_steps)
+        """The configuration as the driver logs it at start: knob (STAGE for the three STAGE_*
+        knobs) -> value."""
         return {
-            "PRESET": self.preset.name,
-            "STEPS": str(self.steps),
-            "WARMUP_STEPS": str(self.warmup_steps),
-            "MICRO_STEPS": str(self.micro_steps),
-            "DISTINCT_MICRO_BATCHES": str(self.distinct_micro_batches),
-            "STAGE": self.stage.describe(),
-            "PROFILE_STEPS": profile,
-            "RESULTS_DIR": str(self.results_dir),
-            "ROUTING_PROFILE": self.routing_profile or "-",
-            "SEED": str(self.seed),
-            "TRAINER_ARGV": shlex.join(self.trainer_argv) or "-",
-            "ENGINE_FLAGS": self.engine_flags or "-",
-            "ORCH_ARGV": shlex.join(self.orch_argv) or "-",
-            "WORKER": self.worker,
-            "ENGINE": self.engine,
+            knob.dest.upper(): knob.shown(getattr(self, knob.dest))
+            for knob in KNOBS
+            if knob.shown is not None
         }
 
 

@@ -28,7 +28,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclasses.dataclass(frozen=True)
-class Knob:
+class RenderKnob:
     """One render knob: `render_bench.sh` reads ENV, `render_bench.py` and `render` take --flag."""
 
     env: str
@@ -47,28 +47,32 @@ class Knob:
         return self.help or f"passed to the pod's driver: {DRIVER_KNOBS[self.env].help}"
 
 
-KNOBS: tuple[Knob, ...] = (
-    Knob("LAUNCH_RENDER", "the launcher's DRY_RUN output (a file, or - for stdin; default -)"),
-    Knob("TRAINER_JOBSET", "the trainer JobSet's name, when the input holds several candidates"),
+RENDER_KNOBS: tuple[RenderKnob, ...] = (
+    RenderKnob(
+        "LAUNCH_RENDER", "the launcher's DRY_RUN output (a file, or - for stdin; default -)"
+    ),
+    RenderKnob(
+        "TRAINER_JOBSET", "the trainer JobSet's name, when the input holds several candidates"
+    ),
     # Not NAME: a generic variable that shells and CI often set already.
-    Knob(
+    RenderKnob(
         "BENCH_NAME",
         "the bench JobSet's name (default: the trainer's + '-bench', shortened to fit)",
     ),
-    Knob("ENGINE_FLAGS"),
-    Knob("ENGINE"),
-    Knob("LIBTPU_FLAGS", "--flag=value words merged into LIBTPU_INIT_ARGS (given ones win)"),
-    Knob("TRAINER_ARGV", "the trainer's flags, replacing those of its command (shell words)"),
-    Knob(
+    RenderKnob("ENGINE_FLAGS"),
+    RenderKnob("ENGINE"),
+    RenderKnob("LIBTPU_FLAGS", "--flag=value words merged into LIBTPU_INIT_ARGS (given ones win)"),
+    RenderKnob("TRAINER_ARGV", "the trainer's flags, replacing those of its command (shell words)"),
+    RenderKnob(
         "ORCH_ARGV", "the orchestrator's flags (default: from the orchestrator JobSet if present)"
     ),
-    Knob("TRAINER_SLICE", "the slice to bench on, e.g. tpu7x:4x4x8 (default: the trainer's)"),
-    Knob("PROFILE_STEPS"),
-    Knob("STEPS"),
-    Knob("MICRO_STEPS"),
-    Knob("MAX_RESTARTS", "the bench JobSet's failurePolicy.maxRestarts (default 0)"),
-    Knob("DRIVER_ENV", "K=V shell words passed to the driver's environment, literally"),
-    Knob("OUTPUT", "where to write the bench JobSet (default: stdout)"),
+    RenderKnob("TRAINER_SLICE", "the slice to bench on, e.g. tpu7x:4x4x8 (default: the trainer's)"),
+    RenderKnob("PROFILE_STEPS"),
+    RenderKnob("STEPS"),
+    RenderKnob("MICRO_STEPS"),
+    RenderKnob("MAX_RESTARTS", "the bench JobSet's failurePolicy.maxRestarts (default 0)"),
+    RenderKnob("DRIVER_ENV", "K=V shell words passed to the driver's environment, literally"),
+    RenderKnob("OUTPUT", "where to write the bench JobSet (default: stdout)"),
 )
 # Variables the renderer itself sets; DRIVER_ENV may not set them behind a knob's back.
 _RESERVED_ENV = frozenset(
@@ -112,7 +116,7 @@ class RenderKnobs:
     @classmethod
     def from_strings(cls, strings: Mapping[str, str | None]) -> RenderKnobs:
         """Knobs from their string forms (flags or environment), keyed by lower-case knob name."""
-        unknown = sorted(set(strings) - {knob.dest for knob in KNOBS})
+        unknown = sorted(set(strings) - {knob.dest for knob in RENDER_KNOBS})
         if unknown:
             raise UserError(f"unknown knob {unknown[0]}: known knobs are {_knob_list()}")
         given = {key: value for key, value in strings.items() if value not in (None, "")}
@@ -136,7 +140,7 @@ class RenderKnobs:
 
 
 def _knob_list() -> str:
-    return ", ".join(knob.env for knob in KNOBS)
+    return ", ".join(knob.env for knob in RENDER_KNOBS)
 
 
 def _driver_value(given: Mapping[str, str], knob: str) -> Any:
@@ -169,13 +173,13 @@ def _driver_env(text: str) -> tuple[tuple[str, str], ...]:
 
 def _reserved_hint(key: str) -> str:
     knob = {"LIBTPU_INIT_ARGS": "LIBTPU_FLAGS"}.get(key, key)
-    if any(k.env == knob for k in KNOBS):
+    if any(k.env == knob for k in RENDER_KNOBS):
         return knob
     return "it is fixed by the renderer"
 
 
 def add_arguments(parser) -> None:
-    for knob in KNOBS:
+    for knob in RENDER_KNOBS:
         aliases = ["--name"] if knob.env == "BENCH_NAME" else []
         parser.add_argument(
             knob.flag, *aliases, dest=knob.dest, metavar=knob.env, help=knob.description

@@ -49,7 +49,7 @@ from rl_trainer_bench.launch.dry_run import (
     read_documents,
     replicated_jobs,
 )
-from rl_trainer_bench.launch.knobs import KNOBS, RenderKnobs
+from rl_trainer_bench.launch.knobs import RENDER_KNOBS, RenderKnobs
 from rl_trainer_bench.launch.names import bench_name, rename_text
 from rl_trainer_bench.launch.pod_script import bench_script
 
@@ -278,8 +278,8 @@ def engine_requirement(engine: str) -> str:
 
 def run(args) -> int:
     # render_bench.sh passes on only the knobs it knows; a misspelt one would vanish silently.
-    refuse_misspelt_knobs(os.environ, "the environment", [knob.env for knob in KNOBS])
-    knobs = RenderKnobs.from_strings({knob.dest: getattr(args, knob.dest) for knob in KNOBS})
+    refuse_misspelt_knobs(os.environ, "the environment", [knob.env for knob in RENDER_KNOBS])
+    knobs = RenderKnobs.from_strings({knob.dest: getattr(args, knob.dest) for knob in RENDER_KNOBS})
     source, text = _read_input(knobs.launch_render)
     rendered, pod_plan = render_with_plan(text, source, knobs)
     if knobs.output is None:

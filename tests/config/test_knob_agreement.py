@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -28,7 +30,7 @@ from rl_trainer_bench.launch import knobs as render_knobs
 from rl_trainer_bench.launch.client_command import ClientCommand
 from rl_trainer_bench.launch.render import driver_environment
 
-PASS_THROUGH = [knob.env for knob in render_knobs.KNOBS if knob.env in DRIVER_KNOBS]
+PASS_THROUGH = [knob.env for knob in render_knobs.RENDER_KNOBS if knob.env in DRIVER_KNOBS]
 _ANY_TEXT = st.text(st.characters(exclude_characters="\0", exclude_categories=("Cs",)), max_size=30)
 # Values shaped like each knob's forms, so the property meets accepted values often, not by luck.
 _SHAPED = st.one_of(
@@ -183,3 +185,40 @@ def test_every_knob_has_one_flag_and_its_help_names_the_default():
         assert knob.flag in help_text
         if knob.default:
             assert f"(default {knob.default})" in help_text
+
+
+def test_every_knob_is_a_bench_config_field_with_the_knobs_default():
+    """BenchConfig is derived from the table: a row without a field, or a field without a row,
+    fails here; the defaults are the ones written in the table."""
+    fields = {f.name: f for f in dataclasses.fields(BenchConfig)}
+    assert {knob.dest for knob in KNOBS} | {"preset_source"} == set(fields)
+    config = BenchConfig(preset=PRESETS["cpu-tiny"])
+    assert (config.steps, config.warmup_steps, config.seed, config.worker) == (5, 1, 0, "separate")
+    assert config.results_dir == Path("bench_results") and config.trainer_argv == ()
+    assert config.micro_steps == PRESETS["cpu-tiny"].micro_steps
+    assert config.distinct_micro_batches == config.micro_steps + 1
+
+
+def test_the_config_line_names_every_logged_knob_in_table_order():
+    env = {"STAGE_BEFORE_UPDATE": "on", "PROFILE_STEPS": "1:2", "TRAINER_ARGV": "--a 'b c'"}
+    described = BenchConfig.from_env(env).describe()
+    assert list(described) == [
+        "PRESET",
+        "STEPS",
+        "WARMUP_STEPS",
+        "MICRO_STEPS",
+        "DISTINCT_MICRO_BATCHES",
+        "STAGE",
+        "PROFILE_STEPS",
+        "RESULTS_DIR",
+        "ROUTING_PROFILE",
+        "SEED",
+        "TRAINER_ARGV",
+        "ENGINE_FLAGS",
+        "ORCH_ARGV",
+        "WORKER",
+        "ENGINE",
+    ]
+    assert described["STAGE"] == "before_update(issue=auto)"
+    assert described["PROFILE_STEPS"] == "1:2" and described["TRAINER_ARGV"] == "--a 'b c'"
+    assert described["ROUTING_PROFILE"] == "-" and described["ENGINE_FLAGS"] == "-"

@@ -7,7 +7,7 @@ import sys
 import pytest
 from render_helpers import FIXTURE, REPO
 
-from rl_trainer_bench.launch.knobs import KNOBS
+from rl_trainer_bench.launch.knobs import RENDER_KNOBS
 
 KNOB_VALUES = {
     "LAUNCH_RENDER": str(FIXTURE),
@@ -34,7 +34,7 @@ def test_shell_and_python_entry_points_render_the_same_bench(tmp_path):
 
 def test_shell_entry_point_knows_every_knob():
     script = (REPO / "render_bench.sh").read_text()
-    for knob in KNOBS:
+    for knob in RENDER_KNOBS:
         listed = script.split("knobs=(", 1)[1].split(")", 1)[0].split()
         assert knob.env in listed
 
