@@ -4,11 +4,9 @@ A step is MICRO_STEPS `fwd_bwd` calls and one `update`, then a drain and a metri
 calls the RL trainer makes; everything else (building inputs, compiling, naming, digests) happens
 off the clock. STAGE_BEFORE_UPDATE moves the next step's first host-to-device copy into the
 boundary, where the device is still busy; the driver measures how much of that copy was hidden
-instead of assuming it. Anything that would make a number untrustworthy fails the run, and every
-refusal that can be made before the compile is made before it: a bad knob, a RESULTS_DIR that
-cannot be written and a fused worker asked to stage before an update it does not have (before any
-work), an engine without the staging methods (before the compile), and a compile inside a scored
-step (after the arm, which it fails). A refused run leaves earlier results as they were.
+instead of assuming it. Anything that would make a number untrustworthy fails the run; a refusal
+is made as early as what it needs allows (the plan's before any work, the engine's before the
+compile), and a refused run leaves earlier results as they were.
 
 The timed loop itself is `bench/step.py`.
 """

@@ -41,9 +41,9 @@ EXPERT_WEIGHTS = ("expert_gate", "expert_up", "expert_down")
 # The name the routing's integer results (where each pair goes) carry for the layer's remat
 # policy: kept for the backward pass rather than sorted again there (`ROUTING_SAVED`).
 ROUTING = "moe_routing"
-# A sort of a device's pairs is the slowest op to compile here (34 s and 3.9 MiB of TPU code
-# for 327,680 pairs, BENCHMARKS.md) and is not free to run; what it yields is a few int32
-# vectors per layer (about 2.5 MiB per layer on the 397B cell), so the backward reads them.
+# A sort of a device's pairs is the slowest op to compile here (BENCHMARKS.md, "One MoE routing
+# op at a time") and is not free to run; what it yields is a few int32 vectors per layer, so the
+# backward reads them instead of sorting again.
 ROUTING_SAVED = jax.checkpoint_policies.save_only_these_names(ROUTING)
 
 
@@ -52,10 +52,9 @@ def _saved(*routing):
     return tuple(checkpoint_name(a, ROUTING) for a in routing)
 
 
-# The faster expert-compute path per platform. gpu: MEASURED on an H200 (BENCHMARKS.md,
-# 2026-11-30: padded einsum ~50x faster than ragged_dot). cpu: MEASURED on the dev machine with
-# `benchmarks/engine_step.py --compare-expert-compute` (BENCHMARKS.md). tpu: INFERRED (the padded
-# batched matmul maps onto the MXU without a grouped-matmul kernel); override with expert_compute.
+# The faster expert-compute path per platform: gpu and cpu as measured (BENCHMARKS.md, "Engine
+# step"; `benchmarks/engine_step.py --compare-expert-compute`); tpu inferred (the padded batched
+# matmul maps onto the MXU without a grouped-matmul kernel); override with expert_compute.
 FASTEST_EXPERT_COMPUTE = {"gpu": "einsum", "cuda": "einsum", "tpu": "einsum", "cpu": "einsum"}
 
 
@@ -403,12 +402,11 @@ def _sorted_experts_forward(tokens, gates, weights, placed, sizes, method, inter
 def _sorted_experts_backward(method, interpret, saved, grad):
     """The gradient by hand, so one layer's backward holds few [A N K, D] pair buffers.
 
-    Left to autodiff the layer kept about ten of them alive at once on the 397B cell (sorted rows,
-    each matmul's output and input gradient, masks, the unsorted output: 2.5 GiB each there,
-    BENCHMARKS.md). Here about five are (MEASURED at the backward's peak there): the recomputed
-    rows and their transpose for the weight gradients, each pair's output gradient `g` (its
-    token's gradient, ungated), and the rows' gradient from the two matmuls, summed in place; the
-    replay's temp fell from 78.28 to 69.58 GiB. With h = silu(x Wg) * (x Wu), the pair
+    Autodiff keeps about twice as many alive at once (sorted rows, each matmul's output and input
+    gradient, masks, the unsorted output); the production cell's replay fits only without them
+    (BENCHMARKS.md, "How the memory came down"). Live here: the recomputed rows and their transpose for the weight
+    gradients, each pair's output gradient `g` (its token's gradient, ungated), and the rows'
+    gradient from the two matmuls, summed in place. With h = silu(x Wg) * (x Wu), the pair
     output o = h Wd and its token's gradient g: d Wd = (gate h)^T g; u = g Wd^T gives
     d h = gate u and d gate = <o, g> = <h, u>, so neither o nor gate x g is ever formed.
     """
