@@ -1,11 +1,11 @@
 """`rl-trainer-bench ab`: did my change move the step time by more than the noise?
 
-One process runs the arms back to back (default off, on, on', off': STAGE_BEFORE_UPDATE switched,
-each setting twice, mirrored so a linear drift of the machine cancels) on the same micro-batches, so the effect and the noise floor are measured on
-the same machine, minutes apart. Arms that change only run-time knobs share one compiled Bench;
-an arm that changes a program compiles its own, reported separately. Predictions are recorded
-before any device work; the exact checks, the score and the verdict come after. `--from-logs`
-scores runs from separate pods with the same report, marked cross-pod (no shared noise floor).
+One process runs the arms back to back (default off, on, on', off': STAGE_BEFORE_UPDATE
+switched, each setting twice, mirrored so a linear drift of the machine cancels) on the same
+micro-batches, so the effect and the noise floor are measured on the same machine, minutes apart
+(`same_process`). Predictions are recorded before any device work; the exact checks, the score and
+the verdict come after (`verdict`). `--from-logs` scores runs from separate pods with the same
+report, marked cross-pod, with no shared noise floor (`cross_pod`).
 """
 
 from __future__ import annotations
