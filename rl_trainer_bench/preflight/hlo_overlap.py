@@ -241,24 +241,14 @@ def _collectives_of(
             between_flops=sum(flops.of_instruction(i, by_name) for i in compute),
         )
         if kind is not None:
+            located = [_Located(instruction, computation, kind, 1)]
             form = "async pair" if pair else "sync"
-            found.append(
-                _collective(
-                    window,
-                    _Located(instruction, computation, kind, 1),
-                    form,
-                    module,
-                    mesh,
-                    executions,
-                )
-            )
-            continue
-        wrapped = _wrapped_collectives(instruction, module)
+        else:
+            located = _wrapped_collectives(instruction, module)
+            form = "async wrapper"
+        shared = len(located) > 1
         found += [
-            _collective(
-                window, inner, "async wrapper", module, mesh, executions, shared=len(wrapped) > 1
-            )
-            for inner in wrapped
+            _collective(window, one, form, module, mesh, executions, shared) for one in located
         ]
     return found
 
