@@ -24,12 +24,14 @@ from rl_trainer_bench.payload.routing_profile import profile_from_dump
 
 
 def random_dump(rows: int, tokens: int, layers: int, top_k: int, experts: int) -> np.ndarray:
-    """Distinct experts per token and layer: the top-k of a random permutation, row by row."""
+    """Distinct experts per token and layer: one random set of `top_k` experts, rotated by a random
+    offset per token and layer (a rotation keeps them distinct), generated row by row."""
     rng = np.random.default_rng(0)
+    chosen = rng.permutation(experts)[:top_k]
     dump = np.empty((rows, tokens, layers, top_k), np.int16)
     for row in range(rows):
-        keys = rng.random((tokens, layers, experts), dtype=np.float32)
-        dump[row] = np.argpartition(keys, top_k, axis=-1)[..., :top_k]
+        offsets = rng.integers(0, experts, (tokens, layers, 1))
+        dump[row] = (offsets + chosen) % experts
     return dump
 
 
