@@ -5,7 +5,8 @@ Launchers print `kubectl` lines before the first `---`, licence comments, empty 
 not by name: a replicated job with Pathways containers (`pathways-rm`, `pathways-proxy`) and a
 client container running python, beside worker jobs whose containers ask for `google.com/tpu`.
 Anything ambiguous is an error that lists what was found, because guessing would bench the wrong
-program.
+program. The text is read as `yaml_reader` reads it: CRLF or CR line ends and a byte-order mark as
+the LF file, a key repeated in a mapping refused.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterator, Mapping
 import yaml
 
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.launch import yaml_reader
 
 TPU_RESOURCE = "google.com/tpu"
 PATHWAYS_PREFIX = "pathways-"
@@ -27,6 +29,7 @@ _INTERPRETER_WORD = re.compile(r"(?:^|[\s/;&|(])python[0-9.]*\s")
 
 def read_documents(text: str, source: str) -> list[dict]:
     """The mapping documents of a multi-document YAML stream; noise before the first `---` is skipped."""
+    text = yaml_reader.normalise(text)
     if not text.strip():
         raise UserError(f"{source} is empty: pass the launcher's DRY_RUN output (a YAML stream)")
     starts = [match.start() for match in _SEPARATOR.finditer(text)]
@@ -34,12 +37,16 @@ def read_documents(text: str, source: str) -> list[dict]:
     documents: list[dict] = []
     for number, (offset, chunk) in enumerate(chunks):
         try:
-            document = yaml.safe_load(chunk)
+            document = yaml_reader.load(chunk)
+        except yaml_reader.DuplicateKeyError as error:
+            first_line = text.count("\n", 0, offset) + 1
+            raise UserError(f"{source}: {yaml_reader.describe(error, first_line)}") from None
         except yaml.YAMLError as error:
             if number == 0 and len(chunks) > 1:
                 continue  # DRY_RUN noise such as `kubectl delete ...` before the first document
-            line = text.count("\n", 0, offset) + _error_line(error)
-            raise UserError(f"{source}: line {line} is not YAML ({_problem(error)})") from None
+            first_line = text.count("\n", 0, offset) + 1
+            where, _, problem = yaml_reader.describe(error, first_line).partition(": ")
+            raise UserError(f"{source}: {where} is not YAML ({problem})") from None
         except RecursionError:
             line = text.count("\n", 0, offset) + 1
             raise UserError(
@@ -108,15 +115,6 @@ def tree_shape_problem(document: object) -> str | None:
 def _chunks(text: str, starts: list[int]) -> list[tuple[int, str]]:
     bounds = [0, *starts, len(text)]
     return [(start, text[start:end]) for start, end in itertools.pairwise(bounds)]
-
-
-def _error_line(error: yaml.YAMLError) -> int:
-    mark = getattr(error, "problem_mark", None)
-    return mark.line + 1 if mark is not None else 1
-
-
-def _problem(error: yaml.YAMLError) -> str:
-    return str(getattr(error, "problem", None) or error).splitlines()[0]
 
 
 def jobsets(documents: list[dict]) -> list[dict]:

@@ -284,10 +284,27 @@ def load_profile(path: str | None) -> RoutingProfile:
             raise ProfileError(str(error)) from None
         origin = f"routing profile {path}"
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as error:
         raise ProfileError(f"{origin}: not JSON ({error.msg} at line {error.lineno})") from None
+    except _RepeatedKey as repeated:
+        raise ProfileError(
+            f"{origin}: the key {repeated.args[0]!r} appears twice in one object; keep one"
+        ) from None
     return parse_profile(document, origin)
+
+
+class _RepeatedKey(ValueError):
+    """A JSON object names one key twice (Python's reader would keep the last without a word)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise _RepeatedKey(key)
+        document[key] = value
+    return document
 
 
 # ----------------------------------------------------------------------------------------------
@@ -368,7 +385,9 @@ def routed_expert_counts(
     """Pairs routed to each expert, per layer ([L, E] int64), ignoring -1 (padding) slots.
 
     Walks the array one row at a time so a memory-mapped dump of many gigabytes is never copied
-    whole.
+    whole. A token's top-k experts are distinct; a dump that routes one token to one expert twice
+    (a broken export, or a slot filler other than -1) would inflate that expert's load, so it is
+    refused naming the first such token.
     """
     if layout not in DUMP_LAYOUTS:
         raise ProfileError(
@@ -379,12 +398,37 @@ def routed_expert_counts(
     layer_axis = 2 if layout == "BTLK" else 1
     num_layers = routed.shape[layer_axis]
     counts = np.zeros((num_layers, num_experts), dtype=np.int64)
-    for row in routed:
-        per_layer = np.moveaxis(np.asarray(row), layer_axis - 1, 0).reshape(num_layers, -1)
+    for index, row in enumerate(routed):
+        row = np.asarray(row)
+        _refuse_repeated_expert(row, index, layout)
+        per_layer = np.moveaxis(row, layer_axis - 1, 0).reshape(num_layers, -1)
         keys = per_layer.astype(np.int64) + (np.arange(num_layers) * num_experts)[:, None]
         keys = keys[per_layer >= 0]
         counts += np.bincount(keys, minlength=num_layers * num_experts).reshape(counts.shape)
     return counts
+
+
+def _refuse_repeated_expert(row: np.ndarray, index: int, layout: str) -> None:
+    """ProfileError naming the first token of dump row `index` whose slots repeat an expert.
+
+    The row is sorted in its own layout (slots last and contiguous), which is several times faster
+    than sorting a transposed view.
+    """
+    ordered = np.sort(row, axis=-1)
+    repeated = ((ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)).any(axis=-1)
+    if not repeated.any():
+        return
+    token, layer = (int(i) for i in np.argwhere(repeated if layout == "BTLK" else repeated.T)[0])
+    slots = row[token, layer] if layout == "BTLK" else row[layer, token]
+    ordered_slots = np.sort(slots)
+    expert = int(
+        ordered_slots[1:][(ordered_slots[1:] == ordered_slots[:-1]) & (ordered_slots[1:] >= 0)][0]
+    )
+    raise ProfileError(
+        f"routing dump: row {index}, token {token}, layer {layer} routes to expert {expert} twice "
+        f"(slots {slots.tolist()}); a token's top-k experts are distinct, so its load would "
+        "count twice: fix the dump"
+    )
 
 
 def _quantiles(values: np.ndarray) -> tuple[float, ...]:

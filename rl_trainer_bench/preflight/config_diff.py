@@ -23,6 +23,7 @@ import yaml
 from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, parse_engine_flags, parse_trainer_argv
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
+from rl_trainer_bench.launch import yaml_reader
 
 _BOOLEANS = {"true": True, "false": False}
 
@@ -101,7 +102,9 @@ def _from_file(path: Path, trainer_jobset: str | None) -> Side:
     text = read_user_text(path, "config-diff")
     label = str(path)
     try:
-        documents = list(yaml.safe_load_all(text))
+        documents = yaml_reader.load_all(yaml_reader.normalise(text))
+    except yaml_reader.DuplicateKeyError as error:
+        raise UserError(f"{label}: {yaml_reader.describe(error)}") from None
     except yaml.YAMLError:
         documents = None  # DRY_RUN noise before the first `---`, or plain flags: see below
     if _has_jobset(text, documents):

@@ -31,11 +31,7 @@ def execution_counts(module: HloModule) -> dict[str, int]:
         if computation is None:
             return
         if name in calling:
-            cycle = " -> ".join([*calling[calling.index(name) :], name])
-            raise HloParseError(
-                f"line {computation.line}: computation {name} calls itself ({cycle}); HLO has no "
-                "recursion: is the text damaged?"
-            )
+            raise recursion_error(computation, calling)
         calling.append(name)
         counts[name] = counts.get(name, 0) + times
         for instruction in computation.instructions:
@@ -53,6 +49,15 @@ def execution_counts(module: HloModule) -> dict[str, int]:
 
     visit(module.entry.name, 1)
     return counts
+
+
+def recursion_error(computation: Computation, calling: list[str]) -> HloParseError:
+    """The error for text where `computation` runs again while `calling` (outermost first) runs."""
+    cycle = " -> ".join([*calling[calling.index(computation.name) :], computation.name])
+    return HloParseError(
+        f"line {computation.line}: computation {computation.name} calls itself ({cycle}); HLO has "
+        "no recursion: is the text damaged?"
+    )
 
 
 def trip_count(loop: Instruction, caller: Computation, module: HloModule) -> int:

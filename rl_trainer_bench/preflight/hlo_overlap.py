@@ -3,7 +3,10 @@
 A collective costs step time only when nothing runs beside it. After scheduling, each computation's
 text order is its execution order, so an asynchronous collective (an `all-gather-start`/`-done` pair,
 or an `async-start`/`async-done` wrapper around e.g. a reduce-scatter) can hide behind exactly the
-instructions scheduled between its start and its done; a synchronous one hides behind nothing. This
+instructions scheduled between its start and its done; a synchronous one hides behind nothing. A
+wrapper's computation may hold several collectives (XLA's collective groups, JAX's `call-start`
+around a computation) behind a tuple, calls, nested wrappers or loops: each counts once per run,
+in the wrapper's window. This
 module lists every collective with its bytes (from the shapes), its replica groups mapped back to
 the mesh axes, and the instructions and matmul FLOPs between start and done, then sums per kind:
 bytes that move, and how much of that has compute beside it. It reads CPU, GPU and TPU HLO text
@@ -27,7 +30,12 @@ from pathlib import Path
 import numpy as np
 
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight.hlo_counts import FlopCounter, execution_counts, root_instruction
+from rl_trainer_bench.preflight.hlo_counts import (
+    FlopCounter,
+    execution_counts,
+    recursion_error,
+    trip_count,
+)
 from rl_trainer_bench.preflight.hlo_parse import (
     Computation,
     HloModule,
@@ -67,7 +75,7 @@ class Collective:
     """One collective of a program, as scheduled."""
 
     kind: str  # one of KINDS
-    name: str  # the start instruction's name (the collective's own name when synchronous)
+    name: str  # its start's name (its own when synchronous; START/NAME when a wrapper runs several)
     computation: str
     line: int
     form: str  # "sync" | "async pair" | "async wrapper"
@@ -214,81 +222,180 @@ def _collectives_of(
     executions: int,
     flops: FlopCounter,
 ) -> list[Collective]:
+    """The collectives `computation` runs: its own, and those inside the computations its async
+    wrappers run, each with the window between its start and its done."""
     by_name = computation.by_name()
     order = {instruction.name: index for index, instruction in enumerate(computation.instructions)}
     found: list[Collective] = []
     for instruction in computation.instructions:
-        kind, form, wrapped = _classify(instruction, module)
-        if kind is None:
+        kind, pair = _own_kind(instruction)
+        if kind is None and not _wraps_computations(instruction):
             continue
-        # A ragged all-to-all's other operands are its output buffer and offsets: only its input moves.
-        sent = instruction.operands[:1] if kind == "ragged-all-to-all" else instruction.operands
-        operand_bytes = sum(by_name[o].bytes for o in sent if o in by_name)
-        if form == "sync":
-            result_bytes = instruction.bytes
-            between: list[Instruction] = []
-        else:
-            done = _done_of(instruction, computation)
-            if wrapped is not None:
-                result_bytes = wrapped.bytes
-            elif done is not None:
-                result_bytes = done.bytes
-            else:
-                result_bytes = instruction.arrays[-1].bytes if instruction.arrays else 0
-            end = order[done.name] if done is not None else len(computation.instructions)
-            between = computation.instructions[order[instruction.name] + 1 : end]
-        groups_source = wrapped if wrapped is not None else instruction
-        groups, axes, all_devices = _groups_and_axes(groups_source, module, mesh)
+        between = _between(instruction, computation, order) if pair or kind is None else []
         compute = [i for i in between if _is_compute(i)]
-        found.append(
-            Collective(
-                kind=kind,
-                name=instruction.name,
-                computation=computation.name,
-                line=instruction.line,
-                form=form,
-                bytes=max(operand_bytes, result_bytes),
-                executions=executions,
-                group_size=groups,
-                mesh_axes=axes,
-                between_instructions=len(between),
-                between_compute=len(compute),
-                between_flops=sum(flops.of_instruction(i, by_name) for i in compute),
-                made_sync=_made_sync(instruction, wrapped, form),
-                all_devices=all_devices,
-            )
+        window = _Window(
+            start=instruction,
+            computation=computation.name,
+            between_instructions=len(between),
+            between_compute=len(compute),
+            between_flops=sum(flops.of_instruction(i, by_name) for i in compute),
         )
+        if kind is not None:
+            located = [_Located(instruction, computation, kind, 1)]
+            form = "async pair" if pair else "sync"
+        else:
+            located = _wrapped_collectives(instruction, module)
+            form = "async wrapper"
+        shared = len(located) > 1
+        found += [
+            _collective(window, one, form, module, mesh, executions, shared) for one in located
+        ]
     return found
+
+
+@dataclasses.dataclass(frozen=True)
+class _Window:
+    """An instruction that starts collectives, where it is, and what is scheduled before its done."""
+
+    start: Instruction
+    computation: str
+    between_instructions: int
+    between_compute: int
+    between_flops: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _Located:
+    """A collective (or a collective's start) in the computation holding it, and how many times it
+    runs each time its window's start runs (loops inside an async wrapper multiply)."""
+
+    instruction: Instruction
+    computation: Computation
+    kind: str
+    times: int
+
+
+def _collective(
+    window: _Window,
+    located: _Located,
+    form: str,
+    module: HloModule,
+    mesh: Mapping[str, int],
+    executions: int,
+    shared: bool = False,
+) -> Collective:
+    """The report's row for `located` run in `window`; a window shared by several collectives names
+    each as `start/collective`."""
+    instruction = located.instruction
+    groups, axes, all_devices = _groups_and_axes(instruction, module, mesh)
+    name = f"{window.start.name}/{instruction.name}" if shared else window.start.name
+    return Collective(
+        kind=located.kind,
+        name=name,
+        computation=window.computation,
+        line=window.start.line,
+        form=form,
+        bytes=_moved_bytes(located),
+        executions=executions * located.times,
+        group_size=groups,
+        mesh_axes=axes,
+        between_instructions=window.between_instructions,
+        between_compute=window.between_compute,
+        between_flops=window.between_flops,
+        made_sync=_made_sync(window.start, instruction, form),
+        all_devices=all_devices,
+    )
+
+
+def _own_kind(instruction: Instruction) -> tuple[str | None, bool]:
+    """(kind, whether it is an async pair's start) of a collective instruction; (None, False) else."""
+    opcode = instruction.opcode
+    if opcode in KINDS:
+        return opcode, False
+    base = opcode.removesuffix("-start")
+    if base != opcode and base in KINDS:
+        return base, True
+    return None, False
+
+
+def _wraps_computations(instruction: Instruction) -> bool:
+    """An async wrapper around computations: `async-start` (`calls=`), or its sugared spelling
+    `<op>-start` around a called computation (`call-start`, `to_apply=`), as JAX's async
+    collectives lower."""
+    opcode = instruction.opcode
+    return (opcode == "async-start" or opcode.endswith("-start")) and bool(
+        instruction.called_computations()
+    )
+
+
+def _wrapped_collectives(start: Instruction, module: HloModule) -> list[_Located]:
+    """Every collective in the computations an async wrapper runs, in text order, descending into
+    calls, conditionals, nested wrappers and loops (a loop's body runs its trip count times)."""
+    found: list[_Located] = []
+    calling: list[str] = []
+
+    def visit(name: str, times: int) -> None:
+        computation = module.computations.get(name)
+        if computation is None:
+            return
+        if name in calling:
+            raise recursion_error(computation, calling)
+        calling.append(name)
+        for instruction in computation.instructions:
+            kind, _ = _own_kind(instruction)
+            if kind is not None:
+                found.append(_Located(instruction, computation, kind, times))
+            elif instruction.opcode == "while":
+                body = (instruction.attribute("body") or "").lstrip("%")
+                visit(body, times * trip_count(instruction, computation, module))
+            elif instruction.opcode in ("call", "conditional") or _wraps_computations(instruction):
+                for called in instruction.called_computations():
+                    visit(called, times)
+        calling.pop()
+
+    for name in start.called_computations():
+        visit(name, 1)
+    return found
+
+
+def _moved_bytes(located: _Located) -> int:
+    """Per device: the larger of what the collective reads and what it writes. A ragged
+    all-to-all's other operands are its output buffer and offsets: only its input moves."""
+    instruction, computation = located.instruction, located.computation
+    by_name = computation.by_name()
+    sent = instruction.operands[:1] if located.kind == "ragged-all-to-all" else instruction.operands
+    operand_bytes = sum(by_name[o].bytes for o in sent if o in by_name)
+    if _own_kind(instruction)[1]:
+        done = _done_of(instruction, computation)
+        if done is not None:
+            result_bytes = done.bytes
+        else:
+            result_bytes = instruction.arrays[-1].bytes if instruction.arrays else 0
+    else:
+        result_bytes = instruction.bytes
+    return max(operand_bytes, result_bytes)
+
+
+def _between(
+    start: Instruction, computation: Computation, order: Mapping[str, int]
+) -> list[Instruction]:
+    """The instructions scheduled after `start` and before its done (to the end without one)."""
+    done = _done_of(start, computation)
+    end = order[done.name] if done is not None else len(computation.instructions)
+    return computation.instructions[order[start.name] + 1 : end]
 
 
 _IS_SYNC = re.compile(r'is_sync\\?"\s*:\s*true')
 
 
-def _made_sync(instruction: Instruction, wrapped: Instruction | None, form: str) -> bool:
+def _made_sync(start: Instruction, collective: Instruction, form: str) -> bool:
     """XLA converted an async collective to a synchronous op (CPU, TPU: `async_collective_name`),
-    or runs an async pair synchronously (GPU: `collective_backend_config` `is_sync: true`)."""
+    or runs an async pair or wrapper synchronously (GPU: `collective_backend_config` `is_sync:
+    true`, on the start or on the wrapped collective)."""
     if form == "sync":
-        return "async_collective_name=" in instruction.attributes
-    configs = [i.attribute("backend_config") or "" for i in (instruction, wrapped) if i is not None]
+        return "async_collective_name=" in start.attributes
+    configs = [i.attribute("backend_config") or "" for i in (start, collective)]
     return any(_IS_SYNC.search(config) for config in configs)
-
-
-def _classify(
-    instruction: Instruction, module: HloModule
-) -> tuple[str | None, str, Instruction | None]:
-    """(kind, form, wrapped instruction) for a collective or a collective's start; (None, ..) else."""
-    opcode = instruction.opcode
-    if opcode in KINDS:
-        return opcode, "sync", None
-    if opcode.endswith("-start") and opcode.removesuffix("-start") in KINDS:
-        return opcode.removesuffix("-start"), "async pair", None
-    if opcode == "async-start":
-        for name in instruction.called_computations():
-            called = module.computations.get(name)
-            root = root_instruction(called) if called else None
-            if root is not None and root.opcode in KINDS:
-                return root.opcode, "async wrapper", root
-    return None, "", None
 
 
 def _done_of(start: Instruction, computation: Computation) -> Instruction | None:

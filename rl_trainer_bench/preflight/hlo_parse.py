@@ -56,6 +56,7 @@ _HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*(->\s*.*)?\{\s*$")
 _CALLING_ATTRIBUTES = frozenset(
     {
         "calls",
+        "called_computations",
         "to_apply",
         "body",
         "condition",

@@ -203,6 +203,66 @@ def test_micro_batches_accumulate_to_the_gradient_of_one_batch_of_all_rows(compi
     np.testing.assert_allclose(metrics["loss"], want_loss, rtol=1e-5)
 
 
+# One micro-batch of sequences (prompt tokens, completion tokens, advantage) packed per row; the
+# completion counts differ, so a token mean and a mean of per-sequence means disagree.
+UNEQUAL_SEQUENCES = [
+    [(20, 60, 0.5), (10, 8, 2.0)],
+    [(30, 90, 1.0)],
+    [(8, 4, 3.0), (16, 40, 0.25), (10, 20, 1.5)],
+    [(50, 70, 0.75)],
+]
+
+
+def _packed(sequences_by_row, seed=0):
+    """A payload packing each row's (prompt, completion, advantage) sequences from position 0, the
+    loss mask on the completion tokens' predecessors, and every old log-prob at -40."""
+    shape = (CONFIG.micro_batch_rows, CONFIG.seq_len)
+    segments, positions, mask = (
+        np.zeros(shape, np.int32),
+        np.zeros(shape, np.int32),
+        np.zeros(shape, np.int32),
+    )
+    advantages = np.zeros(shape, np.float32)
+    for row, sequences in enumerate(sequences_by_row):
+        start = 0
+        for number, (prompt, completion, advantage) in enumerate(sequences, start=1):
+            end = start + prompt + completion
+            segments[row, start:end] = number
+            positions[row, start:end] = np.arange(end - start)
+            advantages[row, start:end] = advantage
+            mask[row, start + prompt - 1 : end - 1] = 1  # predicts a completion token
+            start = end
+    rng = np.random.default_rng(seed)
+    scores = rng.random((*shape, MODEL.num_layers, MODEL.num_experts))
+    routed = np.argsort(scores, axis=-1)[..., : MODEL.top_k].astype(np.int16)
+    routed[segments == 0] = -1
+    return dataclasses.replace(
+        payload(seed=seed),
+        input_ids=rng.integers(0, MODEL.vocab_size, shape, dtype=np.int32),
+        segment_ids=segments,
+        positions=positions,
+        completion_mask=mask,
+        advantages=advantages,
+        old_logps=np.full(shape, -40.0, np.float32),
+        routed_experts=routed,
+        digests={},
+    )
+
+
+def test_one_micro_batch_loss_is_the_token_mean_over_sequences_of_unequal_length(compiled):
+    """Old log-probs of -40 put every ratio far above 1 + epsilon_high (the model's log-probs are
+    near -log 512), so each loss token costs exactly -(1 + 0.28) x its sequence's advantage,
+    whatever the weights: the loss is -1.28 x sum(advantage x completion tokens) / 292 tokens =
+    -1.28 x 240.5 / 292; a mean of per-sequence means would be -1.28 x 9 / 7."""
+    assert CONFIG.loss.epsilon_high == 0.28 and CONFIG.loss.beta == 0.0
+    engine = fresh_engine(compiled)
+    engine.fwd_bwd(_packed(UNEQUAL_SEQUENCES))
+    engine.update()
+    metrics = engine.get_metrics()
+    assert metrics["loss_denominator"] == 292.0
+    np.testing.assert_allclose(metrics["loss"], -1.28 * 240.5 / 292, rtol=1e-6)
+
+
 def test_prepared_input_trains_bit_identically_to_the_plain_payload(compiled):
     plain, staged = fresh_engine(compiled), fresh_engine(compiled)
     first, second = payload(seed=5), payload(seed=6)

@@ -194,6 +194,19 @@ def test_capacity_is_at_least_one_slot_and_the_payload_predicts_with_the_same_fo
     assert prediction.capacity == 1
 
 
+@pytest.mark.parametrize(
+    ("tokens", "top_k", "num_experts", "factor", "slots"),
+    [
+        (100, 2, 8, 1.25, 32),  # 31.25 slots' worth of pairs: the last quarter needs a slot
+        (10, 3, 4, 1.0, 8),  # 7.5
+        (7, 1, 8, 2.0, 2),  # 1.75
+        (4096, 10, 512, 1.5, 120),  # 120.0 exactly: no extra slot
+    ],
+)
+def test_capacity_rounds_a_fractional_slot_count_up(tokens, top_k, num_experts, factor, slots):
+    assert expert_capacity(tokens, top_k=top_k, num_experts=num_experts, factor=factor) == slots
+
+
 def _dense_reference(x, params, keep):
     """sum_k keep x gate_k x SwiGLU_k(x), every expert computed densely on one device (no mesh).
 

@@ -137,6 +137,28 @@ def test_repeated_expert_fails_and_shows_the_layer(payload):
     assert problems[0].startswith("row 0 position 2: a token's experts repeat: layer 1 has")
 
 
+@pytest.mark.parametrize("top_k", [3, 4, 10])
+def test_a_repeat_in_slots_that_are_not_neighbours_fails(top_k):
+    """Slots 0 and K-1 (and K-3 and K-1) repeat with another expert between them, in two layers:
+    only a check that orders each token's experts sees them."""
+    engine = dataclasses.replace(
+        TINY, model=dataclasses.replace(TINY.model, num_experts=16, top_k=top_k)
+    )
+    built = build_micro_batch(engine, load_profile(None), seed=5, index=0, layout=LAYOUT)
+    routed = built.routed_experts.copy()
+    assert (
+        check_payload(dataclasses.replace(built, routed_experts=routed, digests={}), engine) == []
+    )
+    t = int(np.flatnonzero(built.segment_ids[1] > 0)[3])
+    routed[1, t, 1, top_k - 1] = routed[1, t, 1, 0]
+    routed[1, t + 1, 0, top_k - 1] = routed[1, t + 1, 0, top_k - 3]
+    problems = check_payload(dataclasses.replace(built, routed_experts=routed, digests={}), engine)
+    only_rule(problems, "experts distinct per token")
+    assert [p.split(":")[0] for p in problems] == [f"row 1 position {t}", f"row 1 position {t + 1}"]
+    assert f"layer 1 has {routed[1, t, 1].tolist()}" in problems[0]
+    assert f"layer 0 has {routed[1, t + 1, 0].tolist()}" in problems[1]
+
+
 def test_expert_out_of_range_fails(payload):
     payload.routed_experts[0, 4, 0, 0] = TINY.model.num_experts
     only_rule(check_payload(payload, TINY), "experts in [0, 8) or -1")

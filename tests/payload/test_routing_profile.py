@@ -241,6 +241,39 @@ def test_hostile_routing_dumps_are_one_line_errors(tmp_path, capsys, make, messa
     assert message in err and err.count("\n") == 1
 
 
+def test_a_profile_naming_a_key_twice_is_refused(tmp_path):
+    text = json.dumps(document(), indent=1)
+    path = tmp_path / "twice.json"
+    path.write_text(text.replace('"top_k": 2,', '"top_k": 2,\n "top_k": 1,', 1))
+    with pytest.raises(ProfileError, match=r"twice.json: the key 'top_k' appears twice") as caught:
+        load_profile(str(path))
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("top_k", [2, 3, 4, 10])
+@pytest.mark.parametrize("layout", ["BTLK", "BLTK"])
+def test_a_token_routed_twice_to_one_expert_is_refused_naming_it(top_k, layout, tmp_path, capsys):
+    """Row 1, token 5, layer 2 repeats expert 11 in its first and last slots; only a check that
+    orders each token's slots sees a repeat that is not in neighbouring slots."""
+    rng = np.random.default_rng(0)
+    routed = np.argsort(rng.random((3, 8, 4, 16)), axis=-1)[..., :top_k].astype(np.int16)
+    routed[1, 5, 2, :] = [11, *range(top_k - 2), 11] if top_k > 2 else [11, 11]
+    routed[1, 6, 1, 0] = routed[1, 6, 1, -1]  # a later token repeats too: the first is named
+    dump = routed if layout == "BTLK" else np.ascontiguousarray(routed.transpose(0, 2, 1, 3))
+    np.save(tmp_path / "dump.npy", dump)
+    out = tmp_path / "profile.json"
+    argv = ["profile-routing", str(tmp_path / "dump.npy"), "--layout", layout, "--out", str(out)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "row 1, token 5, layer 2 routes to expert 11 twice" in err and err.count("\n") == 1
+    assert not out.exists()
+    routed[1, 5, 2, -1] = 15 if top_k > 2 else 12  # none of the token's other experts
+    routed[1, 6, 1, 0] = -1  # an empty slot repeated is no repeat
+    routed[1, 6, 1, 1:] = -1
+    np.save(tmp_path / "dump.npy", routed if layout == "BTLK" else routed.transpose(0, 2, 1, 3))
+    assert cli.main(argv) == 0
+
+
 @pytest.mark.parametrize("kind", ["npz", "empty", "truncated", "text"])
 def test_unreadable_routing_dumps_are_one_line_errors(tmp_path, capsys, kind):
     path = tmp_path / "dump.npy"

@@ -415,3 +415,84 @@ def test_a_loop_whose_body_calls_back_into_itself_is_refused(capsys, tmp_path):
     assert cli.main(["hlo-overlap", str(path)]) == 2
     err = capsys.readouterr().err
     assert "computation main calls itself (main -> main)" in err and err.count("\n") == 1
+
+
+# Per collective of collectives_async_groups.hlo: (kind, bytes, runs, group size, overlapped).
+ASYNC_GROUPS = {
+    "g-start/ag": ("all-gather", 64 * 256 * 4, 1, 4, True),
+    "g-start/ar": ("all-reduce", 64 * 256 * 4, 1, 2, True),
+    "g-start/rs": ("reduce-scatter", 64 * 256 * 4, 1, 4, True),
+    "c-start": ("all-to-all", 16 * 256 * 4, 1, 2, True),
+    "ring-start/fw-start": ("collective-permute", 8 * 256 * 4, 1, 2, False),
+    "ring-start/bw-start": ("collective-permute", 8 * 256 * 4, 1, 2, False),
+    "lg-start/ag.2": ("all-gather", 64 * 256 * 4, 3, 4, True),
+    "lg-start/rs.2": ("reduce-scatter", 64 * 256 * 4, 3, 2, True),  # through a call
+    "lg-start/ar.2": ("all-reduce", 64 * 256 * 4, 6, 4, True),  # in a loop of 2, in a loop of 3
+}
+
+
+def _async_group_rows(report):
+    return {
+        c.name: (c.kind, c.bytes, c.executions, c.group_size, c.overlapped)
+        for c in report.collectives
+    }
+
+
+def test_every_collective_an_async_wrapper_runs_counts_once_per_run():
+    report = report_of("collectives_async_groups.hlo")
+    assert _async_group_rows(report) == ASYNC_GROUPS
+    rows = {c.name: c for c in report.collectives}
+    matmul = 2 * 64 * 256 * 128
+    for name in ("g-start/ag", "g-start/ar", "g-start/rs"):  # one window: the matmul beside it
+        assert (rows[name].between_compute, rows[name].between_flops) == (1, matmul)
+        assert rows[name].form == "async wrapper" and rows[name].computation == "main"
+    assert (rows["lg-start/ar.2"].between_instructions, rows["lg-start/ar.2"].between_compute) == (
+        2,
+        1,
+    )  # the update step, then the matmul
+    assert rows["ring-start/fw-start"].between_instructions == 0
+    kinds = {s.kind: s for s in report.kinds}
+    assert kinds["all-reduce"].bytes == (1 + 6) * 64 * 256 * 4
+    assert report.total.bytes == (3 * 1 + 3 + 6 + 3) * 64 * 256 * 4 + 16 * 256 * 4 + 2 * 8 * 256 * 4
+    assert report.total.exposed_bytes == 2 * 8 * 256 * 4
+
+
+def test_xlas_canonical_printing_of_async_groups_gives_the_same_report():
+    parser = hlo_text._xla_parser()
+    if parser is None:
+        pytest.skip("this jaxlib has no HLO text parser")
+    canonical = parser((TESTDATA / "collectives_async_groups.hlo").read_text()).to_string()
+    assert _async_group_rows(analyze_text(canonical, "canonical", MESH)) == ASYNC_GROUPS
+
+
+def test_wrapped_computations_named_by_called_computations_are_read_too():
+    text = (TESTDATA / "collectives_async_groups.hlo").read_text()
+    assert "async-start(%p.s), calls=%ring" in text
+    spelled = text.replace(
+        "async-start(%p.s), calls=%ring", "async-start(%p.s), called_computations={%ring}"
+    )
+    assert _async_group_rows(analyze_text(spelled, "spelled", MESH)) == ASYNC_GROUPS
+
+
+def test_an_async_group_run_synchronously_is_exposed():
+    text = (TESTDATA / "collectives_async_groups.hlo").read_text()
+    marked = text.replace(
+        'frontend_attributes={_collectives_group=""}',
+        'frontend_attributes={_collectives_group=""}, '
+        'backend_config={"collective_backend_config":{"is_sync":true}}',
+    )
+    rows = {c.name: c for c in analyze_text(marked, "sync", MESH).collectives}
+    assert all(rows[f"g-start/{n}"].made_sync for n in ("ag", "ar", "rs"))
+    assert not any(rows[f"g-start/{n}"].overlapped for n in ("ag", "ar", "rs"))
+    assert rows["c-start"].overlapped
+
+
+def test_a_wrapped_computation_that_runs_itself_is_refused(capsys, tmp_path):
+    text = (TESTDATA / "collectives_async_groups.hlo").read_text()
+    assert "to_apply=%inner_rs" in text
+    path = tmp_path / "recursive.hlo"
+    path.write_text(text.replace("to_apply=%inner_rs", "to_apply=%loop_group", 1))
+    assert cli.main(["hlo-overlap", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "computation loop_group calls itself (loop_group -> loop_group)" in err
+    assert err.count("\n") == 1
