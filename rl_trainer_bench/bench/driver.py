@@ -26,6 +26,7 @@ from typing import Any
 
 import jax
 
+from rl_trainer_bench import interrupts
 from rl_trainer_bench.accelerators import chip_for_device_kind
 from rl_trainer_bench.bench import ruler
 from rl_trainer_bench.bench.ruler import ArmRun
@@ -44,6 +45,7 @@ from rl_trainer_bench.config.knobs import (
     add_driver_knob_arguments,
     driver_knobs,
 )
+from rl_trainer_bench.engine import returns
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import (
     STAGING_METHODS,
@@ -103,6 +105,7 @@ class Bench:
         factory = self._engine_factory or engine_class(self.config.engine)  # import it first
         payloads = self._build_pool(engine_config)
         self.engine = factory(engine_config)
+        returns.refuse_incomplete(self.engine)
         self.worker = TrainerWorker(self.engine, fused=self.config.worker == "fused")
         self.log(f"{ruler.LOG_PREFIX} worker {_describe(self.worker.info())}")
         for stage in (self.config.stage, *stages):
@@ -114,7 +117,8 @@ class Bench:
 
     def compile(self) -> dict[str, float]:
         """Compile every program on the pool's first micro-batch, then watch for later compiles."""
-        compile_s = dict(self.engine.compile(self.pool.entries[0].payload))
+        compile_s = returns.compile_seconds(self.engine.compile(self.pool.entries[0].payload))
+        interrupts.check()  # a Ctrl-C during the compile may have been swallowed inside it
         for program, seconds in compile_s.items():
             self.log(f"{ruler.LOG_PREFIX} compile program={program} seconds={seconds:.3f}")
         self._compile_listener.enter_context(self.compiles.installed())
@@ -209,6 +213,7 @@ class Bench:
         writer = ruler.ResultsWriter(results_path) if results_path else None
         with loop, writer or contextlib.nullcontext():
             for step in range(loop.total_steps):
+                interrupts.check()  # one swallowed by library code stops the run at a boundary
                 record = loop.run_step(step)
                 self.log(ruler.format_line(record))
                 if record.staged is not None:
@@ -281,13 +286,28 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
         f"{ruler.LOG_PREFIX} final param_digest={result.param_digest or '-'}"
         f" updates={result.updates} stages={result.stages} results={results}"
     )
+    failures = _failures(result)
+    for failure in failures:
+        log(f"{ruler.LOG_PREFIX} FAILED: {failure}")
+    return 1 if failures else 0
+
+
+def _failures(result: ArmRun) -> list[str]:
+    """What makes a finished run's figures untrustworthy: a compile in a scored step, or a step
+    whose loss, gradient norm or loss denominator the engine reported as NaN or infinite."""
+    failures = []
     if result.recompiles:
-        log(
-            f"{ruler.LOG_PREFIX} FAILED: programs compiled during scored steps:"
-            f" {', '.join(result.recompiles)}; their compile time is in those steps' figures"
+        failures.append(
+            f"programs compiled during scored steps: {', '.join(result.recompiles)};"
+            " their compile time is in those steps' figures"
         )
-        return 1
-    return 0
+    broken = [f"{r.step} ({', '.join(r.non_finite)})" for r in result.records if r.non_finite]
+    if broken:
+        failures.append(
+            f"non-finite metrics at step(s) {'; '.join(broken)}: the engine's training diverged"
+            " or is broken, so its step times do not time a working trainer"
+        )
+    return failures
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -64,13 +64,32 @@ class StepRecord:
     arm: str = ""  # A/B arm label; empty outside an A/B
     fwd_bwd_device_s: list[float] = dataclasses.field(default_factory=list)  # per call, on device
 
+    @property
+    def non_finite(self) -> list[str]:
+        """The engine's metrics that came back NaN or infinite this step (a broken training step:
+        the run and the A/B fail on it)."""
+        return [name for name in FINITE_METRICS if not math.isfinite(getattr(self, name))]
+
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The record as strict JSON: a non-finite metric is `null`, named in `non_finite`."""
+        data = dataclasses.asdict(self)
+        flagged = self.non_finite
+        for name in flagged:
+            data[name] = None
+        return {**data, "non_finite": flagged}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepRecord:
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        fields = {k: v for k, v in data.items() if k in names}
+        for name in data.get("non_finite") or []:
+            if name in FINITE_METRICS and fields.get(name) is None:
+                fields[name] = math.nan  # written as null: the value was not finite
+        return cls(**fields)
+
+
+# The engine's metrics a record keeps as floats; NaN or infinity in one is flagged, never hidden.
+FINITE_METRICS = ("loss", "grad_norm", "loss_denominator")
 
 
 @dataclasses.dataclass
@@ -447,7 +466,7 @@ class ResultsWriter:
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("w", encoding="utf-8")
-        self._file.write(json.dumps(record.to_json(), allow_nan=True) + "\n")
+        self._file.write(json.dumps(record.to_json(), allow_nan=False) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
 

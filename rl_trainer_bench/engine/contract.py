@@ -232,11 +232,12 @@ def check_engine(engine: object, payloads: list[Payload]) -> list[str]:
     missing = missing_methods(engine, required)
     if missing or not hasattr(engine, "train_step"):
         return [f"missing required methods: {', '.join(missing or ['train_step'])}"]
-    compiled = engine.compile(payloads[0])
-    if not isinstance(compiled, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, float) for k, v in compiled.items()
-    ):
-        failures.append(f"compile must return {{program: seconds}}, got {compiled!r}")
+    from rl_trainer_bench.engine import returns  # imports this module
+
+    try:
+        returns.compile_seconds(engine.compile(payloads[0]))
+    except ContractError as error:
+        failures.append(str(error))
     start = engine.train_step
     for payload in payloads:
         if engine.fwd_bwd(payload) is not None:
@@ -269,9 +270,13 @@ def check_engine(engine: object, payloads: list[Payload]) -> list[str]:
     return failures
 
 
-def _metric_failures(metrics: Mapping[str, Any]) -> list[str]:
-    missing = [k for k in METRIC_KEYS if k not in metrics]
-    if missing:
-        return [f"get_metrics lacks {', '.join(missing)}"]
-    bad = [k for k in METRIC_KEYS if not np.isfinite(float(metrics[k]))]
+def _metric_failures(metrics: Any) -> list[str]:
+    """What is wrong with `get_metrics()`'s return: the contract's shape, then finite values."""
+    from rl_trainer_bench.engine import returns  # imports this module
+
+    try:
+        checked = returns.metrics(metrics, required=METRIC_KEYS)
+    except ContractError as error:
+        return [str(error)]
+    bad = [k for k in METRIC_KEYS if not np.isfinite(checked[k])]
     return [f"get_metrics has non-finite {', '.join(bad)}"] if bad else []
