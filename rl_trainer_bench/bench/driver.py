@@ -210,7 +210,7 @@ class Bench:
         loop = StepLoop(
             self.worker, self.pool, stage, self.compiles, profiler, settings, self.log, per_boundary
         )
-        writer = ruler.ResultsWriter(results_path) if results_path else None
+        writer = ruler.ResultsWriter(results_path, self.log) if results_path else None
         with loop, writer or contextlib.nullcontext():
             for step in range(loop.total_steps):
                 interrupts.check()  # one swallowed by library code stops the run at a boundary

@@ -40,7 +40,7 @@ from rl_trainer_bench.config.presets import preset as find_preset
 from rl_trainer_bench.engine.config import EngineConfig, tokens_per_group
 from rl_trainer_bench.engine.contract import OPTIONAL_PAYLOAD_FIELDS, PAYLOAD_FIELDS, Payload
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.io import write_atomically, write_text_atomically
+from rl_trainer_bench.io import check_output_file, write_atomically, write_text_atomically
 from rl_trainer_bench.payload import routing_profile
 from rl_trainer_bench.payload.routing_profile import PackingLayout, RoutingProfile
 
@@ -521,17 +521,9 @@ def build_pool(
 # ----------------------------------------------------------------------------------------------
 
 
-def check_out_folder(path: str) -> str:
-    """The folder `path` will be written in; UserError when it does not exist (checked before work)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise UserError(f"--out {path}: folder {folder} does not exist; create it first")
-    return folder
-
-
 def save_npz(payload: Payload, path: str) -> None:
     """Write every array under its contract name, plus `name` and `digests`, atomically."""
-    check_out_folder(path)
+    check_output_file(path, "--out")
     write_atomically(
         path,
         lambda out: np.savez(
@@ -704,7 +696,7 @@ def run_payload(args) -> int:
     """`rl-trainer-bench payload`: build one micro-batch, print its calibration, write it."""
     if not args.out.endswith(".npz"):
         raise UserError(f"--out {args.out}: the micro-batch is written as .npz; name it FILE.npz")
-    check_out_folder(args.out)
+    check_output_file(args.out, "--out")
     engine = engine_for(args)
     profile = routing_profile.load_profile(args.routing_profile)
     built = build_calibrated(
@@ -729,6 +721,8 @@ def run_payload(args) -> int:
 
 def run_profile_routing(args) -> int:
     """`rl-trainer-bench profile-routing`: a profile from a run's routed-experts dump."""
+    if args.out is not None:
+        check_output_file(args.out, "--out")
     try:
         dump = np.load(args.dump, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError) as error:
@@ -740,8 +734,6 @@ def run_profile_routing(args) -> int:
             f"routing dump {args.dump}: an .npz archive; pass one .npy array of routed experts "
             "(np.save(path, routed))"
         )
-    if args.out is not None:
-        check_out_folder(args.out)
     profile = routing_profile.profile_from_dump(
         dump,
         layout=args.layout,

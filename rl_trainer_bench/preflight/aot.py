@@ -41,6 +41,7 @@ from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError, UserError
+from rl_trainer_bench.io import check_output_file, write_text_atomically
 from rl_trainer_bench.preflight import program_cost, step_estimate
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 from rl_trainer_bench.units import human_bytes
@@ -901,6 +902,8 @@ def run(args) -> int:
         raise ConfigError(f"STAGE_BEFORE_UPDATE={args.stage_before_update!r}: expected on or off")
     if args.micro_steps < 0:
         raise UserError(f"--micro-steps / MICRO_STEPS={args.micro_steps}: expected 0 or more")
+    if args.output:
+        check_output_file(args.output, "--output")  # before the compiles, which take minutes
     with quiet_libtpu():
         report = run_check(
             args.preset,
@@ -917,8 +920,6 @@ def run(args) -> int:
         )
     document = json.dumps(report.to_json(), indent=1)
     if args.output:
-        from rl_trainer_bench.io import write_text_atomically
-
         write_text_atomically(Path(args.output), document + "\n")
     print(document if args.json else format_report(report))
     return 0 if report.fits else 1
