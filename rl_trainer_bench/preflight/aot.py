@@ -35,6 +35,7 @@ from types import ModuleType
 from typing import Any
 
 from rl_trainer_bench import accelerators
+from rl_trainer_bench.bench.plan import refuse_engine_config_problems
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.knobs import engine_spec
 from rl_trainer_bench.config.presets import preset
@@ -498,6 +499,7 @@ def resolve_cell(
     note = ""
     if config.mesh == cell.engine.mesh and config.mesh.size != len(target.devices):
         config, note = _fit_fsdp(config, len(target.devices), target.name)
+    refuse_engine_config_problems(config, cell.name)
     return Cell(cell.name, config, unapplied, target, _mesh(config, target), note)
 
 
