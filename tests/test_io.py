@@ -128,10 +128,10 @@ def test_payload_and_profile_routing_on_a_full_disk_exit_2_with_one_line(
 # Each command that writes a file, and the function that would start its work (replaced by one
 # that fails the test, so a refusal made after the work began is caught).
 WRITERS = [
-    (["payload", "--out", "DEVICE.npz"], "rl_trainer_bench.payload.build:build_calibrated"),
-    (["profile-routing", "DUMP", "--out", "DEVICE"], "rl_trainer_bench.payload.build:np.load"),
-    (["aot", "--output", "DEVICE"], "rl_trainer_bench.preflight.aot:run_check"),
-    (["aot", "--output", "UNDER_A_FILE"], "rl_trainer_bench.preflight.aot:run_check"),
+    (["payload", "--out", "DEVICE.npz"], "rl_trainer_bench.payload.command:build_calibrated"),
+    (["profile-routing", "DUMP", "--out", "DEVICE"], "rl_trainer_bench.payload.command:np.load"),
+    (["aot", "--output", "DEVICE"], "rl_trainer_bench.preflight.aot.command:run_check"),
+    (["aot", "--output", "UNDER_A_FILE"], "rl_trainer_bench.preflight.aot.command:run_check"),
     (
         ["render", "--launch-render", "LAUNCH", "--output", "DEVICE"],
         "rl_trainer_bench.launch.render:_read_input",

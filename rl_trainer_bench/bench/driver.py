@@ -258,7 +258,7 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
     from rl_trainer_bench.bench import plan
     from rl_trainer_bench.bench.distributed import initialize_runtime
     from rl_trainer_bench.bench.micro_batch_memory import host_memory_bytes
-    from rl_trainer_bench.launch.code_bundle import code_sha256
+    from rl_trainer_bench.code_digest import code_sha256
 
     # A plan for a TRAINER_SLICE may run on any host (the renderer's, a laptop): this host's memory
     # says nothing of the pod's there, so only a run, or a plan for this machine, checks it.
