@@ -14,8 +14,11 @@ from pathlib import Path
 
 from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab.arms import ArmSpec
+from rl_trainer_bench.bench import plan as bench_plan
+from rl_trainer_bench.bench.micro_batch_memory import host_memory_bytes
 from rl_trainer_bench.bench.worker import refuse_stage_before_fused_update
 from rl_trainer_bench.config import knobs as config
+from rl_trainer_bench.config.engine_keys import parse_engine_flags
 from rl_trainer_bench.errors import UserError
 
 ENGINE_FLAGS = "ENGINE_FLAGS"
@@ -52,7 +55,7 @@ def plan_arms(args: argparse.Namespace, out: Path) -> ArmPlan:
     groups = {arm.label: names[arm.program_knobs] for arm in arms}
     bench_configs = {groups[label]: arm_config for label, arm_config in arm_configs.items()}
     for bench_config in bench_configs.values():
-        _refuse_unapplied_engine_keys(bench_config)
+        _resolve_as_run_does(bench_config)
     stages = {label: arm_config.stage for label, arm_config in arm_configs.items()}
     return ArmPlan(preset, arms, envs, stages, groups, bench_configs)
 
@@ -88,21 +91,14 @@ def arm_env(
     return env
 
 
-def _refuse_unapplied_engine_keys(bench_config: config.BenchConfig) -> None:
-    """An engine key the engine config does not take would make an arm a silent copy of another."""
-    if not bench_config.engine_flags and not bench_config.trainer_argv:
-        return
-    engine_config_from = getattr(config, "engine_config_from", None)
-    if engine_config_from is None:
-        raise UserError(
-            "engine keys in --arms/--knob need config.engine_config_from, which this build lacks: "
-            "define arms with driver knobs only"
-        )
-    _, unapplied = engine_config_from(
-        bench_config.preset,
-        trainer_argv=bench_config.trainer_argv,
-        engine_flags=bench_config.engine_flags,
-    )
+def _resolve_as_run_does(bench_config: config.BenchConfig) -> None:
+    """The plan `run` makes of one bench (engine config, mesh, micro-batch memory), so an A/B
+    refuses what `run` would before any arm; and an engine key of --arms/--knob that the engine
+    does not apply is refused, since it would make an arm a silent copy of another (keys of a
+    trainer's argv that the engine does not apply are expected, and listed by the run)."""
+    resolved = bench_plan.resolve(bench_config, host_memory_bytes())
+    given = parse_engine_flags(bench_config.engine_flags)
+    unapplied = [key for key in resolved.unapplied if key in given]
     if unapplied:
         raise UserError(
             f"engine key(s) {' '.join(unapplied)} would not be applied to the engine: "
@@ -116,7 +112,6 @@ def base_knobs(pairs: Sequence[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not key or not value:
             raise UserError(f"--knob {pair!r}: write KEY=VALUE, e.g. --knob MICRO_STEPS=4")
-        if key in ab_arms.RESERVED_KNOBS:
-            raise UserError(f"--knob {key}: set it with {ab_arms.RESERVED_KNOBS[key]}")
+        ab_arms.check_key(key, "--knob")
         knobs[key] = value
     return knobs

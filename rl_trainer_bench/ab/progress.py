@@ -34,6 +34,11 @@ class Progress:
             self._write(line)
         self._held = []
 
+    @property
+    def keeps_log(self) -> bool:
+        """Whether the log goes to its file yet (`keep_log` was called)."""
+        return self._file is not None
+
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
