@@ -175,3 +175,21 @@ def test_an_earlier_runs_files_move_aside_into_a_named_folder(tmp_path):
     assert (aside / "ab.json").read_text() == "ab.json"
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["notes.txt"]
     assert move_earlier_run_aside(tmp_path, ["ab.*"]) is None
+
+
+def test_run_and_ab_refuse_a_device_node_among_their_files_before_any_work(tmp_path, capsys):
+    from rl_trainer_bench.ab import command as ab_command
+
+    results = tmp_path / "r"
+    results.mkdir()
+    (results / "results.jsonl").symlink_to(DEVICE)
+    env = {"RESULTS_DIR": str(results), "ENGINE": "no_such_module:Engine"}
+    assert driver.main([], env) == 2  # refused before the engine is even imported
+    assert "results.jsonl is a character device" in _one_line(capsys.readouterr().err)
+    out = tmp_path / "ab"
+    out.mkdir()
+    (out / "arm2-on.jsonl").symlink_to(DEVICE)
+    args = cli.build_parser().parse_args(["ab", "--steps", "1", "--out", str(out)])
+    with pytest.raises(UserError, match=r"arm2-on\.jsonl is a character device"):
+        ab_command.run(args, make_bench=lambda config, log: _work_started())  # before any bench
+    assert (out / "arm2-on.jsonl").is_symlink() and DEVICE.is_char_device()

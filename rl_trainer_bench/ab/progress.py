@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.io import refuse_special_file
 from rl_trainer_bench.units import milliseconds
 
 
@@ -28,6 +29,7 @@ class Progress:
 
     def keep_log(self, path: Path) -> None:
         """From now on, write the log to `path` (created with its folder), held lines first."""
+        refuse_special_file(path, "--out")
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("w")
         for line in self._held:

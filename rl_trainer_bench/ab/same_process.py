@@ -25,13 +25,24 @@ from rl_trainer_bench.ab.arms import ArmSpec
 from rl_trainer_bench.ab.parser import DESIGN_INTERLEAVED
 from rl_trainer_bench.ab.plan import ArmPlan, base_knobs, plan_arms
 from rl_trainer_bench.ab.progress import Progress
-from rl_trainer_bench.ab.verdict import fresh_name, move_earlier_ab_aside, write_verdict
+from rl_trainer_bench.ab.verdict import (
+    AB_REPORT_FILES,
+    fresh_name,
+    move_earlier_ab_aside,
+    write_verdict,
+)
 from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.io import check_writable_folder
+from rl_trainer_bench.io import check_writable_folder, refuse_special_file
 
 INTERLEAVED_LABEL = "interleaved"
+INTERLEAVED_FILE = f"{INTERLEAVED_LABEL}.jsonl"
+
+
+def _results_name(index: int, arm: ArmSpec) -> str:
+    """The file of the `index`-th arm's step records (1-based)."""
+    return f"arm{index}-{arm.setting}.jsonl"
 
 
 # Builds a Bench from its config and a log callable: the driver's, or a stand-in in tests.
@@ -52,6 +63,9 @@ def same_process(
     schedule = interleaved_schedule(args, plan)
     ab_predict.check_settings(predictions, dict.fromkeys(a.setting for a in plan.arms))
     check_writable_folder(out, "--out")
+    arm_files = [_results_name(i, arm) for i, arm in enumerate(plan.arms, 1)]
+    for name in (*AB_REPORT_FILES, INTERLEAVED_FILE, *arm_files):
+        refuse_special_file(out / name, "--out")
     runs: list[ArmRun] = []
     progress = Progress(started)
     with contextlib.ExitStack() as cleanup:
@@ -128,7 +142,7 @@ def _run_interleaved(
         stage=config.StageConfig(),
         arm=INTERLEAVED_LABEL,
         warmup_steps=schedule.warmup_steps,
-        results_path=out / f"{INTERLEAVED_LABEL}.jsonl",
+        results_path=out / INTERLEAVED_FILE,
         boundary_stages=[stage_of[setting] for setting in schedule.boundaries],
     )
     return dataclasses.replace(
@@ -152,7 +166,7 @@ def _run_arm(
         stage=plan.stages[arm.label],
         arm=arm.label,
         warmup_steps=args.warmup_steps,
-        results_path=out / f"arm{index}-{arm.setting}.jsonl",
+        results_path=out / _results_name(index, arm),
     )
     return dataclasses.replace(result, setting=arm.setting, source=plan.groups[arm.label])
 

@@ -78,7 +78,8 @@ def write_verdict(
 
 
 # What an A/B writes in its folder: an earlier run's files matching these are moved aside first.
-AB_FILES = ("ab.json", "ab.txt", "ab.log", "ab.png", "arm*-*.jsonl", "interleaved.jsonl")
+AB_REPORT_FILES = ("ab.json", "ab.txt", "ab.log", "ab.png")
+AB_FILES = (*AB_REPORT_FILES, "arm*-*.jsonl", "interleaved.jsonl")
 
 
 def move_earlier_ab_aside(out: Path, say: Callable[[str], None]) -> None:

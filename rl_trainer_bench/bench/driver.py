@@ -56,7 +56,7 @@ from rl_trainer_bench.engine.contract import (
 )
 from rl_trainer_bench.engine.factory import engine_class
 from rl_trainer_bench.errors import ConfigError, UserError, run_guarded
-from rl_trainer_bench.io import check_writable_folder
+from rl_trainer_bench.io import check_writable_folder, refuse_special_file
 
 EngineFactory = Callable[[EngineConfig], Engine]
 
@@ -269,6 +269,7 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
             log(line)
         return 0
     check_writable_folder(config.results_dir, "RESULTS_DIR")
+    refuse_special_file(config.results_dir / "results.jsonl", "RESULTS_DIR")
     refuse_stage_before_fused_update(config.worker, config.stage)
     log(initialize_runtime(env, config.preset.host_devices))
     log(f"{ruler.LOG_PREFIX} config {_describe(config.describe())}")

@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from rl_trainer_bench.bench.clock import StepClock
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.io import move_earlier_run_aside
+from rl_trainer_bench.io import move_earlier_run_aside, refuse_special_file
 
 LOG_PREFIX = "[TrainerBench]"
 
@@ -489,6 +489,7 @@ class ResultsWriter:
         self._lines += 1
 
     def _open(self) -> None:
+        refuse_special_file(self.path, "RESULTS_DIR")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         aside = move_earlier_run_aside(self.path.parent, [self.path.name])
         if aside is not None:

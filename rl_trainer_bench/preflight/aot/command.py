@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from rl_trainer_bench import accelerators
-from rl_trainer_bench.config.knobs import engine_spec
+from rl_trainer_bench.config.knobs import MAX_MICRO_STEPS, engine_spec
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError, UserError
 from rl_trainer_bench.io import check_output_file, write_text_atomically
@@ -73,8 +73,10 @@ def run(args) -> int:
     """Exit 0 when the cell fits, 1 when it does not (or a program failed), 2 for bad input."""
     if args.stage_before_update not in ("on", "off"):
         raise ConfigError(f"STAGE_BEFORE_UPDATE={args.stage_before_update!r}: expected on or off")
-    if args.micro_steps < 0:
-        raise UserError(f"--micro-steps / MICRO_STEPS={args.micro_steps}: expected 0 or more")
+    if not 0 <= args.micro_steps <= MAX_MICRO_STEPS:
+        raise UserError(
+            f"--micro-steps / MICRO_STEPS={args.micro_steps}: expected 0 to {MAX_MICRO_STEPS:,}"
+        )
     if args.output:
         check_output_file(args.output, "--output")  # before the compiles, which take minutes
     with quiet_libtpu():
