@@ -248,12 +248,13 @@ def _describe(info: Mapping[str, Any]) -> str:
 
 
 def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], None]) -> int:
-    """The driver's whole run; returns the exit code (1 when a scored step recompiled).
+    """The driver's whole run; returns the exit code (1 when a scored step recompiled or a step's
+    metrics were not finite).
 
     The plan comes first: every refusal host work can make is made before the runtime starts
     (the plan, the results folder, staging with a fused worker), and PLAN_ONLY=1 ends the run
-    there, having printed it. The results file is replaced only when the run's first step is
-    written.
+    there, having printed it. An earlier results file is moved aside only when the run's first
+    step is written.
     """
     from rl_trainer_bench.bench import plan
     from rl_trainer_bench.bench.distributed import initialize_runtime
