@@ -29,7 +29,7 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> Non
     write (a full disk, a quota) is the user's one line naming the path, not a traceback.
     """
     path = Path(path)
-    refuse_special_file(path, str(path))
+    refuse_special_file(path, "output file")
     try:
         descriptor, temporary = tempfile.mkstemp(
             dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
