@@ -73,9 +73,16 @@ def test_an_engine_key_knob_reaches_every_arm(tmp_path):
         (["--schedule-seed", "-1"], "argument --schedule-seed: '-1': give a whole number"),
     ],
 )
-def test_what_ab_would_ignore_or_choke_on_is_refused_in_one_line(argv, message, tmp_path, capsys):
+def test_what_ab_would_ignore_or_choke_on_is_refused_in_one_line(
+    argv, message, tmp_path, capsys, monkeypatch
+):
     from rl_trainer_bench import cli
+    from rl_trainer_bench.ab import same_process
 
+    def no_bench(config, log):
+        raise AssertionError("a bench was built: the refusal came too late")
+
+    monkeypatch.setattr(same_process, "_driver_bench", no_bench)
     out = tmp_path / "ab"
     assert cli.main(["ab", *argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err
