@@ -7,11 +7,15 @@ whichever way it arrives:
 
 - a `UserError` (or another type the caller names as the user's, such as the engine contract's
   `ContractError`): its line, exit 2;
+- an error raised in the code of an engine the user named (`user_code`): its file and line,
+  exit 2, or the engine's own code when it called `sys.exit` with a non-zero one;
 - an `OSError` naming a file (missing, a folder, unreadable, a full disk): the path and the
-  reason, exit 2, because a path is input too;
+  reason, exit 2, because a path is input too; a full disk or a read-only file system without a
+  path is the user's machine too, exit 2;
 - a closed standard output (`... | head`): nothing more is printed, exit 0, because the reader
   chose to stop reading;
-- Ctrl-C: one line, exit 130 (128 + SIGINT, as shells report it);
+- Ctrl-C or SIGTERM (`interrupts`): one line, exit 130 or 143 (128 + the signal, as shells
+  report it), also when library code swallowed the interrupt before the command returned;
 - anything else is a bug in the bench: one line naming the exception and how to get the
   traceback to report (`RL_TRAINER_BENCH_TRACEBACK=1`), exit 70 (EX_SOFTWARE), so a script can
   tell a bug from a refusal.
@@ -20,14 +24,19 @@ whichever way it arrives:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 from collections.abc import Callable
+
+from rl_trainer_bench import interrupts, user_code
 
 TRACEBACK_VARIABLE = "RL_TRAINER_BENCH_TRACEBACK"
 EXIT_USER_ERROR = 2
 EXIT_BUG = 70
 EXIT_INTERRUPTED = 130
+# Errors of the machine's storage, not of the bench: a full disk, a quota, a read-only mount.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 
 
 class UserError(ValueError):
@@ -49,32 +58,58 @@ def run_guarded(
     user_errors: tuple[type[BaseException], ...] = (UserError,),
 ) -> int:
     """Run `body` and turn how it ends into an exit code, printing at most one line on stderr."""
-    try:
-        code = int(body() or 0)
-        sys.stdout.flush()
-        return code
-    except SystemExit as done:  # --help, or argparse's one-line refusal: already printed
-        return done.code if isinstance(done.code, int) else int(done.code is not None)
-    except BrokenPipeError:  # the reader stopped reading: nothing is wrong with the input
-        return 0
-    except KeyboardInterrupt:
-        _say(f"{prog}: interrupted")
-        return EXIT_INTERRUPTED
-    except user_errors as error:
-        _say(f"{prog}: {error}")
-        return EXIT_USER_ERROR
-    except OSError as error:
-        if error.filename is None:
+    with interrupts.handled():
+        try:
+            code = int(body() or 0)
+            interrupts.check()
+            sys.stdout.flush()
+            return code
+        except SystemExit as done:  # --help, argparse's one-line refusal, or an engine's exit
+            return _system_exit(prog, done)
+        except BrokenPipeError:  # the reader stopped reading: nothing is wrong with the input
+            return 0
+        except KeyboardInterrupt as interrupt:
+            _say(f"{prog}: {interrupts.describe(interrupt)}")
+            return interrupts.exit_code(interrupt)
+        except user_errors as error:
+            _say(f"{prog}: {error}")
+            return EXIT_USER_ERROR
+        except OSError as error:
+            return _os_error(prog, error)
+        except Exception as error:  # the boundary: whatever escaped is a bug, reported as one
             return _bug(prog, error)
+
+
+def _system_exit(prog: str, done: SystemExit) -> int:
+    """A `sys.exit` keeps its code; one in a user's engine is named, and never reads as success."""
+    code = done.code if isinstance(done.code, int) else int(done.code is not None)
+    blamed = user_code.blame(done)
+    if blamed is None:
+        return code
+    _say(f"{prog}: {blamed}")
+    return code or EXIT_USER_ERROR
+
+
+def _os_error(prog: str, error: OSError) -> int:
+    blamed = user_code.blame(error)
+    if blamed is not None:
+        _say(f"{prog}: {blamed}")
+    elif error.filename is not None:
         _say(f"{prog}: {error.filename}: {error.strerror or error}")
-        return EXIT_USER_ERROR
-    except Exception as error:  # the boundary: whatever escaped is a bug, reported as one
+    elif error.errno in STORAGE_ERRNOS:
+        _say(f"{prog}: {error.strerror}: free space on that disk or write somewhere else")
+    else:
         return _bug(prog, error)
+    return EXIT_USER_ERROR
 
 
 def _bug(prog: str, error: BaseException) -> int:
     if os.environ.get(TRACEBACK_VARIABLE):
         raise error
+    blamed = user_code.blame(error)
+    if blamed is not None:
+        _say(f"{prog}: {blamed}; rerun with {TRACEBACK_VARIABLE}=1 for the traceback")
+        return EXIT_USER_ERROR
     _say(
         f"{prog}: internal error, a bug in rl_trainer_bench: {type(error).__name__}: "
         f"{one_line(str(error))[:300]}; rerun with {TRACEBACK_VARIABLE}=1 and report the "

@@ -9,25 +9,33 @@ target is atomic on POSIX file systems. Every file the package writes whole goes
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
+import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.errors import STORAGE_ERRNOS, UserError
 
 
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
     """Run `write` on a temporary file beside `path`, then rename it over `path`.
 
     On any error (an interrupt included) the temporary file is removed and the target is left as
-    it was. The file gets the permissions a plain `open` would give it (0666 less the umask).
+    it was. The file gets the permissions a plain `open` would give it (0666 less the umask). A
+    target that is not a regular file (a device node, a pipe) is never replaced, and a failed
+    write (a full disk, a quota) is the user's one line naming the path, not a traceback.
     """
     path = Path(path)
-    descriptor, temporary = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
-    )
+    refuse_special_file(path, "output file")
+    try:
+        descriptor, temporary = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+        )
+    except OSError as error:
+        raise _write_error(path, error) from None
     try:
         with os.fdopen(descriptor, "wb") as handle:
             write(handle)
@@ -37,15 +45,86 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> Non
         os.umask(umask)
         os.chmod(temporary, 0o666 & ~umask)
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+        if isinstance(error, OSError) and error.errno in STORAGE_ERRNOS:
+            raise _write_error(path, error) from None
         raise
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:
     """Replace `path` with `text` (UTF-8) in one rename; on any error the target is left as it was."""
     write_atomically(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def _write_error(path: Path, error: OSError) -> UserError:
+    return UserError(
+        f"cannot write {path} ({error.strerror or error}): free space there or write elsewhere;"
+        " nothing was written"
+    )
+
+
+def refuse_special_file(path: Path, name: str) -> None:
+    """UserError when `path` exists and is not a regular file: a device node (`/dev/full`), a
+    pipe or a socket would be replaced by a regular file, or written into, neither of which the
+    user meant. A symbolic link counts as what it points to."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as error:
+        raise UserError(f"{name}: cannot use it ({error.strerror}); name another file") from None
+    if stat.S_ISDIR(mode):
+        raise UserError(f"{name}: {path} is a folder; name a file in it")
+    if not stat.S_ISREG(mode):
+        raise UserError(
+            f"{name}: {path} is {_kind(mode)}, not a regular file; name a new or regular file"
+        )
+
+
+def _kind(mode: int) -> str:
+    for test, kind in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def check_output_file(path: str | Path, name: str) -> Path:
+    """`path` as a file a command may write, checked before any work: a new path or a regular
+    file, in an existing folder this process can write in. UserError naming `name` otherwise."""
+    path = Path(path)
+    refuse_special_file(path, f"{name}={path}")
+    folder = path.parent
+    if not folder.is_dir():
+        raise UserError(f"{name}={path}: the folder {folder} does not exist; create it first")
+    check_writable_folder(folder, name)
+    return path
+
+
+def move_earlier_run_aside(folder: Path, patterns: Sequence[str]) -> Path | None:
+    """Move an earlier run's files in `folder` (those matching the glob `patterns`) into a new
+    subfolder `earlier-YYYYmmdd-HHMMSS` (the newest one's modification time), and return it;
+    None when there were none. A later run never mixes its files with an earlier one's or
+    replaces them: the caller moves them before it writes its own first file."""
+    earlier = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
+    if not earlier:
+        return None
+    newest = max(p.stat().st_mtime for p in earlier)
+    stamp = datetime.datetime.fromtimestamp(newest).strftime("%Y%m%d-%H%M%S")
+    aside, suffix = folder / f"earlier-{stamp}", 1
+    while aside.exists():
+        suffix += 1
+        aside = folder / f"earlier-{stamp}-{suffix}"
+    aside.mkdir()
+    for path in earlier:
+        os.replace(path, aside / path.name)
+    return aside
 
 
 def check_writable_folder(folder: Path, name: str) -> None:

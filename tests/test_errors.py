@@ -122,3 +122,14 @@ def test_user_files_that_are_not_text_are_one_line_errors(tmp_path, name, conten
         read_user_text(path, "--flag")
     message = str(refused.value)
     assert message.startswith("--flag ") and reason in message and "\n" not in message
+
+
+def test_a_full_disk_without_a_path_is_the_users_machine_not_a_bug(capsys):
+    import errno
+    import os
+
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert run_guarded("cmd", _raise(full)) == EXIT_USER_ERROR
+    assert _one_line(capsys.readouterr().err) == (
+        "cmd: No space left on device: free space on that disk or write somewhere else"
+    )

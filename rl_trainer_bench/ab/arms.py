@@ -122,22 +122,29 @@ def _check_name(name: str, text: str) -> None:
         )
 
 
+def check_key(key: str, where: str) -> None:
+    """UserError when `key` (set by `where`: an arm, or --knob) is reserved for the A/B itself, is
+    neither an UPPER_CASE driver knob nor a lower_case engine key, or names no driver knob; engine
+    keys are checked against the engine config once the arms are planned."""
+    if key in RESERVED_KNOBS:
+        raise UserError(
+            f"{where} sets {key}; every arm runs the same {key}, set it with {RESERVED_KNOBS[key]}"
+        )
+    if not (_DRIVER_KNOB.fullmatch(key) or _ENGINE_KEY.fullmatch(key)):
+        raise UserError(
+            f"{where} has key {key!r}: use an UPPER_CASE driver knob or a lower_case engine key"
+        )
+    if _DRIVER_KNOB.fullmatch(key) and key not in DRIVER_KNOBS:
+        raise UserError(
+            f"{where} sets {key}, which is not a driver knob: use one of {', '.join(DRIVER_KNOBS)}"
+        )
+
+
 def _add_knob(knobs: dict[str, str], token: str, arm: str) -> None:
     key, sep, value = token.partition("=")
     if not sep or not value:
         raise UserError(f"--arms: arm {arm!r} has {token!r}; write KEY=VALUE")
-    if key in RESERVED_KNOBS:
-        raise UserError(
-            f"--arms: arm {arm!r} sets {key}; every arm runs the same {key}, set it with {RESERVED_KNOBS[key]}"
-        )
-    if not (_DRIVER_KNOB.fullmatch(key) or _ENGINE_KEY.fullmatch(key)):
-        raise UserError(
-            f"--arms: arm {arm!r} has key {key!r}: use an UPPER_CASE driver knob or a lower_case engine key"
-        )
-    if _DRIVER_KNOB.fullmatch(key) and key not in DRIVER_KNOBS:
-        raise UserError(
-            f"--arms: arm {arm!r} sets {key}, which is not a driver knob: use one of {', '.join(DRIVER_KNOBS)}"
-        )
+    check_key(key, f"--arms: arm {arm!r}")
     if key in knobs and knobs[key] != value:
         raise UserError(f"--arms: arm {arm!r} sets {key} twice ({knobs[key]!r}, {value!r})")
     knobs[key] = value

@@ -2,7 +2,7 @@
 
 A time difference means something only if the arms did the same work: the same micro-batches in the
 same order, the same loss denominators, one update per step, one stage per boundary where staging is
-on, and no compile inside a scored step. These are equalities, not statistics, so any failure makes
+on, no compile inside a scored step, and finite training metrics in every step. These are equalities, not statistics, so any failure makes
 the whole A/B FAIL whatever the times say. Each check reports what it compared and, on failure, the
 first place the arms parted.
 """
@@ -158,6 +158,21 @@ def no_scored_recompiles(runs: Sequence[ArmRun]) -> CheckResult:
     )
 
 
+def finite_metrics(runs: Sequence[ArmRun]) -> CheckResult:
+    """Every step of every arm reports a finite loss, gradient norm and loss denominator: a
+    diverged or broken engine's step times do not time a working trainer."""
+    name = "finite loss, grad norm and loss denominator"
+    for run in runs:
+        for record in run.records:
+            if record.non_finite:
+                return CheckResult(
+                    name,
+                    FAIL,
+                    f"{run.label} step {record.step}: {', '.join(record.non_finite)} not finite",
+                )
+    return CheckResult(name, PASS, f"{sum(len(r.records) for r in runs)} steps, all finite")
+
+
 def _batches(run: ArmRun) -> list[tuple[str, str]]:
     return [
         (name, digest)
@@ -174,4 +189,5 @@ CHECKS: tuple[Callable[[Sequence[ArmRun]], CheckResult], ...] = (
     same_updates,
     one_stage_per_boundary,
     no_scored_recompiles,
+    finite_metrics,
 )

@@ -9,7 +9,7 @@ from typing import Any
 
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
-from rl_trainer_bench.ab.verdict import fresh_name, write_verdict
+from rl_trainer_bench.ab.verdict import fresh_name, move_earlier_ab_aside, write_verdict
 from rl_trainer_bench.bench import ruler
 from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.errors import UserError
@@ -66,6 +66,7 @@ def cross_pod(
     ab_predict.check_settings(predictions, [run.label for run in runs])
     out = args.out if args.out is not None else fresh_name()
     check_writable_folder(out, "--out")
+    move_earlier_ab_aside(out, print)
     title = (
         f"A/B across pods from logs ({', '.join(r.source for r in runs)}): no shared noise floor"
     )

@@ -11,6 +11,9 @@ from pathlib import Path
 
 from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab import order as run_orders
+from rl_trainer_bench.config import values
+from rl_trainer_bench.config.knobs import MAX_SEED, MAX_STEPS
+from rl_trainer_bench.errors import ConfigError
 
 DEFAULT_STEPS = 8
 
@@ -57,7 +60,7 @@ def _add_design_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--schedule-seed",
-        type=int,
+        type=_seed,
         default=0,
         help="seed of the interleaved schedule (default: 0)",
     )
@@ -67,14 +70,14 @@ def _add_length_arguments(parser: argparse.ArgumentParser) -> None:
     """How many steps each arm runs, scored and warm-up: what the run costs in time."""
     parser.add_argument(
         "--steps",
-        type=_positive,
+        type=_step_count,
         default=DEFAULT_STEPS,
         help="scored steps per arm; interleaved: pairs of scored steps, rounded up to even "
         f"(about the same run time) (default: {DEFAULT_STEPS})",
     )
     parser.add_argument(
         "--warmup-steps",
-        type=_positive,
+        type=_step_count,
         default=1,
         help="warm-up steps per arm, reported, never scored (default: 1)",
     )
@@ -138,11 +141,20 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _positive(text: str) -> int:
+def _seed(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= 1")
-    return value
+        return values.whole_number("seed", text, 0, MAX_SEED)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a whole number from 0 to 2^64-1"
+        ) from None
+
+
+def _step_count(text: str) -> int:
+    """A count of steps: 1..MAX_STEPS (an A/B holds every record of every arm in memory)."""
+    try:
+        return values.whole_number("steps", text, 1, MAX_STEPS)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a whole number from 1 to {MAX_STEPS:,}"
+        ) from None

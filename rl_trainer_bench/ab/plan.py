@@ -15,7 +15,9 @@ from pathlib import Path
 from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab.arms import ArmSpec
 from rl_trainer_bench.bench import plan as bench_plan
+from rl_trainer_bench.bench.micro_batch_memory import host_memory_bytes
 from rl_trainer_bench.config import knobs as config
+from rl_trainer_bench.config.engine_keys import parse_engine_flags
 from rl_trainer_bench.errors import UserError
 
 ENGINE_FLAGS = "ENGINE_FLAGS"
@@ -45,7 +47,7 @@ def plan_arms(args: argparse.Namespace, out: Path) -> ArmPlan:
     envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
     arm_configs = {label: config.BenchConfig.from_env(env) for label, env in envs.items()}
     for arm_config in arm_configs.values():
-        _refuse_unapplied_engine_keys(bench_plan.resolve(arm_config))
+        _resolve_as_run_does(arm_config)
     names: dict[tuple[tuple[str, str], ...], str] = {}
     for arm in arms:
         names.setdefault(arm.program_knobs, f"bench{len(names) + 1}")
@@ -86,11 +88,17 @@ def arm_env(
     return env
 
 
-def _refuse_unapplied_engine_keys(plan: bench_plan.Plan) -> None:
-    """An engine key the engine config does not take would make an arm a silent copy of another."""
-    if plan.unapplied:
+def _resolve_as_run_does(bench_config: config.BenchConfig) -> None:
+    """The plan `run` makes of one bench (engine config, mesh, micro-batch memory), so an A/B
+    refuses what `run` would before any arm; and an engine key of --arms/--knob that the engine
+    does not apply is refused, since it would make an arm a silent copy of another (keys of a
+    trainer's argv that the engine does not apply are expected, and listed by the run)."""
+    resolved = bench_plan.resolve(bench_config, host_memory_bytes())
+    given = parse_engine_flags(bench_config.engine_flags)
+    unapplied = [key for key in resolved.unapplied if key in given]
+    if unapplied:
         raise UserError(
-            f"engine key(s) {' '.join(plan.unapplied)} would not be applied to the engine: "
+            f"engine key(s) {' '.join(unapplied)} would not be applied to the engine: "
             "fix the key names (see `rl-trainer-bench ab --help`)"
         )
 
@@ -101,7 +109,6 @@ def base_knobs(pairs: Sequence[str]) -> dict[str, str]:
         key, sep, value = pair.partition("=")
         if not sep or not key or not value:
             raise UserError(f"--knob {pair!r}: write KEY=VALUE, e.g. --knob MICRO_STEPS=4")
-        if key in ab_arms.RESERVED_KNOBS:
-            raise UserError(f"--knob {key}: set it with {ab_arms.RESERVED_KNOBS[key]}")
+        ab_arms.check_key(key, "--knob")
         knobs[key] = value
     return knobs

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.io import refuse_special_file
 from rl_trainer_bench.units import milliseconds
 
 
@@ -28,11 +29,17 @@ class Progress:
 
     def keep_log(self, path: Path) -> None:
         """From now on, write the log to `path` (created with its folder), held lines first."""
+        refuse_special_file(path, "--out")
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file = path.open("w")
         for line in self._held:
             self._write(line)
         self._held = []
+
+    @property
+    def keeps_log(self) -> bool:
+        """Whether the log goes to its file yet (`keep_log` was called)."""
+        return self._file is not None
 
     def close(self) -> None:
         if self._file is not None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rl_trainer_bench import interrupts
 from rl_trainer_bench.ab import interleave
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab import predict as ab_predict
@@ -24,12 +25,24 @@ from rl_trainer_bench.ab.arms import ArmSpec
 from rl_trainer_bench.ab.parser import DESIGN_INTERLEAVED
 from rl_trainer_bench.ab.plan import ArmPlan, base_knobs, plan_arms
 from rl_trainer_bench.ab.progress import Progress
-from rl_trainer_bench.ab.verdict import fresh_name, write_verdict
+from rl_trainer_bench.ab.verdict import (
+    AB_REPORT_FILES,
+    fresh_name,
+    move_earlier_ab_aside,
+    write_verdict,
+)
 from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.config import knobs as config
-from rl_trainer_bench.io import check_writable_folder
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import check_writable_folder, refuse_special_file
 
 INTERLEAVED_LABEL = "interleaved"
+INTERLEAVED_FILE = f"{INTERLEAVED_LABEL}.jsonl"
+
+
+def _results_name(index: int, arm: ArmSpec) -> str:
+    """The file of the `index`-th arm's step records (1-based)."""
+    return f"arm{index}-{arm.setting}.jsonl"
 
 
 # Builds a Bench from its config and a log callable: the driver's, or a stand-in in tests.
@@ -50,6 +63,9 @@ def same_process(
     schedule = interleaved_schedule(args, plan)
     ab_predict.check_settings(predictions, dict.fromkeys(a.setting for a in plan.arms))
     check_writable_folder(out, "--out")
+    arm_files = [_results_name(i, arm) for i, arm in enumerate(plan.arms, 1)]
+    for name in (*AB_REPORT_FILES, INTERLEAVED_FILE, *arm_files):
+        refuse_special_file(out / name, "--out")
     runs: list[ArmRun] = []
     progress = Progress(started)
     with contextlib.ExitStack() as cleanup:
@@ -63,7 +79,7 @@ def same_process(
 
             progress.say(start_for_preset(plan.preset.host_devices))
             benches = _built_benches(plan, make_bench or _driver_bench, progress, cleanup)
-            progress.keep_log(out / "ab.log")  # every refusal is behind us: now files may change
+            _start_writing(out, progress)  # every refusal is behind us: now files may change
             compile_s = {name: _compiled(name, bench, progress) for name, bench in benches.items()}
             if schedule is not None:
                 (bench,) = benches.values()
@@ -72,17 +88,34 @@ def same_process(
                 bench = benches[plan.groups[arm.label]]
                 runs.append(_run_arm(bench, plan, arm, index, args, out, progress))
             progress.say("arms done; scoring")
-        except KeyboardInterrupt:
-            return _interrupted(args, plan, out, runs, started, progress.where())
+        except KeyboardInterrupt as interrupt:
+            if not progress.keeps_log:
+                _start_writing(out, progress)
+            return _interrupted(args, plan, out, runs, started, progress.where(), interrupt)
     return _report_same_process(
         args, plan, out, runs, compile_s, predictions, sources, started, schedule
     )
+
+
+def _start_writing(out: Path, progress: Progress) -> None:
+    """The run's first files: an earlier run's moved aside, then the log kept in `out/ab.log`."""
+    out.mkdir(parents=True, exist_ok=True)
+    moved: list[str] = []
+    move_earlier_ab_aside(out, moved.append)
+    progress.keep_log(out / "ab.log")
+    for line in moved:
+        progress.say(line)
 
 
 def interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.Schedule | None:
     """The interleaved design's schedule (None for separate arms); refuses arms it cannot switch."""
     if args.design != DESIGN_INTERLEAVED:
         return None
+    if args.order is not None:
+        raise UserError(
+            f"--order {args.order} orders separate arms (--design arms); an interleaved run"
+            " switches settings on its seeded schedule: drop --order, or set --schedule-seed"
+        )
     baseline, other = interleave.stage_only_settings(plan.arms)
     return interleave.make_schedule(
         (baseline.setting, other.setting),
@@ -109,7 +142,7 @@ def _run_interleaved(
         stage=config.StageConfig(),
         arm=INTERLEAVED_LABEL,
         warmup_steps=schedule.warmup_steps,
-        results_path=out / f"{INTERLEAVED_LABEL}.jsonl",
+        results_path=out / INTERLEAVED_FILE,
         boundary_stages=[stage_of[setting] for setting in schedule.boundaries],
     )
     return dataclasses.replace(
@@ -133,7 +166,7 @@ def _run_arm(
         stage=plan.stages[arm.label],
         arm=arm.label,
         warmup_steps=args.warmup_steps,
-        results_path=out / f"arm{index}-{arm.setting}.jsonl",
+        results_path=out / _results_name(index, arm),
     )
     return dataclasses.replace(result, setting=arm.setting, source=plan.groups[arm.label])
 
@@ -227,8 +260,10 @@ def _interrupted(
     runs: list[ArmRun],
     started: float,
     where: str,
+    interrupt: KeyboardInterrupt,
 ) -> int:
-    """Ctrl-C: ab.json with the arms that finished, marked incomplete (no verdict), and one line."""
+    """Ctrl-C or SIGTERM: ab.json with the arms that finished, marked incomplete (no verdict), one
+    line, and 128 + the signal as the exit code."""
     content = ab_report.incomplete_document(
         mode="same-process",
         command=sys.argv,
@@ -240,14 +275,14 @@ def _interrupted(
         machine=ab_report.host_machine(),
         extra={"arm_knobs": plan.envs, "bench_groups": plan.groups},
     )
-    out.mkdir(parents=True, exist_ok=True)
     ab_report.write_json(out / "ab.json", content)
     print(
-        f"rl-trainer-bench ab: interrupted {where}; {len(runs)} of {len(plan.arms)} arms finished,"
-        f" written to {out / 'ab.json'} marked incomplete (no verdict)",
+        f"rl-trainer-bench ab: {interrupts.describe(interrupt)} {where}; {len(runs)} of"
+        f" {len(plan.arms)} arms finished, written to {out / 'ab.json'} marked incomplete"
+        " (no verdict)",
         file=sys.stderr,
     )
-    return 130
+    return interrupts.exit_code(interrupt)
 
 
 def _driver_bench(bench_config: config.BenchConfig, log: Callable[[str], None]) -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from rl_trainer_bench.ab import plot as ab_plot
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
 from rl_trainer_bench.bench.ruler import ArmRun
-from rl_trainer_bench.io import write_text_atomically
+from rl_trainer_bench.io import move_earlier_run_aside, write_text_atomically
 
 
 def write_verdict(
@@ -75,6 +75,19 @@ def write_verdict(
     ab_report.write_json(out / "ab.json", content)
     print(f"wrote {out / 'ab.json'}")
     return 1 if ab_checks.failed(checks) else 0
+
+
+# What an A/B writes in its folder: an earlier run's files matching these are moved aside first.
+AB_REPORT_FILES = ("ab.json", "ab.txt", "ab.log", "ab.png")
+AB_FILES = (*AB_REPORT_FILES, "arm*-*.jsonl", "interleaved.jsonl")
+
+
+def move_earlier_ab_aside(out: Path, say: Callable[[str], None]) -> None:
+    """Move an earlier A/B's files in `out` into `out/earlier-<time>/`, and say so: a new run's
+    files are never mixed with an earlier run's, and an earlier result is never replaced."""
+    aside = move_earlier_run_aside(out, AB_FILES) if out.is_dir() else None
+    if aside is not None:
+        say(f"moved the earlier run's files in {out} aside to {aside}")
 
 
 def fresh_name() -> Path:

@@ -24,6 +24,7 @@ from typing import Any
 
 import jax
 
+from rl_trainer_bench import interrupts
 from rl_trainer_bench.accelerators import chip_for_device_kind
 from rl_trainer_bench.bench import ruler
 from rl_trainer_bench.bench.plan import refuse_unrunnable_stages
@@ -43,6 +44,7 @@ from rl_trainer_bench.config.knobs import (
     add_driver_knob_arguments,
     driver_knobs,
 )
+from rl_trainer_bench.engine import returns
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import (
     STAGING_METHODS,
@@ -54,7 +56,7 @@ from rl_trainer_bench.engine.contract import (
 )
 from rl_trainer_bench.engine.factory import engine_class
 from rl_trainer_bench.errors import ConfigError, UserError, run_guarded
-from rl_trainer_bench.io import check_writable_folder
+from rl_trainer_bench.io import check_writable_folder, refuse_special_file
 
 EngineFactory = Callable[[EngineConfig], Engine]
 
@@ -102,6 +104,7 @@ class Bench:
         factory = self._engine_factory or engine_class(self.config.engine)  # import it first
         payloads = self._build_pool(engine_config)
         self.engine = factory(engine_config)
+        returns.refuse_incomplete(self.engine)
         self.worker = TrainerWorker(self.engine, fused=self.config.worker == "fused")
         self.log(f"{ruler.LOG_PREFIX} worker {_describe(self.worker.info())}")
         for stage in (self.config.stage, *stages):
@@ -113,7 +116,8 @@ class Bench:
 
     def compile(self) -> dict[str, float]:
         """Compile every program on the pool's first micro-batch, then watch for later compiles."""
-        compile_s = dict(self.engine.compile(self.pool.entries[0].payload))
+        compile_s = returns.compile_seconds(self.engine.compile(self.pool.entries[0].payload))
+        interrupts.check()  # a Ctrl-C during the compile may have been swallowed inside it
         for program, seconds in compile_s.items():
             self.log(f"{ruler.LOG_PREFIX} compile program={program} seconds={seconds:.3f}")
         self._compile_listener.enter_context(self.compiles.installed())
@@ -206,9 +210,10 @@ class Bench:
         loop = StepLoop(
             self.worker, self.pool, stage, self.compiles, profiler, settings, self.log, per_boundary
         )
-        writer = ruler.ResultsWriter(results_path) if results_path else None
+        writer = ruler.ResultsWriter(results_path, self.log) if results_path else None
         with loop, writer or contextlib.nullcontext():
             for step in range(loop.total_steps):
+                interrupts.check()  # one swallowed by library code stops the run at a boundary
                 record = loop.run_step(step)
                 self.log(ruler.format_line(record))
                 if record.staged is not None:
@@ -243,23 +248,29 @@ def _describe(info: Mapping[str, Any]) -> str:
 
 
 def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], None]) -> int:
-    """The driver's whole run; returns the exit code (1 when a scored step recompiled).
+    """The driver's whole run; returns the exit code (1 when a scored step recompiled or a step's
+    metrics were not finite).
 
     The plan comes first: every refusal host work can make is made before the runtime starts
     (the plan, the results folder, staging with a fused worker), and PLAN_ONLY=1 ends the run
-    there, having printed it. The results file is replaced only when the run's first step is
-    written.
+    there, having printed it. An earlier results file is moved aside only when the run's first
+    step is written.
     """
     from rl_trainer_bench.bench import plan
     from rl_trainer_bench.bench.distributed import initialize_runtime
+    from rl_trainer_bench.bench.micro_batch_memory import host_memory_bytes
     from rl_trainer_bench.code_digest import code_sha256
 
-    resolved = plan.resolve(config)
+    # A plan for a TRAINER_SLICE may run on any host (the renderer's, a laptop): this host's memory
+    # says nothing of the pod's there, so only a run, or a plan for this machine, checks it.
+    planned_elsewhere = config.plan_only and config.trainer_slice is not None
+    resolved = plan.resolve(config, None if planned_elsewhere else host_memory_bytes())
     if config.plan_only:
         for line in resolved.lines():
             log(line)
         return 0
     check_writable_folder(config.results_dir, "RESULTS_DIR")
+    refuse_special_file(config.results_dir / "results.jsonl", "RESULTS_DIR")
     log(initialize_runtime(env, config.preset.host_devices))
     log(f"{ruler.LOG_PREFIX} config {_describe(config.describe())}")
     log(f"{ruler.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")
@@ -280,13 +291,28 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
         f"{ruler.LOG_PREFIX} final param_digest={result.param_digest or '-'}"
         f" updates={result.updates} stages={result.stages} results={results}"
     )
+    failures = _failures(result)
+    for failure in failures:
+        log(f"{ruler.LOG_PREFIX} FAILED: {failure}")
+    return 1 if failures else 0
+
+
+def _failures(result: ArmRun) -> list[str]:
+    """What makes a finished run's figures untrustworthy: a compile in a scored step, or a step
+    whose loss, gradient norm or loss denominator the engine reported as NaN or infinite."""
+    failures = []
     if result.recompiles:
-        log(
-            f"{ruler.LOG_PREFIX} FAILED: programs compiled during scored steps:"
-            f" {', '.join(result.recompiles)}; their compile time is in those steps' figures"
+        failures.append(
+            f"programs compiled during scored steps: {', '.join(result.recompiles)};"
+            " their compile time is in those steps' figures"
         )
-        return 1
-    return 0
+    broken = [f"{r.step} ({', '.join(r.non_finite)})" for r in result.records if r.non_finite]
+    if broken:
+        failures.append(
+            f"non-finite metrics at step(s) {'; '.join(broken)}: the engine's training diverged"
+            " or is broken, so its step times do not time a working trainer"
+        )
+    return failures
 
 
 def run_command(args: argparse.Namespace) -> int:

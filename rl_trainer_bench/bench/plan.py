@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice
+from rl_trainer_bench.bench import micro_batch_memory
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig, driver_knobs
 from rl_trainer_bench.engine.config import EngineConfig, config_problems
@@ -87,18 +88,32 @@ class Plan:
         ]
 
 
-def resolve(config: BenchConfig) -> Plan:
-    """Validate what `config` asks for and resolve its cell; ConfigError naming the first problem."""
+def resolve(config: BenchConfig, host_bytes: int | None = None) -> Plan:
+    """Validate what `config` asks for and resolve its cell; ConfigError naming the first problem.
+
+    `host_bytes` is the memory of the host that will build the micro-batch pool, where the plan
+    runs on it (None: not checked, as when rendering for another machine's pod).
+    """
     refuse_unrunnable_stages(config.worker, [config.stage])
     engine, unapplied = engine_config_from(config.preset, config.trainer_argv, config.engine_flags)
+    refuse_engine_config_problems(engine, config.preset.name)
+    _check_slice(engine, config.trainer_slice)
+    micro_batch_memory.refuse_oversized(
+        engine, config.distinct_micro_batches, host_bytes, config.trainer_slice
+    )
+    return Plan(config, engine, tuple(unapplied), _layout(engine, config.orch_argv))
+
+
+def refuse_engine_config_problems(engine: EngineConfig, preset_name: str) -> None:
+    """ConfigError naming the first thing that keeps `engine` from being laid out on its mesh
+    (`config_problems`): the one check `run`, the pod, `aot` and `check-engine` make, so none of
+    them reaches JAX with a micro-batch its mesh cannot split."""
     problems = config_problems(engine)
     if problems:
         raise ConfigError(
-            f"engine config {problems[0]} (preset {config.preset.name} with TRAINER_ARGV and"
+            f"engine config {problems[0]} (preset {preset_name} with TRAINER_ARGV and"
             " ENGINE_FLAGS applied): fix the key, or choose another PRESET"
         )
-    _check_slice(engine, config.trainer_slice)
-    return Plan(config, engine, tuple(unapplied), _layout(engine, config.orch_argv))
 
 
 def refuse_unrunnable_stages(worker: str, stages: Iterable[StageConfig]) -> None:

@@ -13,16 +13,19 @@ An arm's result (`ArmRun`) is its step records and the counters the A/B's exact 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from rl_trainer_bench.bench.clock import StepClock
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import move_earlier_run_aside, refuse_special_file
 
 LOG_PREFIX = "[TrainerBench]"
 
@@ -64,13 +67,32 @@ class StepRecord:
     arm: str = ""  # A/B arm label; empty outside an A/B
     fwd_bwd_device_s: list[float] = dataclasses.field(default_factory=list)  # per call, on device
 
+    @property
+    def non_finite(self) -> list[str]:
+        """The engine's metrics that came back NaN or infinite this step (a broken training step:
+        the run and the A/B fail on it)."""
+        return [name for name in FINITE_METRICS if not math.isfinite(getattr(self, name))]
+
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The record as strict JSON: a non-finite metric is `null`, named in `non_finite`."""
+        data = dataclasses.asdict(self)
+        flagged = self.non_finite
+        for name in flagged:
+            data[name] = None
+        return {**data, "non_finite": flagged}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepRecord:
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        fields = {k: v for k, v in data.items() if k in names}
+        for name in data.get("non_finite") or []:
+            if name in FINITE_METRICS and fields.get(name) is None:
+                fields[name] = math.nan  # written as null: the value was not finite
+        return cls(**fields)
+
+
+# The engine's metrics a record keeps as floats; NaN or infinity in one is flagged, never hidden.
+FINITE_METRICS = ("loss", "grad_norm", "loss_denominator")
 
 
 @dataclasses.dataclass
@@ -433,23 +455,56 @@ def without_times(line: str) -> str:
 
 class ResultsWriter:
     """Writes one JSON line per step to results.jsonl, flushed and synced before the next step,
-    so a crash or a killed pod keeps every finished step (at worst the last line is torn).
+    so a crash or a killed pod keeps every finished step.
 
-    The file is opened (and an earlier run's file replaced) only when the first step is written:
-    a run refused or failed before its first step leaves earlier results as they were.
+    The file is opened only when the first step is written, and an earlier run's file there is
+    then moved aside into `earlier-<time>/` (named in the log), never replaced or appended to: a
+    run refused or failed before its first step leaves earlier results as they were. A write that
+    fails (a full disk) cuts the file back to its last whole line, or removes it when it holds
+    none, and stops the run with one line naming the file.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, log: Callable[[str], None] = print):
         self.path = path
+        self._log = log
         self._file: IO[str] | None = None
+        self._lines = 0
 
     def write(self, record: StepRecord) -> None:
+        line = json.dumps(record.to_json(), allow_nan=False) + "\n"
         if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("w", encoding="utf-8")
-        self._file.write(json.dumps(record.to_json(), allow_nan=True) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+            self._open()
+        end = self._file.tell()
+        try:
+            self._file.write(line)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as error:
+            self._cut_back(end)
+            kept = f"the {self._lines} step(s) before are kept" if self._lines else "none kept"
+            raise UserError(
+                f"cannot write {self.path} ({error.strerror or error}): free space there or set"
+                f" another RESULTS_DIR; {kept}"
+            ) from None
+        self._lines += 1
+
+    def _open(self) -> None:
+        refuse_special_file(self.path, "RESULTS_DIR")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        aside = move_earlier_run_aside(self.path.parent, [self.path.name])
+        if aside is not None:
+            self._log(f"{LOG_PREFIX} moved the earlier {self.path.name} aside to {aside}")
+        self._file = self.path.open("w", encoding="utf-8")
+
+    def _cut_back(self, end: int) -> None:
+        """Leave only whole lines: truncate to `end`, or remove a file with no line at all."""
+        with contextlib.suppress(OSError):
+            self._file.truncate(end)
+            self._file.close()
+        if not self._lines:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+        self._file = None
 
     def close(self) -> None:
         if self._file is not None:

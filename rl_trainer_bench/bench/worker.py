@@ -35,16 +35,24 @@ class TrainerWorker:
         """Dispatch one micro-batch; a fused worker also applies the optimizer when asked."""
         self.engine.fwd_bwd(request)
         if self.fused and apply_optimizer:
-            self.engine.update()
+            from rl_trainer_bench.engine import returns  # numpy: not at this module's import
+
+            returns.train_step(self.engine.update())
 
     def update(self) -> int:
-        """Apply the step's gradient (separate worker) and return the train step."""
+        """Apply the step's gradient (separate worker) and return the train step; an engine whose
+        `update` returns anything but an int breaks the contract (ContractError)."""
+        from rl_trainer_bench.engine import returns  # numpy: not at this module's import
+
         if self.fused:
             return self.engine.train_step
-        return self.engine.update()
+        return returns.train_step(self.engine.update())
 
     def get_metrics(self) -> Mapping[str, Any]:
-        return self.engine.get_metrics(clear_cache=True)
+        """The engine's metrics, checked against the contract (ContractError naming the problem)."""
+        from rl_trainer_bench.engine import returns  # numpy: not at this module's import
+
+        return returns.metrics(self.engine.get_metrics(clear_cache=True))
 
     def info(self) -> dict[str, Any]:
         """What the worker runs: its update mode and, where the engine describes itself, the engine."""

@@ -10,7 +10,6 @@ import ast
 import dataclasses
 import math
 import re
-import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
 from rl_trainer_bench.config import values
@@ -102,7 +101,7 @@ def parse_trainer_argv(argv: str | Sequence[str]) -> dict[str, str]:
     assignments and the python command (`python -m module`) are skipped; `--k=v`, `--k v` and a
     bare `--flag` (value "true") are read; quoted values lose their quotes. Last one wins.
     """
-    tokens = shlex.split(argv) if isinstance(argv, str) else list(argv)
+    tokens = values.shell_words("TRAINER_ARGV", argv) if isinstance(argv, str) else list(argv)
     start = next((i for i, token in enumerate(tokens) if token.startswith("--")), len(tokens))
     for token in tokens[:start]:
         if not (

@@ -82,8 +82,15 @@ class Knob:
         return self.parse(self.name, text) if text else self.unset
 
 
-def _at_least(minimum: int) -> Callable[[str, str], int]:
-    return lambda name, text: values.whole_number(name, text, minimum)
+# Bounds of the count knobs: far above any run worth timing, far below what exhausts the host's
+# memory in step records (an A/B holds every record of every arm) or its patience.
+MAX_STEPS = 100_000
+MAX_MICRO_STEPS = 4_096
+MAX_SEED = 2**64 - 1
+
+
+def _between(minimum: int, maximum: int) -> Callable[[str, str], int]:
+    return lambda name, text: values.whole_number(name, text, minimum, maximum)
 
 
 def _one_of(choices: tuple[str, ...]) -> Callable[[str, str], str]:
@@ -135,14 +142,24 @@ KNOBS: tuple[Knob, ...] = (
         f"preset name (default: the preset of the model TRAINER_ARGV names, else {DEFAULT_PRESET})",
         shown=lambda chosen: chosen.name,
     ),
-    Knob("STEPS", "5", _at_least(1), "scored steps, an integer >= 1"),
-    Knob("WARMUP_STEPS", "1", _at_least(1), "warm-up steps before the scored ones, >= 1"),
-    Knob("MICRO_STEPS", "", _at_least(1), "fwd_bwd calls per step, >= 1 (default: the preset's)"),
+    Knob("STEPS", "5", _between(1, MAX_STEPS), f"scored steps, 1..{MAX_STEPS:,}"),
+    Knob(
+        "WARMUP_STEPS",
+        "1",
+        _between(1, MAX_STEPS),
+        f"warm-up steps before the scored ones, 1..{MAX_STEPS:,}",
+    ),
+    Knob(
+        "MICRO_STEPS",
+        "",
+        _between(1, MAX_MICRO_STEPS),
+        f"fwd_bwd calls per step, 1..{MAX_MICRO_STEPS:,} (default: the preset's)",
+    ),
     Knob(
         "DISTINCT_MICRO_BATCHES",
         "",
-        _at_least(1),
-        "micro-batches in the pool, >= 1 (default MICRO_STEPS + 1)",
+        _between(1, MAX_MICRO_STEPS + 1),
+        f"micro-batches in the pool, 1..{MAX_MICRO_STEPS + 1:,} (default MICRO_STEPS + 1)",
     ),
     Knob(
         "STAGE_BEFORE_UPDATE",
@@ -178,7 +195,7 @@ KNOBS: tuple[Knob, ...] = (
     ),
     Knob("RESULTS_DIR", "bench_results", lambda name, text: Path(text), "folder for results"),
     Knob("ROUTING_PROFILE", "", _text, "routing profile JSON path (default: the shipped one)"),
-    Knob("SEED", "0", values.whole_number, "integer seed of the micro-batch pool"),
+    Knob("SEED", "0", _between(0, MAX_SEED), "seed of the micro-batch pool, 0..2^64-1"),
     Knob(
         "TRAINER_ARGV",
         "",

@@ -20,16 +20,23 @@ REAL_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
 _SWITCH = {"on": True, "off": False}
 _STEP_WINDOW = re.compile(r"([0-9]+)(?:\s*[:-]\s*([0-9]+))?", re.ASCII)
 STEP_WINDOW_FORMS = "N, A:B or A-B (one inclusive window of step indices)"
+# Longer digit strings are not numbers anyone means, and int() refuses past 4,300 digits with a
+# ValueError of its own: refused here first, as the knob's one line.
+MAX_DIGITS = 100
 
 
-def whole_number(name: str, text: str, minimum: int | None = None) -> int:
-    """An integer written in ASCII digits, at least `minimum` when one is given."""
+def whole_number(
+    name: str, text: str, minimum: int | None = None, maximum: int | None = None
+) -> int:
+    """An integer written in ASCII digits, within [`minimum`, `maximum`] where they are given."""
     stripped = text.strip()
-    if not WHOLE_NUMBER.fullmatch(stripped):
+    if not WHOLE_NUMBER.fullmatch(stripped) or len(stripped) > MAX_DIGITS:
         raise ConfigError(f"{name}={text!r} is not an integer: write ASCII digits, e.g. {name}=4")
     value = int(stripped)
     if minimum is not None and value < minimum:
         raise ConfigError(f"{name}={value} is too small: use an integer >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{name}={value} is too large: use an integer <= {maximum:,}")
     return value
 
 

@@ -39,6 +39,8 @@ PAYLOAD_FIELDS: Mapping[str, tuple[np.dtype, int]] = {
 }
 OPTIONAL_PAYLOAD_FIELDS = frozenset({"ref_logps", "routed_experts"})
 
+# The methods every engine has; with the `train_step` counter, the whole required contract.
+REQUIRED_METHODS = ("compile", "fwd_bwd", "update", "get_metrics")
 # The methods an engine may have, and what the bench does with each; `optional` reads them.
 OPTIONAL_METHODS: Mapping[str, str] = {
     "prepare_fwd_bwd_input": "prepare_fwd_bwd_input(payload) -> PreparedInput: start the "
@@ -146,6 +148,12 @@ class Engine(Protocol):
     def get_metrics(self, clear_cache: bool = True) -> Mapping[str, Any]:
         """Host values of the last step: loss, grad_norm, loss_denominator, overflow and replay counts."""
         ...
+
+
+def missing_requirements(engine: object) -> list[str]:
+    """What `engine` lacks of the contract's required methods and its `train_step` counter."""
+    missing = missing_methods(engine, REQUIRED_METHODS)
+    return missing if hasattr(engine, "train_step") else [*missing, "train_step"]
 
 
 def missing_methods(engine: object, names: tuple[str, ...]) -> list[str]:
@@ -290,62 +298,3 @@ def example_payloads_for(
         )
         for seed in range(count)
     ]
-
-
-def check_engine(engine: object, payloads: list[Payload]) -> list[str]:
-    """Run the contract on `engine` with two or more same-shaped micro-batches; the failures found.
-
-    Checks: the required methods exist; compile returns seconds per program; fwd_bwd returns None
-    and leaves train_step alone; update returns train_step + 1; get_metrics carries METRIC_KEYS
-    with finite numbers; and, where the engine has the staging methods, a prepared micro-batch
-    trains exactly like the plain one (same metrics; same parameters where the engine exposes a
-    parameter digest, compared against a second engine is the caller's business).
-    """
-    failures: list[str] = []
-    required = ("compile", "fwd_bwd", "update", "get_metrics")
-    missing = missing_methods(engine, required)
-    if missing or not hasattr(engine, "train_step"):
-        return [f"missing required methods: {', '.join(missing or ['train_step'])}"]
-    compiled = engine.compile(payloads[0])
-    if not isinstance(compiled, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, float) for k, v in compiled.items()
-    ):
-        failures.append(f"compile must return {{program: seconds}}, got {compiled!r}")
-    start = engine.train_step
-    for payload in payloads:
-        if engine.fwd_bwd(payload) is not None:
-            failures.append("fwd_bwd must return None")
-    if engine.train_step != start:
-        failures.append(f"train_step moved in fwd_bwd: {start} -> {engine.train_step}")
-    new_step = engine.update()
-    if new_step != start + 1 or engine.train_step != start + 1:
-        failures.append(f"update must return train_step + 1 = {start + 1}, got {new_step}")
-    metrics = engine.get_metrics()
-    failures += _metric_failures(metrics)
-    if not missing_methods(engine, STAGING_METHODS):
-        prepared = engine.prepare_fwd_bwd_input(payloads[0])
-        if not isinstance(prepared, PreparedInput):
-            failures.append("prepare_fwd_bwd_input must return a PreparedInput (name, digests)")
-        engine.fwd_bwd(prepared)
-        for payload in payloads[1:]:
-            engine.fwd_bwd(payload)
-        waited = engine.wait_for_device()
-        if not isinstance(waited, float) or waited < 0:
-            failures.append(f"wait_for_device must return seconds >= 0, got {waited!r}")
-        engine.update()
-        staged = engine.get_metrics()
-        failures += _metric_failures(staged)
-        if not failures and staged["loss_denominator"] != metrics["loss_denominator"]:
-            failures.append(
-                "a prepared micro-batch trained different tokens: loss_denominator "
-                f"{staged['loss_denominator']} != {metrics['loss_denominator']}"
-            )
-    return failures
-
-
-def _metric_failures(metrics: Mapping[str, Any]) -> list[str]:
-    missing = [k for k in METRIC_KEYS if k not in metrics]
-    if missing:
-        return [f"get_metrics lacks {', '.join(missing)}"]
-    bad = [k for k in METRIC_KEYS if not np.isfinite(float(metrics[k]))]
-    return [f"get_metrics has non-finite {', '.join(bad)}"] if bad else []

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 
+from rl_trainer_bench import user_code
+
 # Light on purpose: the knob table (and so every command's parser) reads BUILT_IN from here, and a
 # parser must not pay for numpy or JAX; the contract is imported where an engine is built.
 
@@ -23,13 +25,19 @@ def engine_class(spec: str, knob: str = "ENGINE") -> type:
     module_name, colon, class_name = spec.partition(":")
     if not colon or not module_name or not class_name:
         raise ContractError(f"{knob}={spec!r}: write module:Class, e.g. {BUILT_IN}")
+    user_code.claim(module_name)  # what its module raises from here on is the user's to fix
     try:
-        found = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as error:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
         raise ContractError(
             f"{knob}={spec!r} cannot be imported ({error}): install the engine's package in this"
             " environment or fix the name"
         ) from error
+    found = getattr(module, class_name, None)
+    if found is None:
+        raise ContractError(f"{knob}={spec!r}: module {module_name} has no {class_name}")
     if not isinstance(found, type):
         raise ContractError(f"{knob}={spec!r} names a {type(found).__name__}, not a class")
+    for base in found.__mro__:  # a base class from another of the user's packages is theirs too
+        user_code.claim(base.__module__)
     return found

@@ -28,7 +28,7 @@ from rl_trainer_bench.config.knobs import refuse_misspelt_knobs
 from rl_trainer_bench.config.presets import MODEL_FLAGS
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.io import read_user_text, write_text_atomically
+from rl_trainer_bench.io import check_output_file, read_user_text, write_text_atomically
 from rl_trainer_bench.launch import code_bundle, validate
 from rl_trainer_bench.launch.client_command import (
     ClientCommand,
@@ -280,6 +280,8 @@ def run(args) -> int:
     # render_bench.sh passes on only the knobs it knows; a misspelt one would vanish silently.
     refuse_misspelt_knobs(os.environ, "the environment", [knob.env for knob in RENDER_KNOBS])
     knobs = RenderKnobs.from_strings({knob.dest: getattr(args, knob.dest) for knob in RENDER_KNOBS})
+    if knobs.output is not None:
+        check_output_file(knobs.output, "OUTPUT")
     source, text = _read_input(knobs.launch_render)
     rendered, pod_plan = render_with_plan(text, source, knobs)
     if knobs.output is None:

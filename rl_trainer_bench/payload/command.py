@@ -12,11 +12,11 @@ import numpy as np
 from rl_trainer_bench.config.presets import preset as find_preset
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.io import write_text_atomically
+from rl_trainer_bench.io import check_output_file, write_text_atomically
 from rl_trainer_bench.payload import routing_profile
 from rl_trainer_bench.payload.build import build_calibrated
 from rl_trainer_bench.payload.digests import payload_digest
-from rl_trainer_bench.payload.npz import check_out_folder, save_npz
+from rl_trainer_bench.payload.npz import save_npz
 from rl_trainer_bench.payload.packing import PackingLayout
 
 
@@ -45,7 +45,7 @@ def run_payload(args) -> int:
     """`rl-trainer-bench payload`: build one micro-batch, print its calibration, write it."""
     if not args.out.endswith(".npz"):
         raise UserError(f"--out {args.out}: the micro-batch is written as .npz; name it FILE.npz")
-    check_out_folder(args.out)
+    check_output_file(args.out, "--out")
     engine = engine_for(args)
     profile = routing_profile.load_profile(args.routing_profile)
     built = build_calibrated(
@@ -70,6 +70,8 @@ def run_payload(args) -> int:
 
 def run_profile_routing(args) -> int:
     """`rl-trainer-bench profile-routing`: a profile from a run's routed-experts dump."""
+    if args.out is not None:
+        check_output_file(args.out, "--out")  # before the dump is read
     try:
         dump = np.load(args.dump, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError, EOFError) as error:
@@ -81,8 +83,6 @@ def run_profile_routing(args) -> int:
             f"routing dump {args.dump}: an .npz archive; pass one .npy array of routed experts "
             "(np.save(path, routed))"
         )
-    if args.out is not None:
-        check_out_folder(args.out)
     profile = routing_profile.profile_from_dump(
         dump,
         layout=args.layout,

@@ -11,21 +11,13 @@ import numpy as np
 
 from rl_trainer_bench.engine.contract import OPTIONAL_PAYLOAD_FIELDS, PAYLOAD_FIELDS, Payload
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.io import write_atomically
+from rl_trainer_bench.io import check_output_file, write_atomically
 from rl_trainer_bench.payload.digests import digest_mismatches, with_digests
-
-
-def check_out_folder(path: str) -> str:
-    """The folder `path` will be written in; UserError when it does not exist (checked before work)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise UserError(f"--out {path}: folder {folder} does not exist; create it first")
-    return folder
 
 
 def save_npz(payload: Payload, path: str) -> None:
     """Write every array under its contract name, plus `name` and `digests`, atomically."""
-    check_out_folder(path)
+    check_output_file(path, "--out")
     write_atomically(
         path,
         lambda out: np.savez(

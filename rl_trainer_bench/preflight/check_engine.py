@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 
 from rl_trainer_bench.bench.distributed import start_for_preset
+from rl_trainer_bench.bench.plan import refuse_engine_config_problems
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.presets import preset
-from rl_trainer_bench.engine.contract import check_engine, example_payloads_for
+from rl_trainer_bench.engine.contract import example_payloads_for
 from rl_trainer_bench.engine.factory import BUILT_IN, engine_class
+from rl_trainer_bench.engine.returns import check_engine
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     cell = preset(args.preset)
     config, unapplied = engine_config_from(cell, args.trainer_argv, args.engine_flags)
+    refuse_engine_config_problems(config, cell.name)
     engine_type = engine_class(
         args.engine, knob="--engine"
     )  # a bad name is refused before JAX starts

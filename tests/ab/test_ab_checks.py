@@ -132,3 +132,16 @@ def test_recompile_in_a_warmup_step_is_allowed():
     runs = off_on_off_on(0.1, 0.09)
     runs[0].records[0] = dataclasses.replace(runs[0].records[0], recompiles=2)
     assert _status(runs, ab_checks.no_scored_recompiles) == ab_checks.PASS
+
+
+def test_a_nan_loss_in_any_arm_fails_and_survives_a_round_trip_through_json():
+    runs = off_on_off_on(0.1, 0.09)
+    assert ab_checks.finite_metrics(runs).status == ab_checks.PASS
+    broken = runs[2].records[1]
+    broken.loss = float("nan")
+    result = ab_checks.finite_metrics(runs)
+    assert (result.status, result.detail) == (ab_checks.FAIL, "off' step 1: loss not finite")
+    assert [r.name for r in ab_checks.failed(ab_checks.exact_checks(runs))] == [result.name]
+    data = broken.to_json()
+    assert (data["loss"], data["non_finite"]) == (None, ["loss"])
+    assert type(broken).from_json(data).non_finite == ["loss"]

@@ -8,6 +8,8 @@ trained, in which order, through which kind of input, and when the optimizer ran
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import os
 
 import numpy as np
 import pytest
@@ -278,12 +280,16 @@ def test_profile_window_writes_a_trace(tmp_path):
     assert b"fwd_bwd bench_0_0" not in trace and b"fwd_bwd bench_3_0" not in trace
 
 
-def test_results_jsonl_of_an_earlier_run_is_replaced_not_appended_to(tmp_path):
+def test_results_jsonl_of_an_earlier_run_is_moved_aside_not_replaced_or_appended_to(tmp_path):
     path = tmp_path / "results.jsonl"
-    path.write_text('{"step": 0, "from": "an earlier run"}\n')
+    earlier = '{"step": 0, "from": "an earlier run"}\n'
+    path.write_text(earlier)
+    os.utime(path, (1_700_000_000, 1_700_000_000))
+    stamp = datetime.datetime.fromtimestamp(1_700_000_000).strftime("%Y%m%d-%H%M%S")
+    lines = []
     bench = Bench(
         bench_config(),
-        lambda _: None,
+        lines.append,
         engine_factory=lambda _: StandInEngine(),
         pool=stand_in_pool(5),
     )
@@ -291,6 +297,11 @@ def test_results_jsonl_of_an_earlier_run_is_replaced_not_appended_to(tmp_path):
     bench.run(steps=1, stage=OFF, results_path=path)
     bench.close()
     assert [r.step for r in ruler.read_results(path)] == [0, 1]
+    assert (tmp_path / f"earlier-{stamp}" / "results.jsonl").read_text() == earlier
+    assert (
+        f"[TrainerBench] moved the earlier results.jsonl aside to {tmp_path}/earlier-{stamp}"
+        in lines
+    )
 
 
 class FailingEngine(StandInEngine):

@@ -24,7 +24,6 @@ from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.engine.contract import (
     STAGING_METHODS,
-    check_engine,
     example_payload,
     example_payloads_for,
     missing_methods,
@@ -35,6 +34,7 @@ from rl_trainer_bench.engine.maxtext_adapter import (
     replay_payload_type,
     to_maxtext_payload,
 )
+from rl_trainer_bench.engine.returns import check_engine
 
 
 def small_engine_config():

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
+from rl_trainer_bench.bench.plan import refuse_engine_config_problems
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.config import EngineConfig
@@ -85,6 +86,7 @@ def resolve_cell(
     note = ""
     if config.mesh == cell.engine.mesh and config.mesh.size != len(target.devices):
         config, note = _fit_fsdp(config, len(target.devices), target.name)
+    refuse_engine_config_problems(config, cell.name)
     return Cell(cell.name, config, unapplied, target, _mesh(config, target), note)
 
 

@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 from rl_trainer_bench import accelerators
-from rl_trainer_bench.config.knobs import engine_spec
+from rl_trainer_bench.config.knobs import MAX_MICRO_STEPS, engine_spec
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError, UserError
+from rl_trainer_bench.io import check_output_file, write_text_atomically
 from rl_trainer_bench.preflight.aot.check import run_check
 from rl_trainer_bench.preflight.aot.report import format_report
 from rl_trainer_bench.preflight.aot.targets import LOCAL
@@ -72,8 +73,12 @@ def run(args) -> int:
     """Exit 0 when the cell fits, 1 when it does not (or a program failed), 2 for bad input."""
     if args.stage_before_update not in ("on", "off"):
         raise ConfigError(f"STAGE_BEFORE_UPDATE={args.stage_before_update!r}: expected on or off")
-    if args.micro_steps < 0:
-        raise UserError(f"--micro-steps / MICRO_STEPS={args.micro_steps}: expected 0 or more")
+    if not 0 <= args.micro_steps <= MAX_MICRO_STEPS:
+        raise UserError(
+            f"--micro-steps / MICRO_STEPS={args.micro_steps}: expected 0 to {MAX_MICRO_STEPS:,}"
+        )
+    if args.output:
+        check_output_file(args.output, "--output")  # before the compiles, which take minutes
     with quiet_libtpu():
         report = run_check(
             args.preset,
@@ -90,8 +95,6 @@ def run(args) -> int:
         )
     document = json.dumps(report.to_json(), indent=1)
     if args.output:
-        from rl_trainer_bench.io import write_text_atomically
-
         write_text_atomically(Path(args.output), document + "\n")
     print(document if args.json else format_report(report))
     return 0 if report.fits else 1

@@ -1,0 +1,79 @@
+"""Will the micro-batches fit? Their bytes from the shapes alone, against the host and the device.
+
+A sequence length of 10^11 tokens is a valid integer, plans fine and then dies in the payload
+builder with a MemoryError minutes later (or kills the pod). The plan refuses it first: each
+micro-batch's bytes follow from its shape and the contract's dtypes (`PAYLOAD_FIELDS`), the pool
+of DISTINCT_MICRO_BATCHES of them is built on the host, and each device holds its share of one
+(rows split over fsdp x expert, the sequence over context). Both are compared with what there is:
+the host's memory (its RAM, or a smaller container limit) where the plan runs on the host that
+will build the pool, and the memory of the TRAINER_SLICE's chip from the chip table. These are
+necessary conditions, not a fit: `aot` checks the programs' memory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rl_trainer_bench.accelerators import TpuSlice
+from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS
+from rl_trainer_bench.errors import ConfigError
+from rl_trainer_bench.units import human_bytes
+
+CGROUP_MEMORY_LIMIT = Path("/sys/fs/cgroup/memory.max")
+
+
+def micro_batch_bytes(engine: EngineConfig) -> int:
+    """Host bytes of one micro-batch as the payload builder makes it for `engine`."""
+    per_token = sum(
+        dtype.itemsize
+        for name, (dtype, rank) in PAYLOAD_FIELDS.items()
+        if rank == 2 and (name != "ref_logps" or engine.loss.beta > 0)
+    )
+    if engine.moe.router_replay:
+        dtype, _ = PAYLOAD_FIELDS["routed_experts"]
+        per_token += dtype.itemsize * engine.model.num_layers * engine.model.top_k
+    return engine.micro_batch_rows * engine.seq_len * per_token
+
+
+def host_memory_bytes() -> int | None:
+    """This host's memory for a process: physical RAM, or the container's limit when smaller."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+    try:
+        limit = CGROUP_MEMORY_LIMIT.read_text().strip()
+    except OSError:
+        return total
+    return min(total, int(limit)) if limit.isdigit() else total
+
+
+def refuse_oversized(
+    engine: EngineConfig,
+    pool_size: int,
+    host_bytes: int | None,
+    tpu_slice: TpuSlice | None,
+) -> None:
+    """ConfigError, with the numbers, when the pool cannot fit the host (`host_bytes`, None: not
+    checked) or one micro-batch's share cannot fit a device of `tpu_slice` (None: not checked)."""
+    each = micro_batch_bytes(engine)
+    shape = f"{engine.micro_batch_rows} rows of {engine.seq_len:,} tokens"
+    pool = each * pool_size
+    if host_bytes is not None and pool > host_bytes:
+        raise ConfigError(
+            f"the micro-batch pool needs {human_bytes(pool)} of host memory ({pool_size} x"
+            f" {human_bytes(each)}: {shape}) and this host has {human_bytes(host_bytes)}:"
+            " shorten max_prompt_length/max_response_length, lower train_micro_batch_size or"
+            " DISTINCT_MICRO_BATCHES"
+        )
+    if tpu_slice is not None:
+        share = -(-each // engine.mesh.size)
+        if share > tpu_slice.chip.memory_bytes:
+            raise ConfigError(
+                f"one micro-batch ({shape}, {human_bytes(each)}) puts {human_bytes(share)} on"
+                f" each of {engine.mesh.size} devices and a {tpu_slice.chip.name} chip has"
+                f" {human_bytes(tpu_slice.chip.memory_bytes)}: shorten the sequence or lower"
+                " train_micro_batch_size"
+            )

@@ -1,0 +1,157 @@
+"""`ab` takes engine keys in --arms and --knob (the README's example), refuses what it would
+otherwise ignore (--order with the interleaved design, unknown knobs, unbounded counts), never mixes
+a new run's files with an earlier one's, and ends a Ctrl-C or a SIGTERM with an incomplete ab.json
+and 130 or 143."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from stand_in_engine import StandInEngine, stand_in_pool
+from test_ab_command import run_ab
+from test_ab_refusals import InterruptedEngine
+
+from rl_trainer_bench.bench.driver import Bench
+
+REPO = Path(__file__).parents[2]
+
+
+class EngineConfigs:
+    """A Bench factory with the stand-in engine that records the engine config each bench built."""
+
+    def __init__(self):
+        self.engine_configs = []
+
+    def __call__(self, config, log):
+        def engine(engine_config):
+            self.engine_configs.append(engine_config)
+            return StandInEngine()
+
+        return Bench(config, log, engine_factory=engine, pool=stand_in_pool(3))
+
+
+def test_the_readmes_engine_key_arms_run_each_on_its_own_engine_config(tmp_path):
+    benches = EngineConfigs()
+    arms = "base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2"
+    code = run_ab(["--arms", arms, "--steps", "1", "--out", str(tmp_path / "ab")], benches)
+    assert code == 0
+    factors = [c.moe.ragged_buffer_factor for c in benches.engine_configs]
+    assert factors == [1.25, 2.0]  # two programs, one bench each, in the arms' order
+    report = json.loads((tmp_path / "ab" / "ab.json").read_text())
+    assert report["arm_knobs"]["wide"]["ENGINE_FLAGS"] == "ragged_buffer_factor=2"
+
+
+def test_an_engine_key_knob_reaches_every_arm(tmp_path):
+    benches = EngineConfigs()
+    argv = ["--knob", "ragged_buffer_factor=2", "--steps", "1", "--out", str(tmp_path / "ab")]
+    assert run_ab(argv, benches) == 0
+    assert [c.moe.ragged_buffer_factor for c in benches.engine_configs] == [2.0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--design", "interleaved", "--order", "block"],
+            "--order block orders separate arms (--design arms)",
+        ),
+        (["--knob", "FOO=1"], "--knob sets FOO, which is not a driver knob"),
+        (["--knob", "no_such_key=1"], "engine key(s) no_such_key would not be applied"),
+        (["--arms", "a:no_such_key=1,b:no_such_key=2"], "no_such_key would not be applied"),
+        (
+            ["--design", "interleaved", "--steps", "99999999999999999999"],
+            "argument --steps: '99999999999999999999': give a whole number from 1 to 100,000",
+        ),
+        (["--warmup-steps", "100001"], "give a whole number from 1 to 100,000"),
+        (["--schedule-seed", "-1"], "argument --schedule-seed: '-1': give a whole number"),
+    ],
+)
+def test_what_ab_would_ignore_or_choke_on_is_refused_in_one_line(
+    argv, message, tmp_path, capsys, monkeypatch
+):
+    from rl_trainer_bench import cli
+    from rl_trainer_bench.ab import same_process
+
+    def no_bench(config, log):
+        raise AssertionError("a bench was built: the refusal came too late")
+
+    monkeypatch.setattr(same_process, "_driver_bench", no_bench)
+    out = tmp_path / "ab"
+    assert cli.main(["ab", *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert not out.exists()
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+def test_ctrl_c_over_an_earlier_complete_run_moves_it_aside_whole(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run_ab(["--steps", "1", "--out", str(out)]) == 0
+    earlier = _files(out)
+    assert {"ab.json", "ab.txt", "ab.log", "arm1-off.jsonl"} <= set(earlier)
+    engine = InterruptedEngine(at=3)  # the second arm's first step
+
+    def make_bench(config, log):
+        return Bench(config, log, engine_factory=lambda _: engine, pool=stand_in_pool(3))
+
+    assert run_ab(["--steps", "1", "--out", str(out)], make_bench) == 130
+    capsys.readouterr()
+    (aside,) = [p for p in out.iterdir() if p.is_dir()]
+    assert aside.name.startswith("earlier-") and _files(aside) == earlier
+    assert sorted(_files(out)) == ["ab.json", "ab.log", "arm1-off.jsonl"]  # this run's alone
+    assert json.loads((out / "ab.json").read_text())["incomplete"] is True
+    assert (
+        f"moved the earlier run's files in {out} aside to {aside}" in (out / "ab.log").read_text()
+    )
+
+
+ENGINE_MODULE = """
+import time
+from stand_in_engine import StandInEngine
+
+class SlowEngine(StandInEngine):
+    def __init__(self, config):
+        super().__init__()
+
+    def fwd_bwd(self, batch):
+        time.sleep(0.05)
+        super().fwd_bwd(batch)
+"""
+
+
+def test_sigterm_ends_the_ab_like_ctrl_c_with_143(tmp_path):
+    (tmp_path / "slow_engine.py").write_text(ENGINE_MODULE)
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO / "tests"), str(REPO)]),
+    }
+    argv = ["--engine", "slow_engine:SlowEngine", "--steps", "100", "--knob", "MICRO_STEPS=1"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rl_trainer_bench.cli", "ab", *argv, "--out", str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    log = out / "ab.log"
+    deadline = time.monotonic() + 120
+    while not (log.exists() and "arm off" in log.read_text()):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 143, err
+    assert "rl-trainer-bench ab: terminated (SIGTERM) in arm off (1/4); 0 of 4 arms" in err
+    report = json.loads((out / "ab.json").read_text())
+    assert report["incomplete"] is True and report["verdict"] is None
