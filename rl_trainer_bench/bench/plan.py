@@ -50,7 +50,7 @@ class Plan:
         config, engine, model = self.config, self.engine, self.engine.model
         mesh = engine.mesh
         target = (
-            f"on {self.trainer_slice.name} ({self.trainer_slice.num_chips} chips)"
+            f"on {self.trainer_slice.describe()}"
             if self.trainer_slice
             else "not checked against a slice (no TRAINER_SLICE)"
         )
@@ -108,14 +108,18 @@ def environment_config(env: Mapping[str, str]) -> BenchConfig:
 
 
 def _check_slice(engine: EngineConfig, tpu_slice: TpuSlice | None) -> None:
-    """One JAX device per chip, as the chip table counts them."""
+    """The mesh spans exactly the slice's JAX devices (chips x devices per chip, from the chip
+    table): the engine lays one mesh over every device it is given, so a smaller mesh would leave
+    devices idle and time another cell, and a larger one cannot be built."""
     mesh = engine.mesh
-    if tpu_slice is not None and mesh.size != tpu_slice.num_chips:
+    if tpu_slice is not None and mesh.size != tpu_slice.num_devices:
+        per_chip = tpu_slice.chip.devices_per_chip
         raise ConfigError(
             f"mesh {mesh.fsdp} x {mesh.context} x {mesh.expert} (fsdp x context x expert) needs"
-            f" {mesh.size} devices, but TRAINER_SLICE={tpu_slice.name} has"
-            f" {tpu_slice.num_chips} chips: set mesh_fsdp, mesh_context and mesh_expert to"
-            " multiply to the chip count"
+            f" {mesh.size} devices, but TRAINER_SLICE={tpu_slice.describe()} has"
+            f" {tpu_slice.num_devices}: set mesh_fsdp, mesh_context and mesh_expert to multiply to"
+            f" {tpu_slice.num_devices} ({tpu_slice.chip.name} shows {per_chip} JAX"
+            f" device{'s' if per_chip > 1 else ''} per chip)"
         )
 
 

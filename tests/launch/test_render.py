@@ -139,8 +139,9 @@ def test_driver_env_values_are_exported_literally():
 
 
 def test_trainer_slice_moves_selectors_hosts_chips_and_instance_type_together():
-    # 128 chips: the trainer's mesh (8 devices) moves with the slice, or the pod would refuse it.
-    bench = render_fixture(trainer_slice="tpu7x:4x4x8", engine_flags="mesh_context=16")
+    # 128 chips = 256 devices: the trainer's mesh (8 devices) moves with the slice, or the pod
+    # would refuse it.
+    bench = render_fixture(trainer_slice="tpu7x:4x4x8", engine_flags="mesh_context=32")
     changes = diff(_trainer(), bench)
     assert unexpected(changes, {"names", "restarts", "command", "provenance", "slice"}) == []
     for job in ("proc", "pw-node"):
@@ -159,7 +160,7 @@ def test_trainer_slice_moves_selectors_hosts_chips_and_instance_type_together():
 
 
 def test_a_slice_the_trainers_mesh_does_not_fill_is_refused_at_render_time():
-    with pytest.raises(UserError, match="TRAINER_SLICE=v5e:2x2 has 4 chips: set mesh_fsdp"):
+    with pytest.raises(UserError, match=r"TRAINER_SLICE=v5e:2x2 \(4 chips\) has 4: set mesh_fsdp"):
         render_fixture(trainer_slice="v5e:2x2")
 
 
