@@ -23,6 +23,7 @@ ExpertCompute = Literal["auto", "einsum", "ragged_dot"]
 DroplessCompute = Literal["auto", "capacity", "ragged_dot", "gmm"]
 ComputeDtype = Literal["bfloat16", "float32"]
 MatmulPrecision = Literal["default", "high", "highest"]
+MomentDtype = Literal["float32", "bfloat16"]
 Schedule = Literal["constant", "warmup_cosine_decay_schedule"]
 LAYER_TYPES = ("full_attention", "linear_attention")  # the mixers `layer_types` may name
 
@@ -226,6 +227,13 @@ class OptimizerConfig:
     )
     eps: float = dataclasses.field(
         default=1e-8, metadata=engine_key("Adam epsilon", key="optimizer_eps")
+    )
+    mu_dtype: MomentDtype = dataclasses.field(
+        default="float32",
+        metadata=engine_key(
+            "dtype of Adam's first moment (bfloat16 halves its memory; the second moment and the"
+            " parameters stay float32), as MaxText's mu_dtype"
+        ),
     )
     weight_decay: float = dataclasses.field(
         default=0.0, metadata=engine_key("AdamW weight decay", key="optimizer_weight_decay")

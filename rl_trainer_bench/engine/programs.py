@@ -158,7 +158,14 @@ def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
         schedule = optax.constant_schedule(config.learning_rate)
     return optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm),
-        optax.adamw(schedule, config.b1, config.b2, config.eps, weight_decay=config.weight_decay),
+        optax.adamw(
+            schedule,
+            config.b1,
+            config.b2,
+            config.eps,
+            mu_dtype=jnp.dtype(config.mu_dtype),
+            weight_decay=config.weight_decay,
+        ),
     )
 
 
