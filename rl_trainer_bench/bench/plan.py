@@ -15,8 +15,9 @@ from collections.abc import Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.bench.worker import refuse_stage_before_fused_update
-from rl_trainer_bench.config.engine_keys import engine_config_from
+from rl_trainer_bench.config.engine_keys import engine_config_from, trainer_key_fates
 from rl_trainer_bench.config.knobs import BenchConfig, driver_knobs
+from rl_trainer_bench.config.trainer_maxtext import FATES, TrainerKey
 from rl_trainer_bench.engine.config import EngineConfig, config_problems
 from rl_trainer_bench.errors import ConfigError
 
@@ -31,6 +32,7 @@ class Plan:
     engine: EngineConfig
     unapplied: tuple[str, ...]  # engine keys given that the built-in engine does not apply
     layout: str  # how the synthetic micro-batches are packed
+    trainer_keys: tuple[TrainerKey, ...] = ()  # the trainer's MaxText keys and their fates
 
     @property
     def trainer_slice(self) -> TpuSlice | None:
@@ -82,10 +84,20 @@ class Plan:
             ),
             ("engine", config.engine),
             ("engine keys not applied", " ".join(self.unapplied) or "-"),
+            ("trainer MaxText keys", self.trainer_keys_summary()),
+            *(("trainer key", key.describe()) for key in self.trainer_keys),
         ]
         return [f"{PLAN_PREFIX} {name}: {text}" for name, text in rows] + [
             f"{PLAN_PREFIX} ok: every knob is valid; nothing ran on a device"
         ]
+
+    def trainer_keys_summary(self) -> str:
+        """`12 (5 applied, 7 no equivalent)`, or `none` when the trainer's command sets none."""
+        if not self.trainer_keys:
+            return "none in the trainer's command"
+        fates = [key.fate for key in self.trainer_keys]
+        counts = ", ".join(f"{fates.count(fate)} {fate}" for fate in FATES if fate in fates)
+        return f"{len(self.trainer_keys)} ({counts})"
 
 
 def resolve(config: BenchConfig) -> Plan:
@@ -99,7 +111,8 @@ def resolve(config: BenchConfig) -> Plan:
             " ENGINE_FLAGS applied): fix the key, or choose another PRESET"
         )
     _check_slice(engine, config.trainer_slice)
-    return Plan(config, engine, tuple(unapplied), _layout(engine, config.orch_argv))
+    fates = tuple(trainer_key_fates(config.trainer_argv, config.engine_flags))
+    return Plan(config, engine, tuple(unapplied), _layout(engine, config.orch_argv), fates)
 
 
 def environment_config(env: Mapping[str, str]) -> BenchConfig:

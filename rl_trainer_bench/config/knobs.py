@@ -138,7 +138,13 @@ KNOBS: tuple[Knob, ...] = (
     Knob("RESULTS_DIR", "bench_results", lambda name, text: Path(text), "folder for results"),
     Knob("ROUTING_PROFILE", "", _text, "routing profile JSON path (default: the shipped one)"),
     Knob("SEED", "0", values.whole_number, "integer seed of the micro-batch pool"),
-    Knob("TRAINER_ARGV", "", values.shell_words, "the trainer's argv, shell words (engine keys)"),
+    Knob(
+        "TRAINER_ARGV",
+        "",
+        values.shell_words,
+        "the trainer's command, shell words: NAME=value words before its flags carry its MaxText"
+        " keys (MAXTEXT_EXTRA_FLAGS, REMAT_POLICY, NUM_MOE_TOKEN_CHUNKS, ...), its flags engine keys",
+    ),
     Knob(
         "ENGINE_FLAGS",
         "",

@@ -51,6 +51,7 @@ APPLIED = "applied"
 NO_EQUIVALENT = "no equivalent"
 OVERRIDDEN_LATER = "overridden by a later trainer key"
 OVERRIDDEN_BY_FLAGS = "overridden by ENGINE_FLAGS"
+FATES = (APPLIED, NO_EQUIVALENT, OVERRIDDEN_LATER, OVERRIDDEN_BY_FLAGS)
 
 
 @dataclasses.dataclass(frozen=True)

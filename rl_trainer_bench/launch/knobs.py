@@ -58,7 +58,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("ENGINE_FLAGS"),
     Knob("ENGINE"),
     Knob("LIBTPU_FLAGS", "--flag=value words merged into LIBTPU_INIT_ARGS (given ones win)"),
-    Knob("TRAINER_ARGV", "the trainer's flags, replacing those of its command (shell words)"),
+    Knob(
+        "TRAINER_ARGV",
+        "the trainer's command, replacing its own (shell words: NAME=value words carrying MaxText"
+        " keys, e.g. MAXTEXT_EXTRA_FLAGS, then flags; default: those of its command)",
+    ),
     Knob(
         "ORCH_ARGV", "the orchestrator's flags (default: from the orchestrator JobSet if present)"
     ),

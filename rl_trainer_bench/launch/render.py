@@ -34,6 +34,7 @@ from rl_trainer_bench.launch.client_command import (
     merge_flags,
     read_client_command,
     shell_join,
+    trainer_command_words,
 )
 from rl_trainer_bench.launch.dry_run import (
     TPU_RESOURCE,
@@ -153,7 +154,9 @@ def driver_environment(
             environment.get("LIBTPU_INIT_ARGS", ""), knobs.libtpu_flags, "LIBTPU_FLAGS"
         )
     environment.update(knobs.driver_env)
-    trainer_argv = launch.argv if knobs.trainer_argv is None else list(knobs.trainer_argv)
+    trainer_argv = (
+        trainer_command_words(launch) if knobs.trainer_argv is None else list(knobs.trainer_argv)
+    )
     environment["TRAINER_ARGV"] = shell_join(trainer_argv)
     orch = list(knobs.orch_argv) if knobs.orch_argv is not None else orch_argv
     optional = {
@@ -294,6 +297,9 @@ def run(args) -> int:
     target = knobs.output or "stdout"
     print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
     print(f"render: the pod times {pod_plan.cell()}", file=sys.stderr)
+    print(f"render: trainer MaxText keys: {pod_plan.trainer_keys_summary()}", file=sys.stderr)
+    for key in pod_plan.trainer_keys:
+        print(f"render: trainer key {key.describe()}", file=sys.stderr)
     if knobs.engine is not None:
         print(engine_requirement(knobs.engine), file=sys.stderr)
     return 0

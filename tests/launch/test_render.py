@@ -78,6 +78,8 @@ def test_trainer_env_prefix_and_argv_reach_the_driver():
     assert env["LIBTPU_INIT_ARGS"] == "--xla_a=1 --xla_b=true"
     assert env["MAXTEXT_EXTRA_FLAGS"] == "--remat_policy=full --scan_layers=true"
     assert shlex.split(env["TRAINER_ARGV"]) == [
+        # the variable that carries the trainer's MaxText keys travels with its flags
+        "MAXTEXT_EXTRA_FLAGS=--remat_policy=full --scan_layers=true",
         "--discovery_addrs=fixture-orch:20000",
         "--worker_id=fixture-train",
         "--mesh_fsdp=8",
