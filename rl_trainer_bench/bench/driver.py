@@ -157,7 +157,9 @@ class Bench:
             if self.config.orch_argv
             else None
         )
-        profile = routing_profile.load_profile(self.config.routing_profile)
+        profile = routing_profile.load_profile(
+            self.config.routing_profile, self.config.preset.routing_profile
+        )
         started = time.perf_counter()
         pool = []
         for index in range(self.config.distinct_micro_batches):

@@ -33,6 +33,7 @@ class Plan:
     unapplied: tuple[str, ...]  # engine keys given that the built-in engine does not apply
     layout: str  # how the synthetic micro-batches are packed
     trainer_keys: tuple[TrainerKey, ...] = ()  # the trainer's MaxText keys and their fates
+    replay: str = ""  # the routing profile's forecast of replays at the cell's MoE settings
 
     @property
     def trainer_slice(self) -> TpuSlice | None:
@@ -82,6 +83,7 @@ class Plan:
                 f" warmup_steps={config.warmup_steps} worker={config.worker}"
                 f" stage={config.stage.describe()}",
             ),
+            ("moe", self.replay),
             ("engine", config.engine),
             ("engine keys not applied", " ".join(self.unapplied) or "-"),
             ("trainer MaxText keys", self.trainer_keys_summary()),
@@ -112,7 +114,8 @@ def resolve(config: BenchConfig) -> Plan:
         )
     _check_slice(engine, config.trainer_slice)
     fates = tuple(trainer_key_fates(config.trainer_argv, config.engine_flags))
-    return Plan(config, engine, tuple(unapplied), _layout(engine, config.orch_argv), fates)
+    layout = _layout(engine, config.orch_argv)
+    return Plan(config, engine, tuple(unapplied), layout, fates, _replay(config, engine))
 
 
 def environment_config(env: Mapping[str, str]) -> BenchConfig:
@@ -134,6 +137,29 @@ def _check_slice(engine: EngineConfig, tpu_slice: TpuSlice | None) -> None:
             f" {tpu_slice.num_devices} ({tpu_slice.chip.name} shows {per_chip} JAX"
             f" device{'s' if per_chip > 1 else ''} per chip)"
         )
+
+
+def _replay(config: BenchConfig, engine: EngineConfig) -> str:
+    """The MoE settings and what the routing profile forecasts at them: how often a micro-batch
+    overflows a buffer and is replayed dropless (each replay is one more forward-backward)."""
+    from rl_trainer_bench.payload.routing_profile import load_profile, predicted_replay
+
+    moe = engine.moe
+    settings = (
+        f"ragged_buffer_factor={moe.ragged_buffer_factor:g}"
+        f" num_moe_token_chunks={moe.token_chunks}"
+        f" retry_when_tokens_dropped={str(moe.retry_when_tokens_dropped).lower()}"
+    )
+    name = config.routing_profile or config.preset.routing_profile
+    where = "" if config.routing_profile else "shipped "
+    profile = load_profile(config.routing_profile, config.preset.routing_profile)
+    prediction = predicted_replay(profile, engine)
+    if prediction is None:
+        return f"{settings}: never replays"
+    kind = "synthetic" if profile.synthetic else "measured"
+    return (
+        f"{settings}: {prediction.describe()}, forecast by the {where}{kind} routing profile {name}"
+    )
 
 
 def _layout(engine: EngineConfig, orch_argv: tuple[str, ...]) -> str:

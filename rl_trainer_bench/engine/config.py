@@ -182,6 +182,11 @@ def tokens_per_group(config: EngineConfig) -> int:
     return math.ceil(local / config.moe.token_chunks)
 
 
+def replays_possible(config: EngineConfig) -> bool:
+    """Whether a micro-batch can be replayed dropless (retry on, and a finite buffer factor)."""
+    return config.moe.retry_when_tokens_dropped and config.moe.ragged_buffer_factor != -1
+
+
 def expert_capacity(tokens: int, top_k: int, num_experts: int, factor: float) -> int:
     """Slots per expert for a group of `tokens` tokens: ceil(factor x N x K / E), at least one.
 

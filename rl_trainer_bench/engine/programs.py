@@ -19,7 +19,12 @@ import numpy as np
 import optax
 
 from rl_trainer_bench.engine import model, moe, residency, sharding
-from rl_trainer_bench.engine.config import EngineConfig, OptimizerConfig, config_problems
+from rl_trainer_bench.engine.config import (
+    EngineConfig,
+    OptimizerConfig,
+    config_problems,
+    replays_possible,
+)
 from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS, ContractError, Payload
 from rl_trainer_bench.engine.loss import micro_batch_loss
 
@@ -346,11 +351,6 @@ def input_shardings(mesh, spec: Mapping[str, jax.ShapeDtypeStruct], memory_kind=
     return {
         name: sharding.payload_sharding(mesh, len(s.shape), memory_kind) for name, s in spec.items()
     }
-
-
-def replays_possible(config: EngineConfig) -> bool:
-    """Whether a micro-batch can be replayed dropless (retry on, and a finite buffer factor)."""
-    return config.moe.retry_when_tokens_dropped and config.moe.ragged_buffer_factor != -1
 
 
 def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tuple]]:

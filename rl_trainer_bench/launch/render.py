@@ -297,6 +297,7 @@ def run(args) -> int:
     target = knobs.output or "stdout"
     print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
     print(f"render: the pod times {pod_plan.cell()}", file=sys.stderr)
+    print(f"render: moe: {pod_plan.replay}", file=sys.stderr)
     print(f"render: trainer MaxText keys: {pod_plan.trainer_keys_summary()}", file=sys.stderr)
     for key in pod_plan.trainer_keys:
         print(f"render: trainer key {key.describe()}", file=sys.stderr)

@@ -547,7 +547,8 @@ def run_check(
 
     if seed < 0:
         raise UserError(f"--seed / SEED={seed}: expected 0 or more")
-    profile = load_profile(routing_profile)  # a bad file is refused before minutes of compiling
+    # a bad file is refused before minutes of compiling
+    profile = load_profile(routing_profile, preset(preset_name).routing_profile)
     cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags)
     full_depth = cell.config.model.num_layers
     depths = _depths(full_depth, layers)

@@ -20,10 +20,9 @@ of `program_cost`, a lower bound, so the step is a lower bound and the MFU an up
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 
-import numpy as np
+from rl_trainer_bench.payload.routing_profile import replay_probability
 
 ESTIMATE_BY = (
     "rl-trainer-bench: roofline of XLA's cost analysis (loop bodies counted per trip) against the "
@@ -32,21 +31,6 @@ ESTIMATE_BY = (
 LABEL = "ESTIMATE (not a measurement)"
 ONCE_PER_STEP = "update"
 REPLAY = "fwd_bwd_dropless"
-
-
-def replay_probability(
-    overflow_per_group: np.ndarray, tokens_per_group: int, micro_batch_tokens: int
-) -> float:
-    """P(a micro-batch replays): 1 - prod over layers of (1 - p_layer) ** groups.
-
-    `overflow_per_group[l]` is the chance that one group of `tokens_per_group` tokens overflows in
-    layer l; groups and layers are taken as independent, as the calibration report takes experts.
-    """
-    groups = math.ceil(micro_batch_tokens / max(tokens_per_group, 1))
-    keep = np.clip(1.0 - np.asarray(overflow_per_group, dtype=np.float64), 0.0, 1.0)
-    with np.errstate(divide="ignore"):
-        log_keep = groups * np.log(keep).sum()
-    return float(1.0 - math.exp(log_keep)) if np.isfinite(log_keep) else 1.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -68,6 +68,12 @@ def test_the_397b_launch_renders_a_pod_that_plans_the_397b_cell_on_its_slice(tmp
     ) in lines
     assert "plan: preset: qwen3.5-397b-cell (chosen by --model_name=Qwen3.5-397B-A17B)" in lines
     assert "plan: mesh: 16 x 8 x 2 = 256 devices on v5p:4x8x8 (256 chips)" in lines
+    # the preset's MoE settings (the measured run's), where the derived profile forecasts no replay
+    assert (
+        "plan: moe: ragged_buffer_factor=2.75 num_moe_token_chunks=2 retry_when_tokens_dropped=true:"
+        " P(replay)=0.00 per micro-batch (capacity 220 slots per expert per group of 4,096 tokens),"
+        " forecast by the shipped synthetic routing profile qwen3.5-397b.json"
+    ) in lines
     assert lines[-1] == "plan: ok: every knob is valid; nothing ran on a device"
 
 
@@ -84,6 +90,13 @@ def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path
     assert any(line.startswith("plan: model: layers=60 d_model=4096") for line in lines)
     assert "plan: mesh: 32 x 4 x 2 = 256 devices on tpu7x:4x4x8 (128 chips = 256 devices)" in lines
     assert "plan: trainer MaxText keys: 41 (9 applied, 32 no equivalent)" in lines
+    # the recipe's 2.0 buffers over 4 groups: the profile (the most skewed routing the measured
+    # run's zero replays allow) forecasts a replay of every micro-batch there
+    assert (
+        "plan: moe: ragged_buffer_factor=2 num_moe_token_chunks=4 retry_when_tokens_dropped=true:"
+        " P(replay)=1.00 per micro-batch (capacity 160 slots per expert per group of 4,096 tokens),"
+        " forecast by the shipped synthetic routing profile qwen3.5-397b.json"
+    ) in lines
     for line in (
         "plan: trainer key: ragged_buffer_factor=2.0: applied (ragged_buffer_factor=2.0)",
         "plan: trainer key: num_moe_token_chunks=4: applied (num_moe_token_chunks=4)",
@@ -142,6 +155,10 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
     assert capsys.readouterr().err.splitlines()[1:] == [
         "render: the pod times qwen3-30b-a3b-cell mesh 8 x 1 x 1 (fsdp x context x expert),"
         " micro-batch 8 rows of 4,096 tokens, 4 micro-steps per step",
+        "render: moe: ragged_buffer_factor=1.25 num_moe_token_chunks=1"
+        " retry_when_tokens_dropped=true: P(replay)=1.00 per micro-batch (capacity 320 slots per"
+        " expert per group of 4,096 tokens), forecast by the shipped synthetic routing profile"
+        " default.json",
         # the fixture's MAXTEXT_EXTRA_FLAGS spells its keys as flags, which MaxText has no key for
         "render: trainer MaxText keys: 2 (2 no equivalent)",
         "render: trainer key --remat_policy=full: no equivalent",
