@@ -251,3 +251,18 @@ def test_bad_knobs_are_refused_with_the_knob_named(knobs, message):
 def test_name_over_budget_or_not_dns_is_refused(name):
     with pytest.raises(UserError, match=f"--name {name}"):
         render(FIXTURE.read_text(), "f", RenderKnobs.from_strings({"bench_name": name}))
+
+
+def test_exported_and_prefixed_maxtext_variables_travel_with_the_trainer_flags():
+    from rl_trainer_bench.launch.client_command import read_client_command, trainer_command_words
+
+    script = (
+        "export MAXTEXT_EXTRA_FLAGS='ragged_buffer_factor=2.0 mu_dtype=bfloat16'\n"
+        "export UNRELATED=1\n"
+        "REMAT_POLICY=custom LIBTPU_INIT_ARGS=--xla_a=1 python -m tunix.main --mesh_fsdp=8\n"
+    )
+    assert trainer_command_words(read_client_command(script)) == [
+        "REMAT_POLICY=custom",
+        "MAXTEXT_EXTRA_FLAGS=ragged_buffer_factor=2.0 mu_dtype=bfloat16",
+        "--mesh_fsdp=8",
+    ]
