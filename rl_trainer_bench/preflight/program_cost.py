@@ -9,17 +9,20 @@ figures undercount the production cell by about its depth.
 
 The correction here reads the compiled HLO: each control-flow computation's matmul FLOPs and
 bytes (operands and result of every instruction that touches memory), once as XLA counts them and
-once multiplied by how often it runs (trip counts nested; `hlo_overlap.trip_count` reads them also
+once multiplied by how often it runs (trip counts nested; `hlo_counts.trip_count` reads them also
 from TPU text, which drops XLA's own record). XLA's figures are scaled by the ratio. The ratio is
 taken from the same program so that what XLA counts and this walk does not (elementwise FLOPs, TPU
 tile padding of small arrays) cancels, under the assumption that it is spread like the counted part.
 On cpu-tiny the corrected FLOPs at 1, 2 and 4 layers lie on one line (the 1-layer program has no
 loop, so it is XLA's own figure): see tests/preflight/test_program_cost.py and BENCHMARKS.md.
 
-The time is a roofline: max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) per device. It leaves out
-collectives that compute does not hide and any kernel below peak, so it is a lower bound on the
-program's time. Where XLA gives `optimal_seconds` too, both are kept so the reader can compare (on
-cpu-tiny for v5e:2x2 the roofline is 0.90x XLA's figure for every loop-free program).
+The time is a roofline: max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) per device. It is an
+estimate, not a bound: it leaves out collectives that compute does not hide and any kernel below
+peak, which would make it low, but the walk reads a loop body's operands once per trip, which
+counts traffic that stays in on-chip memory and can make it high (2x the public measured fwd_bwd on
+the 397B cell). Its compute term alone, FLOPs / peak, is a lower bound. Where XLA gives
+`optimal_seconds` too, both are kept so the reader can compare (on cpu-tiny for v5e:2x2 the
+roofline is 0.90x XLA's figure for every loop-free program).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from rl_trainer_bench.preflight.hlo_overlap import FlopCounter, execution_counts
+from rl_trainer_bench.preflight.hlo_counts import FlopCounter, execution_counts
 from rl_trainer_bench.preflight.hlo_parse import HloModule, Instruction
 
 # Instructions that neither compute nor move bytes of their own; control flow is counted through
@@ -238,7 +241,7 @@ class ProgramCost:
 def roofline_seconds(
     flops: float, bytes_accessed: float, peak_flops: float, bytes_per_second: float
 ) -> float:
-    """A lower bound on a program's time on one device of that peak and bandwidth."""
+    """A program's roofline time on one device of that peak and bandwidth (an estimate)."""
     return max(flops / peak_flops, bytes_accessed / bytes_per_second)
 
 
