@@ -45,22 +45,16 @@ def exports(bench: dict) -> dict[str, str]:
     return read_client_command(client_script(bench)).env
 
 
-# The MAXTEXT_EXTRA_FLAGS of the public Qwen3.5-397B trainer recipe for tpu7x:4x4x8 (Tunix's
-# MLPerf DeepSWE launcher, mlperf_397b_256_v7x.sh), with its REMAT_POLICY=custom as the flag the
-# launcher passes it as.
-TPU7X_MAXTEXT_EXTRA_FLAGS = (
-    "custom_mesh_and_rule=cp-as-ep use_gdn_kernel=true gdn_cp_mode=head"
-    " decoder_layer_input=device context=remat gdn=remat gdn_conv=remat gdn_states=remat"
-    " megablox=true sparse_matmul=true use_tokamax_gmm=true use_gmm_v2=true"
-    " use_gmm_v2_heuristic_tiling=true merge_gating_gmm=false use_ring_of_experts=true"
-    " num_moe_token_chunks=4 use_ragged_sort=true use_custom_sort_vjp=false"
-    " ragged_buffer_factor=2.0 use_tokamax_splash=true use_splash_scheduler=true sa_block_q=512"
-    " sa_block_kv=1024 sa_block_kv_compute=512 sa_block_q_dkv=1024 sa_block_kv_dkv=2048"
-    " sa_block_kv_dkv_compute=1024 sa_fuse_reciprocal=false sa_use_base2_exp=true"
-    " dq_reduction_steps=3 context_parallel_load_balance=false allow_split_physical_axes=false"
-    " num_vocab_tiling=16 mu_dtype=bfloat16 checkpoint_storage_concurrent_gb=96"
-    " checkpoint_storage_use_ocdbt=false checkpoint_storage_use_zarr3=false"
-)
+# The trainer command of the public Qwen3.5-397B recipe for tpu7x:4x4x8 (Tunix's MLPerf DeepSWE
+# launcher, mlperf_397b_256_v7x.sh): its MAXTEXT_EXTRA_FLAGS, mesh, batch, lengths and
+# REMAT_POLICY=custom (passed as --remat_policy). benchmarks/aot_fit_table.py compiles it too.
+TPU7X_TRAINER_ARGV = REPO / "tests" / "testdata" / "tpu7x_recipe_trainer_argv.txt"
+
+
+def tpu7x_maxtext_extra_flags() -> str:
+    from rl_trainer_bench.config.engine_keys import parse_trainer_command
+
+    return parse_trainer_command(TPU7X_TRAINER_ARGV.read_text())[0]["MAXTEXT_EXTRA_FLAGS"]
 
 
 def tpu7x_trainer_launch() -> str:
@@ -79,7 +73,10 @@ def tpu7x_trainer_launch() -> str:
         ("--mesh_context=8", "--mesh_context=4"),
         ("--train_micro_batch_size=32", "--train_micro_batch_size=64"),
         ("--remat_policy=full", "--remat_policy=custom"),
-        (" python -m tunix", f' MAXTEXT_EXTRA_FLAGS="{TPU7X_MAXTEXT_EXTRA_FLAGS}" python -m tunix'),
+        (
+            " python -m tunix",
+            f' MAXTEXT_EXTRA_FLAGS="{tpu7x_maxtext_extra_flags()}" python -m tunix',
+        ),
     ]
     for old, new in rewrites:
         assert old in text, old
