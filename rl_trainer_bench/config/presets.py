@@ -177,7 +177,8 @@ PRESETS: Mapping[str, Preset] = {
                 # device, with dropless retry (0 drops and 0 replays there).
                 moe=MoeConfig(ragged_buffer_factor=2.75, token_chunks=2),
                 # Adam's first moment in bfloat16, as the public tpu7x recipe's mu_dtype; the
-                # state stays in device memory, as the trainer keeps it.
+                # state stays in device memory, as the trainer keeps it (at the recipe's keys the
+                # replay fits tpu7x with 3.8% headroom: BENCHMARKS.md, "At the trainer's keys").
                 optimizer=OptimizerConfig(mu_dtype="bfloat16"),
             ),
             micro_steps=9,
