@@ -27,7 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-PUBLIC = {"fwd_bwd": 10.945, "step_stage_on": 100.007, "step_stage_off": 107.727}
+from rl_trainer_bench.preflight.step_estimate import PUBLIC_MEASURED
+
+PUBLIC = PUBLIC_MEASURED[("qwen3.5-397b-cell", "tpu7x:4x4x8")]
 GIB = 1024**3
 
 
@@ -99,22 +101,29 @@ def memory_rows(run: dict) -> list[str]:
     return rows
 
 
+def _seconds(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f} s"
+
+
 def time_rows(run: dict) -> list[str]:
     report = run["report"]
     estimate = report and report["time_estimate"]
     if not estimate:
-        return [f"| {run['target']} | no estimate | | | |"]
-    seconds = estimate["program_seconds"]
-    step = estimate["step_seconds"]
-    mfu = estimate["mfu"]
+        return [f"| {run['target']} | no estimate | | | | | |"]
+    fwd_bwd = estimate["program_seconds"].get("fwd_bwd")
+    bounds = estimate.get("bounds") or {}
+    floor = (bounds.get("compute_seconds") or {}).get("fwd_bwd")
+    mfu, ceiling = estimate["mfu"], bounds.get("mfu_ceiling")
+    ratio = "" if fwd_bwd is None else f", {fwd_bwd / PUBLIC['fwd_bwd']:.2f}x"
     return [
-        f"| {run['target']} | "
-        + ("-" if seconds.get("fwd_bwd") is None else f"{seconds['fwd_bwd']:.3f} s")
-        + f" (public {PUBLIC['fwd_bwd']} s) | "
-        + ("-" if step is None else f"{step:.2f} s")
-        + f" (public {PUBLIC['step_stage_on']} s on, {PUBLIC['step_stage_off']} s off) | "
-        + f"{estimate['replay_probability']:.3g} | "
+        f"| {run['target']} | {_seconds(fwd_bwd)} (public {PUBLIC['fwd_bwd']} s{ratio}) | "
+        f"{_seconds(floor)} | {_seconds(estimate['step_seconds'], 2)} (public"
+        f" {PUBLIC['step_stage_on']} s on, {PUBLIC['step_stage_off']} s off) | "
+        f"{_seconds(bounds.get('step_floor_seconds'), 2)} | "
+        f"{estimate['replay_probability']:.3g} | "
         + ("-" if mfu is None else f"{100 * mfu:.1f}%")
+        + " | "
+        + ("-" if ceiling is None else f"{100 * ceiling:.1f}%")
         + " |"
     ]
 
@@ -144,8 +153,11 @@ def main() -> int:
     for run in runs:
         print("\n".join(memory_rows(run)))
     print()
-    print("| slice | fwd_bwd, ESTIMATE | step, ESTIMATE | P(replay) | MFU, ESTIMATE |")
-    print("| --- | --- | --- | --- | --- |")
+    print(
+        "| slice | fwd_bwd, ESTIMATE | fwd_bwd, LOWER BOUND | step, ESTIMATE | step, LOWER BOUND"
+        " | P(replay) | MFU, ESTIMATE | MFU, UPPER BOUND |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for run in runs:
         print("\n".join(time_rows(run)))
     return 0 if all(run["exit_status"] == 0 for run in runs) else 1

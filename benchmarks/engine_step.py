@@ -157,7 +157,9 @@ def time_steps(config, steps: int, micro_steps: int) -> int:
         f"{tokens / median / devices:,.0f} tokens/s/device, {tflops:.3g} model TFLOP/s/device"
     )
     if chip is not None:
-        line += f", MFU {tflops * 1e12 / chip.peak_bf16_flops:.1%} of {chip.name} peak"
+        line += (
+            f", MFU {tflops * 1e12 / chip.per_device(chip.peak_bf16_flops):.1%} of {chip.name} peak"
+        )
     print(line)
     return 0
 

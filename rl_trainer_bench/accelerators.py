@@ -20,9 +20,9 @@ class Chip:
 
     name: str  # the name users type: h200, v5p, tpu7x, ...
     device_kinds: tuple[str, ...]  # jax `Device.device_kind` strings that mean this chip
-    peak_bf16_flops: float  # per chip (per JAX device), FLOP/s
+    peak_bf16_flops: float  # per chip, FLOP/s
     peak_source: str
-    memory_bytes: int  # per chip (per JAX device)
+    memory_bytes: int  # per chip
     # TPU only: GKE node selector value, Pathways instance type prefix, chips per host, topology rank.
     gke_accelerator: str = ""
     pathways_prefix: str = ""
@@ -30,6 +30,13 @@ class Chip:
     topology_dims: int = 0
     # Per chip, bytes/s: the roofline time estimate of the AOT check divides bytes accessed by it.
     hbm_bytes_per_second: float = 0.0
+    # JAX devices one chip shows as: Ironwood (tpu7x) has two TensorCore dies per chip and JAX
+    # addresses each as a device with half the chip's memory, FLOP/s and bandwidth.
+    devices_per_chip: int = 1
+
+    def per_device(self, per_chip: float) -> float:
+        """One JAX device's share of a per-chip figure (memory, FLOP/s, bandwidth)."""
+        return per_chip / self.devices_per_chip
 
 
 CHIPS: tuple[Chip, ...] = (
@@ -108,6 +115,7 @@ CHIPS: tuple[Chip, ...] = (
         4,
         3,
         hbm_bytes_per_second=7.37e12,
+        devices_per_chip=2,
     ),
 )
 
@@ -142,6 +150,17 @@ class TpuSlice:
     @property
     def num_chips(self) -> int:
         return math.prod(int(d) for d in self.topology.split("x"))
+
+    @property
+    def num_devices(self) -> int:
+        """JAX devices the slice shows (what a mesh over the whole slice spans)."""
+        return self.num_chips * self.chip.devices_per_chip
+
+    def describe(self) -> str:
+        """`tpu7x:4x4x8 (128 chips = 256 devices)`, or `v5p:4x8x8 (256 chips)` at one device a chip."""
+        if self.chip.devices_per_chip == 1:
+            return f"{self.name} ({self.num_chips} chips)"
+        return f"{self.name} ({self.num_chips} chips = {self.num_devices} devices)"
 
     @property
     def chips_per_host(self) -> int:

@@ -49,8 +49,8 @@ def code_files(root: Path | None = None, engine: str = BUILT_IN) -> list[Path]:
     closure too when it is one of the package's (an adapter); the renderer and the pod's driver
     both pass the same name, so their digests cover the same files. The rest of the package
     (renderer, AOT and A/B tools, adapters not named) never runs in the pod; leaving it out keeps
-    the client command under the kernel's 128 KiB limit on one exec argument, which
-    `bash -c SCRIPT` is.
+    the archive in the manifest's client command under half the whole package's (98 KiB of xz
+    against 228 KiB for the built-in engine).
     """
     root = default_root() if root is None else root
     package = root / PACKAGE

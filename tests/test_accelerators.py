@@ -31,3 +31,20 @@ def test_device_kind_maps_to_chip_and_unknown_kind_to_none():
     assert chip_for_device_kind("cpu") is None
     with pytest.raises(ValueError, match="known chips"):
         chip_by_name("a100")
+
+
+@pytest.mark.parametrize(
+    ("text", "chips", "devices"),
+    [("tpu7x:4x4x8", 128, 256), ("v5p:4x8x8", 256, 256), ("v6e:2x4", 8, 8), ("v5e:2x2", 4, 4)],
+)
+def test_slice_counts_jax_devices_per_chip(text, chips, devices):
+    # Ironwood shows each chip as two JAX devices (libtpu's 4x4x8 topology lists 256 of them);
+    # the other TPU generations one.
+    tpu_slice = parse_slice(text)
+    assert (tpu_slice.num_chips, tpu_slice.num_devices) == (chips, devices)
+
+
+def test_per_device_share_of_a_two_device_chip():
+    tpu7x = chip_by_name("tpu7x")
+    assert tpu7x.per_device(tpu7x.memory_bytes) == 96 * 1024**3
+    assert chip_by_name("v5p").per_device(459e12) == 459e12

@@ -112,7 +112,7 @@ class Bench:
         self.pool = MicroBatchPool(payloads, self.engine, self.config.micro_steps)
         self._devices = engine_config.mesh.size
         chip = chip_for_device_kind(jax.devices()[0].device_kind)
-        self._peak_flops = chip.peak_bf16_flops if chip else None
+        self._peak_flops = chip.per_device(chip.peak_bf16_flops) if chip else None
 
     def compile(self) -> dict[str, float]:
         """Compile every program on the pool's first micro-batch, then watch for later compiles."""
@@ -160,7 +160,9 @@ class Bench:
             if self.config.orch_argv
             else None
         )
-        profile = routing_profile.load_profile(self.config.routing_profile)
+        profile = routing_profile.load_profile(
+            self.config.routing_profile, self.config.preset.routing_profile
+        )
         started = time.perf_counter()
         pool = []
         for index in range(self.config.distinct_micro_batches):

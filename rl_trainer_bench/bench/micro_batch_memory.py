@@ -70,10 +70,12 @@ def refuse_oversized(
         )
     if tpu_slice is not None:
         share = -(-each // engine.mesh.size)
-        if share > tpu_slice.chip.memory_bytes:
+        chip = tpu_slice.chip
+        device_bytes = int(chip.per_device(chip.memory_bytes))
+        if share > device_bytes:
             raise ConfigError(
                 f"one micro-batch ({shape}, {human_bytes(each)}) puts {human_bytes(share)} on"
-                f" each of {engine.mesh.size} devices and a {tpu_slice.chip.name} chip has"
-                f" {human_bytes(tpu_slice.chip.memory_bytes)}: shorten the sequence or lower"
+                f" each of {engine.mesh.size} devices and a {chip.name} device has"
+                f" {human_bytes(device_bytes)}: shorten the sequence or lower"
                 " train_micro_batch_size"
             )

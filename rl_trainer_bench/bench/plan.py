@@ -15,8 +15,9 @@ from collections.abc import Iterable, Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.bench import micro_batch_memory
-from rl_trainer_bench.config.engine_keys import engine_config_from
+from rl_trainer_bench.config.engine_keys import engine_config_from, trainer_key_fates
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig, driver_knobs
+from rl_trainer_bench.config.trainer_maxtext import FATES, TrainerKey
 from rl_trainer_bench.engine.config import EngineConfig, config_problems
 from rl_trainer_bench.errors import ConfigError
 
@@ -31,6 +32,8 @@ class Plan:
     engine: EngineConfig
     unapplied: tuple[str, ...]  # engine keys given that the built-in engine does not apply
     layout: str  # how the synthetic micro-batches are packed
+    trainer_keys: tuple[TrainerKey, ...] = ()  # the trainer's MaxText keys and their fates
+    replay: str = ""  # the routing profile's forecast of replays at the cell's MoE settings
 
     @property
     def trainer_slice(self) -> TpuSlice | None:
@@ -50,7 +53,7 @@ class Plan:
         config, engine, model = self.config, self.engine, self.engine.model
         mesh = engine.mesh
         target = (
-            f"on {self.trainer_slice.name} ({self.trainer_slice.num_chips} chips)"
+            f"on {self.trainer_slice.describe()}"
             if self.trainer_slice
             else "not checked against a slice (no TRAINER_SLICE)"
         )
@@ -80,12 +83,23 @@ class Plan:
                 f" warmup_steps={config.warmup_steps} worker={config.worker}"
                 f" stage={config.stage.describe()}",
             ),
+            ("moe", self.replay),
             ("engine", config.engine),
             ("engine keys not applied", " ".join(self.unapplied) or "-"),
+            ("trainer MaxText keys", self.trainer_keys_summary()),
+            *(("trainer key", key.describe()) for key in self.trainer_keys),
         ]
         return [f"{PLAN_PREFIX} {name}: {text}" for name, text in rows] + [
             f"{PLAN_PREFIX} ok: every knob is valid; nothing ran on a device"
         ]
+
+    def trainer_keys_summary(self) -> str:
+        """`12 (5 applied, 7 no equivalent)`, or `none` when the trainer's command sets none."""
+        if not self.trainer_keys:
+            return "none in the trainer's command"
+        fates = [key.fate for key in self.trainer_keys]
+        counts = ", ".join(f"{fates.count(fate)} {fate}" for fate in FATES if fate in fates)
+        return f"{len(self.trainer_keys)} ({counts})"
 
 
 def resolve(config: BenchConfig, host_bytes: int | None = None) -> Plan:
@@ -101,7 +115,9 @@ def resolve(config: BenchConfig, host_bytes: int | None = None) -> Plan:
     micro_batch_memory.refuse_oversized(
         engine, config.distinct_micro_batches, host_bytes, config.trainer_slice
     )
-    return Plan(config, engine, tuple(unapplied), _layout(engine, config.orch_argv))
+    fates = tuple(trainer_key_fates(config.trainer_argv, config.engine_flags))
+    layout = _layout(engine, config.orch_argv)
+    return Plan(config, engine, tuple(unapplied), layout, fates, _replay(config, engine))
 
 
 def refuse_engine_config_problems(engine: EngineConfig, preset_name: str) -> None:
@@ -137,15 +153,42 @@ def environment_config(env: Mapping[str, str]) -> BenchConfig:
 
 
 def _check_slice(engine: EngineConfig, tpu_slice: TpuSlice | None) -> None:
-    """One JAX device per chip, as the chip table counts them."""
+    """The mesh spans exactly the slice's JAX devices (chips x devices per chip, from the chip
+    table): the engine lays one mesh over every device it is given, so a smaller mesh would leave
+    devices idle and time another cell, and a larger one cannot be built."""
     mesh = engine.mesh
-    if tpu_slice is not None and mesh.size != tpu_slice.num_chips:
+    if tpu_slice is not None and mesh.size != tpu_slice.num_devices:
+        per_chip = tpu_slice.chip.devices_per_chip
         raise ConfigError(
             f"mesh {mesh.fsdp} x {mesh.context} x {mesh.expert} (fsdp x context x expert) needs"
-            f" {mesh.size} devices, but TRAINER_SLICE={tpu_slice.name} has"
-            f" {tpu_slice.num_chips} chips: set mesh_fsdp, mesh_context and mesh_expert to"
-            " multiply to the chip count"
+            f" {mesh.size} devices, but TRAINER_SLICE={tpu_slice.describe()} has"
+            f" {tpu_slice.num_devices}: set mesh_fsdp, mesh_context and mesh_expert to multiply to"
+            f" {tpu_slice.num_devices} ({tpu_slice.chip.name} shows {per_chip} JAX"
+            f" device{'s' if per_chip > 1 else ''} per chip)"
         )
+
+
+def _replay(config: BenchConfig, engine: EngineConfig) -> str:
+    """The MoE settings and what the routing profile forecasts at them: how often a micro-batch
+    overflows a buffer and is replayed dropless (each replay is one more forward-backward)."""
+    from rl_trainer_bench.payload.routing_profile import load_profile, predicted_replay
+
+    moe = engine.moe
+    settings = (
+        f"ragged_buffer_factor={moe.ragged_buffer_factor:g}"
+        f" num_moe_token_chunks={moe.token_chunks}"
+        f" retry_when_tokens_dropped={str(moe.retry_when_tokens_dropped).lower()}"
+    )
+    name = config.routing_profile or config.preset.routing_profile
+    where = "" if config.routing_profile else "shipped "
+    profile = load_profile(config.routing_profile, config.preset.routing_profile)
+    prediction = predicted_replay(profile, engine)
+    if prediction is None:
+        return f"{settings}: never replays"
+    kind = "synthetic" if profile.synthetic else "measured"
+    return (
+        f"{settings}: {prediction.describe()}, forecast by the {where}{kind} routing profile {name}"
+    )
 
 
 def _layout(engine: EngineConfig, orch_argv: tuple[str, ...]) -> str:

@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from rl_trainer_bench.config import values
+from rl_trainer_bench.config import trainer_maxtext, values
 from rl_trainer_bench.config.presets import Preset
 from rl_trainer_bench.engine.config import EngineConfig, MeshConfig, choices, leaf_fields
 from rl_trainer_bench.errors import ConfigError
@@ -101,15 +101,20 @@ def parse_trainer_argv(argv: str | Sequence[str]) -> dict[str, str]:
     assignments and the python command (`python -m module`) are skipped; `--k=v`, `--k v` and a
     bare `--flag` (value "true") are read; quoted values lose their quotes. Last one wins.
     """
+    return parse_trainer_command(argv)[1]
+
+
+def parse_trainer_command(argv: str | Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The `NAME=value` words before a trainer command's first flag, and its flags (as
+    `parse_trainer_argv` reads them): the words carry its MaxText keys (`MAXTEXT_EXTRA_FLAGS`)."""
     tokens = values.shell_words("TRAINER_ARGV", argv) if isinstance(argv, str) else list(argv)
     start = next((i for i, token in enumerate(tokens) if token.startswith("--")), len(tokens))
+    environment: dict[str, str] = {}
     for token in tokens[:start]:
-        if not (
-            _ENV_ASSIGNMENT.match(token)
-            or token in ("-m", "-u")
-            or "python" in token
-            or "." in token
-        ):
+        if _ENV_ASSIGNMENT.match(token):
+            name, _, value = token.partition("=")
+            environment[name] = value
+        elif not (token in ("-m", "-u") or "python" in token or "." in token):
             raise ConfigError(
                 f"TRAINER_ARGV: unexpected {token!r} before the first --flag; expected env "
                 "assignments and a python command, then --key=value flags"
@@ -129,7 +134,7 @@ def parse_trainer_argv(argv: str | Sequence[str]) -> dict[str, str]:
                 value = "true"
         flags[name] = value
         index += 1
-    return flags
+    return environment, flags
 
 
 def parse_engine_flags(text: str | Sequence[str]) -> dict[str, str]:
@@ -250,15 +255,22 @@ def engine_config_from(
     trainer_argv: str | Sequence[str] = (),
     engine_flags: str | Sequence[str] = (),
 ) -> tuple[EngineConfig, list[str]]:
-    """The preset's engine config with the trainer argv's keys, then the engine flags', applied.
+    """The preset's engine config with the trainer command's keys, then the engine flags', applied.
 
-    A trainer argv that sets any mesh axis sets the whole mesh, as the trainer reads it: an axis
-    it leaves out is 1, not the preset's. Returns the config and the sorted keys that were given
-    but that the built-in engine does not apply (to be listed at start-up, never dropped silently).
+    The trainer command's keys are its flags, then its MaxText keys (`trainer_maxtext`: the
+    `MAXTEXT_EXTRA_FLAGS` words and variables before its python command, applied after its flags
+    as Tunix does), each mapped onto the engine key of the same meaning; the config keeps them all
+    in `trainer_maxtext_keys`. A trainer argv that sets any mesh axis sets the whole mesh, as the
+    trainer reads it: an axis it leaves out is 1, not the preset's. Returns the config and the
+    sorted flags that were given but that the built-in engine does not apply (to be listed at
+    start-up, never dropped silently); `trainer_key_fates` says what became of each MaxText key.
     """
-    argv_flags = parse_trainer_argv(trainer_argv)
-    flags = {**argv_flags, **parse_engine_flags(engine_flags)}
-    config = preset.engine
+    environment, argv_flags = parse_trainer_command(trainer_argv)
+    trainer_keys = trainer_maxtext.maxtext_keys(environment, argv_flags)
+    argv_flags = {k: v for k, v in argv_flags.items() if k not in trainer_maxtext.FLAG_KEYS}
+    mapped = _mapped_trainer_keys(trainer_keys)
+    flags = {**argv_flags, **mapped, **parse_engine_flags(engine_flags)}
+    config = dataclasses.replace(preset.engine, trainer_maxtext_keys=trainer_keys)
     if any(ENGINE_KEYS[key].target.startswith("mesh.") for key in argv_flags if key in ENGINE_KEYS):
         config = dataclasses.replace(config, mesh=MeshConfig())
     unapplied = sorted(key for key in flags if key not in ENGINE_KEYS)
@@ -284,3 +296,37 @@ def engine_config_from(
             )
         config = dataclasses.replace(config, seq_len=sum(sequence.values()))
     return config, unapplied
+
+
+def _mapped_trainer_keys(trainer_keys: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """{engine key: value text} of the trainer's MaxText keys the engine applies, each checked
+    here so a bad value names the trainer key it came from."""
+    mapped = {}
+    for fate in trainer_maxtext.engine_assignments(trainer_keys):
+        if fate.fate != trainer_maxtext.APPLIED or not fate.engine_key:
+            continue
+        try:
+            _parse_value(fate.engine_key, fate.engine_value, ENGINE_KEYS[fate.engine_key])
+        except ConfigError as error:
+            raise ConfigError(
+                f"the trainer's MaxText key {fate.key}={fate.value!r} ({error}): fix it in the"
+                f" trainer's {trainer_maxtext.EXTRA_FLAGS_VARIABLE} or variables"
+            ) from None
+        mapped[fate.engine_key] = fate.engine_value
+    return mapped
+
+
+def trainer_key_fates(
+    trainer_argv: str | Sequence[str] = (), engine_flags: str | Sequence[str] = ()
+) -> list[trainer_maxtext.TrainerKey]:
+    """What became of each MaxText key of the trainer's command, ENGINE_FLAGS included."""
+    environment, argv_flags = parse_trainer_command(trainer_argv)
+    given = parse_engine_flags(engine_flags)
+    return [
+        dataclasses.replace(fate, fate=trainer_maxtext.OVERRIDDEN_BY_FLAGS)
+        if fate.fate == trainer_maxtext.APPLIED and fate.engine_key in given
+        else fate
+        for fate in trainer_maxtext.engine_assignments(
+            trainer_maxtext.maxtext_keys(environment, argv_flags)
+        )
+    ]

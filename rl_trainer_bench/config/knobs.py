@@ -200,7 +200,8 @@ KNOBS: tuple[Knob, ...] = (
         "TRAINER_ARGV",
         "",
         values.shell_words,
-        "the trainer's argv, shell words (engine keys)",
+        "the trainer's command, shell words: NAME=value words before its flags carry its MaxText"
+        " keys (MAXTEXT_EXTRA_FLAGS, REMAT_POLICY, NUM_MOE_TOKEN_CHUNKS, ...), its flags engine keys",
         unset=(),
     ),
     Knob(

@@ -34,6 +34,9 @@ class Preset:
     host_devices: int  # CPU devices to force when running on the host platform (0: leave alone)
     purpose: str
     models: tuple[str, ...] = ()  # the trainer's names for this model, lower case
+    # The shipped routing profile (rl_trainer_bench/payload/profiles/) its micro-batches follow
+    # unless ROUTING_PROFILE names another.
+    routing_profile: str = "default.json"
 
 
 # Qwen3.5's repeating block (full_attention_interval=4): three Gated DeltaNet layers, then one
@@ -171,15 +174,21 @@ PRESETS: Mapping[str, Preset] = {
                 mesh=MeshConfig(fsdp=32, context=4, expert=2),
                 micro_batch_rows=64,
                 seq_len=65_536,
-                # The Adam moments (11.46 GiB per device) rest in host memory between updates:
-                # beside them the dropless replay does not fit tpu7x's 96 GiB with 5% to spare
-                # (BENCHMARKS.md, fit table). optimizer_memory_host_offload=false keeps them.
-                optimizer=OptimizerConfig(memory_host_offload=True),
+                # The measured public run's MoE buffers: factor 2.75 over 2 token groups per
+                # device, with dropless retry (0 drops and 0 replays there).
+                moe=MoeConfig(ragged_buffer_factor=2.75, token_chunks=2),
+                # Adam's first moment in bfloat16, as the public tpu7x recipe's mu_dtype; the
+                # state stays in device memory, as the trainer keeps it (at the recipe's keys the
+                # replay fits tpu7x with 3.8% headroom: BENCHMARKS.md, "At the trainer's keys").
+                optimizer=OptimizerConfig(mu_dtype="bfloat16"),
             ),
             micro_steps=9,
             host_devices=0,
             purpose="the production cell's shapes on 256 devices: for AOT and payload building, not for running here",
             models=("qwen3.5-397b-a17b",),
+            # Derived from the measured run's 0 replays at factor 2.75 with 2 token chunks
+            # (benchmarks/routing_profile_397b.py).
+            routing_profile="qwen3.5-397b.json",
         ),
         Preset(
             # Qwen3-30B-A3B's public shapes: 48 layers, 128 experts, top-8, no shared expert.

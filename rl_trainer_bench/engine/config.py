@@ -23,6 +23,7 @@ ExpertCompute = Literal["auto", "einsum", "ragged_dot"]
 DroplessCompute = Literal["auto", "capacity", "ragged_dot", "gmm"]
 ComputeDtype = Literal["bfloat16", "float32"]
 MatmulPrecision = Literal["default", "high", "highest"]
+MomentDtype = Literal["float32", "bfloat16"]
 Schedule = Literal["constant", "warmup_cosine_decay_schedule"]
 LAYER_TYPES = ("full_attention", "linear_attention")  # the mixers `layer_types` may name
 # The ragged_buffer_factor of a dropless MoE layer: every routed pair gets a slot.
@@ -185,6 +186,11 @@ def tokens_per_group(config: EngineConfig) -> int:
     return math.ceil(local / config.moe.token_chunks)
 
 
+def replays_possible(config: EngineConfig) -> bool:
+    """Whether a micro-batch can be replayed dropless (retry on, and a finite buffer factor)."""
+    return config.moe.retry_when_tokens_dropped and config.moe.ragged_buffer_factor != DROPLESS
+
+
 def expert_capacity(tokens: int, top_k: int, num_experts: int, factor: float) -> int:
     """Slots per expert for a group of `tokens` tokens: ceil(factor x N x K / E), at least one.
 
@@ -231,6 +237,13 @@ class OptimizerConfig:
     eps: float = dataclasses.field(
         default=1e-8, metadata=engine_key("Adam epsilon", key="optimizer_eps")
     )
+    mu_dtype: MomentDtype = dataclasses.field(
+        default="float32",
+        metadata=engine_key(
+            "dtype of Adam's first moment (bfloat16 halves its memory; the second moment and the"
+            " parameters stay float32), as MaxText's mu_dtype"
+        ),
+    )
     weight_decay: float = dataclasses.field(
         default=0.0, metadata=engine_key("AdamW weight decay", key="optimizer_weight_decay")
     )
@@ -262,6 +275,11 @@ class EngineConfig:
         default="default", metadata=engine_key("XLA matmul precision")
     )
     seed: int = dataclasses.field(default=0, metadata=engine_key("parameter initialisation seed"))
+    # The trainer's MaxText keys as its command sets them (MAXTEXT_EXTRA_FLAGS words in order, then
+    # variables such as REMAT_POLICY under their MaxText names), values as text, in the order Tunix
+    # applies them (last wins). The built-in engine maps those it has an equivalent for; an engine
+    # built on MaxText passes them all to MaxText, last.
+    trainer_maxtext_keys: tuple[tuple[str, str], ...] = ()
 
 
 def choices(annotation: Any) -> tuple[str, ...] | None:

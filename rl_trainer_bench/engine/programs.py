@@ -19,7 +19,13 @@ import numpy as np
 import optax
 
 from rl_trainer_bench.engine import model, moe, residency, sharding
-from rl_trainer_bench.engine.config import DROPLESS, EngineConfig, OptimizerConfig, config_problems
+from rl_trainer_bench.engine.config import (
+    DROPLESS,
+    EngineConfig,
+    OptimizerConfig,
+    config_problems,
+    replays_possible,
+)
 from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS, ContractError, Payload
 from rl_trainer_bench.engine.loss import micro_batch_loss
 
@@ -158,7 +164,14 @@ def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
         schedule = optax.constant_schedule(config.learning_rate)
     return optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm),
-        optax.adamw(schedule, config.b1, config.b2, config.eps, weight_decay=config.weight_decay),
+        optax.adamw(
+            schedule,
+            config.b1,
+            config.b2,
+            config.eps,
+            mu_dtype=jnp.dtype(config.mu_dtype),
+            weight_decay=config.weight_decay,
+        ),
     )
 
 
@@ -345,11 +358,6 @@ def input_shardings(mesh, spec: Mapping[str, jax.ShapeDtypeStruct], memory_kind=
     return {
         name: sharding.payload_sharding(mesh, len(s.shape), memory_kind) for name, s in spec.items()
     }
-
-
-def replays_possible(config: EngineConfig) -> bool:
-    """Whether a micro-batch can be replayed dropless (retry on, and a finite buffer factor)."""
-    return config.moe.retry_when_tokens_dropped and config.moe.ragged_buffer_factor != DROPLESS
 
 
 def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tuple]]:

@@ -16,6 +16,7 @@ import re
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 
+from rl_trainer_bench.config.trainer_maxtext import CARRYING_VARIABLES
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.dry_run import client_container
 
@@ -75,16 +76,29 @@ def read_client_command(command: Sequence[str] | str) -> ClientCommand:
     raise UserError("the client container's command runs no python program: nothing to bench")
 
 
-def client_argv(jobset: Mapping) -> str:
-    """The trainer flags of a launched or rendered JobSet, as one shell-quoted string.
+def trainer_command_words(launch: ClientCommand) -> list[str]:
+    """The trainer's command as the bench reads it: the `NAME=value` words of its environment
+    (exported or before python) that carry MaxText keys, then its flags.
 
-    A bench JobSet carries them in its `TRAINER_ARGV` export; a launched trainer on its python line.
+    Tunix reads `MAXTEXT_EXTRA_FLAGS` and a few other variables from the trainer's environment
+    and applies them to MaxText's config; so they travel with the flags, in TRAINER_ARGV, and
+    every tool that reads a trainer argv sees the keys the trainer runs with.
+    """
+    carried = [f"{name}={launch.env[name]}" for name in CARRYING_VARIABLES if name in launch.env]
+    return [*carried, *launch.argv]
+
+
+def client_argv(jobset: Mapping) -> str:
+    """The trainer command of a launched or rendered JobSet, as one shell-quoted string.
+
+    A bench JobSet carries it in its `TRAINER_ARGV` export; a launched trainer on its python line
+    (its flags, after the variables that carry MaxText keys: `trainer_command_words`).
     """
     container = client_container(jobset)
     parsed = read_client_command([*container.get("command", []), *container.get("args", [])])
     if "TRAINER_ARGV" in parsed.env:
         return parsed.env["TRAINER_ARGV"]
-    return shell_join(parsed.argv)
+    return shell_join(trainer_command_words(parsed))
 
 
 def shell_quote(word: str) -> str:

@@ -4,9 +4,15 @@ The pod must run exactly the code that rendered it, without the package installe
 the renderer embeds an archive of the files `code_digest.code_files` names in the client command;
 their digest (`code_digest.code_sha256`) is logged at both ends. The archive is byte-reproducible
 (sorted names, zero times and owners, and xz's output depends on nothing but its input), so
-rendering twice gives the same manifest. xz rather than gzip: the bundle must fit one exec argument,
-and xz packs this code about 14% smaller; the pod unpacks it with the trainer's own Python
-(`pod_script.py`), whose standard library reads xz, so the image needs no archive tools.
+rendering twice gives the same manifest. xz rather than gzip: xz packs this code about 14% smaller,
+and the pod unpacks it with the trainer's own Python (`pod_script.py`), whose standard library reads
+xz, so the image needs no archive tools.
+
+The kernel refuses any one exec argument over 128 KiB (MAX_ARG_STRLEN), and the bench's code
+outgrew that as one base64 text; so the text travels as several arguments after the script
+(`bash -c SCRIPT NAME PART...`), each well under the limit, and the script joins them. The total
+of all arguments and the environment (ARG_MAX, a quarter of the stack limit: 2 MiB by default)
+leaves room for many times today's bundle.
 """
 
 from __future__ import annotations
@@ -36,7 +42,16 @@ def bundle(root: Path | None = None, engine: str = BUILT_IN) -> bytes:
     return lzma.compress(tar_bytes.getvalue(), preset=9 | lzma.PRESET_EXTREME)
 
 
-def bundle_base64(root: Path | None = None, engine: str = BUILT_IN, line_length: int = 76) -> str:
-    """`bundle(root, engine)` as base64 lines of `line_length` characters, as `base64 -d` reads."""
+# Base64 characters per exec argument: 64 KiB, half the kernel's limit on one argument.
+PART_CHARS = 64 * 1024
+LINE_CHARS = 76
+
+
+def bundle_parts(root: Path | None = None, engine: str = BUILT_IN) -> list[str]:
+    """`bundle(root, engine)` in base64, cut into exec arguments of at most PART_CHARS characters
+    of 76-character lines (so the manifest stays readable); joined with newlines, they are one
+    base64 text that `base64.b64decode` reads back (it skips the newlines)."""
     encoded = base64.b64encode(bundle(root, engine)).decode()
-    return "\n".join(encoded[i : i + line_length] for i in range(0, len(encoded), line_length))
+    lines = [encoded[i : i + LINE_CHARS] for i in range(0, len(encoded), LINE_CHARS)]
+    per_part = PART_CHARS // (LINE_CHARS + 1)
+    return ["\n".join(lines[i : i + per_part]) for i in range(0, len(lines), per_part)]

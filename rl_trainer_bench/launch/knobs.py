@@ -62,7 +62,11 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
     RenderKnob("ENGINE_FLAGS"),
     RenderKnob("ENGINE"),
     RenderKnob("LIBTPU_FLAGS", "--flag=value words merged into LIBTPU_INIT_ARGS (given ones win)"),
-    RenderKnob("TRAINER_ARGV", "the trainer's flags, replacing those of its command (shell words)"),
+    RenderKnob(
+        "TRAINER_ARGV",
+        "the trainer's command, replacing its own (shell words: NAME=value words carrying MaxText"
+        " keys, e.g. MAXTEXT_EXTRA_FLAGS, then flags; default: those of its command)",
+    ),
     RenderKnob(
         "ORCH_ARGV", "the orchestrator's flags (default: from the orchestrator JobSet if present)"
     ),

@@ -4,8 +4,9 @@ It keeps the launcher's PID-1 wrapper behaviour (SIGTERM forwarded to the worklo
 so bash runs the trap promptly, core dumps off, start/end lines and the workload's exit code), and
 replaces the trainer's python line with the bench driver. Every value the driver receives is
 exported through `shell_quote`, so spaces, quotes, `$()` and backticks arrive literally and nothing
-the user typed is evaluated by the shell. The code travels base64-encoded in a quoted
-here-document, which the shell does not expand either, and the trainer's interpreter unpacks it.
+the user typed is evaluated by the shell. The code travels base64-encoded as the script's
+positional arguments (`code_bundle.bundle_parts`: one argument cannot hold it), which the shell
+passes on without expanding, and the trainer's interpreter unpacks it.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from collections.abc import Mapping
 
 from rl_trainer_bench.launch.client_command import shell_quote
 
-CODE_MARKER = "RL_TRAINER_BENCH_CODE"
+# `$0` of the script: what `ps` and the shell's own messages call it.
+SCRIPT_NAME = "rl-trainer-bench-pod"
 CODE_DIR_VARIABLE = "BENCH_CODE_DIR"
 DRIVER_MODULE = "rl_trainer_bench.bench.driver"
-# Unpacks the base64 tar.xz on stdin into the folder argv[1] with nothing but Python's standard
+# Unpacks the base64 tar.xz (lines, newlines skipped) on stdin into the folder argv[1] with nothing but Python's standard
 # library (`code_bundle.bundle`); the data filter where the Python has one (3.12, and 3.8-3.11
 # patch releases from 2023).
 UNPACK = (
@@ -30,12 +32,12 @@ UNPACK = (
 def bench_script(
     *,
     interpreter: str,
-    code_base64: str,
     environment: Mapping[str, str],
     has_driver_script: bool,
     trainer_jobset: str,
 ) -> str:
-    """The `bash -c` script of the bench's client container."""
+    """The `bash -c` script of the bench's client container; its positional arguments are the
+    code's base64 parts (`code_bundle.bundle_parts`)."""
     exports = "\n".join(
         f"export {name}={shell_quote(value)}" for name, value in environment.items()
     )
@@ -55,9 +57,7 @@ ulimit -c 0
 (
 set -eu
 export {CODE_DIR_VARIABLE}="$(mktemp -d)"
-{shell_quote(interpreter)} -c {shell_quote(UNPACK)} "${CODE_DIR_VARIABLE}" <<'{CODE_MARKER}'
-{code_base64}
-{CODE_MARKER}
+printf '%s\n' "$@" | {shell_quote(interpreter)} -c {shell_quote(UNPACK)} "${CODE_DIR_VARIABLE}"
 export PYTHONPATH="${CODE_DIR_VARIABLE}${{PYTHONPATH:+:$PYTHONPATH}}"
 {exports}
 exec {shell_quote(interpreter)} {driver}

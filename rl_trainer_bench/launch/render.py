@@ -35,6 +35,7 @@ from rl_trainer_bench.launch.client_command import (
     merge_flags,
     read_client_command,
     shell_join,
+    trainer_command_words,
 )
 from rl_trainer_bench.launch.dry_run import (
     TPU_RESOURCE,
@@ -51,7 +52,7 @@ from rl_trainer_bench.launch.dry_run import (
 )
 from rl_trainer_bench.launch.knobs import RENDER_KNOBS, RenderKnobs
 from rl_trainer_bench.launch.names import bench_name, rename_text
-from rl_trainer_bench.launch.pod_script import bench_script
+from rl_trainer_bench.launch.pod_script import SCRIPT_NAME, bench_script
 
 ANNOTATION_PREFIX = "rl-trainer-bench/"
 CODE_SHA_ANNOTATION = ANNOTATION_PREFIX + "code-sha256"
@@ -95,11 +96,12 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
         "-c",
         bench_script(
             interpreter=launch.program[0],
-            code_base64=code_bundle.bundle_base64(engine=engine),
             environment=environment,
             has_driver_script=(code_digest.default_root() / code_digest.DRIVER_SCRIPT).is_file(),
             trainer_jobset=jobset_name(trainer),
         ),
+        SCRIPT_NAME,
+        *code_bundle.bundle_parts(engine=engine),
     ]
     metadata = bench.setdefault("metadata", {})
     metadata["annotations"] = {
@@ -154,7 +156,9 @@ def driver_environment(
             environment.get("LIBTPU_INIT_ARGS", ""), knobs.libtpu_flags, "LIBTPU_FLAGS"
         )
     environment.update(knobs.driver_env)
-    trainer_argv = launch.argv if knobs.trainer_argv is None else list(knobs.trainer_argv)
+    trainer_argv = (
+        trainer_command_words(launch) if knobs.trainer_argv is None else list(knobs.trainer_argv)
+    )
     environment["TRAINER_ARGV"] = shell_join(trainer_argv)
     orch = list(knobs.orch_argv) if knobs.orch_argv is not None else orch_argv
     optional = {
@@ -297,6 +301,10 @@ def run(args) -> int:
     target = knobs.output or "stdout"
     print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
     print(f"render: the pod times {pod_plan.cell()}", file=sys.stderr)
+    print(f"render: moe: {pod_plan.replay}", file=sys.stderr)
+    print(f"render: trainer MaxText keys: {pod_plan.trainer_keys_summary()}", file=sys.stderr)
+    for key in pod_plan.trainer_keys:
+        print(f"render: trainer key {key.describe()}", file=sys.stderr)
     if knobs.engine is not None:
         print(engine_requirement(knobs.engine), file=sys.stderr)
     return 0

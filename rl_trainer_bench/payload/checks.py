@@ -522,6 +522,7 @@ def run_check(args) -> int:
 
     Exit 0 when everything passes, 1 when a check fails (2 is bad input, from the cli).
     """
+    from rl_trainer_bench.config.presets import preset
     from rl_trainer_bench.payload import build, command, npz
     from rl_trainer_bench.payload.routing_profile import load_profile
 
@@ -531,7 +532,7 @@ def run_check(args) -> int:
     else:
         payload = build.build_micro_batch(
             engine,
-            load_profile(args.routing_profile),
+            load_profile(args.routing_profile, preset(args.preset).routing_profile),
             seed=args.seed,
             index=args.index,
             layout=command.layout_for(args, engine),

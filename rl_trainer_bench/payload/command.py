@@ -47,7 +47,8 @@ def run_payload(args) -> int:
         raise UserError(f"--out {args.out}: the micro-batch is written as .npz; name it FILE.npz")
     check_output_file(args.out, "--out")
     engine = engine_for(args)
-    profile = routing_profile.load_profile(args.routing_profile)
+    shipped = find_preset(args.preset).routing_profile
+    profile = routing_profile.load_profile(args.routing_profile, shipped)
     built = build_calibrated(
         engine,
         profile,

@@ -24,7 +24,13 @@ from typing import Any
 import jsonschema
 import numpy as np
 
-from rl_trainer_bench.engine.config import ModelConfig, expert_capacity
+from rl_trainer_bench.engine.config import (
+    EngineConfig,
+    ModelConfig,
+    expert_capacity,
+    replays_possible,
+    tokens_per_group,
+)
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
 from rl_trainer_bench.payload.errors import ProfileError
@@ -99,6 +105,21 @@ def predict_overflow(
     drop_fraction = excess.sum(axis=-1) / (real * top_k)
     overflow_probability = 1.0 - np.exp(np.log(np.clip(1.0 - tail, 1e-300, 1.0)).sum(axis=-1))
     return OverflowPrediction(capacity, drop_fraction, overflow_probability)
+
+
+def replay_probability(
+    overflow_per_group: np.ndarray, tokens_per_group: int, micro_batch_tokens: int
+) -> float:
+    """P(a micro-batch replays): 1 - prod over layers of (1 - p_layer) ** groups.
+
+    `overflow_per_group[l]` is the chance that one group of `tokens_per_group` tokens overflows in
+    layer l; groups and layers are taken as independent, as the calibration report takes experts.
+    """
+    groups = math.ceil(micro_batch_tokens / max(tokens_per_group, 1))
+    keep = np.clip(1.0 - np.asarray(overflow_per_group, dtype=np.float64), 0.0, 1.0)
+    with np.errstate(divide="ignore"):
+        log_keep = groups * np.log(keep).sum()
+    return float(1.0 - math.exp(log_keep)) if np.isfinite(log_keep) else 1.0
 
 
 # ----------------------------------------------------------------------------------------------
@@ -268,15 +289,11 @@ def parse_profile(document: Any, origin: str = "profile") -> RoutingProfile:
         raise ProfileError(f"{origin}: {error}") from None
 
 
-def load_profile(path: str | None) -> RoutingProfile:
-    """The profile at `path`, or the shipped default (synthetic) when `path` is None."""
+def load_profile(path: str | None, shipped: str = DEFAULT_PROFILE) -> RoutingProfile:
+    """The profile at `path`, or the shipped profile `shipped` (a preset's) when `path` is None."""
     if path is None:
-        text = (
-            resources.files("rl_trainer_bench.payload.profiles")
-            .joinpath(DEFAULT_PROFILE)
-            .read_text()
-        )
-        origin = f"shipped profile {DEFAULT_PROFILE}"
+        text = resources.files("rl_trainer_bench.payload.profiles").joinpath(shipped).read_text()
+        origin = f"shipped profile {shipped}"
     else:
         try:
             text = read_user_text(path, "routing profile")
@@ -532,3 +549,41 @@ def _dump_shares(counts: np.ndarray) -> np.ndarray:
         empty = int(np.flatnonzero(routed_pairs[:, 0] == 0)[0])
         raise ProfileError(f"layer {empty} of the dump routes no token: is --layout right?")
     return counts / routed_pairs
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayPrediction:
+    """The profile's own forecast of replays at an engine's MoE settings (no micro-batch built)."""
+
+    probability: float  # that a micro-batch overflows some group of some layer, so replays
+    capacity: int  # slots per expert per group
+    tokens_per_group: int
+
+    def describe(self) -> str:
+        return (
+            f"P(replay)={self.probability:.2f} per micro-batch (capacity {self.capacity:,} slots"
+            f" per expert per group of {self.tokens_per_group:,} tokens)"
+        )
+
+
+def predicted_replay(profile: RoutingProfile, engine: EngineConfig) -> ReplayPrediction | None:
+    """P(a micro-batch replays) at `engine`'s buffer factor and token chunks, from the profile's
+    loads (fitted to the engine's model) and its layout's mean real-token fraction; None when the
+    engine never replays. The calibration report of a built micro-batch gives the same forecast
+    from the loads it achieved; this one costs no build, so a plan can print it."""
+    if not replays_possible(engine):
+        return None
+    fitted = fit_to_model(profile, engine.model)
+    rows, seq_len = engine.micro_batch_rows, engine.seq_len
+    layout = (fitted.layout or PackingLayout(rows, seq_len)).for_shape(rows, seq_len)
+    real = (rows - layout.pad_rows) / rows * float(np.mean(layout.real_fraction))
+    group = tokens_per_group(engine)
+    overflow = predict_overflow(
+        fitted.shares,
+        tokens=group,
+        real_fraction=real,
+        top_k=fitted.top_k,
+        factor=engine.moe.ragged_buffer_factor,
+    )
+    probability = replay_probability(overflow.overflow_probability, group, rows * seq_len)
+    return ReplayPrediction(probability, overflow.capacity, group)

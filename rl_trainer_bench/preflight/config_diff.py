@@ -20,12 +20,19 @@ from pathlib import Path
 
 import yaml
 
-from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, parse_engine_flags, parse_trainer_argv
+from rl_trainer_bench.config.engine_keys import (
+    ENGINE_KEYS,
+    parse_engine_flags,
+    parse_trainer_argv,
+    trainer_key_fates,
+)
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
 from rl_trainer_bench.launch import yaml_reader
 
 _BOOLEANS = {"true": True, "false": False}
+# A trainer command's MaxText keys are listed under this prefix, apart from its flags.
+MAXTEXT_PREFIX = "maxtext:"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +42,18 @@ class Side:
     label: str
     kind: str  # "flags" | "argv" | "yaml" | "jobset"
     flags: dict[str, str]
+    fates: dict[str, str] = dataclasses.field(default_factory=dict)  # maxtext:KEY -> its fate
+
+
+def trainer_side(label: str, kind: str, argv: str | Sequence[str], engine_flags: str = "") -> Side:
+    """A trainer command's side: its flags, ENGINE_FLAGS, and its MaxText keys as `maxtext:KEY`
+    (the last setting of each, as MaxText keeps), each with what the built-in engine made of it."""
+    flags = {**parse_trainer_argv(argv), **parse_engine_flags(engine_flags)}
+    fates = {}
+    for fate in trainer_key_fates(argv, engine_flags):
+        flags[MAXTEXT_PREFIX + fate.key] = fate.value
+        fates[MAXTEXT_PREFIX + fate.key] = fate.describe().partition(": ")[2]
+    return Side(label, kind, flags, fates)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +64,7 @@ class KeyChange:
     after: str | None
     default: str | None  # the built-in engine's default, when the key is one of its keys
     applied: bool  # whether the built-in engine applies the key
+    fate: str | None = None  # a trainer MaxText key's fate on the side that sets it last
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +114,7 @@ def _from_text(text: str, label: str) -> Side:
     except ValueError as error:
         raise UserError(f"{label}: not a list of shell words ({error}); check the quotes") from None
     if any(word.startswith("--") for word in words):
-        return Side(label, "argv", parse_trainer_argv(words))
+        return trainer_side(label, "argv", words)
     return Side(label, "flags", parse_engine_flags(" ".join(words)))
 
 
@@ -122,15 +142,13 @@ def _has_jobset(text: str, documents: list | None) -> bool:
 
 def _from_jobsets(text: str, label: str, trainer_jobset: str | None) -> Side:
     """The trainer's flags from its client command; a bench JobSet's TRAINER_ARGV and ENGINE_FLAGS."""
-    from rl_trainer_bench.launch.client_command import read_client_command
+    from rl_trainer_bench.launch.client_command import client_argv, read_client_command
     from rl_trainer_bench.launch.dry_run import client_container, find_trainer, read_documents
 
     jobset = find_trainer(read_documents(text, label), label, trainer_jobset)
     container = client_container(jobset)
     command = read_client_command([*container.get("command", []), *container.get("args", [])])
-    argv = command.env.get("TRAINER_ARGV", shlex.join(command.argv))
-    flags = {**parse_trainer_argv(argv), **parse_engine_flags(command.env.get("ENGINE_FLAGS", ""))}
-    return Side(label, "jobset", flags)
+    return trainer_side(label, "jobset", client_argv(jobset), command.env.get("ENGINE_FLAGS", ""))
 
 
 def _text(value: object) -> str:
@@ -174,9 +192,10 @@ def diff(before: Side, after: Side, ignore: Sequence[str] = ()) -> ConfigDiff:
             continue
         change = "added" if old is None else "removed" if new is None else "changed"
         spec = ENGINE_KEYS.get(key)
-        changes.append(
-            KeyChange(key, change, old, new, spec.default if spec else None, spec is not None)
-        )
+        fate = after.fates.get(key, before.fates.get(key))
+        applied = spec is not None or (fate or "").startswith("applied")
+        default = spec.default if spec else None
+        changes.append(KeyChange(key, change, old, new, default, applied, fate))
     return ConfigDiff(before, after, changes, unchanged, ignored)
 
 
@@ -196,6 +215,8 @@ def format_diff(result: ConfigDiff) -> str:
             values = change.before if change.change == "removed" else change.after
         default = f"  (default {change.default})" if change.default is not None else ""
         applied = "" if change.applied else "  [not applied by the built-in engine]"
+        if change.fate is not None:
+            applied = f"  [trainer MaxText key: {change.fate}]"
         lines.append(f"{mark[change.change]} {change.key}: {values}{default}{applied}")
     counts = {kind: sum(c.change == kind for c in result.changes) for kind in mark}
     lines.append(

@@ -16,10 +16,13 @@ tile padding of small arrays) cancels, under the assumption that it is spread li
 On cpu-tiny the corrected FLOPs at 1, 2 and 4 layers lie on one line (the 1-layer program has no
 loop, so it is XLA's own figure): see tests/preflight/test_program_cost.py and BENCHMARKS.md.
 
-The time is a roofline: max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) per device. It leaves out
-collectives that compute does not hide and any kernel below peak, so it is a lower bound on the
-program's time. Where XLA gives `optimal_seconds` too, both are kept so the reader can compare (on
-cpu-tiny for v5e:2x2 the roofline is 0.90x XLA's figure for every loop-free program).
+The time is a roofline: max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) per device. It is an
+estimate, not a bound: it leaves out collectives that compute does not hide and any kernel below
+peak, which would make it low, but the walk reads a loop body's operands once per trip, which
+counts traffic that stays in on-chip memory and can make it high (2x the public measured fwd_bwd on
+the 397B cell). Its compute term alone, FLOPs / peak, is a lower bound. Where XLA gives
+`optimal_seconds` too, both are kept so the reader can compare (on cpu-tiny for v5e:2x2 the
+roofline is 0.90x XLA's figure for every loop-free program).
 """
 
 from __future__ import annotations
@@ -238,7 +241,7 @@ class ProgramCost:
 def roofline_seconds(
     flops: float, bytes_accessed: float, peak_flops: float, bytes_per_second: float
 ) -> float:
-    """A lower bound on a program's time on one device of that peak and bandwidth."""
+    """A program's roofline time on one device of that peak and bandwidth (an estimate)."""
     return max(flops / peak_flops, bytes_accessed / bytes_per_second)
 
 

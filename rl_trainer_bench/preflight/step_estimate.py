@@ -1,5 +1,5 @@
 """A predicted step time and MFU from the compiled programs' roofline times: an estimate, never a
-measurement.
+measurement; and, beside it, the one figure of those that is a bound.
 
 One step of the built-in engine runs, per micro-batch, `fwd_bwd` (which adds into the step's sums),
 and when that micro-batch dropped routed pairs also its dropless replay; then `update` once. So
@@ -13,40 +13,45 @@ with P(replay) the chance that a micro-batch overflows its expert buffers, from 
 report of the micro-batch the bench would time first (`payload.build.CalibrationReport`: the chance,
 per layer, that one group of tokens overflows; a micro-batch replays when any group in any layer
 does). The MFU divides the engine's model FLOPs (real tokens only, no recomputation; the figure the
-bench's ruler uses) by the predicted step and the devices' peak. Each program's time is the roofline
-of `program_cost`, a lower bound, so the step is a lower bound and the MFU an upper bound.
+bench's ruler uses) by the predicted step and the devices' peak.
+
+Each program's time is the roofline of `program_cost`, max(FLOPs / peak, bytes / bandwidth). It is
+not a bound either way: the byte walk reads a loop body's operands once per trip, which counts
+traffic that stays in on-chip memory, and it leaves out collectives nothing hides. The compute
+term alone, the program's FLOPs at the chip's peak, is a lower bound on its time (no kernel runs
+above peak; FLOPs the walk cannot see, such as a custom kernel's, only lower it further); so the
+step at compute speed without any replay is a lower bound on the step, and the MFU at that step an
+upper bound on the MFU. Those two are the only figures labelled bounds.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 
-import numpy as np
+from rl_trainer_bench.payload.routing_profile import replay_probability
 
 ESTIMATE_BY = (
     "rl-trainer-bench: roofline of XLA's cost analysis (loop bodies counted per trip) against the "
     "chip table's peak FLOP/s and HBM bandwidth"
 )
-LABEL = "ESTIMATE (not a measurement)"
+LABEL = "ESTIMATE (not a measurement, not a bound)"
+BOUND = "LOWER BOUND (compute at the chip's peak, no replay; not a measurement)"
+
+# Public measurements of a cell on a slice, to set beside the estimate: MaxText's, for the
+# qwen3.5-397b cell on 128 Ironwood chips (mesh 32 x 4 x 2, 64 rows of 65,536 tokens,
+# MICRO_STEPS=9, ragged_buffer_factor=2.75, 2 token chunks), from its STAGE_BEFORE_UPDATE pull
+# request (BENCHMARKS.md, "The production cell on its slices").
+PUBLIC_MEASURED: Mapping[tuple[str, str], Mapping[str, float]] = {
+    ("qwen3.5-397b-cell", "tpu7x:4x4x8"): {
+        "fwd_bwd": 10.945,
+        "step_stage_on": 100.007,
+        "step_stage_off": 107.727,
+    }
+}
+PUBLIC_SOURCE = "MEASURED by MaxText, 128 Ironwood chips, its STAGE_BEFORE_UPDATE pull request"
 ONCE_PER_STEP = "update"
 REPLAY = "fwd_bwd_dropless"
-
-
-def replay_probability(
-    overflow_per_group: np.ndarray, tokens_per_group: int, micro_batch_tokens: int
-) -> float:
-    """P(a micro-batch replays): 1 - prod over layers of (1 - p_layer) ** groups.
-
-    `overflow_per_group[l]` is the chance that one group of `tokens_per_group` tokens overflows in
-    layer l; groups and layers are taken as independent, as the calibration report takes experts.
-    """
-    groups = math.ceil(micro_batch_tokens / max(tokens_per_group, 1))
-    keep = np.clip(1.0 - np.asarray(overflow_per_group, dtype=np.float64), 0.0, 1.0)
-    with np.errstate(divide="ignore"):
-        log_keep = groups * np.log(keep).sum()
-    return float(1.0 - math.exp(log_keep)) if np.isfinite(log_keep) else 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +66,8 @@ class StepEstimate:
     peak_flops_per_device: float
     bytes_per_second_per_device: float
     replay_source: str  # where replay_probability comes from, in words
+    # Each program's FLOPs at the peak (loop bodies counted per trip): a lower bound on its time.
+    compute_seconds: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
 
     def _seconds(self, program: str) -> float | None:
         return self.program_seconds.get(program)
@@ -91,6 +98,25 @@ class StepEstimate:
             return None
         model_flops = self.micro_steps * self.model_flops_per_micro_batch
         return model_flops / (step * self.devices * self.peak_flops_per_device)
+
+    @property
+    def step_floor_seconds(self) -> float | None:
+        """A lower bound on the step: every per-micro-batch program and `update` at compute speed,
+        no replay (which only adds). None when a program's FLOPs are unknown."""
+        floors = [self.compute_seconds.get(p) for p in (*self.per_micro_batch, ONCE_PER_STEP)]
+        if any(floor is None for floor in floors):
+            return None
+        *each, update = floors
+        return self.micro_steps * sum(each) + update
+
+    @property
+    def mfu_ceiling(self) -> float | None:
+        """An upper bound on the MFU: the model FLOPs over the step's lower bound."""
+        floor = self.step_floor_seconds
+        if not floor:
+            return None
+        model_flops = self.micro_steps * self.model_flops_per_micro_batch
+        return model_flops / (floor * self.devices * self.peak_flops_per_device)
 
     def formula(self) -> str:
         """The step as a sum of its terms, for the report."""
@@ -124,7 +150,35 @@ class StepEstimate:
             "peak_flops_per_device": self.peak_flops_per_device,
             "hbm_bytes_per_second_per_device": self.bytes_per_second_per_device,
             "mfu": self.mfu,
+            "bounds": {
+                "kind": "lower bound on the step, upper bound on the MFU",
+                "compute_seconds": dict(self.compute_seconds),
+                "step_floor_seconds": self.step_floor_seconds,
+                "mfu_ceiling": self.mfu_ceiling,
+            },
         }
+
+
+def public_comparison(preset: str, target: str, step: StepEstimate) -> list[str]:
+    """The public measurements of this cell on this slice beside the estimate, with the ratios;
+    [] when there are none."""
+    public = PUBLIC_MEASURED.get((preset, target))
+    if public is None:
+        return []
+    fwd_bwd = public["fwd_bwd"]
+    lines = [
+        f"public, {PUBLIC_SOURCE}: fwd_bwd {fwd_bwd} s per micro-batch; step"
+        f" {public['step_stage_on']} s (STAGE_BEFORE_UPDATE on), {public['step_stage_off']} s (off)"
+    ]
+    for name, seconds in (
+        ("roofline estimate", step.program_seconds.get("fwd_bwd")),
+        ("compute lower bound", step.compute_seconds.get("fwd_bwd")),
+    ):
+        if seconds:
+            lines.append(
+                f"  fwd_bwd {name} {seconds_text(seconds)} = {seconds / fwd_bwd:.2f} x the public"
+            )
+    return lines
 
 
 def seconds_text(seconds: float | None) -> str:

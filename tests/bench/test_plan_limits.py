@@ -4,6 +4,7 @@ check-engine read the trainer argv and judge the mesh with the plan's own parser
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,11 @@ def test_the_pool_and_the_devices_are_checked_against_given_sizes():
     assert parse_slice("v5p:2x2x2").chip.memory_bytes < 128 * GIB
     with pytest.raises(ConfigError, match=r"puts 128\.00 GiB on each of 8 devices and a v5p"):
         plan.resolve(long_rows)
+    # A tpu7x chip holds 192 GiB but shows two devices of 96 GiB each: 128 GiB fits the chip, not
+    # the device that receives it.
+    on_tpu7x = dataclasses.replace(long_rows, trainer_slice=parse_slice("tpu7x:2x2x1"))
+    with pytest.raises(ConfigError, match=r"128\.00 GiB on each of 8 devices and a tpu7x device"):
+        plan.resolve(on_tpu7x)
 
 
 def test_a_plan_for_a_slice_does_not_judge_this_hosts_memory(capsys, monkeypatch):

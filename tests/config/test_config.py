@@ -101,7 +101,7 @@ KNOWN_KEYS = [
     "optimizer_schedule_type", "optimizer_init_value", "optimizer_peak_value", "optimizer_end_value",
     "optimizer_warmup_steps", "optimizer_decay_steps", "optimizer_b1", "optimizer_b2", "optimizer_eps",
     "optimizer_weight_decay", "optimizer_opt_chain_type", "optimizer_chain_kwargs", "max_grad_norm",
-    "optimizer_memory_host_offload",
+    "optimizer_memory_host_offload", "mu_dtype",
     "epsilon", "epsilon_high", "beta", "ragged_buffer_factor", "dropless_compute", "retry_when_tokens_dropped",
     "expert_compute", "router_replay", "num_moe_token_chunks", "attention", "attention_chunk_size",
     "linear_chunk_size", "dtype", "matmul_precision",

@@ -129,10 +129,47 @@ def test_plan_checks_the_mesh_against_the_slice_it_is_told_not_the_host(capsys):
     assert driver.main([], env) == 2
     assert capsys.readouterr().err == (
         "bench_driver: mesh 2 x 2 x 2 (fsdp x context x expert) needs 8 devices, but"
-        " TRAINER_SLICE=v5p:2x2x1 has 4 chips: set mesh_fsdp, mesh_context and mesh_expert to"
-        " multiply to the chip count\n"
+        " TRAINER_SLICE=v5p:2x2x1 (4 chips) has 4: set mesh_fsdp, mesh_context and mesh_expert"
+        " to multiply to 4 (v5p shows 1 JAX device per chip)\n"
     )
     assert driver.main([], {**env, "ENGINE_FLAGS": "mesh_fsdp=1"}) == 0
+
+
+_PRODUCTION_PLAN = {"PLAN_ONLY": "1", "PRESET": "qwen3.5-397b-cell"}
+
+
+@pytest.mark.parametrize(
+    ("tpu_slice", "mesh", "devices_line"),
+    [
+        # Ironwood: 128 chips show as 256 JAX devices, the public recipe's 32 x 4 x 2 mesh.
+        ("tpu7x:4x4x8", "mesh_fsdp=32 mesh_context=4 mesh_expert=2",
+         "plan: mesh: 32 x 4 x 2 = 256 devices on tpu7x:4x4x8 (128 chips = 256 devices)"),
+        # v5p: one device a chip, the v5p recipe's 16 x 8 x 2 mesh.
+        ("v5p:4x8x8", "mesh_fsdp=16 mesh_context=8 mesh_expert=2",
+         "plan: mesh: 16 x 8 x 2 = 256 devices on v5p:4x8x8 (256 chips)"),
+    ],
+)  # fmt: skip
+def test_production_meshes_fill_their_slices(capsys, tpu_slice, mesh, devices_line):
+    env = {**_PRODUCTION_PLAN, "TRAINER_SLICE": tpu_slice, "ENGINE_FLAGS": mesh}
+    assert driver.main([], env) == 0, capsys.readouterr().err
+    assert devices_line in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("tpu_slice", "mesh", "needs"),
+    [
+        ("tpu7x:4x4x8", "mesh_fsdp=32 mesh_context=2 mesh_expert=2", 128),  # one device a chip
+        ("tpu7x:4x4x8", "mesh_fsdp=32 mesh_context=8 mesh_expert=2", 512),
+        ("v5p:4x8x8", "mesh_fsdp=16 mesh_context=4 mesh_expert=2", 128),
+        ("v5p:4x8x8", "mesh_fsdp=16 mesh_context=16 mesh_expert=2", 512),
+    ],
+)
+def test_a_mesh_smaller_or_larger_than_the_slice_is_refused(capsys, tpu_slice, mesh, needs):
+    env = {**_PRODUCTION_PLAN, "TRAINER_SLICE": tpu_slice, "ENGINE_FLAGS": mesh}
+    assert driver.main([], env) == 2
+    err = capsys.readouterr().err
+    assert f"needs {needs} devices, but TRAINER_SLICE={tpu_slice}" in err
+    assert "has 256: set mesh_fsdp" in err and err.count("\n") == 1
 
 
 def test_the_pods_driver_reports_an_engine_contract_error_as_one_line(capsys, monkeypatch):

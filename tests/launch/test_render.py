@@ -78,6 +78,8 @@ def test_trainer_env_prefix_and_argv_reach_the_driver():
     assert env["LIBTPU_INIT_ARGS"] == "--xla_a=1 --xla_b=true"
     assert env["MAXTEXT_EXTRA_FLAGS"] == "--remat_policy=full --scan_layers=true"
     assert shlex.split(env["TRAINER_ARGV"]) == [
+        # the variable that carries the trainer's MaxText keys travels with its flags
+        "MAXTEXT_EXTRA_FLAGS=--remat_policy=full --scan_layers=true",
         "--discovery_addrs=fixture-orch:20000",
         "--worker_id=fixture-train",
         "--mesh_fsdp=8",
@@ -139,8 +141,9 @@ def test_driver_env_values_are_exported_literally():
 
 
 def test_trainer_slice_moves_selectors_hosts_chips_and_instance_type_together():
-    # 128 chips: the trainer's mesh (8 devices) moves with the slice, or the pod would refuse it.
-    bench = render_fixture(trainer_slice="tpu7x:4x4x8", engine_flags="mesh_context=16")
+    # 128 chips = 256 devices: the trainer's mesh (8 devices) moves with the slice, or the pod
+    # would refuse it.
+    bench = render_fixture(trainer_slice="tpu7x:4x4x8", engine_flags="mesh_context=32")
     changes = diff(_trainer(), bench)
     assert unexpected(changes, {"names", "restarts", "command", "provenance", "slice"}) == []
     for job in ("proc", "pw-node"):
@@ -159,7 +162,7 @@ def test_trainer_slice_moves_selectors_hosts_chips_and_instance_type_together():
 
 
 def test_a_slice_the_trainers_mesh_does_not_fill_is_refused_at_render_time():
-    with pytest.raises(UserError, match="TRAINER_SLICE=v5e:2x2 has 4 chips: set mesh_fsdp"):
+    with pytest.raises(UserError, match=r"TRAINER_SLICE=v5e:2x2 \(4 chips\) has 4: set mesh_fsdp"):
         render_fixture(trainer_slice="v5e:2x2")
 
 
@@ -248,3 +251,18 @@ def test_bad_knobs_are_refused_with_the_knob_named(knobs, message):
 def test_name_over_budget_or_not_dns_is_refused(name):
     with pytest.raises(UserError, match=f"--name {name}"):
         render(FIXTURE.read_text(), "f", RenderKnobs.from_strings({"bench_name": name}))
+
+
+def test_exported_and_prefixed_maxtext_variables_travel_with_the_trainer_flags():
+    from rl_trainer_bench.launch.client_command import read_client_command, trainer_command_words
+
+    script = (
+        "export MAXTEXT_EXTRA_FLAGS='ragged_buffer_factor=2.0 mu_dtype=bfloat16'\n"
+        "export UNRELATED=1\n"
+        "REMAT_POLICY=custom LIBTPU_INIT_ARGS=--xla_a=1 python -m tunix.main --mesh_fsdp=8\n"
+    )
+    assert trainer_command_words(read_client_command(script)) == [
+        "REMAT_POLICY=custom",
+        "MAXTEXT_EXTRA_FLAGS=ragged_buffer_factor=2.0 mu_dtype=bfloat16",
+        "--mesh_fsdp=8",
+    ]

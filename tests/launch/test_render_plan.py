@@ -19,12 +19,19 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
-from render_helpers import FIXTURE, REPO, client_script, exports, real_render
+from render_helpers import (
+    FIXTURE,
+    REPO,
+    client_command,
+    exports,
+    real_render,
+    tpu7x_trainer_launch,
+)
 
 from rl_trainer_bench.bench import driver
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.knobs import RenderKnobs
-from rl_trainer_bench.launch.pod_script import CODE_MARKER
+from rl_trainer_bench.launch.pod_script import SCRIPT_NAME
 from rl_trainer_bench.launch.render import render
 
 UNKNOWN_MODEL = REPO / "tests" / "testdata" / "launch_dryrun_unknown_model.yaml"
@@ -32,9 +39,9 @@ UNKNOWN_MODEL = REPO / "tests" / "testdata" / "launch_dryrun_unknown_model.yaml"
 
 def _pod_plan(bench: dict, folder: Path) -> subprocess.CompletedProcess:
     """`bench_driver.py --plan` from the bundle in `bench`'s client script, in its environment."""
-    script = client_script(bench)
-    start = script.index("\n", script.index(f"<<'{CODE_MARKER}'")) + 1
-    bundle = base64.b64decode(script[start : script.index(f"\n{CODE_MARKER}\n", start)])
+    command = client_command(bench)
+    assert command[3] == SCRIPT_NAME
+    bundle = base64.b64decode("\n".join(command[4:]))
     with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:xz") as archive:
         archive.extractall(folder, filter="data")
     environment = {**exports(bench), "PATH": os.environ["PATH"], "PYTHONPATH": str(folder)}
@@ -61,6 +68,45 @@ def test_the_397b_launch_renders_a_pod_that_plans_the_397b_cell_on_its_slice(tmp
     ) in lines
     assert "plan: preset: qwen3.5-397b-cell (chosen by --model_name=Qwen3.5-397B-A17B)" in lines
     assert "plan: mesh: 16 x 8 x 2 = 256 devices on v5p:4x8x8 (256 chips)" in lines
+    # the preset's MoE settings (the measured run's), where the derived profile forecasts no replay
+    assert (
+        "plan: moe: ragged_buffer_factor=2.75 num_moe_token_chunks=2 retry_when_tokens_dropped=true:"
+        " P(replay)=0.00 per micro-batch (capacity 220 slots per expert per group of 4,096 tokens),"
+        " forecast by the shipped synthetic routing profile qwen3.5-397b.json"
+    ) in lines
+    assert lines[-1] == "plan: ok: every knob is valid; nothing ran on a device"
+
+
+def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path):
+    bench = yaml.safe_load(render(tpu7x_trainer_launch(), "tpu7x", RenderKnobs()))
+    assert bench["metadata"]["annotations"].get("rl-trainer-bench/slice") is None  # its own slice
+    result = _pod_plan(bench, tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert (
+        "plan: cell: qwen3.5-397b-cell mesh 32 x 4 x 2 (fsdp x context x expert),"
+        " micro-batch 64 rows of 65,536 tokens, 9 micro-steps per step"
+    ) in lines
+    assert any(line.startswith("plan: model: layers=60 d_model=4096") for line in lines)
+    assert "plan: mesh: 32 x 4 x 2 = 256 devices on tpu7x:4x4x8 (128 chips = 256 devices)" in lines
+    assert "plan: trainer MaxText keys: 41 (9 applied, 32 no equivalent)" in lines
+    # the recipe's 2.0 buffers over 4 groups: the profile (the most skewed routing the measured
+    # run's zero replays allow) forecasts a replay of every micro-batch there
+    assert (
+        "plan: moe: ragged_buffer_factor=2 num_moe_token_chunks=4 retry_when_tokens_dropped=true:"
+        " P(replay)=1.00 per micro-batch (capacity 160 slots per expert per group of 4,096 tokens),"
+        " forecast by the shipped synthetic routing profile qwen3.5-397b.json"
+    ) in lines
+    for line in (
+        "plan: trainer key: ragged_buffer_factor=2.0: applied (ragged_buffer_factor=2.0)",
+        "plan: trainer key: num_moe_token_chunks=4: applied (num_moe_token_chunks=4)",
+        "plan: trainer key: mu_dtype=bfloat16: applied (mu_dtype=bfloat16)",
+        "plan: trainer key: num_vocab_tiling=16: no equivalent",
+        "plan: trainer key: use_tokamax_splash=true: no equivalent",
+        "plan: trainer key: attention=flash: no equivalent",
+    ):
+        assert line in lines
+    assert any(line.startswith("plan: trainer key: remat_policy=custom: applied") for line in lines)
     assert lines[-1] == "plan: ok: every knob is valid; nothing ran on a device"
 
 
@@ -106,10 +152,18 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
 
     out = tmp_path / "bench.yaml"
     assert cli.main(["render", "--launch-render", str(FIXTURE), "--output", str(out)]) == 0
-    assert capsys.readouterr().err.splitlines()[-1] == (
+    assert capsys.readouterr().err.splitlines()[1:] == [
         "render: the pod times qwen3-30b-a3b-cell mesh 8 x 1 x 1 (fsdp x context x expert),"
-        " micro-batch 8 rows of 4,096 tokens, 4 micro-steps per step"
-    )
+        " micro-batch 8 rows of 4,096 tokens, 4 micro-steps per step",
+        "render: moe: ragged_buffer_factor=1.25 num_moe_token_chunks=1"
+        " retry_when_tokens_dropped=true: P(replay)=1.00 per micro-batch (capacity 320 slots per"
+        " expert per group of 4,096 tokens), forecast by the shipped synthetic routing profile"
+        " default.json",
+        # the fixture's MAXTEXT_EXTRA_FLAGS spells its keys as flags, which MaxText has no key for
+        "render: trainer MaxText keys: 2 (2 no equivalent)",
+        "render: trainer key --remat_policy=full: no equivalent",
+        "render: trainer key --scan_layers=true: no equivalent",
+    ]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from render_helpers import client_script, render_fixture
+from render_helpers import client_command, client_script, render_fixture
 
 from rl_trainer_bench.code_digest import code_sha256
 
@@ -50,18 +50,21 @@ def test_rendered_script_passes_bash_syntax_check():
     subprocess.run(["bash", "-n", "-c", script], check=True)
 
 
-def test_rendered_script_fits_one_exec_argument():
-    """The kernel refuses any single exec argument over 128 KiB (MAX_ARG_STRLEN), and the container
-    runs `bash -c SCRIPT`: a bundle that grows past it would never start in the pod."""
-    script = client_script(render_fixture(driver_env=_driver_env(), steps="2"))
-    assert len(script.encode()) < 128 * 1024
+def test_every_argument_of_the_client_command_fits_the_kernels_limits():
+    """The kernel refuses any single exec argument over 128 KiB (MAX_ARG_STRLEN) and all of them
+    with the environment over ARG_MAX (2 MiB at the default stack limit): a command past either
+    would never start in the pod. The code needs more than one argument, so it is cut into parts."""
+    command = client_command(render_fixture(driver_env=_driver_env(), steps="2"))
+    sizes = [len(word.encode()) + 1 for word in command]
+    assert max(sizes) < 128 * 1024
+    assert sum(sizes) < 1024 * 1024
 
 
 def test_stub_python_receives_driver_env_literally_and_the_rendered_code(tmp_path):
     bench = render_fixture(driver_env=_driver_env(), steps="2", engine_flags="a=1")
     env = _stub_python(tmp_path, f'env -0 > {tmp_path}/env.dump; echo "$@" > {tmp_path}/argv')
     result = subprocess.run(
-        ["bash", "-c", client_script(bench)], env=env, capture_output=True, text=True, timeout=60
+        client_command(bench), env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
     assert "EXIT_CODE=0" in result.stdout
@@ -91,7 +94,7 @@ def test_wrapper_forwards_sigterm_and_returns_the_driver_exit_code(tmp_path):
     )
     env = _stub_python(tmp_path, body)
     process = subprocess.Popen(
-        ["bash", "-c", client_script(render_fixture())], env=env, stdout=subprocess.PIPE, text=True
+        client_command(render_fixture()), env=env, stdout=subprocess.PIPE, text=True
     )
     try:
         deadline = time.monotonic() + 30

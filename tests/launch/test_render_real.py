@@ -39,7 +39,17 @@ def test_real_launch_renders_to_a_valid_bench_that_changes_only_what_it_should(n
     assert unexpected(diff(trainer, bench), EXPECTED) == []
     launch = read_client_command(client_container(trainer)["command"])
     env = exports(bench)
-    assert shlex.split(env["TRAINER_ARGV"]) == launch.argv
+    words = shlex.split(env["TRAINER_ARGV"])
+    carried = words[: len(words) - len(launch.argv)]
+    assert words[len(carried) :] == launch.argv
+    # before the flags, the variables that carry MaxText keys, exactly as the trainer had them
+    assert all(launch.env[word.split("=")[0]] == word.partition("=")[2] for word in carried)
+    if "397b" in name:
+        assert [word.split("=")[0] for word in carried] == [
+            "TRAINER_MAXTEXT_ATTENTION",
+            "FLOAT32_GATE_LOGITS",
+            "FLOAT32_LOGITS",
+        ]
     for key, value in launch.env.items():
         assert env[key] == value
 
@@ -51,7 +61,7 @@ def test_397b_trainer_keeps_its_libtpu_flags_and_moves_to_a_new_slice():
         {
             "trainer_slice": "tpu7x:4x4x8",
             "libtpu_flags": "--xla_tpu_scoped_vmem_limit_kib=98304",
-            "engine_flags": "mesh_fsdp=8",  # 8 x 8 x 2 fills the 128 chips
+            "engine_flags": "mesh_fsdp=16",  # 16 x 8 x 2 fills the 128 chips' 256 devices
         }
     )
     bench = yaml.safe_load(render(text, name, knobs))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import preset
-from rl_trainer_bench.engine.config import MeshConfig
+from rl_trainer_bench.engine.config import MeshConfig, MoeConfig
 from rl_trainer_bench.payload import build as payloads
 from rl_trainer_bench.payload import calibration, routing
 from rl_trainer_bench.payload.errors import ProfileError
@@ -289,3 +289,27 @@ def test_unreadable_routing_dumps_are_one_line_errors(tmp_path, capsys, kind):
     err = capsys.readouterr().err
     assert "routing dump" in err and err.count("\n") == 1
     assert not (tmp_path / "p.json").exists()
+
+
+def test_the_397b_cells_profile_forecasts_the_published_zero_replays():
+    """The measured run: 0 replays at factor 2.75 with 2 token chunks; the preset is that run's."""
+    from rl_trainer_bench.payload.routing_profile import predicted_replay
+
+    cell = preset("qwen3.5-397b-cell")
+    profile = load_profile(None, cell.routing_profile)
+    assert profile.synthetic and profile.description.startswith("DERIVED from the published")
+    assert (cell.engine.moe.ragged_buffer_factor, cell.engine.moe.token_chunks) == (2.75, 2)
+    measured = predicted_replay(profile, cell.engine)
+    assert (measured.capacity, measured.tokens_per_group) == (
+        440,
+        8192,
+    )  # ceil(2.75 x 8192 x 10 / 512)
+    assert measured.probability < 0.001
+    # the hottest expert as the published facts bound it: under 2.75x at every depth, with room
+    # for the sampling spread of an 8,192-token group
+    assert profile.max_load_ratio.min() > 1.4 and profile.max_load_ratio.max() < 2.2
+    # the same routing at the former preset's single 1.25 buffer overflows every micro-batch
+    former = dataclasses.replace(cell.engine, moe=MoeConfig(ragged_buffer_factor=1.25))
+    assert predicted_replay(profile, former).probability > 0.999
+    never = dataclasses.replace(cell.engine, moe=MoeConfig(retry_when_tokens_dropped=False))
+    assert predicted_replay(profile, never) is None

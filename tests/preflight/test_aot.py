@@ -213,14 +213,26 @@ def test_time_estimate_in_text_and_json_is_labelled_an_estimate(compiled_cell):
     seconds = {p.name: p.roofline_seconds for p in report.programs}
     assert report.step.step_seconds == pytest.approx(2 * seconds["fwd_bwd"] + seconds["update"])
     text = aot_report.format_report(report)
-    assert "predicted step, ESTIMATE (not a measurement)" in text
-    assert "predicted MFU, ESTIMATE (not a measurement)" in text
-    assert "roofline: ESTIMATE (not a measurement) by this tool" in text
+    assert "predicted step, ESTIMATE (not a measurement, not a bound)" in text
+    assert "predicted MFU, ESTIMATE (not a measurement, not a bound)" in text
+    assert "roofline: ESTIMATE (not a measurement, not a bound) by this tool" in text
+    assert "lower bound (no exposed collectives)" not in text
+    # the only bound: every program at peak FLOP/s, no replay
+    floor = 2 * rows_named(report, "fwd_bwd").flops + rows_named(report, "update").flops
+    assert report.step.step_floor_seconds == pytest.approx(floor / v5e.peak_bf16_flops)
+    assert "step, LOWER BOUND (compute at the chip's peak, no replay" in text
+    assert f"so MFU at most {100 * report.step.mfu_ceiling:.1f}%" in text
     document = json.loads(json.dumps(report.to_json()))
+    bounds = document["time_estimate"]["bounds"]
+    assert bounds["step_floor_seconds"] == pytest.approx(report.step.step_floor_seconds)
     assert document["time_estimate"]["kind"] == "estimate"
     assert document["time_estimate"]["measured"] is False
     assert document["time_estimate"]["step_seconds"] == pytest.approx(report.step.step_seconds)
     assert all(p["roofline_seconds_kind"] == "estimate" for p in document["programs"])
+
+
+def rows_named(report, name):
+    return next(p for p in report.programs if p.name == name)
 
 
 def test_no_chip_in_the_table_means_no_time_estimate(compiled_cell):

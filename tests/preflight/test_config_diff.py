@@ -124,3 +124,42 @@ def test_a_missing_file_is_named_as_a_file_not_read_as_flags(capsys, tmp_path):
     error = capsys.readouterr().err.strip()
     assert error.endswith("cannot read it (No such file or directory); pass an existing file")
     assert str(missing) in error and "ENGINE_FLAGS" not in error
+
+
+def test_trainer_maxtext_keys_are_diffed_with_their_fate():
+    before = read_side(
+        "MAXTEXT_EXTRA_FLAGS='ragged_buffer_factor=2.0 megablox=true' --mesh_fsdp=32"
+    )
+    after = read_side(
+        "MAXTEXT_EXTRA_FLAGS='ragged_buffer_factor=2.75 mu_dtype=bfloat16' --mesh_fsdp=32"
+    )
+    result = diff(before, after)
+    found = changes(result)
+    assert set(found) == {"maxtext:megablox", "maxtext:mu_dtype", "maxtext:ragged_buffer_factor"}
+    assert found["maxtext:megablox"].change == "removed" and not found["maxtext:megablox"].applied
+    assert found["maxtext:ragged_buffer_factor"].applied
+    assert format_diff(result).splitlines()[2:5] == [
+        "- maxtext:megablox: true  [trainer MaxText key: no equivalent]",
+        "+ maxtext:mu_dtype: bfloat16  [trainer MaxText key: applied (mu_dtype=bfloat16)]",
+        "~ maxtext:ragged_buffer_factor: 2.0 -> 2.75"
+        "  [trainer MaxText key: applied (ragged_buffer_factor=2.75)]",
+    ]
+
+
+def test_a_rendered_bench_keeps_the_trainers_maxtext_keys(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests" / "launch"))
+    from render_helpers import tpu7x_trainer_launch
+
+    from rl_trainer_bench.launch.knobs import RenderKnobs
+    from rl_trainer_bench.launch.render import render
+
+    launch = tmp_path / "launch.txt"
+    launch.write_text(tpu7x_trainer_launch())
+    bench = tmp_path / "bench.yaml"
+    bench.write_text(render(launch.read_text(), "launch", RenderKnobs()))
+    trainer_side, bench_side = read_side(str(launch)), read_side(str(bench))
+    assert trainer_side.flags["maxtext:num_moe_token_chunks"] == "4"
+    assert bench_side.fates["maxtext:mu_dtype"] == "applied (mu_dtype=bfloat16)"
+    assert not [c.key for c in diff(trainer_side, bench_side).changes if "maxtext:" in c.key]

@@ -57,6 +57,33 @@ def test_a_program_that_did_not_compile_leaves_no_step():
     assert "n/a" in estimate.formula()
 
 
+def test_the_floor_is_compute_at_peak_without_replay_and_bounds_the_mfu():
+    compute = {"fwd_bwd": 1.5, "fwd_bwd_dropless": 2.5, "update": 0.25}
+    estimate = _estimate(compute_seconds=compute)
+    assert estimate.step_floor_seconds == pytest.approx(9 * 1.5 + 0.25)  # no replay term
+    assert estimate.mfu_ceiling == pytest.approx(9 * 1e15 / (13.75 * 256 * 1e12))
+    assert estimate.mfu_ceiling > estimate.mfu
+    assert _estimate().step_floor_seconds is None and _estimate().mfu_ceiling is None
+    bounds = estimate.to_json()["bounds"]
+    assert bounds["step_floor_seconds"] == pytest.approx(13.75)
+
+
+def test_the_labels_claim_no_bound_for_the_roofline():
+    assert "not a bound" in step_estimate.LABEL
+    assert step_estimate.BOUND.startswith("LOWER BOUND")
+
+
+def test_the_397b_cell_on_tpu7x_is_set_beside_the_public_measurement():
+    estimate = _estimate(
+        program_seconds={**SECONDS, "fwd_bwd": 21.89}, compute_seconds={"fwd_bwd": 2.189}
+    )
+    lines = step_estimate.public_comparison("qwen3.5-397b-cell", "tpu7x:4x4x8", estimate)
+    assert lines[0].startswith("public, MEASURED by MaxText") and "fwd_bwd 10.945 s" in lines[0]
+    assert lines[1] == "  fwd_bwd roofline estimate 21.890 s = 2.00 x the public"
+    assert lines[2] == "  fwd_bwd compute lower bound 2.189 s = 0.20 x the public"
+    assert step_estimate.public_comparison("cpu-tiny", "tpu7x:4x4x8", estimate) == []
+
+
 def test_json_says_estimate_and_by_whom():
     document = _estimate().to_json()
     assert document["kind"] == "estimate" and document["measured"] is False

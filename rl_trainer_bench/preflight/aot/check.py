@@ -132,7 +132,8 @@ def run_check(
 
     if seed < 0:
         raise UserError(f"--seed / SEED={seed}: expected 0 or more")
-    profile = load_profile(routing_profile)  # a bad file is refused before minutes of compiling
+    # a bad file is refused before minutes of compiling
+    profile = load_profile(routing_profile, preset(preset_name).routing_profile)
     cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags)
     full_depth = cell.config.model.num_layers
     depths = depths_to_compile(full_depth, layers)
@@ -175,6 +176,7 @@ def predict_step(
     return step_estimate.StepEstimate(
         micro_steps=micro_steps,
         program_seconds={p.name: p.roofline_seconds for p in report.programs},
+        compute_seconds={p.name: p.flops / peak if p.compiled else None for p in report.programs},
         replay_probability=facts.replay_probability,
         model_flops_per_micro_batch=facts.model_flops,
         devices=report.devices,

@@ -219,7 +219,8 @@ def format_estimate(report: AotReport) -> list[str]:
     lines.append(
         f"XLA time: XLA's own estimate (optimal_seconds; '-' where it gives none, as with a loop); "
         f"roofline: {step_estimate.LABEL} by this tool, max(FLOPs / {peak / 1e12:.1f} TFLOP/s, "
-        f"bytes / {bandwidth / 1e12:.3f} TB/s) per device, a lower bound (no exposed collectives)"
+        f"bytes / {bandwidth / 1e12:.3f} TB/s) per device; not a bound: the byte walk reads a"
+        " loop body's operands once per trip, and collectives nothing hides are left out"
     )
     checks = [
         f"{p.name} {p.roofline_seconds / p.xla_optimal_seconds:.2f}"
@@ -240,4 +241,18 @@ def format_estimate(report: AotReport) -> list[str]:
         + f" (model FLOPs {step.model_flops_per_micro_batch:.4g} per micro-batch, real tokens "
         f"only, over {step.devices} devices at {step.peak_flops_per_device / 1e12:.1f} TFLOP/s)"
     )
-    return lines
+    return lines + _bounds(report, step)
+
+
+def _bounds(report: AotReport, step: step_estimate.StepEstimate) -> list[str]:
+    """The step at compute speed (a lower bound), the MFU it allows (an upper bound), and the
+    public measurements of the cell where there are some."""
+    floor, ceiling = step.step_floor_seconds, step.mfu_ceiling
+    if floor is None:
+        return []
+    fwd_bwd = step_estimate.seconds_text(step.compute_seconds.get("fwd_bwd"))
+    lines = [
+        f"step, {step_estimate.BOUND}: {step_estimate.seconds_text(floor)} (fwd_bwd {fwd_bwd} at"
+        f" {step.peak_flops_per_device / 1e12:.1f} TFLOP/s); so MFU at most {100 * ceiling:.1f}%"
+    ]
+    return lines + step_estimate.public_comparison(report.preset, report.target, step)

@@ -114,8 +114,13 @@ def _topology_target(tpu_slice: accelerators.TpuSlice) -> Target:
             f"({first_line(error)}); {fix}"
         ) from None
     devices = tuple(topology.devices)
-    # Devices per chip differ (Ironwood shows each chip as two devices): divide the chip's memory.
-    per_chip = max(len(devices) // tpu_slice.num_chips, 1)
+    if len(devices) != tpu_slice.num_devices:
+        raise UserError(
+            f"--target {tpu_slice.name}: libtpu's topology has {len(devices)} devices where the"
+            f" chip table expects {tpu_slice.describe()}; fix devices_per_chip of"
+            f" {tpu_slice.chip.name} in rl_trainer_bench/accelerators.py"
+        )
+    per_chip = tpu_slice.chip.devices_per_chip  # Ironwood shows each chip as two devices
     memory = tpu_slice.chip.memory_bytes // per_chip
     source = f"{tpu_slice.chip.name} table, {per_chip} device(s) per chip"
     return Target(

@@ -1,0 +1,162 @@
+"""The trainer's MaxText keys: read from its command, mapped onto the built-in engine's keys.
+
+A Tunix trainer on the MaxText backend builds MaxText's config from its flags, then applies the
+space-separated `key=value` words of `MAXTEXT_EXTRA_FLAGS` from its environment last (last wins).
+Launchers set that variable, and a few others Tunix reads, as `NAME=value` words before the
+trainer's `python` command. Those keys shape the cell the bench must time (expert buffer factor,
+token chunks, remat, Adam's moment dtype), so every one is read here, in the order Tunix applies
+it, and each gets a fate: applied (as which engine key), no equivalent in the built-in engine, or
+overridden (by a later trainer key or by ENGINE_FLAGS). Nothing the trainer sets is dropped
+without a word. Nothing here imports JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from rl_trainer_bench.errors import ConfigError
+
+EXTRA_FLAGS_VARIABLE = "MAXTEXT_EXTRA_FLAGS"
+
+# Trainer-command variables that set one MaxText key each (Tunix reads TRAINER_MAXTEXT_ATTENTION
+# and FLOAT32_*; REMAT_POLICY and NUM_MOE_TOKEN_CHUNKS are the launchers' names for theirs).
+VARIABLE_KEYS: Mapping[str, str] = {
+    "TRAINER_MAXTEXT_ATTENTION": "attention",
+    "REMAT_POLICY": "remat_policy",
+    "NUM_MOE_TOKEN_CHUNKS": "num_moe_token_chunks",
+    "FLOAT32_GATE_LOGITS": "float32_gate_logits",
+    "FLOAT32_LOGITS": "float32_logits",
+}
+CARRYING_VARIABLES = (*VARIABLE_KEYS, EXTRA_FLAGS_VARIABLE)
+
+# Trainer flags Tunix hands to MaxText as a MaxText key (a flag wins over its variable).
+FLAG_KEYS: Mapping[str, str] = {"maxtext_attention": "attention", "remat_policy": "remat_policy"}
+
+# MaxText keys the built-in engine applies under the same meaning: MaxText key -> engine key.
+SAME_MEANING: Mapping[str, str] = {
+    "ragged_buffer_factor": "ragged_buffer_factor",
+    "num_moe_token_chunks": "num_moe_token_chunks",
+    "retry_when_tokens_dropped": "retry_when_tokens_dropped",
+    "mu_dtype": "mu_dtype",
+}
+# Remat policies the engine has by the same name (MaxText's full and minimal; none for a trainer
+# argv written for the engine).
+_REMAT_POLICIES = ("full", "minimal", "none")
+# MaxText's per-tensor remat choices under remat_policy=custom.
+_TENSOR_POLICIES = ("remat", "device", "offload")
+_LAYER_INPUT = "decoder_layer_input"
+
+APPLIED = "applied"
+NO_EQUIVALENT = "no equivalent"
+OVERRIDDEN_LATER = "overridden by a later trainer key"
+OVERRIDDEN_BY_FLAGS = "overridden by ENGINE_FLAGS"
+FATES = (APPLIED, NO_EQUIVALENT, OVERRIDDEN_LATER, OVERRIDDEN_BY_FLAGS)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerKey:
+    """One MaxText key of the trainer's command, what the engine makes of it, and why."""
+
+    key: str
+    value: str
+    fate: str  # APPLIED | NO_EQUIVALENT | OVERRIDDEN_LATER | OVERRIDDEN_BY_FLAGS
+    engine_key: str = ""  # the engine key it sets (empty when none)
+    engine_value: str = ""
+    note: str = ""
+
+    def describe(self) -> str:
+        """`ragged_buffer_factor=2.0: applied (ragged_buffer_factor=2.0)`."""
+        target = f"{self.engine_key}={self.engine_value}" if self.engine_key else ""
+        detail = "; ".join(part for part in (target, self.note) if part)
+        return f"{self.key}={self.value}: {self.fate}" + (f" ({detail})" if detail else "")
+
+
+def maxtext_keys(
+    environment: Mapping[str, str], flags: Mapping[str, str]
+) -> tuple[tuple[str, str], ...]:
+    """The trainer's MaxText keys in the order Tunix applies them: its flags' and variables' keys,
+    then MAXTEXT_EXTRA_FLAGS' words; ((key, value text), ...). ConfigError for a word without `=`.
+    """
+    keys: list[tuple[str, str]] = []
+    from_flags = {FLAG_KEYS[flag]: flags[flag] for flag in FLAG_KEYS if flag in flags}
+    for variable, key in VARIABLE_KEYS.items():
+        if key in from_flags:
+            continue
+        if environment.get(variable, "").strip():
+            keys.append((key, environment[variable].strip()))
+    keys += list(from_flags.items())
+    for word in environment.get(EXTRA_FLAGS_VARIABLE, "").split():
+        key, has_value, value = word.partition("=")
+        if not has_value or not key:
+            raise ConfigError(
+                f"{EXTRA_FLAGS_VARIABLE}: {word!r} is not key=value; Tunix refuses it too: write"
+                " each MaxText key as key=value"
+            )
+        keys.append((key, value))
+    return tuple(keys)
+
+
+def engine_assignments(keys: Sequence[tuple[str, str]]) -> list[TrainerKey]:
+    """Each trainer key's fate before ENGINE_FLAGS: applied (as which engine key) or not, a key
+    that a later one sets again being overridden, as in MaxText, where the last one wins."""
+    fates = [_fate(key, value, keys) for key, value in keys]
+    last = {fate.engine_key: index for index, fate in enumerate(fates) if fate.engine_key}
+    return [
+        dataclasses.replace(fate, fate=OVERRIDDEN_LATER)
+        if fate.engine_key and last[fate.engine_key] != index
+        else fate
+        for index, fate in enumerate(fates)
+    ]
+
+
+def _fate(key: str, value: str, keys: Sequence[tuple[str, str]]) -> TrainerKey:
+    if key in SAME_MEANING:
+        return TrainerKey(key, value, APPLIED, SAME_MEANING[key], value)
+    if key == "remat_policy":
+        return _remat_fate(value, keys)
+    if value.lower() in _TENSOR_POLICIES and _custom_remat(keys):
+        held = _held_tensors(keys)
+        note = "part of remat_policy=custom" + ("" if held else ", which the engine runs as full")
+        return TrainerKey(key, value, NO_EQUIVALENT if held else APPLIED, note=note)
+    return TrainerKey(key, value, NO_EQUIVALENT)
+
+
+def _remat_fate(value: str, keys: Sequence[tuple[str, str]]) -> TrainerKey:
+    if value in _REMAT_POLICIES:
+        return TrainerKey("remat_policy", value, APPLIED, "remat_policy", value)
+    if value != "custom":
+        return TrainerKey(
+            "remat_policy", value, NO_EQUIVALENT, note="the engine has full, minimal, none"
+        )
+    held = _held_tensors(keys)
+    if held:
+        return TrainerKey(
+            "remat_policy",
+            value,
+            NO_EQUIVALENT,
+            note=f"keeps {', '.join(held)} for the backward pass, which no engine policy does",
+        )
+    return TrainerKey(
+        "remat_policy",
+        value,
+        APPLIED,
+        "remat_policy",
+        "full",
+        "every tensor rematerialized and the layer input kept on the device: the engine's full",
+    )
+
+
+def _custom_remat(keys: Sequence[tuple[str, str]]) -> bool:
+    return [value for key, value in keys if key == "remat_policy"][-1:] == ["custom"]
+
+
+def _held_tensors(keys: Sequence[tuple[str, str]]) -> list[str]:
+    """Tensors a custom policy keeps (on the device or offloaded) beyond the engine's full: all
+    but the layer input on the device, which full keeps too."""
+    policies = {key: value.lower() for key, value in keys if value.lower() in _TENSOR_POLICIES}
+    return [
+        f"{key}={policy}"
+        for key, policy in policies.items()
+        if policy != "remat" and (key, policy) != (_LAYER_INPUT, "device")
+    ]

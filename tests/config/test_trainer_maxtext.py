@@ -1,0 +1,98 @@
+"""The trainer's MaxText keys: read from its command in Tunix's order, each with its fate."""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_trainer_bench.config.engine_keys import engine_config_from, trainer_key_fates
+from rl_trainer_bench.config.presets import PRESETS
+from rl_trainer_bench.errors import ConfigError
+
+# What the public Qwen3.5-397B tpu7x recipe puts before the trainer's python command (a subset of
+# its MAXTEXT_EXTRA_FLAGS, in its order), and its --remat_policy flag.
+RECIPE = (
+    'MAXTEXT_EXTRA_FLAGS="custom_mesh_and_rule=cp-as-ep use_gdn_kernel=true'
+    " decoder_layer_input=device context=remat gdn=remat megablox=true num_moe_token_chunks=4"
+    ' ragged_buffer_factor=2.0 num_vocab_tiling=16 mu_dtype=bfloat16" TRAINER_MAXTEXT_ATTENTION=flash'
+    " python -m tunix.main --mesh_fsdp=32 --mesh_context=4 --mesh_expert=2 --remat_policy=custom"
+)
+CELL = PRESETS["qwen3.5-397b-cell"]
+
+
+def _fates(argv: str, flags: str = "") -> dict[str, str]:
+    return {fate.key: fate.describe() for fate in trainer_key_fates(argv, flags)}
+
+
+def test_the_recipes_keys_are_applied_where_the_engine_has_them():
+    config, unapplied = engine_config_from(CELL, RECIPE)
+    assert config.moe.ragged_buffer_factor == 2.0 and config.moe.token_chunks == 4
+    assert config.optimizer.mu_dtype == "bfloat16"
+    assert config.model.remat_policy == "full"
+    assert "remat_policy" not in unapplied  # a MaxText key, reported with its fate instead
+    assert config.trainer_maxtext_keys[:3] == (
+        ("attention", "flash"),
+        ("remat_policy", "custom"),
+        ("custom_mesh_and_rule", "cp-as-ep"),
+    )
+    assert config.trainer_maxtext_keys[-1] == ("mu_dtype", "bfloat16")
+    assert len(config.trainer_maxtext_keys) == 12
+
+
+def test_every_key_has_a_fate():
+    fates = _fates(RECIPE)
+    assert fates["ragged_buffer_factor"] == (
+        "ragged_buffer_factor=2.0: applied (ragged_buffer_factor=2.0)"
+    )
+    assert fates["mu_dtype"] == "mu_dtype=bfloat16: applied (mu_dtype=bfloat16)"
+    assert fates["remat_policy"].startswith("remat_policy=custom: applied (remat_policy=full;")
+    assert fates["context"].startswith("context=remat: applied (part of remat_policy=custom")
+    assert fates["megablox"] == "megablox=true: no equivalent"
+    assert fates["num_vocab_tiling"] == "num_vocab_tiling=16: no equivalent"
+    assert fates["attention"] == "attention=flash: no equivalent"
+    assert len(fates) == 12
+
+
+def test_engine_flags_override_a_trainer_key_and_say_so():
+    config, _ = engine_config_from(CELL, RECIPE, "ragged_buffer_factor=2.75")
+    assert config.moe.ragged_buffer_factor == 2.75
+    assert _fates(RECIPE, "ragged_buffer_factor=2.75")["ragged_buffer_factor"] == (
+        "ragged_buffer_factor=2.0: overridden by ENGINE_FLAGS (ragged_buffer_factor=2.0)"
+    )
+
+
+def test_the_last_of_two_settings_wins_as_in_maxtext():
+    argv = 'NUM_MOE_TOKEN_CHUNKS=2 MAXTEXT_EXTRA_FLAGS="num_moe_token_chunks=4" --mesh_fsdp=8'
+    config, _ = engine_config_from(PRESETS["qwen3-30b-a3b-cell"], argv)
+    assert config.moe.token_chunks == 4
+    fates = trainer_key_fates(argv)
+    assert [f.fate for f in fates] == ["overridden by a later trainer key", "applied"]
+
+
+def test_a_custom_remat_that_keeps_tensors_has_no_equivalent():
+    argv = 'MAXTEXT_EXTRA_FLAGS="decoder_layer_input=offload context=device" --remat_policy=custom'
+    config, _ = engine_config_from(CELL, argv)
+    assert config.model.remat_policy == CELL.engine.model.remat_policy
+    remat = _fates(argv)["remat_policy"]
+    assert remat.startswith("remat_policy=custom: no equivalent (keeps decoder_layer_input=offload")
+    assert _fates(argv)["context"].startswith("context=device: no equivalent")
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        ('MAXTEXT_EXTRA_FLAGS="ragged_buffer_factor=wide" --x=1', "ragged_buffer_factor='wide'"),
+        ('MAXTEXT_EXTRA_FLAGS="mu_dtype=float16" --x=1', "mu_dtype='float16'"),
+        ('MAXTEXT_EXTRA_FLAGS="megablox" --x=1', "'megablox' is not key=value"),
+        ("NUM_MOE_TOKEN_CHUNKS=0 --x=1", "num_moe_token_chunks='0'"),
+    ],
+)
+def test_a_bad_trainer_key_is_one_line_naming_it(argv, named):
+    with pytest.raises(ConfigError, match=named) as raised:
+        engine_config_from(CELL, argv)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_command_without_maxtext_keys_keeps_the_field_empty():
+    config, _ = engine_config_from(CELL, "--mesh_fsdp=32 --mesh_context=4 --mesh_expert=2")
+    assert config.trainer_maxtext_keys == ()
+    assert trainer_key_fates("--mesh_fsdp=32") == []
