@@ -258,6 +258,11 @@ class EngineConfig:
         default="default", metadata=engine_key("XLA matmul precision")
     )
     seed: int = dataclasses.field(default=0, metadata=engine_key("parameter initialisation seed"))
+    # The trainer's MaxText keys as its command sets them (MAXTEXT_EXTRA_FLAGS words in order, then
+    # variables such as REMAT_POLICY under their MaxText names), values as text, in the order Tunix
+    # applies them (last wins). The built-in engine maps those it has an equivalent for; an engine
+    # built on MaxText passes them all to MaxText, last.
+    trainer_maxtext_keys: tuple[tuple[str, str], ...] = ()
 
 
 def choices(annotation: Any) -> tuple[str, ...] | None:
