@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -99,7 +100,10 @@ class Bench:
         the configured stage and any other `stages` this Bench will run: nothing compiled yet."""
         for stage in (self.config.stage, *stages):
             refuse_stage_before_fused_update(self.config.worker, stage)
-        engine_config = self._engine_config()
+        # Files an engine writes of its own (MaxText's events) go inside the results folder.
+        engine_config = dataclasses.replace(
+            self._engine_config(), output_dir=str(self.config.results_dir / "engine")
+        )
         factory = self._engine_factory or engine_class(self.config.engine)  # import it first
         payloads = self._build_pool(engine_config)
         self.engine = factory(engine_config)
