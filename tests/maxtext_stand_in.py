@@ -159,10 +159,12 @@ class HyperParameters:
 def _parse(text: str) -> Any:
     """One override's value as OmegaConf's command-line grammar reads it."""
     lowered = text.strip().lower()
+    if lowered in ("", "null"):
+        return None
+    if text in ("''", '""'):
+        return ""
     if lowered in ("true", "false"):
         return lowered == "true"
-    if lowered in ("none", "null"):
-        return None
     if text.startswith("[") and text.endswith("]"):
         return [_parse(part) for part in text[1:-1].split(",") if part.strip()]
     for kind in (int, float):
@@ -185,6 +187,9 @@ def initialize(argv: list[str]) -> HyperParameters:
     unknown = sorted(set(overrides) - set(_DEFAULT_KEYS))
     if unknown:
         raise ValueError(f"unknown MaxText config keys: {unknown}")
+    nulls = sorted(k for k, v in overrides.items() if v is None and isinstance(_DEFAULT_KEYS[k], str))
+    if nulls:
+        raise ValueError(f"{nulls}: Input should be a valid string")
     model = MODEL_CONFIGS.get(overrides.get("model_name", "default"), {})
     clash = sorted(k for k in model if k in overrides and model[k] != overrides[k])
     if clash and not overrides.get("override_model_config"):

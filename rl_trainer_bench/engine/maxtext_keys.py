@@ -319,6 +319,8 @@ def word(key: str, value: Any) -> str:
     """One `key=value` override as MaxText's command line reads it (OmegaConf's CLI grammar)."""
     if isinstance(value, bool):
         text = "true" if value else "false"
+    elif value == "":
+        text = "''"  # a bare `key=` reads as null, which MaxText refuses for a text key
     elif isinstance(value, (list, tuple)):
         text = "[" + ",".join(str(v) for v in value) + "]"
     else:
