@@ -45,6 +45,7 @@ from stand_in_engine import StandInEngine, TimedEngine, stand_in_pool
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.ab import command as ab
+from rl_trainer_bench.bench.distributed import start_for_preset
 from rl_trainer_bench.bench.driver import Bench
 
 DESIGNS = {
@@ -116,7 +117,7 @@ def main() -> int:
     designs = args.designs.split(",")
     delays = [float(d) for d in args.delays_ms.split(",")]
     work = cpu_work(args.call_ms)
-    ab.start_runtime(cli_preset())
+    start_for_preset(cli_preset().host_devices)
     started = time.time()
     runs = []
 

@@ -28,7 +28,9 @@ import time
 
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight import aot
+from rl_trainer_bench.preflight.aot import check
+from rl_trainer_bench.preflight.aot import compile as aot_compile
+from rl_trainer_bench.preflight.aot.depth import with_layers
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 
 MEMORY_FIELDS = ("argument", "output", "alias", "temp", "generated_code")
@@ -70,9 +72,9 @@ def compile_all(plan, extra: dict, concurrent_jobs: bool) -> list:
     """(compiled or None, row) per program of `plan`, in its order."""
     jobs = [(name, lowered, {**options, **extra}) for name, lowered, options in plan]
     if not concurrent_jobs:
-        return [aot.compile_one(*job) for job in jobs]
+        return [aot_compile.compile_one(*job) for job in jobs]
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:  # the compile drops the GIL
-        return list(pool.map(lambda job: aot.compile_one(*job), jobs))
+        return list(pool.map(lambda job: aot_compile.compile_one(*job), jobs))
 
 
 def main() -> None:
@@ -90,10 +92,12 @@ def main() -> None:
         if args.layers < 0:
             raise UserError(f"--layers {args.layers}: expected 0 (full depth) or a positive count")
         with quiet_libtpu():
-            cell = aot.resolve_cell(args.preset, args.target, args.trainer_argv, args.engine_flags)
-            config = aot._with_layers(cell.config, args.layers) if args.layers else cell.config
+            cell = check.resolve_cell(
+                args.preset, args.target, args.trainer_argv, args.engine_flags
+            )
+            config = with_layers(cell.config, args.layers) if args.layers else cell.config
             check_options(cell.target.devices[0], dict(args.compiler_option))
-            plan = aot.compile_plan(config, cell.mesh)
+            plan = aot_compile.compile_plan(config, cell.mesh)
             wanted = [name for name in args.programs.split(",") if name]
             unknown = sorted(set(wanted) - {name for name, *_ in plan})
             if unknown:

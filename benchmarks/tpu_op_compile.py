@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.config import tokens_per_group
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight.aot import resolve_target
+from rl_trainer_bench.preflight.aot.targets import resolve_target
 
 
 def ops(tokens: int, pairs: int, width: int, top_k: int, dtype) -> dict:

@@ -21,7 +21,7 @@ _Adder = Callable[[argparse.ArgumentParser], None]
 COMMANDS: list[tuple[str, str, _Adder, str]] = []
 
 
-# ---- micro-batches and routing profiles (rl_trainer_bench.payload.build, rl_trainer_bench.payload.checks) ----
+# ---- micro-batches and routing profiles (rl_trainer_bench.payload.command, rl_trainer_bench.payload.checks) ----
 
 
 def _add_micro_batch_source(parser: argparse.ArgumentParser) -> None:
@@ -84,13 +84,13 @@ COMMANDS += [
         "payload",
         "Build one calibrated micro-batch, print its routing calibration, write it as .npz.",
         _add_payload_arguments,
-        "rl_trainer_bench.payload.build:run_payload",
+        "rl_trainer_bench.payload.command:run_payload",
     ),
     (
         "profile-routing",
         "Turn a dump of a run's routed experts into a routing profile (JSON).",
         _add_profile_routing_arguments,
-        "rl_trainer_bench.payload.build:run_profile_routing",
+        "rl_trainer_bench.payload.command:run_profile_routing",
     ),
     (
         "check",
@@ -165,7 +165,7 @@ COMMANDS += [
 
 
 def _add_aot_arguments(parser: argparse.ArgumentParser) -> None:
-    from rl_trainer_bench.preflight.aot import (
+    from rl_trainer_bench.preflight.aot.command import (
         add_arguments,  # light: JAX is imported when the command runs
     )
 
@@ -189,7 +189,7 @@ COMMANDS += [
         "aot",
         "Compile each engine program ahead of time (local devices or a TPU slice) and check memory.",
         _add_aot_arguments,
-        "rl_trainer_bench.preflight.aot:run",
+        "rl_trainer_bench.preflight.aot.command:run",
     ),
     (
         "hlo-overlap",
@@ -223,7 +223,7 @@ COMMANDS.append(
 
 
 def _add_ab_arguments(parser: argparse.ArgumentParser) -> None:
-    from rl_trainer_bench.ab.command import add_arguments  # light: no numpy scorer, no JAX
+    from rl_trainer_bench.ab.parser import add_arguments  # light: no numpy scorer, no JAX
 
     add_arguments(parser)
 

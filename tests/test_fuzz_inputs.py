@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from rl_trainer_bench.config.presets import preset
-from rl_trainer_bench.payload.build import build_micro_batch, save_npz
+from rl_trainer_bench.payload.build import build_micro_batch
+from rl_trainer_bench.payload.npz import save_npz
 from rl_trainer_bench.payload.routing_profile import load_profile
 
 TESTDATA = Path(__file__).parent / "testdata"

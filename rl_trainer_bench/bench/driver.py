@@ -256,7 +256,7 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
     """
     from rl_trainer_bench.bench import plan
     from rl_trainer_bench.bench.distributed import initialize_runtime
-    from rl_trainer_bench.launch.code_bundle import code_sha256
+    from rl_trainer_bench.code_digest import code_sha256
 
     resolved = plan.resolve(config)
     if config.plan_only:

@@ -122,7 +122,7 @@ def _check_slice(engine: EngineConfig, tpu_slice: TpuSlice | None) -> None:
 def _layout(engine: EngineConfig, orch_argv: tuple[str, ...]) -> str:
     if not orch_argv:
         return "the routing profile's layout"
-    from rl_trainer_bench.payload.build import layout_from_orchestrator_argv
+    from rl_trainer_bench.payload.packing import layout_from_orchestrator_argv
 
     layout = layout_from_orchestrator_argv(engine, orch_argv)
     return (

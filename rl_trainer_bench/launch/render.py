@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from rl_trainer_bench import code_digest
 from rl_trainer_bench.accelerators import TPU_CHIPS, TpuSlice
 from rl_trainer_bench.bench import plan
 from rl_trainer_bench.bench.plan import Plan
@@ -82,7 +83,7 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
     if knobs.trainer_slice is not None:
         apply_slice(bench, knobs.trainer_slice)
     engine = knobs.engine or BUILT_IN
-    sha = code_bundle.code_sha256(engine=engine)
+    sha = code_digest.code_sha256(engine=engine)
     environment = driver_environment(
         launch, knobs, _orchestrator_argv(documents, launch), sha, jobset_slice(trainer)
     )
@@ -96,7 +97,7 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
             interpreter=launch.program[0],
             code_base64=code_bundle.bundle_base64(engine=engine),
             environment=environment,
-            has_driver_script=(code_bundle.default_root() / code_bundle.DRIVER_SCRIPT).is_file(),
+            has_driver_script=(code_digest.default_root() / code_digest.DRIVER_SCRIPT).is_file(),
             trainer_jobset=jobset_name(trainer),
         ),
     ]

@@ -284,7 +284,7 @@ def check_payload(payload: Payload, engine: EngineConfig) -> list[str]:
 
 def _check_digests(payload: Payload) -> list[str]:
     """Stored digests must match the arrays: a stale digest hides a change in on/off comparisons."""
-    from rl_trainer_bench.payload.build import digest_mismatches
+    from rl_trainer_bench.payload.digests import digest_mismatches
 
     return [f"{problem} [digests]" for problem in digest_mismatches(payload)]
 
@@ -522,21 +522,19 @@ def run_check(args) -> int:
 
     Exit 0 when everything passes, 1 when a check fails (2 is bad input, from the cli).
     """
-    from rl_trainer_bench.payload import build as payloads
+    from rl_trainer_bench.payload import build, command, npz
     from rl_trainer_bench.payload.routing_profile import load_profile
 
-    engine = payloads.engine_for(args)
+    engine = command.engine_for(args)
     if args.payload:
-        payload = payloads.load_npz(
-            args.payload, verify=False
-        )  # a digest mismatch is reported below
+        payload = npz.load_npz(args.payload, verify=False)  # a digest mismatch is reported below
     else:
-        payload = payloads.build_micro_batch(
+        payload = build.build_micro_batch(
             engine,
             load_profile(args.routing_profile),
             seed=args.seed,
             index=args.index,
-            layout=payloads.layout_for(args, engine),
+            layout=command.layout_for(args, engine),
         )
     problems = check_payload(payload, engine)
     for warning in payload_warnings(payload, engine):

@@ -16,10 +16,8 @@ profile speak in (max-load ratio, expert-parallel shard load, predicted overflow
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
-from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -29,6 +27,8 @@ import numpy as np
 from rl_trainer_bench.engine.config import ModelConfig, expert_capacity
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
+from rl_trainer_bench.payload.errors import ProfileError
+from rl_trainer_bench.payload.packing import PackingLayout
 
 PROFILE_FORMAT = "rl_trainer_bench.routing_profile"
 PROFILE_VERSION = 1
@@ -38,132 +38,6 @@ QUANTILE_POINTS = 11  # quantiles stored for an extracted distribution (0%, 10%,
 
 
 MAX_EXPERT_ID = int(np.iinfo(np.int16).max)  # the payload contract stores routed experts as int16
-
-
-class ProfileError(UserError):
-    """A routing profile or routing dump that cannot be used; one line naming the field and the fix."""
-
-
-# ----------------------------------------------------------------------------------------------
-# Packing layout
-# ----------------------------------------------------------------------------------------------
-
-
-def _check_quantiles(name: str, values: Sequence[float], low: float, high: float) -> None:
-    if len(values) < 1:
-        raise ProfileError(f"layout.{name} is empty: give at least one quantile")
-    if any(not (low <= v <= high) for v in values):
-        raise ProfileError(f"layout.{name}={list(values)} must lie in [{low}, {high}]")
-    if any(b < a for a, b in itertools.pairwise(values)):
-        raise ProfileError(f"layout.{name}={list(values)} must be non-decreasing (quantiles)")
-
-
-def sample_quantiles(quantiles: Sequence[float], u: np.ndarray) -> np.ndarray:
-    """Inverse-CDF draws from a distribution given by evenly spaced quantiles (0% .. 100%)."""
-    q = np.asarray(quantiles, dtype=np.float64)
-    if q.size == 1:
-        return np.full(np.shape(u), q[0])
-    return np.interp(u * (q.size - 1), np.arange(q.size), q)
-
-
-@dataclasses.dataclass(frozen=True)
-class PackingLayout:
-    """How a step's micro-batches are packed: the statistics a synthetic micro-batch reproduces.
-
-    Distributions are given as evenly spaced quantiles (first = minimum, last = maximum), which is
-    both what extraction from a real run measures and what a person can write by hand: `(0.6, 1.0)`
-    is uniform on [0.6, 1.0], `(1, 1)` is always one.
-    """
-
-    rows: int  # B of the step the statistics came from
-    seq_len: int  # T of that step
-    pad_rows: int = 0  # rows that are all padding
-    real_fraction: tuple[float, ...] = (0.6, 1.0)  # real tokens / seq_len of a non-padding row
-    segments_per_row: tuple[float, ...] = (
-        1.0,
-        4.0,
-    )  # packed sequences per real row (capped: 2 tokens each)
-    prompt_fraction: tuple[float, ...] = (0.05, 0.3)  # prompt tokens / sequence tokens
-    group_size: int = 16  # sequences per GRPO group (advantages are normalized within a group)
-
-    def __post_init__(self) -> None:
-        if self.rows < 1 or self.seq_len < 2:
-            raise ProfileError(
-                f"layout.rows={self.rows}, layout.seq_len={self.seq_len}: need rows >= 1 and seq_len >= 2"
-            )
-        if not 0 <= self.pad_rows < self.rows:
-            raise ProfileError(
-                f"layout.pad_rows={self.pad_rows} must be in [0, rows={self.rows}): "
-                "a micro-batch needs at least one real row"
-            )
-        if self.group_size < 1:
-            raise ProfileError(f"layout.group_size={self.group_size} must be >= 1")
-        _check_quantiles("real_fraction", self.real_fraction, 0.0, 1.0)
-        _check_quantiles("segments_per_row", self.segments_per_row, 1.0, math.inf)
-        _check_quantiles("prompt_fraction", self.prompt_fraction, 0.0, 1.0)
-        object.__setattr__(self, "real_fraction", tuple(float(v) for v in self.real_fraction))
-        object.__setattr__(self, "segments_per_row", tuple(float(v) for v in self.segments_per_row))
-        object.__setattr__(self, "prompt_fraction", tuple(float(v) for v in self.prompt_fraction))
-
-    @classmethod
-    def from_orchestrator(
-        cls,
-        rows: int,
-        seq_len: int,
-        max_prompt_length: int,
-        max_response_length: int,
-        *,
-        num_generations: int = 16,
-        pad_rows: int = 0,
-    ) -> PackingLayout:
-        """The layout an orchestrator with these argv values produces, under stated assumptions.
-
-        The orchestrator's argv gives only maxima, so: prompt and response lengths are taken as
-        uniform up to their maxima (a mean sequence of half the maximum), rows are packed to 60-100%
-        of `seq_len`, a row holds from one sequence up to `seq_len` / mean sequence length, and the
-        prompt's share of a sequence ranges from half to one and a half times
-        max_prompt / (max_prompt + max_response). A profile extracted from a real run replaces
-        these guesses with measurements.
-        """
-        if min(max_prompt_length, max_response_length) < 1:
-            raise ProfileError(
-                f"max_prompt_length={max_prompt_length}, max_response_length={max_response_length}: "
-                "both must be >= 1"
-            )
-        mean_sequence = (max_prompt_length + max_response_length) / 2
-        most_segments = max(1.0, math.floor(seq_len / mean_sequence))
-        share = max_prompt_length / (max_prompt_length + max_response_length)
-        return cls(
-            rows=rows,
-            seq_len=seq_len,
-            pad_rows=pad_rows,
-            real_fraction=(0.6, 1.0),
-            segments_per_row=(1.0, most_segments),
-            prompt_fraction=(share / 2, min(0.95, 1.5 * share)),
-            group_size=num_generations,
-        )
-
-    def for_shape(self, rows: int, seq_len: int) -> PackingLayout:
-        """This layout for a micro-batch of `rows` x `seq_len`.
-
-        Fractions carry over unchanged; padding rows scale with the row count (rounded, always
-        leaving one real row); segments per row are capped at what `seq_len` can hold (2 tokens
-        per sequence: a prompt token and a completion token).
-        """
-        if (rows, seq_len) == (self.rows, self.seq_len):
-            return self
-        pad_rows = min(rows - 1, round(self.pad_rows * rows / self.rows))
-        segments = tuple(min(v, seq_len // 2) for v in self.segments_per_row)
-        return dataclasses.replace(
-            self, rows=rows, seq_len=seq_len, pad_rows=pad_rows, segments_per_row=segments
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {
-            "real_fraction": list(self.real_fraction),
-            "segments_per_row": list(self.segments_per_row),
-            "prompt_fraction": list(self.prompt_fraction),
-        }
 
 
 # ----------------------------------------------------------------------------------------------

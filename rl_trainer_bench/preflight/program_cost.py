@@ -9,7 +9,7 @@ figures undercount the production cell by about its depth.
 
 The correction here reads the compiled HLO: each control-flow computation's matmul FLOPs and
 bytes (operands and result of every instruction that touches memory), once as XLA counts them and
-once multiplied by how often it runs (trip counts nested; `hlo_overlap.trip_count` reads them also
+once multiplied by how often it runs (trip counts nested; `hlo_counts.trip_count` reads them also
 from TPU text, which drops XLA's own record). XLA's figures are scaled by the ratio. The ratio is
 taken from the same program so that what XLA counts and this walk does not (elementwise FLOPs, TPU
 tile padding of small arrays) cancels, under the assumption that it is spread like the counted part.
@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from rl_trainer_bench.preflight.hlo_overlap import FlopCounter, execution_counts
+from rl_trainer_bench.preflight.hlo_counts import FlopCounter, execution_counts
 from rl_trainer_bench.preflight.hlo_parse import HloModule, Instruction
 
 # Instructions that neither compute nor move bytes of their own; control flow is counted through

@@ -12,6 +12,8 @@ from stand_in_engine import ConfiguredStandInEngine
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.ab import command as ab_command
+from rl_trainer_bench.ab import parser as ab_parser
+from rl_trainer_bench.ab import plan as ab_plan
 from rl_trainer_bench.ab.arms import parse_arms
 from rl_trainer_bench.bench import driver
 from rl_trainer_bench.config.knobs import BenchConfig, engine_spec
@@ -85,7 +87,7 @@ def test_arm_values_may_hold_a_colon():
 
 def _ab_args(tmp_path, arms: str, engine: str | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    ab_command.add_arguments(parser)
+    ab_parser.add_arguments(parser)
     argv = [
         "--arms",
         arms,
@@ -101,7 +103,7 @@ def _ab_args(tmp_path, arms: str, engine: str | None = None) -> argparse.Namespa
 
 def test_ab_arms_with_different_engines_get_their_own_benches(tmp_path):
     args = _ab_args(tmp_path, f"mine:ENGINE={STAND_IN},builtin:ENGINE={BUILT_IN},mine,builtin")
-    plan = ab_command.plan_arms(args, tmp_path / "ab")
+    plan = ab_plan.plan_arms(args, tmp_path / "ab")
     assert (
         plan.groups["mine"] != plan.groups["builtin"]
         and plan.groups["mine"] == plan.groups["mine'"]
@@ -111,7 +113,7 @@ def test_ab_arms_with_different_engines_get_their_own_benches(tmp_path):
 
 
 def test_ab_engine_flag_sets_every_arm(tmp_path):
-    plan = ab_command.plan_arms(_ab_args(tmp_path, "off,on", STAND_IN), tmp_path / "ab")
+    plan = ab_plan.plan_arms(_ab_args(tmp_path, "off,on", STAND_IN), tmp_path / "ab")
     assert {c.engine for c in plan.bench_configs.values()} == {STAND_IN}
 
 

@@ -5,6 +5,7 @@ import os
 import tarfile
 from pathlib import Path
 
+from rl_trainer_bench import code_digest
 from rl_trainer_bench.launch import code_bundle
 
 
@@ -35,7 +36,7 @@ FILES = {
 
 def test_code_files_are_the_drivers_import_closure_data_and_driver_script_only(tmp_path):
     root = _tree(tmp_path, FILES)
-    names = [p.relative_to(root).as_posix() for p in code_bundle.code_files(root)]
+    names = [p.relative_to(root).as_posix() for p in code_digest.code_files(root)]
     assert names == [
         "bench_driver.py",
         "rl_trainer_bench/__init__.py",
@@ -48,19 +49,20 @@ def test_code_files_are_the_drivers_import_closure_data_and_driver_script_only(t
 
 
 def test_this_checkout_bundles_what_the_driver_runs_and_not_the_render_time_tools():
-    names = {p.relative_to(code_bundle.default_root()).as_posix() for p in code_bundle.code_files()}
+    names = {p.relative_to(code_digest.default_root()).as_posix() for p in code_digest.code_files()}
     assert {"rl_trainer_bench/bench/driver.py", "rl_trainer_bench/engine/jax_engine.py"} <= names
-    assert {"rl_trainer_bench/payload/build.py", "rl_trainer_bench/launch/code_bundle.py"} <= names
+    assert {"rl_trainer_bench/payload/build.py", "rl_trainer_bench/code_digest.py"} <= names
     assert not {"rl_trainer_bench/launch/render.py", "rl_trainer_bench/cli.py"} & names
+    assert not any(name.startswith("rl_trainer_bench/launch/") for name in names)
 
 
 def test_digest_changes_with_any_byte_or_name(tmp_path):
     root = _tree(tmp_path, FILES)
-    first = code_bundle.code_sha256(root)
+    first = code_digest.code_sha256(root)
     (root / "rl_trainer_bench/engine/model.py").write_text("x = 2\n")
-    second = code_bundle.code_sha256(root)
+    second = code_digest.code_sha256(root)
     (root / "rl_trainer_bench/engine/model.py").rename(root / "rl_trainer_bench/engine/mode.py")
-    assert len({first, second, code_bundle.code_sha256(root)}) == 3
+    assert len({first, second, code_digest.code_sha256(root)}) == 3
 
 
 def test_bundle_is_reproducible_and_unpacks_to_the_same_digest(tmp_path):
@@ -72,20 +74,20 @@ def test_bundle_is_reproducible_and_unpacks_to_the_same_digest(tmp_path):
     unpacked = tmp_path / "pod"
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:xz") as tar:
         tar.extractall(unpacked, filter="data")
-    assert code_bundle.code_sha256(unpacked) == code_bundle.code_sha256(root)
+    assert code_digest.code_sha256(unpacked) == code_digest.code_sha256(root)
 
 
 def test_the_named_engine_travels_with_the_pod_and_other_adapters_do_not():
     adapter = "rl_trainer_bench/engine/maxtext_adapter.py"
     built_in = {
-        p.relative_to(code_bundle.default_root()).as_posix() for p in code_bundle.code_files()
+        p.relative_to(code_digest.default_root()).as_posix() for p in code_digest.code_files()
     }
     named = {
-        p.relative_to(code_bundle.default_root()).as_posix()
-        for p in code_bundle.code_files(engine="rl_trainer_bench.engine.maxtext_adapter:Any")
+        p.relative_to(code_digest.default_root()).as_posix()
+        for p in code_digest.code_files(engine="rl_trainer_bench.engine.maxtext_adapter:Any")
     }
     assert "rl_trainer_bench/engine/jax_engine.py" in built_in and adapter not in built_in
     assert adapter in named
-    assert code_bundle.code_sha256() != code_bundle.code_sha256(
+    assert code_digest.code_sha256() != code_digest.code_sha256(
         engine="rl_trainer_bench.engine.maxtext_adapter:Any"
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from render_helpers import client_script, render_fixture
 
-from rl_trainer_bench.launch.code_bundle import code_sha256
+from rl_trainer_bench.code_digest import code_sha256
 
 ADVERSARIAL = {
     "SPACES": "a  b\tc",

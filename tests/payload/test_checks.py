@@ -11,13 +11,15 @@ import pytest
 from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.payload.build import PackingLayout, build_micro_batch, load_npz, save_npz
+from rl_trainer_bench.payload.build import build_micro_batch
 from rl_trainer_bench.payload.checks import (
     MAX_REPORTS_PER_RULE,
     check_payload,
     loss_positions,
     payload_warnings,
 )
+from rl_trainer_bench.payload.npz import load_npz, save_npz
+from rl_trainer_bench.payload.packing import PackingLayout
 from rl_trainer_bench.payload.routing_profile import load_profile
 
 TINY = preset("cpu-tiny").engine

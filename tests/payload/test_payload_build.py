@@ -9,14 +9,9 @@ import pytest
 from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.payload.build import (
-    array_digest,
-    build_micro_batch,
-    build_pool,
-    load_npz,
-    payload_digest,
-    save_npz,
-)
+from rl_trainer_bench.payload.build import build_micro_batch, build_pool
+from rl_trainer_bench.payload.digests import array_digest, payload_digest
+from rl_trainer_bench.payload.npz import load_npz, save_npz
 from rl_trainer_bench.payload.routing_profile import load_profile
 
 TINY = preset("cpu-tiny").engine

@@ -8,9 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rl_trainer_bench.config.presets import preset
-from rl_trainer_bench.payload.build import SEGMENT_ALIGN, PackingLayout, build_micro_batch
+from rl_trainer_bench.payload.build import build_micro_batch
 from rl_trainer_bench.payload.checks import check_payload
-from rl_trainer_bench.payload.routing_profile import ProfileError, RoutingProfile
+from rl_trainer_bench.payload.errors import ProfileError
+from rl_trainer_bench.payload.packing import SEGMENT_ALIGN, PackingLayout
+from rl_trainer_bench.payload.routing_profile import RoutingProfile
 
 TINY = preset("cpu-tiny").engine
 

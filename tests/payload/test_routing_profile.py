@@ -13,9 +13,10 @@ from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.payload import build as payloads
+from rl_trainer_bench.payload import calibration, routing
+from rl_trainer_bench.payload.errors import ProfileError
+from rl_trainer_bench.payload.packing import PackingLayout
 from rl_trainer_bench.payload.routing_profile import (
-    PackingLayout,
-    ProfileError,
     RoutingProfile,
     cap_shares,
     fit_to_model,
@@ -163,12 +164,13 @@ def test_calibration_that_misses_is_refused(monkeypatch):
     engine = engine_with(2, 512, 8, 2, 2)
     profile = zipf_profile(8, 2, (1.2, 1.2))
     uniform = np.full((2, 8), 1 / 8)
-    real_tables = payloads.expert_set_tables
+    real_tables = routing.expert_set_tables
     monkeypatch.setattr(
-        payloads, "expert_set_tables", lambda shares, k, rng: real_tables(uniform, k, rng)
+        routing, "expert_set_tables", lambda shares, k, rng: real_tables(uniform, k, rng)
     )
     with pytest.raises(
-        payloads.CalibrationError, match=r"worst: layer \d max-load ratio 1\.\d+ vs target \d\.\d+"
+        calibration.CalibrationError,
+        match=r"worst: layer \d max-load ratio 1\.\d+ vs target \d\.\d+",
     ):
         payloads.build_calibrated(engine, profile, seed=0, index=0)
 

@@ -13,7 +13,10 @@ import pytest
 from rl_trainer_bench import accelerators, cli
 from rl_trainer_bench.engine import programs, residency
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight import aot, step_estimate
+from rl_trainer_bench.preflight import step_estimate
+from rl_trainer_bench.preflight.aot import check, depth, engine_module
+from rl_trainer_bench.preflight.aot import compile as aot_compile
+from rl_trainer_bench.preflight.aot import report as aot_report
 from rl_trainer_bench.units import human_bytes
 
 # Retry off leaves out the dropless replay program: one fewer compile keeps the suite fast; the
@@ -24,9 +27,9 @@ FLAGS = "retry_when_tokens_dropped=false"
 @pytest.fixture(scope="module")
 def compiled_cell():
     """cpu-tiny's programs compiled once for the module: (cell, {name: compiled}, rows)."""
-    cell = aot.resolve_cell("cpu-tiny", "local", engine_flags=FLAGS)
+    cell = check.resolve_cell("cpu-tiny", "local", engine_flags=FLAGS)
     compiled, rows = {}, []
-    for name, program, row in aot.compile_programs(cell.config, cell.mesh):
+    for name, program, row in aot_compile.compile_programs(cell.config, cell.mesh):
         compiled[name] = program
         rows.append(row)
     return cell, compiled, rows
@@ -55,7 +58,7 @@ def test_rows_are_xla_memory_analysis(compiled_cell):
 def test_state_bytes_match_what_the_programs_take(compiled_cell):
     """The state the report adds beside each program is what XLA sees in the arguments."""
     cell, _, rows = compiled_cell
-    state = aot.state_bytes(cell.config, cell.mesh, stage_before_update=True)
+    state = check.state_bytes(cell.config, cell.mesh, stage_before_update=True)
     by_name = {row.name: row for row in rows}
     stats_bytes = 5 * 4  # the step's five scalar statistics
     update_state = state["params"] + state["opt_state"] + state["grad_accum"]
@@ -70,7 +73,7 @@ def test_state_bytes_match_what_the_programs_take(compiled_cell):
 
 def test_report_peak_headroom_and_verdict(compiled_cell):
     cell, _, rows = compiled_cell
-    report = aot.assemble(cell, rows, [2], stage_before_update=True, seconds=1.0)
+    report = check.assemble(cell, rows, [2], stage_before_update=True, seconds=1.0)
     state = report.state
     update = next(p for p in report.programs if p.name == "update")
     assert update.beside == state["staged_micro_batch"] > 0
@@ -81,7 +84,7 @@ def test_report_peak_headroom_and_verdict(compiled_cell):
     assert report.fits is True and not report.estimate
     document = json.loads(json.dumps(report.to_json()))
     assert document["peak_bytes"] == report.peak and document["fits"] is True
-    text = aot.format_report(report)
+    text = aot_report.format_report(report)
     assert "FITS" in text and human_bytes(report.peak) in text
     assert "STAGE_BEFORE_UPDATE=on" in text
     # Adam's step counters are the only state leaves not split over the 8 devices.
@@ -94,13 +97,13 @@ def test_report_peak_headroom_and_verdict(compiled_cell):
 
 def test_an_offloaded_optimizer_state_is_reported_in_host_memory_not_beside(compiled_cell):
     _, _, rows = compiled_cell
-    cell = aot.resolve_cell(
+    cell = check.resolve_cell(
         "cpu-tiny", "local", engine_flags=f"{FLAGS} optimizer_memory_host_offload=true"
     )
-    report = aot.assemble(cell, rows, [2], stage_before_update=False, seconds=1.0)
+    report = check.assemble(cell, rows, [2], stage_before_update=False, seconds=1.0)
     assert report.state["opt_state"] == 0 and report.state["host_memory"] > 0
     assert all(p.beside == 0 for p in report.programs if p.name != "update")
-    text = aot.format_report(report)
+    text = aot_report.format_report(report)
     assert f"in host memory (not on the device) {human_bytes(report.state['host_memory'])}" in text
     assert "host_memory" not in text
 
@@ -127,13 +130,13 @@ def test_an_engine_with_programs_of_its_own_names_brings_its_state_table(compile
     with pytest.raises(
         UserError, match=r"other_engine: no BESIDE entry for program\(s\) accumulate"
     ):
-        next(aot.compile_programs(cell.config, cell.mesh, other))
+        next(aot_compile.compile_programs(cell.config, cell.mesh, other))
     other.BESIDE = {"fwd_bwd": ("opt_state", "grad_accum"), "update": (), "accumulate": ()}
     other.abstract_state, other.payload_spec = programs.abstract_state, programs.payload_spec
-    report = aot.assemble(cell, [dataclasses.replace(r) for r in rows], [2], False, 1.0, other)
+    report = check.assemble(cell, [dataclasses.replace(r) for r in rows], [2], False, 1.0, other)
     fwd_bwd = next(p for p in report.programs if p.name == "fwd_bwd")
     assert fwd_bwd.beside == report.state["opt_state"] + report.state["grad_accum"]
-    assert aot.beside_table(None) is residency.BESIDE
+    assert engine_module.beside_table(None) is residency.BESIDE
 
 
 def test_memory_failures_become_rows_with_amounts():
@@ -141,7 +144,7 @@ def test_memory_failures_become_rows_with_amounts():
         "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space "
         "hbm. Used 120.50G of 95.74G hbm. Exceeded hbm capacity by 24.76G.\n\nTotal hbm usage..."
     )
-    row = aot.failed("fwd_bwd", tpu, 3.0)
+    row = aot_compile.failed("fwd_bwd", tpu, 3.0)
     assert row.out_of_memory and not row.compiled
     assert row.needed == int(120.50 * 1024**3) and row.available == int(95.74 * 1024**3)
     assert row.error.startswith("RESOURCE_EXHAUSTED") or "Used 120.50G" in row.error
@@ -150,24 +153,26 @@ def test_memory_failures_become_rows_with_amounts():
         "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
         "temporaries (111.71G) exceeds available HBM (94.75G)."
     )
-    row = aot.failed("fwd_bwd", temporaries, 200.0)
+    row = aot_compile.failed("fwd_bwd", temporaries, 200.0)
     assert row.out_of_memory
     assert (row.needed, row.available) == (int(111.71 * 1024**3), int(94.75 * 1024**3))
     gpu = RuntimeError(
         "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2147483648 bytes."
     )
-    gpu_row = aot.failed("update", gpu, 1.0)
+    gpu_row = aot_compile.failed("update", gpu, 1.0)
     assert gpu_row.out_of_memory and gpu_row.needed == 2**31 and gpu_row.available is None
-    other = aot.failed("update", ValueError("INVALID_ARGUMENT: bad sharding"), 1.0)
+    other = aot_compile.failed("update", ValueError("INVALID_ARGUMENT: bad sharding"), 1.0)
     assert not other.out_of_memory and other.error == "INVALID_ARGUMENT: bad sharding"
 
 
 def test_out_of_memory_program_makes_the_verdict_no(compiled_cell):
     cell, _, rows = compiled_cell
-    oom = aot.failed("update", RuntimeError("RESOURCE_EXHAUSTED: Used 20.00G of 16.00G hbm."), 2.0)
-    report = aot.assemble(cell, [rows[0], oom], [2], stage_before_update=False, seconds=1.0)
+    oom = aot_compile.failed(
+        "update", RuntimeError("RESOURCE_EXHAUSTED: Used 20.00G of 16.00G hbm."), 2.0
+    )
+    report = check.assemble(cell, [rows[0], oom], [2], stage_before_update=False, seconds=1.0)
     assert report.fits is False
-    text = aot.format_report(report)
+    text = aot_report.format_report(report)
     assert "update             OUT OF MEMORY: needs 20.00 GiB of 16.00 GiB" in text
     assert "DOES NOT FIT" in text
     failed_row = report.to_json()["programs"][1]
@@ -175,19 +180,19 @@ def test_out_of_memory_program_makes_the_verdict_no(compiled_cell):
 
 
 def test_extrapolation_is_linear_in_layers():
-    shallow = aot.ProgramMemory(
+    shallow = aot_compile.ProgramMemory(
         "fwd_bwd", argument=100, output=10, temp=1000, flops=5.0, bytes_accessed=7.0
     )
-    deep = aot.ProgramMemory(
+    deep = aot_compile.ProgramMemory(
         "fwd_bwd", argument=180, output=10, temp=1500, flops=9.0, bytes_accessed=8.0
     )
-    (row,) = aot._extrapolate([[shallow], [deep]], [2, 4], 60)
+    (row,) = depth.extrapolate([[shallow], [deep]], [2, 4], 60)
     assert (row.argument, row.output, row.temp) == (100 + 40 * 58, 10, 1000 + 250 * 58)
     assert row.flops == pytest.approx(5.0 + 2.0 * 58)
     assert row.bytes_accessed == pytest.approx(7.0 + 0.5 * 58)
     assert row.xla_optimal_seconds is None  # XLA gave no time at either depth
     timed = [dataclasses.replace(r, xla_optimal_seconds=t) for r, t in ((shallow, 1), (deep, 2))]
-    (row,) = aot._extrapolate([[timed[0]], [timed[1]]], [2, 4], 60)
+    (row,) = depth.extrapolate([[timed[0]], [timed[1]]], [2, 4], 60)
     assert row.xla_optimal_seconds == pytest.approx(1 + 0.5 * 58)
 
 
@@ -196,7 +201,7 @@ def test_time_estimate_in_text_and_json_is_labelled_an_estimate(compiled_cell):
     cell, _, rows = compiled_cell
     v5e = accelerators.chip_by_name("v5e")
     on_v5e = dataclasses.replace(cell, target=dataclasses.replace(cell.target, chip=v5e))
-    report = aot.assemble(on_v5e, [dataclasses.replace(r) for r in rows], [2], False, 1.0)
+    report = check.assemble(on_v5e, [dataclasses.replace(r) for r in rows], [2], False, 1.0)
     assert report.roofline == (v5e.peak_bf16_flops, v5e.hbm_bytes_per_second)
     for program in report.programs:
         assert program.roofline_seconds == max(
@@ -204,10 +209,10 @@ def test_time_estimate_in_text_and_json_is_labelled_an_estimate(compiled_cell):
             program.bytes_accessed / v5e.hbm_bytes_per_second,
         )
     facts = step_estimate.MicroBatchFacts(0.0, 3e8, "none: test")
-    report.step = aot.predict_step(report, 2, facts)
+    report.step = check.predict_step(report, 2, facts)
     seconds = {p.name: p.roofline_seconds for p in report.programs}
     assert report.step.step_seconds == pytest.approx(2 * seconds["fwd_bwd"] + seconds["update"])
-    text = aot.format_report(report)
+    text = aot_report.format_report(report)
     assert "predicted step, ESTIMATE (not a measurement)" in text
     assert "predicted MFU, ESTIMATE (not a measurement)" in text
     assert "roofline: ESTIMATE (not a measurement) by this tool" in text
@@ -220,7 +225,7 @@ def test_time_estimate_in_text_and_json_is_labelled_an_estimate(compiled_cell):
 
 def test_no_chip_in_the_table_means_no_time_estimate(compiled_cell):
     cell, _, rows = compiled_cell
-    report = aot.assemble(cell, [dataclasses.replace(r) for r in rows], [2], False, 1.0)
+    report = check.assemble(cell, [dataclasses.replace(r) for r in rows], [2], False, 1.0)
     assert report.roofline is None and report.step is None
     assert all(p.roofline_seconds is None for p in report.programs)
     assert report.to_json()["time_estimate"] is None
@@ -261,9 +266,9 @@ def test_cpu_tiny_compiles_for_a_tpu_topology_from_this_host():
     pytest.importorskip("libtpu")
     from rl_trainer_bench.preflight.hlo_overlap import analyze_text
 
-    cell = aot.resolve_cell("cpu-tiny", "v6e:2x4", engine_flags=FLAGS)
-    compiled = list(aot.compile_programs(cell.config, cell.mesh))
-    report = aot.assemble(cell, [row for *_, row in compiled], [2], False, 1.0)
+    cell = check.resolve_cell("cpu-tiny", "v6e:2x4", engine_flags=FLAGS)
+    compiled = list(aot_compile.compile_programs(cell.config, cell.mesh))
+    report = check.assemble(cell, [row for *_, row in compiled], [2], False, 1.0)
     assert report.device_kind.startswith("TPU v6")
     assert report.devices == 8 and report.memory_bytes == 32 * 1024**3
     assert [p.name for p in report.programs] == ["fwd_bwd", "update"]
@@ -296,12 +301,12 @@ def test_loop_counted_cost_is_linear_in_depth_where_xla_counts_the_loop_once():
     (and the chunk loops inside a layer) once, so its FLOPs barely move with depth, while the
     loop-counted FLOPs grow by one block's worth per block."""
     pytest.importorskip("libtpu")
-    cell = aot.resolve_cell("cpu-tiny", "v5e:2x2", engine_flags=FLAGS)
+    cell = check.resolve_cell("cpu-tiny", "v5e:2x2", engine_flags=FLAGS)
     block = len(cell.config.model.layer_types)
     rows = {}
     for blocks in (1, 2, 4):
-        config = aot._with_layers(cell.config, blocks * block)
-        rows[blocks] = {r.name: r for *_, r in aot.compile_programs(config, cell.mesh)}
+        config = depth.with_layers(cell.config, blocks * block)
+        rows[blocks] = {r.name: r for *_, r in aot_compile.compile_programs(config, cell.mesh)}
     one, two, four = (rows[n]["fwd_bwd"] for n in (1, 2, 4))
     assert four.xla_flops == pytest.approx(one.xla_flops, rel=0.01)  # the loop counted once
     assert one.flops > one.xla_flops  # a layer's own chunk loops, counted per trip

@@ -1,0 +1,148 @@
+"""The `ab` command's arguments, one group per thing they decide, in their `--help` order.
+
+Only light modules at import time: `cli` imports this one to build its parser, and a parser must
+not pay for numpy or JAX.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rl_trainer_bench.ab import arms as ab_arms
+from rl_trainer_bench.ab import order as run_orders
+
+DEFAULT_STEPS = 8
+
+
+DEFAULT_MIN_EFFECT_PCT = 2.0
+DESIGN_ARMS, DESIGN_INTERLEAVED = "arms", "interleaved"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `ab` command's arguments, one group per thing they decide, in their `--help` order."""
+    _add_design_arguments(parser)
+    _add_length_arguments(parser)
+    _add_knob_arguments(parser)
+    _add_prediction_arguments(parser)
+    _add_output_arguments(parser)
+
+
+def _add_design_arguments(parser: argparse.ArgumentParser) -> None:
+    """What is compared and how the runs are laid out: preset, arms, order, design, schedule."""
+    parser.add_argument("--preset", default="cpu-tiny", help="bench preset (default: cpu-tiny)")
+    parser.add_argument(
+        "--arms",
+        default=ab_arms.DEFAULT_ARMS,
+        help="settings to compare, baseline first: built-in off, on, after, or NAME:KEY=V[,KEY=V] "
+        "to define one (UPPER_CASE: driver knob, lower_case: engine key); each runs twice in the "
+        "--order; repeat names to spell out the order yourself "
+        f"(default: {ab_arms.DEFAULT_ARMS})",
+    )
+    parser.add_argument(
+        "--order",
+        choices=list(run_orders.ORDERS),
+        help="run order of the arms: "
+        + "; ".join(f"{name}: {what}" for name, what in run_orders.ORDERS.items())
+        + f" (default: {run_orders.MIRRORED}, or {run_orders.WRITTEN} when --arms repeats a name)",
+    )
+    parser.add_argument(
+        "--design",
+        choices=[DESIGN_ARMS, DESIGN_INTERLEAVED],
+        default=DESIGN_ARMS,
+        help=f"{DESIGN_ARMS}: each setting runs as its own arms (--order), which proves the arms "
+        f"train the same; {DESIGN_INTERLEAVED}: one run switches between two settings that differ "
+        "only in STAGE_* knobs at its step boundaries, on a seeded balanced schedule, scored as "
+        f"paired differences of neighbouring steps (default: {DESIGN_ARMS})",
+    )
+    parser.add_argument(
+        "--schedule-seed",
+        type=int,
+        default=0,
+        help="seed of the interleaved schedule (default: 0)",
+    )
+
+
+def _add_length_arguments(parser: argparse.ArgumentParser) -> None:
+    """How many steps each arm runs, scored and warm-up: what the run costs in time."""
+    parser.add_argument(
+        "--steps",
+        type=_positive,
+        default=DEFAULT_STEPS,
+        help="scored steps per arm; interleaved: pairs of scored steps, rounded up to even "
+        f"(about the same run time) (default: {DEFAULT_STEPS})",
+    )
+    parser.add_argument(
+        "--warmup-steps",
+        type=_positive,
+        default=1,
+        help="warm-up steps per arm, reported, never scored (default: 1)",
+    )
+
+
+def _add_knob_arguments(parser: argparse.ArgumentParser) -> None:
+    """Settings every arm shares: driver knobs, engine keys and the engine itself."""
+    parser.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="KEY=V",
+        help="a driver knob or engine key for every arm (repeatable), e.g. MICRO_STEPS=4",
+    )
+    parser.add_argument(
+        "--engine",
+        dest="knob",
+        action="append",
+        type=lambda spec: f"ENGINE={spec}",
+        metavar="module:Class",
+        help="the engine every arm times (--knob ENGINE=...); an arm may set its own ENGINE",
+    )
+
+
+def _add_prediction_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the verdict is judged against: pre-registered predictions and the smallest effect."""
+    parser.add_argument(
+        "--predict",
+        action="append",
+        default=[],
+        metavar="SETTING-BASELINE=V[LOW,HIGH]",
+        help="pre-registered delta and band, percent of BASELINE's median unless V ends in ms "
+        "or s, e.g. on-off=-7.4[-8.5,-5.5] (repeatable, or ';'-separated)",
+    )
+    parser.add_argument(
+        "--predict-file", type=Path, help="predictions written before the run, one per line"
+    )
+    parser.add_argument(
+        "--min-effect",
+        type=float,
+        default=DEFAULT_MIN_EFFECT_PCT,
+        metavar="PCT",
+        help="smallest change worth finding, percent of the baseline's median step; NO-EFFECT "
+        f"means smaller than this (default: {DEFAULT_MIN_EFFECT_PCT})",
+    )
+
+
+def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the report goes, or which logs are scored instead of running arms."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="folder for ab.json, ab.png and logs (default: a fresh ab-YYYYmmdd-HHMMSS/ here)",
+    )
+    parser.add_argument(
+        "--from-logs",
+        nargs="+",
+        metavar="[NAME=]LOG",
+        help="score bench logs from separate pods instead of running arms (cross-pod: no shared "
+        "noise floor); the first log is the baseline",
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= 1")
+    return value

@@ -1,0 +1,122 @@
+"""Every arm's configuration, validated before any device work: knobs, stages, shared benches.
+
+Arms that change only run-time knobs share one compiled Bench; an arm that changes a program gets
+its own. Every refusal a worker or the engine config would make is made here, so no arm runs before
+a later one is refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from rl_trainer_bench.ab import arms as ab_arms
+from rl_trainer_bench.ab.arms import ArmSpec
+from rl_trainer_bench.bench.worker import refuse_stage_before_fused_update
+from rl_trainer_bench.config import knobs as config
+from rl_trainer_bench.errors import UserError
+
+ENGINE_FLAGS = "ENGINE_FLAGS"
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmPlan:
+    """Every arm's validated configuration, built before any device work."""
+
+    preset: config.Preset
+    arms: list[ArmSpec]
+    envs: dict[str, dict[str, str]]  # by arm label: the knobs its Bench and stage come from
+    stages: dict[str, config.StageConfig]  # by arm label
+    groups: dict[str, str]  # arm label -> bench name; arms that share programs share a bench
+    bench_configs: dict[str, config.BenchConfig]  # by bench name
+
+    def arms_of(self, bench: str) -> list[ArmSpec]:
+        return [arm for arm in self.arms if self.groups[arm.label] == bench]
+
+
+def plan_arms(args: argparse.Namespace, out: Path) -> ArmPlan:
+    """Parse and validate the arms and their knobs; raises UserError/ConfigError on bad input,
+    including every arm a worker cannot run (so no arm runs before a later one is refused)."""
+    preset = config.preset(args.preset)
+    arms = ab_arms.parse_arms(args.arms, args.order)
+    base = base_knobs(args.knob)
+    envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
+    arm_configs = {label: config.BenchConfig.from_env(env) for label, env in envs.items()}
+    for arm_config in arm_configs.values():
+        refuse_stage_before_fused_update(arm_config.worker, arm_config.stage)
+    names: dict[tuple[tuple[str, str], ...], str] = {}
+    for arm in arms:
+        names.setdefault(arm.program_knobs, f"bench{len(names) + 1}")
+    groups = {arm.label: names[arm.program_knobs] for arm in arms}
+    bench_configs = {groups[label]: arm_config for label, arm_config in arm_configs.items()}
+    for bench_config in bench_configs.values():
+        _refuse_unapplied_engine_keys(bench_config)
+    stages = {label: arm_config.stage for label, arm_config in arm_configs.items()}
+    return ArmPlan(preset, arms, envs, stages, groups, bench_configs)
+
+
+def arm_env(
+    preset: str, args: argparse.Namespace, out: Path, base: Mapping[str, str], arm: ArmSpec
+) -> dict[str, str]:
+    """The env-style knobs one arm's Bench is built from: the A/B's own, the base knobs, the arm's.
+
+    Engine keys (lower case) join ENGINE_FLAGS as `key=value` words after any the base set, so an
+    arm's key overrides the base's.
+    """
+    env = {
+        "PRESET": preset,
+        "STEPS": str(args.steps),
+        "WARMUP_STEPS": str(args.warmup_steps),
+        "RESULTS_DIR": str(out),
+    }
+    engine_words = []
+    for key, value in base.items():
+        if key == key.lower():
+            engine_words.append(f"{key}={value}")
+        else:
+            env[key] = value
+    if ENGINE_FLAGS in env:
+        engine_words.insert(0, env[ENGINE_FLAGS])
+    env.update(arm.driver_knobs)
+    if ENGINE_FLAGS in arm.driver_knobs:
+        engine_words.append(arm.driver_knobs[ENGINE_FLAGS])
+    engine_words += [f"{k}={v}" for k, v in arm.engine_keys.items()]
+    if engine_words:
+        env[ENGINE_FLAGS] = " ".join(engine_words)
+    return env
+
+
+def _refuse_unapplied_engine_keys(bench_config: config.BenchConfig) -> None:
+    """An engine key the engine config does not take would make an arm a silent copy of another."""
+    if not bench_config.engine_flags and not bench_config.trainer_argv:
+        return
+    engine_config_from = getattr(config, "engine_config_from", None)
+    if engine_config_from is None:
+        raise UserError(
+            "engine keys in --arms/--knob need config.engine_config_from, which this build lacks: "
+            "define arms with driver knobs only"
+        )
+    _, unapplied = engine_config_from(
+        bench_config.preset,
+        trainer_argv=bench_config.trainer_argv,
+        engine_flags=bench_config.engine_flags,
+    )
+    if unapplied:
+        raise UserError(
+            f"engine key(s) {' '.join(unapplied)} would not be applied to the engine: "
+            "fix the key names (see `rl-trainer-bench ab --help`)"
+        )
+
+
+def base_knobs(pairs: Sequence[str]) -> dict[str, str]:
+    knobs: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not value:
+            raise UserError(f"--knob {pair!r}: write KEY=VALUE, e.g. --knob MICRO_STEPS=4")
+        if key in ab_arms.RESERVED_KNOBS:
+            raise UserError(f"--knob {key}: set it with {ab_arms.RESERVED_KNOBS[key]}")
+        knobs[key] = value
+    return knobs

@@ -1,0 +1,271 @@
+"""Same process: the arms run back to back on shared compiled programs, or interleaved in one run.
+
+Every bench is built (and every refusal made) before any compile, then compiled, then the arms run
+in order on the same micro-batches, so the effect and the noise floor are measured on the same
+machine, minutes apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rl_trainer_bench.ab import interleave
+from rl_trainer_bench.ab import order as run_orders
+from rl_trainer_bench.ab import predict as ab_predict
+from rl_trainer_bench.ab import report as ab_report
+from rl_trainer_bench.ab.arms import ArmSpec
+from rl_trainer_bench.ab.parser import DESIGN_INTERLEAVED
+from rl_trainer_bench.ab.plan import ArmPlan, base_knobs, plan_arms
+from rl_trainer_bench.ab.progress import Progress
+from rl_trainer_bench.ab.verdict import fresh_name, write_verdict
+from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.config import knobs as config
+from rl_trainer_bench.io import check_writable_folder
+
+INTERLEAVED_LABEL = "interleaved"
+
+
+# Builds a Bench from its config and a log callable: the driver's, or a stand-in in tests.
+BenchFactory = Callable[[config.BenchConfig, Callable[[str], None]], Any]
+
+
+def same_process(
+    args: argparse.Namespace,
+    predictions: list[ab_predict.Prediction],
+    sources: list[dict[str, Any]],
+    started: float,
+    make_bench: BenchFactory | None,
+) -> int:
+    """Every bench built (and every refusal made) before any compiles, then compiled, then the
+    arms in order; Ctrl-C writes the arms that finished, marked incomplete."""
+    out = args.out if args.out is not None else fresh_name()
+    plan = plan_arms(args, out)
+    schedule = interleaved_schedule(args, plan)
+    ab_predict.check_settings(predictions, dict.fromkeys(a.setting for a in plan.arms))
+    check_writable_folder(out, "--out")
+    runs: list[ArmRun] = []
+    progress = Progress(started)
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(progress.close)
+        try:
+            if schedule is None:
+                progress.say(order_line(plan.arms))
+            else:
+                progress.say(f"design: interleaved boundaries, {schedule.describe()}")
+            from rl_trainer_bench.bench.distributed import start_for_preset  # imports JAX
+
+            progress.say(start_for_preset(plan.preset.host_devices))
+            benches = _built_benches(plan, make_bench or _driver_bench, progress, cleanup)
+            progress.keep_log(out / "ab.log")  # every refusal is behind us: now files may change
+            compile_s = {name: _compiled(name, bench, progress) for name, bench in benches.items()}
+            if schedule is not None:
+                (bench,) = benches.values()
+                runs.append(_run_interleaved(bench, plan, schedule, out, progress))
+            for index, arm in enumerate(plan.arms if schedule is None else [], 1):
+                bench = benches[plan.groups[arm.label]]
+                runs.append(_run_arm(bench, plan, arm, index, args, out, progress))
+            progress.say("arms done; scoring")
+        except KeyboardInterrupt:
+            return _interrupted(args, plan, out, runs, started, progress.where())
+    return _report_same_process(
+        args, plan, out, runs, compile_s, predictions, sources, started, schedule
+    )
+
+
+def interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.Schedule | None:
+    """The interleaved design's schedule (None for separate arms); refuses arms it cannot switch."""
+    if args.design != DESIGN_INTERLEAVED:
+        return None
+    baseline, other = interleave.stage_only_settings(plan.arms)
+    return interleave.make_schedule(
+        (baseline.setting, other.setting),
+        pairs=args.steps,
+        warmup_steps=args.warmup_steps,
+        seed=args.schedule_seed,
+    )
+
+
+def order_line(arms: Sequence[ArmSpec]) -> str:
+    """The run order as printed before any arm runs, with what it does about a linear drift."""
+    balance = run_orders.balance([arm.setting for arm in arms])
+    return f"run order: {', '.join(arm.label for arm in arms)} ({balance.describe()})"
+
+
+def _run_interleaved(
+    bench: Any, plan: ArmPlan, schedule: interleave.Schedule, out: Path, progress: Progress
+) -> ArmRun:
+    """One run whose boundaries take the schedule's settings: the interleaved design."""
+    stage_of = {arm.setting: plan.stages[arm.label] for arm in plan.arms}
+    progress.start_arm(INTERLEAVED_LABEL, schedule.total_steps)
+    result = bench.run(
+        steps=schedule.total_steps - schedule.warmup_steps,
+        stage=config.StageConfig(),
+        arm=INTERLEAVED_LABEL,
+        warmup_steps=schedule.warmup_steps,
+        results_path=out / f"{INTERLEAVED_LABEL}.jsonl",
+        boundary_stages=[stage_of[setting] for setting in schedule.boundaries],
+    )
+    return dataclasses.replace(
+        result, setting=INTERLEAVED_LABEL, source=plan.groups[plan.arms[0].label]
+    )
+
+
+def _run_arm(
+    bench: Any,
+    plan: ArmPlan,
+    arm: ArmSpec,
+    index: int,
+    args: argparse.Namespace,
+    out: Path,
+    progress: Progress,
+) -> ArmRun:
+    """One arm, the `index`-th of the plan (1-based), on its group's bench, named as planned."""
+    progress.start_arm(f"{arm.label} ({index}/{len(plan.arms)})", args.warmup_steps + args.steps)
+    result = bench.run(
+        steps=args.steps,
+        stage=plan.stages[arm.label],
+        arm=arm.label,
+        warmup_steps=args.warmup_steps,
+        results_path=out / f"arm{index}-{arm.setting}.jsonl",
+    )
+    return dataclasses.replace(result, setting=arm.setting, source=plan.groups[arm.label])
+
+
+def _built_benches(
+    plan: ArmPlan, make_bench: BenchFactory, progress: Progress, cleanup: contextlib.ExitStack
+) -> dict[str, Any]:
+    """One Bench per group, built with every stage its arms run: refused here, before any compile."""
+    benches = {}
+    for name, bench_config in plan.bench_configs.items():
+        arms = plan.arms_of(name)
+        settings = ", ".join(dict.fromkeys(a.setting for a in arms))
+        progress.say(f"setting up {name} (arms {settings}): pool, engine")
+        benches[name] = make_bench(bench_config, progress.log)
+        cleanup.callback(benches[name].close)
+        benches[name].build([plan.stages[a.label] for a in arms])
+    return benches
+
+
+def _compiled(name: str, bench: Any, progress: Progress) -> dict[str, float]:
+    progress.say(f"compiling {name}")
+    compile_s = dict(bench.compile())
+    progress.say(f"{name} compiled: {_seconds(compile_s)}")
+    return compile_s
+
+
+def _report_same_process(
+    args: argparse.Namespace,
+    plan: ArmPlan,
+    out: Path,
+    runs: list[ArmRun],
+    compile_s: dict[str, dict[str, float]],
+    predictions: list[ab_predict.Prediction],
+    sources: list[dict[str, Any]],
+    started: float,
+    schedule: interleave.Schedule | None,
+) -> int:
+    machine = {**ab_report.host_machine(), **_devices()}
+    if schedule is None:
+        design = f"{args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
+    else:
+        design = f"interleaved, {schedule.describe()}"
+    title = (
+        f"A/B on {plan.preset.name} ({machine['device_count']} x {machine['device_kind']}), "
+        f"same process: {design}"
+    )
+    extra: dict[str, Any] = {
+        "compile_s": compile_s,
+        "arm_knobs": plan.envs,
+        "bench_groups": plan.groups,
+    }
+    if schedule is None:
+        extra["run_order"] = [arm.label for arm in plan.arms]
+    else:
+        extra["schedule"] = schedule.to_json()
+    return write_verdict(
+        "same-process",
+        title,
+        out,
+        runs,
+        _settings(args),
+        machine,
+        extra,
+        predictions,
+        sources,
+        started,
+        cross_pod=False,
+        min_effect_pct=args.min_effect,
+        schedule=schedule,
+    )
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "preset": args.preset,
+        "arms": args.arms,
+        "order": args.order,
+        "design": args.design,
+        "schedule_seed": args.schedule_seed,
+        "steps": args.steps,
+        "warmup_steps": args.warmup_steps,
+        "knobs": base_knobs(args.knob),
+        "min_effect_pct": args.min_effect,
+    }
+
+
+def _interrupted(
+    args: argparse.Namespace,
+    plan: ArmPlan,
+    out: Path,
+    runs: list[ArmRun],
+    started: float,
+    where: str,
+) -> int:
+    """Ctrl-C: ab.json with the arms that finished, marked incomplete (no verdict), and one line."""
+    content = ab_report.incomplete_document(
+        mode="same-process",
+        command=sys.argv,
+        started_unix=started,
+        finished_unix=time.time(),
+        interrupted=where,
+        settings=_settings(args),
+        runs=runs,
+        machine=ab_report.host_machine(),
+        extra={"arm_knobs": plan.envs, "bench_groups": plan.groups},
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    ab_report.write_json(out / "ab.json", content)
+    print(
+        f"rl-trainer-bench ab: interrupted {where}; {len(runs)} of {len(plan.arms)} arms finished,"
+        f" written to {out / 'ab.json'} marked incomplete (no verdict)",
+        file=sys.stderr,
+    )
+    return 130
+
+
+def _driver_bench(bench_config: config.BenchConfig, log: Callable[[str], None]) -> Any:
+    from rl_trainer_bench.bench.driver import Bench  # imports JAX: only once the runtime started
+
+    return Bench(bench_config, log)
+
+
+def _devices() -> dict[str, Any]:
+    import jax
+
+    devices = jax.devices()
+    return {
+        "backend": jax.default_backend(),
+        "device_kind": devices[0].device_kind,
+        "device_count": len(devices),
+    }
+
+
+def _seconds(per_program: Mapping[str, float]) -> str:
+    return ", ".join(f"{name} {seconds:.1f}s" for name, seconds in per_program.items()) or "-"

@@ -1,0 +1,88 @@
+"""The end both A/B designs share: score the runs, run the exact checks, write ab.txt, ab.json and
+ab.png, and exit 1 when an exact check failed."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rl_trainer_bench.ab import checks as ab_checks
+from rl_trainer_bench.ab import interleave
+from rl_trainer_bench.ab import plot as ab_plot
+from rl_trainer_bench.ab import predict as ab_predict
+from rl_trainer_bench.ab import report as ab_report
+from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.io import write_text_atomically
+
+
+def write_verdict(
+    mode: str,
+    title: str,
+    out: Path,
+    runs: Sequence[ArmRun],
+    settings: Mapping[str, Any],
+    machine: Mapping[str, Any],
+    extra: Mapping[str, Any],
+    predictions: Sequence[ab_predict.Prediction],
+    sources: Sequence[dict[str, Any]],
+    started: float,
+    *,
+    cross_pod: bool,
+    min_effect_pct: float,
+    schedule: interleave.Schedule | None = None,
+) -> int:
+    from rl_trainer_bench.ab import score as ab_score
+
+    out.mkdir(parents=True, exist_ok=True)
+    checks = ab_checks.exact_checks(runs)
+    if schedule is None:
+        score = ab_score.score(runs, min_effect_pct=min_effect_pct, cross_pod=cross_pod)
+        shown = runs
+    else:
+        (run,) = runs
+        score = ab_score.score_interleaved(run, schedule, min_effect_pct=min_effect_pct)
+        shown = interleave.paired_steps_by_setting(run, schedule)
+    medians = {setting: spread.median_s for setting, spread in score.settings.items()}
+    outcomes = ab_predict.outcomes(predictions, medians)
+    for source in sources:
+        modified = source.get("modified_unix")
+        source["before_run"] = None if modified is None else modified < started
+    plot_note = ab_plot.missing_reason()
+    if plot_note is None:
+        ab_plot.write_plot(shown, out / "ab.png", title)
+        plot_note = str(out / "ab.png")
+    text = ab_report.table(title, shown, score, checks, outcomes, plot_note)
+    print(text)
+    write_text_atomically(out / "ab.txt", text + "\n")
+    content = ab_report.document(
+        mode=mode,
+        command=sys.argv,
+        started_unix=started,
+        finished_unix=time.time(),
+        settings=settings,
+        runs=runs,
+        score=score,
+        checks=checks,
+        predictions=outcomes,
+        prediction_sources=sources,
+        machine=machine,
+        extra={**extra, "plot": plot_note},
+    )
+    ab_report.write_json(out / "ab.json", content)
+    print(f"wrote {out / 'ab.json'}")
+    return 1 if ab_checks.failed(checks) else 0
+
+
+def fresh_name() -> Path:
+    """A new ab-YYYYmmdd-HHMMSS/ under the current directory (suffixed if that second is taken)."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    folder = Path(f"ab-{stamp}")
+    suffix = 1
+    while folder.exists():
+        suffix += 1
+        folder = Path(f"ab-{stamp}-{suffix}")
+    return folder

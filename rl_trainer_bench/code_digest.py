@@ -1,0 +1,124 @@
+"""The bench code a rendered pod runs, and its digest: which files, and one sha256 over them.
+
+The pod must run exactly the code that rendered it. The renderer computes this digest and embeds
+the files (`launch/code_bundle.py`); the driver computes it again at start, inside the pod, from
+the unpacked files: equal digests prove the pod ran the rendered code. This module imports no JAX
+and nothing of the renderer, so the driver's import closure (the code the pod embeds) stays small.
+
+The JobSet schemas are render-time data the pod never reads; they are left out, because their
+100 KB of base64 would push the manifest past the 256 KiB that `kubectl apply` can store in its
+last-applied annotation. Documentation files are left out for the same reason as the rest of the
+package: the client command must stay under the kernel's limit on one exec argument.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path
+
+from rl_trainer_bench.engine.factory import BUILT_IN
+
+PACKAGE = "rl_trainer_bench"
+
+
+DRIVER_SCRIPT = "bench_driver.py"
+
+
+_RENDER_TIME_ONLY = (("launch", "schemas"),)  # package-relative folders
+
+
+_SKIPPED_DIRS = ("__pycache__",)
+
+
+_DOCUMENTATION = (".md",)  # read by people, never by the driver
+
+
+def default_root() -> Path:
+    """The folder holding the `rl_trainer_bench` package (a checkout, or the pod's unpacked bundle)."""
+    return Path(__file__).resolve().parents[1]
+
+
+def code_files(root: Path | None = None, engine: str = BUILT_IN) -> list[Path]:
+    """The files the pod's driver needs to time `engine` (`module:Class`), sorted, under `root`.
+
+    That is the driver's import closure inside the package (found by reading the imports, lazy
+    ones too), the `__init__.py` of every package on the way, the package's data files (routing
+    profiles), and `bench_driver.py` if present. The driver builds its engine from a name (the
+    ENGINE knob), which no import statement shows, so the named engine's module starts the
+    closure too when it is one of the package's (an adapter); the renderer and the pod's driver
+    both pass the same name, so their digests cover the same files. The rest of the package
+    (renderer, AOT and A/B tools, adapters not named) never runs in the pod; leaving it out keeps
+    the client command under the kernel's 128 KiB limit on one exec argument, which
+    `bash -c SCRIPT` is.
+    """
+    root = default_root() if root is None else root
+    package = root / PACKAGE
+    named = root.joinpath(*engine.partition(":")[0].split(".")).with_suffix(".py")
+    sources = _import_closure(root, [package / "bench" / "driver.py", root / DRIVER_SCRIPT, named])
+    data = [
+        path
+        for path in package.rglob("*")
+        if path.is_file() and path.suffix != ".py" and _belongs_to_bundle(path.relative_to(package))
+    ]
+    return sorted({*sources, *data}, key=lambda path: path.relative_to(root).as_posix())
+
+
+def _import_closure(root: Path, starts: list[Path]) -> set[Path]:
+    """Every package module reachable by imports from `starts`, with their packages' `__init__.py`."""
+    found: set[Path] = set()
+    pending = [path for path in starts if path.is_file()]
+    pending += [
+        folder / "__init__.py"
+        for path in pending
+        for folder in path.parents
+        if folder.is_relative_to(root) and (folder / "__init__.py").is_file()
+    ]
+    while pending:
+        path = pending.pop()
+        if path in found:
+            continue
+        found.add(path)
+        for module in _package_imports(path.read_text()):
+            parts = module.split(".")
+            for depth in range(1, len(parts) + 1):
+                init = root.joinpath(*parts[:depth], "__init__.py")
+                if init.is_file():
+                    pending.append(init)
+            module_file = root.joinpath(*parts).with_suffix(".py")
+            if module_file.is_file():
+                pending.append(module_file)
+    return found
+
+
+def _belongs_to_bundle(relative: Path) -> bool:
+    parts = relative.parts
+    return not (
+        any(parts[: len(folder)] == folder for folder in _RENDER_TIME_ONLY)
+        or any(part in _SKIPPED_DIRS or part.startswith(".") for part in parts)
+        or relative.suffix in (".pyc", ".pyo", *_DOCUMENTATION)
+    )
+
+
+def _package_imports(source: str) -> set[str]:
+    """Dotted names of the package's modules that `source` imports (`from P import m` counts `P.m`)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in names if name.split(".")[0] == PACKAGE}
+
+
+def code_sha256(root: Path | None = None, engine: str = BUILT_IN) -> str:
+    """sha256 over each code file's relative path and bytes, in sorted order; hex."""
+    root = default_root() if root is None else root
+    digest = hashlib.sha256()
+    for path in code_files(root, engine):
+        data = path.read_bytes()
+        name = path.relative_to(root).as_posix().encode()
+        digest.update(b"%d:%s\0%d:" % (len(name), name, len(data)))
+        digest.update(data)
+    return digest.hexdigest()

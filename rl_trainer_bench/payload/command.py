@@ -1,0 +1,103 @@
+"""`rl-trainer-bench payload` and `profile-routing`: build one micro-batch to a file, or extract a
+routing profile from a real run's routed-experts dump."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from rl_trainer_bench.config.presets import preset as find_preset
+from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import write_text_atomically
+from rl_trainer_bench.payload import routing_profile
+from rl_trainer_bench.payload.build import build_calibrated
+from rl_trainer_bench.payload.digests import payload_digest
+from rl_trainer_bench.payload.npz import check_out_folder, save_npz
+from rl_trainer_bench.payload.packing import PackingLayout
+
+
+def engine_for(args) -> EngineConfig:
+    """The preset's engine config (the `--preset` flag shared by `payload` and `check`)."""
+    return find_preset(args.preset).engine
+
+
+def layout_for(args, engine: EngineConfig) -> PackingLayout | None:
+    """The layout from orchestrator flags, when `--max-prompt-length` is given."""
+    if args.max_prompt_length is None and args.max_response_length is None:
+        return None
+    if args.max_prompt_length is None or args.max_response_length is None:
+        raise UserError("--max-prompt-length and --max-response-length go together: give both")
+    return PackingLayout.from_orchestrator(
+        engine.micro_batch_rows,
+        engine.seq_len,
+        args.max_prompt_length,
+        args.max_response_length,
+        num_generations=args.num_generations,
+        pad_rows=args.pad_rows,
+    )
+
+
+def run_payload(args) -> int:
+    """`rl-trainer-bench payload`: build one micro-batch, print its calibration, write it."""
+    if not args.out.endswith(".npz"):
+        raise UserError(f"--out {args.out}: the micro-batch is written as .npz; name it FILE.npz")
+    check_out_folder(args.out)
+    engine = engine_for(args)
+    profile = routing_profile.load_profile(args.routing_profile)
+    built = build_calibrated(
+        engine,
+        profile,
+        seed=args.seed,
+        index=args.index,
+        layout=layout_for(args, engine),
+        replay=False if args.no_routed_experts else None,
+    )
+    if built.calibration is not None:
+        print(built.calibration.format())
+    save_npz(built.payload, args.out)
+    payload = built.payload
+    print(
+        f"{payload.name}: {payload.shape[0]} x {payload.shape[1]} tokens, "
+        f"{int((payload.segment_ids > 0).sum())} real, {payload.nbytes / 1e9:.3f} GB, "
+        f"built in {built.seconds:.2f} s, digest {payload_digest(payload)} -> {args.out}"
+    )
+    return 0
+
+
+def run_profile_routing(args) -> int:
+    """`rl-trainer-bench profile-routing`: a profile from a run's routed-experts dump."""
+    try:
+        dump = np.load(args.dump, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UserError(f"routing dump {args.dump}: cannot read as .npy ({reason})") from None
+    if not isinstance(dump, np.ndarray):
+        dump.close()
+        raise UserError(
+            f"routing dump {args.dump}: an .npz archive; pass one .npy array of routed experts "
+            "(np.save(path, routed))"
+        )
+    if args.out is not None:
+        check_out_folder(args.out)
+    profile = routing_profile.profile_from_dump(
+        dump,
+        layout=args.layout,
+        num_experts=args.num_experts,
+        description=args.description or f"extracted from {os.path.basename(args.dump)}",
+    )
+    text = json.dumps(profile.to_json(), indent=1) + "\n"
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    write_text_atomically(args.out, text)
+    ratios = profile.max_load_ratio
+    print(
+        f"{args.out}: {profile.num_layers} layers, {profile.num_experts} experts, top-{profile.top_k}; "
+        f"max-load ratio {ratios.min():.2f}..{ratios.max():.2f}",
+        file=sys.stderr,
+    )
+    return 0

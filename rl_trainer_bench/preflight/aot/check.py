@@ -1,0 +1,241 @@
+"""Will this cell fit? The cell on its target, its programs compiled, and the report assembled.
+
+A program's own footprint (XLA's argument, output, alias, temp and code bytes) is not the device's
+peak: the training state that is not among its arguments stays in memory beside it. The report adds
+that state per program and compares the largest sum with the chip's memory.
+
+Time: on a target whose chip is in the table, each program also gets a roofline time from its loop-
+counted cost (`program_cost`), and the report a predicted step and MFU (`step_estimate`), all
+labelled as this tool's estimate, never as a measurement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Sequence
+from types import ModuleType
+from typing import Any
+
+from rl_trainer_bench.config.engine_keys import engine_config_from
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.factory import BUILT_IN
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.preflight import program_cost, step_estimate
+from rl_trainer_bench.preflight.aot.compile import ProgramMemory, compile_programs
+from rl_trainer_bench.preflight.aot.depth import depths_to_compile, extrapolate, with_layers
+from rl_trainer_bench.preflight.aot.engine_module import aot_engine_module, beside_table
+from rl_trainer_bench.preflight.aot.report import AotReport
+from rl_trainer_bench.preflight.aot.targets import LOCAL, Target, resolve_target
+
+
+def state_bytes(
+    config: EngineConfig, mesh, stage_before_update: bool, engine: ModuleType | None = None
+) -> dict[str, int]:
+    """Per-device bytes of each part of the state that stays on the device (residency.STATE_PARTS)."""
+    import jax
+
+    from rl_trainer_bench.engine import residency, sharding
+
+    engine = engine or aot_engine_module(BUILT_IN)
+    batch = {
+        name: jax.ShapeDtypeStruct(
+            s.shape, s.dtype, sharding=sharding.payload_sharding(mesh, s.ndim)
+        )
+        for name, s in engine.payload_spec(config).items()
+    }
+    return residency.state_bytes(
+        engine.abstract_state(config, mesh),
+        batch,
+        stage_before_update=stage_before_update,
+    )
+
+
+def unsharded_state(config: EngineConfig, mesh) -> list[tuple[str, int]]:
+    """(leaf, bytes per device) of every state leaf that is not split over every device."""
+    from rl_trainer_bench.engine import programs, sharding
+
+    return sharding.unsharded_leaves(programs.abstract_state(config, mesh), mesh.size)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """A preset with its knobs applied, and the mesh it is compiled for."""
+
+    preset: str
+    config: EngineConfig
+    unapplied_keys: list[str]
+    target: Target
+    mesh: Any
+    note: str = ""  # how the mesh was fitted to the target, when it was
+
+    @property
+    def mesh_sizes(self) -> dict[str, int]:
+        return dict(zip(self.mesh.axis_names, self.mesh.axis_sizes, strict=True))
+
+
+def resolve_cell(
+    preset_name: str, target_name: str, trainer_argv: str = "", engine_flags: str = ""
+) -> Cell:
+    """The preset's engine config with TRAINER_ARGV and ENGINE_FLAGS applied, on the target's mesh."""
+    cell = preset(preset_name)
+    config, unapplied = engine_config_from(cell, trainer_argv, engine_flags)
+    target = resolve_target(target_name, cell.host_devices if target_name == LOCAL else 0)
+    note = ""
+    if config.mesh == cell.engine.mesh and config.mesh.size != len(target.devices):
+        config, note = _fit_fsdp(config, len(target.devices), target.name)
+    return Cell(cell.name, config, unapplied, target, _mesh(config, target), note)
+
+
+def _fit_fsdp(config: EngineConfig, devices: int, target: str) -> tuple[EngineConfig, str]:
+    """The preset's mesh on a target of another size: keep context and expert, refit fsdp.
+
+    Only when the user set no mesh key; the report says so. Otherwise make_mesh refuses the
+    mismatch with the keys to set.
+    """
+    mesh = config.mesh
+    inner = mesh.context * mesh.expert
+    if devices % inner:
+        return config, ""
+    fitted = dataclasses.replace(mesh, fsdp=devices // inner)
+    note = (
+        f"mesh: the preset's fsdp={mesh.fsdp} x context={mesh.context} x expert={mesh.expert} "
+        f"needs {mesh.size} devices and {target} has {devices}: fsdp set to {fitted.fsdp} "
+        "(set mesh_fsdp, mesh_context, mesh_expert to choose)"
+    )
+    return dataclasses.replace(config, mesh=fitted), note
+
+
+def run_check(
+    preset_name: str,
+    target_name: str,
+    trainer_argv: str = "",
+    engine_flags: str = "",
+    stage_before_update: bool = False,
+    layers: int = 0,
+    progress: Callable[[str], None] = lambda line: None,
+    engine: str = BUILT_IN,
+    micro_steps: int = 0,
+    routing_profile: str | None = None,
+    seed: int = 0,
+) -> AotReport:
+    """Compile the preset's programs for the target and build the memory report, with the
+    predicted step of `micro_steps` (0: the preset's) micro-batches where the chip is known.
+
+    `progress` gets one line per compiled program: a full-size compile takes minutes.
+    """
+    module = aot_engine_module(engine)
+    from rl_trainer_bench.payload.routing_profile import load_profile
+
+    if seed < 0:
+        raise UserError(f"--seed / SEED={seed}: expected 0 or more")
+    profile = load_profile(routing_profile)  # a bad file is refused before minutes of compiling
+    cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags)
+    full_depth = cell.config.model.num_layers
+    depths = depths_to_compile(full_depth, layers)
+    started = time.perf_counter()
+    measured = []
+    for depth in depths:
+        rows = []
+        for name, _, row in compile_programs(with_layers(cell.config, depth), cell.mesh, module):
+            status = "compiled" if row.compiled else f"FAILED ({row.error})"
+            progress(f"aot: {name} at {depth} layers {status} in {row.compile_seconds:.1f} s")
+            rows.append(row)
+        measured.append(rows)
+    programs = measured[0] if len(depths) == 1 else extrapolate(measured, depths, full_depth)
+    seconds = time.perf_counter() - started
+    report = assemble(cell, programs, depths, stage_before_update, seconds, module)
+    report.host_peak_bytes = host_peak_bytes()
+    if report.roofline is None:
+        report.step_note = (
+            f"no peak FLOP/s and HBM bandwidth in the chip table for {cell.target.device_kind!r}"
+        )
+    else:
+        progress("aot: building micro-batch 0 for the replay chance and the model FLOPs")
+        facts = step_estimate.micro_batch_facts(cell.config, profile, seed)
+        report.step = predict_step(report, micro_steps or preset(cell.preset).micro_steps, facts)
+    return report
+
+
+def host_peak_bytes() -> int:
+    """This process's peak resident memory so far (Linux reports it in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def predict_step(
+    report: AotReport, micro_steps: int, facts: step_estimate.MicroBatchFacts
+) -> step_estimate.StepEstimate:
+    """The predicted step from the report's roofline times and the first micro-batch's facts."""
+    peak, bandwidth = report.roofline
+    return step_estimate.StepEstimate(
+        micro_steps=micro_steps,
+        program_seconds={p.name: p.roofline_seconds for p in report.programs},
+        replay_probability=facts.replay_probability,
+        model_flops_per_micro_batch=facts.model_flops,
+        devices=report.devices,
+        peak_flops_per_device=peak,
+        bytes_per_second_per_device=bandwidth,
+        replay_source=facts.source,
+    )
+
+
+def assemble(
+    cell: Cell,
+    programs: list[ProgramMemory],
+    depths: Sequence[int],
+    stage_before_update: bool,
+    seconds: float,
+    engine: ModuleType | None = None,
+) -> AotReport:
+    """The report from compiled rows: each program gets the state beside it."""
+    from rl_trainer_bench.engine import residency
+
+    state = state_bytes(cell.config, cell.mesh, stage_before_update, engine)
+    table = beside_table(engine)
+    roofline = cell.target.roofline
+    for program in programs:
+        program.beside = residency.beside(program.name, state, table)
+        if roofline is not None and program.compiled:
+            program.roofline_seconds = program_cost.roofline_seconds(
+                program.flops, program.bytes_accessed, *roofline
+            )
+    return AotReport(
+        preset=cell.preset,
+        target=cell.target.name,
+        device_kind=cell.target.device_kind,
+        devices=len(cell.target.devices),
+        mesh=cell.mesh_sizes,
+        memory_bytes=cell.target.memory_bytes,
+        memory_source=cell.target.memory_source,
+        stage_before_update=stage_before_update,
+        state=state,
+        programs=programs,
+        layers=cell.config.model.num_layers,
+        compiled_layers=tuple(depths),
+        compile_seconds=seconds,
+        unapplied_keys=cell.unapplied_keys,
+        note=cell.note,
+        roofline=roofline,
+        unsharded_state=unsharded_state(cell.config, cell.mesh),
+    )
+
+
+def _mesh(config: EngineConfig, target: Target):
+    from rl_trainer_bench.engine import sharding
+
+    return sharding.make_mesh(config.mesh, list(target.devices))
+
+
+def compiled_texts(
+    preset_name: str, target_name: str, layers: int = 0
+) -> Iterator[tuple[str, str, dict[str, int]]]:
+    """(program, compiled HLO text, mesh) of each engine program, for the overlap summary."""
+    cell = resolve_cell(preset_name, target_name)
+    config = with_layers(cell.config, layers) if layers else cell.config
+    for name, compiled, row in compile_programs(config, cell.mesh):
+        if compiled is None:
+            raise UserError(f"program {name} did not compile for {target_name}: {row.error}")
+        yield name, compiled.as_text(), cell.mesh_sizes

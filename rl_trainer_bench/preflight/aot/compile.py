@@ -1,0 +1,192 @@
+"""Compile each lowered engine program on its own and read its footprint and cost, or its failure.
+
+Each program (`fwd_bwd`, its dropless replay, `update`) is compiled on its own, so a program that
+does not fit does not hide the others. A compile that XLA refuses for memory becomes a row with the
+amount needed and available, not a traceback. Cost is XLA's analysis with loop bodies counted per
+trip (`program_cost`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.factory import BUILT_IN
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.preflight import program_cost
+from rl_trainer_bench.preflight.aot.engine_module import aot_engine_module, beside_table
+
+MEMORY_FIELDS = ("argument", "output", "alias", "temp", "generated_code")
+
+
+COST_FIELDS = ("xla_flops", "xla_bytes_accessed", "flops", "bytes_accessed")
+
+
+_OOM_PATTERNS = (
+    # TPU: "Ran out of memory in memory space hbm. Used 120.50G of 95.74G hbm."
+    re.compile(
+        r"Used\s+(?P<needed>[\d.]+)(?P<nu>[KMGT]?)\s+of\s+(?P<available>[\d.]+)(?P<au>[KMGT]?)\s+hbm",
+        re.I,
+    ),
+    # TPU (libtpu 0.0.42): "the total memory required for HLO temporaries (111.71G) exceeds
+    # available HBM (94.75G)"
+    re.compile(
+        r"required for [\w ]+\((?P<needed>[\d.]+)(?P<nu>[KMGT]?)\)\s+exceeds available \w+ "
+        r"\((?P<available>[\d.]+)(?P<au>[KMGT]?)\)",
+        re.I,
+    ),
+    # GPU / generic: "Out of memory while trying to allocate 123456 bytes"
+    re.compile(r"allocate\s+(?P<needed>[\d.]+)\s*(?P<nu>[KMGT]?i?B|bytes)", re.I),
+)
+
+
+@dataclasses.dataclass
+class ProgramMemory:
+    """One program's compiled footprint and cost on one device, or why it did not compile."""
+
+    name: str
+    argument: int = 0
+    output: int = 0
+    alias: int = 0
+    temp: int = 0
+    generated_code: int = 0
+    beside: int = 0  # state not among its arguments (see residency.STATE_PARTS)
+    # XLA's cost analysis per device, as XLA gives it (each loop body once) ...
+    xla_flops: float = 0.0
+    xla_bytes_accessed: float = 0.0
+    xla_optimal_seconds: float | None = None  # XLA's own time estimate, where it gives one
+    # ... and with loop bodies counted per trip (program_cost), and the roofline time from those.
+    flops: float = 0.0
+    bytes_accessed: float = 0.0
+    roofline_seconds: float | None = None  # ESTIMATE; None without the chip's peak and bandwidth
+    compile_seconds: float = 0.0
+    out_of_memory: bool = False
+    needed: int | None = None  # from a memory failure's message
+    available: int | None = None
+    error: str = ""  # first line of a failure
+
+    @property
+    def resident(self) -> int:
+        return self.argument + self.output - self.alias + self.temp
+
+    @property
+    def peak(self) -> int:
+        return self.resident + self.beside
+
+    @property
+    def compiled(self) -> bool:
+        return not self.error
+
+
+def measure(compiled, name: str, seconds: float) -> ProgramMemory:
+    """Read XLA's memory and cost analyses of a compiled program."""
+    analysis = compiled.memory_analysis()
+    cost = program_cost.cost_of(compiled)
+    return ProgramMemory(
+        name=name,
+        argument=int(analysis.argument_size_in_bytes),
+        output=int(analysis.output_size_in_bytes),
+        alias=int(analysis.alias_size_in_bytes),
+        temp=int(analysis.temp_size_in_bytes),
+        generated_code=int(analysis.generated_code_size_in_bytes),
+        xla_flops=cost.xla_flops,
+        xla_bytes_accessed=cost.xla_bytes_accessed,
+        xla_optimal_seconds=cost.xla_optimal_seconds,
+        flops=cost.flops,
+        bytes_accessed=cost.bytes_accessed,
+        compile_seconds=seconds,
+    )
+
+
+def failed(name: str, error: BaseException, seconds: float) -> ProgramMemory:
+    """A compile failure as a report row; memory failures carry the amounts XLA printed."""
+    text = str(error)
+    memory = "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
+    needed = available = None
+    for pattern in _OOM_PATTERNS:
+        match = pattern.search(text)
+        if match:
+            needed = _amount(match.group("needed"), match.group("nu"))
+            if "available" in match.groupdict() and match.group("available"):
+                available = _amount(match.group("available"), match.group("au"))
+            break
+    return ProgramMemory(
+        name=name,
+        compile_seconds=seconds,
+        out_of_memory=memory,
+        needed=needed,
+        available=available,
+        error=first_line(error),
+    )
+
+
+def _amount(number: str, unit: str) -> int:
+    scale = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+    unit = unit.upper().removesuffix("IB").removesuffix("B").removesuffix("YTES")
+    return int(float(number) * scale.get(unit, 1))
+
+
+def first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    interesting = [line for line in lines if "memory" in line.lower() or "Used" in line]
+    return (interesting or lines or [type(error).__name__])[0][:300]
+
+
+def compile_plan(
+    config: EngineConfig, mesh, engine: ModuleType | None = None
+) -> list[tuple[str, Any, dict]]:
+    """Lower every engine program: (name, lowered, compiler options) in the engine's order.
+
+    `engine`: the engine's module (aot_engine_module); the built-in engine's when None. An engine
+    whose module has `compile_reservations` (the built-in one) has each program compiled as it
+    compiles it, told how much device memory the state beside it holds (`residency`).
+    """
+    from rl_trainer_bench.engine import programs, residency
+
+    engine = engine or aot_engine_module(BUILT_IN)
+    reserve = getattr(engine, "compile_reservations", None)
+    reserved = reserve(config, mesh) if callable(reserve) else {}
+    platform = programs.platform_of(mesh)
+    lowered_programs = engine.lower_programs(config, mesh)
+    table = beside_table(engine)
+    unknown = [name for name in lowered_programs if name not in table]
+    if unknown:  # refused before minutes of compiling, not after
+        raise UserError(
+            f"engine module {engine.__name__}: no BESIDE entry for program(s) "
+            f"{', '.join(unknown)}: give the module a BESIDE table (program -> the "
+            f"residency.STATE_PARTS in device memory beside it) so its peak can be counted"
+        )
+    return [
+        (name, lowered, residency.compile_options(platform, reserved.get(name, 0)))
+        for name, lowered in lowered_programs.items()
+    ]
+
+
+def compile_one(name: str, lowered, options: dict) -> tuple[Any, ProgramMemory]:
+    """Compile one lowered program: (compiled or None, its report row)."""
+    start = time.perf_counter()
+    try:
+        compiled = lowered.compile(compiler_options=options)
+    except Exception as error:  # XLA raises XlaRuntimeError/ValueError: keep the others going
+        return None, failed(name, error, time.perf_counter() - start)
+    return compiled, measure(compiled, name, time.perf_counter() - start)
+
+
+def compile_programs(
+    config: EngineConfig, mesh, engine: ModuleType | None = None
+) -> Iterator[tuple[str, Any, ProgramMemory]]:
+    """Lower every engine program, then compile each on its own, one after the other:
+    (name, compiled or None, row).
+
+    One at a time because libtpu's code generation already keeps the cores busy: the production
+    cell's programs compiled at once on 2 cores were no faster than one after the other, and took
+    a third more host memory (BENCHMARKS.md, "Where the compile time goes").
+    """
+    for name, lowered, options in compile_plan(config, mesh, engine):
+        compiled, row = compile_one(name, lowered, options)
+        yield name, compiled, row

@@ -1,0 +1,52 @@
+"""Compile shallow, report full depth: the depths compiled and the linear extrapolation between them.
+
+The engine scans over layers, so a shallow compile is fast; `--layers N` compiles at N and 2N
+layers and extrapolates every compiled figure linearly to the preset's depth, labelled ESTIMATE.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.preflight.aot.compile import COST_FIELDS, MEMORY_FIELDS, ProgramMemory
+
+
+def depths_to_compile(full_depth: int, layers: int) -> list[int]:
+    if layers < 0:
+        raise UserError(
+            f"--layers / AOT_LAYERS={layers}: expected 0 (full depth) or a positive count"
+        )
+    if layers == 0 or 2 * layers >= full_depth:
+        return [full_depth]
+    return [layers, 2 * layers]
+
+
+def with_layers(config: EngineConfig, layers: int) -> EngineConfig:
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, num_layers=layers))
+
+
+def extrapolate(
+    measured: list[list[ProgramMemory]], depths: list[int], full_depth: int
+) -> list[ProgramMemory]:
+    """Every compiled figure at `full_depth`, linear through the two depths that were compiled."""
+    (low, high), (shallow, deep) = depths, measured
+    rows = []
+    for a, b in zip(shallow, deep, strict=True):
+        if not (a.compiled and b.compiled):
+            rows.append(b if not b.compiled else a)
+            continue
+
+        def scaled(x: float, y: float) -> float:
+            return x + (y - x) * (full_depth - low) / (high - low)
+
+        row = ProgramMemory(name=a.name, compile_seconds=a.compile_seconds + b.compile_seconds)
+        for field in MEMORY_FIELDS:
+            setattr(row, field, round(scaled(getattr(a, field), getattr(b, field))))
+        for field in COST_FIELDS:
+            setattr(row, field, scaled(getattr(a, field), getattr(b, field)))
+        if a.xla_optimal_seconds is not None and b.xla_optimal_seconds is not None:
+            row.xla_optimal_seconds = scaled(a.xla_optimal_seconds, b.xla_optimal_seconds)
+        rows.append(row)
+    return rows

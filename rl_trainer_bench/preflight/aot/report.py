@@ -1,0 +1,243 @@
+"""The AOT report: per program its bytes, the device peak against the chip's memory, the estimates.
+
+Figures extrapolated from shallow compiles and every time figure are labelled as estimates, never
+as measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from rl_trainer_bench.preflight import step_estimate
+from rl_trainer_bench.preflight.aot.compile import ProgramMemory
+from rl_trainer_bench.units import human_bytes
+
+
+@dataclasses.dataclass
+class AotReport:
+    preset: str
+    target: str
+    device_kind: str
+    devices: int
+    mesh: dict[str, int]
+    memory_bytes: int | None
+    memory_source: str
+    stage_before_update: bool
+    state: dict[str, int]
+    programs: list[ProgramMemory]
+    layers: int  # the preset's depth
+    compiled_layers: tuple[int, ...]  # depths actually compiled (an estimate when != (layers,))
+    compile_seconds: float
+    unapplied_keys: list[str]
+    note: str = ""
+    roofline: tuple[float, float] | None = None  # per device: peak FLOP/s, HBM bytes/s
+    host_peak_bytes: int = 0  # this process's peak resident memory when the compiles were done
+    step: step_estimate.StepEstimate | None = None  # ESTIMATE: predicted step and MFU
+    step_note: str = ""  # why there is no predicted step, when there is none
+    # State leaves not split over every device, with their bytes per device (`unsharded_state`).
+    unsharded_state: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+
+    @property
+    def estimate(self) -> bool:
+        return self.compiled_layers != (self.layers,)
+
+    @property
+    def peak(self) -> int:
+        return max((p.peak for p in self.programs if p.compiled), default=0)
+
+    @property
+    def headroom(self) -> int | None:
+        return None if self.memory_bytes is None else self.memory_bytes - self.peak
+
+    @property
+    def fits(self) -> bool | None:
+        if any(p.out_of_memory for p in self.programs):
+            return False
+        if self.headroom is None or any(not p.compiled for p in self.programs):
+            return None
+        return self.headroom >= 0
+
+    def to_json(self) -> dict:
+        return {
+            "preset": self.preset,
+            "target": self.target,
+            "device_kind": self.device_kind,
+            "devices": self.devices,
+            "mesh": self.mesh,
+            "memory_bytes": self.memory_bytes,
+            "memory_source": self.memory_source,
+            "stage_before_update": self.stage_before_update,
+            "state_bytes": self.state,
+            "programs": [
+                {
+                    **dataclasses.asdict(p),
+                    "resident": p.resident if p.compiled else None,
+                    "peak": p.peak if p.compiled else None,
+                    "roofline_seconds_kind": "estimate" if p.roofline_seconds else None,
+                }
+                for p in self.programs
+            ],
+            "peak_bytes": self.peak,
+            "headroom_bytes": self.headroom,
+            "fits": self.fits,
+            "layers": self.layers,
+            "compiled_layers": list(self.compiled_layers),
+            "estimate": self.estimate,
+            "compile_seconds": self.compile_seconds,
+            "unapplied_keys": self.unapplied_keys,
+            "note": self.note,
+            "host_peak_bytes": self.host_peak_bytes,
+            "time_estimate": self.step.to_json() if self.step else None,
+            "time_estimate_note": self.step_note,
+            "unsharded_state": [list(leaf) for leaf in self.unsharded_state],
+        }
+
+
+def format_report(report: AotReport) -> str:
+    """The human table: one row per program, then the device peak against the chip's memory."""
+    lines = _report_heading(report) + _program_table(report) + _memory_verdict(report)
+    lines += format_estimate(report)
+    host = (
+        f"; host peak memory {human_bytes(report.host_peak_bytes)}"
+        if report.host_peak_bytes
+        else ""
+    )
+    lines.append(f"compiled in {report.compile_seconds:.1f} s{host}")
+    return "\n".join(lines)
+
+
+def _report_heading(report: AotReport) -> list[str]:
+    """Which cell was compiled for which devices, and whether the figures are extrapolated."""
+    mesh = " x ".join(f"{n}={s}" for n, s in report.mesh.items())
+    lines = [
+        f"AOT memory check: preset {report.preset} on {report.target} ({report.devices} x "
+        f"{report.device_kind}), mesh {mesh}, STAGE_BEFORE_UPDATE={'on' if report.stage_before_update else 'off'}",
+    ]
+    if report.note:
+        lines.append(report.note)
+    if report.estimate:
+        low, high = report.compiled_layers
+        lines.append(
+            f"ESTIMATE: compiled at {low} and {high} of {report.layers} layers; program figures "
+            f"extrapolated linearly to {report.layers} (state figures are exact)"
+        )
+    return lines
+
+
+def _program_table(report: AotReport) -> list[str]:
+    """One row of bytes per program; a program that did not compile says why in its row."""
+    header = (
+        "program",
+        "argument",
+        "output",
+        "alias",
+        "temp",
+        "code",
+        "resident",
+        "beside",
+        "peak",
+    )
+    lines = [f"{header[0]:<18}" + "".join(f"{h:>12}" for h in header[1:])]
+    for p in report.programs:
+        if not p.compiled:
+            lines.append(f"{p.name:<18} {_failure_detail(p)}  ({p.error})")
+            continue
+        values = (
+            p.argument,
+            p.output,
+            p.alias,
+            p.temp,
+            p.generated_code,
+            p.resident,
+            p.beside,
+            p.peak,
+        )
+        lines.append(f"{p.name:<18}" + "".join(f"{human_bytes(v):>12}" for v in values))
+    return lines
+
+
+def _failure_detail(p: ProgramMemory) -> str:
+    """How a program failed, with the bytes XLA said it needed where a memory failure names them."""
+    detail = "OUT OF MEMORY" if p.out_of_memory else "FAILED"
+    if p.needed is not None:
+        detail += f": needs {human_bytes(p.needed)}" + (
+            f" of {human_bytes(p.available)}" if p.available is not None else ""
+        )
+    return detail
+
+
+# How the state line names a part that is not a program's neighbour in device memory.
+_STATE_LABELS = {"host_memory": "in host memory (not on the device)"}
+
+
+def _memory_verdict(report: AotReport) -> list[str]:
+    """The state per device and the device peak against the chip's memory, with what to watch."""
+    state = ", ".join(
+        f"{_STATE_LABELS.get(k, k)} {human_bytes(v)}" for k, v in report.state.items() if v
+    )
+    lines = [f"state per device: {state}"]
+    memory = human_bytes(report.memory_bytes) if report.memory_bytes is not None else "unknown"
+    verdict = {True: "FITS", False: "DOES NOT FIT", None: "UNKNOWN"}[report.fits]
+    headroom = human_bytes(report.headroom) if report.headroom is not None else "n/a"
+    lines.append(
+        f"device peak {human_bytes(report.peak)} of {memory} ({report.memory_source}); "
+        f"headroom {headroom}: {verdict}"
+    )
+    if report.unsharded_state:
+        leaves = ", ".join(f"{path} {human_bytes(n)}" for path, n in report.unsharded_state)
+        lines.append(f"state not split over all {report.devices} devices: {leaves}")
+    if report.unapplied_keys:
+        lines.append(f"keys the built-in engine does not apply: {', '.join(report.unapplied_keys)}")
+    return lines
+
+
+def format_estimate(report: AotReport) -> list[str]:
+    """XLA's cost per program, the roofline times and the predicted step, labelled as estimates."""
+    compiled = [p for p in report.programs if p.compiled]
+    if not compiled:
+        return []
+    lines = [
+        "cost per device: XLA's cost analysis as XLA counts it (each loop body once), then with "
+        "loop bodies counted per trip"
+    ]
+    header = ("program", "XLA FLOPs", "XLA bytes", "XLA time", "FLOPs", "bytes", "roofline")
+    lines.append(f"{header[0]:<18}" + "".join(f"{h:>12}" for h in header[1:]))
+    for p in compiled:
+        values = (
+            f"{p.xla_flops:.4g}",
+            human_bytes(round(p.xla_bytes_accessed)),
+            step_estimate.seconds_text(p.xla_optimal_seconds),
+            f"{p.flops:.4g}",
+            human_bytes(round(p.bytes_accessed)),
+            step_estimate.seconds_text(p.roofline_seconds),
+        )
+        lines.append(f"{p.name:<18}" + "".join(f"{v:>12}" for v in values))
+    if report.roofline is None:
+        lines.append(f"no time estimate: {report.step_note}")
+        return lines
+    peak, bandwidth = report.roofline
+    lines.append(
+        f"XLA time: XLA's own estimate (optimal_seconds; '-' where it gives none, as with a loop); "
+        f"roofline: {step_estimate.LABEL} by this tool, max(FLOPs / {peak / 1e12:.1f} TFLOP/s, "
+        f"bytes / {bandwidth / 1e12:.3f} TB/s) per device, a lower bound (no exposed collectives)"
+    )
+    checks = [
+        f"{p.name} {p.roofline_seconds / p.xla_optimal_seconds:.2f}"
+        for p in compiled
+        if p.xla_optimal_seconds and p.roofline_seconds
+    ]
+    if checks:
+        lines.append(f"roofline / XLA time where XLA gives one: {', '.join(checks)}")
+    step = report.step
+    if step is None:
+        return lines
+    lines.append(f"predicted step, {step_estimate.LABEL}: {step.formula()}")
+    lines.append(f"  P(replay) per micro-batch from the {step.replay_source}")
+    mfu = step.mfu
+    lines.append(
+        f"predicted MFU, {step_estimate.LABEL}: "
+        + ("n/a" if mfu is None else f"{100 * mfu:.1f}%")
+        + f" (model FLOPs {step.model_flops_per_micro_batch:.4g} per micro-batch, real tokens "
+        f"only, over {step.devices} devices at {step.peak_flops_per_device / 1e12:.1f} TFLOP/s)"
+    )
+    return lines

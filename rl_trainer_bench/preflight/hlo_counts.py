@@ -1,0 +1,173 @@
+"""How often each computation of an HLO module runs, and the matmul FLOPs of an instruction.
+
+XLA's own cost analysis counts a loop body once; the collective-overlap summary (`hlo_overlap`)
+and the loop-counted cost (`program_cost`) both need every computation counted as often as it
+runs, with trip counts read from the text (TPU text drops XLA's `known_trip_count` record).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+from rl_trainer_bench.preflight.hlo_parse import Computation, HloModule, HloParseError, Instruction
+
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+
+
+def execution_counts(module: HloModule) -> dict[str, int]:
+    """How often each control-flow computation runs per execution of the entry.
+
+    Only computations reached through `while`, `call` and `conditional` hold collectives that run
+    on their own; a while body runs its trip count times (see `trip_count`). HLO has no
+    recursion, so a computation that calls itself, directly or not, is damaged text: refused.
+    """
+    counts: dict[str, int] = {}
+    calling: list[str] = []
+
+    def visit(name: str, times: int) -> None:
+        computation = module.computations.get(name)
+        if computation is None:
+            return
+        if name in calling:
+            cycle = " -> ".join([*calling[calling.index(name) :], name])
+            raise HloParseError(
+                f"line {computation.line}: computation {name} calls itself ({cycle}); HLO has no "
+                "recursion: is the text damaged?"
+            )
+        calling.append(name)
+        counts[name] = counts.get(name, 0) + times
+        for instruction in computation.instructions:
+            if instruction.opcode == "while":
+                trips = trip_count(instruction, computation, module)
+                for key in ("body", "condition"):
+                    called = instruction.attribute(key)
+                    if called:
+                        visit(called.lstrip("%"), times * trips)
+            elif instruction.opcode in ("call", "conditional"):
+                # (an async-start's wrapped collective is reported at the start, not visited)
+                for called in instruction.called_computations():
+                    visit(called, times)
+        calling.pop()
+
+    visit(module.entry.name, 1)
+    return counts
+
+
+def trip_count(loop: Instruction, caller: Computation, module: HloModule) -> int:
+    """Iterations of a `while`: XLA's `known_trip_count` when recorded (GPU, CPU), else read from
+    the loop itself (TPU drops the record): a condition `counter < N` on a tuple element whose
+    initial value is a constant c gives N - c. 1 when neither is readable.
+    """
+    match = _TRIP_COUNT.search(loop.attributes)
+    if match:
+        return int(match.group(1))
+    condition = module.computations.get((loop.attribute("condition") or "").lstrip("%"))
+    compare = root_instruction(condition) if condition else None
+    if compare is None or compare.opcode != "compare" or "direction=LT" not in compare.attributes:
+        return 1
+    inside = condition.by_name()
+    counter, limit = (inside.get(o) for o in compare.operands[:2])
+    bound = _constant(limit, inside)
+    if counter is None or counter.opcode != "get-tuple-element" or bound is None:
+        return 1
+    index_text = counter.attribute("index") or "0"
+    if not index_text.isdigit():
+        return 1
+    index = int(index_text)
+    outside = caller.by_name()
+    init = outside.get(loop.operands[0]) if loop.operands else None
+    start = 0
+    if init is not None and init.opcode == "tuple" and index < len(init.operands):
+        start = _constant(outside.get(init.operands[index]), outside) or 0
+    return max(bound - start, 1)
+
+
+def root_instruction(computation: Computation) -> Instruction | None:
+    return computation.instructions[-1] if computation.instructions else None
+
+
+def _constant(instruction: Instruction | None, by_name: Mapping[str, Instruction]) -> int | None:
+    """The integer value of a scalar constant, looking through copies and conversions."""
+    while instruction is not None and instruction.opcode in ("copy", "bitcast", "convert"):
+        instruction = by_name.get(instruction.operands[0]) if instruction.operands else None
+    if instruction is None or instruction.opcode != "constant":
+        return None
+    try:
+        return int(instruction.literal)
+    except ValueError:
+        return None
+
+
+class FlopCounter:
+    """Matmul FLOPs of an instruction, descending into fusions, calls and loop bodies."""
+
+    def __init__(self, module: HloModule) -> None:
+        self._module = module
+        self._memo: dict[str, float] = {}
+        self._callers = {
+            i.name: c
+            for c in module.computations.values()
+            for i in c.instructions
+            if i.opcode == "while"
+        }
+
+    def of_computation(self, name: str) -> float:
+        if name not in self._memo:
+            computation = self._module.computations.get(name)
+            self._memo[name] = 0.0
+            if computation is not None:
+                by_name = computation.by_name()
+                self._memo[name] = sum(
+                    self.of_instruction(i, by_name) for i in computation.instructions
+                )
+        return self._memo[name]
+
+    def of_instruction(self, instruction: Instruction, by_name: Mapping[str, Instruction]) -> float:
+        opcode = instruction.opcode
+        if opcode == "dot":
+            lhs = by_name.get(instruction.operands[0]) if instruction.operands else None
+            return 2.0 * _elements(instruction) * _contracted(instruction, lhs)
+        if opcode == "convolution":
+            rhs = by_name.get(instruction.operands[1]) if len(instruction.operands) > 1 else None
+            return 2.0 * _elements(instruction) * _kernel_reduction(instruction, rhs)
+        if opcode == "while":
+            body = instruction.attribute("body")
+            trips = trip_count(instruction, self._callers[instruction.name], self._module)
+            return trips * self.of_computation(body.lstrip("%")) if body else 0
+        if opcode in ("fusion", "call", "async-start", "conditional", "custom-call"):
+            return sum(self.of_computation(c) for c in instruction.called_computations())
+        return 0.0
+
+
+def _elements(instruction: Instruction) -> int:
+    return instruction.arrays[0].elements if instruction.arrays else 0
+
+
+def _contracted(dot: Instruction, lhs: Instruction | None) -> int:
+    """Product of the lhs contracting dimensions (1 when the lhs shape is unknown)."""
+    dims = dot.attribute("lhs_contracting_dims")
+    if lhs is None or not lhs.arrays or not dims:
+        return 1
+    shape = lhs.arrays[0].dims
+    listed = re.fullmatch(r"\{\s*(\d+(?:\s*,\s*\d+)*)?\s*\}", dims)
+    indices = [int(d) for d in (listed.group(1) or "").split(",") if d.strip()] if listed else []
+    if listed is None or any(i >= len(shape) for i in indices):
+        raise HloParseError(
+            f"line {dot.line}: {dot.name} has lhs_contracting_dims={dims}, which does not name "
+            f"dimensions of its lhs {list(shape)}; is the HLO text damaged?"
+        )
+    return math.prod(shape[i] for i in indices)
+
+
+def _kernel_reduction(convolution: Instruction, rhs: Instruction | None) -> int:
+    """Kernel elements per output element: all kernel dims except the output feature one."""
+    labels = convolution.attribute("dim_labels")
+    if rhs is None or not rhs.arrays or not labels or "_" not in labels:
+        return 1
+    kernel_labels = labels.split("_")[1].split("->")[0]
+    shape = rhs.arrays[0].dims
+    if len(kernel_labels) != len(shape):
+        return 1
+    return math.prod(size for label, size in zip(kernel_labels, shape, strict=True) if label != "o")
