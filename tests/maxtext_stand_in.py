@@ -187,7 +187,9 @@ def initialize(argv: list[str]) -> HyperParameters:
     unknown = sorted(set(overrides) - set(_DEFAULT_KEYS))
     if unknown:
         raise ValueError(f"unknown MaxText config keys: {unknown}")
-    nulls = sorted(k for k, v in overrides.items() if v is None and isinstance(_DEFAULT_KEYS[k], str))
+    nulls = sorted(
+        k for k, v in overrides.items() if v is None and isinstance(_DEFAULT_KEYS[k], str)
+    )
     if nulls:
         raise ValueError(f"{nulls}: Input should be a valid string")
     model = MODEL_CONFIGS.get(overrides.get("model_name", "default"), {})
