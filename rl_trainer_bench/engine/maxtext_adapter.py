@@ -241,6 +241,11 @@ class _CompileTimes:
         return out
 
 
+def _text(value: Any) -> str:
+    """A MaxText config value as its config file spells it (its choices are string enums)."""
+    return str(getattr(value, "value", value))
+
+
 def host_keys(config: EngineConfig) -> dict[str, Any]:
     """MaxText keys this host needs beyond the table's, said in `info()`.
 
@@ -368,7 +373,7 @@ class MaxTextEngine:
         args, mesh = self.args, self.mesh
         return {
             "engine": f"maxtext.MaxTextTrainingEngine {self.api.version}",
-            "model": f"{args.model.name} (decoder {self.maxtext_config.decoder_block})",
+            "model": f"{args.model.name}(decoder={_text(self.maxtext_config.decoder_block)})",
             "mesh": ",".join(f"{axis}={size}" for axis, size in mesh.shape.items() if size > 1)
             or "one device",
             "loss": "maxtext router-replay cross-entropy",
