@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -288,6 +289,14 @@ def test_maxtext_writes_only_under_the_results_folder_and_never_profiles(
         events = folder / "results" / "engine" / maxtext_keys.RUN_NAME / "tensorboard"
         assert (events / "events.out.tfevents").is_file()
         assert list(folder.rglob("*.xplane.pb")) == []  # MaxText's profiler never started
+
+
+def test_an_engine_built_outside_the_driver_writes_into_a_temporary_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    engine = StandInMaxTextEngine(small_engine_config())
+    assert list(tmp_path.iterdir()) == []  # not ./maxtext_output, MaxText's own choice
+    events = Path(engine.output_dir) / maxtext_keys.RUN_NAME / "tensorboard"
+    assert (events / "events.out.tfevents").is_file()
 
 
 def test_unmeasured_drops_and_replays_are_shown_as_such(staged_and_plain):
