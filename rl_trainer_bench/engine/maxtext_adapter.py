@@ -98,7 +98,14 @@ def load_maxtext() -> MaxTextApi:
         ) from error
 
     def build_mesh(config: Any) -> jax.sharding.Mesh:
-        return jax.sharding.Mesh(maxtext_utils.create_device_mesh(config), config.mesh_axes)
+        try:
+            devices = maxtext_utils.create_device_mesh(config)
+        except (AssertionError, ValueError) as error:  # MaxText asserts its axes cover all devices
+            raise ContractError(
+                f"MaxText cannot lay out its mesh ({' '.join(str(error).split())}): make mesh_fsdp"
+                f" x mesh_context x mesh_expert equal the {jax.device_count()} devices"
+            ) from error
+        return jax.sharding.Mesh(devices, config.mesh_axes)
 
     return MaxTextApi(
         engine_type=maxtext_engine.MaxTextTrainingEngine,
