@@ -680,6 +680,10 @@ MESH_AXES = ("fsdp", "context", "expert")  # the ones of MaxText's axes the adap
 
 def _mesh(config: HyperParameters) -> jax.sharding.Mesh:
     shape = [getattr(config, f"ici_{axis}_parallelism") for axis in MESH_AXES]
+    assert int(np.prod(shape)) == jax.device_count(), (  # as create_device_mesh asserts
+        f"Number of devices per slice {jax.device_count()} does not match the product of the ICI"
+        f" parallelism {int(np.prod(shape))}"
+    )
     devices = np.array(jax.devices()[: int(np.prod(shape))]).reshape(shape)
     return jax.sharding.Mesh(devices, MESH_AXES)
 

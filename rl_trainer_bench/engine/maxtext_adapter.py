@@ -98,14 +98,7 @@ def load_maxtext() -> MaxTextApi:
         ) from error
 
     def build_mesh(config: Any) -> jax.sharding.Mesh:
-        try:
-            devices = maxtext_utils.create_device_mesh(config)
-        except (AssertionError, ValueError) as error:  # MaxText asserts its axes cover all devices
-            raise ContractError(
-                f"MaxText cannot lay out its mesh ({' '.join(str(error).split())}): make mesh_fsdp"
-                f" x mesh_context x mesh_expert equal the {jax.device_count()} devices"
-            ) from error
-        return jax.sharding.Mesh(devices, config.mesh_axes)
+        return jax.sharding.Mesh(maxtext_utils.create_device_mesh(config), config.mesh_axes)
 
     return MaxTextApi(
         engine_type=maxtext_engine.MaxTextTrainingEngine,
@@ -289,7 +282,13 @@ class MaxTextEngine:
         except maxtext_keys.NotTaken as why:
             raise ContractError(f"ENGINE=...maxtext_adapter:MaxTextEngine: {why}") from why
         self.maxtext_config = self.api.build_config(self.args.words)
-        self.mesh = self.api.build_mesh(self.maxtext_config)
+        try:
+            self.mesh = self.api.build_mesh(self.maxtext_config)
+        except (AssertionError, ValueError) as error:  # MaxText asserts its axes cover the devices
+            raise ContractError(
+                f"MaxText cannot lay out its mesh ({' '.join(str(error).split())}): make mesh_fsdp"
+                f" x mesh_context x mesh_expert equal the {jax.device_count()} devices"
+            ) from error
         self._refuse_unsplit_batch()
         self._payload_type = replay_payload_type(self.api.payload_type)
         self.engine = (

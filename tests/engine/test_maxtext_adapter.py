@@ -156,6 +156,12 @@ def test_a_micro_batch_maxtexts_mesh_cannot_split_is_refused_before_building():
         StandInMaxTextEngine(moved)
 
 
+def test_a_mesh_short_of_the_devices_is_refused_in_one_line():
+    config = small_engine_config(mesh=MeshConfig(fsdp=4), micro_batch_rows=4)
+    with pytest.raises(ContractError, match=r"product of the ICI parallelism 4\): make mesh_fsdp"):
+        StandInMaxTextEngine(config)
+
+
 def test_a_moe_maxtext_cannot_replay_is_refused_naming_the_decoders():
     config = PRESETS["qwen3-30b-a3b-cell"].engine
     with pytest.raises(ContractError, match="qwen3_5, mixtral, gemma4"):
