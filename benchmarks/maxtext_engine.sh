@@ -93,7 +93,10 @@ bench() { (cd "$CWD" && "$VENV/bin/python" -m rl_trainer_bench.cli "$@"); }
 same_losses() {  # results.jsonl of two runs: the per-step losses, bit for bit
     "$VENV/bin/python" - "$1" "$2" <<'PY'
 import json, sys
-runs = [[json.loads(line)["loss"] for line in open(path)] for path in sys.argv[1:]]
+try:
+    runs = [[json.loads(line)["loss"] for line in open(path)] for path in sys.argv[1:]]
+except OSError as error:
+    sys.exit(f"FAIL: {error}")
 same = runs[0] == runs[1] and len(runs[0]) > 0
 print(f"losses off {runs[0]}\nlosses on  {runs[1]}\n{'PASS' if same else 'FAIL'}: bit-identical")
 sys.exit(0 if same else 1)

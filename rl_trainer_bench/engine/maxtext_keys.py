@@ -278,8 +278,14 @@ def derived_keys(config: EngineConfig, model_config: Mapping[str, Any]) -> dict[
     - `context_parallel_load_balance=false` with Gated DeltaNet layers on a context axis:
       their recurrence needs shards in sequence order, as the built-in engine lays them out.
     - `weight_dtype=float32`: the bench keeps parameters in float32.
+    - `enable_dropout=false`, `skip_step_on_spikes=false`: the bench's model has no dropout and
+      every step updates (base.yml turns both the other way for pre-training).
     """
-    keys: dict[str, Any] = {"weight_dtype": "float32"}
+    keys: dict[str, Any] = {
+        "weight_dtype": "float32",
+        "enable_dropout": False,
+        "skip_step_on_spikes": False,
+    }
     section = model_config.get("mrope_section")
     if model_config.get("use_mrope") and section:
         rotary = config.model.head_dim * float(model_config.get("partial_rotary_factor", 1.0))

@@ -109,6 +109,14 @@ def test_the_qwen35_cell_runs_maxtexts_qwen3_5_decoder_on_the_cells_mesh():
     assert hyper.base_output_directory == "/results/engine"
 
 
+def test_the_dense_cell_runs_maxtexts_default_decoder_without_dropout():
+    engine = StandInMaxTextEngine(PRESETS["cpu-tiny-dense"].engine)
+    hyper = engine.maxtext_config
+    assert (hyper.model_name, hyper.decoder_block, hyper.num_experts) == ("default", "llama2", 1)
+    assert (hyper.enable_dropout, hyper.skip_step_on_spikes) == (False, False)
+    assert hyper.ici_fsdp_parallelism == 8 and hyper.base_mlp_dim == 128
+
+
 def test_every_engine_config_field_has_one_fate():
     assert maxtext_keys.covered_fields() == maxtext_keys.config_fields()
     translated = {row.field for row in maxtext_keys.TRANSLATIONS}
