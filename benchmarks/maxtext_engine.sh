@@ -28,7 +28,7 @@
 #    (MaxText writes only under the results folders) and no MaxText profile (*.xplane.pb) may exist.
 #
 # Knobs: TUNIX_DIR (required), PYTHON (default python3.11), VENV (default /tmp/maxtext-bench-venv),
-# OUT (default /tmp/maxtext-bench), STEPS (scored steps per arm, default 8), PRESETS (default
+# OUT (default /tmp/maxtext-bench), STEPS (scored steps per arm, default 8), BENCH_PRESETS (default
 # "cpu-tiny-dense cpu-tiny-qwen3.5").
 set -euo pipefail
 
@@ -37,7 +37,7 @@ PYTHON=${PYTHON:-python3.11}
 VENV=${VENV:-/tmp/maxtext-bench-venv}
 OUT=${OUT:-/tmp/maxtext-bench}
 STEPS=${STEPS:-8}
-PRESETS=${PRESETS:-cpu-tiny-dense cpu-tiny-qwen3.5}
+BENCH_PRESETS=${BENCH_PRESETS:-cpu-tiny-dense cpu-tiny-qwen3.5}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MAXTEXT=rl_trainer_bench.engine.maxtext_adapter:MaxTextEngine
 BUILT_IN=rl_trainer_bench.engine.jax_engine:JaxEngine
@@ -103,7 +103,7 @@ sys.exit(0 if same else 1)
 PY
 }
 
-for preset in $PRESETS; do
+for preset in $BENCH_PRESETS; do
     out="$OUT/$preset"
     # Fresh folders each run; a previous run's results would otherwise be mixed in.
     rm -rf "$out" && mkdir -p "$out"
