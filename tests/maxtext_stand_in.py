@@ -11,7 +11,7 @@ denominators, records `learning_rate` and `gradient_norm` and returns the new st
 `RLTrainerPayload` fields; the router-replay input mapping (whole row = prompt then completion,
 targets rolled left, the token mask shifted left and cut at segment ends) and a router-replay
 loss returning `(loss, aux)` with `xent_sum`, `total_weights` and `has_moe_overflow`, each aux
-entry recorded per micro-batch.
+entry recorded per micro-batch when the loss was set `with_loss_fn(fn, has_aux=True)`.
 
 It checks what maxtext 0.2.5 checks where the adapter's keys could go wrong: its config is built
 from `key=value` words over base.yml defaults and a model config (`qwen3.5-397b-a17b`, decoder
@@ -590,7 +590,7 @@ class MaxTextTrainingEngine:
                 self._accumulated_denominator,
             )
         self._record("loss", metric)
-        for name, value in aux.items():
+        for name, value in (aux if self._has_aux else {}).items():  # as MaxText: with has_aux only
             self._record(name, value)
         self._accumulated_grads, self._accumulated_denominator = grads, denom
         self._total_micro_steps += 1

@@ -293,7 +293,13 @@ class MaxTextEngine:
         self._payload_type = replay_payload_type(self.api.payload_type)
         self.engine = (
             self.api.engine_type(self.maxtext_config, mesh=self.mesh)
-            .with_loss_fn(self.api.make_loss_fn(self.maxtext_config))
+            # MaxText records a loss's aux entries (its overflow flags among them) only with
+            # has_aux; they are eager appends per micro-batch, so only when there is a drop to count.
+            .with_loss_fn(
+                self.api.make_loss_fn(self.maxtext_config),
+                has_aux=maxtext_metrics.overflow_source(self.maxtext_config.moe_dropless_fallback)
+                is not None,
+            )
             .with_gen_model_input_fn(self._model_input)
         )
         self._converted: collections.OrderedDict[int, _Converted] = collections.OrderedDict()
