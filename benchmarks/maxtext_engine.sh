@@ -12,16 +12,24 @@
 #    files with 3.12-only `type X = ...` statements are rewritten inside the venv. jax 0.10.2 lacks
 #    `jax.experimental.xla_metadata.must_fuse_call` (jax 0.11), so a start-up hook in the venv sets
 #    it to an identity decorator before maxtext is imported.
-# 2. `ab --engine <MaxText adapter>` on cpu-tiny-dense, STAGE_BEFORE_UPDATE off and on: the exact
-#    checks must PASS (same micro-batch digests, same loss denominators, one stage per boundary).
+# 2. For each preset (cpu-tiny-dense, the dense engine-vs-engine cell, and cpu-tiny-qwen3.5, the
+#    MoE cell: MaxText's qwen3_5 decoder with the cell's 2x2x2 mesh and replayed routes):
+#    a. `ab --engine <MaxText adapter>` STAGE_BEFORE_UPDATE off and on: the exact checks must PASS
+#       (same micro-batch digests, same loss denominators, one stage per boundary).
+#    b. The built-in engine and MaxText's as two arms of one `ab` on the same micro-batches: step
+#       times side by side, the ratio measured in one process.
+#    c. MaxText `run` with staging off, then on, each in a fresh process (an A/B's arms share one
+#       training engine, so their losses follow each other): the per-step losses must be
+#       bit-identical (compared as written in results.jsonl).
 #    Two warm-up steps: MaxText logs a step's metrics one step late, and its first log compiles a
 #    few small eager programs (WeightedMetric.compute); with one warm-up step that compile lands in
 #    the first scored step and the recompile check fails the A/B.
-# 3. The built-in engine and MaxText's as two arms of one `ab` on the same shapes and micro-batches:
-#    step times side by side, the ratio measured in one process.
+# 3. Every command runs from an empty folder of its own; afterwards that folder must still be empty
+#    (MaxText writes only under the results folders) and no MaxText profile (*.xplane.pb) may exist.
 #
 # Knobs: TUNIX_DIR (required), PYTHON (default python3.11), VENV (default /tmp/maxtext-bench-venv),
-# OUT (default /tmp/maxtext-bench), STEPS (scored steps per arm, default 8).
+# OUT (default /tmp/maxtext-bench), STEPS (scored steps per arm, default 8), BENCH_PRESETS (default
+# "cpu-tiny-dense cpu-tiny-qwen3.5").
 set -euo pipefail
 
 TUNIX_DIR=${TUNIX_DIR:?set TUNIX_DIR to a checkout of Tunix (the folder holding tunix/experimental)}
@@ -29,6 +37,7 @@ PYTHON=${PYTHON:-python3.11}
 VENV=${VENV:-/tmp/maxtext-bench-venv}
 OUT=${OUT:-/tmp/maxtext-bench}
 STEPS=${STEPS:-8}
+BENCH_PRESETS=${BENCH_PRESETS:-cpu-tiny-dense cpu-tiny-qwen3.5}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MAXTEXT=rl_trainer_bench.engine.maxtext_adapter:MaxTextEngine
 BUILT_IN=rl_trainer_bench.engine.jax_engine:JaxEngine
@@ -75,18 +84,51 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 export PYTHONPATH="$REPO:$TUNIX_DIR"
-bench() { "$VENV/bin/python" -m rl_trainer_bench.cli "$@"; }
 status=0
-mkdir -p "$OUT"
-# Fresh A/B folders each run; a previous run's results would otherwise be mixed in.
-rm -rf "$OUT/maxtext-off-on" "$OUT/builtin-vs-maxtext"
+OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)  # absolute: the commands run from elsewhere
+CWD="$OUT/cwd"  # where every command runs: it must stay empty
+rm -rf "$CWD" && mkdir -p "$CWD"
+bench() { (cd "$CWD" && "$VENV/bin/python" -m rl_trainer_bench.cli "$@"); }
 
-echo "== MaxText, STAGE_BEFORE_UPDATE off and on (the adapter's staging on stock MaxText)"
-bench ab --preset cpu-tiny-dense --engine "$MAXTEXT" --arms off,on,off,on --steps "$STEPS" \
-    --warmup-steps 2 --out "$OUT/maxtext-off-on" || status=$?
+same_losses() {  # results.jsonl of two runs: the per-step losses, bit for bit
+    "$VENV/bin/python" - "$1" "$2" <<'PY'
+import json, sys
+try:
+    runs = [[json.loads(line)["loss"] for line in open(path)] for path in sys.argv[1:]]
+except OSError as error:
+    sys.exit(f"FAIL: {error}")
+same = runs[0] == runs[1] and len(runs[0]) > 0
+print(f"losses off {runs[0]}\nlosses on  {runs[1]}\n{'PASS' if same else 'FAIL'}: bit-identical")
+sys.exit(0 if same else 1)
+PY
+}
 
-echo "== the built-in engine and MaxText's, same shapes, same micro-batches, one process"
-bench ab --preset cpu-tiny-dense \
-    --arms "builtin:ENGINE=$BUILT_IN,maxtext:ENGINE=$MAXTEXT,builtin,maxtext" \
-    --steps "$STEPS" --warmup-steps 2 --out "$OUT/builtin-vs-maxtext" || status=$?
-exit "$status"  # 1 when an exact check failed in either A/B
+for preset in $BENCH_PRESETS; do
+    out="$OUT/$preset"
+    # Fresh folders each run; a previous run's results would otherwise be mixed in.
+    rm -rf "$out" && mkdir -p "$out"
+    echo "== $preset: MaxText, STAGE_BEFORE_UPDATE off and on (the adapter's staging on stock MaxText)"
+    bench ab --preset "$preset" --engine "$MAXTEXT" --arms off,on,off,on --steps "$STEPS" \
+        --warmup-steps 2 --out "$out/maxtext-off-on" || status=$?
+    echo "== $preset: the built-in engine and MaxText's, same micro-batches, one process"
+    bench ab --preset "$preset" \
+        --arms "builtin:ENGINE=$BUILT_IN,maxtext:ENGINE=$MAXTEXT,builtin,maxtext" \
+        --steps "$STEPS" --warmup-steps 2 --out "$out/builtin-vs-maxtext" || status=$?
+    echo "== $preset: MaxText off, then on, in fresh processes: the same losses"
+    for stage in off on; do
+        bench run --preset "$preset" --engine "$MAXTEXT" --stage-before-update "$stage" \
+            --steps "$STEPS" --warmup-steps 2 --results-dir "$out/run-$stage" || status=$?
+    done
+    same_losses "$out/run-off/results.jsonl" "$out/run-on/results.jsonl" || status=1
+done
+
+echo "== files: nothing in the folder the commands ran from, no MaxText profile"
+if [ -n "$(ls -A "$CWD")" ]; then
+    echo "FAIL: written outside the results folders: $(ls -A "$CWD")"
+    status=1
+fi
+if find "$OUT" -name '*.xplane.pb' | grep -q .; then
+    echo "FAIL: MaxText profiled: $(find "$OUT" -name '*.xplane.pb')"
+    status=1
+fi
+exit "$status"  # 1 when an exact check, the loss comparison or the file check failed

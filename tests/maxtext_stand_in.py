@@ -10,7 +10,19 @@ denominators, records `learning_rate` and `gradient_norm` and returns the new st
 `get_metrics` returns the newest on-device `MetricsBuffer` (id -1 when empty); Tunix's
 `RLTrainerPayload` fields; the router-replay input mapping (whole row = prompt then completion,
 targets rolled left, the token mask shifted left and cut at segment ends) and a router-replay
-loss returning `(loss, aux)` with `xent_sum` and `total_weights`.
+loss returning `(loss, aux)` with `xent_sum`, `total_weights` and `has_moe_overflow`, each aux
+entry recorded per micro-batch when the loss was set `with_loss_fn(fn, has_aux=True)`.
+
+It checks what maxtext 0.2.5 checks where the adapter's keys could go wrong: its config is built
+from `key=value` words over base.yml defaults and a model config (`qwen3.5-397b-a17b`, decoder
+`qwen3_5`; a clash needs `override_model_config=true`; an unknown key fails); forced routes are
+refused unless the decoder is qwen3_5, mixtral or gemma4; Gated DeltaNet on a context axis needs
+`context_parallel_load_balance=false`; Qwen3.5's mrope split must cover the rotated half-head;
+the mesh is ici fsdp x context x expert, rows shard over fsdp x expert and the sequence over
+context, a dimension an axis does not divide is replicated; with no `base_output_directory`
+files go to `./maxtext_output`, TensorBoard events are written at construction, and a real
+jax.profiler trace runs over micro steps [1, 6) unless `profiler_steps=0` (as base.yml's
+defaults do whatever `profiler` says).
 
 The model is tiny but real (an embedding, one MoE or dense block per layer with forced routes,
 an output head), so gradients, shardings and digests are real arrays.
@@ -19,6 +31,7 @@ an output head), so gradients, shardings and digests are real arrays.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -32,40 +45,108 @@ from rl_trainer_bench.engine.maxtext_adapter import MaxTextApi, MaxTextEngine
 KERNEL_NAMES = ("fwd_bwd", "fwd_bwd_accum", "update")
 EMPTY_METRICS_BUFFER_ID = -1
 
-# MaxText keys the stand-in accepts, with MaxText's defaults where the adapter may leave them.
+# MaxText keys the stand-in accepts, with maxtext 0.2.5's base.yml defaults where they matter
+# (no base_output_directory: MaxText then writes into ./maxtext_output of the caller's folder;
+# profiler_steps 5 from step 1, a window MaxText opens whatever `profiler` says).
 _DEFAULT_KEYS: dict[str, Any] = {
     "run_name": "",
-    "model_name": "",
-    "vocab_size": 32,
-    "base_emb_dim": 16,
-    "base_num_decoder_layers": 1,
-    "base_num_query_heads": 1,
-    "base_num_kv_heads": 1,
-    "head_dim": 16,
-    "base_mlp_dim": 16,
+    "model_name": "default",
+    "override_model_config": False,
+    "decoder_block": "llama2",
+    "vocab_size": 32_000,
+    "base_emb_dim": 2048,
+    "base_num_decoder_layers": 16,
+    "base_num_query_heads": 16,
+    "base_num_kv_heads": 16,
+    "head_dim": 128,
+    "base_mlp_dim": 7168,
+    "base_moe_mlp_dim": -1,
     "rope_max_timescale": 10_000,
-    "normalization_layer_epsilon": 1e-6,
-    "dtype": "float32",
+    "normalization_layer_epsilon": 1e-5,
+    "dtype": "bfloat16",
     "weight_dtype": "float32",
-    "max_target_length": 16,
-    "per_device_batch_size": 1.0,
-    "ici_fsdp_parallelism": 1,
+    "remat_policy": "full",
+    "attention": "autoselected",
+    "matmul_precision": "default",
+    "max_target_length": 2048,
+    "per_device_batch_size": 12.0,
+    "ici_fsdp_parallelism": -1,
+    "ici_context_parallelism": 1,
+    "ici_expert_parallelism": 1,
+    "context_parallel_load_balance": True,
     "learning_rate": 3e-5,
+    "warmup_steps_fraction": 0.1,
+    "learning_rate_final_fraction": 0.1,
     "adam_b1": 0.9,
     "adam_b2": 0.95,
     "adam_eps": 1e-8,
     "adam_weight_decay": 0.1,
+    "mu_dtype": "",
     "gradient_clipping_threshold": 1.0,
+    "optimizer_memory_host_offload": False,
     "init_weights_seed": 0,
-    "enable_dropout": False,
-    "enable_checkpointing": False,
+    "enable_dropout": True,
+    "enable_checkpointing": True,
+    "load_parameters_path": "",
+    "load_full_state_path": "",
     "skip_step_on_spikes": False,
-    "warmup_steps_fraction": 0.1,
+    "skip_jax_distributed_system": False,
     "jax_cache_dir": "~/jax_cache",
+    "base_output_directory": "",
+    "enable_tensorboard": True,
+    "profiler": "",
+    "profiler_steps": 5,
+    "skip_first_n_steps_for_profiler": 1,
     "num_experts": 1,
     "num_experts_per_tok": 1,
-    "base_moe_mlp_dim": 16,
+    "shared_experts": 0,
+    "ragged_buffer_factor": -1.0,
+    "moe_dropless_fallback": None,
+    "use_ring_of_experts": False,
+    "use_ragged_sort": False,
+    "num_moe_token_chunks": 1,
+    "inhomogeneous_layer_cycle_interval": 1,
+    "gdn_num_key_heads": 16,
+    "gdn_num_value_heads": 32,
+    "gdn_key_head_dim": 128,
+    "gdn_value_head_dim": 128,
+    "gdn_conv_kernel_dim": 4,
+    "gdn_chunk_size": 64,
+    "partial_rotary_factor": 1.0,
+    "use_mrope": False,
+    "mrope_section": [24, 20, 20],
 }
+# The shipped model configs the stand-in knows, with the keys maxtext 0.2.5's files set.
+MODEL_CONFIGS: dict[str, dict[str, Any]] = {
+    "qwen3.5-397b-a17b": {
+        "decoder_block": "qwen3_5",
+        "base_emb_dim": 4096,
+        "base_num_decoder_layers": 60,
+        "base_num_query_heads": 32,
+        "base_num_kv_heads": 2,
+        "head_dim": 256,
+        "vocab_size": 248_320,
+        "normalization_layer_epsilon": 1e-6,
+        "base_mlp_dim": 1024,
+        "base_moe_mlp_dim": 1024,
+        "num_experts": 512,
+        "shared_experts": 1,
+        "num_experts_per_tok": 10,
+        "inhomogeneous_layer_cycle_interval": 4,
+        "gdn_conv_kernel_dim": 4,
+        "gdn_key_head_dim": 128,
+        "gdn_value_head_dim": 128,
+        "gdn_num_key_heads": 16,
+        "gdn_num_value_heads": 64,
+        "gdn_chunk_size": 64,
+        "rope_max_timescale": 10_000_000,
+        "partial_rotary_factor": 0.25,
+        "enable_dropout": False,
+        "use_mrope": True,
+        "mrope_section": [11, 11, 10],
+    },
+}
+FORCED_ROUTING_DECODERS = ("qwen3_5", "mixtral", "gemma4")
 
 
 class HyperParameters:
@@ -75,12 +156,76 @@ class HyperParameters:
         self.__dict__.update(keys)
 
 
-def initialize(argv: list[str] | None = None, **kwargs: Any) -> HyperParameters:
-    """pyconfig.initialize: defaults, then keyword overrides; an unknown key is an error."""
-    unknown = sorted(set(kwargs) - set(_DEFAULT_KEYS))
+def _parse(text: str) -> Any:
+    """One override's value as OmegaConf's command-line grammar reads it."""
+    lowered = text.strip().lower()
+    if lowered in ("", "null"):
+        return None
+    if text in ("''", '""'):
+        return ""
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if text.startswith("[") and text.endswith("]"):
+        return [_parse(part) for part in text[1:-1].split(",") if part.strip()]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def initialize(argv: list[str]) -> HyperParameters:
+    """pyconfig's config from `["", "key=value", ...]`: base keys, the model config, then the
+    overrides (later words win), checked as MaxText checks them."""
+    overrides: dict[str, Any] = {}
+    for word in argv[1:]:
+        key, equals, text = word.partition("=")
+        if not equals:
+            raise ValueError(f"not a key=value override: {word!r}")
+        overrides[key] = _parse(text)
+    unknown = sorted(set(overrides) - set(_DEFAULT_KEYS))
     if unknown:
         raise ValueError(f"unknown MaxText config keys: {unknown}")
-    return HyperParameters({**_DEFAULT_KEYS, **kwargs})
+    nulls = sorted(
+        k for k, v in overrides.items() if v is None and isinstance(_DEFAULT_KEYS[k], str)
+    )
+    if nulls:
+        raise ValueError(f"{nulls}: Input should be a valid string")
+    model = MODEL_CONFIGS.get(overrides.get("model_name", "default"), {})
+    clash = sorted(k for k in model if k in overrides and model[k] != overrides[k])
+    if clash and not overrides.get("override_model_config"):
+        raise ValueError(f"keys {clash} are overridden by both model config and overrides")
+    keys = {**_DEFAULT_KEYS, **model, **overrides}
+    if not keys["base_output_directory"]:
+        keys["base_output_directory"] = os.path.abspath("maxtext_output")
+    keys["tensorboard_dir"] = os.path.join(
+        keys["base_output_directory"], keys["run_name"], "tensorboard"
+    )
+    _validate(keys)
+    return HyperParameters(keys)
+
+
+def _validate(keys: dict[str, Any]) -> None:
+    """The checks of maxtext 0.2.5's config the adapter's keys can trip."""
+    gdn = keys["decoder_block"] == "qwen3_5"
+    if gdn and keys["ici_context_parallelism"] > 1 and keys["context_parallel_load_balance"]:
+        raise ValueError(
+            "GatedDeltaNet context parallelism requires context_parallel_load_balance=False"
+        )
+    if (
+        keys["ragged_buffer_factor"] > 0
+        and keys["use_ring_of_experts"]
+        and not keys["use_ragged_sort"]
+    ):
+        raise ValueError("Ragged buffer factor with ring of experts needs use_ragged_sort=True")
+    if keys["use_mrope"]:
+        rotary = int(keys["head_dim"] * keys["partial_rotary_factor"])
+        if sum(keys["mrope_section"]) != rotary // 2:
+            raise ValueError(
+                f"mrope_section must describe rotary_dim / 2 frequencies; got"
+                f" {keys['mrope_section']} for rotary_dim={rotary}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,6 +307,11 @@ def router_replay_gen_model_input_fn(payload: RLTrainerPayload) -> dict[str, Any
 
 
 def _forward(params, config, inputs, inputs_segmentation, forced_routed_experts):
+    if forced_routed_experts is not None and config.decoder_block not in FORCED_ROUTING_DECODERS:
+        raise NotImplementedError(
+            "Forced routing (router replay) is only supported for decoder_block in"
+            f" {FORCED_ROUTING_DECODERS}; got decoder_block={config.decoder_block!r}."
+        )
     hidden = params["embed"][inputs] * (inputs_segmentation != 0)[..., None]
     for layer in range(config.base_num_decoder_layers):
         if config.num_experts > 1:
@@ -202,9 +352,23 @@ def make_router_replay_loss_fn(config: HyperParameters, dropout_rng: jax.Array |
         return xent_sum / (total_weights + 1e-8), {
             "xent_sum": xent_sum,
             "total_weights": total_weights,
+            "has_moe_overflow": _has_overflow(config, forced_routed_experts),
         }
 
     return router_replay_loss_fn
+
+
+def _has_overflow(config: HyperParameters, routes: jax.Array | None) -> jax.Array:
+    """MaxText's step-fallback flag: some layer's expert shard got more routed pairs than its
+    ragged buffer (balanced share x ragged_buffer_factor) holds; a constant false otherwise."""
+    if config.moe_dropless_fallback != "step" or routes is None:
+        return jnp.bool_(False)
+    shards = config.ici_expert_parallelism
+    tokens = routes.shape[0] * routes.shape[1]
+    buffer = int((tokens // shards) * config.num_experts_per_tok * config.ragged_buffer_factor)
+    per_expert = jax.nn.one_hot(routes.astype(jnp.int32), config.num_experts).sum((0, 1, 3))
+    per_shard = per_expert.reshape(per_expert.shape[0], shards, -1).sum(-1)  # [layers, shards]
+    return jnp.any(per_shard > buffer)
 
 
 def _init_params(config: HyperParameters) -> dict[str, jax.Array]:
@@ -272,7 +436,13 @@ class MaxTextTrainingEngine:
         self._accumulated_grads: Any = None
         self._accumulated_denominator: Any = None
         self._train_step = 0
+        self._total_micro_steps = 0
         self._metrics: list[MetricsBuffer] = []
+        self._profile_active = False
+        if training_config.enable_tensorboard:  # MaxText's MetricsLogger opens its writer here
+            os.makedirs(training_config.tensorboard_dir, exist_ok=True)
+            with open(os.path.join(training_config.tensorboard_dir, "events.out.tfevents"), "wb"):
+                pass
 
     @property
     def train_step(self) -> int:
@@ -293,13 +463,13 @@ class MaxTextTrainingEngine:
             loss, aux = self._loss_fn(p, **batch)
             del loss  # MaxText differentiates the unreduced sum, as here
             metric = WeightedMetric(aux["xent_sum"], aux["total_weights"])
-            return metric.unreduced_sum, metric
+            return metric.unreduced_sum, (metric, aux)
 
-        (_, metric), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
+        (_, (metric, aux)), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
         denominator = metric.denominator.astype(jnp.float32)
         if acc_grads is None:
-            return metric, grads, denominator
-        return metric, jax.tree.map(jnp.add, acc_grads, grads), acc_denom + denominator
+            return metric, aux, grads, denominator
+        return metric, aux, jax.tree.map(jnp.add, acc_grads, grads), acc_denom + denominator
 
     def _update_kernel(self, params, opt_state, grads, denominator):
         safe = jnp.where(denominator > 0, denominator, 1.0)
@@ -309,13 +479,18 @@ class MaxTextTrainingEngine:
         return optax.apply_updates(params, updates), opt_state, grad_norm
 
     def _batch_shardings(self, batch):
+        """As MaxText: rows over its batch axes, the sequence over context; a dimension an axis
+        does not divide is replicated over it."""
         if self._mesh is None:
             return None
-        size = self._mesh.shape["fsdp"]
+        spec = input_spec(self._config, self._mesh)
 
         def place(leaf):
-            axis = "fsdp" if leaf.shape[0] % size == 0 else None
-            return jax.sharding.NamedSharding(self._mesh, jax.sharding.PartitionSpec(axis))
+            axes = []
+            for dim, names in zip(leaf.shape, spec[: leaf.ndim], strict=False):
+                size = int(np.prod([self._mesh.shape[n] for n in _names(names)]))
+                axes.append(names if dim % size == 0 else None)
+            return jax.sharding.NamedSharding(self._mesh, jax.sharding.PartitionSpec(*axes))
 
         return jax.tree.map(place, batch)
 
@@ -356,7 +531,7 @@ class MaxTextTrainingEngine:
         params = jax.tree.map(_to_aval, self._params)
         opt = jax.tree.map(_to_aval, self._opt_state)
         fwd_bwd = self._jitted["fwd_bwd"].lower(params, self._rest, avals)
-        _, grads, denominator = fwd_bwd.out_info
+        _, _, grads, denominator = fwd_bwd.out_info
         lowered = {
             "fwd_bwd": fwd_bwd,
             "fwd_bwd_accum": self._jitted["fwd_bwd_accum"].lower(
@@ -391,14 +566,15 @@ class MaxTextTrainingEngine:
         return payload
 
     def fwd_bwd(self, payload, **kwargs: Any) -> None:
+        self._maybe_profile(start=True)
         batch = self._prepare_batch(payload)
         if self._compile_requested:
             if not self._compiled or _signature(batch) != self._compiled_signature:
                 self._compile_for_batch(batch)
             if self._accumulated_grads is None:
-                metric, grads, denom = self._compiled_fwd_bwd(self._params, self._rest, batch)
+                metric, aux, grads, denom = self._compiled_fwd_bwd(self._params, self._rest, batch)
             else:
-                metric, grads, denom = self._compiled_fwd_bwd_accum(
+                metric, aux, grads, denom = self._compiled_fwd_bwd_accum(
                     self._params,
                     self._rest,
                     batch,
@@ -406,7 +582,7 @@ class MaxTextTrainingEngine:
                     self._accumulated_denominator,
                 )
         else:
-            metric, grads, denom = self._fwd_bwd_kernel(
+            metric, aux, grads, denom = self._fwd_bwd_kernel(
                 self._params,
                 self._rest,
                 batch,
@@ -414,7 +590,27 @@ class MaxTextTrainingEngine:
                 self._accumulated_denominator,
             )
         self._record("loss", metric)
+        for name, value in (aux if self._has_aux else {}).items():  # as MaxText: with has_aux only
+            self._record(name, value)
         self._accumulated_grads, self._accumulated_denominator = grads, denom
+        self._total_micro_steps += 1
+        self._maybe_profile(start=False)
+
+    def _maybe_profile(self, start: bool) -> None:
+        """MaxText's MicroStepProfiler: a jax.profiler trace over micro steps
+        [skip_first_n_steps_for_profiler, + profiler_steps), into tensorboard_dir, whenever
+        profiler_steps is not 0 (it does not look at `profiler`)."""
+        config = self._config
+        first = config.skip_first_n_steps_for_profiler
+        last = first + config.profiler_steps - 1
+        if config.profiler_steps == 0:
+            return
+        if start and not self._profile_active and self._total_micro_steps == first:
+            jax.profiler.start_trace(config.tensorboard_dir)
+            self._profile_active = True
+        elif not start and self._profile_active and self._total_micro_steps - 1 == last:
+            jax.profiler.stop_trace()
+            self._profile_active = False
 
     def update(self, **kwargs: Any) -> int:
         if self._accumulated_grads is None:
@@ -462,6 +658,9 @@ class MaxTextTrainingEngine:
         return jax.device_get(self._params)
 
     def close(self) -> None:
+        if self._profile_active:
+            jax.profiler.stop_trace()
+            self._profile_active = False
         self._metrics = []
 
 
@@ -476,9 +675,27 @@ def _signature(batch) -> Any:
     return treedef, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves)
 
 
+MESH_AXES = ("fsdp", "context", "expert")  # the ones of MaxText's axes the adapter sets
+
+
 def _mesh(config: HyperParameters) -> jax.sharding.Mesh:
-    devices = np.array(jax.devices()[: config.ici_fsdp_parallelism])
-    return jax.sharding.Mesh(devices, ("fsdp",))
+    shape = [getattr(config, f"ici_{axis}_parallelism") for axis in MESH_AXES]
+    assert int(np.prod(shape)) == jax.device_count(), (  # as create_device_mesh asserts
+        f"Number of devices per slice {jax.device_count()} does not match the product of the ICI"
+        f" parallelism {int(np.prod(shape))}"
+    )
+    devices = np.array(jax.devices()[: int(np.prod(shape))]).reshape(shape)
+    return jax.sharding.Mesh(devices, MESH_AXES)
+
+
+def input_spec(config: HyperParameters, mesh: jax.sharding.Mesh) -> tuple[Any, ...]:
+    """sharding.get_input_data_sharding's [batch, sequence] spec for these axes."""
+    del config, mesh
+    return (("fsdp", "expert"), "context")
+
+
+def _names(entry: Any) -> tuple[str, ...]:
+    return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
 
 
 STAND_IN_API = MaxTextApi(
@@ -486,8 +703,10 @@ STAND_IN_API = MaxTextApi(
     payload_type=RLTrainerPayload,
     gen_model_input_fn=router_replay_gen_model_input_fn,
     make_loss_fn=make_router_replay_loss_fn,
-    build_config=lambda keys: initialize(None, **keys),
+    model_config=lambda name: MODEL_CONFIGS.get(name, {}),
+    build_config=lambda words: initialize(["", *words]),
     build_mesh=_mesh,
+    input_spec=input_spec,
     version="0.2.5-stand-in",
 )
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -100,7 +101,10 @@ class Bench:
         """The micro-batch pool, the engine and the worker, and every refusal that needs them, for
         the configured stage and any other `stages` this Bench will run: nothing compiled yet."""
         refuse_unrunnable_stages(self.config.worker, (self.config.stage, *stages))
-        engine_config = self._engine_config()
+        # Files an engine writes of its own (MaxText's events) go inside the results folder.
+        engine_config = dataclasses.replace(
+            self._engine_config(), output_dir=str(self.config.results_dir / "engine")
+        )
         factory = self._engine_factory or engine_class(self.config.engine)  # import it first
         payloads = self._build_pool(engine_config)
         self.engine = factory(engine_config)

@@ -52,8 +52,8 @@ class StepRecord:
     loss: float
     grad_norm: float
     loss_denominator: float  # completion tokens summed over the step's micro-batches
-    overflow_count: int
-    replay_count: int
+    overflow_count: int | None  # None: the engine does not measure it
+    replay_count: int | None
     micro_batches: list[str]  # names, in the order trained (bench_<step>_<index>)
     digests: list[str]  # one content digest per micro-batch, same order
     device_ready_s: list[float]  # per fwd_bwd: when its result was ready, from the step's start
@@ -170,7 +170,7 @@ def step_record(
     step_s = clock.end - clock.start
     flops = inputs.model_flops
     tflops = None if flops is None else flops / step_s / inputs.devices / 1e12
-    replays = int(metrics.get("replay_count", 0))
+    replays = _counted(metrics, "replay_count")
     timeline = _device_figures(inputs, clock, device)
     return StepRecord(
         step=inputs.step,
@@ -191,7 +191,7 @@ def step_record(
         loss=float(metrics["loss"]),
         grad_norm=float(metrics["grad_norm"]),
         loss_denominator=float(metrics["loss_denominator"]),
-        overflow_count=int(metrics.get("overflow_count", 0)),
+        overflow_count=_counted(metrics, "overflow_count"),
         replay_count=replays,
         micro_batches=list(inputs.micro_batches),
         digests=list(inputs.digests),
@@ -200,6 +200,12 @@ def step_record(
         arm=inputs.arm,
         **timeline,
     )
+
+
+def _counted(metrics: Mapping[str, Any], name: str) -> int | None:
+    """An engine's count, or None when it does not measure it (absent or None)."""
+    value = metrics.get(name)
+    return None if value is None else int(value)
 
 
 def _device_figures(
@@ -327,8 +333,8 @@ _LINE_KEYS: tuple[_Key, ...] = (
     _Key("loss", "loss", "exact"),
     _Key("grad_norm", "grad_norm", "exact"),
     _Key("loss_den", "loss_denominator", "exact"),
-    _Key("overflow", "overflow_count", "int"),
-    _Key("replays", "replay_count", "int"),
+    _Key("overflow", "overflow_count", "int", optional=True),
+    _Key("replays", "replay_count", "int", optional=True),
     _Key("recompiles", "recompiles", "int"),
     _Key("staged", "staged", "str", optional=True),
     _Key("hidden", "stage_hidden", "float", optional=True),

@@ -111,6 +111,48 @@ PRESETS: Mapping[str, Preset] = {
             " the shapes another engine's dense model can match, for engine-vs-engine A/Bs",
         ),
         Preset(
+            # Qwen3.5's recipe at a size 2 CPU cores run in seconds, for the built-in engine and
+            # MaxText's (whose qwen3_5 decoder it maps onto, docs/engine.md): one repeating block
+            # of three Gated DeltaNet layers and one gated full-attention layer, a routed MoE with
+            # replayed routes and a shared expert as wide as a routed one, Qwen3.5's rope base.
+            # head_dim 32 leaves partial rotary (a quarter of each head) 4 frequency pairs to
+            # split. The buffer is dropless: MaxText's ring of experts, which its MoE takes on a
+            # CPU, has no finite buffer there, so both engines run the same MoE.
+            name="cpu-tiny-qwen3.5",
+            engine=EngineConfig(
+                model=ModelConfig(
+                    vocab_size=512,
+                    d_model=64,
+                    num_layers=4,
+                    num_heads=4,
+                    num_kv_heads=2,
+                    head_dim=32,
+                    num_experts=8,
+                    top_k=2,
+                    expert_ffn_dim=64,
+                    shared_expert_ffn_dim=64,
+                    rope_theta=10_000_000.0,
+                    dtype="float32",
+                    attention_output_gate=True,
+                    layer_types=_QWEN35_BLOCK,
+                    linear_num_key_heads=2,
+                    linear_num_value_heads=4,
+                    linear_key_head_dim=16,
+                    linear_value_head_dim=16,
+                    linear_chunk_size=32,
+                ),
+                mesh=MeshConfig(fsdp=2, context=2, expert=2),
+                moe=MoeConfig(ragged_buffer_factor=-1),
+                micro_batch_rows=4,
+                seq_len=128,
+            ),
+            micro_steps=2,
+            host_devices=8,
+            purpose="a Qwen3.5 block (3 Gated DeltaNet + 1 gated attention, shared expert, router"
+            " replay) on 8 host devices as 2x2x2: the MoE cell both engines run, for"
+            " engine-vs-engine A/Bs",
+        ),
+        Preset(
             name="gpu-small",
             engine=EngineConfig(
                 model=ModelConfig(

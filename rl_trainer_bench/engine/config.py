@@ -271,6 +271,9 @@ class EngineConfig:
     optimizer: OptimizerConfig = OptimizerConfig()
     micro_batch_rows: int = 8  # B
     seq_len: int = 128  # T
+    # A folder an engine may write files of its own into (MaxText's TensorBoard events); the
+    # driver sets one inside RESULTS_DIR. Empty: the engine writes none, or a temporary one.
+    output_dir: str = ""
     matmul_precision: MatmulPrecision = dataclasses.field(
         default="default", metadata=engine_key("XLA matmul precision")
     )

@@ -229,6 +229,9 @@ METRIC_KEYS = (
     "mult_prob_error_max",
     "tokens",
 )
+# MoE counters an engine may not measure: it reports None for them (shown as "-"), never a 0 it
+# did not count.
+MAY_BE_UNMEASURED = ("overflow_count", "replay_count", "mult_prob_error_max")
 
 
 def example_payload(

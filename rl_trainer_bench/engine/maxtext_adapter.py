@@ -3,6 +3,15 @@
 `MaxTextTrainingEngine` (maxtext 0.2.5, `maxtext/training_engine/`) has the contract's shape but
 not its details, and this adapter supplies exactly the difference, nothing else:
 
+- **Config.** MaxText's own model config for the bench model's family (Qwen3.5: `qwen3.5-397b-a17b`,
+  decoder `qwen3_5`), with the engine config's shapes, mesh, batch and optimizer translated by one
+  table (`maxtext_keys`), then the trainer's own MaxText keys unchanged and last, as Tunix applies
+  them. What MaxText does not take, what the trainer's keys replaced and which of them the bench
+  held is in `info()`, which the bench logs before the compile.
+- **Mesh.** The engine config's fsdp x context x expert are MaxText's `ici_*` axes; MaxText then
+  splits rows over fsdp x expert and the sequence over context, as the built-in engine does. A
+  micro-batch MaxText's mesh cannot split is refused before the compile (MaxText would replicate
+  it, doing the work once per device of the axis).
 - **Payload.** The bench's micro-batch becomes Tunix's `RLTrainerPayload` in the packed layout
   MaxText reads: the whole row in `completion_ids` (zero-width prompt), `segment_ids` and
   `segment_positions` as given, the rollout's routes as `routed_experts` ([B, T, L, K], -1 on
@@ -19,12 +28,13 @@ not its details, and this adapter supplies exactly the difference, nothing else:
   lowering, backend compile) are summed per program the engine compiles, `fwd_bwd`,
   `fwd_bwd_accum`, `update` and `eval` by name, everything else (the eager ops of the input
   mapping) as `eager_ops`.
-- **Metrics.** MaxText's on-device `MetricsBuffer` becomes host values under the ruler's keys:
-  `loss` = sum of the step's unreduced losses / sum of their denominators (what the update
-  divides by), `grad_norm` = `gradient_norm`, `loss_denominator` = the summed denominators,
-  `tokens` = real tokens fed. MaxText's router-replay loss reports no dropped or replayed pairs
-  and no probability error, so `overflow_count`, `replay_count` and `mult_prob_error_max` read 0
-  and `info()` says they are not measured.
+- **Metrics.** MaxText's on-device `MetricsBuffer` becomes host values under the ruler's keys
+  (`maxtext_metrics`). Drops are counted only where MaxText measures them; replays and the
+  probability error never are, and read None (not measured), never 0.
+- **Files.** MaxText's profiler is off (PROFILE_STEPS traces through the bench's own window,
+  which records MaxText's programs too) and everything MaxText writes (TensorBoard events) goes
+  under the engine config's `output_dir`, inside the run's results folder, never the caller's
+  working directory.
 - **Staging.** MaxText has no `prepare_fwd_bwd_input` or `wait_for_device`; the adapter builds
   them from the engine's own parts: its input mapping (`router_replay_gen_model_input_fn`), a
   `jax.device_put` onto the input shardings of the `fwd_bwd` program the engine compiled, and a
@@ -42,20 +52,20 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
-from rl_trainer_bench.engine import compile_events
+from rl_trainer_bench.engine import compile_events, maxtext_keys, maxtext_metrics
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload, PreparedInput
 
 KERNELS = ("fwd_bwd", "fwd_bwd_accum", "update")
 _EVAL_KERNEL = "kernel"  # what MaxText's eval program is called in JAX's events
-NOT_MEASURED = ("overflow_count", "replay_count", "mult_prob_error_max")
 _CONVERTED_CACHE = 64  # distinct micro-batches kept converted (the bench's pool is far smaller)
 
 
@@ -67,8 +77,10 @@ class MaxTextApi:
     payload_type: type  # Tunix RLTrainerPayload
     gen_model_input_fn: Callable[[Any], dict[str, Any]]  # router_replay_gen_model_input_fn
     make_loss_fn: Callable[..., Callable[..., Any]]  # make_router_replay_loss_fn(config)
-    build_config: Callable[[Mapping[str, Any]], Any]  # MaxText keys -> HyperParameters
-    build_mesh: Callable[[Any], Any]  # HyperParameters -> jax Mesh (or None)
+    model_config: Callable[[str], Mapping[str, Any]]  # configs/models/<name>.yml as a mapping
+    build_config: Callable[[Sequence[str]], Any]  # key=value words -> HyperParameters
+    build_mesh: Callable[[Any], Any]  # HyperParameters -> jax Mesh
+    input_spec: Callable[[Any, Any], tuple[Any, ...]]  # (config, mesh) -> [rows, seq] spec
     version: str
 
 
@@ -77,9 +89,8 @@ def load_maxtext() -> MaxTextApi:
     try:
         from importlib.metadata import version
 
-        from maxtext.configs import pyconfig
         from maxtext.training_engine import abstract_engine, maxtext_engine
-        from maxtext.utils import maxtext_utils
+        from maxtext.utils import maxtext_utils, sharding
     except ImportError as error:
         raise ContractError(
             f"ENGINE=...maxtext_adapter:MaxTextEngine needs maxtext and Tunix importable ({error}):"
@@ -94,61 +105,39 @@ def load_maxtext() -> MaxTextApi:
         payload_type=abstract_engine.RLTrainerPayload,
         gen_model_input_fn=maxtext_engine.router_replay_gen_model_input_fn,
         make_loss_fn=maxtext_engine.make_router_replay_loss_fn,
-        build_config=lambda keys: pyconfig.initialize(None, **keys),
+        model_config=_shipped_model_config,
+        build_config=_build_config,
         build_mesh=build_mesh,
+        input_spec=lambda config, mesh: tuple(sharding.get_input_data_sharding(config, mesh).spec),
         version=version("maxtext"),
     )
 
 
-def maxtext_keys(config: EngineConfig) -> dict[str, Any]:
-    """MaxText config keys for the same model, batch and optimizer as `config`.
+def _shipped_model_config(name: str) -> Mapping[str, Any]:
+    """MaxText's model config `name` as shipped in the package ({} for `default`: base.yml's)."""
+    import importlib.resources
 
-    One micro-batch of `micro_batch_rows` rows over all devices of the mesh; the mesh's product
-    goes to MaxText's fsdp axis (MaxText shards the batch over it). A model with one expert is
-    MaxText's dense decoder; more experts make every layer a routed MoE with replayed routes.
+    import yaml
+
+    if name == "default":
+        return {}
+    shipped = importlib.resources.files("maxtext.configs") / "models" / f"{name}.yml"
+    return yaml.safe_load(shipped.read_text()) or {}
+
+
+def _build_config(words: Sequence[str]) -> Any:
+    """MaxText's config from `key=value` words, as its command line (and Tunix) builds it.
+
+    Through MaxText's private `_initialize_pydantic`: the public `initialize` reports a key it
+    refuses as a banner of log lines and exits the process; here the refusal becomes one line.
     """
-    m, opt = config.model, config.optimizer
-    devices = config.mesh.size
-    keys: dict[str, Any] = {
-        "run_name": "rl_trainer_bench",
-        "model_name": "default",
-        "vocab_size": m.vocab_size,
-        "base_emb_dim": m.d_model,
-        "base_num_decoder_layers": m.num_layers,
-        "base_num_query_heads": m.num_heads,
-        "base_num_kv_heads": m.num_kv_heads,
-        "head_dim": m.head_dim,
-        "base_mlp_dim": m.expert_ffn_dim,
-        "rope_max_timescale": int(m.rope_theta),
-        "normalization_layer_epsilon": m.rms_norm_eps,
-        "dtype": m.dtype,
-        "weight_dtype": "float32",
-        "max_target_length": config.seq_len,
-        "per_device_batch_size": config.micro_batch_rows / devices,
-        "ici_fsdp_parallelism": devices,
-        "learning_rate": opt.learning_rate,
-        "adam_b1": opt.b1,
-        "adam_b2": opt.b2,
-        "adam_eps": opt.eps,
-        "adam_weight_decay": opt.weight_decay,
-        "gradient_clipping_threshold": opt.max_grad_norm,
-        "init_weights_seed": config.seed,
-        "enable_dropout": False,
-        "enable_checkpointing": False,
-        "skip_step_on_spikes": False,
-        "warmup_steps_fraction": 0.0,  # MaxText warms up over 10 % of 150k steps: no learning here
-        # MaxText otherwise turns on JAX's persistent compilation cache for the whole process: the
-        # compile seconds would become cache reads and a program loaded in a scored step would
-        # slip past the recompile check (which sees compiles, not cache hits).
-        "jax_cache_dir": "",
-    }
-    if m.num_experts > 1:
-        keys |= {
-            "num_experts": m.num_experts,
-            "num_experts_per_tok": m.top_k,
-            "base_moe_mlp_dim": m.expert_ffn_dim,
-        }
-    return keys
+    from maxtext.configs import pyconfig
+
+    try:
+        return pyconfig.HyperParameters(pyconfig._initialize_pydantic(["", *words]))
+    except (ValueError, TypeError) as error:
+        first = " ".join(str(error).split())
+        raise ContractError(f"MaxText refused the config built for this cell: {first}") from error
 
 
 @dataclasses.dataclass
@@ -252,6 +241,25 @@ class _CompileTimes:
         return out
 
 
+def _text(value: Any) -> str:
+    """A MaxText config value as its config file spells it (its choices are string enums)."""
+    return str(getattr(value, "value", value))
+
+
+def host_keys(config: EngineConfig) -> dict[str, Any]:
+    """MaxText keys this host needs beyond the table's, said in `info()`.
+
+    XLA:CPU has no `ragged-all-to-all`, which MaxText's expert-parallel MoE sends tokens with
+    (compiling it fails: "HLO opcode `ragged-all-to-all` is not supported by XLA:CPU"); its ring
+    of experts (`use_ring_of_experts`) moves them by all-gather and reduce-scatter, which the CPU
+    runs. A ring takes a finite ragged buffer only with its Pallas ragged sort, which does not
+    run here, so on the CPU the buffer is MaxText's dropless one. Accelerators get nothing.
+    """
+    if jax.default_backend() != "cpu" or config.mesh.expert == 1:
+        return {}
+    return {"use_ring_of_experts": True, "ragged_buffer_factor": -1.0}
+
+
 class MaxTextEngine:
     """MaxText's `MaxTextTrainingEngine` as a bench engine: `MaxTextEngine(engine_config)`.
 
@@ -263,12 +271,35 @@ class MaxTextEngine:
     def __init__(self, config: EngineConfig):
         self.config = config
         self.api = type(self).load_api()
-        self.maxtext_config = self.api.build_config(maxtext_keys(config))
-        self.mesh = self.api.build_mesh(self.maxtext_config)
+        self.output_dir = config.output_dir or tempfile.mkdtemp(prefix="rl-trainer-bench-maxtext-")
+        try:
+            self.args = maxtext_keys.maxtext_args(
+                config,
+                self.api.model_config(maxtext_keys.maxtext_model(config).name),
+                self.output_dir,
+                host_keys(config),
+            )
+        except maxtext_keys.NotTaken as why:
+            raise ContractError(f"ENGINE=...maxtext_adapter:MaxTextEngine: {why}") from why
+        self.maxtext_config = self.api.build_config(self.args.words)
+        try:
+            self.mesh = self.api.build_mesh(self.maxtext_config)
+        except (AssertionError, ValueError) as error:  # MaxText asserts its axes cover the devices
+            raise ContractError(
+                f"MaxText cannot lay out its mesh ({' '.join(str(error).split())}): make mesh_fsdp"
+                f" x mesh_context x mesh_expert equal the {jax.device_count()} devices"
+            ) from error
+        self._refuse_unsplit_batch()
         self._payload_type = replay_payload_type(self.api.payload_type)
         self.engine = (
             self.api.engine_type(self.maxtext_config, mesh=self.mesh)
-            .with_loss_fn(self.api.make_loss_fn(self.maxtext_config))
+            # MaxText records a loss's aux entries (its overflow flags among them) only with
+            # has_aux; they are eager appends per micro-batch, so only when there is a drop to count.
+            .with_loss_fn(
+                self.api.make_loss_fn(self.maxtext_config),
+                has_aux=maxtext_metrics.overflow_source(self.maxtext_config.moe_dropless_fallback)
+                is not None,
+            )
             .with_gen_model_input_fn(self._model_input)
         )
         self._converted: collections.OrderedDict[int, _Converted] = collections.OrderedDict()
@@ -306,25 +337,12 @@ class MaxTextEngine:
 
     def get_metrics(self, clear_cache: bool = True) -> dict[str, Any]:
         """The last step's metrics on the host under the ruler's keys ({} before the first)."""
-        buffer = self.engine.get_metrics(clear_cache=clear_cache)
-        loss = buffer.weighted_metrics.get("loss")
-        if loss is None:
-            return {}
-        total, denominator, scalars = jax.device_get(
-            (loss.unreduced_sum, loss.denominator, dict(buffer.scalar_metrics))
+        out = maxtext_metrics.step_metrics(
+            self.engine.get_metrics(clear_cache=clear_cache),
+            self._tokens,
+            self.maxtext_config.moe_dropless_fallback,
         )
-        loss_denominator = float(np.sum(denominator))
-        out: dict[str, Any] = {
-            "loss": float(np.sum(total)) / max(loss_denominator, 1.0),
-            "grad_norm": float(np.asarray(scalars["gradient_norm"]).reshape(-1)[-1]),
-            "loss_denominator": loss_denominator,
-            "tokens": self._tokens,
-            "train_step": int(buffer.id) + 1,
-            **dict.fromkeys(NOT_MEASURED, 0),
-        }
-        if "learning_rate" in scalars:
-            out["learning_rate"] = float(np.asarray(scalars["learning_rate"]).reshape(-1)[-1])
-        if clear_cache:
+        if out and clear_cache:
             self._tokens = 0
         return out
 
@@ -363,14 +381,51 @@ class MaxTextEngine:
         return time.perf_counter() - start
 
     def info(self) -> dict[str, Any]:
+        """What runs, and what of the engine config and the trainer's keys MaxText does not see."""
+        args, mesh = self.args, self.mesh
         return {
             "engine": f"maxtext.MaxTextTrainingEngine {self.api.version}",
+            "model": f"{args.model.name}(decoder={_text(self.maxtext_config.decoder_block)})",
+            "mesh": ",".join(f"{axis}={size}" for axis, size in mesh.shape.items() if size > 1)
+            or "one device",
             "loss": "maxtext router-replay cross-entropy",
-            "not_measured": ",".join(NOT_MEASURED),
-            "devices": int(self.mesh.devices.size) if self.mesh is not None else 1,
+            "not_measured": ",".join(
+                maxtext_metrics.not_measured(self.maxtext_config.moe_dropless_fallback)
+            ),
+            "not_taken": ",".join(maxtext_keys.not_taken(self.config)),
+            "host_keys": " ".join(
+                maxtext_keys.word(k, v) for k, v in host_keys(self.config).items()
+            )
+            or "-",
+            "trainer_keys_replacing": " ".join(args.replaced) or "-",
+            "trainer_keys_held": " ".join(args.held) or "-",
+            "output_dir": self.output_dir,
+            "devices": int(mesh.devices.size),
         }
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _refuse_unsplit_batch(self) -> None:
+        """A micro-batch MaxText's mesh cannot split is refused, as the built-in engine refuses it.
+
+        MaxText shards rows over the first entry of its input spec and the sequence over the
+        second; an axis that does not divide its dimension would be replicated instead, every
+        device of the axis doing the same work.
+        """
+        spec = self.api.input_spec(self.maxtext_config, self.mesh)
+        dims = (
+            ("micro_batch_rows", self.config.micro_batch_rows),
+            ("seq_len", self.config.seq_len),
+        )
+        for (name, size), axes in zip(dims, spec, strict=False):
+            names = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+            shards = int(np.prod([self.mesh.shape[a] for a in names], dtype=np.int64))
+            if size % shards:
+                raise ContractError(
+                    f"{name}={size}: MaxText splits it over its mesh axes"
+                    f" {' x '.join(f'{a}={self.mesh.shape[a]}' for a in names)} = {shards},"
+                    f" which does not divide it: make {name} a multiple of {shards}"
+                )
 
     def _model_input(self, payload: Any) -> dict[str, Any]:
         """The engine's input hook: a staged micro-batch is already mapped and placed; the compile

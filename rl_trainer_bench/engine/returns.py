@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from rl_trainer_bench.engine.contract import (
+    MAY_BE_UNMEASURED,
     METRIC_KEYS,
     STAGING_METHODS,
     ContractError,
@@ -75,7 +76,8 @@ def metrics(returned: Any, required: tuple[str, ...] = RECORDED_METRICS) -> dict
     """`get_metrics()`'s return as a dict: a mapping holding `required`, each of the contract's
     METRIC_KEYS it holds one number (a 0-d array counts, read as a float); ContractError naming
     the first problem. Other keys pass as they are (an engine may report more). Non-finite numbers
-    pass: they are a training outcome the step record flags, not a broken contract."""
+    pass: they are a training outcome the step record flags, not a broken contract. None passes
+    for a figure the engine does not measure (MAY_BE_UNMEASURED), which no record may show as 0."""
     if not isinstance(returned, Mapping):
         raise ContractError(
             f"get_metrics() returned {_shown(returned)}: the contract asks for a mapping of"
@@ -86,7 +88,7 @@ def metrics(returned: Any, required: tuple[str, ...] = RECORDED_METRICS) -> dict
         raise ContractError(f"get_metrics() lacks {', '.join(lacking)}: the contract requires them")
     checked = dict(returned)
     for name in METRIC_KEYS:
-        if name not in returned:
+        if name not in returned or (returned[name] is None and name in MAY_BE_UNMEASURED):
             continue
         number = _number(returned[name])
         if number is None:
@@ -173,5 +175,5 @@ def _metric_failures(returned: Any) -> list[str]:
         checked = metrics(returned, required=METRIC_KEYS)
     except ContractError as error:
         return [str(error)]
-    bad = [k for k in METRIC_KEYS if not np.isfinite(checked[k])]
+    bad = [k for k in METRIC_KEYS if checked[k] is not None and not np.isfinite(checked[k])]
     return [f"get_metrics has non-finite {', '.join(bad)}"] if bad else []

@@ -2,46 +2,67 @@
 
 The adapter must pass the engine contract's conformance checks (staging included, which MaxText
 itself lacks), score exactly the bench's completion mask under MaxText's own mask alignment, and
-make STAGE_BEFORE_UPDATE change when copies happen, never what is trained.
+make STAGE_BEFORE_UPDATE change when copies happen, never what is trained. Its config must start
+from MaxText's Qwen3.5 model with the cell's shapes and mesh, pass the trainer's keys last, refuse
+what MaxText cannot split or replay before the compile, report drops only where MaxText counts
+them, and keep every file MaxText writes (and its profiler) out of the timed steps and the
+caller's folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
 from maxtext_stand_in import (
+    STAND_IN_API,
     MaxTextTrainingEngine,
+    MetricsBuffer,
     RLTrainerPayload,
     StandInMaxTextEngine,
+    WeightedMetric,
     initialize,
+    make_router_replay_loss_fn,
     router_replay_gen_model_input_fn,
 )
 
+from rl_trainer_bench.bench import ruler
 from rl_trainer_bench.bench.driver import Bench
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.config.presets import PRESETS
+from rl_trainer_bench.engine import maxtext_keys, maxtext_metrics
+from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.engine.contract import (
     STAGING_METHODS,
+    ContractError,
     example_payload,
     example_payloads_for,
     missing_methods,
 )
 from rl_trainer_bench.engine.maxtext_adapter import (
     PreparedMaxTextInput,
-    maxtext_keys,
     replay_payload_type,
     to_maxtext_payload,
 )
 from rl_trainer_bench.engine.returns import check_engine
 
+QWEN35 = PRESETS["cpu-tiny-qwen3.5"].engine
 
-def small_engine_config():
-    """cpu-tiny's model cut to one layer, 8 rows so the batch shards over the 8 host devices."""
-    engine = PRESETS["cpu-tiny"].engine
-    model = dataclasses.replace(engine.model, num_layers=1, vocab_size=128)
-    return dataclasses.replace(engine, model=model, micro_batch_rows=8, seq_len=64)
+
+def small_engine_config(**changes):
+    """The Qwen3.5 cell on 8 host devices (2x2x2), with a smaller vocabulary."""
+    model = dataclasses.replace(QWEN35.model, vocab_size=128)
+    return dataclasses.replace(QWEN35, model=model, **changes)
+
+
+def stand_in_config(config):
+    """The MaxText config the adapter's words build (the stand-in parses them as MaxText does)."""
+    model = STAND_IN_API.model_config(maxtext_keys.maxtext_model(config).name)
+    args = maxtext_keys.maxtext_args(config, model, "/results/engine")
+    return args, initialize(["", *args.words])
 
 
 def test_maxtext_scores_exactly_the_bench_completion_mask():
@@ -68,19 +89,132 @@ def test_routes_survive_maxtext_rebuilding_the_payload():
     np.testing.assert_array_equal(rebuilt.routed_experts, payload.routed_experts)
 
 
-def test_keys_build_the_same_model_and_batch():
-    config = small_engine_config()
-    keys = maxtext_keys(config)
-    hyper = initialize(None, **keys)
-    assert hyper.base_emb_dim == config.model.d_model
-    assert hyper.num_experts == config.model.num_experts
-    assert hyper.per_device_batch_size * hyper.ici_fsdp_parallelism == config.micro_batch_rows
-    dense = dataclasses.replace(config.model, num_experts=1, top_k=1)
-    assert "num_experts" not in maxtext_keys(dataclasses.replace(config, model=dense))
+def test_the_qwen35_cell_runs_maxtexts_qwen3_5_decoder_on_the_cells_mesh():
+    _, hyper = stand_in_config(small_engine_config())
+    assert (hyper.model_name, hyper.decoder_block) == ("qwen3.5-397b-a17b", "qwen3_5")
+    assert (hyper.base_num_decoder_layers, hyper.inhomogeneous_layer_cycle_interval) == (4, 4)
+    assert (hyper.base_emb_dim, hyper.head_dim, hyper.num_experts) == (64, 32, 8)
+    assert (hyper.shared_experts, hyper.base_moe_mlp_dim, hyper.base_mlp_dim) == (1, 64, 64)
+    assert (hyper.gdn_num_key_heads, hyper.gdn_num_value_heads, hyper.gdn_chunk_size) == (2, 4, 32)
+    assert (hyper.partial_rotary_factor, hyper.rope_max_timescale) == (0.25, 10_000_000)
+    # a quarter of a 32-wide head rotates: 4 frequency pairs, [11, 11, 10] scaled
+    assert hyper.mrope_section == [2, 1, 1]
+    assert (
+        hyper.ici_fsdp_parallelism,
+        hyper.ici_context_parallelism,
+        hyper.ici_expert_parallelism,
+    ) == (2, 2, 2)
+    assert hyper.per_device_batch_size * 8 == 4 and hyper.max_target_length == 128
+    assert hyper.context_parallel_load_balance is False
+    assert (hyper.weight_dtype, hyper.profiler_steps, hyper.jax_cache_dir) == ("float32", 0, "")
+    assert hyper.base_output_directory == "/results/engine"
+
+
+def test_the_dense_cell_runs_maxtexts_default_decoder_without_dropout():
+    _, hyper = stand_in_config(PRESETS["cpu-tiny-dense"].engine)
+    make_router_replay_loss_fn(hyper)  # MaxText refuses it with dropout on and no dropout rng
+    assert (hyper.model_name, hyper.decoder_block, hyper.num_experts) == ("default", "llama2", 1)
+    assert (hyper.enable_dropout, hyper.skip_step_on_spikes) == (False, False)
+    assert hyper.ici_fsdp_parallelism == 8 and hyper.base_mlp_dim == 128
+
+
+def test_every_engine_config_field_has_one_fate():
+    assert maxtext_keys.covered_fields() == maxtext_keys.config_fields()
+    translated = {row.field for row in maxtext_keys.TRANSLATIONS}
+    assert not translated & set(maxtext_keys.NOT_TAKEN)
+    assert not translated & set(maxtext_keys.ADAPTER_FIELDS)
+
+
+@pytest.mark.parametrize(
+    ("parts", "total", "expected"),
+    [([11, 11, 10], 32, [11, 11, 10]), ([11, 11, 10], 4, [2, 1, 1]), ([11, 11, 10], 8, [3, 3, 2])],
+)
+def test_mrope_split_scales_to_the_rotated_half_head(parts, total, expected):
+    assert maxtext_keys.scaled_split(parts, total) == expected
+
+
+def test_trainer_keys_pass_unchanged_and_last_and_held_ones_are_said():
+    trainer = (
+        ("remat_policy", "minimal"),
+        ("mu_dtype", "bfloat16"),
+        ("base_output_directory", "gs://bucket/maxtext"),
+        ("profiler_steps", "5"),
+        ("remat_policy", "full"),
+    )
+    args, hyper = stand_in_config(small_engine_config(trainer_maxtext_keys=trainer))
+    assert args.words[-3:] == ("remat_policy=minimal", "mu_dtype=bfloat16", "remat_policy=full")
+    assert args.held == ("base_output_directory=gs://bucket/maxtext", "profiler_steps=5")
+    # mu_dtype is also an engine key (float32 here), so the trainer's value replaces the bench's.
+    assert args.replaced == ("remat_policy=full->minimal", "mu_dtype=float32->bfloat16")
+    assert (hyper.mu_dtype, hyper.remat_policy) == ("bfloat16", "full")
+    assert hyper.base_output_directory == "/results/engine" and hyper.profiler_steps == 0
+
+
+def test_a_micro_batch_maxtexts_mesh_cannot_split_is_refused_before_building():
+    config = small_engine_config(micro_batch_rows=2)
+    with pytest.raises(ContractError, match=r"micro_batch_rows=2: .*fsdp=2 x expert=2 = 4"):
+        StandInMaxTextEngine(config)
+    # The trainer's keys move MaxText's mesh: the check is against the mesh MaxText builds.
+    moved = small_engine_config(
+        trainer_maxtext_keys=(
+            ("ici_fsdp_parallelism", "8"),
+            ("ici_context_parallelism", "1"),
+            ("ici_expert_parallelism", "1"),
+        )
+    )
+    with pytest.raises(ContractError, match=r"micro_batch_rows=4: .*fsdp=8 x expert=1 = 8"):
+        StandInMaxTextEngine(moved)
+
+
+def test_a_mesh_short_of_the_devices_is_refused_in_one_line():
+    config = small_engine_config(mesh=MeshConfig(fsdp=4), micro_batch_rows=4)
+    with pytest.raises(ContractError, match=r"product of the ICI parallelism 4\): make mesh_fsdp"):
+        StandInMaxTextEngine(config)
+
+
+def test_a_moe_maxtext_cannot_replay_is_refused_naming_the_decoders():
+    config = PRESETS["qwen3-30b-a3b-cell"].engine
+    with pytest.raises(ContractError, match="qwen3_5, mixtral, gemma4"):
+        StandInMaxTextEngine(config)
+
+
+def test_drops_are_counted_only_where_maxtext_measures_them():
+    loss = WeightedMetric(np.array([4.0, 2.0]), np.array([2.0, 2.0]))
+    scalars = {"gradient_norm": np.array([0.5]), "has_moe_overflow": np.array([True, False])}
+    buffer = MetricsBuffer(id=0, weighted_metrics={"loss": loss}, scalar_metrics=scalars)
+    measured = maxtext_metrics.step_metrics(buffer, 7, "step")
+    assert measured["overflow_count"] == 1 and measured["loss"] == 1.5
+    assert measured["replay_count"] is None and measured["mult_prob_error_max"] is None
+    unmeasured = maxtext_metrics.step_metrics(buffer, 7, None)
+    assert unmeasured["overflow_count"] is None
+
+
+def test_overflow_flags_from_maxtext_reach_the_step_metrics():
+    """MaxText's step-fallback flag, per micro-batch, counted against the routes themselves: one
+    micro-batch routes all its pairs, the other half of them, and only the first overflows."""
+    config = small_engine_config(
+        mesh=MeshConfig(fsdp=8),
+        micro_batch_rows=8,
+        trainer_maxtext_keys=(("moe_dropless_fallback", "step"), ("ragged_buffer_factor", "0.6")),
+    )
+    engine = StandInMaxTextEngine(config)
+    full, half = example_payloads_for(config, 2, prefix="drop")
+    rows = np.arange(config.micro_batch_rows)[:, None, None, None]
+    half = dataclasses.replace(half, routed_experts=np.where(rows < 4, half.routed_experts, -1))
+    engine.compile(full)
+    for payload in (full, half):
+        engine.fwd_bwd(payload)
+    engine.update()
+    metrics = engine.get_metrics()
+    buffer = int(config.micro_batch_rows * config.seq_len * config.model.top_k * 0.6)
+    loads = [np.count_nonzero(p.routed_experts[:, :, 0] >= 0) for p in (full, half)]
+    assert loads[0] > buffer >= loads[1]
+    assert metrics["overflow_count"] == 1
+    assert "overflow_count" not in engine.info()["not_measured"]
 
 
 def test_maxtext_itself_lacks_the_staging_methods():
-    hyper = initialize(None, **maxtext_keys(small_engine_config()))
+    _, hyper = stand_in_config(small_engine_config())
     assert missing_methods(MaxTextTrainingEngine(hyper), STAGING_METHODS) == list(STAGING_METHODS)
 
 
@@ -117,7 +251,8 @@ def test_staged_input_lands_on_the_fwd_bwd_input_shardings(conformance):
     for key in placed:
         array = prepared.batch[key]
         assert array.sharding.is_equivalent_to(expected[key], array.ndim), key
-    assert prepared.batch["inputs"].sharding.spec[0] == "fsdp"  # really sharded, not replicated
+    # really sharded as MaxText shards it: rows over fsdp x expert, the sequence over context
+    assert prepared.batch["inputs"].sharding.spec[:2] == (("fsdp", "expert"), "context")
     engine.fwd_bwd(prepared)
     engine.update()
     metrics = engine.get_metrics()
@@ -125,22 +260,67 @@ def test_staged_input_lands_on_the_fwd_bwd_input_shardings(conformance):
     assert metrics["loss_denominator"] == np.count_nonzero(payload.completion_mask)
 
 
-def _arm(stage: StageConfig):
-    """A fresh adapter (same seed, same initial weights) driven through one arm."""
+def _arm(stage: StageConfig, folder):
+    """A fresh adapter (same seed, same initial weights) driven through one arm, run from
+    `folder`/cwd with its results in `folder`/results; 6 micro steps cover the micro steps
+    MaxText's default profiler window would trace."""
     preset = dataclasses.replace(PRESETS["cpu-tiny"], engine=small_engine_config())
-    config = BenchConfig(preset=preset, steps=2, micro_steps=2, distinct_micro_batches=3)
+    config = BenchConfig(
+        preset=preset,
+        steps=2,
+        micro_steps=2,
+        distinct_micro_batches=3,
+        results_dir=folder / "results",
+    )
+    (folder / "cwd").mkdir(parents=True)
     bench = Bench(config, lambda _: None, engine_factory=StandInMaxTextEngine)
-    bench.setup()
-    try:
-        result = bench.run(steps=2, stage=stage)
-        return result, bench.engine.engine.parameters()
-    finally:
-        bench.close()
+    with contextlib.chdir(folder / "cwd"):
+        bench.setup()
+        try:
+            result = bench.run(steps=2, stage=stage)
+            return result, bench.engine.engine.parameters()
+        finally:
+            bench.close()
 
 
 @pytest.fixture(scope="module")
-def staged_and_plain():
-    return _arm(StageConfig()), _arm(StageConfig(before_update=True, issue="after_last"))
+def arm_folders(tmp_path_factory):
+    return tmp_path_factory.mktemp("plain"), tmp_path_factory.mktemp("staged")
+
+
+@pytest.fixture(scope="module")
+def staged_and_plain(arm_folders):
+    plain, staged = arm_folders
+    return (
+        _arm(StageConfig(), plain),
+        _arm(StageConfig(before_update=True, issue="after_last"), staged),
+    )
+
+
+def test_maxtext_writes_only_under_the_results_folder_and_never_profiles(
+    staged_and_plain, arm_folders
+):
+    for folder in arm_folders:
+        assert list((folder / "cwd").iterdir()) == []  # nothing in the caller's folder
+        events = folder / "results" / "engine" / maxtext_keys.RUN_NAME / "tensorboard"
+        assert (events / "events.out.tfevents").is_file()
+        assert list(folder.rglob("*.xplane.pb")) == []  # MaxText's profiler never started
+
+
+def test_an_engine_built_outside_the_driver_writes_into_a_temporary_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    engine = StandInMaxTextEngine(small_engine_config())
+    assert list(tmp_path.iterdir()) == []  # not ./maxtext_output, MaxText's own choice
+    events = Path(engine.output_dir) / maxtext_keys.RUN_NAME / "tensorboard"
+    assert (events / "events.out.tfevents").is_file()
+
+
+def test_unmeasured_drops_and_replays_are_shown_as_such(staged_and_plain):
+    (plain, _), _ = staged_and_plain
+    line = ruler.format_line(plain.records[0])
+    assert " overflow=- replays=- " in line
+    parsed = ruler.parse_line(line)
+    assert (parsed.overflow_count, parsed.replay_count) == (None, None)
 
 
 def test_staged_and_plain_runs_train_the_same_data(staged_and_plain):
