@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from rl_trainer_bench.preflight.hlo_parse import Computation, HloModule, HloParseError, Instruction
 
@@ -20,35 +20,49 @@ def execution_counts(module: HloModule) -> dict[str, int]:
     """How often each control-flow computation runs per execution of the entry.
 
     Only computations reached through `while`, `call` and `conditional` hold collectives that run
-    on their own; a while body runs its trip count times (see `trip_count`). HLO has no
-    recursion, so a computation that calls itself, directly or not, is damaged text: refused.
+    on their own (an async-start's wrapped collective is reported at the start, not visited).
     """
     counts: dict[str, int] = {}
+    for computation, times in control_flow_runs(module, [module.entry.name]):
+        counts[computation.name] = counts.get(computation.name, 0) + times
+    return counts
+
+
+def control_flow_runs(
+    module: HloModule,
+    starts: Iterable[str],
+    enters: Callable[[Instruction], bool] = lambda instruction: False,
+) -> Iterator[tuple[Computation, int]]:
+    """Each computation that running `starts` once each runs, with how often, by control flow:
+    a `while` runs its body and condition its trip count times (`trip_count`), `call` and
+    `conditional` their computations once, and so does any instruction `enters` accepts. A
+    computation reached twice is yielded twice. HLO has no recursion, so a computation that calls
+    itself, directly or not, is damaged text: refused.
+    """
     calling: list[str] = []
 
-    def visit(name: str, times: int) -> None:
+    def visit(name: str, times: int) -> Iterator[tuple[Computation, int]]:
         computation = module.computations.get(name)
         if computation is None:
             return
         if name in calling:
             raise recursion_error(computation, calling)
         calling.append(name)
-        counts[name] = counts.get(name, 0) + times
+        yield computation, times
         for instruction in computation.instructions:
             if instruction.opcode == "while":
                 trips = trip_count(instruction, computation, module)
                 for key in ("body", "condition"):
                     called = instruction.attribute(key)
                     if called:
-                        visit(called.lstrip("%"), times * trips)
-            elif instruction.opcode in ("call", "conditional"):
-                # (an async-start's wrapped collective is reported at the start, not visited)
+                        yield from visit(called.lstrip("%"), times * trips)
+            elif instruction.opcode in ("call", "conditional") or enters(instruction):
                 for called in instruction.called_computations():
-                    visit(called, times)
+                    yield from visit(called, times)
         calling.pop()
 
-    visit(module.entry.name, 1)
-    return counts
+    for name in starts:
+        yield from visit(name, 1)
 
 
 def recursion_error(computation: Computation, calling: list[str]) -> HloParseError:

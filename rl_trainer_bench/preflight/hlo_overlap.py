@@ -32,9 +32,8 @@ import numpy as np
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight.hlo_counts import (
     FlopCounter,
+    control_flow_runs,
     execution_counts,
-    recursion_error,
-    trip_count,
 )
 from rl_trainer_bench.preflight.hlo_parse import (
     Computation,
@@ -329,33 +328,19 @@ def _wraps_computations(instruction: Instruction) -> bool:
 
 
 def _wrapped_collectives(start: Instruction, module: HloModule) -> list[_Located]:
-    """Every collective in the computations an async wrapper runs, in text order, descending into
-    calls, conditionals, nested wrappers and loops (a loop's body runs its trip count times)."""
-    found: list[_Located] = []
-    calling: list[str] = []
+    """Every collective in the computations an async wrapper runs, descending into calls,
+    conditionals, nested wrappers and loops (a loop's body runs its trip count times)."""
 
-    def visit(name: str, times: int) -> None:
-        computation = module.computations.get(name)
-        if computation is None:
-            return
-        if name in calling:
-            raise recursion_error(computation, calling)
-        calling.append(name)
-        for instruction in computation.instructions:
-            kind, _ = _own_kind(instruction)
-            if kind is not None:
-                found.append(_Located(instruction, computation, kind, times))
-            elif instruction.opcode == "while":
-                body = (instruction.attribute("body") or "").lstrip("%")
-                visit(body, times * trip_count(instruction, computation, module))
-            elif instruction.opcode in ("call", "conditional") or _wraps_computations(instruction):
-                for called in instruction.called_computations():
-                    visit(called, times)
-        calling.pop()
+    def enters(instruction: Instruction) -> bool:
+        return _own_kind(instruction)[0] is None and _wraps_computations(instruction)
 
-    for name in start.called_computations():
-        visit(name, 1)
-    return found
+    return [
+        _Located(instruction, computation, kind, times)
+        for computation, times in control_flow_runs(module, start.called_computations(), enters)
+        for instruction in computation.instructions
+        for kind in [_own_kind(instruction)[0]]
+        if kind is not None
+    ]
 
 
 def _moved_bytes(located: _Located) -> int:

@@ -138,7 +138,11 @@ def interleaved_run(
         staged = f"bench_{step + 1}_0" if closing != not_staging else None
         records.append(record(step, step_s, warmup=step < schedule.warmup_steps, staged=staged))
         clock += step_s
-    stages_at = [b != not_staging for b in schedule.boundaries]
+    return interleaved_arm(records, [b != not_staging for b in schedule.boundaries])
+
+
+def interleaved_arm(records, stages_at: list[bool]) -> ArmRun:
+    """An interleaved run of `records` whose boundaries staged where `stages_at` says."""
     return ArmRun(
         label="interleaved",
         setting="interleaved",

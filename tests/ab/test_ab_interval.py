@@ -8,11 +8,10 @@ design's Student's t against critical values written in the test.
 
 import numpy as np
 import pytest
-from ab_synthetic import arm, record
+from ab_synthetic import arm, interleaved_arm, record
 
 from rl_trainer_bench.ab import interleave
 from rl_trainer_bench.ab import score as ab_score
-from rl_trainer_bench.bench.ruler import ArmRun
 
 # Four arms of 12 scored steps, times in seconds: the settings' spreads differ so that the
 # resampled medians of the two do not mirror each other.
@@ -73,18 +72,7 @@ def _interleaved(differences):
         record(step, times[step], warmup=step < schedule.warmup_steps)
         for step in range(schedule.total_steps)
     ]
-    stages_at = [boundary == "on" for boundary in schedule.boundaries]
-    run = ArmRun(
-        label="interleaved",
-        setting="interleaved",
-        staged=True,
-        records=records,
-        updates=len(records),
-        stages=sum(stages_at),
-        recompiles=[],
-        stages_at=stages_at,
-    )
-    return run, schedule
+    return interleaved_arm(records, [b == "on" for b in schedule.boundaries]), schedule
 
 
 def test_interleaved_interval_is_students_t_at_95_percent_over_units():
