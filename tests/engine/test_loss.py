@@ -81,13 +81,13 @@ def _loss_and_grads(batch, beta):
     hidden = jax.random.normal(jax.random.key(0), (1, 8, 6))
     head = jax.random.normal(jax.random.key(1), (6, 10))
 
-    def total(h, w):
-        loss_sum, stats = loss.micro_batch_loss(h, w, batch, config)
+    def total(h, w, arrays):
+        loss_sum, stats = loss.micro_batch_loss(h, w, arrays, config)
         return loss_sum / stats["loss_denominator"], stats
 
     with jax.set_mesh(make_mesh(MeshConfig(), jax.devices()[:1])):
-        (value, stats), grads = jax.value_and_grad(total, argnums=(0, 1), has_aux=True)(
-            hidden, head
+        (value, stats), grads = jax.jit(jax.value_and_grad(total, argnums=(0, 1), has_aux=True))(
+            hidden, head, batch
         )
     return value, grads, stats
 

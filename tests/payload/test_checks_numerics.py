@@ -16,19 +16,25 @@ from rl_trainer_bench.payload.checks import (
 from rl_trainer_bench.payload.routing_profile import load_profile
 
 TINY = preset("cpu-tiny").engine
+# cpu-tiny cut to its one full-attention layer, MoE and all: what these checks judge is the same,
+# and each engine run compiles in a third of cpu-tiny's time (linear attention compiles slowly on
+# the CPU; tests/engine/test_linear_attention.py checks its numerics).
+ONE_LAYER = dataclasses.replace(
+    TINY, model=dataclasses.replace(TINY.model, num_layers=1, layer_types=("full_attention",))
+)
 
 
 @pytest.mark.slow
 def test_bfloat16_logits_pass_and_each_comparison_can_fail():
-    payload = build_micro_batch(TINY, load_profile(None), seed=0, index=0)
-    bf16 = default_knobs(TINY)[0]
+    payload = build_micro_batch(ONE_LAYER, load_profile(None), seed=0, index=0)
+    bf16 = default_knobs(ONE_LAYER)[0]
     assert bf16.name == "loss.logits_dtype=bfloat16"
     tight = [  # the same setting (run once), one tolerance below what bfloat16 logits change
         dataclasses.replace(bf16, name="tight loss", loss_rtol=1e-7),
         dataclasses.replace(bf16, name="tight grad norm", grad_norm_rtol=1e-7),
         dataclasses.replace(bf16, name="tight logp", logp_atol=1e-7),
     ]
-    reference, results = check_numerics(TINY, payload, (bf16, *tight))
+    reference, results = check_numerics(ONE_LAYER, payload, (bf16, *tight))
     assert reference.mask.sum() == (payload.completion_mask != 0).sum()  # the loss's tokens
     rounding = results[0]
     assert rounding.passed, format_numerics(reference, results)
@@ -42,8 +48,8 @@ def test_bfloat16_logits_pass_and_each_comparison_can_fail():
 
 @pytest.mark.slow
 def test_the_token_sorted_dropless_layout_matches_the_capacity_reference():
-    payload = build_micro_batch(TINY, load_profile(None), seed=0, index=0)
-    (knob,) = [k for k in default_knobs(TINY) if k.name == "moe.dropless_compute=ragged_dot"]
-    reference, results = check_numerics(TINY, payload, (knob,))
+    payload = build_micro_batch(ONE_LAYER, load_profile(None), seed=0, index=0)
+    (knob,) = [k for k in default_knobs(ONE_LAYER) if k.name == "moe.dropless_compute=ragged_dot"]
+    reference, results = check_numerics(ONE_LAYER, payload, (knob,))
     assert results[0].passed, format_numerics(reference, results)
-    assert numerics_reference(TINY).moe.dropless_compute == "capacity"  # two different layouts
+    assert numerics_reference(ONE_LAYER).moe.dropless_compute == "capacity"  # two different layouts
