@@ -141,20 +141,20 @@ def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _seed(text: str) -> int:
-    try:
-        return values.whole_number("seed", text, 0, MAX_SEED)
-    except ConfigError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give a whole number from 0 to 2^64-1"
-        ) from None
+def _whole_number(name: str, minimum: int, maximum: int, shown_maximum: str):
+    """An argparse type: a whole number in minimum..maximum, or argparse's own one-line error."""
+
+    def parse(text: str) -> int:
+        try:
+            return values.whole_number(name, text, minimum, maximum)
+        except ConfigError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: give a whole number from {minimum} to {shown_maximum}"
+            ) from None
+
+    return parse
 
 
-def _step_count(text: str) -> int:
-    """A count of steps: 1..MAX_STEPS (an A/B holds every record of every arm in memory)."""
-    try:
-        return values.whole_number("steps", text, 1, MAX_STEPS)
-    except ConfigError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give a whole number from 1 to {MAX_STEPS:,}"
-        ) from None
+_seed = _whole_number("seed", 0, MAX_SEED, "2^64-1")
+# An A/B holds every record of every arm in memory, so step counts are bounded like the knobs'.
+_step_count = _whole_number("steps", 1, MAX_STEPS, f"{MAX_STEPS:,}")
