@@ -19,9 +19,9 @@ from rl_trainer_bench.launch.client_command import shell_quote
 SCRIPT_NAME = "rl-trainer-bench-pod"
 CODE_DIR_VARIABLE = "BENCH_CODE_DIR"
 DRIVER_MODULE = "rl_trainer_bench.bench.driver"
-# Unpacks the base64 tar.xz (lines, newlines skipped) on stdin into the folder argv[1] with nothing but Python's standard
-# library (`code_bundle.bundle`); the data filter where the Python has one (3.12, and 3.8-3.11
-# patch releases from 2023).
+# Unpacks the base64 tar.xz on stdin (lines; b64decode skips the newlines) into the folder argv[1]
+# with nothing but Python's standard library (`code_bundle.bundle`); the data filter where the
+# Python has one (3.12, and 3.8-3.11 patch releases from 2023).
 UNPACK = (
     "import base64, io, sys, tarfile; "
     "archive = tarfile.open(fileobj=io.BytesIO(base64.b64decode(sys.stdin.buffer.read())), mode='r:xz'); "
