@@ -4,10 +4,12 @@
 #   TRAINER_ARGV  ENGINE_FLAGS  STAGE_BEFORE_UPDATE (on|off)  AOT_LAYERS (compile N and 2N layers and
 #   extrapolate; default 0 = full depth)  MICRO_STEPS (for the predicted step; default: the preset's)
 #   ROUTING_PROFILE  SEED (the micro-batch whose replay chance the estimate reads)
+#   AOT_MIN_HEADROOM (percent of a device's memory the peak must leave free; default 5)
 #   PYTHON (interpreter, default python3)
 # e.g. PRESET=cpu-tiny TRAINER_SLICE=v5e:2x2 bash aot_bench.sh
 # The report goes to stdout and logs/aot-bench-<time>.log, its JSON to logs/aot-bench-<time>.json.
-# Exit status: 0 fits, 1 does not fit (or a program failed to compile), 2 bad input.
+# Exit status: 0 fits with the margin free, 1 does not fit, fits inside the margin or a program
+# failed to compile, 2 bad input.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 stamp="$(date -u +%Y%m%dT%H%M%SZ)"
@@ -22,6 +24,7 @@ args=(
   --layers="${AOT_LAYERS:-0}"
   --micro-steps="${MICRO_STEPS:-0}"
   --seed="${SEED:-0}"
+  --min-headroom="${AOT_MIN_HEADROOM:-5}"
   --output="$here/logs/aot-bench-$stamp.json"
 )
 if [[ -n "${ROUTING_PROFILE:-}" ]]; then

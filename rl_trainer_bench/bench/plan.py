@@ -15,11 +15,14 @@ from collections.abc import Iterable, Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.bench import micro_batch_memory
+from rl_trainer_bench.bench.state_memory import state_memory
 from rl_trainer_bench.config.engine_keys import engine_config_from, trainer_key_fates
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig, driver_knobs
+from rl_trainer_bench.config.presets import TrainerDifference
 from rl_trainer_bench.config.trainer_maxtext import FATES, TrainerKey
 from rl_trainer_bench.engine.config import EngineConfig, config_problems
 from rl_trainer_bench.errors import ConfigError
+from rl_trainer_bench.units import human_bytes
 
 PLAN_PREFIX = "plan:"
 
@@ -34,6 +37,8 @@ class Plan:
     layout: str  # how the synthetic micro-batches are packed
     trainer_keys: tuple[TrainerKey, ...] = ()  # the trainer's MaxText keys and their fates
     replay: str = ""  # the routing profile's forecast of replays at the cell's MoE settings
+    # The preset's keys that still differ from the trainer's once its keys are applied, with why.
+    differences: tuple[TrainerDifference, ...] = ()
 
     @property
     def trainer_slice(self) -> TpuSlice | None:
@@ -84,6 +89,8 @@ class Plan:
                 f" stage={config.stage.describe()}",
             ),
             ("moe", self.replay),
+            ("device memory", self.device_memory()),
+            *(("preset differs from the trainer", d.describe()) for d in self.differences),
             ("engine", config.engine),
             ("engine keys not applied", " ".join(self.unapplied) or "-"),
             ("trainer MaxText keys", self.trainer_keys_summary()),
@@ -92,6 +99,28 @@ class Plan:
         return [f"{PLAN_PREFIX} {name}: {text}" for name, text in rows] + [
             f"{PLAN_PREFIX} ok: every knob is valid; nothing ran on a device"
         ]
+
+    def device_memory(self) -> str:
+        """The state per device against the slice's device memory, and the command that compiles
+        the programs for the rest (`state_memory`): the plan compiles nothing."""
+        state = state_memory(self.engine)
+        where = "in host memory" if state.optimizer_on_host else "on the device"
+        text = (
+            f"state on the device {human_bytes(state.on_device)} per device (parameters"
+            f" {human_bytes(state.params)}, gradient sum {human_bytes(state.grad_sum)}; optimizer"
+            f" state {human_bytes(state.optimizer)} {where})"
+        )
+        tpu_slice = self.trainer_slice
+        if tpu_slice is None:
+            return text + "; no TRAINER_SLICE: not compared with a device's memory"
+        chip = tpu_slice.chip
+        device = int(chip.per_device(chip.memory_bytes))
+        return (
+            f"{text} of {human_bytes(device)} per {chip.name} device; the programs' temporaries"
+            f" are known once compiled: rl-trainer-bench aot --preset {self.config.preset.name}"
+            f" --target {tpu_slice.name} with this TRAINER_ARGV and ENGINE_FLAGS (the peak and"
+            " the 5% margin)"
+        )
 
     def trainer_keys_summary(self) -> str:
         """`12 (5 applied, 7 no equivalent)`, or `none` when the trainer's command sets none."""
@@ -117,7 +146,9 @@ def resolve(config: BenchConfig, host_bytes: int | None = None) -> Plan:
     )
     fates = tuple(trainer_key_fates(config.trainer_argv, config.engine_flags))
     layout = _layout(engine, config.orch_argv)
-    return Plan(config, engine, tuple(unapplied), layout, fates, _replay(config, engine))
+    differences = tuple(d for d in config.preset.differs_from_trainer if d.holds(engine))
+    replay = _replay(config, engine)
+    return Plan(config, engine, tuple(unapplied), layout, fates, replay, differences)
 
 
 def refuse_engine_config_problems(engine: EngineConfig, preset_name: str) -> None:

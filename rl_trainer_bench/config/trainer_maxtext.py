@@ -39,6 +39,7 @@ SAME_MEANING: Mapping[str, str] = {
     "num_moe_token_chunks": "num_moe_token_chunks",
     "retry_when_tokens_dropped": "retry_when_tokens_dropped",
     "mu_dtype": "mu_dtype",
+    "optimizer_memory_host_offload": "optimizer_memory_host_offload",
 }
 # Remat policies the engine has by the same name (MaxText's full and minimal; none for a trainer
 # argv written for the engine).

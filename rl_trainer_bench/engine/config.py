@@ -305,7 +305,8 @@ def leaf_fields(
     return leaves
 
 
-def _value(config: EngineConfig, path: str) -> Any:
+def value_at(config: EngineConfig, path: str) -> Any:
+    """The value of the dotted field `path` (e.g. `optimizer.mu_dtype`) of `config`."""
     for part in path.split("."):
         config = getattr(config, part)
     return config
@@ -319,7 +320,7 @@ def config_problems(config: EngineConfig) -> list[str]:
     """
     problems = []
     for path, field, kind in leaf_fields():
-        value, allowed = _value(config, path), choices(kind)
+        value, allowed = value_at(config, path), choices(kind)
         if allowed is not None and value not in allowed:
             problems.append(f"{path}={value!r}: must be one of {', '.join(allowed)}")
         minimum = field.metadata.get("minimum")

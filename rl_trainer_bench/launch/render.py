@@ -302,6 +302,9 @@ def run(args) -> int:
     print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
     print(f"render: the pod times {pod_plan.cell()}", file=sys.stderr)
     print(f"render: moe: {pod_plan.replay}", file=sys.stderr)
+    print(f"render: device memory: {pod_plan.device_memory()}", file=sys.stderr)
+    for difference in pod_plan.differences:
+        print(f"render: preset differs from the trainer: {difference.describe()}", file=sys.stderr)
     print(f"render: trainer MaxText keys: {pod_plan.trainer_keys_summary()}", file=sys.stderr)
     for key in pod_plan.trainer_keys:
         print(f"render: trainer key {key.describe()}", file=sys.stderr)

@@ -159,6 +159,12 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
         " retry_when_tokens_dropped=true: P(replay)=1.00 per micro-batch (capacity 320 slots per"
         " expert per group of 4,096 tokens), forecast by the shipped synthetic routing profile"
         " default.json",
+        # 30.5 B parameters over 8 devices: float32 parameters and gradient sum, Adam's two moments
+        "render: device memory: state on the device 56.87 GiB per device (parameters 14.22 GiB,"
+        " gradient sum 14.22 GiB; optimizer state 28.44 GiB on the device) of 95.00 GiB per v5p"
+        " device; the programs' temporaries are known once compiled: rl-trainer-bench aot"
+        " --preset qwen3-30b-a3b-cell --target v5p:2x2x2 with this TRAINER_ARGV and ENGINE_FLAGS"
+        " (the peak and the 5% margin)",
         # the fixture's MAXTEXT_EXTRA_FLAGS spells its keys as flags, which MaxText has no key for
         "render: trainer MaxText keys: 2 (2 no equivalent)",
         "render: trainer key --remat_policy=full: no equivalent",

@@ -45,6 +45,7 @@ def test_rows_are_xla_memory_analysis(compiled_cell):
         assert row.alias == analysis.alias_size_in_bytes
         assert row.temp == analysis.temp_size_in_bytes
         assert row.generated_code == analysis.generated_code_size_in_bytes
+        assert row.live_peak == analysis.peak_memory_in_bytes > 0
         assert row.resident == (
             analysis.argument_size_in_bytes
             + analysis.output_size_in_bytes
@@ -86,6 +87,7 @@ def test_report_peak_headroom_and_verdict(compiled_cell):
     assert document["peak_bytes"] == report.peak and document["fits"] is True
     text = aot_report.format_report(report)
     assert "FITS" in text and human_bytes(report.peak) in text
+    assert f"(peak_memory_in_bytes): fwd_bwd {human_bytes(fwd_bwd.live_peak)}, update" in text
     assert "STAGE_BEFORE_UPDATE=on" in text
     # Adam's step counters are the only state leaves not split over the 8 devices.
     assert [path for path, _ in report.unsharded_state] == [
@@ -106,6 +108,53 @@ def test_an_offloaded_optimizer_state_is_reported_in_host_memory_not_beside(comp
     text = aot_report.format_report(report)
     assert f"in host memory (not on the device) {human_bytes(report.state['host_memory'])}" in text
     assert "host_memory" not in text
+
+
+def test_a_peak_inside_the_memory_but_within_the_margin_is_below_the_margin(compiled_cell):
+    """3% of the device free: it fits, the 5% margin is not met, and the report says by how much
+    and what host offload of the optimizer state would leave (labelled an estimate)."""
+    cell, _, rows = compiled_cell
+    report = check.assemble(cell, rows, [2], stage_before_update=False, seconds=1.0)
+    peak = max(r.resident + (report.state["opt_state"] if r.name == "fwd_bwd" else 0) for r in rows)
+    memory = peak * 100 // 97
+    report.memory_bytes = memory
+    assert report.fits is True and report.margin_met is False
+    short = math.ceil(0.05 * memory) - (memory - peak)
+    fwd_bwd, update = (next(r for r in rows if r.name == n) for n in ("fwd_bwd", "update"))
+    offload = max(fwd_bwd.resident, update.resident)  # nothing of the optimizer beside either
+    text = aot_report.format_report(report)
+    assert f"margin: BELOW the 5% margin ({human_bytes(math.ceil(0.05 * memory))}) by" in text
+    assert f"by {human_bytes(short)}: the peak would have to be" in text
+    assert (
+        f"optimizer_memory_host_offload=true the optimizer state's {human_bytes(report.state['opt_state'])}"
+        in text
+    )
+    assert f"peak {human_bytes(offload)} (" in text and "ESTIMATE" in text
+    document = report.to_json()
+    assert document["margin_met"] is False and document["offload_peak_bytes_estimate"] == offload
+    report.min_headroom = 0.02
+    assert report.margin_met is True
+    assert "margin: the 2% margin" in aot_report.format_report(report)
+    report.memory_bytes = peak - 1
+    assert report.fits is False and report.margin_met is False
+    assert "margin" not in aot_report.format_report(report)
+
+
+def test_an_offloaded_optimizer_state_has_no_offload_estimate(compiled_cell):
+    _, _, rows = compiled_cell
+    cell = check.resolve_cell(
+        "cpu-tiny", "local", engine_flags=f"{FLAGS} optimizer_memory_host_offload=true"
+    )
+    report = check.assemble(cell, rows, [2], stage_before_update=False, seconds=1.0)
+    report.memory_bytes = report.peak + 1
+    assert report.margin_met is False and report.offload_peak is None
+    assert "optimizer_memory_host_offload=true" not in aot_report.format_report(report)
+
+
+@pytest.mark.parametrize("value", ["-1", "51", "five", "nan", ""])
+def test_a_bad_margin_is_refused_before_any_compile(capsys, value):
+    assert cli.main(["aot", "--min-headroom", value]) == 2
+    assert "--min-headroom" in capsys.readouterr().err
 
 
 def test_beside_each_program_is_the_state_it_does_not_take():
@@ -191,9 +240,13 @@ def test_extrapolation_is_linear_in_layers():
     assert row.flops == pytest.approx(5.0 + 2.0 * 58)
     assert row.bytes_accessed == pytest.approx(7.0 + 0.5 * 58)
     assert row.xla_optimal_seconds is None  # XLA gave no time at either depth
+    assert row.live_peak is None  # nor a live peak
     timed = [dataclasses.replace(r, xla_optimal_seconds=t) for r, t in ((shallow, 1), (deep, 2))]
     (row,) = depth.extrapolate([[timed[0]], [timed[1]]], [2, 4], 60)
     assert row.xla_optimal_seconds == pytest.approx(1 + 0.5 * 58)
+    peaks = [dataclasses.replace(r, live_peak=p) for r, p in ((shallow, 100), (deep, 150))]
+    (row,) = depth.extrapolate([[peaks[0]], [peaks[1]]], [2, 4], 60)
+    assert row.live_peak == 100 + 25 * 58
 
 
 def test_time_estimate_in_text_and_json_is_labelled_an_estimate(compiled_cell):

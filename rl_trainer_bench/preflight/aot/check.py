@@ -27,7 +27,7 @@ from rl_trainer_bench.preflight import program_cost, step_estimate
 from rl_trainer_bench.preflight.aot.compile import ProgramMemory, compile_programs
 from rl_trainer_bench.preflight.aot.depth import depths_to_compile, extrapolate, with_layers
 from rl_trainer_bench.preflight.aot.engine_module import aot_engine_module, beside_table
-from rl_trainer_bench.preflight.aot.report import AotReport
+from rl_trainer_bench.preflight.aot.report import MIN_HEADROOM, AotReport
 from rl_trainer_bench.preflight.aot.targets import LOCAL, Target, resolve_target
 
 
@@ -121,11 +121,13 @@ def run_check(
     micro_steps: int = 0,
     routing_profile: str | None = None,
     seed: int = 0,
+    min_headroom: float = MIN_HEADROOM,
 ) -> AotReport:
     """Compile the preset's programs for the target and build the memory report, with the
     predicted step of `micro_steps` (0: the preset's) micro-batches where the chip is known.
 
     `progress` gets one line per compiled program: a full-size compile takes minutes.
+    `min_headroom`: the fraction of a device's memory the peak must leave free for the margin.
     """
     module = aot_engine_module(engine)
     from rl_trainer_bench.payload.routing_profile import load_profile
@@ -150,6 +152,7 @@ def run_check(
     seconds = time.perf_counter() - started
     report = assemble(cell, programs, depths, stage_before_update, seconds, module)
     report.host_peak_bytes = host_peak_bytes()
+    report.min_headroom = min_headroom
     if report.roofline is None:
         report.step_note = (
             f"no peak FLOP/s and HBM bandwidth in the chip table for {cell.target.device_kind!r}"
@@ -202,6 +205,8 @@ def assemble(
     roofline = cell.target.roofline
     for program in programs:
         program.beside = residency.beside(program.name, state, table)
+        if "opt_state" in table[program.name]:
+            program.optimizer_beside = state["opt_state"]
         if roofline is not None and program.compiled:
             program.roofline_seconds = program_cost.roofline_seconds(
                 program.flops, program.bytes_accessed, *roofline

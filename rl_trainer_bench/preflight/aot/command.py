@@ -6,7 +6,9 @@ command runs. libtpu's start-up noise on a CPU host is kept off the screen (`qui
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError, UserError
 from rl_trainer_bench.io import check_output_file, write_text_atomically
 from rl_trainer_bench.preflight.aot.check import run_check
-from rl_trainer_bench.preflight.aot.report import format_report
+from rl_trainer_bench.preflight.aot.report import MIN_HEADROOM, format_report
 from rl_trainer_bench.preflight.aot.targets import LOCAL
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 
@@ -65,12 +67,32 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--seed", type=int, default=0, help="seed of the micro-batch the estimate reads (SEED)"
     )
+    parser.add_argument(
+        "--min-headroom",
+        type=headroom_percent,
+        default=100 * MIN_HEADROOM,
+        metavar="PERCENT",
+        help=f"the margin: percent of a device's memory the peak must leave free (default"
+        f" {100 * MIN_HEADROOM:g}; 0 checks the fit alone)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--output", metavar="FILE", help="also write the JSON report to FILE")
 
 
+def headroom_percent(text: str) -> float:
+    """--min-headroom: a percent from 0 to 50, with or without the % sign."""
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 50:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a percent from 0 to 50, e.g. 5")
+    return value
+
+
 def run(args) -> int:
-    """Exit 0 when the cell fits, 1 when it does not (or a program failed), 2 for bad input."""
+    """Exit 0 when the cell fits with the margin free, 1 when it does not (or a program failed),
+    2 for bad input."""
     if args.stage_before_update not in ("on", "off"):
         raise ConfigError(f"STAGE_BEFORE_UPDATE={args.stage_before_update!r}: expected on or off")
     if not 0 <= args.micro_steps <= MAX_MICRO_STEPS:
@@ -92,9 +114,10 @@ def run(args) -> int:
             routing_profile=args.routing_profile,
             seed=args.seed,
             engine=engine_spec(args.engine, "--engine"),
+            min_headroom=args.min_headroom / 100,
         )
     document = json.dumps(report.to_json(), indent=1)
     if args.output:
         write_text_atomically(Path(args.output), document + "\n")
     print(document if args.json else format_report(report))
-    return 0 if report.fits else 1
+    return 0 if report.margin_met else 1

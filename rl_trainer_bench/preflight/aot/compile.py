@@ -57,6 +57,13 @@ class ProgramMemory:
     temp: int = 0
     generated_code: int = 0
     beside: int = 0  # state not among its arguments (see residency.STATE_PARTS)
+    # The optimizer state's part of `beside` (0 when it is in host memory).
+    optimizer_beside: int = 0
+    # XLA's own peak of the buffers live at once, arguments included (`peak_memory_in_bytes`),
+    # where the backend gives it. Not the device's peak: the production cell's replay has 55.78 GiB
+    # live at most in 83.66 GiB resident, XLA's temporaries being one block sized by how it packs
+    # them (BENCHMARKS.md, "What moves the replay's 72 GiB").
+    live_peak: int | None = None
     # XLA's cost analysis per device, as XLA gives it (each loop body once) ...
     xla_flops: float = 0.0
     xla_bytes_accessed: float = 0.0
@@ -95,6 +102,7 @@ def measure(compiled, name: str, seconds: float) -> ProgramMemory:
         alias=int(analysis.alias_size_in_bytes),
         temp=int(analysis.temp_size_in_bytes),
         generated_code=int(analysis.generated_code_size_in_bytes),
+        live_peak=_live_peak(analysis),
         xla_flops=cost.xla_flops,
         xla_bytes_accessed=cost.xla_bytes_accessed,
         xla_optimal_seconds=cost.xla_optimal_seconds,
@@ -102,6 +110,12 @@ def measure(compiled, name: str, seconds: float) -> ProgramMemory:
         bytes_accessed=cost.bytes_accessed,
         compile_seconds=seconds,
     )
+
+
+def _live_peak(analysis) -> int | None:
+    """`peak_memory_in_bytes` where this JAX and backend report it (0 or absent: unknown)."""
+    peak = getattr(analysis, "peak_memory_in_bytes", None)
+    return int(peak) if peak else None
 
 
 def failed(name: str, error: BaseException, seconds: float) -> ProgramMemory:

@@ -48,5 +48,7 @@ def extrapolate(
             setattr(row, field, scaled(getattr(a, field), getattr(b, field)))
         if a.xla_optimal_seconds is not None and b.xla_optimal_seconds is not None:
             row.xla_optimal_seconds = scaled(a.xla_optimal_seconds, b.xla_optimal_seconds)
+        if a.live_peak is not None and b.live_peak is not None:
+            row.live_peak = round(scaled(a.live_peak, b.live_peak))
         rows.append(row)
     return rows

@@ -7,10 +7,16 @@ as measurements.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from rl_trainer_bench.preflight import step_estimate
 from rl_trainer_bench.preflight.aot.compile import ProgramMemory
 from rl_trainer_bench.units import human_bytes
+
+# The margin a program's device peak should leave free, as a fraction of the device's memory: room
+# for what no compile sees (the runtime's own buffers, fragmentation across programs, a libtpu that
+# plans a little differently on the pod). `aot --min-headroom` sets another.
+MIN_HEADROOM = 0.05
 
 
 @dataclasses.dataclass
@@ -36,6 +42,7 @@ class AotReport:
     step_note: str = ""  # why there is no predicted step, when there is none
     # State leaves not split over every device, with their bytes per device (`unsharded_state`).
     unsharded_state: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    min_headroom: float = MIN_HEADROOM  # the margin, as a fraction of `memory_bytes`
 
     @property
     def estimate(self) -> bool:
@@ -56,6 +63,30 @@ class AotReport:
         if self.headroom is None or any(not p.compiled for p in self.programs):
             return None
         return self.headroom >= 0
+
+    @property
+    def margin_bytes(self) -> int | None:
+        """The headroom the margin asks for, in bytes."""
+        return (
+            None if self.memory_bytes is None else math.ceil(self.min_headroom * self.memory_bytes)
+        )
+
+    @property
+    def margin_met(self) -> bool | None:
+        """Fits with at least the margin free; None where the fit itself is unknown."""
+        if self.fits is None:
+            return None
+        return bool(self.fits) and self.headroom >= self.margin_bytes
+
+    @property
+    def offload_peak(self) -> int | None:
+        """ESTIMATE: the device peak with the optimizer state in host memory between updates, from
+        these compiles: each program's peak less the optimizer state beside it. XLA may plan other
+        temporaries once told that memory is free, so this is not a compile's figure. None when the
+        state is not in device memory or a program did not compile."""
+        if not self.state.get("opt_state") or any(not p.compiled for p in self.programs):
+            return None
+        return max(p.peak - p.optimizer_beside for p in self.programs)
 
     def to_json(self) -> dict:
         return {
@@ -80,6 +111,10 @@ class AotReport:
             "peak_bytes": self.peak,
             "headroom_bytes": self.headroom,
             "fits": self.fits,
+            "min_headroom": self.min_headroom,
+            "margin_bytes": self.margin_bytes,
+            "margin_met": self.margin_met,
+            "offload_peak_bytes_estimate": self.offload_peak,
             "layers": self.layers,
             "compiled_layers": list(self.compiled_layers),
             "estimate": self.estimate,
@@ -153,6 +188,14 @@ def _program_table(report: AotReport) -> list[str]:
             p.peak,
         )
         lines.append(f"{p.name:<18}" + "".join(f"{human_bytes(v):>12}" for v in values))
+    live = [f"{p.name} {human_bytes(p.live_peak)}" for p in report.programs if p.live_peak]
+    if live:
+        lines.append(
+            "XLA's own peak of live buffers, arguments included (peak_memory_in_bytes): "
+            + ", ".join(live)
+            + "; for reference: the device holds the resident bytes, XLA's temporaries being"
+            " one block sized by how it packs them"
+        )
     return lines
 
 
@@ -178,16 +221,51 @@ def _memory_verdict(report: AotReport) -> list[str]:
     lines = [f"state per device: {state}"]
     memory = human_bytes(report.memory_bytes) if report.memory_bytes is not None else "unknown"
     verdict = {True: "FITS", False: "DOES NOT FIT", None: "UNKNOWN"}[report.fits]
-    headroom = human_bytes(report.headroom) if report.headroom is not None else "n/a"
+    headroom = "n/a"
+    if report.headroom is not None:
+        headroom = (
+            f"{human_bytes(report.headroom)} ({_percent(report.headroom, report.memory_bytes)})"
+        )
     lines.append(
         f"device peak {human_bytes(report.peak)} of {memory} ({report.memory_source}); "
         f"headroom {headroom}: {verdict}"
     )
+    lines += _margin(report)
     if report.unsharded_state:
         leaves = ", ".join(f"{path} {human_bytes(n)}" for path, n in report.unsharded_state)
         lines.append(f"state not split over all {report.devices} devices: {leaves}")
     if report.unapplied_keys:
         lines.append(f"keys the built-in engine does not apply: {', '.join(report.unapplied_keys)}")
+    return lines
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%"
+
+
+def _margin(report: AotReport) -> list[str]:
+    """Whether the peak leaves the margin free, by how much it falls short, and what host offload
+    of the optimizer state would leave (an estimate) when the state is in device memory."""
+    if not report.fits:
+        return []
+    margin = f"{100 * report.min_headroom:g}% margin ({human_bytes(report.margin_bytes)})"
+    if report.margin_met:
+        return [f"margin: the {margin} is free at the peak"]
+    short = report.margin_bytes - report.headroom
+    limit = report.memory_bytes - report.margin_bytes
+    lines = [
+        f"margin: BELOW the {margin} by {human_bytes(short)}: the peak would have to be"
+        f" {human_bytes(limit)} or less"
+    ]
+    offload = report.offload_peak
+    if offload is not None:
+        lines.append(
+            f"  with optimizer_memory_host_offload=true the optimizer state's"
+            f" {human_bytes(report.state['opt_state'])} per device leaves the device between"
+            f" updates: peak {human_bytes(offload)}"
+            f" ({_percent(report.memory_bytes - offload, report.memory_bytes)} headroom),"
+            " ESTIMATE from these compiles (XLA may plan other temporaries; compile it to know)"
+        )
     return lines
 
 

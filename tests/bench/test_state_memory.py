@@ -1,0 +1,88 @@
+"""The plan's device memory line: the state per device from the parameter count, checked against
+the shard shapes JAX lays out and against libtpu's figures for the production cell."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import jax
+import pytest
+
+from rl_trainer_bench.bench import plan
+from rl_trainer_bench.bench.state_memory import state_memory
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.engine import programs, residency, sharding
+
+RECIPE_ARGV = (Path(__file__).parents[1] / "testdata" / "tpu7x_recipe_trainer_argv.txt").read_text()
+
+
+def test_cpu_tiny_state_matches_its_shards_on_8_devices():
+    engine = preset("cpu-tiny").engine
+    mesh = sharding.make_mesh(engine.mesh, jax.devices()[: engine.mesh.size])
+    sharded = residency.state_bytes(
+        programs.abstract_state(engine, mesh), {}, stage_before_update=False
+    )
+    state = state_memory(engine)
+    assert state.params == pytest.approx(sharded["params"], rel=1e-3)
+    assert state.grad_sum == pytest.approx(sharded["grad_accum"], rel=1e-3)
+    assert state.optimizer == pytest.approx(sharded["opt_state"], rel=1e-3)
+    assert not state.optimizer_on_host
+
+
+def test_the_397b_cell_at_the_recipes_keys_has_libtpus_state():
+    """libtpu's shard shapes for the cell on tpu7x:4x4x8 (256 devices, mu_dtype=bfloat16), from
+    benchmarks/results/aot_fit_table-trainer-keys.json: parameters 6,192,943,044 B per device,
+    optimizer state 9,289,414,574 B (a float32 second moment, a bfloat16 first, two counters)."""
+    engine = dataclasses.replace(
+        preset("qwen3.5-397b-cell").engine,
+        optimizer=dataclasses.replace(
+            preset("qwen3.5-397b-cell").engine.optimizer, memory_host_offload=False
+        ),
+    )
+    state = state_memory(engine)
+    assert abs(state.params - 6_192_943_044) < 64 * 1024
+    assert abs(state.optimizer - 9_289_414_574) < 64 * 1024
+    assert state.on_device == state.params + state.grad_sum + state.optimizer
+
+
+def _device_memory_line(argv: str, flags: str = "", trainer_slice: str = "tpu7x:4x4x8") -> str:
+    env = {"TRAINER_ARGV": argv, "ENGINE_FLAGS": flags, "TRAINER_SLICE": trainer_slice}
+    config = plan.environment_config({k: v for k, v in env.items() if v})
+    lines = plan.resolve(config).lines()
+    (line,) = [line for line in lines if line.startswith("plan: device memory:")]
+    return line
+
+
+def test_the_plan_shows_the_state_against_the_device_and_names_the_compile():
+    line = _device_memory_line(RECIPE_ARGV, "optimizer_memory_host_offload=false")
+    assert "state on the device 20.19 GiB per device" in line
+    assert "optimizer state 8.65 GiB on the device" in line
+    assert "of 96.00 GiB per tpu7x device" in line
+    assert "rl-trainer-bench aot --preset qwen3.5-397b-cell --target tpu7x:4x4x8" in line
+    offloaded = _device_memory_line(RECIPE_ARGV)  # the preset's placement
+    assert "state on the device 11.54 GiB per device" in offloaded
+    assert "optimizer state 8.65 GiB in host memory" in offloaded
+    unsliced = _device_memory_line(RECIPE_ARGV, trainer_slice="")
+    assert "no TRAINER_SLICE" in unsliced and "aot" not in unsliced
+
+
+def _plan_lines(env: dict[str, str]) -> list[str]:
+    return plan.resolve(plan.environment_config({"PRESET": "qwen3.5-397b-cell", **env})).lines()
+
+
+def test_where_the_preset_differs_from_the_trainer_the_plan_says_so_until_a_key_overrides_it():
+    differs = "plan: preset differs from the trainer: optimizer_memory_host_offload=true: "
+    lines = _plan_lines({"TRAINER_SLICE": "tpu7x:4x4x8"})
+    (line,) = [line for line in lines if line.startswith(differs)]
+    assert "99.81 GiB" in line and "does not fit" in line
+    assert any("optimizer state 8.65 GiB in host memory" in line for line in lines)
+    for env in (
+        {"ENGINE_FLAGS": "optimizer_memory_host_offload=false"},
+        {
+            "TRAINER_ARGV": 'MAXTEXT_EXTRA_FLAGS="optimizer_memory_host_offload=false" python -m trainer.main'
+        },
+    ):
+        lines = _plan_lines({"TRAINER_SLICE": "tpu7x:4x4x8", **env})
+        assert not [line for line in lines if line.startswith("plan: preset differs")]
+        assert any("optimizer state 8.65 GiB on the device" in line for line in lines)
