@@ -38,6 +38,11 @@ class Chip:
         """One JAX device's share of a per-chip figure (memory, FLOP/s, bandwidth)."""
         return per_chip / self.devices_per_chip
 
+    @property
+    def device_memory_bytes(self) -> int:
+        """One JAX device's memory."""
+        return self.memory_bytes // self.devices_per_chip
+
 
 CHIPS: tuple[Chip, ...] = (
     Chip(

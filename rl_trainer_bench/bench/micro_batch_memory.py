@@ -71,7 +71,7 @@ def refuse_oversized(
     if tpu_slice is not None:
         share = -(-each // engine.mesh.size)
         chip = tpu_slice.chip
-        device_bytes = int(chip.per_device(chip.memory_bytes))
+        device_bytes = chip.device_memory_bytes
         if share > device_bytes:
             raise ConfigError(
                 f"one micro-batch ({shape}, {human_bytes(each)}) puts {human_bytes(share)} on"

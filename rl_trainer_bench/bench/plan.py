@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.bench import micro_batch_memory
-from rl_trainer_bench.bench.state_memory import state_memory
+from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
 from rl_trainer_bench.config.engine_keys import engine_config_from, trainer_key_fates
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig, driver_knobs
 from rl_trainer_bench.config.presets import TrainerDifference
@@ -114,12 +114,11 @@ class Plan:
         if tpu_slice is None:
             return text + "; no TRAINER_SLICE: not compared with a device's memory"
         chip = tpu_slice.chip
-        device = int(chip.per_device(chip.memory_bytes))
         return (
-            f"{text} of {human_bytes(device)} per {chip.name} device; the programs' temporaries"
+            f"{text} of {human_bytes(chip.device_memory_bytes)} per {chip.name} device; the programs' temporaries"
             f" are known once compiled: rl-trainer-bench aot --preset {self.config.preset.name}"
             f" --target {tpu_slice.name} with this TRAINER_ARGV and ENGINE_FLAGS (the peak and"
-            " the 5% margin)"
+            f" the {100 * MIN_HEADROOM:g}% margin)"
         )
 
     def trainer_keys_summary(self) -> str:

@@ -17,6 +17,11 @@ from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.parameters import parameter_shapes
 
 ITEM_BYTES = {"float32": 4, "bfloat16": 2}
+# The margin a program's device peak should leave free, as a fraction of the device's memory: room
+# for what no compile sees (the runtime's own buffers, fragmentation across programs, a libtpu that
+# plans a little differently on the pod). The AOT check judges it (`aot --min-headroom` sets
+# another); the plan names it.
+MIN_HEADROOM = 0.05
 
 
 @dataclasses.dataclass(frozen=True)

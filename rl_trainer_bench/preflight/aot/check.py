@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from rl_trainer_bench.bench.plan import refuse_engine_config_problems
+from rl_trainer_bench.bench.state_memory import MIN_HEADROOM
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.config import EngineConfig
@@ -27,7 +28,7 @@ from rl_trainer_bench.preflight import program_cost, step_estimate
 from rl_trainer_bench.preflight.aot.compile import ProgramMemory, compile_programs
 from rl_trainer_bench.preflight.aot.depth import depths_to_compile, extrapolate, with_layers
 from rl_trainer_bench.preflight.aot.engine_module import aot_engine_module, beside_table
-from rl_trainer_bench.preflight.aot.report import MIN_HEADROOM, AotReport
+from rl_trainer_bench.preflight.aot.report import AotReport
 from rl_trainer_bench.preflight.aot.targets import LOCAL, Target, resolve_target
 
 

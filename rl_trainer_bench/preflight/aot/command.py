@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 from rl_trainer_bench import accelerators
+from rl_trainer_bench.bench.state_memory import MIN_HEADROOM
 from rl_trainer_bench.config.knobs import MAX_MICRO_STEPS, engine_spec
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError, UserError
 from rl_trainer_bench.io import check_output_file, write_text_atomically
 from rl_trainer_bench.preflight.aot.check import run_check
-from rl_trainer_bench.preflight.aot.report import MIN_HEADROOM, format_report
+from rl_trainer_bench.preflight.aot.report import format_report
 from rl_trainer_bench.preflight.aot.targets import LOCAL
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 

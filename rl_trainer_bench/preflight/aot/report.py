@@ -9,14 +9,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from rl_trainer_bench.bench.state_memory import MIN_HEADROOM
 from rl_trainer_bench.preflight import step_estimate
 from rl_trainer_bench.preflight.aot.compile import ProgramMemory
 from rl_trainer_bench.units import human_bytes
-
-# The margin a program's device peak should leave free, as a fraction of the device's memory: room
-# for what no compile sees (the runtime's own buffers, fragmentation across programs, a libtpu that
-# plans a little differently on the pod). `aot --min-headroom` sets another.
-MIN_HEADROOM = 0.05
 
 
 @dataclasses.dataclass
