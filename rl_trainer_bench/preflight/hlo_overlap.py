@@ -10,7 +10,9 @@ in the wrapper's window. This
 module lists every collective with its bytes (from the shapes), its replica groups mapped back to
 the mesh axes, and the instructions and matmul FLOPs between start and done, then sums per kind:
 bytes that move, and how much of that has compute beside it. It reads CPU, GPU and TPU HLO text
-alike; collectives in a loop body count once per known trip. A file of several modules gets one
+alike; collectives in a loop body count once per known trip, and those in a fusion's computation
+(TPU programs fuse collectives with compute) once per run of the fusion, exposed, since XLA does
+not schedule the inside of a fusion. A file of several modules gets one
 report per module (`hlo_text`); an async collective XLA made synchronous (a converted op, or a GPU
 pair whose backend config says `is_sync`) counts as exposed; `replica_groups={}` spans every device.
 """
@@ -87,6 +89,7 @@ class Collective:
     between_flops: float  # matmul FLOPs scheduled between start and done (estimate)
     made_sync: bool  # XLA made it synchronous: an async op it converted, or a GPU pair run in sync
     all_devices: bool = False  # its groups are `{}`: every device, even where the count is unknown
+    fusion: str = ""  # the fusion instruction(s) whose computation holds it; "" outside fusions
 
     @property
     def is_async(self) -> bool:
@@ -150,7 +153,7 @@ class OverlapReport:
 
 
 def analyze(
-    module: HloModule, mesh: Mapping[str, int] | None = None, program: str = ""
+    module: HloModule, mesh: Mapping[str, int] | None = None, name: str = ""
 ) -> OverlapReport:
     """Every collective of `module` with its overlap, and the per-kind summary.
 
@@ -166,15 +169,13 @@ def analyze(
             f"compiled for {devices} (num_partitions x replica_count); pass the mesh it was "
             "compiled for"
         )
-    executions = execution_counts(module)
-    flops = FlopCounter(module)
+    executions = execution_counts(module, enters=_is_fusion)
+    program = _Program(module, mesh, FlopCounter(module), _fusions_by_computation(module))
     collectives: list[Collective] = []
     for computation in module.computations.values():
         if computation.name not in executions:
-            continue  # fusion bodies and reducers: collectives never live there
-        collectives += _collectives_of(
-            computation, module, mesh, executions[computation.name], flops
-        )
+            continue  # reducers, and computations an async wrapper runs (reported at its start)
+        collectives += _collectives_of(computation, program, executions[computation.name])
     collectives.sort(key=lambda c: c.line)
     kinds = [
         _summarize(kind, [c for c in collectives if c.kind == kind])
@@ -182,7 +183,7 @@ def analyze(
         if any(c.kind == kind for c in collectives)
     ]
     return OverlapReport(
-        program=program or module.name,
+        program=name or module.name,
         scheduled=module.is_scheduled,
         num_partitions=module.num_partitions,
         mesh=mesh,
@@ -214,15 +215,42 @@ def analyze_file(
     return reports
 
 
+@dataclasses.dataclass(frozen=True)
+class _Program:
+    """What every row of one module's report reads: the module, the mesh, the FLOP counter and
+    which fusion instructions run each fused computation."""
+
+    module: HloModule
+    mesh: Mapping[str, int]
+    flops: FlopCounter
+    fusions: Mapping[str, str]
+
+
+def _is_fusion(instruction: Instruction) -> bool:
+    """A fusion of any kind (kLoop, kInput, kOutput, kCustom): its computation runs where the
+    fusion is scheduled, and TPU programs fuse collectives with compute there."""
+    return instruction.opcode == "fusion"
+
+
+def _fusions_by_computation(module: HloModule) -> dict[str, str]:
+    """Each fused computation's fusion instructions, by name (joined with "," when several)."""
+    callers: dict[str, list[str]] = {}
+    for computation in module.computations.values():
+        for instruction in filter(_is_fusion, computation.instructions):
+            for called in instruction.called_computations():
+                callers.setdefault(called, []).append(instruction.name)
+    return {called: ",".join(names) for called, names in callers.items()}
+
+
 def _collectives_of(
-    computation: Computation,
-    module: HloModule,
-    mesh: Mapping[str, int],
-    executions: int,
-    flops: FlopCounter,
+    computation: Computation, program: _Program, executions: int
 ) -> list[Collective]:
     """The collectives `computation` runs: its own, and those inside the computations its async
-    wrappers run, each with the window between its start and its done."""
+    wrappers run, each with the window between its start and its done. XLA's schedule orders the
+    computations that call fusions, not a fusion's own computation (its canonical printing
+    reorders one), so there no window is read: a collective in a fusion hides behind nothing the
+    HLO shows."""
+    scheduled = computation.name not in program.fusions
     by_name = computation.by_name()
     order = {instruction.name: index for index, instruction in enumerate(computation.instructions)}
     found: list[Collective] = []
@@ -230,25 +258,24 @@ def _collectives_of(
         kind, pair = _own_kind(instruction)
         if kind is None and not _wraps_computations(instruction):
             continue
-        between = _between(instruction, computation, order) if pair or kind is None else []
+        windowed = scheduled and (pair or kind is None)
+        between = _between(instruction, computation, order) if windowed else []
         compute = [i for i in between if _is_compute(i)]
         window = _Window(
             start=instruction,
             computation=computation.name,
             between_instructions=len(between),
             between_compute=len(compute),
-            between_flops=sum(flops.of_instruction(i, by_name) for i in compute),
+            between_flops=sum(program.flops.of_instruction(i, by_name) for i in compute),
         )
         if kind is not None:
             located = [_Located(instruction, computation, kind, 1)]
             form = "async pair" if pair else "sync"
         else:
-            located = _wrapped_collectives(instruction, module)
+            located = _wrapped_collectives(instruction, program.module)
             form = "async wrapper"
         shared = len(located) > 1
-        found += [
-            _collective(window, one, form, module, mesh, executions, shared) for one in located
-        ]
+        found += [_collective(window, one, form, program, executions, shared) for one in located]
     return found
 
 
@@ -278,15 +305,14 @@ def _collective(
     window: _Window,
     located: _Located,
     form: str,
-    module: HloModule,
-    mesh: Mapping[str, int],
+    program: _Program,
     executions: int,
     shared: bool = False,
 ) -> Collective:
     """The report's row for `located` run in `window`; a window shared by several collectives names
     each as `start/collective`."""
     instruction = located.instruction
-    groups, axes, all_devices = _groups_and_axes(instruction, module, mesh)
+    groups, axes, all_devices = _groups_and_axes(instruction, program.module, program.mesh)
     name = f"{window.start.name}/{instruction.name}" if shared else window.start.name
     return Collective(
         kind=located.kind,
@@ -303,6 +329,7 @@ def _collective(
         between_flops=window.between_flops,
         made_sync=_made_sync(window.start, instruction, form),
         all_devices=all_devices,
+        fusion=program.fusions.get(located.computation.name, ""),
     )
 
 
@@ -329,10 +356,11 @@ def _wraps_computations(instruction: Instruction) -> bool:
 
 def _wrapped_collectives(start: Instruction, module: HloModule) -> list[_Located]:
     """Every collective in the computations an async wrapper runs, descending into calls,
-    conditionals, nested wrappers and loops (a loop's body runs its trip count times)."""
+    conditionals, fusions, nested wrappers and loops (a loop's body runs its trip count times)."""
 
     def enters(instruction: Instruction) -> bool:
-        return _own_kind(instruction)[0] is None and _wraps_computations(instruction)
+        nested = _own_kind(instruction)[0] is None and _wraps_computations(instruction)
+        return nested or _is_fusion(instruction)
 
     return [
         _Located(instruction, computation, kind, times)
@@ -574,15 +602,16 @@ def format_report(report: OverlapReport, details: bool = True) -> str:
     ]
     if details and report.collectives:
         lines.append(
-            f"  {'line':>6} {'kind':<19} {'form':<17} {'bytes':>10} {'x':>4} {'group':>5} "
+            f"  {'line':>6} {'kind':<19} {'form':<24} {'bytes':>10} {'x':>4} {'group':>5} "
             f"{'axes':<16} {'between':>7} {'compute':>7} {'GFLOP':>9}"
         )
         for c in report.collectives:
             axes = ",".join(c.mesh_axes) if c.mesh_axes is not None else "?"
-            form = c.form + (" (made)" if c.made_sync else "")
+            marks = [m for m, on in (("made", c.made_sync), ("fused", c.fusion)) if on]
+            form = c.form + (f" ({', '.join(marks)})" if marks else "")
             group = c.group_size or ("all" if c.all_devices else "?")
             lines.append(
-                f"  {c.line:>6} {c.kind:<19} {form:<17} {human_bytes(c.bytes):>10} {c.executions:>4} "
+                f"  {c.line:>6} {c.kind:<19} {form:<24} {human_bytes(c.bytes):>10} {c.executions:>4} "
                 f"{group:>5} {axes:<16} {c.between_instructions:>7} "
                 f"{c.between_compute:>7} {c.between_flops / 1e9:>9.3f}"
             )
@@ -600,6 +629,11 @@ def format_report(report: OverlapReport, details: bool = True) -> str:
         lines.append(
             "  (made): XLA made an async collective synchronous (converted, or a GPU pair marked "
             "is_sync): nothing hides it"
+        )
+    if any(c.fusion for c in report.collectives):
+        lines.append(
+            "  (fused): in the computation of a fusion (--json names it), whose order XLA does not "
+            "schedule: nothing the HLO shows hides it"
         )
     if report.canonical_lines:
         lines.append("  lines: of XLA's canonical printing of the module (the file's text was not")
