@@ -21,7 +21,7 @@ _Adder = Callable[[argparse.ArgumentParser], None]
 COMMANDS: list[tuple[str, str, _Adder, str]] = []
 
 
-# ---- micro-batches and routing profiles (rl_trainer_bench.payload.command, rl_trainer_bench.payload.checks) ----
+# ---- micro-batches and routing profiles (rl_trainer_bench.payload.command) ----
 
 
 def _add_micro_batch_source(parser: argparse.ArgumentParser) -> None:
@@ -96,7 +96,7 @@ COMMANDS += [
         "check",
         "CPU checks: micro-batch well-formedness and the engine's numerics knobs.",
         _add_check_arguments,
-        "rl_trainer_bench.payload.checks:run_check",
+        "rl_trainer_bench.payload.command:run_check",
     ),
 ]
 

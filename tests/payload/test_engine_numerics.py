@@ -7,7 +7,7 @@ import pytest
 
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.payload.build import build_micro_batch
-from rl_trainer_bench.payload.checks import (
+from rl_trainer_bench.payload.engine_numerics import (
     check_numerics,
     default_knobs,
     format_numerics,
