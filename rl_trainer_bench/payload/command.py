@@ -14,7 +14,7 @@ from rl_trainer_bench.config.presets import preset as find_preset
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, write_text_atomically
-from rl_trainer_bench.payload import routing_profile
+from rl_trainer_bench.payload import routing_dump, routing_profile
 from rl_trainer_bench.payload.build import build_calibrated
 from rl_trainer_bench.payload.digests import payload_digest
 from rl_trainer_bench.payload.npz import save_npz
@@ -85,7 +85,7 @@ def run_profile_routing(args) -> int:
             f"routing dump {args.dump}: an .npz archive; pass one .npy array of routed experts "
             "(np.save(path, routed))"
         )
-    profile = routing_profile.profile_from_dump(
+    profile = routing_dump.profile_from_dump(
         dump,
         layout=args.layout,
         num_experts=args.num_experts,
