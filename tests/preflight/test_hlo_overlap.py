@@ -617,3 +617,11 @@ def test_a_fusion_an_async_wrapper_runs_counts_once_in_the_wrappers_window():
     )
     assert collective.overlapped and collective.fusion == "f"
     assert collective.bytes == 64 * 256 * 4
+
+
+def test_fused_collectives_read_the_same_without_percent_signs():
+    """XLA's hand-written test modules name instructions and computations without `%`."""
+    text = (TESTDATA / "collectives_in_fusions.hlo").read_text()
+    bare = text.replace("%", "")
+    assert "calls=fused-ar.1" in bare
+    assert _fusion_rows(analyze_text(bare, "bare.hlo", MESH)) == IN_FUSIONS
