@@ -145,7 +145,7 @@ def format_report(report: OverlapReport, details: bool = True) -> str:
             "  (made): XLA made an async collective synchronous (converted, or a GPU pair marked "
             "is_sync): nothing hides it"
         )
-    if any(c.fusion for c in report.collectives):
+    if details and any(c.fusion for c in report.collectives):  # it explains the rows
         lines.append(
             "  (fused): in the computation of a fusion (--json names it), whose order XLA does not "
             "schedule: nothing the HLO shows hides it"
