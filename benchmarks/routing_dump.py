@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rl_trainer_bench.payload.routing_profile import profile_from_dump
+from rl_trainer_bench.payload.routing_dump import profile_from_dump
 
 
 def random_dump(rows: int, tokens: int, layers: int, top_k: int, experts: int) -> np.ndarray:

@@ -30,7 +30,8 @@ import numpy as np
 from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.engine.config import MoeConfig
 from rl_trainer_bench.payload.packing import PackingLayout
-from rl_trainer_bench.payload.routing_profile import RoutingProfile, predicted_replay, zipf_shares
+from rl_trainer_bench.payload.replay_forecast import predicted_replay
+from rl_trainer_bench.payload.routing_profile import RoutingProfile, zipf_shares
 
 CELL = PRESETS["qwen3.5-397b-cell"].engine
 MEASURED = {"ragged_buffer_factor": 2.75, "token_chunks": 2}  # the public run's, 0 replays

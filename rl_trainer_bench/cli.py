@@ -21,7 +21,7 @@ _Adder = Callable[[argparse.ArgumentParser], None]
 COMMANDS: list[tuple[str, str, _Adder, str]] = []
 
 
-# ---- micro-batches and routing profiles (rl_trainer_bench.payload.command, rl_trainer_bench.payload.checks) ----
+# ---- micro-batches and routing profiles (rl_trainer_bench.payload.command) ----
 
 
 def _add_micro_batch_source(parser: argparse.ArgumentParser) -> None:
@@ -96,7 +96,7 @@ COMMANDS += [
         "check",
         "CPU checks: micro-batch well-formedness and the engine's numerics knobs.",
         _add_check_arguments,
-        "rl_trainer_bench.payload.checks:run_check",
+        "rl_trainer_bench.payload.command:run_check",
     ),
 ]
 
@@ -173,7 +173,7 @@ def _add_aot_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_hlo_overlap_arguments(parser: argparse.ArgumentParser) -> None:
-    from rl_trainer_bench.preflight.hlo_overlap import add_arguments
+    from rl_trainer_bench.preflight.hlo_overlap_command import add_arguments
 
     add_arguments(parser)
 
@@ -195,7 +195,7 @@ COMMANDS += [
         "hlo-overlap",
         "Summarize the collectives of an HLO text file or a compiled preset and what hides them.",
         _add_hlo_overlap_arguments,
-        "rl_trainer_bench.preflight.hlo_overlap:run",
+        "rl_trainer_bench.preflight.hlo_overlap_command:run",
     ),
     (
         "config-diff",

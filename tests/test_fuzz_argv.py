@@ -45,7 +45,7 @@ _Stop.__module__ = "rl_trainer_bench.engine.jax_engine"
 DEVICE_WORK = (
     "rl_trainer_bench.bench.distributed.initialize_runtime",
     "rl_trainer_bench.preflight.aot.check.compile_programs",
-    "rl_trainer_bench.payload.checks.check_numerics",
+    "rl_trainer_bench.payload.engine_numerics.check_numerics",
     "rl_trainer_bench.preflight.check_engine.check_engine",
     "rl_trainer_bench.engine.jax_engine.JaxEngine",
 )

@@ -12,7 +12,7 @@ import pytest
 from stand_in_engine import StandInEngine
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.bench import driver, ruler
+from rl_trainer_bench.bench import driver, results_file
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import (
     check_output_file,
@@ -80,7 +80,7 @@ class Line:
 
 def test_a_full_disk_mid_run_keeps_whole_lines_only(tmp_path, monkeypatch):
     path = tmp_path / "results.jsonl"
-    writer = ruler.ResultsWriter(path)
+    writer = results_file.ResultsWriter(path)
     writer.write(Line(0))
     monkeypatch.setattr(os, "fsync", _full_disk)
     with pytest.raises(

@@ -27,7 +27,7 @@ import jax
 
 from rl_trainer_bench import interrupts
 from rl_trainer_bench.accelerators import chip_for_device_kind
-from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.bench import results_file, step_line, step_summary
 from rl_trainer_bench.bench.plan import refuse_unrunnable_stages
 from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.bench.step import (
@@ -67,7 +67,8 @@ class Bench:
 
     `engine_factory` and `pool` exist so tests can put stand-ins in place of the engine and the
     payload builder; by default the engine is the class ENGINE names, built by
-    `engine.factory`, and the pool comes from `payload.build_pool`.
+    `engine.factory`, and the pool is `DISTINCT_MICRO_BATCHES` calibrated micro-batches
+    (`payload.build.build_calibrated`, indices 0..N-1), built before the engine.
     """
 
     def __init__(
@@ -110,7 +111,7 @@ class Bench:
         self.engine = factory(engine_config)
         returns.refuse_incomplete(self.engine)
         self.worker = TrainerWorker(self.engine, fused=self.config.worker == "fused")
-        self.log(f"{ruler.LOG_PREFIX} worker {_describe(self.worker.info())}")
+        self.log(f"{step_line.LOG_PREFIX} worker {_describe(self.worker.info())}")
         for stage in (self.config.stage, *stages):
             self.refuse_unsupported(stage)
         self.pool = MicroBatchPool(payloads, self.engine, self.config.micro_steps)
@@ -123,7 +124,7 @@ class Bench:
         compile_s = returns.compile_seconds(self.engine.compile(self.pool.entries[0].payload))
         interrupts.check()  # a Ctrl-C during the compile may have been swallowed inside it
         for program, seconds in compile_s.items():
-            self.log(f"{ruler.LOG_PREFIX} compile program={program} seconds={seconds:.3f}")
+            self.log(f"{step_line.LOG_PREFIX} compile program={program} seconds={seconds:.3f}")
         self._compile_listener.enter_context(self.compiles.installed())
         return compile_s
 
@@ -150,7 +151,7 @@ class Bench:
             engine_flags=self.config.engine_flags,
         )
         if unapplied:
-            self.log(f"{ruler.LOG_PREFIX} engine keys not applied: {' '.join(unapplied)}")
+            self.log(f"{step_line.LOG_PREFIX} engine keys not applied: {' '.join(unapplied)}")
         return engine_config
 
     def _build_pool(self, engine_config: EngineConfig) -> list[Payload]:
@@ -175,10 +176,10 @@ class Bench:
             )
             if index == 0 and built.calibration is not None:
                 for line in built.calibration.format().splitlines():
-                    self.log(f"{ruler.LOG_PREFIX} calibration {line}")
+                    self.log(f"{step_line.LOG_PREFIX} calibration {line}")
             pool.append(built.payload)
         self.log(
-            f"{ruler.LOG_PREFIX} pool micro_batches={len(pool)}"
+            f"{step_line.LOG_PREFIX} pool micro_batches={len(pool)}"
             f" bytes_each={pool[0].nbytes} seconds={time.perf_counter() - started:.3f}"
         )
         return pool
@@ -216,15 +217,15 @@ class Bench:
         loop = StepLoop(
             self.worker, self.pool, stage, self.compiles, profiler, settings, self.log, per_boundary
         )
-        writer = ruler.ResultsWriter(results_path, self.log) if results_path else None
+        writer = results_file.ResultsWriter(results_path, self.log) if results_path else None
         with loop, writer or contextlib.nullcontext():
             for step in range(loop.total_steps):
                 interrupts.check()  # one swallowed by library code stops the run at a boundary
                 record = loop.run_step(step)
-                self.log(ruler.format_line(record))
+                self.log(step_line.format_line(record))
                 if record.staged is not None:
                     knob = stage_knob(loop.staging.stage_of(step))
-                    self.log(ruler.stage_line(knob, record))
+                    self.log(step_line.stage_line(knob, record))
                 if writer:
                     writer.write(record)
         digest = optional(self.engine, "parameter_digest")
@@ -278,8 +279,8 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
     check_writable_folder(config.results_dir, "RESULTS_DIR")
     refuse_special_file(config.results_dir / "results.jsonl", "RESULTS_DIR")
     log(initialize_runtime(env, config.preset.host_devices))
-    log(f"{ruler.LOG_PREFIX} config {_describe(config.describe())}")
-    log(f"{ruler.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")
+    log(f"{step_line.LOG_PREFIX} config {_describe(config.describe())}")
+    log(f"{step_line.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")
     results = config.results_dir / "results.jsonl"
     bench = Bench(config, log)
     try:
@@ -292,14 +293,14 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
         )
     finally:
         bench.close()
-    log(ruler.summary(result.records))
+    log(step_summary.summary(result.records))
     log(
-        f"{ruler.LOG_PREFIX} final param_digest={result.param_digest or '-'}"
+        f"{step_line.LOG_PREFIX} final param_digest={result.param_digest or '-'}"
         f" updates={result.updates} stages={result.stages} results={results}"
     )
     failures = _failures(result)
     for failure in failures:
-        log(f"{ruler.LOG_PREFIX} FAILED: {failure}")
+        log(f"{step_line.LOG_PREFIX} FAILED: {failure}")
     return 1 if failures else 0
 
 

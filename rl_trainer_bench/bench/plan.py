@@ -201,7 +201,8 @@ def _check_slice(engine: EngineConfig, tpu_slice: TpuSlice | None) -> None:
 def _replay(config: BenchConfig, engine: EngineConfig) -> str:
     """The MoE settings and what the routing profile forecasts at them: how often a micro-batch
     overflows a buffer and is replayed dropless (each replay is one more forward-backward)."""
-    from rl_trainer_bench.payload.routing_profile import load_profile, predicted_replay
+    from rl_trainer_bench.payload.replay_forecast import predicted_replay
+    from rl_trainer_bench.payload.routing_profile import load_profile
 
     moe = engine.moe
     settings = (

@@ -23,7 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.bench import ruler, step_line
 from rl_trainer_bench.bench.clock import StepClock
 from rl_trainer_bench.bench.device_timeline import DeviceTimeline
 from rl_trainer_bench.bench.ruler import StepRecord
@@ -328,7 +328,7 @@ class StepLoop:
         scored = step >= self.settings.warmup_steps
         if scored and compiled:
             self.recompiles.extend(compiled)
-            self.log(f"{ruler.LOG_PREFIX} RECOMPILE step={step} programs={','.join(compiled)}")
+            self.log(f"{step_line.LOG_PREFIX} RECOMPILE step={step} programs={','.join(compiled)}")
         flops = [b.flops for b in batches]
         inputs = ruler.StepInputs(
             step=step,

@@ -40,14 +40,6 @@ def whole_number(
     return value
 
 
-def real_number(name: str, text: str) -> float:
-    """A finite decimal number (1e-6, 0.125, -3), ASCII only."""
-    stripped = text.strip()
-    if not REAL_NUMBER.fullmatch(stripped):
-        raise ConfigError(f"{name}={text!r} is not a number: write e.g. {name}=0.125")
-    return float(stripped)
-
-
 def switch(name: str, text: str) -> bool:
     """`on` or `off` (any case)."""
     value = _SWITCH.get(text.strip().lower())

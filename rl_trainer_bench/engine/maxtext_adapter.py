@@ -61,7 +61,7 @@ import jax
 import numpy as np
 
 from rl_trainer_bench.engine import compile_events, maxtext_keys, maxtext_metrics
-from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.config import DROPLESS, EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload, PreparedInput
 
 KERNELS = ("fwd_bwd", "fwd_bwd_accum", "update")
@@ -257,7 +257,10 @@ def host_keys(config: EngineConfig) -> dict[str, Any]:
     """
     if jax.default_backend() != "cpu" or config.mesh.expert == 1:
         return {}
-    return {"use_ring_of_experts": True, "ragged_buffer_factor": -1.0}
+    return {
+        "use_ring_of_experts": True,
+        "ragged_buffer_factor": float(DROPLESS),
+    }  # as MaxText spells it
 
 
 class MaxTextEngine:

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from rl_trainer_bench.engine import gated_deltanet, moe, parameters, sharding
-from rl_trainer_bench.engine.config import GPU_PLATFORMS, AttentionImpl, ModelConfig, choices
+from rl_trainer_bench.engine.config import GPU_PLATFORMS, ModelConfig
 from rl_trainer_bench.engine.norms import rms_norm
 
 # What each `RematPolicy` saves; "none" runs the layer without a checkpoint.
@@ -29,7 +29,6 @@ REMAT_POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,
     "minimal": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
-ATTENTION_CHOICES = choices(AttentionImpl)
 _MASKED = -1e30  # finite, so a row with nothing to attend to (padding) gives zeros, not NaN
 
 

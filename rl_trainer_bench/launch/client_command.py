@@ -47,12 +47,6 @@ def script_of(command: Sequence[str]) -> str:
     return shlex.join(words)
 
 
-def parse_client_command(command: Sequence[str] | str) -> tuple[dict[str, str], list[str]]:
-    """The environment and the argv (flags after the program) of the python a client command runs."""
-    parsed = read_client_command(command)
-    return parsed.env, parsed.argv
-
-
 def read_client_command(command: Sequence[str] | str) -> ClientCommand:
     """Find the first python invocation that runs a program (a script or `-m` module) in a client
     command; UserError when there is none. A `python -c` snippet is not the trainer (a bench's

@@ -104,21 +104,3 @@ def build_micro_batch(
         engine, profile, seed=seed, index=index, name=name, layout=layout, replay=replay
     )
     return built.payload
-
-
-def build_pool(
-    engine: EngineConfig,
-    profile: RoutingProfile,
-    *,
-    seed: int,
-    count: int,
-    layout: PackingLayout | None = None,
-    replay: bool | None = None,
-) -> list[Payload]:
-    """`count` distinct micro-batches (indices 0..count-1), built before any timing starts."""
-    if count < 1:
-        raise UserError(f"count={count}: a pool needs at least one micro-batch")
-    return [
-        build_micro_batch(engine, profile, seed=seed, index=i, layout=layout, replay=replay)
-        for i in range(count)
-    ]

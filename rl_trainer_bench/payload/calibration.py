@@ -13,7 +13,7 @@ import numpy as np
 
 from rl_trainer_bench.engine.config import EngineConfig, tokens_per_group
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.payload import routing_profile
+from rl_trainer_bench.payload import expert_load
 from rl_trainer_bench.payload.routing_profile import RoutingProfile
 
 CALIBRATION_REL_TOL = 0.05  # achieved max-load ratio within 5% of target ...
@@ -37,7 +37,7 @@ class CalibrationReport:
     achieved_shard_load: np.ndarray  # [L]
     expert_shards: int
     factor: float  # ragged_buffer_factor
-    overflow: routing_profile.OverflowPrediction  # from the achieved loads
+    overflow: expert_load.OverflowPrediction  # from the achieved loads
     tokens_per_group: int
     fitted_from: str
     synthetic: bool
@@ -82,13 +82,13 @@ def calibrate(
     shards = engine.mesh.expert
     return CalibrationReport(
         target_max_load=target_max,
-        achieved_max_load=routing_profile.max_load_ratio(achieved),
+        achieved_max_load=expert_load.max_load_ratio(achieved),
         tolerance=CALIBRATION_REL_TOL * target_max + sigmas * standard_error,
-        target_shard_load=routing_profile.shard_max_load_ratio(profile.shares, shards),
-        achieved_shard_load=routing_profile.shard_max_load_ratio(achieved, shards),
+        target_shard_load=expert_load.shard_max_load_ratio(profile.shares, shards),
+        achieved_shard_load=expert_load.shard_max_load_ratio(achieved, shards),
         expert_shards=shards,
         factor=engine.moe.ragged_buffer_factor,
-        overflow=routing_profile.predict_overflow(
+        overflow=expert_load.predict_overflow(
             achieved,
             tokens=group,
             real_fraction=real_tokens / (engine.micro_batch_rows * engine.seq_len),

@@ -1,5 +1,6 @@
-"""`rl-trainer-bench payload` and `profile-routing`: build one micro-batch to a file, or extract a
-routing profile from a real run's routed-experts dump."""
+"""The payload room's commands: `rl-trainer-bench payload` builds one micro-batch to a file,
+`profile-routing` extracts a routing profile from a real run's routed-experts dump, and `check`
+runs the CPU checks on a built or loaded micro-batch."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rl_trainer_bench.config.presets import preset as find_preset
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, write_text_atomically
-from rl_trainer_bench.payload import routing_profile
+from rl_trainer_bench.payload import routing_dump, routing_profile
 from rl_trainer_bench.payload.build import build_calibrated
 from rl_trainer_bench.payload.digests import payload_digest
 from rl_trainer_bench.payload.npz import save_npz
@@ -84,7 +85,7 @@ def run_profile_routing(args) -> int:
             f"routing dump {args.dump}: an .npz archive; pass one .npy array of routed experts "
             "(np.save(path, routed))"
         )
-    profile = routing_profile.profile_from_dump(
+    profile = routing_dump.profile_from_dump(
         dump,
         layout=args.layout,
         num_experts=args.num_experts,
@@ -102,3 +103,38 @@ def run_profile_routing(args) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def run_check(args) -> int:
+    """`rl-trainer-bench check`: well-formedness of a built or loaded micro-batch, then numerics.
+
+    Exit 0 when everything passes, 1 when a check fails (2 is bad input, from the cli).
+    """
+    from rl_trainer_bench.payload import build, checks, engine_numerics, npz
+
+    engine = engine_for(args)
+    if args.payload:
+        payload = npz.load_npz(args.payload, verify=False)  # a digest mismatch is reported below
+    else:
+        payload = build.build_micro_batch(
+            engine,
+            routing_profile.load_profile(
+                args.routing_profile, find_preset(args.preset).routing_profile
+            ),
+            seed=args.seed,
+            index=args.index,
+            layout=layout_for(args, engine),
+        )
+    problems = checks.check_payload(payload, engine)
+    for warning in checks.payload_warnings(payload, engine):
+        print(f"{payload.name}: warning: {warning}")
+    for problem in problems:
+        print(f"{payload.name}: {problem}")
+    print(
+        f"{payload.name}: well-formedness {'FAILED' if problems else 'ok'} ({len(problems)} problems)"
+    )
+    if problems or args.skip_numerics:
+        return 1 if problems else 0
+    reference, results = engine_numerics.check_numerics(engine, payload)
+    print(engine_numerics.format_numerics(reference, results))
+    return 0 if all(r.passed for r in results) else 1

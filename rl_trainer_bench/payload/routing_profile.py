@@ -7,124 +7,33 @@ the overflows, replays and expert-parallel imbalance that dominate a real step; 
 the bench puts them back.
 
 This module owns the profile's data: the JSON schema (`profiles/routing_profile.schema.json`,
-documented in `profiles/README.md`), loading with one-line errors, fitting a profile to an engine
-whose expert count, top-k or depth differ (the rule is in `fit_to_model`), extraction from a dump of
-a real run's routed experts, and the load statistics both the builder's calibration report and the
-profile speak in (max-load ratio, expert-parallel shard load, predicted overflow).
+documented in `profiles/README.md`), loading with one-line errors, and fitting a profile to an
+engine whose expert count, top-k or depth differ (the rule is in `fit_to_model`). A profile is
+extracted from a real run's routed experts in `routing_dump.py`; the load statistics it speaks in
+are `expert_load.py`, its forecast of replays at an engine's settings `replay_forecast.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from importlib import resources
 from typing import Any
 
 import jsonschema
 import numpy as np
 
-from rl_trainer_bench.engine.config import (
-    EngineConfig,
-    ModelConfig,
-    expert_capacity,
-    replays_possible,
-    tokens_per_group,
-)
+from rl_trainer_bench.engine.config import ModelConfig
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
 from rl_trainer_bench.payload.errors import ProfileError
+from rl_trainer_bench.payload.expert_load import max_load_ratio
 from rl_trainer_bench.payload.packing import PackingLayout
 
 PROFILE_FORMAT = "rl_trainer_bench.routing_profile"
 PROFILE_VERSION = 1
 DEFAULT_PROFILE = "default.json"
 SCHEMA_FILE = "routing_profile.schema.json"
-QUANTILE_POINTS = 11  # quantiles stored for an extracted distribution (0%, 10%, ..., 100%)
-
-
-MAX_EXPERT_ID = int(np.iinfo(np.int16).max)  # the payload contract stores routed experts as int16
-
-
-# ----------------------------------------------------------------------------------------------
-# Load statistics
-# ----------------------------------------------------------------------------------------------
-
-
-def max_load_ratio(shares: np.ndarray) -> np.ndarray:
-    """Hottest expert's load over the mean load, per layer (`shares`: [..., E], rows sum to 1)."""
-    return shares.max(axis=-1) * shares.shape[-1]
-
-
-def shard_max_load_ratio(shares: np.ndarray, expert_shards: int) -> np.ndarray:
-    """Hottest expert-parallel shard's load over the mean shard load, per layer.
-
-    Experts are split into `expert_shards` contiguous blocks, as an expert-sharded weight is; the
-    step waits for the hottest shard, so this ratio is the expert-parallel slowdown routing causes.
-    """
-    num_experts = shares.shape[-1]
-    if expert_shards <= 1 or num_experts % expert_shards:
-        return np.ones(shares.shape[:-1])
-    blocks = shares.reshape(*shares.shape[:-1], expert_shards, num_experts // expert_shards)
-    return blocks.sum(axis=-1).max(axis=-1) * expert_shards
-
-
-def _normal_cdf(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.vectorize(math.erf)(z / math.sqrt(2.0)))
-
-
-@dataclasses.dataclass(frozen=True)
-class OverflowPrediction:
-    """What the buffers do with these shares, per layer, for one group of `tokens` local tokens."""
-
-    capacity: int
-    drop_fraction: np.ndarray  # [L] expected dropped pairs / routed pairs
-    overflow_probability: np.ndarray  # [L] probability that a group drops at least one pair
-
-
-def predict_overflow(
-    shares: np.ndarray, *, tokens: int, real_fraction: float, top_k: int, factor: float
-) -> OverflowPrediction:
-    """Drops at `factor` when each of `tokens` local tokens (a `real_fraction` of them real) picks
-    expert e with probability K * share_e.
-
-    An expert's queue length is Binomial(real tokens, K * share_e); the expected excess over the
-    capacity and the probability of any excess use the normal approximation with a continuity
-    correction, and experts are treated as independent (they are nearly so for E >> K).
-    """
-    num_experts = shares.shape[-1]
-    capacity = expert_capacity(tokens, top_k, num_experts, factor)
-    real = max(1.0, tokens * real_fraction)
-    p = np.clip(shares * top_k, 0.0, 1.0)
-    mean = real * p
-    sd = np.sqrt(np.maximum(real * p * (1 - p), 1e-12))
-    z = (capacity + 0.5 - mean) / sd
-    tail = 1.0 - _normal_cdf(z)
-    density = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-    excess = np.maximum(sd * density - (capacity + 0.5 - mean) * tail, 0.0)
-    drop_fraction = excess.sum(axis=-1) / (real * top_k)
-    overflow_probability = 1.0 - np.exp(np.log(np.clip(1.0 - tail, 1e-300, 1.0)).sum(axis=-1))
-    return OverflowPrediction(capacity, drop_fraction, overflow_probability)
-
-
-def replay_probability(
-    overflow_per_group: np.ndarray, tokens_per_group: int, micro_batch_tokens: int
-) -> float:
-    """P(a micro-batch replays): 1 - prod over layers of (1 - p_layer) ** groups.
-
-    `overflow_per_group[l]` is the chance that one group of `tokens_per_group` tokens overflows in
-    layer l; groups and layers are taken as independent, as the calibration report takes experts.
-    """
-    groups = math.ceil(micro_batch_tokens / max(tokens_per_group, 1))
-    keep = np.clip(1.0 - np.asarray(overflow_per_group, dtype=np.float64), 0.0, 1.0)
-    with np.errstate(divide="ignore"):
-        log_keep = groups * np.log(keep).sum()
-    return float(1.0 - math.exp(log_keep)) if np.isfinite(log_keep) else 1.0
-
-
-# ----------------------------------------------------------------------------------------------
-# The profile
-# ----------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,203 +296,3 @@ def fit_to_model(profile: RoutingProfile, model: ModelConfig) -> RoutingProfile:
         shares=shares,
         fitted_from=f"L={have[0]} E={have[1]} K={have[2]}",
     )
-
-
-# ----------------------------------------------------------------------------------------------
-# Extraction from a real run's routed experts
-# ----------------------------------------------------------------------------------------------
-
-DUMP_LAYOUTS = ("BTLK", "BLTK")
-
-
-def routed_expert_counts(
-    routed: np.ndarray, num_experts: int, *, layout: str = "BTLK"
-) -> np.ndarray:
-    """Pairs routed to each expert, per layer ([L, E] int64), ignoring -1 (padding) slots.
-
-    Walks the array one row at a time so a memory-mapped dump of many gigabytes is never copied
-    whole. A token's top-k experts are distinct; a dump that routes one token to one expert twice
-    (a broken export, or a slot filler other than -1) would inflate that expert's load, so it is
-    refused naming the first such token.
-    """
-    if layout not in DUMP_LAYOUTS:
-        raise ProfileError(
-            f"--layout {layout!r} is unknown: choose one of {', '.join(DUMP_LAYOUTS)}"
-        )
-    if routed.ndim != 4:
-        raise ProfileError(f"routed experts have shape {routed.shape}: expected 4 axes ({layout})")
-    layer_axis = 2 if layout == "BTLK" else 1
-    num_layers = routed.shape[layer_axis]
-    counts = np.zeros((num_layers, num_experts), dtype=np.int64)
-    for index, row in enumerate(routed):
-        row = np.asarray(row)
-        _refuse_repeated_expert(row, index, layout)
-        per_layer = np.moveaxis(row, layer_axis - 1, 0).reshape(num_layers, -1)
-        keys = per_layer.astype(np.int64) + (np.arange(num_layers) * num_experts)[:, None]
-        keys = keys[per_layer >= 0]
-        counts += np.bincount(keys, minlength=num_layers * num_experts).reshape(counts.shape)
-    return counts
-
-
-def _refuse_repeated_expert(row: np.ndarray, index: int, layout: str) -> None:
-    """ProfileError naming the first token of dump row `index` whose slots repeat an expert.
-
-    The row is sorted in its own layout (slots last and contiguous), which is several times faster
-    than sorting a transposed view.
-    """
-    ordered = np.sort(row, axis=-1)
-    repeated = ((ordered[..., 1:] == ordered[..., :-1]) & (ordered[..., 1:] >= 0)).any(axis=-1)
-    if not repeated.any():
-        return
-    token, layer = (int(i) for i in np.argwhere(repeated if layout == "BTLK" else repeated.T)[0])
-    slots = row[token, layer] if layout == "BTLK" else row[layer, token]
-    ordered_slots = np.sort(slots)
-    expert = int(
-        ordered_slots[1:][(ordered_slots[1:] == ordered_slots[:-1]) & (ordered_slots[1:] >= 0)][0]
-    )
-    raise ProfileError(
-        f"routing dump: row {index}, token {token}, layer {layer} routes to expert {expert} twice "
-        f"(slots {slots.tolist()}); a token's top-k experts are distinct, so its load would "
-        "count twice: fix the dump"
-    )
-
-
-def _quantiles(values: np.ndarray) -> tuple[float, ...]:
-    return tuple(
-        round(float(v), 6) for v in np.quantile(values, np.linspace(0, 1, QUANTILE_POINTS))
-    )
-
-
-def profile_from_dump(
-    routed: np.ndarray,
-    *,
-    layout: str = "BTLK",
-    num_experts: int | None = None,
-    description: str = "",
-) -> RoutingProfile:
-    """A profile (loads and the padding part of the layout) from a run's routed experts.
-
-    A dump of routed experts knows which tokens are padding (all slots -1) but not where packed
-    sequences start, so segments per row and the prompt split keep the defaults of PackingLayout.
-    `num_experts` defaults to the largest expert id seen plus one; pass it when the hottest
-    experts may be unused.
-    """
-    _check_dump_array(routed, layout)
-    num_experts = _dump_expert_count(routed, num_experts)
-    counts = routed_expert_counts(routed, num_experts, layout=layout)
-    packing = _dump_packing_layout(routed, layout)
-    return RoutingProfile(
-        num_experts=num_experts,
-        top_k=routed.shape[3],
-        num_layers=counts.shape[0],
-        shares=_dump_shares(counts),
-        layout=packing,
-        synthetic=False,
-        description=description,
-    )
-
-
-def _check_dump_array(routed: np.ndarray, layout: str) -> None:
-    """Refuse a dump that is not four axes of integer expert ids with something in each axis."""
-    if not np.issubdtype(routed.dtype, np.integer):
-        raise ProfileError(f"routed experts have dtype {routed.dtype}: expected integer expert ids")
-    if routed.ndim != 4:
-        raise ProfileError(f"routed experts have shape {routed.shape}: expected 4 axes ({layout})")
-    if routed.size == 0:
-        raise ProfileError(
-            f"routed experts have shape {routed.shape}: an axis is empty ({layout}); pass a dump "
-            "with at least one row, token, layer and slot"
-        )
-
-
-def _dump_expert_count(routed: np.ndarray, num_experts: int | None) -> int:
-    """The expert count of a dump: `num_experts` if given and consistent, else the top id plus one.
-
-    Ids out of range usually mean a wrong dtype or --layout, so they are refused with that hint.
-    """
-    lowest = min(int(np.min(row)) for row in routed)
-    highest = max(int(np.max(row)) for row in routed)
-    if lowest < -1:
-        raise ProfileError(
-            f"expert id {lowest} in the dump: ids are 0 and up, or -1 for an empty slot "
-            "(is the dump's dtype or --layout right?)"
-        )
-    if highest > MAX_EXPERT_ID:
-        raise ProfileError(
-            f"expert id {highest} in the dump: micro-batches store expert ids as int16 (at most "
-            f"{MAX_EXPERT_ID}); is the dump's dtype or --layout right?"
-        )
-    if highest < 0:
-        raise ProfileError("routed experts hold no routed token (every slot is -1)")
-    if num_experts is None:
-        return highest + 1
-    if not highest < num_experts <= MAX_EXPERT_ID + 1:
-        raise ProfileError(
-            f"--num-experts {num_experts}: the dump routes to expert {highest}; pass a count above "
-            f"{highest} and at most {MAX_EXPERT_ID + 1}"
-        )
-    return num_experts
-
-
-def _dump_packing_layout(routed: np.ndarray, layout: str) -> PackingLayout:
-    """The padding part of the layout: a token is real when any of its slots routes somewhere."""
-    time_axis = 1 if layout == "BTLK" else 2
-    other_axes = (1, 2) if layout == "BTLK" else (0, 2)  # of one row: all but the token axis
-    real_tokens = np.array(
-        [int((np.asarray(row).max(axis=other_axes) >= 0).sum()) for row in routed]
-    )
-    rows, seq_len = routed.shape[0], routed.shape[time_axis]
-    real_rows = real_tokens[real_tokens > 0]
-    return PackingLayout(
-        rows=rows,
-        seq_len=seq_len,
-        pad_rows=int((real_tokens == 0).sum()),
-        real_fraction=_quantiles(real_rows / seq_len),
-    )
-
-
-def _dump_shares(counts: np.ndarray) -> np.ndarray:
-    """Each layer's counts as shares of its pairs; a layer that routes none means a wrong layout."""
-    routed_pairs = counts.sum(axis=1, keepdims=True)
-    if (routed_pairs == 0).any():
-        empty = int(np.flatnonzero(routed_pairs[:, 0] == 0)[0])
-        raise ProfileError(f"layer {empty} of the dump routes no token: is --layout right?")
-    return counts / routed_pairs
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplayPrediction:
-    """The profile's own forecast of replays at an engine's MoE settings (no micro-batch built)."""
-
-    probability: float  # that a micro-batch overflows some group of some layer, so replays
-    capacity: int  # slots per expert per group
-    tokens_per_group: int
-
-    def describe(self) -> str:
-        return (
-            f"P(replay)={self.probability:.2f} per micro-batch (capacity {self.capacity:,} slots"
-            f" per expert per group of {self.tokens_per_group:,} tokens)"
-        )
-
-
-def predicted_replay(profile: RoutingProfile, engine: EngineConfig) -> ReplayPrediction | None:
-    """P(a micro-batch replays) at `engine`'s buffer factor and token chunks, from the profile's
-    loads (fitted to the engine's model) and its layout's mean real-token fraction; None when the
-    engine never replays. The calibration report of a built micro-batch gives the same forecast
-    from the loads it achieved; this one costs no build, so a plan can print it."""
-    if not replays_possible(engine):
-        return None
-    fitted = fit_to_model(profile, engine.model)
-    rows, seq_len = engine.micro_batch_rows, engine.seq_len
-    layout = (fitted.layout or PackingLayout(rows, seq_len)).for_shape(rows, seq_len)
-    real = (rows - layout.pad_rows) / rows * float(np.mean(layout.real_fraction))
-    group = tokens_per_group(engine)
-    overflow = predict_overflow(
-        fitted.shares,
-        tokens=group,
-        real_fraction=real,
-        top_k=fitted.top_k,
-        factor=engine.moe.ragged_buffer_factor,
-    )
-    probability = replay_probability(overflow.overflow_probability, group, rows * seq_len)
-    return ReplayPrediction(probability, overflow.capacity, group)

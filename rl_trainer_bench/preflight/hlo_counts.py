@@ -16,14 +16,17 @@ from rl_trainer_bench.preflight.hlo_parse import Computation, HloModule, HloPars
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 
-def execution_counts(module: HloModule) -> dict[str, int]:
-    """How often each control-flow computation runs per execution of the entry.
-
-    Only computations reached through `while`, `call` and `conditional` hold collectives that run
-    on their own (an async-start's wrapped collective is reported at the start, not visited).
+def execution_counts(
+    module: HloModule, enters: Callable[[Instruction], bool] = lambda instruction: False
+) -> dict[str, int]:
+    """How often each computation reached from the entry runs per execution of the entry: through
+    `while`, `call` and `conditional`, and through any instruction `enters` accepts (the overlap
+    summary enters fusions, whose computations may hold collectives; the loop-counted cost does
+    not, since it counts a fusion's FLOPs at the fusion). An async-start's wrapped computations
+    are not visited: their collectives are reported at the start.
     """
     counts: dict[str, int] = {}
-    for computation, times in control_flow_runs(module, [module.entry.name]):
+    for computation, times in control_flow_runs(module, [module.entry.name], enters):
         counts[computation.name] = counts.get(computation.name, 0) + times
     return counts
 

@@ -65,6 +65,7 @@ _CALLING_ATTRIBUTES = frozenset(
         "branch_computations",
     }
 )
+_CONTINUED_NAME = re.compile(r"%?[\w.\-]+")  # `%b` of `calls=%a, %b`
 _SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 
 
@@ -193,11 +194,22 @@ def _dimension(text: str) -> int:
 
 
 def split_attributes(text: str) -> Iterator[tuple[str, str]]:
-    """`key=value` pairs of an attribute list, split at commas outside brackets and quotes."""
+    """`key=value` pairs of an attribute list, split at commas outside brackets and quotes.
+
+    XLA prints a list of called computations without braces where an opcode has no spelling of
+    its own (`calls=%a, %b`): a bare name after a pair continues that pair's value.
+    """
+    key, value = "", ""
     for piece in _split_top_level(text):
-        key, sep, value = piece.partition("=")
+        name, sep, rest = piece.partition("=")
         if sep:
-            yield key.strip(), value.strip()
+            if key:
+                yield key, value
+            key, value = name.strip(), rest.strip()
+        elif key and _CONTINUED_NAME.fullmatch(piece):
+            value = f"{value}, {piece}"
+    if key:
+        yield key, value
 
 
 def _split_top_level(text: str) -> list[str]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from rl_trainer_bench.payload.routing_profile import replay_probability
+from rl_trainer_bench.payload.expert_load import replay_probability
 
 ESTIMATE_BY = (
     "rl-trainer-bench: roofline of XLA's cost analysis (loop bodies counted per trip) against the "
@@ -214,7 +214,7 @@ def micro_batch_facts(config, profile, seed: int) -> MicroBatchFacts:
     flops = micro_batch_flops(config, built.payload.segment_ids, count_remat=False)
     if built.calibration is None:
         return MicroBatchFacts(
-            0.0, flops, "none: the engine never replays (retry off or factor -1)"
+            0.0, flops, "none: the engine never replays (retry off or a dropless factor)"
         )
     calibration = built.calibration
     probability = replay_probability(

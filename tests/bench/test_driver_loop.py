@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from stand_in_engine import StandInEngine, stand_in_pool
 
-from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.bench import results_file, step_line
 from rl_trainer_bench.bench.driver import Bench
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.config.presets import PRESETS
@@ -125,7 +125,9 @@ def test_stage_is_consumed_by_next_first_fwd_bwd(stage):
 
 def test_staged_boundary_logs_one_line_after_the_step_line():
     _, result, lines = run_arm(BEFORE)
-    step_lines = [i for i, line in enumerate(lines) if line.startswith(f"{ruler.LOG_PREFIX} step=")]
+    step_lines = [
+        i for i, line in enumerate(lines) if line.startswith(f"{step_line.LOG_PREFIX} step=")
+    ]
     stage_lines = [i for i, line in enumerate(lines) if line.startswith("STAGE_BEFORE_UPDATE ")]
     assert [i + 1 for i in step_lines[:-1]] == stage_lines
     first = lines[stage_lines[0]]
@@ -204,7 +206,7 @@ def test_each_arm_starts_at_pool_index_zero_and_counts_its_own_updates():
 def test_warmup_steps_are_flagged_and_step_lines_read_back():
     _, result, lines = run_arm(BEFORE)
     assert [r.warmup for r in result.records] == [True, False, False, False]
-    parsed = ruler.parse("\n".join(lines))
+    parsed = step_line.parse("\n".join(lines))
     assert parsed.malformed == []
     assert [r.micro_batches for r in parsed.records] == [r.micro_batches for r in result.records]
     assert [r.loss for r in parsed.records] == [r.loss for r in result.records]
@@ -218,7 +220,7 @@ def test_results_jsonl_has_one_line_per_step(tmp_path):
     bench.setup()
     bench.run(steps=3, stage=BEFORE, results_path=tmp_path / "results.jsonl")
     bench.close()
-    records = ruler.read_results(tmp_path / "results.jsonl")
+    records = results_file.read_results(tmp_path / "results.jsonl")
     assert [r.step for r in records] == [0, 1, 2, 3]
     assert records[1].staged == "bench_2_0"
 
@@ -296,7 +298,7 @@ def test_results_jsonl_of_an_earlier_run_is_moved_aside_not_replaced_or_appended
     bench.setup()
     bench.run(steps=1, stage=OFF, results_path=path)
     bench.close()
-    assert [r.step for r in ruler.read_results(path)] == [0, 1]
+    assert [r.step for r in results_file.read_results(path)] == [0, 1]
     assert (tmp_path / f"earlier-{stamp}" / "results.jsonl").read_text() == earlier
     assert (
         f"[TrainerBench] moved the earlier results.jsonl aside to {tmp_path}/earlier-{stamp}"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.bench import results_file, ruler, step_line, step_summary
 from rl_trainer_bench.bench.clock import StepClock
 from rl_trainer_bench.bench.ruler import StepRecord
 
@@ -80,9 +80,9 @@ def test_overlap_fraction_counts_only_busy_time():
 
 def test_line_round_trips_through_parse():
     original = record()
-    line = ruler.format_line(original)
+    line = step_line.format_line(original)
     assert line.startswith("[TrainerBench] step=3 warmup=0 step_s=1.250000")
-    parsed = ruler.parse(f"noise\n{line}\nmore noise\n")
+    parsed = step_line.parse(f"noise\n{line}\nmore noise\n")
     assert parsed.malformed == []
     (back,) = parsed.records
     assert back.loss == original.loss  # exact: two pods' losses compare bit for bit
@@ -94,7 +94,7 @@ def test_line_round_trips_through_parse():
 
 def test_line_round_trips_an_arm_and_missing_figures():
     original = record(arm="on", staged=None, stage_hidden=None, first_call_extra_s=None)
-    (back,) = ruler.parse(ruler.format_line(original)).records
+    (back,) = step_line.parse(step_line.format_line(original)).records
     assert back.arm == "on" and back.staged is None and back.first_call_extra_s is None
 
 
@@ -107,44 +107,46 @@ def test_line_round_trips_an_arm_and_missing_figures():
 )
 def test_exact_figures_survive_any_value(loss, step, names):
     original = record(loss=loss, step=step, micro_batches=names, digests=["d"] * len(names))
-    (back,) = ruler.parse(ruler.format_line(original)).records
+    (back,) = step_line.parse(step_line.format_line(original)).records
     assert back.loss == loss and back.step == step and back.micro_batches == names
 
 
 def test_malformed_lines_are_reported_not_fatal():
-    good = ruler.format_line(record())
+    good = step_line.format_line(record())
     truncated = good.split(" mb=")[0]  # a pod log cut mid-line
     garbled = good.replace("step=3", "step=three")
-    parsed = ruler.parse("\n".join([good, truncated, "[TrainerBench] config PRESET=x", garbled]))
+    parsed = step_line.parse(
+        "\n".join([good, truncated, "[TrainerBench] config PRESET=x", garbled])
+    )
     assert len(parsed.records) == 1
     assert [number for number, _ in parsed.malformed] == [2, 4]
     assert "missing" in parsed.malformed[0][1]
 
 
 def test_without_times_keeps_everything_but_the_clock():
-    a = ruler.format_line(record())
-    b = ruler.format_line(record(step_s=9.0, drain_s=3.0, device_ready_s=[7.0, 8.0], mfu=0.5))
-    assert a != b and ruler.without_times(a) == ruler.without_times(b)
-    c = ruler.format_line(record(loss=0.5))
-    assert ruler.without_times(a) != ruler.without_times(c)
+    a = step_line.format_line(record())
+    b = step_line.format_line(record(step_s=9.0, drain_s=3.0, device_ready_s=[7.0, 8.0], mfu=0.5))
+    assert a != b and step_line.without_times(a) == step_line.without_times(b)
+    c = step_line.format_line(record(loss=0.5))
+    assert step_line.without_times(a) != step_line.without_times(c)
 
 
 def test_results_writer_flushes_each_step(tmp_path):
     path = tmp_path / "out" / "results.jsonl"
-    with ruler.ResultsWriter(path) as writer:
+    with results_file.ResultsWriter(path) as writer:
         writer.write(record(step=0))
         # readable before the writer is closed: a crash here keeps step 0
         assert json.loads(path.read_text().splitlines()[0])["step"] == 0
         writer.write(record(step=1))
     path.write_text(path.read_text() + '{"step": 2, "warm')  # a torn last line from a crash
-    assert [r.step for r in ruler.read_results(path)] == [0, 1]
+    assert [r.step for r in results_file.read_results(path)] == [0, 1]
 
 
 def test_summary_covers_scored_steps_only():
     records = [record(step=0, warmup=True, step_s=100.0)] + [
         record(step=i, step_s=s) for i, s in enumerate([1.0, 2.0, 3.0], start=1)
     ]
-    text = ruler.summary(records)
+    text = step_summary.summary(records)
     assert "over 3 scored steps" in text
     step_row = next(line for line in text.splitlines() if line.startswith("step_s"))
     assert step_row.split()[1:] == ["2", "1", "3", "100.0%"]

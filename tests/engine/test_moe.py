@@ -183,12 +183,12 @@ def test_tpu_kernel_is_refused_off_a_tpu():
 
 
 def test_capacity_is_at_least_one_slot_and_the_payload_predicts_with_the_same_formula():
-    from rl_trainer_bench.payload import routing_profile
+    from rl_trainer_bench.payload import expert_load
 
     assert expert_capacity(4, top_k=2, num_experts=8, factor=1.0) == 1
     assert expert_capacity(0, top_k=1, num_experts=8, factor=1.0) == 1  # ceil(0) = 0: at least one
     assert expert_capacity(16, top_k=2, num_experts=8, factor=-1) == 16  # dropless
-    prediction = routing_profile.predict_overflow(
+    prediction = expert_load.predict_overflow(
         np.full(8, 1 / 8), tokens=0, real_fraction=1.0, top_k=1, factor=1.0
     )
     assert prediction.capacity == 1

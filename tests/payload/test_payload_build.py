@@ -9,7 +9,7 @@ import pytest
 from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.payload.build import build_micro_batch, build_pool
+from rl_trainer_bench.payload.build import build_micro_batch
 from rl_trainer_bench.payload.digests import array_digest, payload_digest
 from rl_trainer_bench.payload.npz import load_npz, save_npz
 from rl_trainer_bench.payload.routing_profile import load_profile
@@ -28,7 +28,7 @@ def test_same_seed_and_index_give_byte_identical_arrays_and_digests():
 
 
 def test_different_indices_give_different_content():
-    pool = build_pool(TINY, PROFILE, seed=7, count=3)
+    pool = [build_micro_batch(TINY, PROFILE, seed=7, index=i) for i in range(3)]
     assert [p.name for p in pool] == ["bench_0", "bench_1", "bench_2"]
     assert len({payload_digest(p) for p in pool}) == 3
     for name in ("input_ids", "segment_ids", "routed_experts"):

@@ -15,17 +15,15 @@ from rl_trainer_bench.engine.config import MeshConfig, MoeConfig
 from rl_trainer_bench.payload import build as payloads
 from rl_trainer_bench.payload import calibration, routing
 from rl_trainer_bench.payload.errors import ProfileError
+from rl_trainer_bench.payload.expert_load import max_load_ratio, predict_overflow
 from rl_trainer_bench.payload.packing import PackingLayout
+from rl_trainer_bench.payload.routing_dump import profile_from_dump, routed_expert_counts
 from rl_trainer_bench.payload.routing_profile import (
     RoutingProfile,
     cap_shares,
     fit_to_model,
     load_profile,
-    max_load_ratio,
     parse_profile,
-    predict_overflow,
-    profile_from_dump,
-    routed_expert_counts,
     zipf_shares,
 )
 
@@ -293,7 +291,7 @@ def test_unreadable_routing_dumps_are_one_line_errors(tmp_path, capsys, kind):
 
 def test_the_397b_cells_profile_forecasts_the_published_zero_replays():
     """The measured run: 0 replays at factor 2.75 with 2 token chunks; the preset is that run's."""
-    from rl_trainer_bench.payload.routing_profile import predicted_replay
+    from rl_trainer_bench.payload.replay_forecast import predicted_replay
 
     cell = preset("qwen3.5-397b-cell")
     profile = load_profile(None, cell.routing_profile)

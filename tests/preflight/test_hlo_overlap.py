@@ -12,15 +12,11 @@ import pytest
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.preflight import hlo_text
-from rl_trainer_bench.preflight.hlo_overlap import (
-    analyze_file,
-    analyze_text,
-    format_report,
-    mesh_partition,
-    parse_mesh,
-    replica_groups,
-)
+from rl_trainer_bench.preflight.hlo_counts import execution_counts
+from rl_trainer_bench.preflight.hlo_overlap import analyze_file, analyze_text
+from rl_trainer_bench.preflight.hlo_overlap_report import format_report
 from rl_trainer_bench.preflight.hlo_parse import HloParseError, parse_hlo, parse_shape
+from rl_trainer_bench.preflight.hlo_replica_groups import mesh_partition, parse_mesh, replica_groups
 
 TESTDATA = Path(__file__).resolve().parents[1] / "testdata"
 MESH = {"fsdp": 2, "context": 2, "expert": 2}
@@ -496,3 +492,136 @@ def test_a_wrapped_computation_that_runs_itself_is_refused(capsys, tmp_path):
     err = capsys.readouterr().err
     assert "computation loop_group calls itself (loop_group -> loop_group)" in err
     assert err.count("\n") == 1
+
+
+# Per collective of collectives_in_fusions.hlo: (kind, form, bytes, runs, group, axes, overlapped,
+# fusion). The loop runs 5 times (0 to 5 by its condition); the permute's computation runs twice.
+IN_FUSIONS = {
+    "ar.1": ("all-reduce", "sync", 1 * 8 * 128 * 2, 5, 2, ("expert",), False, "fusion.ar-1"),
+    "ar.2": (
+        "all-reduce",
+        "sync",
+        1 * 8 * 128 * 2,
+        5,
+        4,
+        ("context", "expert"),
+        False,
+        "fusion.ar-2",
+    ),
+    "rs": ("reduce-scatter", "sync", 4 * 8 * 128 * 2, 5, 2, ("expert",), False, ""),
+    "ag": ("all-gather", "sync", 64 * 256 * 4, 1, 4, ("context", "expert"), False, "gather_fusion"),
+    "a2a": ("all-to-all", "sync", 16 * 256 * 4, 1, 2, ("context",), False, "inner_fusion"),
+    "ag-start": (
+        "all-gather",
+        "async pair",
+        64 * 256 * 4,
+        1,
+        4,
+        ("context", "expert"),
+        False,  # a fusion's computation has no schedule: no window
+        "async_fusion",
+    ),
+    "cp": ("collective-permute", "sync", 8 * 256 * 4, 2, 2, ("fsdp",), False, "twice.1,twice.2"),
+}
+
+
+def _fusion_rows(report):
+    return {
+        c.name: (
+            c.kind,
+            c.form,
+            c.bytes,
+            c.executions,
+            c.group_size,
+            c.mesh_axes,
+            c.overlapped,
+            c.fusion,
+        )
+        for c in report.collectives
+    }
+
+
+def test_collectives_inside_fusions_are_counted_and_classified():
+    report = report_of("collectives_in_fusions.hlo")
+    assert _fusion_rows(report) == IN_FUSIONS
+    gather = {c.name: c for c in report.collectives}["ag-start"]
+    assert (gather.between_instructions, gather.between_flops) == (0, 0)  # not the matmul
+    kinds = {s.kind: s for s in report.kinds}
+    assert (kinds["all-reduce"].count, kinds["all-reduce"].executions) == (2, 10)
+    assert kinds["all-reduce"].bytes == 10 * 8 * 128 * 2
+    assert kinds["all-gather"].async_bytes == 64 * 256 * 4
+    assert report.total.bytes == (5 * 2 * 2048 + 5 * 8192) + 2 * 65536 + 16384 + 2 * 8192
+    assert report.total.exposed_bytes == report.total.bytes
+    assert "sync (fused)" in format_report(report) and "(fused): in the computation" in (
+        format_report(report)
+    )
+
+
+def test_xlas_canonical_printing_of_fused_collectives_gives_the_same_report():
+    parser = hlo_text._xla_parser()
+    if parser is None:
+        pytest.skip("this jaxlib has no HLO text parser")
+    canonical = parser((TESTDATA / "collectives_in_fusions.hlo").read_text()).to_string()
+    assert _fusion_rows(analyze_text(canonical, "canonical", MESH)) == IN_FUSIONS
+
+
+def test_fused_computations_are_left_to_the_fusion_in_the_loop_counted_cost():
+    module = parse_hlo((TESTDATA / "collectives_in_fusions.hlo").read_text())
+    assert "fused-ar.1" not in execution_counts(module)  # its FLOPs count at the fusion
+    assert execution_counts(module)["while_body"] == 5
+
+
+def test_a_list_of_called_computations_without_braces_is_read_whole():
+    (instruction,) = parse_hlo(
+        "HloModule m\nENTRY %e (p: f32[2]) -> f32[2] {\n  %p = f32[2]{0} parameter(0)\n"
+        '  ROOT %c = f32[2]{0} custom-call(%p), custom_call_target="t", '
+        'calls=%fused.a-1, %region_0.2, metadata={op_name="x"}\n}\n'
+    ).entry.instructions[1:]
+    assert instruction.called_computations() == ["fused.a-1", "region_0.2"]
+    assert instruction.attribute("metadata") == '{op_name="x"}'
+
+
+FUSION_IN_A_WRAPPER = """HloModule wrapped_fusion, is_scheduled=true, num_partitions=8
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+
+%fused_reduce (v: f32[64,256]) -> f32[64,256] {
+  %v = f32[64,256]{1,0} parameter(0)
+  ROOT %ar = f32[64,256]{1,0} all-reduce(%v), channel_id=1, replica_groups=[4,2]<=[8], to_apply=%add
+}
+
+%wrapped (w: f32[64,256]) -> f32[64,256] {
+  %w = f32[64,256]{1,0} parameter(0)
+  ROOT %f = f32[64,256]{1,0} fusion(%w), kind=kCustom, calls=%fused_reduce
+}
+
+ENTRY %main (a: f32[64,256]) -> f32[64,256] {
+  %a = f32[64,256]{1,0} parameter(0)
+  %start = ((f32[64,256]{1,0}), f32[64,256]{1,0}) async-start(%a), calls=%wrapped
+  %n = f32[64,256]{1,0} negate(%a)
+  ROOT %done = f32[64,256]{1,0} async-done(%start)
+}
+"""
+
+
+def test_a_fusion_an_async_wrapper_runs_counts_once_in_the_wrappers_window():
+    (collective,) = analyze_text(FUSION_IN_A_WRAPPER, "wrapped.hlo", MESH).collectives
+    assert (collective.kind, collective.form, collective.executions) == (
+        "all-reduce",
+        "async wrapper",
+        1,
+    )
+    assert collective.overlapped and collective.fusion == "f"
+    assert collective.bytes == 64 * 256 * 4
+
+
+def test_fused_collectives_read_the_same_without_percent_signs():
+    """XLA's hand-written test modules name instructions and computations without `%`."""
+    text = (TESTDATA / "collectives_in_fusions.hlo").read_text()
+    bare = text.replace("%", "")
+    assert "calls=fused-ar.1" in bare
+    assert _fusion_rows(analyze_text(bare, "bare.hlo", MESH)) == IN_FUSIONS

@@ -26,10 +26,18 @@ from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight import program_cost, step_estimate
 from rl_trainer_bench.preflight.aot.compile import ProgramMemory, compile_programs
-from rl_trainer_bench.preflight.aot.depth import depths_to_compile, extrapolate, with_layers
+from rl_trainer_bench.preflight.aot.depth import (
+    FULL_DEPTH,
+    depths_to_compile,
+    extrapolate,
+    with_layers,
+)
 from rl_trainer_bench.preflight.aot.engine_module import aot_engine_module, beside_table
 from rl_trainer_bench.preflight.aot.report import AotReport
 from rl_trainer_bench.preflight.aot.targets import LOCAL, Target, resolve_target
+
+# `--micro-steps 0`: predict the step at the preset's MICRO_STEPS.
+PRESET_MICRO_STEPS = 0
 
 
 def state_bytes(
@@ -116,16 +124,16 @@ def run_check(
     trainer_argv: str = "",
     engine_flags: str = "",
     stage_before_update: bool = False,
-    layers: int = 0,
+    layers: int = FULL_DEPTH,
     progress: Callable[[str], None] = lambda line: None,
     engine: str = BUILT_IN,
-    micro_steps: int = 0,
+    micro_steps: int = PRESET_MICRO_STEPS,
     routing_profile: str | None = None,
     seed: int = 0,
     min_headroom: float = MIN_HEADROOM,
 ) -> AotReport:
     """Compile the preset's programs for the target and build the memory report, with the
-    predicted step of `micro_steps` (0: the preset's) micro-batches where the chip is known.
+    predicted step of `micro_steps` (PRESET_MICRO_STEPS: the preset's) micro-batches where the chip is known.
 
     `progress` gets one line per compiled program: a full-size compile takes minutes.
     `min_headroom`: the fraction of a device's memory the peak must leave free for the margin.
@@ -161,7 +169,9 @@ def run_check(
     else:
         progress("aot: building micro-batch 0 for the replay chance and the model FLOPs")
         facts = step_estimate.micro_batch_facts(cell.config, profile, seed)
-        report.step = predict_step(report, micro_steps or preset(cell.preset).micro_steps, facts)
+        if micro_steps == PRESET_MICRO_STEPS:
+            micro_steps = preset(cell.preset).micro_steps
+        report.step = predict_step(report, micro_steps, facts)
     return report
 
 
@@ -240,11 +250,11 @@ def _mesh(config: EngineConfig, target: Target):
 
 
 def compiled_texts(
-    preset_name: str, target_name: str, layers: int = 0
+    preset_name: str, target_name: str, layers: int = FULL_DEPTH
 ) -> Iterator[tuple[str, str, dict[str, int]]]:
     """(program, compiled HLO text, mesh) of each engine program, for the overlap summary."""
     cell = resolve_cell(preset_name, target_name)
-    config = with_layers(cell.config, layers) if layers else cell.config
+    config = cell.config if layers == FULL_DEPTH else with_layers(cell.config, layers)
     for name, compiled, row in compile_programs(config, cell.mesh):
         if compiled is None:
             raise UserError(f"program {name} did not compile for {target_name}: {row.error}")

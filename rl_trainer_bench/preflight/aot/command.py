@@ -18,7 +18,8 @@ from rl_trainer_bench.config.knobs import MAX_MICRO_STEPS, engine_spec
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError, UserError
 from rl_trainer_bench.io import check_output_file, write_text_atomically
-from rl_trainer_bench.preflight.aot.check import run_check
+from rl_trainer_bench.preflight.aot.check import PRESET_MICRO_STEPS, run_check
+from rl_trainer_bench.preflight.aot.depth import FULL_DEPTH
 from rl_trainer_bench.preflight.aot.report import format_report
 from rl_trainer_bench.preflight.aot.targets import LOCAL
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
@@ -35,8 +36,9 @@ def add_target_arguments(parser) -> None:
     parser.add_argument(
         "--layers",
         type=int,
-        default=0,
-        help="compile at N and 2N layers and extrapolate to the preset's depth (0: full depth)",
+        default=FULL_DEPTH,
+        help="compile at N and 2N layers and extrapolate to the preset's depth"
+        f" ({FULL_DEPTH}: full depth)",
     )
 
 
@@ -57,8 +59,9 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--micro-steps",
         type=int,
-        default=0,
-        help="micro-batches per step for the predicted step (0: the preset's MICRO_STEPS)",
+        default=PRESET_MICRO_STEPS,
+        help="micro-batches per step for the predicted step"
+        f" ({PRESET_MICRO_STEPS}: the preset's MICRO_STEPS)",
     )
     parser.add_argument(
         "--routing-profile",
@@ -96,9 +99,10 @@ def run(args) -> int:
     2 for bad input."""
     if args.stage_before_update not in ("on", "off"):
         raise ConfigError(f"STAGE_BEFORE_UPDATE={args.stage_before_update!r}: expected on or off")
-    if not 0 <= args.micro_steps <= MAX_MICRO_STEPS:
+    if args.micro_steps != PRESET_MICRO_STEPS and not 1 <= args.micro_steps <= MAX_MICRO_STEPS:
         raise UserError(
-            f"--micro-steps / MICRO_STEPS={args.micro_steps}: expected 0 to {MAX_MICRO_STEPS:,}"
+            f"--micro-steps / MICRO_STEPS={args.micro_steps}: expected 1 to {MAX_MICRO_STEPS:,},"
+            f" or {PRESET_MICRO_STEPS} for the preset's"
         )
     if args.output:
         check_output_file(args.output, "--output")  # before the compiles, which take minutes

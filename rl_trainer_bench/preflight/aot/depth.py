@@ -12,13 +12,17 @@ from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight.aot.compile import COST_FIELDS, MEMORY_FIELDS, ProgramMemory
 
+# `--layers 0` / `AOT_LAYERS=0`: compile the preset's full depth, extrapolating nothing.
+FULL_DEPTH = 0
+
 
 def depths_to_compile(full_depth: int, layers: int) -> list[int]:
     if layers < 0:
         raise UserError(
-            f"--layers / AOT_LAYERS={layers}: expected 0 (full depth) or a positive count"
+            f"--layers / AOT_LAYERS={layers}: expected {FULL_DEPTH} (full depth) or a positive"
+            " count"
         )
-    if layers == 0 or 2 * layers >= full_depth:
+    if layers == FULL_DEPTH or 2 * layers >= full_depth:
         return [full_depth]
     return [layers, 2 * layers]
 

@@ -7,7 +7,7 @@ import pytest
 
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.payload.build import build_micro_batch
-from rl_trainer_bench.payload.checks import (
+from rl_trainer_bench.payload.engine_numerics import (
     check_numerics,
     default_knobs,
     format_numerics,
@@ -53,3 +53,29 @@ def test_the_token_sorted_dropless_layout_matches_the_capacity_reference():
     reference, results = check_numerics(ONE_LAYER, payload, (knob,))
     assert results[0].passed, format_numerics(reference, results)
     assert numerics_reference(ONE_LAYER).moe.dropless_compute == "capacity"  # two different layouts
+
+
+def test_the_numerics_check_builds_the_built_in_engine_through_the_factory(monkeypatch):
+    """Every command builds an engine by its name through `engine.factory`; the numerics check
+    does too, on one CPU device, so it exercises the class a run would."""
+    from rl_trainer_bench.engine import factory
+
+    asked = []
+
+    class Stop(Exception):
+        pass
+
+    def engine_class(spec, knob="ENGINE"):
+        asked.append(spec)
+
+        def build(config, devices):
+            asked.append((config.mesh.size, [d.platform for d in devices]))
+            raise Stop
+
+        return build
+
+    monkeypatch.setattr(factory, "engine_class", engine_class)
+    payload = build_micro_batch(ONE_LAYER, load_profile(None), seed=0, index=0)
+    with pytest.raises(Stop):
+        check_numerics(ONE_LAYER, payload)
+    assert asked == [factory.BUILT_IN, (1, ["cpu"])]
