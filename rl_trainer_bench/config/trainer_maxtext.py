@@ -13,7 +13,7 @@ without a word. Nothing here imports JAX.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from rl_trainer_bench.errors import ConfigError
 
@@ -52,7 +52,10 @@ APPLIED = "applied"
 NO_EQUIVALENT = "no equivalent"
 OVERRIDDEN_LATER = "overridden by a later trainer key"
 OVERRIDDEN_BY_FLAGS = "overridden by ENGINE_FLAGS"
-FATES = (APPLIED, NO_EQUIVALENT, OVERRIDDEN_LATER, OVERRIDDEN_BY_FLAGS)
+# On MaxText's engine the keys go to MaxText itself, last, except the ones the bench holds.
+PASSED = "passed to MaxText"
+HELD = "held by the bench"
+FATES = (APPLIED, PASSED, NO_EQUIVALENT, OVERRIDDEN_LATER, OVERRIDDEN_BY_FLAGS, HELD)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,4 +163,17 @@ def _held_tensors(keys: Sequence[tuple[str, str]]) -> list[str]:
         f"{key}={policy}"
         for key, policy in policies.items()
         if policy != "remat" and (key, policy) != (_LAYER_INPUT, "device")
+    ]
+
+
+def maxtext_fates(keys: Sequence[tuple[str, str]], held: Collection[str]) -> list[TrainerKey]:
+    """Each trainer key's fate on MaxText's engine: passed to MaxText unchanged, in order (a key
+    set again later is overridden, as MaxText keeps the last), or held by the bench (`held`:
+    where MaxText writes, loads and traces; `engine/maxtext_keys.py`)."""
+    last = {key: index for index, (key, _) in enumerate(keys)}
+    return [
+        TrainerKey(key, value, HELD if key in held else PASSED)
+        if last[key] == index
+        else TrainerKey(key, value, OVERRIDDEN_LATER)
+        for index, (key, value) in enumerate(keys)
     ]
