@@ -16,9 +16,24 @@ from collections.abc import Sequence
 
 from rl_trainer_bench.bench import maxtext_check
 from rl_trainer_bench.config.engine_choice import maxtext_evidence
+from rl_trainer_bench.config.engine_keys import (
+    parse_engine_flags,
+    split_maxtext_flags,
+    trainer_key_fates,
+)
 from rl_trainer_bench.config.knobs import BenchConfig
+from rl_trainer_bench.config.trainer_maxtext import (
+    APPLICABLE,
+    FLAG_PREFIX,
+    NO_EQUIVALENT,
+    TrainerKey,
+    marked_from_flags,
+    maxtext_fates,
+)
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
+from rl_trainer_bench.engine.maxtext_keys import HELD_KEYS
+from rl_trainer_bench.errors import ConfigError
 
 # MaxText keys that choose a kernel, and MaxText keys that shape the MoE exchange: the trainer's
 # values are quoted where another engine times it.
@@ -44,6 +59,28 @@ MAXTEXT_LOSS = (
 BUILT_IN_LOSS = "the built-in GRPO surrogate with its chunked log-prob pass (engine/loss.py)"
 
 Facts = tuple[tuple[str, str], ...]
+
+
+def trainer_key_fates_for(config: BenchConfig, engine: EngineConfig) -> tuple[TrainerKey, ...]:
+    """Each MaxText key of the trainer's (and of ENGINE_FLAGS' `maxtext.KEY` words) with its fate
+    on the engine that runs. On the built-in engine a `maxtext.KEY` it has no equivalent for is
+    refused, naming the keys it can apply: an arm that sets one would time a copy of another arm.
+    """
+    flag_keys = split_maxtext_flags(parse_engine_flags(config.engine_flags))[1]
+    if config.engine == MAXTEXT:
+        fates = maxtext_fates(engine.trainer_maxtext_keys, HELD_KEYS)
+        return tuple(marked_from_flags(fates, len(flag_keys)))
+    fates = trainer_key_fates(config.trainer_argv, config.engine_flags)
+    if config.engine == BUILT_IN:
+        refused = [f for f in fates[len(fates) - len(flag_keys) :] if f.fate == NO_EQUIVALENT]
+        if refused:
+            raise ConfigError(
+                f"ENGINE_FLAGS {' '.join(f'{FLAG_PREFIX}.{f.key}={f.value}' for f in refused)}:"
+                f" the built-in engine has no equivalent; it applies"
+                f" {', '.join(f'{FLAG_PREFIX}.{key}' for key in APPLICABLE)}; time MaxText's"
+                " engine (ENGINE=maxtext) to set the others"
+            )
+    return tuple(fates)
 
 
 def engine_facts(config: BenchConfig, engine: EngineConfig, in_pod_image: bool) -> Facts:
@@ -72,8 +109,7 @@ def _maxtext_rows(config: BenchConfig, engine: EngineConfig, in_pod_image: bool)
             ("maxtext config", "not checked: MaxText is not importable here"),
         )
     platform = "tpu" if config.trainer_slice is not None else "cpu"
-    output_dir = str(config.results_dir / "engine")
-    checked = maxtext_check.check_trainer_keys(engine, platform, output_dir, builder)
+    checked = maxtext_check.check_apart(engine, platform)
     return (("maxtext", f"maxtext {builder.version}, installed here"), ("maxtext config", checked))
 
 

@@ -14,7 +14,12 @@ in the pod.
 from __future__ import annotations
 
 import dataclasses
+import os
+import pickle
 import re
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,6 +28,7 @@ from rl_trainer_bench.engine import maxtext_config, maxtext_keys
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.errors import ConfigError
 
+_ACCEPTED, _REFUSED = "accepted", "refused"  # the child's verdict, first word of its last line
 _MESSAGE = 160  # characters of MaxText's message kept (its unknown-key message lists every key)
 IN_THE_POD = (
     "checked in the pod, before the runtime starts: the trainer's image's MaxText builds its"
@@ -50,6 +56,54 @@ def installed_builder() -> ConfigBuilder | None:
         maxtext_config.build_config,
         maxtext_config.MaxTextRefused,
     )
+
+
+def check_apart(engine: EngineConfig, platform: str) -> str:
+    """`check_trainer_keys` with the installed MaxText, in a child process on the CPU.
+
+    MaxText's config reads the JAX devices, and the first read starts JAX's backend: in the
+    plan's own process that would start it before the run's runtime does (before
+    `jax.distributed`, before the small presets' forced CPU device count), so the check runs in
+    a child that shows MaxText as many CPU devices as the mesh has and writes only into a
+    temporary folder. Its refusal comes back as the ConfigError it raised there.
+    """
+    environment = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={engine.mesh.size}",
+        "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
+    }
+    child = subprocess.run(
+        [sys.executable, "-m", __name__],
+        input=pickle.dumps((engine, platform)),
+        env=environment,
+        capture_output=True,
+        check=False,
+    )
+    lines = child.stdout.decode(errors="replace").splitlines()
+    if child.returncode != 0 or not lines:
+        tail = " ".join(child.stderr.decode(errors="replace").split()[-40:])
+        raise ConfigError(
+            f"the check of MaxText's config did not finish (exit {child.returncode}): {tail}"
+        )
+    verdict, _, text = lines[-1].partition(" ")
+    if verdict != _ACCEPTED:
+        raise ConfigError(text)
+    return text
+
+
+def _check_here() -> None:
+    """The child's side of `check_apart`: (engine, platform) pickled on stdin, one line out."""
+    engine, platform = pickle.loads(sys.stdin.buffer.read())
+    builder = installed_builder()
+    if builder is None:
+        print(f"{_REFUSED} MaxText is not importable in the check's process")
+        return
+    with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-maxtext-check-") as folder:
+        try:
+            print(f"{_ACCEPTED} {check_trainer_keys(engine, platform, folder, builder)}")
+        except ConfigError as error:
+            print(f"{_REFUSED} {error}")
 
 
 def check_trainer_keys(
@@ -134,3 +188,7 @@ def _refused_trainer_keys(
 
 def _without(words: Sequence[str], word: str) -> list[str]:
     return [w for w in words if w != word]
+
+
+if __name__ == "__main__":
+    _check_here()

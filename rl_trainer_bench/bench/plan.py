@@ -14,16 +14,13 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice
-from rl_trainer_bench.bench import micro_batch_memory
-from rl_trainer_bench.bench.engine_plan import engine_facts
+from rl_trainer_bench.bench import engine_plan, micro_batch_memory
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
-from rl_trainer_bench.config.engine_keys import engine_config_from, trainer_key_fates
+from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig, driver_knobs
 from rl_trainer_bench.config.presets import TrainerDifference
-from rl_trainer_bench.config.trainer_maxtext import FATES, TrainerKey, maxtext_fates
+from rl_trainer_bench.config.trainer_maxtext import FATES, TrainerKey
 from rl_trainer_bench.engine.config import EngineConfig, config_problems
-from rl_trainer_bench.engine.factory import MAXTEXT
-from rl_trainer_bench.engine.maxtext_keys import HELD_KEYS
 from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.units import human_bytes
 
@@ -149,15 +146,11 @@ def resolve(config: BenchConfig, host_bytes: int | None = None, rendering: bool 
     micro_batch_memory.refuse_oversized(
         engine, config.distinct_micro_batches, host_bytes, config.trainer_slice
     )
-    fates = tuple(
-        maxtext_fates(engine.trainer_maxtext_keys, HELD_KEYS)
-        if config.engine == MAXTEXT
-        else trainer_key_fates(config.trainer_argv, config.engine_flags)
-    )
+    fates = engine_plan.trainer_key_fates_for(config, engine)
     layout = _layout(engine, config.orch_argv)
     differences = tuple(d for d in config.preset.differs_from_trainer if d.holds(engine))
     replay = _replay(config, engine)
-    facts = engine_facts(config, engine, in_pod_image=not rendering)
+    facts = engine_plan.engine_facts(config, engine, in_pod_image=not rendering)
     return Plan(config, engine, tuple(unapplied), layout, fates, replay, differences, facts)
 
 

@@ -29,6 +29,9 @@ VARIABLE_KEYS: Mapping[str, str] = {
     "FLOAT32_LOGITS": "float32_logits",
 }
 CARRYING_VARIABLES = (*VARIABLE_KEYS, EXTRA_FLAGS_VARIABLE)
+# An ENGINE_FLAGS key `maxtext.KEY` sets MaxText key KEY after the trainer's (config/engine_keys.py).
+FLAG_PREFIX = "maxtext"
+FROM_FLAGS = "set by ENGINE_FLAGS"
 
 # Trainer flags Tunix hands to MaxText as a MaxText key (a flag wins over its variable).
 FLAG_KEYS: Mapping[str, str] = {"maxtext_attention": "attention", "remat_policy": "remat_policy"}
@@ -41,6 +44,9 @@ SAME_MEANING: Mapping[str, str] = {
     "mu_dtype": "mu_dtype",
     "optimizer_memory_host_offload": "optimizer_memory_host_offload",
 }
+# The MaxText keys the built-in engine can apply (remat_policy: full, minimal, or a custom policy
+# that keeps nothing but the layer input).
+APPLICABLE = (*SAME_MEANING, "remat_policy")
 # Remat policies the engine has by the same name (MaxText's full and minimal; none for a trainer
 # argv written for the engine).
 _REMAT_POLICIES = ("full", "minimal", "none")
@@ -176,4 +182,15 @@ def maxtext_fates(keys: Sequence[tuple[str, str]], held: Collection[str]) -> lis
         if last[key] == index
         else TrainerKey(key, value, OVERRIDDEN_LATER)
         for index, (key, value) in enumerate(keys)
+    ]
+
+
+def marked_from_flags(fates: Sequence[TrainerKey], count: int) -> list[TrainerKey]:
+    """`fates` with the last `count` (the ENGINE_FLAGS `maxtext.KEY` words) noted as set there."""
+    first = len(fates) - count
+    return [
+        dataclasses.replace(f, note="; ".join(p for p in (f.note, FROM_FLAGS) if p))
+        if index >= first
+        else f
+        for index, f in enumerate(fates)
     ]

@@ -27,7 +27,14 @@ def _config(extra_flags: str, **knobs: str) -> BenchConfig:
 
 @pytest.fixture
 def stand_in_maxtext(monkeypatch):
+    """The stand-in as the installed MaxText, checked in this process (the child process a real
+    check runs in imports the installed MaxText, which CI does not have)."""
     monkeypatch.setattr(maxtext_check, "installed_builder", lambda: STAND_IN)
+    monkeypatch.setattr(
+        maxtext_check,
+        "check_apart",
+        lambda engine, platform: maxtext_check.check_trainer_keys(engine, platform, "/r", STAND_IN),
+    )
 
 
 def _rows(config: BenchConfig, rendering: bool = False) -> dict[str, str]:
@@ -85,3 +92,10 @@ def test_a_config_refused_whatever_trainer_key_is_left_out_is_put_on_the_bench(s
         " trainer key is left out (num_moe_token_chunks > 1 requires use_ring_of_experts=True.:"
         " set the engine keys it names through ENGINE_FLAGS, or another PRESET)"
     )
+
+
+def test_the_check_runs_apart_and_its_verdict_comes_back_as_one_line():
+    """The child process gets the engine config and answers one line; here it has no MaxText."""
+    engine = plan.resolve(_config("remat_policy=full")).engine
+    with pytest.raises(ConfigError, match=r"^MaxText is not importable in the check's process$"):
+        maxtext_check.check_apart(engine, "tpu")

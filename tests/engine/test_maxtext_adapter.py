@@ -334,3 +334,17 @@ def test_staged_and_plain_runs_train_the_same_data(staged_and_plain):
     for name in plain_params:
         np.testing.assert_array_equal(staged_params[name], plain_params[name])
     assert staged.recompiles == [] and plain.recompiles == []
+
+
+def test_an_arms_maxtext_key_reaches_maxtexts_config_after_the_trainers():
+    from rl_trainer_bench.config.engine_keys import engine_config_from
+
+    trainer = "MAXTEXT_EXTRA_FLAGS='remat_policy=full' python -m app.trainer"
+    config, _ = engine_config_from(
+        PRESETS["cpu-tiny-qwen3.5"], trainer, "maxtext.remat_policy=minimal"
+    )
+    args, hyper = stand_in_config(
+        small_engine_config(trainer_maxtext_keys=config.trainer_maxtext_keys)
+    )
+    assert args.words[-2:] == ("remat_policy=full", "remat_policy=minimal")
+    assert hyper.remat_policy == "minimal"
