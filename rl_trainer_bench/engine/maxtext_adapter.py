@@ -60,7 +60,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from rl_trainer_bench.engine import compile_events, maxtext_config, maxtext_keys, maxtext_metrics
+from rl_trainer_bench.engine import (
+    compile_events,
+    cpu_lowerings,
+    maxtext_config,
+    maxtext_keys,
+    maxtext_metrics,
+)
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload, PreparedInput
 
@@ -241,6 +247,10 @@ class MaxTextEngine:
     def __init__(self, config: EngineConfig):
         self.config = config
         self.api = type(self).load_api()
+        # MaxText's Gated DeltaNet hangs in jaxlib's CPU LAPACK solve; see cpu_lowerings.
+        self.host_lowerings = (
+            cpu_lowerings.use_xla_triangular_solve() if jax.default_backend() == "cpu" else "-"
+        )
         self.output_dir = config.output_dir or tempfile.mkdtemp(prefix="rl-trainer-bench-maxtext-")
         try:
             self.args = maxtext_keys.maxtext_args(
@@ -367,6 +377,7 @@ class MaxTextEngine:
                 maxtext_keys.word(k, v) for k, v in host_keys(self.config).items()
             )
             or "-",
+            "host_lowerings": self.host_lowerings,
             "trainer_keys_replacing": " ".join(args.replaced) or "-",
             "trainer_keys_held": " ".join(args.held) or "-",
             "output_dir": self.output_dir,

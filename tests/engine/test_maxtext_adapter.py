@@ -211,6 +211,8 @@ def test_overflow_flags_from_maxtext_reach_the_step_metrics():
     assert loads[0] > buffer >= loads[1]
     assert metrics["overflow_count"] == 1
     assert "overflow_count" not in engine.info()["not_measured"]
+    # on the CPU the adapter says it runs jax's triangular solve as XLA's op (cpu_lowerings)
+    assert engine.info()["host_lowerings"] == "triangular_solve=xla-hlo"
 
 
 def test_maxtext_itself_lacks_the_staging_methods():
