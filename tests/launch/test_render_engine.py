@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from render_helpers import FIXTURE, exports, render_fixture
+from render_helpers import FIXTURE, exports, real_render, render_fixture
 
 from rl_trainer_bench import code_digest
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
@@ -84,3 +84,32 @@ def test_engine_builtin_overrides_a_maxtext_trainer_and_the_summary_says_what_di
     )
     assert {"differs: kernels", "differs: MoE exchange", "differs: FLOPs"} <= set(facts)
     assert "maxtext config" not in facts
+
+
+def test_rendering_and_planning_either_engine_import_no_jax():
+    real_render(
+        "tunix-mlperf-397b-256-v5p-trainer.stdout.txt"
+    )  # skips where the reference is absent
+    child = """
+import sys
+from render_helpers import tpu7x_trainer_launch
+from rl_trainer_bench.launch.knobs import RenderKnobs
+from rl_trainer_bench.launch.render import render_with_plan
+for engine in ({}, {"engine": "builtin"}):
+    render_with_plan(tpu7x_trainer_launch(), "tpu7x", RenderKnobs.from_strings(engine))
+print("jax imported:", "jax" in sys.modules)
+"""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    result = subprocess.run(
+        [sys.executable, "-c", child],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join([str(here), *sys.path])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "jax imported: False"
