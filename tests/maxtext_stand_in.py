@@ -219,6 +219,8 @@ def _validate(keys: dict[str, Any]) -> None:
         and not keys["use_ragged_sort"]
     ):
         raise ValueError("Ragged buffer factor with ring of experts needs use_ragged_sort=True")
+    if keys["num_moe_token_chunks"] > 1 and not keys["use_ring_of_experts"]:
+        raise ValueError("num_moe_token_chunks > 1 requires use_ring_of_experts=True.")
     if keys["use_mrope"]:
         rotary = int(keys["head_dim"] * keys["partial_rotary_factor"])
         if sum(keys["mrope_section"]) != rotary // 2:

@@ -6,7 +6,9 @@ as written when `--arms` spells out its own repeats. A setting's second run is a
 difference between its two runs is the noise floor, measured in the same process as the effect.
 Knob names follow the bench's own edges:
 an UPPER_CASE key is a driver knob (the DRIVER_ENV a pod would get), a lower_case key is an engine
-key (it goes into ENGINE_FLAGS), so any arm a pod can run, an A/B can run.
+key (it goes into ENGINE_FLAGS), so any arm a pod can run, an A/B can run. `maxtext.KEY` is one of
+the trainer's MaxText keys: it goes into ENGINE_FLAGS as such and is applied after the trainer's
+own keys (config/engine_keys.py); an engine with no equivalent refuses it when the arm is planned.
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice
-from rl_trainer_bench.bench import micro_batch_memory
+from rl_trainer_bench.bench import engine_plan, micro_batch_memory
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
-from rl_trainer_bench.config.engine_keys import engine_config_from, trainer_key_fates
+from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig, driver_knobs
 from rl_trainer_bench.config.presets import TrainerDifference
 from rl_trainer_bench.config.trainer_maxtext import FATES, TrainerKey
@@ -39,6 +39,8 @@ class Plan:
     replay: str = ""  # the routing profile's forecast of replays at the cell's MoE settings
     # The preset's keys that still differ from the trainer's once its keys are applied, with why.
     differences: tuple[TrainerDifference, ...] = ()
+    # Which engine, which MaxText, the loss, and why (bench/engine_plan.py).
+    engine_facts: tuple[tuple[str, str], ...] = ()
 
     @property
     def trainer_slice(self) -> TpuSlice | None:
@@ -91,7 +93,7 @@ class Plan:
             ("moe", self.replay),
             ("device memory", self.device_memory()),
             *(("preset differs from the trainer", d.describe()) for d in self.differences),
-            ("engine", config.engine),
+            *self.engine_facts,
             ("engine keys not applied", " ".join(self.unapplied) or "-"),
             ("trainer MaxText keys", self.trainer_keys_summary()),
             *(("trainer key", key.describe()) for key in self.trainer_keys),
@@ -130,11 +132,12 @@ class Plan:
         return f"{len(self.trainer_keys)} ({counts})"
 
 
-def resolve(config: BenchConfig, host_bytes: int | None = None) -> Plan:
+def resolve(config: BenchConfig, host_bytes: int | None = None, rendering: bool = False) -> Plan:
     """Validate what `config` asks for and resolve its cell; ConfigError naming the first problem.
 
     `host_bytes` is the memory of the host that will build the micro-batch pool, where the plan
-    runs on it (None: not checked, as when rendering for another machine's pod).
+    runs on it (None: not checked, as when rendering for another machine's pod). `rendering`:
+    the plan is made for a pod whose image is not this host's, so MaxText is not looked for here.
     """
     refuse_unrunnable_stages(config.worker, [config.stage])
     engine, unapplied = engine_config_from(config.preset, config.trainer_argv, config.engine_flags)
@@ -143,11 +146,12 @@ def resolve(config: BenchConfig, host_bytes: int | None = None) -> Plan:
     micro_batch_memory.refuse_oversized(
         engine, config.distinct_micro_batches, host_bytes, config.trainer_slice
     )
-    fates = tuple(trainer_key_fates(config.trainer_argv, config.engine_flags))
+    fates = engine_plan.trainer_key_fates_for(config, engine)
     layout = _layout(engine, config.orch_argv)
     differences = tuple(d for d in config.preset.differs_from_trainer if d.holds(engine))
     replay = _replay(config, engine)
-    return Plan(config, engine, tuple(unapplied), layout, fates, replay, differences)
+    facts = engine_plan.engine_facts(config, engine, in_pod_image=not rendering)
+    return Plan(config, engine, tuple(unapplied), layout, fates, replay, differences, facts)
 
 
 def refuse_engine_config_problems(engine: EngineConfig, preset_name: str) -> None:

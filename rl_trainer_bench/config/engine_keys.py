@@ -250,6 +250,27 @@ def _replace_path(config, path: str, value):
     return dataclasses.replace(config, **{head: _replace_path(getattr(config, head), rest, value)})
 
 
+def split_maxtext_flags(
+    flags: Mapping[str, str],
+) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
+    """ENGINE_FLAGS as (engine keys, MaxText keys): `maxtext.KEY=VALUE` sets MaxText key KEY,
+    applied after the trainer's own keys, as one more word of its MAXTEXT_EXTRA_FLAGS would be
+    (how an A/B arm sets a MaxText key). ConfigError for `maxtext.` with no key."""
+    engine: dict[str, str] = {}
+    maxtext: list[tuple[str, str]] = []
+    for key, value in flags.items():
+        prefix, dot, name = key.partition(".")
+        if prefix != trainer_maxtext.FLAG_PREFIX or not dot:
+            engine[key] = value
+        elif not name or "." in name:
+            raise ConfigError(
+                f"ENGINE_FLAGS: {key}={value}: write maxtext.KEY=VALUE, one MaxText key"
+            )
+        else:
+            maxtext.append((name, value))
+    return engine, tuple(maxtext)
+
+
 def engine_config_from(
     preset: Preset,
     trainer_argv: str | Sequence[str] = (),
@@ -266,10 +287,11 @@ def engine_config_from(
     start-up, never dropped silently); `trainer_key_fates` says what became of each MaxText key.
     """
     environment, argv_flags = parse_trainer_command(trainer_argv)
-    trainer_keys = trainer_maxtext.maxtext_keys(environment, argv_flags)
+    given, flag_keys = split_maxtext_flags(parse_engine_flags(engine_flags))
+    trainer_keys = (*trainer_maxtext.maxtext_keys(environment, argv_flags), *flag_keys)
     argv_flags = {k: v for k, v in argv_flags.items() if k not in trainer_maxtext.FLAG_KEYS}
     mapped = _mapped_trainer_keys(trainer_keys)
-    flags = {**argv_flags, **mapped, **parse_engine_flags(engine_flags)}
+    flags = {**argv_flags, **mapped, **given}
     config = dataclasses.replace(preset.engine, trainer_maxtext_keys=trainer_keys)
     if any(ENGINE_KEYS[key].target.startswith("mesh.") for key in argv_flags if key in ENGINE_KEYS):
         config = dataclasses.replace(config, mesh=MeshConfig())
@@ -319,14 +341,15 @@ def _mapped_trainer_keys(trainer_keys: Sequence[tuple[str, str]]) -> dict[str, s
 def trainer_key_fates(
     trainer_argv: str | Sequence[str] = (), engine_flags: str | Sequence[str] = ()
 ) -> list[trainer_maxtext.TrainerKey]:
-    """What became of each MaxText key of the trainer's command, ENGINE_FLAGS included."""
+    """What became of each MaxText key of the trainer's command, ENGINE_FLAGS included (its
+    `maxtext.KEY` words follow the trainer's keys, marked as set by ENGINE_FLAGS)."""
     environment, argv_flags = parse_trainer_command(trainer_argv)
-    given = parse_engine_flags(engine_flags)
-    return [
+    given, flag_keys = split_maxtext_flags(parse_engine_flags(engine_flags))
+    keys = (*trainer_maxtext.maxtext_keys(environment, argv_flags), *flag_keys)
+    fates = [
         dataclasses.replace(fate, fate=trainer_maxtext.OVERRIDDEN_BY_FLAGS)
         if fate.fate == trainer_maxtext.APPLIED and fate.engine_key in given
         else fate
-        for fate in trainer_maxtext.engine_assignments(
-            trainer_maxtext.maxtext_keys(environment, argv_flags)
-        )
+        for fate in trainer_maxtext.engine_assignments(keys)
     ]
+    return trainer_maxtext.marked_from_flags(fates, len(flag_keys))

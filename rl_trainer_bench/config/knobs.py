@@ -26,10 +26,11 @@ from typing import Any
 
 from rl_trainer_bench.accelerators import TpuSlice, parse_slice
 from rl_trainer_bench.config import values
+from rl_trainer_bench.config.engine_choice import choose_engine
 from rl_trainer_bench.config.engine_keys import parse_engine_flags, parse_trainer_argv
 from rl_trainer_bench.config.presets import PRESETS, Preset, preset, preset_for_model
 from rl_trainer_bench.engine.config import GPU_PLATFORMS
-from rl_trainer_bench.engine.factory import BUILT_IN
+from rl_trainer_bench.engine.factory import BUILT_IN, ENGINE_NAMES
 from rl_trainer_bench.errors import ConfigError
 
 _ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
@@ -112,11 +113,16 @@ def _text(name: str, text: str) -> str:
 
 
 def engine_spec(text: str, knob: str = "ENGINE") -> str:
-    """`text` as an engine name (`module:Class`), checked for form only: importing it is the
-    engine factory's job, at start-up, so validating knobs stays host work."""
+    """`text` as an engine name (`module:Class`, or a short name of ENGINE_NAMES), checked for
+    form only: importing it is the engine factory's job, at start-up, so validating knobs stays
+    host work."""
     spec = text.strip() or BUILT_IN
+    spec = ENGINE_NAMES.get(spec, spec)
     if not _ENGINE_SPEC.fullmatch(spec):
-        raise ConfigError(f"{knob}={text!r} is not module:Class: e.g. {knob}={BUILT_IN}")
+        raise ConfigError(
+            f"{knob}={text!r} is not module:Class nor one of {', '.join(ENGINE_NAMES)}:"
+            f" e.g. {knob}={BUILT_IN}"
+        )
     return spec
 
 
@@ -221,10 +227,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("WORKER", "separate", _one_of(WORKER_CHOICES), "separate|fused"),
     Knob(
         "ENGINE",
-        BUILT_IN,
+        "",
         lambda name, text: engine_spec(text, name),
-        "module:Class of the engine to time, built as Class(engine_config); in a pod its package"
-        " must be in the trainer's image",
+        "module:Class of the engine to time, built as Class(engine_config), or builtin|maxtext;"
+        " in a pod its package must be in the trainer's image (default: MaxText's engine when the"
+        " trainer runs MaxText, else the built-in one)",
     ),
     Knob(
         "TRAINER_SLICE",
@@ -389,10 +396,11 @@ class BenchConfig:
     engine_flags: str = dataclasses.field(default=knob_default("ENGINE_FLAGS"))
     orch_argv: tuple[str, ...] = dataclasses.field(default=knob_default("ORCH_ARGV"))
     worker: str = dataclasses.field(default=knob_default("WORKER"))
-    engine: str = dataclasses.field(default=knob_default("ENGINE"))  # module:Class
+    engine: str = BUILT_IN  # module:Class; from_env resolves an unset ENGINE (engine_choice.py)
     trainer_slice: TpuSlice | None = dataclasses.field(default=knob_default("TRAINER_SLICE"))
     plan_only: bool = dataclasses.field(default=knob_default("PLAN_ONLY"))
     preset_source: str = "PRESET"  # what chose the preset: PRESET, a trainer flag, or the default
+    engine_source: str = "ENGINE"  # what chose the engine: ENGINE, or the trainer's command
 
     def __post_init__(self) -> None:
         if self.micro_steps is None:
@@ -413,7 +421,14 @@ class BenchConfig:
         trainer_flags = parse_trainer_argv(fields["trainer_argv"])
         fields["preset"], source = _chosen_preset(fields["preset"], trainer_flags)
         fields["orch_argv"] = _with_lengths(fields["orch_argv"], trainer_flags)
-        return cls(**fields, stage=StageConfig.from_env(env), preset_source=source)
+        choice = choose_engine(fields["engine"], fields["trainer_argv"], fields["preset"].engine)
+        fields["engine"] = choice.spec
+        return cls(
+            **fields,
+            stage=StageConfig.from_env(env),
+            preset_source=source,
+            engine_source=choice.source,
+        )
 
     def _check_profile_window(self) -> None:
         if self.profile_steps is not None and self.profile_steps[1] >= self.total_steps:

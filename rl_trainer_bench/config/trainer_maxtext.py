@@ -13,7 +13,7 @@ without a word. Nothing here imports JAX.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from rl_trainer_bench.errors import ConfigError
 
@@ -29,6 +29,9 @@ VARIABLE_KEYS: Mapping[str, str] = {
     "FLOAT32_LOGITS": "float32_logits",
 }
 CARRYING_VARIABLES = (*VARIABLE_KEYS, EXTRA_FLAGS_VARIABLE)
+# An ENGINE_FLAGS key `maxtext.KEY` sets MaxText key KEY after the trainer's (config/engine_keys.py).
+FLAG_PREFIX = "maxtext"
+FROM_FLAGS = "set by ENGINE_FLAGS"
 
 # Trainer flags Tunix hands to MaxText as a MaxText key (a flag wins over its variable).
 FLAG_KEYS: Mapping[str, str] = {"maxtext_attention": "attention", "remat_policy": "remat_policy"}
@@ -41,6 +44,9 @@ SAME_MEANING: Mapping[str, str] = {
     "mu_dtype": "mu_dtype",
     "optimizer_memory_host_offload": "optimizer_memory_host_offload",
 }
+# The MaxText keys the built-in engine can apply (remat_policy: full, minimal, or a custom policy
+# that keeps nothing but the layer input).
+APPLICABLE = (*SAME_MEANING, "remat_policy")
 # Remat policies the engine has by the same name (MaxText's full and minimal; none for a trainer
 # argv written for the engine).
 _REMAT_POLICIES = ("full", "minimal", "none")
@@ -52,7 +58,10 @@ APPLIED = "applied"
 NO_EQUIVALENT = "no equivalent"
 OVERRIDDEN_LATER = "overridden by a later trainer key"
 OVERRIDDEN_BY_FLAGS = "overridden by ENGINE_FLAGS"
-FATES = (APPLIED, NO_EQUIVALENT, OVERRIDDEN_LATER, OVERRIDDEN_BY_FLAGS)
+# On MaxText's engine the keys go to MaxText itself, last, except the ones the bench holds.
+PASSED = "passed to MaxText"
+HELD = "held by the bench"
+FATES = (APPLIED, PASSED, NO_EQUIVALENT, OVERRIDDEN_LATER, OVERRIDDEN_BY_FLAGS, HELD)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,4 +169,28 @@ def _held_tensors(keys: Sequence[tuple[str, str]]) -> list[str]:
         f"{key}={policy}"
         for key, policy in policies.items()
         if policy != "remat" and (key, policy) != (_LAYER_INPUT, "device")
+    ]
+
+
+def maxtext_fates(keys: Sequence[tuple[str, str]], held: Collection[str]) -> list[TrainerKey]:
+    """Each trainer key's fate on MaxText's engine: passed to MaxText unchanged, in order (a key
+    set again later is overridden, as MaxText keeps the last), or held by the bench (`held`:
+    where MaxText writes, loads and traces; `engine/maxtext_keys.py`)."""
+    last = {key: index for index, (key, _) in enumerate(keys)}
+    return [
+        TrainerKey(key, value, HELD if key in held else PASSED)
+        if last[key] == index
+        else TrainerKey(key, value, OVERRIDDEN_LATER)
+        for index, (key, value) in enumerate(keys)
+    ]
+
+
+def marked_from_flags(fates: Sequence[TrainerKey], count: int) -> list[TrainerKey]:
+    """`fates` with the last `count` (the ENGINE_FLAGS `maxtext.KEY` words) noted as set there."""
+    first = len(fates) - count
+    return [
+        dataclasses.replace(f, note="; ".join(p for p in (f.note, FROM_FLAGS) if p))
+        if index >= first
+        else f
+        for index, f in enumerate(fates)
     ]

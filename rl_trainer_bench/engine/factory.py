@@ -16,6 +16,9 @@ from rl_trainer_bench import user_code
 # parser must not pay for numpy or JAX; the contract is imported where an engine is built.
 
 BUILT_IN = "rl_trainer_bench.engine.jax_engine:JaxEngine"
+MAXTEXT = "rl_trainer_bench.engine.maxtext_adapter:MaxTextEngine"
+# Short names ENGINE also takes: `builtin` (CPU, CI, teams without MaxText) and `maxtext`.
+ENGINE_NAMES = {"builtin": BUILT_IN, "maxtext": MAXTEXT}
 
 
 def engine_class(spec: str, knob: str = "ENGINE") -> type:

@@ -60,8 +60,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from rl_trainer_bench.engine import compile_events, maxtext_keys, maxtext_metrics
-from rl_trainer_bench.engine.config import DROPLESS, EngineConfig
+from rl_trainer_bench.engine import (
+    compile_events,
+    cpu_lowerings,
+    maxtext_config,
+    maxtext_keys,
+    maxtext_metrics,
+)
+from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload, PreparedInput
 
 KERNELS = ("fwd_bwd", "fwd_bwd_accum", "update")
@@ -87,8 +93,6 @@ class MaxTextApi:
 def load_maxtext() -> MaxTextApi:
     """The installed maxtext package's training engine (needs maxtext and Tunix importable)."""
     try:
-        from importlib.metadata import version
-
         from maxtext.training_engine import abstract_engine, maxtext_engine
         from maxtext.utils import maxtext_utils, sharding
     except ImportError as error:
@@ -105,39 +109,20 @@ def load_maxtext() -> MaxTextApi:
         payload_type=abstract_engine.RLTrainerPayload,
         gen_model_input_fn=maxtext_engine.router_replay_gen_model_input_fn,
         make_loss_fn=maxtext_engine.make_router_replay_loss_fn,
-        model_config=_shipped_model_config,
+        model_config=maxtext_config.shipped_model_config,
         build_config=_build_config,
         build_mesh=build_mesh,
         input_spec=lambda config, mesh: tuple(sharding.get_input_data_sharding(config, mesh).spec),
-        version=version("maxtext"),
+        version=maxtext_config.installed_version(),
     )
 
 
-def _shipped_model_config(name: str) -> Mapping[str, Any]:
-    """MaxText's model config `name` as shipped in the package ({} for `default`: base.yml's)."""
-    import importlib.resources
-
-    import yaml
-
-    if name == "default":
-        return {}
-    shipped = importlib.resources.files("maxtext.configs") / "models" / f"{name}.yml"
-    return yaml.safe_load(shipped.read_text()) or {}
-
-
 def _build_config(words: Sequence[str]) -> Any:
-    """MaxText's config from `key=value` words, as its command line (and Tunix) builds it.
-
-    Through MaxText's private `_initialize_pydantic`: the public `initialize` reports a key it
-    refuses as a banner of log lines and exits the process; here the refusal becomes one line.
-    """
-    from maxtext.configs import pyconfig
-
+    """MaxText's config (`maxtext_config.build_config`); a refusal is the engine's one line."""
     try:
-        return pyconfig.HyperParameters(pyconfig._initialize_pydantic(["", *words]))
-    except (ValueError, TypeError) as error:
-        first = " ".join(str(error).split())
-        raise ContractError(f"MaxText refused the config built for this cell: {first}") from error
+        return maxtext_config.build_config(words)
+    except maxtext_config.MaxTextRefused as error:
+        raise ContractError(f"MaxText refused the config built for this cell: {error}") from error
 
 
 @dataclasses.dataclass
@@ -247,20 +232,8 @@ def _text(value: Any) -> str:
 
 
 def host_keys(config: EngineConfig) -> dict[str, Any]:
-    """MaxText keys this host needs beyond the table's, said in `info()`.
-
-    XLA:CPU has no `ragged-all-to-all`, which MaxText's expert-parallel MoE sends tokens with
-    (compiling it fails: "HLO opcode `ragged-all-to-all` is not supported by XLA:CPU"); its ring
-    of experts (`use_ring_of_experts`) moves them by all-gather and reduce-scatter, which the CPU
-    runs. A ring takes a finite ragged buffer only with its Pallas ragged sort, which does not
-    run here, so on the CPU the buffer is MaxText's dropless one. Accelerators get nothing.
-    """
-    if jax.default_backend() != "cpu" or config.mesh.expert == 1:
-        return {}
-    return {
-        "use_ring_of_experts": True,
-        "ragged_buffer_factor": float(DROPLESS),
-    }  # as MaxText spells it
+    """MaxText keys this host's platform needs (`maxtext_keys.platform_keys`), said in `info()`."""
+    return maxtext_keys.platform_keys(config, jax.default_backend())
 
 
 class MaxTextEngine:
@@ -274,6 +247,10 @@ class MaxTextEngine:
     def __init__(self, config: EngineConfig):
         self.config = config
         self.api = type(self).load_api()
+        # MaxText's Gated DeltaNet hangs in jaxlib's CPU LAPACK solve; see cpu_lowerings.
+        self.host_lowerings = (
+            cpu_lowerings.use_xla_triangular_solve() if jax.default_backend() == "cpu" else "-"
+        )
         self.output_dir = config.output_dir or tempfile.mkdtemp(prefix="rl-trainer-bench-maxtext-")
         try:
             self.args = maxtext_keys.maxtext_args(
@@ -400,6 +377,7 @@ class MaxTextEngine:
                 maxtext_keys.word(k, v) for k, v in host_keys(self.config).items()
             )
             or "-",
+            "host_lowerings": self.host_lowerings,
             "trainer_keys_replacing": " ".join(args.replaced) or "-",
             "trainer_keys_held": " ".join(args.held) or "-",
             "output_dir": self.output_dir,

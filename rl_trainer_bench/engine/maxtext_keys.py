@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from rl_trainer_bench.engine.config import EngineConfig, leaf_fields
+from rl_trainer_bench.engine.config import DROPLESS, EngineConfig, leaf_fields
 
 RUN_NAME = "rl_trainer_bench"
 # MaxText replays routes (forced routing) only in these decoder blocks (maxtext 0.2.5,
@@ -236,6 +236,20 @@ HELD_KEYS = (
 )
 
 
+def platform_keys(config: EngineConfig, platform: str) -> dict[str, Any]:
+    """MaxText keys a `platform` host needs beyond the table's (the adapter says them in `info()`).
+
+    XLA:CPU has no `ragged-all-to-all`, which MaxText's expert-parallel MoE sends tokens with
+    (compiling it fails: "HLO opcode `ragged-all-to-all` is not supported by XLA:CPU"); its ring
+    of experts (`use_ring_of_experts`) moves them by all-gather and reduce-scatter, which the CPU
+    runs. A ring takes a finite ragged buffer only with its Pallas ragged sort, which does not
+    run there, so on the CPU the buffer is MaxText's dropless one. Accelerators get nothing.
+    """
+    if platform != "cpu" or config.mesh.expert == 1:
+        return {}
+    return {"use_ring_of_experts": True, "ragged_buffer_factor": float(DROPLESS)}  # as MaxText spells it
+
+
 def held_keys(output_dir: str) -> dict[str, Any]:
     """The bench's values of HELD_KEYS.
 
@@ -345,6 +359,7 @@ class MaxTextArgs:
         str, ...
     ]  # trainer keys that replaced a value the table set: key=bench->trainer
     held: tuple[str, ...]  # trainer keys the bench did not pass: key=value
+    trainer_words: tuple[str, ...] = ()  # the trainer's keys passed, the last of `words`
 
 
 def maxtext_args(
@@ -380,4 +395,6 @@ def maxtext_args(
             replaced.append(f"{key}={word(key, ours[key]).partition('=')[2]}->{text}")
         trainer_words.append(f"{key}={text}")
     words = [word(k, v) for k, v in ours.items()] + [word(k, v) for k, v in held.items()]
-    return MaxTextArgs(model, (*words, *trainer_words), tuple(replaced), tuple(kept))
+    return MaxTextArgs(
+        model, (*words, *trainer_words), tuple(replaced), tuple(kept), tuple(trainer_words)
+    )

@@ -26,7 +26,7 @@ from rl_trainer_bench.bench.plan import Plan
 from rl_trainer_bench.config.engine_keys import format_engine_flags
 from rl_trainer_bench.config.knobs import refuse_misspelt_knobs
 from rl_trainer_bench.config.presets import MODEL_FLAGS
-from rl_trainer_bench.engine.factory import BUILT_IN
+from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, read_user_text, write_text_atomically
 from rl_trainer_bench.launch import code_bundle, validate
@@ -83,12 +83,14 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
     spec["failurePolicy"] = {**(spec.get("failurePolicy") or {}), "maxRestarts": knobs.max_restarts}
     if knobs.trainer_slice is not None:
         apply_slice(bench, knobs.trainer_slice)
-    engine = knobs.engine or BUILT_IN
-    sha = code_digest.code_sha256(engine=engine)
     environment = driver_environment(
-        launch, knobs, _orchestrator_argv(documents, launch), sha, jobset_slice(trainer)
+        launch, knobs, _orchestrator_argv(documents, launch), "", jobset_slice(trainer)
     )
     pod_plan = _pod_plan(environment)
+    # The code embedded is the closure of the engine the pod's plan resolves from these knobs.
+    engine = pod_plan.config.engine
+    sha = code_digest.code_sha256(engine=engine)
+    environment["BENCH_CODE_SHA256"] = sha
     container = client_container(bench)
     container.pop("args", None)
     container["command"] = [
@@ -128,7 +130,7 @@ def _pod_plan(environment: Mapping[str, str]) -> Plan:
                 " through DRIVER_ENV (e.g. DRIVER_ENV=PRESET=qwen3.5-397b-cell) to choose what"
                 " the pod times"
             )
-        return plan.resolve(config)
+        return plan.resolve(config, rendering=True)
     except UserError as error:
         raise UserError(f"the bench pod would refuse its knobs: {error}") from None
 
@@ -269,6 +271,11 @@ def dump_yaml(document: Mapping) -> str:
 # ----------------------------------------------------------------------------------------------
 def engine_requirement(engine: str) -> str:
     """What the pod needs to time `engine`: the bench ships its own code, not another engine's."""
+    if engine == MAXTEXT:
+        return (
+            f"render: the pod times ENGINE={engine}; the trainer's image must have maxtext and a"
+            " Tunix with tunix.experimental (the bench's code bundle carries the adapter, not them)"
+        )
     module = engine.partition(":")[0]
     return (
         f"render: the pod times ENGINE={engine}; the trainer's image must have {module} and every"
@@ -305,11 +312,13 @@ def run(args) -> int:
     print(f"render: device memory: {pod_plan.device_memory()}", file=sys.stderr)
     for difference in pod_plan.differences:
         print(f"render: preset differs from the trainer: {difference.describe()}", file=sys.stderr)
+    for name, text in pod_plan.engine_facts:
+        print(f"render: {name}: {text}", file=sys.stderr)
     print(f"render: trainer MaxText keys: {pod_plan.trainer_keys_summary()}", file=sys.stderr)
     for key in pod_plan.trainer_keys:
         print(f"render: trainer key {key.describe()}", file=sys.stderr)
-    if knobs.engine is not None:
-        print(engine_requirement(knobs.engine), file=sys.stderr)
+    if pod_plan.config.engine != BUILT_IN:
+        print(engine_requirement(pod_plan.config.engine), file=sys.stderr)
     return 0
 
 

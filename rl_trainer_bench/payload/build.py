@@ -42,6 +42,24 @@ def _streams(seed: int, index: int) -> list[np.random.Generator]:
     return [np.random.default_rng(child) for child in sequence.spawn(3)]
 
 
+def micro_batch_layout(
+    engine: EngineConfig, profile: RoutingProfile, layout: PackingLayout | None = None
+) -> PackingLayout:
+    """The packing layout of the engine's micro-batches: `layout` (the orchestrator's), else the
+    routing profile's, else the defaults, fitted to the micro-batch's shape."""
+    shape = (engine.micro_batch_rows, engine.seq_len)
+    return (layout or profile.layout or PackingLayout(*shape)).for_shape(*shape)
+
+
+def first_segment_ids(
+    engine: EngineConfig, profile: RoutingProfile, seed: int, layout: PackingLayout | None = None
+) -> np.ndarray:
+    """The segment ids of the pool's first micro-batch (`build_calibrated` at index 0), without
+    drawing its tokens or routes: what shape arithmetic on the micro-batch needs."""
+    packing = draw_packing(micro_batch_layout(engine, profile, layout), _streams(seed, 0)[0])
+    return packing.segment_ids((engine.micro_batch_rows, engine.seq_len))
+
+
 def build_calibrated(
     engine: EngineConfig,
     profile: RoutingProfile,
@@ -61,7 +79,7 @@ def build_calibrated(
         raise UserError(f"seed={seed}, index={index}: both must be >= 0")
     started = time.perf_counter()
     shape = (engine.micro_batch_rows, engine.seq_len)
-    layout = (layout or profile.layout or PackingLayout(*shape)).for_shape(*shape)
+    layout = micro_batch_layout(engine, profile, layout)
     packing_rng, token_rng, routing_rng = _streams(seed, index)
     packing = draw_packing(layout, packing_rng)
     arrays = token_arrays(packing, shape, engine.model.vocab_size, layout.group_size, token_rng)

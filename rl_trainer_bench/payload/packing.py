@@ -206,6 +206,14 @@ class Packing:
     length: np.ndarray  # [S]
     prompt: np.ndarray  # [S] prompt tokens (>= 1), the rest is completion (>= 1)
 
+    def segment_ids(self, shape: tuple[int, int]) -> np.ndarray:
+        """[B, T] int32: sequence i of a row is segment i + 1 of that row, padding 0."""
+        ids = np.zeros(shape, np.int32)
+        for b in np.unique(self.row):
+            lengths = self.length[self.row == b]
+            ids[b, : int(lengths.sum())] = np.repeat(np.arange(1, lengths.size + 1), lengths)
+        return ids
+
 
 def draw_packing(layout: PackingLayout, rng: np.random.Generator) -> Packing:
     rows, seq_len = layout.rows, layout.seq_len

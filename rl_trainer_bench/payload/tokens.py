@@ -21,7 +21,7 @@ def token_arrays(
     the same sequence is a completion token.
     """
     rows = shape[0]
-    segment_ids = np.zeros(shape, np.int32)
+    segment_ids = packing.segment_ids(shape)
     positions = np.zeros(shape, np.int32)
     completion_mask = np.zeros(shape, np.int32)
     advantages = np.zeros(shape, np.float32)
@@ -38,10 +38,8 @@ def token_arrays(
             continue
         lengths, prompts = packing.length[mine], packing.prompt[mine]
         real = int(packing.real_lengths[b])
-        ids = np.repeat(np.arange(1, lengths.size + 1, dtype=np.int32), lengths)
         starts = np.repeat(packing.start[mine], lengths)
         offset = np.arange(real) - starts
-        segment_ids[b, :real] = ids
         positions[b, :real] = offset
         completion_mask[b, :real] = (offset >= np.repeat(prompts - 1, lengths)) & (
             offset <= np.repeat(lengths - 2, lengths)

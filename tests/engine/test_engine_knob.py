@@ -18,7 +18,7 @@ from rl_trainer_bench.ab.arms import parse_arms
 from rl_trainer_bench.bench import driver
 from rl_trainer_bench.config.knobs import BenchConfig, engine_spec
 from rl_trainer_bench.engine.contract import ContractError
-from rl_trainer_bench.engine.factory import BUILT_IN, engine_class
+from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT, engine_class
 from rl_trainer_bench.errors import ConfigError
 
 STAND_IN = "stand_in_engine:ConfiguredStandInEngine"
@@ -28,8 +28,9 @@ STAGELESS = "stand_in_engine:StagelessStandInEngine"
 def test_engine_knob_defaults_to_the_built_in_engine_and_checks_its_form():
     assert BenchConfig.from_env({}).engine == BUILT_IN
     assert BenchConfig.from_env({"ENGINE": STAND_IN}).describe()["ENGINE"] == STAND_IN
-    with pytest.raises(ConfigError, match="ENGINE='maxtext' is not module:Class"):
-        engine_spec("maxtext")
+    assert engine_spec("maxtext") == MAXTEXT and engine_spec(" builtin ") == BUILT_IN
+    with pytest.raises(ConfigError, match="ENGINE='maxtxt' is not module:Class nor one of"):
+        engine_spec("maxtxt")
 
 
 def test_factory_finds_the_class_built_with_the_engine_config():

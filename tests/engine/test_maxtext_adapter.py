@@ -211,6 +211,8 @@ def test_overflow_flags_from_maxtext_reach_the_step_metrics():
     assert loads[0] > buffer >= loads[1]
     assert metrics["overflow_count"] == 1
     assert "overflow_count" not in engine.info()["not_measured"]
+    # on the CPU the adapter says it runs jax's triangular solve as XLA's op (cpu_lowerings)
+    assert engine.info()["host_lowerings"] == "triangular_solve=xla-hlo"
 
 
 def test_maxtext_itself_lacks_the_staging_methods():
@@ -334,3 +336,17 @@ def test_staged_and_plain_runs_train_the_same_data(staged_and_plain):
     for name in plain_params:
         np.testing.assert_array_equal(staged_params[name], plain_params[name])
     assert staged.recompiles == [] and plain.recompiles == []
+
+
+def test_an_arms_maxtext_key_reaches_maxtexts_config_after_the_trainers():
+    from rl_trainer_bench.config.engine_keys import engine_config_from
+
+    trainer = "MAXTEXT_EXTRA_FLAGS='remat_policy=full' python -m app.trainer"
+    config, _ = engine_config_from(
+        PRESETS["cpu-tiny-qwen3.5"], trainer, "maxtext.remat_policy=minimal"
+    )
+    args, hyper = stand_in_config(
+        small_engine_config(trainer_maxtext_keys=config.trainer_maxtext_keys)
+    )
+    assert args.words[-2:] == ("remat_policy=full", "remat_policy=minimal")
+    assert hyper.remat_policy == "minimal"

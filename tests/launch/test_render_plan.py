@@ -89,7 +89,15 @@ def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path
     ) in lines
     assert any(line.startswith("plan: model: layers=60 d_model=4096") for line in lines)
     assert "plan: mesh: 32 x 4 x 2 = 256 devices on tpu7x:4x4x8 (128 chips = 256 devices)" in lines
-    assert "plan: trainer MaxText keys: 41 (9 applied, 32 no equivalent)" in lines
+    # the trainer runs MaxText: the pod times MaxText's engine with the trainer's keys, from the
+    # image's MaxText (not importable on this host, which the pod's plan says)
+    assert (
+        "plan: engine: rl_trainer_bench.engine.maxtext_adapter:MaxTextEngine (the trainer runs"
+        " MaxText (--trainer_backend=maxtext): its own program)"
+    ) in lines
+    assert "plan: maxtext: not importable here: the run needs maxtext and Tunix installed" in lines
+    assert any(line.startswith("plan: loss: MaxText's router-replay loss") for line in lines)
+    assert "plan: trainer MaxText keys: 41 (41 passed to MaxText)" in lines
     # the recipe's 2.0 buffers over 4 groups: the profile (the most skewed routing the measured
     # run's zero replays allow) forecasts a replay of every micro-batch there
     assert (
@@ -98,16 +106,33 @@ def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path
         " forecast by the shipped synthetic routing profile qwen3.5-397b.json"
     ) in lines
     for line in (
-        "plan: trainer key: ragged_buffer_factor=2.0: applied (ragged_buffer_factor=2.0)",
-        "plan: trainer key: num_moe_token_chunks=4: applied (num_moe_token_chunks=4)",
-        "plan: trainer key: mu_dtype=bfloat16: applied (mu_dtype=bfloat16)",
-        "plan: trainer key: num_vocab_tiling=16: no equivalent",
-        "plan: trainer key: use_tokamax_splash=true: no equivalent",
-        "plan: trainer key: attention=flash: no equivalent",
+        "plan: trainer key: ragged_buffer_factor=2.0: passed to MaxText",
+        "plan: trainer key: use_tokamax_splash=true: passed to MaxText",
+        "plan: trainer key: remat_policy=custom: passed to MaxText",
     ):
         assert line in lines
-    assert any(line.startswith("plan: trainer key: remat_policy=custom: applied") for line in lines)
     assert lines[-1] == "plan: ok: every knob is valid; nothing ran on a device"
+
+
+def test_the_tpu7x_launch_timed_by_the_built_in_engine_says_it_is_not_the_trainers(tmp_path):
+    knobs = RenderKnobs.from_strings({"engine": "builtin"})
+    bench = yaml.safe_load(render(tpu7x_trainer_launch(), "tpu7x", knobs))
+    result = _pod_plan(bench, tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "plan: engine: rl_trainer_bench.engine.jax_engine:JaxEngine (ENGINE)" in lines
+    assert (
+        "plan: not the trainer's program: the trainer runs MaxText (--trainer_backend=maxtext);"
+        " this run times rl_trainer_bench.engine.jax_engine:JaxEngine, another program: its step"
+        " time is not the trainer's (unset ENGINE to time MaxText's engine)"
+    ) in lines
+    # the recipe's cp-as-ep rule spreads experts over context x expert = 4 x 2 shards
+    assert any("(experts over context x expert = 8 shards)" in line for line in lines)
+    assert any("use_tokamax_splash=true" in line for line in lines if "kernels" in line)
+    assert any(
+        line.startswith("plan: differs: FLOPs: the built-in fwd_bwd executes") for line in lines
+    )
+    assert "plan: trainer MaxText keys: 41 (9 applied, 32 no equivalent)" in lines
 
 
 def test_a_known_model_fixture_plans_its_preset_with_lengths_from_the_trainer(tmp_path):
@@ -165,6 +190,27 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
         " device; the programs' temporaries are known once compiled: rl-trainer-bench aot"
         " --preset qwen3-30b-a3b-cell --target v5p:2x2x2 with this TRAINER_ARGV and ENGINE_FLAGS"
         " (the peak and the 5% margin)",
+        # the trainer runs MaxText, but MaxText's engine has no route-replaying decoder for this
+        # model: the built-in engine times it, and the summary says how its program differs
+        "render: engine: rl_trainer_bench.engine.jax_engine:JaxEngine (the trainer runs MaxText"
+        " (MAXTEXT_EXTRA_FLAGS in its command), but MaxText's engine cannot time this model here:"
+        " a routed MoE of plain full-attention layers has no MaxText 0.2.5 decoder that replays"
+        " routes (forced routing: qwen3_5, mixtral, gemma4): time a Qwen3.5-shaped preset"
+        " (layer_types with linear_attention) or a dense one)",
+        "render: loss: the built-in GRPO surrogate with its chunked log-prob pass (engine/loss.py)",
+        "render: not the trainer's program: the trainer runs MaxText (MAXTEXT_EXTRA_FLAGS in its"
+        " command); this run times rl_trainer_bench.engine.jax_engine:JaxEngine, another program:"
+        " its step time is not the trainer's",
+        "render: differs: kernels: the trainer's: MaxText's defaults for this model; this run's:"
+        " XLA attention over query chunks, a capacity-padded einsum for the experts (a grouped"
+        " matmul only in the replay)",
+        "render: differs: MoE exchange: the trainer's: MaxText's defaults for this model; the"
+        " built-in engine's: no expert axis: every device runs every expert on its own tokens",
+        # capacity 320 of 4,096 x 8 / 128 = 256 routed pairs per expert (1.25x), over the real
+        # tokens of the first micro-batch; attention: every key of a 4,096-token row scored
+        "render: differs: FLOPs: the built-in fwd_bwd executes 1.66x the model FLOPs of the pool's"
+        " first micro-batch, by shape arithmetic (experts 1.56x the routed work; attention 3.30x"
+        " the causal work, every key scored)",
         # the fixture's MAXTEXT_EXTRA_FLAGS spells its keys as flags, which MaxText has no key for
         "render: trainer MaxText keys: 2 (2 no equivalent)",
         "render: trainer key --remat_policy=full: no equivalent",

@@ -1,0 +1,188 @@
+"""What the plan says about the engine: which one, which MaxText, the loss, and why.
+
+The plan's reader must know before anything runs whether the timed program is the trainer's. For
+a MaxText trainer (config/engine_choice.py) the default is MaxText's engine with the trainer's
+keys, and the plan names the MaxText (its version where it is importable, the trainer's image's
+otherwise), the check of the trainer's keys (bench/maxtext_check.py) and the loss. When another
+engine times a MaxText trainer (ENGINE set, or a model MaxText's engine cannot time here), the plan
+says plainly that the program is not the trainer's and what differs: the kernels, the MoE
+exchange and, for the built-in engine, the ratio of FLOPs it executes to the model's, from the
+shape arithmetic of the pool's first micro-batch (engine/program_flops.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rl_trainer_bench.bench import maxtext_check
+from rl_trainer_bench.config.engine_choice import maxtext_evidence
+from rl_trainer_bench.config.engine_keys import (
+    parse_engine_flags,
+    split_maxtext_flags,
+    trainer_key_fates,
+)
+from rl_trainer_bench.config.knobs import BenchConfig
+from rl_trainer_bench.config.trainer_maxtext import (
+    APPLICABLE,
+    FLAG_PREFIX,
+    NO_EQUIVALENT,
+    TrainerKey,
+    marked_from_flags,
+    maxtext_fates,
+)
+from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
+from rl_trainer_bench.engine.maxtext_keys import HELD_KEYS
+from rl_trainer_bench.errors import ConfigError
+
+# MaxText keys that choose a kernel, and MaxText keys that shape the MoE exchange: the trainer's
+# values are quoted where another engine times it.
+KERNEL_KEYS = (
+    "attention",
+    "use_tokamax_splash",
+    "use_splash_scheduler",
+    "use_gdn_kernel",
+    "megablox",
+    "sparse_matmul",
+    "use_tokamax_gmm",
+    "use_gmm_v2",
+)
+EXCHANGE_KEYS = ("custom_mesh_and_rule", "use_ring_of_experts", "use_ragged_sort")
+# MaxText's mesh rule that runs the context axis as expert parallelism too (the tpu7x recipe's).
+CONTEXT_AS_EXPERT = "cp-as-ep"
+
+MAXTEXT_LOSS = (
+    "MaxText's router-replay loss (token cross-entropy with the rollout's routes forced), through"
+    " MaxText's training engine called by the adapter; not Tunix's GRPO loss and chunked log-prob"
+    " pass: the per-token cost differs by a few element-wise ops, the matmuls are the same"
+)
+BUILT_IN_LOSS = "the built-in GRPO surrogate with its chunked log-prob pass (engine/loss.py)"
+
+Facts = tuple[tuple[str, str], ...]
+
+
+def trainer_key_fates_for(config: BenchConfig, engine: EngineConfig) -> tuple[TrainerKey, ...]:
+    """Each MaxText key of the trainer's (and of ENGINE_FLAGS' `maxtext.KEY` words) with its fate
+    on the engine that runs. On the built-in engine a `maxtext.KEY` it has no equivalent for is
+    refused, naming the keys it can apply: an arm that sets one would time a copy of another arm.
+    """
+    flag_keys = split_maxtext_flags(parse_engine_flags(config.engine_flags))[1]
+    if config.engine == MAXTEXT:
+        fates = maxtext_fates(engine.trainer_maxtext_keys, HELD_KEYS)
+        return tuple(marked_from_flags(fates, len(flag_keys)))
+    fates = trainer_key_fates(config.trainer_argv, config.engine_flags)
+    if config.engine == BUILT_IN:
+        refused = [f for f in fates[len(fates) - len(flag_keys) :] if f.fate == NO_EQUIVALENT]
+        if refused:
+            raise ConfigError(
+                f"ENGINE_FLAGS {' '.join(f'{FLAG_PREFIX}.{f.key}={f.value}' for f in refused)}:"
+                f" the built-in engine has no equivalent; it applies"
+                f" {', '.join(f'{FLAG_PREFIX}.{key}' for key in APPLICABLE)}; time MaxText's"
+                " engine (ENGINE=maxtext) to set the others"
+            )
+    return tuple(fates)
+
+
+def engine_facts(config: BenchConfig, engine: EngineConfig, in_pod_image: bool) -> Facts:
+    """The plan's rows about the engine. `in_pod_image`: the plan runs where the run will (the
+    pod, or `run --plan` on this host), so MaxText is looked for here; False when rendering."""
+    rows = [("engine", f"{config.engine} ({config.engine_source})")]
+    if config.engine == MAXTEXT:
+        return (*rows, *_maxtext_rows(config, engine, in_pod_image), ("loss", MAXTEXT_LOSS))
+    rows.append(("loss", BUILT_IN_LOSS if config.engine == BUILT_IN else "the engine's own"))
+    evidence = maxtext_evidence(config.trainer_argv)
+    if evidence:
+        rows += _not_the_trainers(config, engine, evidence)
+    return tuple(rows)
+
+
+def _maxtext_rows(config: BenchConfig, engine: EngineConfig, in_pod_image: bool) -> Facts:
+    if not in_pod_image:
+        return (
+            ("maxtext", "the trainer's image's, expected there (the bench embeds no MaxText)"),
+            ("maxtext config", maxtext_check.IN_THE_POD),
+        )
+    builder = maxtext_check.installed_builder()
+    if builder is None:
+        return (
+            ("maxtext", "not importable here: the run needs maxtext and Tunix installed"),
+            ("maxtext config", "not checked: MaxText is not importable here"),
+        )
+    platform = "tpu" if config.trainer_slice is not None else "cpu"
+    checked = maxtext_check.check_apart(engine, platform)
+    return (("maxtext", f"maxtext {builder.version}, installed here"), ("maxtext config", checked))
+
+
+def _not_the_trainers(config: BenchConfig, engine: EngineConfig, evidence: str) -> Facts:
+    keys = dict(engine.trainer_maxtext_keys)
+    return (
+        (
+            "not the trainer's program",
+            f"the trainer runs MaxText ({evidence}); this run times {config.engine}, another"
+            " program: its step time is not the trainer's"
+            + (
+                " (unset ENGINE to time MaxText's engine)"
+                if config.engine_source == "ENGINE"
+                else ""
+            ),
+        ),
+        ("differs: kernels", _kernels(config, engine, keys)),
+        ("differs: MoE exchange", _exchange(engine, keys)),
+        ("differs: FLOPs", _flops(config, engine)),
+    )
+
+
+def _quoted(keys: dict[str, str], names: Sequence[str]) -> str:
+    set_here = [f"{name}={keys[name]}" for name in names if name in keys]
+    return " ".join(set_here) if set_here else "MaxText's defaults for this model"
+
+
+def _kernels(config: BenchConfig, engine: EngineConfig, keys: dict[str, str]) -> str:
+    if config.engine != BUILT_IN:
+        ours = "that engine's own"
+    else:
+        parts = ["XLA attention over query chunks"]
+        if "linear_attention" in engine.model.layer_types:
+            parts.append("the chunked Gated DeltaNet in XLA")
+        parts.append(
+            "a capacity-padded einsum for the experts (a grouped matmul only in the replay)"
+        )
+        ours = ", ".join(parts)
+    return f"the trainer's: {_quoted(keys, KERNEL_KEYS)}; this run's: {ours}"
+
+
+def _exchange(engine: EngineConfig, keys: dict[str, str]) -> str:
+    mesh = engine.mesh
+    trainer = _quoted(keys, EXCHANGE_KEYS)
+    if keys.get("custom_mesh_and_rule") == CONTEXT_AS_EXPERT:
+        trainer += f" (experts over context x expert = {mesh.context * mesh.expert} shards)"
+    ours = (
+        f"experts over the expert axis ({mesh.expert} shards), one all-to-all each way per group"
+        " of tokens"
+        if mesh.expert > 1
+        else "no expert axis: every device runs every expert on its own tokens"
+    )
+    return f"the trainer's: {trainer}; the built-in engine's: {ours}"
+
+
+def _flops(config: BenchConfig, engine: EngineConfig) -> str:
+    if config.engine != BUILT_IN:
+        return "not known to the bench: that engine's program is its own"
+    from rl_trainer_bench.engine.program_flops import builtin_fwd_bwd_flops
+    from rl_trainer_bench.payload.build import first_segment_ids
+    from rl_trainer_bench.payload.routing_profile import load_profile
+
+    profile = load_profile(config.routing_profile, config.preset.routing_profile)
+    layout = None
+    if config.orch_argv:
+        from rl_trainer_bench.payload.packing import layout_from_orchestrator_argv
+
+        layout = layout_from_orchestrator_argv(engine, config.orch_argv)
+    flops = builtin_fwd_bwd_flops(engine, first_segment_ids(engine, profile, config.seed, layout))
+    parts = [f"experts {flops.expert_ratio:.2f}x the routed work"]
+    if flops.attention_ratio:
+        parts.append(f"attention {flops.attention_ratio:.2f}x the causal work, every key scored")
+    return (
+        f"the built-in fwd_bwd executes {flops.ratio:.2f}x the model FLOPs of the pool's first"
+        f" micro-batch, by shape arithmetic ({'; '.join(parts)})"
+    )

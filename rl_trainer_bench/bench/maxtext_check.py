@@ -1,0 +1,194 @@
+"""The trainer's MaxText keys checked before launch, by the MaxText that will run them.
+
+MaxText validates its config when it builds it, which in a run is after the pod has started and
+the runtime has come up; a key the image's MaxText refuses (maxtext 0.2.5 has no
+`retry_when_tokens_dropped`) would then cost a pod start and end in a banner of log lines. The
+plan builds the same config the adapter builds (`engine/maxtext_keys.py`: the table's keys, the
+platform's, the held ones, then the trainer's keys last) through MaxText's own validation, with
+no device, wherever MaxText is importable: in the pod (its plan runs before the runtime starts)
+and in `run --plan` on a host with MaxText. A refusal is one line naming the key and MaxText's
+version. The renderer's host is not the trainer's image, so there the plan says the check runs
+in the pod.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rl_trainer_bench.config.trainer_maxtext import EXTRA_FLAGS_VARIABLE
+from rl_trainer_bench.engine import maxtext_config, maxtext_keys
+from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.errors import ConfigError
+
+_ACCEPTED, _REFUSED = "accepted", "refused"  # the child's verdict, first word of its last line
+_MESSAGE = 160  # characters of MaxText's message kept (its unknown-key message lists every key)
+IN_THE_POD = (
+    "checked in the pod, before the runtime starts: the trainer's image's MaxText builds its"
+    " config from the trainer's keys with its own validation"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigBuilder:
+    """How a MaxText builds its config: the installed one, or a stand-in in tests."""
+
+    version: str
+    model_config: Callable[[str], Mapping[str, Any]]
+    build: Callable[[Sequence[str]], Any]
+    refused: type[Exception]  # what `build` raises for words MaxText refuses
+
+
+def installed_builder() -> ConfigBuilder | None:
+    """The MaxText of this environment, or None where it is not importable."""
+    if not maxtext_config.importable():
+        return None
+    return ConfigBuilder(
+        maxtext_config.installed_version(),
+        maxtext_config.shipped_model_config,
+        maxtext_config.build_config,
+        maxtext_config.MaxTextRefused,
+    )
+
+
+def check_apart(engine: EngineConfig, platform: str) -> str:
+    """`check_trainer_keys` with the installed MaxText, in a child process on the CPU.
+
+    MaxText's config reads the JAX devices, and the first read starts JAX's backend: in the
+    plan's own process that would start it before the run's runtime does (before
+    `jax.distributed`, before the small presets' forced CPU device count), so the check runs in
+    a child that shows MaxText as many CPU devices as the mesh has and writes only into a
+    temporary folder. Its refusal comes back as the ConfigError it raised there.
+    """
+    environment = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={engine.mesh.size}",
+        "PYTHONPATH": os.pathsep.join(path for path in sys.path if path),
+    }
+    child = subprocess.run(
+        [sys.executable, "-m", __name__],
+        input=pickle.dumps((engine, platform)),
+        env=environment,
+        capture_output=True,
+        check=False,
+    )
+    lines = child.stdout.decode(errors="replace").splitlines()
+    if child.returncode != 0 or not lines:
+        tail = " ".join(child.stderr.decode(errors="replace").split()[-40:])
+        raise ConfigError(
+            f"the check of MaxText's config did not finish (exit {child.returncode}): {tail}"
+        )
+    verdict, _, text = lines[-1].partition(" ")
+    if verdict != _ACCEPTED:
+        raise ConfigError(text)
+    return text
+
+
+def _check_here() -> None:
+    """The child's side of `check_apart`: (engine, platform) pickled on stdin, one line out."""
+    engine, platform = pickle.loads(sys.stdin.buffer.read())
+    builder = installed_builder()
+    if builder is None:
+        print(f"{_REFUSED} MaxText is not importable in the check's process")
+        return
+    with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-maxtext-check-") as folder:
+        try:
+            print(f"{_ACCEPTED} {check_trainer_keys(engine, platform, folder, builder)}")
+        except ConfigError as error:
+            print(f"{_REFUSED} {error}")
+
+
+def check_trainer_keys(
+    engine: EngineConfig, platform: str, output_dir: str, builder: ConfigBuilder
+) -> str:
+    """MaxText's config for `engine` built by `builder`; what was checked, or ConfigError naming
+    the first trainer key MaxText refuses (or the bench's own translation, when that is refused)."""
+    try:
+        model = maxtext_keys.maxtext_model(engine)
+        args = maxtext_keys.maxtext_args(
+            engine,
+            builder.model_config(model.name),
+            output_dir,
+            maxtext_keys.platform_keys(engine, platform),
+        )
+    except maxtext_keys.NotTaken as why:
+        raise ConfigError(f"ENGINE=...maxtext_adapter:MaxTextEngine: {why}") from None
+    if _refusal(builder, args.words) is None:
+        return (
+            f"maxtext {builder.version} built its config from {len(args.words)} keys (the trainer's"
+            f" {len(args.trainer_words)} last) with its own validation, on no device: accepted"
+        )
+    refused, message = _refused_trainer_keys(builder, args.words, args.trainer_words)
+    problems = []
+    if refused:
+        problems.append(
+            f"{len(refused)} of the trainer's MaxText keys: {'; '.join(refused)} (the trainer's"
+            f" MaxText would refuse {EXTRA_FLAGS_VARIABLE} as written too: drop them, or run the"
+            " MaxText that takes them)"
+        )
+    if message is not None:
+        problems.append(
+            f"the config the bench builds for this cell, whichever trainer key is left out"
+            f" ({message}: set the engine keys it names through ENGINE_FLAGS, or another PRESET)"
+        )
+    raise ConfigError(f"maxtext {builder.version} refuses {'; and '.join(problems)}")
+
+
+def _refusal(builder: ConfigBuilder, words: Sequence[str]) -> str | None:
+    """MaxText's message for `words` on one line, cut short (None when it builds)."""
+    try:
+        builder.build(words)
+    except builder.refused as error:
+        message = re.sub(r"\s*\[type=.*", "", " ".join(str(error).split()))
+        return message if len(message) <= _MESSAGE else message[:_MESSAGE] + "..."
+    return None
+
+
+def _refused_trainer_keys(
+    builder: ConfigBuilder, words: Sequence[str], trainer: Sequence[str]
+) -> tuple[list[str], str | None]:
+    """Which of the trainer's keys MaxText refuses, each with MaxText's words for it, and its
+    message for what is left (None once the rest builds).
+
+    MaxText stops at the first key it does not know and names it, so a key it names is dropped
+    and the config built again, until it builds or names no key of the trainer's; a refusal that
+    names none (a rule two keys break together) is put on the trainer's keys whose removal alone
+    lets the config build. None such: the bench's own keys are refused (the caller says so).
+    """
+    keys = {word.partition("=")[0]: word for word in trainer}
+    found: list[str] = []
+    remaining = list(words)
+    message = _refusal(builder, remaining)
+    while message is not None:
+        named = [key for key in keys if f"'{key}'" in message and keys[key] in remaining]
+        if not named:
+            break
+        unknown = message.startswith(f"'{named[0]}' not in ")  # MaxText's list of every key
+        found.append(f"{keys[named[0]]} ({'not a key of it' if unknown else message})")
+        remaining.remove(keys[named[0]])
+        message = _refusal(builder, remaining)
+    if message is not None:
+        alone = [
+            w
+            for w in trainer
+            if w in remaining and _refusal(builder, _without(remaining, w)) is None
+        ]
+        found += [f"{word} ({message})" for word in alone]
+        message = None if alone else message
+    return found, message
+
+
+def _without(words: Sequence[str], word: str) -> list[str]:
+    return [w for w in words if w != word]
+
+
+if __name__ == "__main__":
+    _check_here()
