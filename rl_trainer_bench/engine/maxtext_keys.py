@@ -247,7 +247,10 @@ def platform_keys(config: EngineConfig, platform: str) -> dict[str, Any]:
     """
     if platform != "cpu" or config.mesh.expert == 1:
         return {}
-    return {"use_ring_of_experts": True, "ragged_buffer_factor": float(DROPLESS)}  # as MaxText spells it
+    return {
+        "use_ring_of_experts": True,
+        "ragged_buffer_factor": float(DROPLESS),
+    }  # as MaxText spells it
 
 
 def held_keys(output_dir: str) -> dict[str, Any]:
