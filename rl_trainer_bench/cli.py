@@ -25,9 +25,9 @@ COMMANDS: list[tuple[str, str, _Adder, str]] = []
 
 
 def _add_micro_batch_source(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--preset", default="cpu-tiny", help="shapes of the micro-batch (default: cpu-tiny)"
-    )
+    from rl_trainer_bench.config.knobs import add_preset_flag  # no JAX at parse time
+
+    add_preset_flag(parser, "shapes of the micro-batch")
     parser.add_argument(
         "--routing-profile",
         metavar="FILE",
@@ -102,9 +102,10 @@ COMMANDS += [
 
 
 def _add_check_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    from rl_trainer_bench.preflight.check_engine import add_arguments
+    from rl_trainer_bench.config.knobs import ENGINE_KNOBS, add_knob_flags, add_preset_flag
 
-    add_arguments(parser)
+    add_preset_flag(parser, "shapes and mesh")
+    add_knob_flags(parser, ENGINE_KNOBS)
 
 
 COMMANDS.append(
@@ -217,7 +218,7 @@ COMMANDS.append(
         "run",
         "Run the bench driver: compile, warm up, time STEPS steps, print the step ruler.",
         _add_run_arguments,
-        "rl_trainer_bench.bench.driver:run_command",
+        "rl_trainer_bench.bench.entry:run_command",
     )
 )
 

@@ -127,13 +127,6 @@ def _slice(name: str, text: str) -> TpuSlice:
         raise ConfigError(f"{name}: {error}") from None
 
 
-def _yes_no(name: str, text: str) -> bool:
-    value = {"1": True, "0": False, "on": True, "off": False}.get(text.strip().lower())
-    if value is None:
-        raise ConfigError(f"{name}={text!r} is not allowed: use 1 or 0")
-    return value
-
-
 KNOBS: tuple[Knob, ...] = (
     Knob(
         "PRESET",
@@ -165,7 +158,7 @@ KNOBS: tuple[Knob, ...] = (
         "STAGE_BEFORE_UPDATE",
         "off",
         values.switch,
-        "on|off",
+        "on|off (or 1|0)",
         field="stage",
         shown=lambda stage: stage.describe(),
     ),
@@ -237,13 +230,18 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "PLAN_ONLY",
         "0",
-        _yes_no,
+        values.switch,
         "1: validate everything, print the resolved cell and exit before any device work"
         " (flag: --plan)",
         shown=None,
     ),
 )
 DRIVER_KNOBS: Mapping[str, Knob] = {knob.name: knob for knob in KNOBS}
+# The knobs that decide the stage (one BenchConfig field, `stage`), as the table says.
+STAGE_KNOBS: tuple[str, ...] = tuple(knob.name for knob in KNOBS if knob.dest == "stage")
+# The knobs that say which engine runs with which keys: every command that builds or compiles an
+# engine takes them as the same flags (`add_knob_flags`).
+ENGINE_KNOBS = ("ENGINE", "TRAINER_ARGV", "ENGINE_FLAGS")
 
 
 def knob_default(name: str) -> Any:
@@ -258,6 +256,35 @@ def add_driver_knob_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(knob.flag, dest=knob.name, metavar="VALUE", help=knob.help + default)
     parser.add_argument(
         "--plan", dest="PLAN_ONLY", action="store_const", const="1", help="the same as PLAN_ONLY=1"
+    )
+
+
+def add_knob_flags(parser: argparse.ArgumentParser, names: Iterable[str], note: str = "") -> None:
+    """The flags of a command that takes knobs `names` as flags of its own (`check-engine`, `aot`):
+    each declared by its row, with its spelling (`--engine-flags` for ENGINE_FLAGS), help and
+    default text; the value stays text, read by the row's parser through `flag_value`. `note`
+    ends each help (what the knob means to that command)."""
+    for name in names:
+        knob = DRIVER_KNOBS[name]
+        shown = f" (default {knob.default})" if knob.default else ""
+        parser.add_argument(
+            knob.flag, dest=knob.name.lower(), default=knob.default, help=knob.help + note + shown
+        )
+
+
+def flag_value(args: argparse.Namespace, name: str) -> Any:
+    """Knob `name`'s value from its flag (`add_knob_flags`), read as the environment's would be."""
+    knob = DRIVER_KNOBS[name]
+    text = getattr(args, knob.name.lower()).strip() or knob.default
+    return knob.parse(knob.flag, text) if text else knob.unset
+
+
+def add_preset_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--preset` of the commands that build or compile one cell; unset, the default preset."""
+    parser.add_argument(
+        "--preset",
+        default=DEFAULT_PRESET,
+        help=f"{what}: one of {', '.join(PRESETS)} (default: {DEFAULT_PRESET})",
     )
 
 

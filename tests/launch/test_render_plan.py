@@ -28,7 +28,7 @@ from render_helpers import (
     tpu7x_trainer_launch,
 )
 
-from rl_trainer_bench.bench import driver
+from rl_trainer_bench.bench import entry
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.knobs import RenderKnobs
 from rl_trainer_bench.launch.pod_script import SCRIPT_NAME
@@ -278,5 +278,5 @@ def test_every_render_the_renderer_accepts_is_a_pod_whose_driver_accepts_its_kno
         return
     event("rendered")
     environment = {**exports(bench), "PLAN_ONLY": "1"}
-    assert driver.main([], environment) == 0, capsys.readouterr().err
+    assert entry.main([], environment) == 0, capsys.readouterr().err
     assert capsys.readouterr().out.splitlines()[-1].startswith("plan: ok")
