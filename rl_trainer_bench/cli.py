@@ -25,15 +25,10 @@ COMMANDS: list[tuple[str, str, _Adder, str]] = []
 
 
 def _add_micro_batch_source(parser: argparse.ArgumentParser) -> None:
-    from rl_trainer_bench.config.knobs import add_preset_flag  # no JAX at parse time
+    from rl_trainer_bench.config.knobs import add_knob_flags, add_preset_flag  # no JAX
 
     add_preset_flag(parser, "shapes of the micro-batch")
-    parser.add_argument(
-        "--routing-profile",
-        metavar="FILE",
-        help="routing profile JSON (default: the shipped synthetic one)",
-    )
-    parser.add_argument("--seed", type=int, default=0)
+    add_knob_flags(parser, ("ROUTING_PROFILE", "SEED"))
     parser.add_argument(
         "--index", type=int, default=0, help="micro-batch index (distinct content per index)"
     )

@@ -259,24 +259,34 @@ def add_driver_knob_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_knob_flags(parser: argparse.ArgumentParser, names: Iterable[str], note: str = "") -> None:
-    """The flags of a command that takes knobs `names` as flags of its own (`check-engine`, `aot`):
-    each declared by its row, with its spelling (`--engine-flags` for ENGINE_FLAGS), help and
-    default text; the value stays text, read by the row's parser through `flag_value`. `note`
-    ends each help (what the knob means to that command)."""
+def add_knob_flags(
+    parser: argparse.ArgumentParser, names: Iterable[str], notes: Mapping[str, str] | None = None
+) -> None:
+    """The flags of a command that takes knobs `names` as flags of its own (`check-engine`, `aot`,
+    `payload`): each declared by its row, with its spelling (`--engine-flags` for ENGINE_FLAGS),
+    help, default and parser, so its value is the row's (a bad one is argparse's one line, exit
+    2). `notes` ends a knob's help with what it means to that command."""
     for name in names:
         knob = DRIVER_KNOBS[name]
         shown = f" (default {knob.default})" if knob.default else ""
         parser.add_argument(
-            knob.flag, dest=knob.name.lower(), default=knob.default, help=knob.help + note + shown
+            knob.flag,
+            dest=knob.name.lower(),
+            type=_flag_parser(knob),
+            default=knob.read({}),
+            metavar=knob.name,
+            help=knob.help + (notes or {}).get(name, "") + shown,
         )
 
 
-def flag_value(args: argparse.Namespace, name: str) -> Any:
-    """Knob `name`'s value from its flag (`add_knob_flags`), read as the environment's would be."""
-    knob = DRIVER_KNOBS[name]
-    text = getattr(args, knob.name.lower()).strip() or knob.default
-    return knob.parse(knob.flag, text) if text else knob.unset
+def _flag_parser(knob: Knob) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            return knob.parse(knob.flag, text) if text.strip() else knob.read({})
+        except ConfigError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
 
 
 def add_preset_flag(parser: argparse.ArgumentParser, what: str) -> None:

@@ -78,7 +78,10 @@ class Cell:
 
 
 def resolve_cell(
-    preset_name: str, target_name: str, trainer_argv: str = "", engine_flags: str = ""
+    preset_name: str,
+    target_name: str,
+    trainer_argv: str | Sequence[str] = "",
+    engine_flags: str = "",
 ) -> Cell:
     """The preset's engine config with TRAINER_ARGV and ENGINE_FLAGS applied, on the target's mesh."""
     cell = preset(preset_name)
@@ -113,7 +116,7 @@ def _fit_fsdp(config: EngineConfig, devices: int, target: str) -> tuple[EngineCo
 def run_check(
     preset_name: str,
     target_name: str,
-    trainer_argv: str = "",
+    trainer_argv: str | Sequence[str] = "",
     engine_flags: str = "",
     stage_before_update: bool = False,
     layers: int = 0,
