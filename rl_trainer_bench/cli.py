@@ -138,6 +138,12 @@ def _add_validate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="YAML files holding JobSets")
 
 
+def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    from rl_trainer_bench.launch.pod_plan import add_arguments  # light: no JAX
+
+    add_arguments(parser)
+
+
 COMMANDS += [
     (
         "render",
@@ -156,6 +162,12 @@ COMMANDS += [
         "Check JobSets against the CRD schema, the webhook's name budgets and slice consistency.",
         _add_validate_arguments,
         "rl_trainer_bench.launch.validate:run",
+    ),
+    (
+        "plan",
+        "Print the plan a rendered bench JobSet's pod will print, from its own code, with no JAX.",
+        _add_plan_arguments,
+        "rl_trainer_bench.launch.pod_plan:run",
     ),
 ]
 

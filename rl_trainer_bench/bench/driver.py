@@ -109,7 +109,16 @@ class Bench:
         self._peak_flops = chip.per_device(chip.peak_bf16_flops) if chip else None
 
     def compile(self) -> dict[str, float]:
-        """Compile every program on the pool's first micro-batch, then watch for later compiles."""
+        """Compile every program on the pool's first micro-batch, then watch for later compiles.
+
+        The compile is the run's longest silence (BENCHMARKS.md: over a minute for cpu-tiny on a
+        loaded 2-core CPU), so a line says it has started before it does.
+        """
+        self.log(
+            f"{ruler.LOG_PREFIX} compiling the engine's programs for {self.config.preset.name}"
+            " on the first micro-batch (once, before the first step; tens of seconds to minutes"
+            " on a CPU, more for a large cell)"
+        )
         compile_s = returns.compile_seconds(self.engine.compile(self.pool.entries[0].payload))
         interrupts.check()  # a Ctrl-C during the compile may have been swallowed inside it
         for program, seconds in compile_s.items():

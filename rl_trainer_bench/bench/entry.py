@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from rl_trainer_bench.config.knobs import BenchConfig, add_driver_knob_arguments, driver_knobs
@@ -60,3 +61,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         return run_bench(config, env, lambda line: print(line, flush=True))
 
     return run_guarded("bench_driver", body, (UserError, ContractError))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
