@@ -118,6 +118,6 @@ def test_aot_and_check_engine_refuse_what_the_plan_refuses(command, flag, messag
 
 def test_aot_bounds_its_micro_steps_like_the_knob(capsys):
     assert cli.main(["aot", "--micro-steps", "99999999999999999999999"]) == 2
-    assert "--micro-steps / MICRO_STEPS=99999999999999999999999: expected 0 to 4,096" in (
+    assert "--micro-steps=99999999999999999999999 is too large: use an integer <= 4,096" in (
         capsys.readouterr().err
     )
