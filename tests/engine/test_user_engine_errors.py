@@ -77,6 +77,8 @@ RAISING = {
         "in fwd_bwd",
     ),
     "syntax": ("def broken(:\n", 1, "while it was imported"),
+    # a package the engine imports is missing: the engine's import line, not an install hint
+    "missing_dependency": ("import no_such_dependency_of_the_engine\n", 1, "while it was imported"),
 }
 
 
