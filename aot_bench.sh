@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # AOT memory check of a preset on the local devices or a TPU slice, knobs as environment variables:
 #   PRESET (default cpu-tiny)  TRAINER_SLICE (a slice such as tpu7x:4x4x8; default: local devices)
-#   TRAINER_ARGV  ENGINE_FLAGS  STAGE_BEFORE_UPDATE (on|off)  AOT_LAYERS (compile N and 2N layers and
+#   TRAINER_ARGV  ENGINE_FLAGS  ENGINE  STAGE_BEFORE_UPDATE (on|off)  AOT_LAYERS (compile N and 2N layers and
 #   extrapolate; default 0 = full depth)  MICRO_STEPS (for the predicted step; default: the preset's)
 #   ROUTING_PROFILE  SEED (the micro-batch whose replay chance the estimate reads)
 #   AOT_MIN_HEADROOM (percent of a device's memory the peak must leave free; default 5)
@@ -15,21 +15,18 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 stamp="$(date -u +%Y%m%dT%H%M%SZ)"
 mkdir -p "$here/logs"
 log="$here/logs/aot-bench-$stamp.log"
-args=(
-  --preset="${PRESET:-cpu-tiny}"
-  --target="${TRAINER_SLICE:-local}"
-  --trainer-argv="${TRAINER_ARGV:-}"
-  --engine-flags="${ENGINE_FLAGS:-}"
-  --stage-before-update="${STAGE_BEFORE_UPDATE:-off}"
-  --layers="${AOT_LAYERS:-0}"
-  --micro-steps="${MICRO_STEPS:-0}"
-  --seed="${SEED:-0}"
-  --min-headroom="${AOT_MIN_HEADROOM:-5}"
-  --output="$here/logs/aot-bench-$stamp.json"
-)
-if [[ -n "${ROUTING_PROFILE:-}" ]]; then
-  args+=(--routing-profile="$ROUTING_PROFILE")
-fi
+# Each knob that is set goes to `aot` as its flag, untouched: the defaults are the command's own.
+flags=(PRESET=--preset TRAINER_SLICE=--target TRAINER_ARGV=--trainer-argv ENGINE_FLAGS=--engine-flags
+  ENGINE=--engine STAGE_BEFORE_UPDATE=--stage-before-update AOT_LAYERS=--layers
+  MICRO_STEPS=--micro-steps SEED=--seed ROUTING_PROFILE=--routing-profile
+  AOT_MIN_HEADROOM=--min-headroom)
+args=(--output="$here/logs/aot-bench-$stamp.json")
+for pair in "${flags[@]}"; do
+  knob="${pair%%=*}"
+  if [[ -n "${!knob:-}" ]]; then
+    args+=("${pair#*=}=${!knob}")
+  fi
+done
 if [[ -n "${TRAINER_SLICE:-}" && -z "${JAX_PLATFORMS:-}" ]]; then
   export JAX_PLATFORMS=cpu  # a TPU slice is compiled from this host: no TPU runtime needed here
 fi

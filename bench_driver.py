@@ -5,7 +5,7 @@ Kept thin so the code a pod runs is the package's, digested and logged by the dr
 
 import sys
 
-from rl_trainer_bench.bench.driver import main
+from rl_trainer_bench.bench.entry import main
 
 if __name__ == "__main__":
     sys.exit(main())

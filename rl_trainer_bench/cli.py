@@ -25,15 +25,10 @@ COMMANDS: list[tuple[str, str, _Adder, str]] = []
 
 
 def _add_micro_batch_source(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--preset", default="cpu-tiny", help="shapes of the micro-batch (default: cpu-tiny)"
-    )
-    parser.add_argument(
-        "--routing-profile",
-        metavar="FILE",
-        help="routing profile JSON (default: the shipped synthetic one)",
-    )
-    parser.add_argument("--seed", type=int, default=0)
+    from rl_trainer_bench.config.knobs import add_knob_flags, add_preset_flag  # no JAX
+
+    add_preset_flag(parser, "shapes of the micro-batch")
+    add_knob_flags(parser, ("ROUTING_PROFILE", "SEED"))
     parser.add_argument(
         "--index", type=int, default=0, help="micro-batch index (distinct content per index)"
     )
@@ -102,9 +97,10 @@ COMMANDS += [
 
 
 def _add_check_engine_arguments(parser: argparse.ArgumentParser) -> None:
-    from rl_trainer_bench.preflight.check_engine import add_arguments
+    from rl_trainer_bench.config.knobs import ENGINE_KNOBS, add_knob_flags, add_preset_flag
 
-    add_arguments(parser)
+    add_preset_flag(parser, "shapes and mesh")
+    add_knob_flags(parser, ENGINE_KNOBS)
 
 
 COMMANDS.append(
@@ -142,6 +138,12 @@ def _add_validate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="YAML files holding JobSets")
 
 
+def _add_plan_arguments(parser: argparse.ArgumentParser) -> None:
+    from rl_trainer_bench.launch.pod_plan import add_arguments  # light: no JAX
+
+    add_arguments(parser)
+
+
 COMMANDS += [
     (
         "render",
@@ -160,6 +162,12 @@ COMMANDS += [
         "Check JobSets against the CRD schema, the webhook's name budgets and slice consistency.",
         _add_validate_arguments,
         "rl_trainer_bench.launch.validate:run",
+    ),
+    (
+        "plan",
+        "Print the plan a rendered bench JobSet's pod will print, from its own code, with no JAX.",
+        _add_plan_arguments,
+        "rl_trainer_bench.launch.pod_plan:run",
     ),
 ]
 
@@ -217,7 +225,7 @@ COMMANDS.append(
         "run",
         "Run the bench driver: compile, warm up, time STEPS steps, print the step ruler.",
         _add_run_arguments,
-        "rl_trainer_bench.bench.driver:run_command",
+        "rl_trainer_bench.bench.entry:run_command",
     )
 )
 

@@ -55,7 +55,8 @@ def code_files(root: Path | None = None, engine: str = BUILT_IN) -> list[Path]:
     root = default_root() if root is None else root
     package = root / PACKAGE
     named = root.joinpath(*engine.partition(":")[0].split(".")).with_suffix(".py")
-    sources = _import_closure(root, [package / "bench" / "driver.py", root / DRIVER_SCRIPT, named])
+    entry_points = [package / "bench" / "entry.py", package / "bench" / "driver.py"]
+    sources = _import_closure(root, [*entry_points, root / DRIVER_SCRIPT, named])
     data = [
         path
         for path in package.rglob("*")

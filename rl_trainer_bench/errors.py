@@ -12,6 +12,9 @@ whichever way it arrives:
 - an `OSError` naming a file (missing, a folder, unreadable, a full disk): the path and the
   reason, exit 2, because a path is input too; a full disk or a read-only file system without a
   path is the user's machine too, exit 2;
+- a third-party package that is not installed (JAX on a render-only install, libtpu without the
+  `[tpu-aot]` extra): the package and what installs it, exit 2, because the installation is the
+  user's to complete;
 - a closed standard output (`... | head`): nothing more is printed, exit 0, because the reader
   chose to stop reading;
 - Ctrl-C or SIGTERM (`interrupts`): one line, exit 130 or 143 (128 + the signal, as shells
@@ -37,6 +40,18 @@ EXIT_BUG = 70
 EXIT_INTERRUPTED = 130
 # Errors of the machine's storage, not of the bench: a full disk, a quota, a read-only mount.
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+# What installs each third-party package the bench imports (by its import name), for the one line
+# that names a missing one; pyproject.toml's dependencies and extras are the source of these.
+_BASE_INSTALL = (
+    "pip install -e . (the base install: jax, numpy, optax, pyyaml, absl-py, jsonschema)"
+)
+INSTALLS = {
+    **dict.fromkeys(
+        ("jax", "jaxlib", "numpy", "optax", "yaml", "absl", "jsonschema"), _BASE_INSTALL
+    ),
+    "libtpu": "pip install -e '.[tpu-aot]' (jax[tpu] and its libtpu, for TPU targets)",
+    "matplotlib": "pip install -e '.[plot]'",
+}
 
 
 class UserError(ValueError):
@@ -71,6 +86,8 @@ def run_guarded(
         except KeyboardInterrupt as interrupt:
             _say(f"{prog}: {interrupts.describe(interrupt)}")
             return interrupts.exit_code(interrupt)
+        except ModuleNotFoundError as error:
+            return _missing_module(prog, error)
         except user_errors as error:
             _say(f"{prog}: {error}")
             return EXIT_USER_ERROR
@@ -88,6 +105,21 @@ def _system_exit(prog: str, done: SystemExit) -> int:
         return code
     _say(f"{prog}: {blamed}")
     return code or EXIT_USER_ERROR
+
+
+def _missing_module(prog: str, error: ModuleNotFoundError) -> int:
+    """A third-party package that is not installed is the installation's, not a bug: named with
+    what installs it. A module of this package that is missing is a bug (a broken install or
+    bundle is reported, not explained away); one the user's engine imports is theirs."""
+    package = (error.name or "").partition(".")[0]
+    if not package or package == user_code.OWN_PACKAGE or user_code.blame(error) is not None:
+        return _bug(prog, error)
+    install = INSTALLS.get(package, f"install the package that provides {package!r}")
+    _say(
+        f"{prog}: this command needs the Python package {package!r}, which is not installed in"
+        f" this environment ({sys.executable}): {install}"
+    )
+    return EXIT_USER_ERROR
 
 
 def _os_error(prog: str, error: OSError) -> int:

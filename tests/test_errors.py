@@ -133,3 +133,31 @@ def test_a_full_disk_without_a_path_is_the_users_machine_not_a_bug(capsys):
     assert _one_line(capsys.readouterr().err) == (
         "cmd: No space left on device: free space on that disk or write somewhere else"
     )
+
+
+@pytest.mark.parametrize(
+    ("missing", "install"),
+    [
+        ("libtpu", "pip install -e '.[tpu-aot]'"),
+        ("yaml.cyaml", "pip install -e . (the base install"),
+        ("somepkg", "install the package that provides 'somepkg'"),
+    ],
+)
+def test_a_missing_third_party_package_is_named_with_its_install(
+    missing, install, capsys, monkeypatch
+):
+    monkeypatch.delenv(TRACEBACK_VARIABLE, raising=False)
+    error = ModuleNotFoundError(f"No module named {missing!r}", name=missing)
+    assert run_guarded("cmd", _raise(error)) == EXIT_USER_ERROR
+    line = _one_line(capsys.readouterr().err)
+    assert f"needs the Python package {missing.partition('.')[0]!r}" in line
+    assert install in line and "internal error" not in line
+
+
+def test_a_missing_module_of_the_bench_itself_is_a_bug(capsys, monkeypatch):
+    monkeypatch.delenv(TRACEBACK_VARIABLE, raising=False)
+    error = ModuleNotFoundError(
+        "No module named 'rl_trainer_bench.gone'", name="rl_trainer_bench.gone"
+    )
+    assert run_guarded("cmd", _raise(error)) == EXIT_BUG
+    assert "internal error, a bug in rl_trainer_bench" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import time
 import pytest
 from stand_in_engine import StandInEngine
 
-from rl_trainer_bench.bench import driver
+from rl_trainer_bench.bench import entry
 from rl_trainer_bench.errors import run_guarded
 
 
@@ -56,7 +56,7 @@ def test_an_interrupt_swallowed_during_the_compile_stops_the_run(
         "RESULTS_DIR": str(tmp_path / "r"),
         "ENGINE": f"test_interrupts:{engine}",
     }
-    assert driver.main([], env) == code
+    assert entry.main([], env) == code
     captured = capsys.readouterr()
     assert captured.err == said + "\n"
     assert "step=" not in captured.out

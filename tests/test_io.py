@@ -12,7 +12,7 @@ import pytest
 from stand_in_engine import StandInEngine
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.bench import driver, results_file
+from rl_trainer_bench.bench import driver, entry, results_file
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import (
     check_output_file,
@@ -99,7 +99,7 @@ def test_a_run_on_a_full_disk_exits_2_and_leaves_no_results_file(tmp_path, monke
     monkeypatch.setattr(os, "fsync", _full_disk)
     results = tmp_path / "r"
     env = {"STEPS": "1", "MICRO_STEPS": "1", "RESULTS_DIR": str(results)}
-    assert driver.main([], env) == 2
+    assert entry.main([], env) == 2
     err = _one_line(capsys.readouterr().err)
     assert err == (
         f"bench_driver: cannot write {results / 'results.jsonl'} (No space left on device): free"
@@ -184,7 +184,7 @@ def test_run_and_ab_refuse_a_device_node_among_their_files_before_any_work(tmp_p
     results.mkdir()
     (results / "results.jsonl").symlink_to(DEVICE)
     env = {"RESULTS_DIR": str(results), "ENGINE": "no_such_module:Engine"}
-    assert driver.main([], env) == 2  # refused before the engine is even imported
+    assert entry.main([], env) == 2  # refused before the engine is even imported
     assert "results.jsonl is a character device" in _one_line(capsys.readouterr().err)
     out = tmp_path / "ab"
     out.mkdir()

@@ -18,12 +18,8 @@ import re
 from collections.abc import Mapping, Sequence
 
 from rl_trainer_bench.ab import order as run_orders
-from rl_trainer_bench.config.knobs import DRIVER_KNOBS
+from rl_trainer_bench.config.knobs import DRIVER_KNOBS, STAGE_KNOBS
 from rl_trainer_bench.errors import UserError
-
-# Knobs that change what a step does but not any compiled program: arms that differ only in these
-# share one Bench (one compile); any other difference gets its own Bench, compiled and reported apart.
-STAGE_KNOBS = ("STAGE_BEFORE_UPDATE", "STAGE_AFTER_UPDATE", "STAGE_ISSUE")
 
 # Knobs the A/B itself owns: every arm must run the same steps, or the exact checks mean nothing.
 RESERVED_KNOBS = {
@@ -60,6 +56,8 @@ class ArmSpec:
     @property
     def program_knobs(self) -> tuple[tuple[str, str], ...]:
         """The knobs that can change a compiled program: equal tuples share one Bench."""
+        # The STAGE_* knobs (the knob table's `stage` field) change what a step does but no
+        # compiled program: arms that differ only in them share one Bench (one compile).
         driver = tuple(sorted((k, v) for k, v in self.driver_knobs.items() if k not in STAGE_KNOBS))
         return driver + tuple(sorted(self.engine_keys.items()))
 

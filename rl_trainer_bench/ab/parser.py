@@ -12,7 +12,7 @@ from pathlib import Path
 from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.config import values
-from rl_trainer_bench.config.knobs import MAX_SEED, MAX_STEPS
+from rl_trainer_bench.config.knobs import DRIVER_KNOBS, MAX_SEED, MAX_STEPS, add_preset_flag
 from rl_trainer_bench.errors import ConfigError
 
 DEFAULT_STEPS = 8
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_design_arguments(parser: argparse.ArgumentParser) -> None:
     """What is compared and how the runs are laid out: preset, arms, order, design, schedule."""
-    parser.add_argument("--preset", default="cpu-tiny", help="bench preset (default: cpu-tiny)")
+    add_preset_flag(parser, "the cell every arm times")
     parser.add_argument(
         "--arms",
         default=ab_arms.DEFAULT_ARMS,
@@ -98,7 +98,8 @@ def _add_knob_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         type=lambda spec: f"ENGINE={spec}",
         metavar="module:Class",
-        help="the engine every arm times (--knob ENGINE=...); an arm may set its own ENGINE",
+        help=f"{DRIVER_KNOBS['ENGINE'].help}: the engine every arm times (--knob ENGINE=...; default"
+        f" {DRIVER_KNOBS['ENGINE'].default}); an arm may set its own ENGINE",
     )
 
 

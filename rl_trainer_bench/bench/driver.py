@@ -13,11 +13,8 @@ The timed loop itself is `bench/step.py`.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
-import os
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -39,25 +36,18 @@ from rl_trainer_bench.bench.step import (
     stage_knob,
 )
 from rl_trainer_bench.bench.worker import TrainerWorker
-from rl_trainer_bench.config.knobs import (
-    BenchConfig,
-    StageConfig,
-    add_driver_knob_arguments,
-    driver_knobs,
-)
+from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.engine import returns
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import (
     STAGING_METHODS,
-    ContractError,
     Engine,
     Payload,
     missing_methods,
     optional,
 )
 from rl_trainer_bench.engine.factory import engine_class
-from rl_trainer_bench.errors import ConfigError, UserError, run_guarded
-from rl_trainer_bench.io import check_writable_folder, refuse_special_file
+from rl_trainer_bench.errors import ConfigError
 
 EngineFactory = Callable[[EngineConfig], Engine]
 
@@ -120,7 +110,16 @@ class Bench:
         self._peak_flops = chip.per_device(chip.peak_bf16_flops) if chip else None
 
     def compile(self) -> dict[str, float]:
-        """Compile every program on the pool's first micro-batch, then watch for later compiles."""
+        """Compile every program on the pool's first micro-batch, then watch for later compiles.
+
+        The compile is the run's longest silence (BENCHMARKS.md: over a minute for cpu-tiny on a
+        loaded 2-core CPU), so a line says it has started before it does.
+        """
+        self.log(
+            f"{step_line.LOG_PREFIX} compiling the engine's programs for {self.config.preset.name}"
+            " on the first micro-batch (once, before the first step; tens of seconds to minutes"
+            " on a CPU, more for a large cell)"
+        )
         compile_s = returns.compile_seconds(self.engine.compile(self.pool.entries[0].payload))
         interrupts.check()  # a Ctrl-C during the compile may have been swallowed inside it
         for program, seconds in compile_s.items():
@@ -254,30 +253,14 @@ def _describe(info: Mapping[str, Any]) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], None]) -> int:
-    """The driver's whole run; returns the exit code (1 when a scored step recompiled or a step's
-    metrics were not finite).
+def run_planned(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], None]) -> int:
+    """The run after its plan (`bench/entry.py`): start the runtime, time the steps, report.
 
-    The plan comes first: every refusal host work can make is made before the runtime starts
-    (the plan, the results folder, staging with a fused worker), and PLAN_ONLY=1 ends the run
-    there, having printed it. An earlier results file is moved aside only when the run's first
-    step is written.
+    Returns the exit code: 1 when a scored step recompiled or a step's metrics were not finite.
     """
-    from rl_trainer_bench.bench import plan
     from rl_trainer_bench.bench.distributed import initialize_runtime
-    from rl_trainer_bench.bench.micro_batch_memory import host_memory_bytes
     from rl_trainer_bench.code_digest import code_sha256
 
-    # A plan for a TRAINER_SLICE may run on any host (the renderer's, a laptop): this host's memory
-    # says nothing of the pod's there, so only a run, or a plan for this machine, checks it.
-    planned_elsewhere = config.plan_only and config.trainer_slice is not None
-    resolved = plan.resolve(config, None if planned_elsewhere else host_memory_bytes())
-    if config.plan_only:
-        for line in resolved.lines():
-            log(line)
-        return 0
-    check_writable_folder(config.results_dir, "RESULTS_DIR")
-    refuse_special_file(config.results_dir / "results.jsonl", "RESULTS_DIR")
     log(initialize_runtime(env, config.preset.host_devices))
     log(f"{step_line.LOG_PREFIX} config {_describe(config.describe())}")
     log(f"{step_line.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")
@@ -320,26 +303,3 @@ def _failures(result: ArmRun) -> list[str]:
             " or is broken, so its step times do not time a working trainer"
         )
     return failures
-
-
-def run_command(args: argparse.Namespace) -> int:
-    """`rl-trainer-bench run`: knobs from the environment, overridden by flags."""
-    config = BenchConfig.from_env(driver_knobs(os.environ, args))
-    return run_bench(config, os.environ, lambda line: print(line, flush=True))
-
-
-def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
-    """bench_driver.py's entry: knobs from `env` (default os.environ) and flags in `argv`."""
-    env = os.environ if env is None else env
-    parser = argparse.ArgumentParser(prog="bench_driver", description=__doc__.splitlines()[0])
-    add_driver_knob_arguments(parser)
-
-    def body() -> int:
-        config = BenchConfig.from_env(driver_knobs(env, parser.parse_args(argv)))
-        return run_bench(config, env, lambda line: print(line, flush=True))
-
-    return run_guarded("bench_driver", body, (UserError, ContractError))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -221,9 +221,27 @@ def _replay(config: BenchConfig, engine: EngineConfig) -> str:
     if prediction is None:
         return f"{settings}: never replays"
     kind = "synthetic" if profile.synthetic else "measured"
+    meaning = _replays_per_step(prediction.probability, config.micro_steps)
     return (
-        f"{settings}: {prediction.describe()}, forecast by the {where}{kind} routing profile {name}"
+        f"{settings}: {prediction.describe()}{meaning}, forecast by the {where}{kind} routing"
+        f" profile {name}"
     )
+
+
+def _replays_per_step(probability: float, micro_steps: int) -> str:
+    """What a replay chance means for the step, in words: `P(replay)=1.00` alone reads as a
+    detail, where it says that every micro-batch runs its forward-backward twice."""
+    if probability >= 0.995:  # printed as 1.00
+        return (
+            f": every micro-batch is expected to replay (each of the {micro_steps} micro-steps"
+            " runs fwd_bwd, then fwd_bwd_dropless)"
+        )
+    if probability >= 0.005:  # printed as 0.01 or more
+        return (
+            f": about {probability * micro_steps:.1f} of the {micro_steps} micro-steps of a step"
+            " are expected to replay"
+        )
+    return ""
 
 
 def _layout(engine: EngineConfig, orch_argv: tuple[str, ...]) -> str:

@@ -133,13 +133,6 @@ def _slice(name: str, text: str) -> TpuSlice:
         raise ConfigError(f"{name}: {error}") from None
 
 
-def _yes_no(name: str, text: str) -> bool:
-    value = {"1": True, "0": False, "on": True, "off": False}.get(text.strip().lower())
-    if value is None:
-        raise ConfigError(f"{name}={text!r} is not allowed: use 1 or 0")
-    return value
-
-
 KNOBS: tuple[Knob, ...] = (
     Knob(
         "PRESET",
@@ -171,7 +164,7 @@ KNOBS: tuple[Knob, ...] = (
         "STAGE_BEFORE_UPDATE",
         "off",
         values.switch,
-        "on|off",
+        "on|off (or 1|0)",
         field="stage",
         shown=lambda stage: stage.describe(),
     ),
@@ -244,13 +237,18 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "PLAN_ONLY",
         "0",
-        _yes_no,
+        values.switch,
         "1: validate everything, print the resolved cell and exit before any device work"
         " (flag: --plan)",
         shown=None,
     ),
 )
 DRIVER_KNOBS: Mapping[str, Knob] = {knob.name: knob for knob in KNOBS}
+# The knobs that decide the stage (one BenchConfig field, `stage`), as the table says.
+STAGE_KNOBS: tuple[str, ...] = tuple(knob.name for knob in KNOBS if knob.dest == "stage")
+# The knobs that say which engine runs with which keys: every command that builds or compiles an
+# engine takes them as the same flags (`add_knob_flags`).
+ENGINE_KNOBS = ("ENGINE", "TRAINER_ARGV", "ENGINE_FLAGS")
 
 
 def knob_default(name: str) -> Any:
@@ -265,6 +263,45 @@ def add_driver_knob_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(knob.flag, dest=knob.name, metavar="VALUE", help=knob.help + default)
     parser.add_argument(
         "--plan", dest="PLAN_ONLY", action="store_const", const="1", help="the same as PLAN_ONLY=1"
+    )
+
+
+def add_knob_flags(
+    parser: argparse.ArgumentParser, names: Iterable[str], notes: Mapping[str, str] | None = None
+) -> None:
+    """The flags of a command that takes knobs `names` as flags of its own (`check-engine`, `aot`,
+    `payload`): each declared by its row, with its spelling (`--engine-flags` for ENGINE_FLAGS),
+    help, default and parser, so its value is the row's (a bad one is argparse's one line, exit
+    2). `notes` ends a knob's help with what it means to that command."""
+    for name in names:
+        knob = DRIVER_KNOBS[name]
+        shown = f" (default {knob.default})" if knob.default else ""
+        parser.add_argument(
+            knob.flag,
+            dest=knob.name.lower(),
+            type=_flag_parser(knob),
+            default=knob.read({}),
+            metavar=knob.name,
+            help=knob.help + (notes or {}).get(name, "") + shown,
+        )
+
+
+def _flag_parser(knob: Knob) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            return knob.parse(knob.flag, text) if text.strip() else knob.read({})
+        except ConfigError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
+
+
+def add_preset_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--preset` of the commands that build or compile one cell; unset, the default preset."""
+    parser.add_argument(
+        "--preset",
+        default=DEFAULT_PRESET,
+        help=f"{what}: one of {', '.join(PRESETS)} (default: {DEFAULT_PRESET})",
     )
 
 

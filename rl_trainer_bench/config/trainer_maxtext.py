@@ -101,7 +101,7 @@ def maxtext_keys(
         if not has_value or not key:
             raise ConfigError(
                 f"{EXTRA_FLAGS_VARIABLE}: {word!r} is not key=value; Tunix refuses it too: write"
-                " each MaxText key as key=value"
+                f" each MaxText key as key=value{_without_dashes(key)}"
             )
         keys.append((key, value))
     return tuple(keys)
@@ -129,7 +129,16 @@ def _fate(key: str, value: str, keys: Sequence[tuple[str, str]]) -> TrainerKey:
         held = _held_tensors(keys)
         note = "part of remat_policy=custom" + ("" if held else ", which the engine runs as full")
         return TrainerKey(key, value, NO_EQUIVALENT if held else APPLIED, note=note)
-    return TrainerKey(key, value, NO_EQUIVALENT)
+    return TrainerKey(key, value, NO_EQUIVALENT, note=_without_dashes(key, value).lstrip("; "))
+
+
+def _without_dashes(key: str, value: str = "") -> str:
+    """A hint for a key written as a flag (`--remat_policy=full`): MaxText's keys are bare
+    `key=value` words, so the dashes make it a key no one reads."""
+    if not key.startswith("-") or not key.lstrip("-"):
+        return ""
+    bare = key.lstrip("-") + (f"={value}" if value else "=...")
+    return f"; MaxText keys are written without '--': did you mean {bare}?"
 
 
 def _remat_fate(value: str, keys: Sequence[tuple[str, str]]) -> TrainerKey:

@@ -17,7 +17,7 @@ from rl_trainer_bench.errors import ConfigError
 
 WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 REAL_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
-_SWITCH = {"on": True, "off": False}
+_SWITCH = {"on": True, "off": False, "1": True, "0": False}
 _STEP_WINDOW = re.compile(r"([0-9]+)(?:\s*[:-]\s*([0-9]+))?", re.ASCII)
 STEP_WINDOW_FORMS = "N, A:B or A-B (one inclusive window of step indices)"
 # Longer digit strings are not numbers anyone means, and int() refuses past 4,300 digits with a
@@ -41,10 +41,10 @@ def whole_number(
 
 
 def switch(name: str, text: str) -> bool:
-    """`on` or `off` (any case)."""
+    """`on` or `off` (any case), or `1` or `0`: the one grammar of every on/off knob and flag."""
     value = _SWITCH.get(text.strip().lower())
     if value is None:
-        raise ConfigError(f"{name}={text!r} is not allowed: use on or off")
+        raise ConfigError(f"{name}={text!r} is not allowed: use on or off (or 1 or 0)")
     return value
 
 

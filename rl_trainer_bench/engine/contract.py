@@ -1,7 +1,10 @@
 """The engine contract, whole: what the bench may call on a trainer engine and on its module.
 
-An engine author reads this file only. Three parts:
+An engine author reads this file only. Four parts:
 
+- `CONSTRUCTOR`: how the bench builds an engine, `Class(config)` with the `EngineConfig`; every
+  command that builds one (`run`, `ab`, `check-engine`, the pod) checks the class against it
+  before building (`constructor_problem`).
 - `Engine`: the calls every engine answers. It mirrors the public shape of MaxText's training
   engine (`compile`, `fwd_bwd`, `update`, `get_metrics`, `train_step`) so another engine plugs in
   through a thin adapter.
@@ -18,6 +21,7 @@ nothing from the rest of the package.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -122,6 +126,29 @@ class PreparedInput(Protocol):
 
 class ContractError(ValueError):
     """A payload or engine that breaks the contract; the message names the field and the fix."""
+
+
+# How the bench builds an engine: the class the ENGINE knob names, called with the EngineConfig
+# as its one positional argument (more parameters are fine when they have defaults).
+CONSTRUCTOR = "def __init__(self, config)"
+
+
+def constructor_problem(engine_type: type) -> str | None:
+    """Why `engine_type(config)` cannot be called as the bench calls it, or None.
+
+    Checked before the engine is built (and before JAX starts), so a class whose `__init__` takes
+    no config, or more than one required argument, is named as the author's to fix instead of
+    failing inside the bench's call with a TypeError that names neither.
+    """
+    try:
+        signature = inspect.signature(engine_type)
+    except (TypeError, ValueError):  # no signature to read (a type written in C): the call tells
+        return None
+    try:
+        signature.bind(object())
+    except TypeError as error:
+        return f"{engine_type.__name__}{signature} cannot be called with one config ({error})"
+    return None
 
 
 @runtime_checkable

@@ -247,7 +247,8 @@ class JaxEngine:
         """Platform, devices, mesh and program choices, for the run's header."""
         device = self.mesh.devices.flat[0]
         return {
-            "engine": "rl_trainer_bench.JaxEngine",
+            # as ENGINE names it (module:Class), so a run's output calls the engine one name
+            "engine": f"{type(self).__module__}:{type(self).__qualname__}",
             "platform": self.platform,
             "device_kind": device.device_kind,
             "devices": int(self.mesh.devices.size),

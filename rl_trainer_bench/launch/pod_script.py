@@ -18,7 +18,7 @@ from rl_trainer_bench.launch.client_command import shell_quote
 # `$0` of the script: what `ps` and the shell's own messages call it.
 SCRIPT_NAME = "rl-trainer-bench-pod"
 CODE_DIR_VARIABLE = "BENCH_CODE_DIR"
-DRIVER_MODULE = "rl_trainer_bench.bench.driver"
+DRIVER_MODULE = "rl_trainer_bench.bench.entry"
 # Unpacks the base64 tar.xz on stdin (lines; b64decode skips the newlines) into the folder argv[1]
 # with nothing but Python's standard library (`code_bundle.bundle`); the data filter where the
 # Python has one (3.12, and 3.8-3.11 patch releases from 2023).

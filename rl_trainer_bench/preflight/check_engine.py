@@ -14,15 +14,8 @@ from rl_trainer_bench.bench.plan import refuse_engine_config_problems
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.contract import example_payloads_for
-from rl_trainer_bench.engine.factory import BUILT_IN, engine_class
+from rl_trainer_bench.engine.factory import engine_class
 from rl_trainer_bench.engine.returns import check_engine
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="cpu-tiny", help="shapes and mesh (default cpu-tiny)")
-    parser.add_argument("--engine", default=BUILT_IN, help=f"module:Class (default {BUILT_IN})")
-    parser.add_argument("--trainer-argv", default="", help="trainer command line whose keys apply")
-    parser.add_argument("--engine-flags", default="", help="key=value engine keys (applied last)")
 
 
 def run(args: argparse.Namespace) -> int:

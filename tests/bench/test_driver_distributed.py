@@ -43,7 +43,7 @@ def _driver(results: Path, devices: int, extra: dict[str, str]) -> subprocess.Po
         **extra,
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "rl_trainer_bench.bench.driver"],
+        [sys.executable, "-m", "rl_trainer_bench.bench.entry"],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,

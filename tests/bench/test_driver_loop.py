@@ -325,3 +325,14 @@ def test_a_run_that_fails_before_its_first_step_keeps_earlier_results(tmp_path):
         bench.run(steps=1, stage=OFF, results_path=path)
     bench.close()
     assert path.read_text() == "an earlier run\n"
+
+
+def test_a_line_says_the_compile_has_started_before_it_does():
+    """The compile is the run's longest silence: its line comes before the compile's figures."""
+    _, _, lines = run_arm(OFF, steps=1)
+    started = next(i for i, line in enumerate(lines) if "compiling the engine's programs" in line)
+    compiled = next(i for i, line in enumerate(lines) if "compile program=" in line)
+    assert started < compiled
+    assert lines[started].startswith(
+        f"{step_line.LOG_PREFIX} compiling the engine's programs for cpu-tiny"
+    )

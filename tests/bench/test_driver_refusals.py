@@ -1,7 +1,7 @@
 """The driver's refusals: made before any work where the knobs alone decide, never at the cost of
 earlier results, always as one line and exit 2.
 
-These run `bench_driver.py`'s entry (`driver.main`) in this process with the knobs as the pod's
+These run `bench_driver.py`'s entry (`entry.main`) in this process with the knobs as the pod's
 environment would give them.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_trainer_bench.bench import driver
+from rl_trainer_bench.bench import entry
 
 EARLIER = '{"step": 0, "from": "an earlier run"}\n'
 
@@ -33,7 +33,7 @@ def one_line(err: str) -> str:
 def test_fused_worker_staging_before_update_is_refused_before_the_runtime_starts(tmp_path, capsys):
     folder = earlier_results(tmp_path)
     env = {"WORKER": "fused", "STAGE_BEFORE_UPDATE": "on", "RESULTS_DIR": str(folder)}
-    assert driver.main([], env) == 2
+    assert entry.main([], env) == 2
     out, err = capsys.readouterr()
     assert out == ""  # not even the runtime's line: nothing was started
     assert "WORKER=fused" in one_line(err) and "set WORKER=separate" in err
@@ -44,7 +44,7 @@ def test_fused_worker_staging_before_update_is_refused_before_the_runtime_starts
 def test_a_run_refused_during_set_up_keeps_earlier_results(tmp_path, capsys):
     folder = earlier_results(tmp_path)
     env = {"ROUTING_PROFILE": str(tmp_path / "missing.json"), "RESULTS_DIR": str(folder)}
-    assert driver.main([], env) == 2
+    assert entry.main([], env) == 2
     assert "missing.json" in one_line(capsys.readouterr().err)
     assert os.listdir(folder) == ["results.jsonl"]
     assert (folder / "results.jsonl").read_text() == EARLIER
@@ -53,7 +53,7 @@ def test_a_run_refused_during_set_up_keeps_earlier_results(tmp_path, capsys):
 def test_a_run_refused_during_set_up_creates_no_results_dir(tmp_path, capsys):
     folder = tmp_path / "fresh" / "results"
     env = {"ROUTING_PROFILE": str(tmp_path / "missing.json"), "RESULTS_DIR": str(folder)}
-    assert driver.main([], env) == 2
+    assert entry.main([], env) == 2
     assert not (tmp_path / "fresh").exists()
 
 
@@ -84,7 +84,7 @@ def test_results_dir_that_cannot_hold_results_is_refused_before_any_work(
         "under_file": blocker / "results",
         "unwritable": _unwritable(tmp_path),
     }[case]
-    assert driver.main([], {"RESULTS_DIR": str(folder)}) == 2
+    assert entry.main([], {"RESULTS_DIR": str(folder)}) == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert one_line(err).startswith(f"bench_driver: RESULTS_DIR={folder}: ")

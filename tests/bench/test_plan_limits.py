@@ -11,7 +11,7 @@ import pytest
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.accelerators import parse_slice
-from rl_trainer_bench.bench import driver, micro_batch_memory, plan
+from rl_trainer_bench.bench import entry, micro_batch_memory, plan
 from rl_trainer_bench.bench.micro_batch_memory import micro_batch_bytes
 from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.config.presets import preset
@@ -25,7 +25,7 @@ HUGE_SEQUENCE = "--max_prompt_length=68719476224 --max_response_length=512"  # 2
 
 
 def _plan_exit(env: dict[str, str], capsys) -> tuple[int, str]:
-    code = driver.main([], {"PLAN_ONLY": "1", **env})
+    code = entry.main([], {"PLAN_ONLY": "1", **env})
     return code, capsys.readouterr().err
 
 
@@ -118,6 +118,6 @@ def test_aot_and_check_engine_refuse_what_the_plan_refuses(command, flag, messag
 
 def test_aot_bounds_its_micro_steps_like_the_knob(capsys):
     assert cli.main(["aot", "--micro-steps", "99999999999999999999999"]) == 2
-    assert "--micro-steps / MICRO_STEPS=99999999999999999999999: expected 1 to 4,096, or 0" in (
+    assert "--micro-steps=99999999999999999999999 is too large: use an integer <= 4,096" in (
         capsys.readouterr().err
     )

@@ -1,8 +1,7 @@
 """Engine keys from a trainer argv and key=value engine flags, into an EngineConfig."""
 
-from pathlib import Path
-
 import pytest
+from reference_data import launch_render
 
 from rl_trainer_bench.config.engine_keys import (
     ENGINE_KEYS,
@@ -13,18 +12,10 @@ from rl_trainer_bench.config.engine_keys import (
 from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.errors import ConfigError
 
-# The shared reference data sits in `shared/` beside the repository (or beside its parent folder).
-_RENDER = "shared/reference/launch-renders/tunix-mlperf-397b-256-v5p-trainer.stdout.txt"
-TRAINER_RENDER = next(
-    (p / _RENDER for p in Path(__file__).resolve().parents[2:5] if (p / _RENDER).exists()),
-    Path(_RENDER),
-)
-
 
 def _client_command() -> str:
-    if not TRAINER_RENDER.exists():
-        pytest.skip("reference launch render (../shared) is absent")
-    return next(line for line in TRAINER_RENDER.read_text().splitlines() if "python -m" in line)
+    trainer = launch_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
+    return next(line for line in trainer.read_text().splitlines() if "python -m" in line)
 
 
 def test_trainer_argv_of_the_real_launcher_is_read_past_env_and_python():

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from rl_trainer_bench.bench import driver
+from rl_trainer_bench.bench import entry
 from rl_trainer_bench.config.knobs import (
     BenchConfig,
     StageConfig,
@@ -47,7 +47,8 @@ def test_knobs_parse():
     ("env", "message"),
     [
         ({"STAGE_BEFORE_UPDATE": "yes"}, "STAGE_BEFORE_UPDATE='yes' is not allowed: use on or off"),
-        ({"STAGE_AFTER_UPDATE": "1"}, "STAGE_AFTER_UPDATE='1' is not allowed: use on or off"),
+        ({"STAGE_AFTER_UPDATE": "2"}, "STAGE_AFTER_UPDATE='2' is not allowed: use on or off (or 1"),
+        ({"PLAN_ONLY": "yes"}, "PLAN_ONLY='yes' is not allowed: use on or off (or 1 or 0)"),
         (
             {"STAGE_BEFORE_UPDATE": "on", "STAGE_AFTER_UPDATE": "on"},
             "STAGE_BEFORE_UPDATE and STAGE_AFTER_UPDATE are exclusive",
@@ -95,10 +96,12 @@ def test_flags_override_the_environment():
 
 
 def test_main_refuses_a_bad_knob_with_one_line_and_exit_2(tmp_path, capsys):
-    code = driver.main([], {"STAGE_BEFORE_UPDATE": "maybe", "RESULTS_DIR": str(tmp_path / "r")})
+    code = entry.main([], {"STAGE_BEFORE_UPDATE": "maybe", "RESULTS_DIR": str(tmp_path / "r")})
     err = capsys.readouterr().err
     assert code == 2
-    assert err == "bench_driver: STAGE_BEFORE_UPDATE='maybe' is not allowed: use on or off\n"
+    assert err == (
+        "bench_driver: STAGE_BEFORE_UPDATE='maybe' is not allowed: use on or off (or 1 or 0)\n"
+    )
     assert not (tmp_path / "r").exists()
 
 
@@ -113,7 +116,7 @@ def test_run_command_refuses_a_bad_knob_with_exit_2(capsys):
 
 def test_plan_prints_the_cell_and_exits_before_any_device_work(tmp_path, capsys):
     results = tmp_path / "r"
-    code = driver.main(["--plan", "--steps", "3"], {"RESULTS_DIR": str(results)})
+    code = entry.main(["--plan", "--steps", "3"], {"RESULTS_DIR": str(results)})
     out = capsys.readouterr().out.splitlines()
     assert code == 0
     assert out[0] == (
@@ -126,13 +129,13 @@ def test_plan_prints_the_cell_and_exits_before_any_device_work(tmp_path, capsys)
 
 def test_plan_checks_the_mesh_against_the_slice_it_is_told_not_the_host(capsys):
     env = {"PLAN_ONLY": "1", "TRAINER_SLICE": "v5p:2x2x1"}
-    assert driver.main([], env) == 2
+    assert entry.main([], env) == 2
     assert capsys.readouterr().err == (
         "bench_driver: mesh 2 x 2 x 2 (fsdp x context x expert) needs 8 devices, but"
         " TRAINER_SLICE=v5p:2x2x1 (4 chips) has 4: set mesh_fsdp, mesh_context and mesh_expert"
         " to multiply to 4 (v5p shows 1 JAX device per chip)\n"
     )
-    assert driver.main([], {**env, "ENGINE_FLAGS": "mesh_fsdp=1"}) == 0
+    assert entry.main([], {**env, "ENGINE_FLAGS": "mesh_fsdp=1"}) == 0
 
 
 _PRODUCTION_PLAN = {"PLAN_ONLY": "1", "PRESET": "qwen3.5-397b-cell"}
@@ -151,7 +154,7 @@ _PRODUCTION_PLAN = {"PLAN_ONLY": "1", "PRESET": "qwen3.5-397b-cell"}
 )  # fmt: skip
 def test_production_meshes_fill_their_slices(capsys, tpu_slice, mesh, devices_line):
     env = {**_PRODUCTION_PLAN, "TRAINER_SLICE": tpu_slice, "ENGINE_FLAGS": mesh}
-    assert driver.main([], env) == 0, capsys.readouterr().err
+    assert entry.main([], env) == 0, capsys.readouterr().err
     assert devices_line in capsys.readouterr().out.splitlines()
 
 
@@ -166,7 +169,7 @@ def test_production_meshes_fill_their_slices(capsys, tpu_slice, mesh, devices_li
 )
 def test_a_mesh_smaller_or_larger_than_the_slice_is_refused(capsys, tpu_slice, mesh, needs):
     env = {**_PRODUCTION_PLAN, "TRAINER_SLICE": tpu_slice, "ENGINE_FLAGS": mesh}
-    assert driver.main([], env) == 2
+    assert entry.main([], env) == 2
     err = capsys.readouterr().err
     assert f"needs {needs} devices, but TRAINER_SLICE={tpu_slice}" in err
     assert "has 256: set mesh_fsdp" in err and err.count("\n") == 1
@@ -178,8 +181,16 @@ def test_the_pods_driver_reports_an_engine_contract_error_as_one_line(capsys, mo
     def broken_engine(*_args):
         raise ContractError("fwd_bwd returned a value; the contract says None")
 
-    monkeypatch.setattr(driver, "run_bench", broken_engine)
-    assert driver.main([], {}) == 2
+    monkeypatch.setattr(entry, "run_bench", broken_engine)
+    assert entry.main([], {}) == 2
     assert capsys.readouterr().err == (
         "bench_driver: fwd_bwd returned a value; the contract says None\n"
     )
+
+
+def test_every_on_off_knob_reads_one_grammar():
+    """on/off and 1/0, any case, mean the same to every switch (STAGE_*, PLAN_ONLY)."""
+    for words, expected in ((("on", "ON", "1"), True), (("off", "Off", "0"), False)):
+        for word in words:
+            config = BenchConfig.from_env({"STAGE_AFTER_UPDATE": word, "PLAN_ONLY": word})
+            assert config.stage.after_update is expected and config.plan_only is expected

@@ -222,3 +222,48 @@ def test_the_config_line_names_every_logged_knob_in_table_order():
     assert described["STAGE"] == "before_update(issue=auto)"
     assert described["PROFILE_STEPS"] == "1:2" and described["TRAINER_ARGV"] == "--a 'b c'"
     assert described["ROUTING_PROFILE"] == "-" and described["ENGINE_FLAGS"] == "-"
+
+
+def _subcommand_flags():
+    """(command, flag, argparse action) for every flag of every `rl-trainer-bench` command."""
+    from rl_trainer_bench import cli
+
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in commands.choices.items():
+        for action in sub._actions:
+            for flag in action.option_strings:
+                yield name, flag, action
+
+
+def test_a_flag_named_after_a_knob_is_declared_by_its_row_in_every_command():
+    """--engine, --trainer-argv, --engine-flags, --seed, ... mean one thing wherever they appear:
+    the row's help, and its default (or none where the environment supplies it: `run`). The
+    renderer's knobs have their own table (`launch/knobs.py`; the pass-through ones are checked
+    above), and the knobs `ab` owns for every arm (`arms.RESERVED_KNOBS`) are its own flags."""
+    from rl_trainer_bench.ab.arms import RESERVED_KNOBS
+
+    by_flag = {knob.flag: knob for knob in KNOBS}
+    seen = set()
+    for command, flag, action in _subcommand_flags():
+        knob = by_flag.get(flag)
+        if knob is None or flag == "--preset" or command == "render":
+            continue
+        if command == "ab" and knob.name in RESERVED_KNOBS:
+            continue
+        seen.add((command, flag))
+        assert knob.help in action.help, (command, flag)
+        if command == "run":
+            assert action.default is None
+        elif command != "ab":  # ab's --engine adds ENGINE=... to every arm's knobs
+            assert action.default == knob.read({}), (command, flag)
+    for command in ("check-engine", "aot"):
+        assert {(command, f) for f in ("--engine", "--trainer-argv", "--engine-flags")} <= seen
+
+
+def test_every_preset_flag_has_the_one_default():
+    presets = [(c, a) for c, flag, a in _subcommand_flags() if flag == "--preset"]
+    assert {c for c, _ in presets} >= {"payload", "check", "check-engine", "aot", "ab", "run"}
+    for command, action in presets:
+        expected = None if command == "run" else "cpu-tiny"
+        assert action.default == expected, command

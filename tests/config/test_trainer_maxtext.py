@@ -83,6 +83,11 @@ def test_a_custom_remat_that_keeps_tensors_has_no_equivalent():
         ('MAXTEXT_EXTRA_FLAGS="ragged_buffer_factor=wide" --x=1', "ragged_buffer_factor='wide'"),
         ('MAXTEXT_EXTRA_FLAGS="mu_dtype=float16" --x=1', "mu_dtype='float16'"),
         ('MAXTEXT_EXTRA_FLAGS="megablox" --x=1', "'megablox' is not key=value"),
+        (
+            'MAXTEXT_EXTRA_FLAGS="--remat_policy full" --x=1',
+            "'--remat_policy' is not key=value; .* written without '--': did you mean"
+            r" remat_policy=\.\.\.\?",
+        ),
         ("NUM_MOE_TOKEN_CHUNKS=0 --x=1", "num_moe_token_chunks='0'"),
     ],
 )
@@ -96,3 +101,12 @@ def test_a_command_without_maxtext_keys_keeps_the_field_empty():
     config, _ = engine_config_from(CELL, "--mesh_fsdp=32 --mesh_context=4 --mesh_expert=2")
     assert config.trainer_maxtext_keys == ()
     assert trainer_key_fates("--mesh_fsdp=32") == []
+
+
+def test_a_maxtext_key_written_as_a_flag_is_named_with_its_bare_spelling():
+    fates = _fates('MAXTEXT_EXTRA_FLAGS="--remat_policy=full megablox=true" --x=1')
+    assert fates["--remat_policy"] == (
+        "--remat_policy=full: no equivalent (MaxText keys are written without '--': did you mean"
+        " remat_policy=full?)"
+    )
+    assert fates["megablox"] == "megablox=true: no equivalent"  # no hint where none is due

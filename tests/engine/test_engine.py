@@ -292,6 +292,8 @@ def test_train_step_moves_only_in_update_and_metrics_are_complete(compiled):
     assert metrics["loss_denominator"] == 2 * float(np.count_nonzero(p.completion_mask))
     assert metrics["mult_prob_error_max"] > 0 and metrics["grad_norm"] > 0
     assert engine.get_metrics() == metrics and engine.get_metrics() == {}
+    # the run's header names the engine as the ENGINE knob does, not a second name
+    assert engine.info()["engine"] == "rl_trainer_bench.engine.jax_engine:JaxEngine"
 
 
 def test_check_engine_command_passes_the_built_in_engine(compiled, capsys):

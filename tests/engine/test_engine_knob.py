@@ -15,7 +15,7 @@ from rl_trainer_bench.ab import command as ab_command
 from rl_trainer_bench.ab import parser as ab_parser
 from rl_trainer_bench.ab import plan as ab_plan
 from rl_trainer_bench.ab.arms import parse_arms
-from rl_trainer_bench.bench import driver
+from rl_trainer_bench.bench import entry
 from rl_trainer_bench.config.knobs import BenchConfig, engine_spec
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT, engine_class
@@ -46,7 +46,7 @@ def test_factory_finds_the_class_built_with_the_engine_config():
 
 def _driver(tmp_path, **knobs):
     env = {"STEPS": "1", "RESULTS_DIR": str(tmp_path / "r"), "MICRO_STEPS": "1", **knobs}
-    return driver.main([], env)
+    return entry.main([], env)
 
 
 def test_run_times_the_engine_the_knob_names(tmp_path, capsys):

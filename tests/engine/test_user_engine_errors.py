@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.bench import driver
+from rl_trainer_bench.bench import driver, entry
 from rl_trainer_bench.engine import returns
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import TRACEBACK_VARIABLE
@@ -45,7 +45,7 @@ def _engine_module(tmp_path, monkeypatch, name: str, body: str) -> str:
 
 def _run(tmp_path, spec: str) -> int:
     env = {"STEPS": "1", "MICRO_STEPS": "1", "RESULTS_DIR": str(tmp_path / "r"), "ENGINE": spec}
-    return driver.main([], env)
+    return entry.main([], env)
 
 
 def _one_line(text: str) -> str:
@@ -77,6 +77,8 @@ RAISING = {
         "in fwd_bwd",
     ),
     "syntax": ("def broken(:\n", 1, "while it was imported"),
+    # a package the engine imports is missing: the engine's import line, not an install hint
+    "missing_dependency": ("import no_such_dependency_of_the_engine\n", 1, "while it was imported"),
 }
 
 
@@ -223,3 +225,48 @@ def test_an_error_in_a_base_class_from_another_user_module_is_theirs(tmp_path, m
         f"(module user_helpers) raised KeyError: 'moments' at {tmp_path / 'user_helpers.py'}:4"
         in err
     )
+
+
+WRONG_INIT = {
+    "no_config": ("def __init__(self): pass", "E() cannot be called with one config"),
+    "two_required": (
+        "def __init__(self, config, mesh): pass",
+        "E(config, mesh) cannot be called with one config (missing a required argument: 'mesh')",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_INIT))
+@pytest.mark.parametrize("command", ["run", "check-engine"])
+def test_an_engine_whose_init_takes_no_config_is_the_users_to_fix(
+    case, command, tmp_path, monkeypatch, capsys
+):
+    """`class E: def __init__(self)` is named with its file and the constructor the contract
+    expects, exit 2, before any engine is built: not an internal error."""
+    init, problem = WRONG_INIT[case]
+    body = f"class E:\n    {init}\n"
+    name = f"user_engine_init_{case}_{command.replace('-', '_')}"  # one module per test
+    spec = _engine_module(tmp_path, monkeypatch, name, body).replace(":Engine", ":E")
+    if command == "run":
+        code = _run(tmp_path, spec)
+    else:
+        code = cli.main(["check-engine", "--engine", spec])
+    assert code == 2
+    err = _one_line(capsys.readouterr().err)
+    assert problem in err, err
+    assert f"{tmp_path / f'{name}.py'}:2" in err
+    assert "def __init__(self, config)" in err and "internal error" not in err
+
+
+def test_an_init_with_defaults_beyond_the_config_is_accepted():
+    from rl_trainer_bench.engine.contract import constructor_problem
+
+    class Optional:
+        def __init__(self, config, mesh=None, *, trace=False):
+            pass
+
+    class Variadic:
+        def __init__(self, *args):
+            pass
+
+    assert constructor_problem(Optional) is None and constructor_problem(Variadic) is None

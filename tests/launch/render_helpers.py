@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import yaml
+from reference_data import launch_render
 
 from rl_trainer_bench.launch.dry_run import client_container
 from rl_trainer_bench.launch.knobs import RenderKnobs
@@ -13,19 +13,6 @@ from rl_trainer_bench.launch.render import render
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "testdata" / "launch_dryrun_fixture.yaml"
-# ../shared beside the repository root (a checkout's parent, or further up for nested checkouts).
-SHARED = next(
-    (folder / "shared" for folder in REPO.parents if (folder / "shared" / "reference").is_dir()),
-    REPO.parent / "shared",
-)
-LAUNCH_RENDERS = SHARED / "reference" / "launch-renders"
-
-
-def real_render(name: str) -> Path:
-    path = LAUNCH_RENDERS / name
-    if not path.is_file():
-        pytest.skip(f"reference launch renders absent ({path})")
-    return path
 
 
 def render_fixture(**knobs: str) -> dict:
@@ -66,7 +53,7 @@ def tpu7x_trainer_launch() -> str:
     """The v5p 397B launcher output rewritten as the tpu7x recipe's trainer launch: the slice
     (tpu7x 4x4x8: 32 hosts of 4 chips, 2 devices each), the mesh 32 x 4 x 2 over 256 devices,
     64-row micro-batches, custom remat and the recipe's MaxText keys before `python`."""
-    text = real_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt").read_text()
+    text = launch_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt").read_text()
     rewrites = [
         ("gke-tpu-accelerator: tpu-v5p-slice", "gke-tpu-accelerator: tpu7x"),
         ("gke-tpu-topology: 4x8x8", "gke-tpu-topology: 4x4x8"),

@@ -24,11 +24,11 @@ from render_helpers import (
     REPO,
     client_command,
     exports,
-    real_render,
+    launch_render,
     tpu7x_trainer_launch,
 )
 
-from rl_trainer_bench.bench import driver
+from rl_trainer_bench.bench import entry
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.knobs import RenderKnobs
 from rl_trainer_bench.launch.pod_script import SCRIPT_NAME
@@ -57,7 +57,7 @@ def _pod_plan(bench: dict, folder: Path) -> subprocess.CompletedProcess:
 
 def test_the_397b_launch_renders_a_pod_that_plans_the_397b_cell_on_its_slice(tmp_path):
     name = "tunix-mlperf-397b-256-v5p-trainer.stdout.txt"
-    bench = yaml.safe_load(render(real_render(name).read_text(), name, RenderKnobs()))
+    bench = yaml.safe_load(render(launch_render(name).read_text(), name, RenderKnobs()))
     assert "PRESET" not in exports(bench)  # the model comes from the trainer's own flags
     result = _pod_plan(bench, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -102,8 +102,9 @@ def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path
     # run's zero replays allow) forecasts a replay of every micro-batch there
     assert (
         "plan: moe: ragged_buffer_factor=2 num_moe_token_chunks=4 retry_when_tokens_dropped=true:"
-        " P(replay)=1.00 per micro-batch (capacity 160 slots per expert per group of 4,096 tokens),"
-        " forecast by the shipped synthetic routing profile qwen3.5-397b.json"
+        " P(replay)=1.00 per micro-batch (capacity 160 slots per expert per group of 4,096 tokens):"
+        " every micro-batch is expected to replay (each of the 9 micro-steps runs fwd_bwd, then"
+        " fwd_bwd_dropless), forecast by the shipped synthetic routing profile qwen3.5-397b.json"
     ) in lines
     for line in (
         "plan: trainer key: ragged_buffer_factor=2.0: passed to MaxText",
@@ -182,8 +183,9 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
         " micro-batch 8 rows of 4,096 tokens, 4 micro-steps per step",
         "render: moe: ragged_buffer_factor=1.25 num_moe_token_chunks=1"
         " retry_when_tokens_dropped=true: P(replay)=1.00 per micro-batch (capacity 320 slots per"
-        " expert per group of 4,096 tokens), forecast by the shipped synthetic routing profile"
-        " default.json",
+        " expert per group of 4,096 tokens): every micro-batch is expected to replay (each of the 4"
+        " micro-steps runs fwd_bwd, then fwd_bwd_dropless), forecast by the shipped synthetic"
+        " routing profile default.json",
         # 30.5 B parameters over 8 devices: float32 parameters and gradient sum, Adam's two moments
         "render: device memory: state on the device 56.87 GiB per device (parameters 14.22 GiB,"
         " gradient sum 14.22 GiB; optimizer state 28.44 GiB on the device) of 95.00 GiB per v5p"
@@ -213,8 +215,10 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
         " the causal work, every key scored)",
         # the fixture's MAXTEXT_EXTRA_FLAGS spells its keys as flags, which MaxText has no key for
         "render: trainer MaxText keys: 2 (2 no equivalent)",
-        "render: trainer key --remat_policy=full: no equivalent",
-        "render: trainer key --scan_layers=true: no equivalent",
+        "render: trainer key --remat_policy=full: no equivalent (MaxText keys are written without"
+        " '--': did you mean remat_policy=full?)",
+        "render: trainer key --scan_layers=true: no equivalent (MaxText keys are written without"
+        " '--': did you mean scan_layers=true?)",
     ]
 
 
@@ -324,5 +328,5 @@ def test_every_render_the_renderer_accepts_is_a_pod_whose_driver_accepts_its_kno
         return
     event("rendered")
     environment = {**exports(bench), "PLAN_ONLY": "1"}
-    assert driver.main([], environment) == 0, capsys.readouterr().err
+    assert entry.main([], environment) == 0, capsys.readouterr().err
     assert capsys.readouterr().out.splitlines()[-1].startswith("plan: ok")

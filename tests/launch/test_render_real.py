@@ -4,7 +4,7 @@ import shlex
 
 import pytest
 import yaml
-from render_helpers import exports, real_render
+from render_helpers import exports, launch_render
 
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.client_command import read_client_command
@@ -32,7 +32,7 @@ _GSM8K_KNOBS = {
     ],
 )
 def test_real_launch_renders_to_a_valid_bench_that_changes_only_what_it_should(name, knobs):
-    text = real_render(name).read_text()
+    text = launch_render(name).read_text()
     trainer = find_trainer(read_documents(text, name), name)
     bench = yaml.safe_load(render(text, name, RenderKnobs.from_strings(knobs)))
     assert jobset_problems(bench) == []
@@ -56,7 +56,7 @@ def test_real_launch_renders_to_a_valid_bench_that_changes_only_what_it_should(n
 
 def test_397b_trainer_keeps_its_libtpu_flags_and_moves_to_a_new_slice():
     name = "tunix-mlperf-397b-256-v5p-trainer.stdout.txt"
-    text = real_render(name).read_text()
+    text = launch_render(name).read_text()
     knobs = RenderKnobs.from_strings(
         {
             "trainer_slice": "tpu7x:4x4x8",
@@ -78,13 +78,13 @@ def test_397b_trainer_keeps_its_libtpu_flags_and_moves_to_a_new_slice():
 def test_a_real_launch_of_a_model_without_a_preset_is_refused_naming_preset():
     name = "tunix-gsm8k-start.yaml"
     with pytest.raises(UserError, match=r"--model_name=Qwen3-1\.7B is not a model .* set PRESET"):
-        render(real_render(name).read_text(), name, RenderKnobs())
+        render(launch_render(name).read_text(), name, RenderKnobs())
 
 
 def test_rollout_only_launch_is_refused_listing_what_was_found():
     name = "tunix-mlperf-397b-256-v5p-rollout.stdout.txt"
     with pytest.raises(UserError) as raised:
-        render(real_render(name).read_text(), name, RenderKnobs())
+        render(launch_render(name).read_text(), name, RenderKnobs())
     message = str(raised.value)
     assert "no trainer JobSet" in message and "--trainer-jobset NAME" in message
     assert all(f"benchuser-roll-{i} (no Pathways head)" in message for i in range(4))

@@ -5,22 +5,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
+from reference_data import LAUNCH_RENDERS, launch_render
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.preflight.config_diff import diff, format_diff, read_side, same_value
 
 REPO = Path(__file__).resolve().parents[2]
-# shared/ lies beside the repository (or beside a folder above it, for a nested checkout).
-SHARED = next((p / "shared" for p in REPO.parents if (p / "shared" / "reference").is_dir()), None)
-RENDERS = (SHARED or REPO / "shared") / "reference" / "launch-renders"
+RENDERS = LAUNCH_RENDERS
 TRAINER_397B = RENDERS / "tunix-mlperf-397b-256-v5p-trainer.stdout.txt"
 GSM8K = RENDERS / "tunix-gsm8k-start.yaml"
 
 
 def needs_renders():
-    if not TRAINER_397B.is_file() or not GSM8K.is_file():
-        pytest.skip("../shared/reference/launch-renders is not present")
+    launch_render(TRAINER_397B.name)
+    launch_render(GSM8K.name)
 
 
 def changes(result):

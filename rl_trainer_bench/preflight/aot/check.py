@@ -36,8 +36,8 @@ from rl_trainer_bench.preflight.aot.engine_module import aot_engine_module, besi
 from rl_trainer_bench.preflight.aot.report import AotReport
 from rl_trainer_bench.preflight.aot.targets import LOCAL, Target, resolve_target
 
-# `--micro-steps 0`: predict the step at the preset's MICRO_STEPS.
-PRESET_MICRO_STEPS = 0
+# MICRO_STEPS left unset: predict the step at the preset's micro-steps.
+PRESET_MICRO_STEPS = None
 
 
 def state_bytes(
@@ -86,7 +86,10 @@ class Cell:
 
 
 def resolve_cell(
-    preset_name: str, target_name: str, trainer_argv: str = "", engine_flags: str = ""
+    preset_name: str,
+    target_name: str,
+    trainer_argv: str | Sequence[str] = "",
+    engine_flags: str = "",
 ) -> Cell:
     """The preset's engine config with TRAINER_ARGV and ENGINE_FLAGS applied, on the target's mesh."""
     cell = preset(preset_name)
@@ -121,13 +124,13 @@ def _fit_fsdp(config: EngineConfig, devices: int, target: str) -> tuple[EngineCo
 def run_check(
     preset_name: str,
     target_name: str,
-    trainer_argv: str = "",
+    trainer_argv: str | Sequence[str] = "",
     engine_flags: str = "",
     stage_before_update: bool = False,
     layers: int = FULL_DEPTH,
     progress: Callable[[str], None] = lambda line: None,
     engine: str = BUILT_IN,
-    micro_steps: int = PRESET_MICRO_STEPS,
+    micro_steps: int | None = PRESET_MICRO_STEPS,
     routing_profile: str | None = None,
     seed: int = 0,
     min_headroom: float = MIN_HEADROOM,
@@ -169,7 +172,7 @@ def run_check(
     else:
         progress("aot: building micro-batch 0 for the replay chance and the model FLOPs")
         facts = step_estimate.micro_batch_facts(cell.config, profile, seed)
-        if micro_steps == PRESET_MICRO_STEPS:
+        if micro_steps is PRESET_MICRO_STEPS:
             micro_steps = preset(cell.preset).micro_steps
         report.step = predict_step(report, micro_steps, facts)
     return report

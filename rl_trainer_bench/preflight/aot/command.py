@@ -14,11 +14,13 @@ from pathlib import Path
 
 from rl_trainer_bench import accelerators
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM
-from rl_trainer_bench.config.knobs import MAX_MICRO_STEPS, engine_spec
-from rl_trainer_bench.engine.factory import BUILT_IN
-from rl_trainer_bench.errors import ConfigError, UserError
+from rl_trainer_bench.config.knobs import (
+    ENGINE_KNOBS,
+    add_knob_flags,
+    add_preset_flag,
+)
 from rl_trainer_bench.io import check_output_file, write_text_atomically
-from rl_trainer_bench.preflight.aot.check import PRESET_MICRO_STEPS, run_check
+from rl_trainer_bench.preflight.aot.check import run_check
 from rl_trainer_bench.preflight.aot.depth import FULL_DEPTH
 from rl_trainer_bench.preflight.aot.report import format_report
 from rl_trainer_bench.preflight.aot.targets import LOCAL
@@ -27,7 +29,7 @@ from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 
 def add_target_arguments(parser) -> None:
     """Arguments shared with `hlo-overlap`: which cell, compiled for which devices."""
-    parser.add_argument("--preset", default="cpu-tiny", help="preset (default: cpu-tiny)")
+    add_preset_flag(parser, "the cell to compile")
     parser.add_argument(
         "--target",
         default=LOCAL,
@@ -42,35 +44,20 @@ def add_target_arguments(parser) -> None:
     )
 
 
+# The driver's knobs `aot` takes as flags, each declared by its row of the knob table.
+AOT_KNOBS = (*ENGINE_KNOBS, "STAGE_BEFORE_UPDATE", "MICRO_STEPS", "ROUTING_PROFILE", "SEED")
+_NOTES = {
+    "ENGINE": "; aot needs an engine whose module lowers its programs from abstract inputs",
+    "STAGE_BEFORE_UPDATE": ": count the staged micro-batch beside the dropless replay and update",
+    "MICRO_STEPS": "; for the predicted step",
+    "ROUTING_PROFILE": "; the replay chance of the predicted step",
+    "SEED": "; the micro-batch whose replay chance the estimate reads",
+}
+
+
 def add_arguments(parser) -> None:
     add_target_arguments(parser)
-    parser.add_argument("--trainer-argv", default="", help="trainer flags (as in TRAINER_ARGV)")
-    parser.add_argument("--engine-flags", default="", help="key=value engine flags (ENGINE_FLAGS)")
-    parser.add_argument(
-        "--engine",
-        default=BUILT_IN,
-        help=f"module:Class (ENGINE); only engines that lower from abstract inputs (default {BUILT_IN})",
-    )
-    parser.add_argument(
-        "--stage-before-update",
-        default="off",
-        help="on|off: count the staged micro-batch beside the dropless replay and update",
-    )
-    parser.add_argument(
-        "--micro-steps",
-        type=int,
-        default=PRESET_MICRO_STEPS,
-        help="micro-batches per step for the predicted step"
-        f" ({PRESET_MICRO_STEPS}: the preset's MICRO_STEPS)",
-    )
-    parser.add_argument(
-        "--routing-profile",
-        default=None,
-        help="routing profile JSON for the replay chance (ROUTING_PROFILE; default: the shipped one)",
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seed of the micro-batch the estimate reads (SEED)"
-    )
+    add_knob_flags(parser, AOT_KNOBS, _NOTES)
     parser.add_argument(
         "--min-headroom",
         type=headroom_percent,
@@ -97,13 +84,6 @@ def headroom_percent(text: str) -> float:
 def run(args) -> int:
     """Exit 0 when the cell fits with the margin free, 1 when it does not (or a program failed),
     2 for bad input."""
-    if args.stage_before_update not in ("on", "off"):
-        raise ConfigError(f"STAGE_BEFORE_UPDATE={args.stage_before_update!r}: expected on or off")
-    if args.micro_steps != PRESET_MICRO_STEPS and not 1 <= args.micro_steps <= MAX_MICRO_STEPS:
-        raise UserError(
-            f"--micro-steps / MICRO_STEPS={args.micro_steps}: expected 1 to {MAX_MICRO_STEPS:,},"
-            f" or {PRESET_MICRO_STEPS} for the preset's"
-        )
     if args.output:
         check_output_file(args.output, "--output")  # before the compiles, which take minutes
     with quiet_libtpu():
@@ -112,13 +92,13 @@ def run(args) -> int:
             args.target,
             trainer_argv=args.trainer_argv,
             engine_flags=args.engine_flags,
-            stage_before_update=args.stage_before_update == "on",
+            stage_before_update=args.stage_before_update,
             layers=args.layers,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
             micro_steps=args.micro_steps,
             routing_profile=args.routing_profile,
             seed=args.seed,
-            engine=engine_spec(args.engine, "--engine"),
+            engine=args.engine,
             min_headroom=args.min_headroom / 100,
         )
     document = json.dumps(report.to_json(), indent=1)

@@ -1,0 +1,50 @@
+"""`rl-trainer-bench plan BENCH.yaml`: the rendered pod's own plan, from its embedded code."""
+
+from __future__ import annotations
+
+from render_helpers import FIXTURE
+
+from rl_trainer_bench import cli
+from rl_trainer_bench.launch.render import CODE_SHA_ANNOTATION
+
+
+def _rendered(tmp_path, *knobs: str):
+    bench = tmp_path / "bench.yaml"
+    assert cli.main(["render", f"--launch-render={FIXTURE}", f"--output={bench}", *knobs]) == 0
+    return bench
+
+
+def test_plan_prints_the_pods_plan_from_its_code_and_environment(tmp_path, capfd):
+    bench = _rendered(tmp_path, "--steps=7", "--driver-env=STAGE_BEFORE_UPDATE=on")
+    capfd.readouterr()
+    assert cli.main(["plan", str(bench)]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    assert lines[0].startswith(f"plan: JobSet fixture-train-bench from {bench}: the pod's code")
+    # the fixture's trainer: its model's preset on its 8-chip v5p slice, the knobs as rendered
+    assert (
+        "plan: cell: qwen3-30b-a3b-cell mesh 8 x 1 x 1 (fsdp x context x expert), micro-batch 8"
+        " rows of 4,096 tokens, 4 micro-steps per step"
+    ) in lines
+    assert "plan: mesh: 8 x 1 x 1 = 8 devices on v5p:2x2x2 (8 chips)" in lines
+    assert any(
+        line.startswith("plan: step: micro_steps=4 steps=7 warmup_steps=1") for line in lines
+    )
+    assert any("stage=before_update" in line for line in lines)
+    assert lines[-1] == "plan: ok: every knob is valid; nothing ran on a device"
+
+
+def test_an_edited_manifest_is_refused_naming_the_annotation(tmp_path, capfd):
+    bench = _rendered(tmp_path)
+    text = bench.read_text()
+    sha = text.split(f"{CODE_SHA_ANNOTATION}: ", 1)[1].split()[0]
+    bench.write_text(text.replace(sha, "a" * 64))
+    capfd.readouterr()
+    assert cli.main(["plan", str(bench)]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "the manifest was edited after rendering" in err
+
+
+def test_a_file_without_a_bench_jobset_is_refused(capfd):
+    assert cli.main(["plan", str(FIXTURE)]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "holds no bench JobSet" in err
