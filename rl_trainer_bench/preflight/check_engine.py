@@ -11,6 +11,7 @@ import argparse
 
 from rl_trainer_bench.bench.distributed import start_for_preset
 from rl_trainer_bench.bench.plan import refuse_engine_config_problems
+from rl_trainer_bench.config.engine_choice import choose_engine
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.contract import example_payloads_for
@@ -22,9 +23,8 @@ def run(args: argparse.Namespace) -> int:
     cell = preset(args.preset)
     config, unapplied = engine_config_from(cell, args.trainer_argv, args.engine_flags)
     refuse_engine_config_problems(config, cell.name)
-    engine_type = engine_class(
-        args.engine, knob="--engine"
-    )  # a bad name is refused before JAX starts
+    spec = choose_engine(args.engine, args.trainer_argv, cell.engine).spec
+    engine_type = engine_class(spec, knob="--engine")  # a bad name is refused before JAX starts
     start_for_preset(cell.host_devices)  # cpu-tiny's 2x2x2 mesh needs its 8 host devices
     if unapplied:
         print(f"check-engine: keys not applied by the built-in engine: {', '.join(unapplied)}")
@@ -35,5 +35,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"check-engine: FAIL {failure}")
     if failures:
         return 1
-    print(f"check-engine: {args.engine} conforms to the engine contract ({args.preset})")
+    print(f"check-engine: {spec} conforms to the engine contract ({args.preset})")
     return 0

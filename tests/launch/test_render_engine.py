@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from render_helpers import FIXTURE, exports, real_render, render_fixture
+from reference_data import launch_render
+from render_helpers import FIXTURE, exports, render_fixture
 
 from rl_trainer_bench import code_digest
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
@@ -87,7 +88,7 @@ def test_engine_builtin_overrides_a_maxtext_trainer_and_the_summary_says_what_di
 
 
 def test_rendering_and_planning_either_engine_import_no_jax():
-    real_render(
+    launch_render(
         "tunix-mlperf-397b-256-v5p-trainer.stdout.txt"
     )  # skips where the reference is absent
     child = """

@@ -14,11 +14,13 @@ from pathlib import Path
 
 from rl_trainer_bench import accelerators
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM
+from rl_trainer_bench.config.engine_choice import choose_engine
 from rl_trainer_bench.config.knobs import (
     ENGINE_KNOBS,
     add_knob_flags,
     add_preset_flag,
 )
+from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.io import check_output_file, write_text_atomically
 from rl_trainer_bench.preflight.aot.check import run_check
 from rl_trainer_bench.preflight.aot.depth import FULL_DEPTH
@@ -86,6 +88,7 @@ def run(args) -> int:
     2 for bad input."""
     if args.output:
         check_output_file(args.output, "--output")  # before the compiles, which take minutes
+    choice = choose_engine(args.engine, args.trainer_argv, preset(args.preset).engine)
     with quiet_libtpu():
         report = run_check(
             args.preset,
@@ -98,7 +101,7 @@ def run(args) -> int:
             micro_steps=args.micro_steps,
             routing_profile=args.routing_profile,
             seed=args.seed,
-            engine=args.engine,
+            engine=choice.spec,
             min_headroom=args.min_headroom / 100,
         )
     document = json.dumps(report.to_json(), indent=1)
