@@ -141,13 +141,14 @@ class Bench:
     def _engine_config(self) -> EngineConfig:
         """The preset's engine config with TRAINER_ARGV and ENGINE_FLAGS applied; logs what is not."""
         if not self.config.trainer_argv and not self.config.engine_flags:
-            return self.config.preset.engine
+            return self.config.preset.engine_for(self.config.engine)
         from rl_trainer_bench.config.engine_keys import engine_config_from
 
         engine_config, unapplied = engine_config_from(
             self.config.preset,
             trainer_argv=self.config.trainer_argv,
             engine_flags=self.config.engine_flags,
+            engine=self.config.engine,
         )
         if unapplied:
             self.log(f"{step_line.LOG_PREFIX} engine keys not applied: {' '.join(unapplied)}")

@@ -140,7 +140,9 @@ def resolve(config: BenchConfig, host_bytes: int | None = None, rendering: bool 
     the plan is made for a pod whose image is not this host's, so MaxText is not looked for here.
     """
     refuse_unrunnable_stages(config.worker, [config.stage])
-    engine, unapplied = engine_config_from(config.preset, config.trainer_argv, config.engine_flags)
+    engine, unapplied = engine_config_from(
+        config.preset, config.trainer_argv, config.engine_flags, engine=config.engine
+    )
     refuse_engine_config_problems(engine, config.preset.name)
     _check_slice(engine, config.trainer_slice)
     micro_batch_memory.refuse_oversized(

@@ -14,7 +14,14 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from rl_trainer_bench.config import trainer_maxtext, values
 from rl_trainer_bench.config.presets import Preset
-from rl_trainer_bench.engine.config import EngineConfig, MeshConfig, choices, leaf_fields
+from rl_trainer_bench.engine.config import (
+    EngineConfig,
+    MeshConfig,
+    choices,
+    leaf_fields,
+    with_value_at,
+)
+from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError
 
 
@@ -242,14 +249,6 @@ def real_number_of(value: object) -> float:
     return float(value)
 
 
-def _replace_path(config, path: str, value):
-    """A copy of the nested frozen dataclass `config` with `path` (a.b) set to `value`."""
-    head, _, rest = path.partition(".")
-    if not rest:
-        return dataclasses.replace(config, **{head: value})
-    return dataclasses.replace(config, **{head: _replace_path(getattr(config, head), rest, value)})
-
-
 def split_maxtext_flags(
     flags: Mapping[str, str],
 ) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
@@ -275,8 +274,10 @@ def engine_config_from(
     preset: Preset,
     trainer_argv: str | Sequence[str] = (),
     engine_flags: str | Sequence[str] = (),
+    engine: str = BUILT_IN,
 ) -> tuple[EngineConfig, list[str]]:
-    """The preset's engine config with the trainer command's keys, then the engine flags', applied.
+    """The preset's engine config for the engine `engine` names (`Preset.engine_for`) with the
+    trainer command's keys, then the engine flags', applied.
 
     The trainer command's keys are its flags, then its MaxText keys (`trainer_maxtext`: the
     `MAXTEXT_EXTRA_FLAGS` words and variables before its python command, applied after its flags
@@ -292,7 +293,7 @@ def engine_config_from(
     argv_flags = {k: v for k, v in argv_flags.items() if k not in trainer_maxtext.FLAG_KEYS}
     mapped = _mapped_trainer_keys(trainer_keys)
     flags = {**argv_flags, **mapped, **given}
-    config = dataclasses.replace(preset.engine, trainer_maxtext_keys=trainer_keys)
+    config = dataclasses.replace(preset.engine_for(engine), trainer_maxtext_keys=trainer_keys)
     if any(ENGINE_KEYS[key].target.startswith("mesh.") for key in argv_flags if key in ENGINE_KEYS):
         config = dataclasses.replace(config, mesh=MeshConfig())
     unapplied = sorted(key for key in flags if key not in ENGINE_KEYS)
@@ -307,7 +308,7 @@ def engine_config_from(
         if spec.kind == "prompt_plus_response":
             sequence[key] = value
         else:
-            config = _replace_path(config, spec.target, value)
+            config = with_value_at(config, spec.target, value)
     if sequence:
         if len(sequence) == 1:
             (given,) = sequence

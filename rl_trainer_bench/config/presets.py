@@ -21,7 +21,9 @@ from rl_trainer_bench.engine.config import (
     MoeConfig,
     OptimizerConfig,
     value_at,
+    with_value_at,
 )
+from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError
 
 
@@ -32,7 +34,12 @@ class TrainerDifference:
     path: str  # dotted EngineConfig field, e.g. optimizer.memory_host_offload
     key: str  # the key users set, e.g. optimizer_memory_host_offload
     value: object  # the preset's value
+    trainer_value: object  # the trainer's value, where it sets none (its engine's default)
     why: str
+    # The engine (`module:Class`) whose program the difference is for ("": every engine's). Any
+    # other engine gets the trainer's value: a workaround for one engine's memory never changes
+    # the trainer's settings in another engine's program.
+    engine: str = ""
 
     def holds(self, engine: EngineConfig) -> bool:
         """Whether `engine` (the preset with the user's keys applied) still has the value."""
@@ -60,6 +67,15 @@ class Preset:
     # plan and the render summary print each one that still holds once TRAINER_ARGV and
     # ENGINE_FLAGS are applied, so a cell never differs from the trainer without a word.
     differs_from_trainer: tuple[TrainerDifference, ...] = ()
+
+    def engine_for(self, engine: str) -> EngineConfig:
+        """The preset's engine config as the engine `engine` names times it: each difference from
+        the trainer that is another engine's set back to the trainer's value."""
+        config = self.engine
+        for difference in self.differs_from_trainer:
+            if difference.engine and difference.engine != engine:
+                config = with_value_at(config, difference.path, difference.trainer_value)
+        return config
 
 
 # The BENCHMARKS.md sections that hold the figures behind the 397B cell's host offload.
@@ -265,9 +281,11 @@ PRESETS: Mapping[str, Preset] = {
                     path="optimizer.memory_host_offload",
                     key="optimizer_memory_host_offload",
                     value=True,
+                    trainer_value=False,
+                    engine=BUILT_IN,
                     why=(
                         "the trainer keeps its optimizer state in device memory; there, compiled"
-                        " for tpu7x:4x4x8, this engine's fwd_bwd at the measured run's MoE"
+                        " for tpu7x:4x4x8, the built-in engine's fwd_bwd at the measured run's MoE"
                         " settings does not fit, and at the public tpu7x recipe's its replay"
                         " fits short of the 5% margin (BENCHMARKS.md, "
                         f'"{_OWN_KEYS_SECTION}" and "{_TRAINER_KEYS_SECTION}"; `aot` on the'

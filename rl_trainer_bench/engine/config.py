@@ -312,6 +312,14 @@ def value_at(config: EngineConfig, path: str) -> Any:
     return config
 
 
+def with_value_at(config: Any, path: str, value: Any) -> Any:
+    """A copy of the nested frozen dataclass `config` with the dotted field `path` set to `value`."""
+    head, _, rest = path.partition(".")
+    if not rest:
+        return dataclasses.replace(config, **{head: value})
+    return dataclasses.replace(config, **{head: with_value_at(getattr(config, head), rest, value)})
+
+
 def config_problems(config: EngineConfig) -> list[str]:
     """Everything that keeps `config` from being laid out and run, one line each ([]: none).
 

@@ -21,9 +21,9 @@ from rl_trainer_bench.engine.returns import check_engine
 
 def run(args: argparse.Namespace) -> int:
     cell = preset(args.preset)
-    config, unapplied = engine_config_from(cell, args.trainer_argv, args.engine_flags)
-    refuse_engine_config_problems(config, cell.name)
     spec = choose_engine(args.engine, args.trainer_argv, cell.engine).spec
+    config, unapplied = engine_config_from(cell, args.trainer_argv, args.engine_flags, spec)
+    refuse_engine_config_problems(config, cell.name)
     engine_type = engine_class(spec, knob="--engine")  # a bad name is refused before JAX starts
     start_for_preset(cell.host_devices)  # cpu-tiny's 2x2x2 mesh needs its 8 host devices
     if unapplied:

@@ -12,8 +12,10 @@ import pytest
 
 from rl_trainer_bench.bench import plan
 from rl_trainer_bench.bench.state_memory import state_memory
+from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine import programs, residency, sharding
+from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE_ARGV = (Path(__file__).parents[1] / "testdata" / "tpu7x_recipe_trainer_argv.txt").read_text()
@@ -48,8 +50,15 @@ def test_the_397b_cell_at_the_recipes_keys_has_libtpus_state():
     assert state.on_device == state.params + state.grad_sum + state.optimizer
 
 
-def _device_memory_line(argv: str, flags: str = "", trainer_slice: str = "tpu7x:4x4x8") -> str:
-    env = {"TRAINER_ARGV": argv, "ENGINE_FLAGS": flags, "TRAINER_SLICE": trainer_slice}
+def _device_memory_line(
+    argv: str, flags: str = "", trainer_slice: str = "tpu7x:4x4x8", engine: str = ""
+) -> str:
+    env = {
+        "TRAINER_ARGV": argv,
+        "ENGINE_FLAGS": flags,
+        "TRAINER_SLICE": trainer_slice,
+        "ENGINE": engine,
+    }
     config = plan.environment_config({k: v for k, v in env.items() if v})
     lines = plan.resolve(config).lines()
     (line,) = [line for line in lines if line.startswith("plan: device memory:")]
@@ -62,7 +71,8 @@ def test_the_plan_shows_the_state_against_the_device_and_names_the_compile():
     assert "optimizer state 8.65 GiB on the device" in line
     assert "of 96.00 GiB per tpu7x device" in line
     assert "rl-trainer-bench aot --preset qwen3.5-397b-cell --target tpu7x:4x4x8" in line
-    offloaded = _device_memory_line(RECIPE_ARGV)  # the preset's placement
+    assert line == _device_memory_line(RECIPE_ARGV)  # MaxText's engine: the trainer's placement
+    offloaded = _device_memory_line(RECIPE_ARGV, engine="builtin")  # the preset's placement
     assert "state on the device 11.54 GiB per device" in offloaded
     assert "optimizer state 8.65 GiB in host memory" in offloaded
     unsliced = _device_memory_line(RECIPE_ARGV, trainer_slice="")
@@ -104,3 +114,20 @@ def test_the_preset_reason_quotes_no_device_figures_and_cites_benchmarks_section
     assert len(cited) == 2
     for section in cited:
         assert any(section in heading for heading in headings), section
+
+
+def test_a_difference_for_the_built_in_engines_memory_leaves_maxtexts_program_as_the_trainers():
+    """The preset keeps the optimizer state in host memory for the built-in engine's fit only:
+    MaxText's engine times the trainer's placement, and the plan has nothing to say about it."""
+    cell = preset("qwen3.5-397b-cell")
+    maxtext, _ = engine_config_from(cell, engine=MAXTEXT)
+    built_in, _ = engine_config_from(cell, engine=BUILT_IN)
+    assert maxtext.optimizer.memory_host_offload is False
+    assert built_in.optimizer.memory_host_offload is True
+    lines = _plan_lines({"TRAINER_SLICE": "tpu7x:4x4x8", "ENGINE": "maxtext"})
+    assert not [line for line in lines if line.startswith("plan: preset differs")]
+    assert any("optimizer state 8.65 GiB on the device" in line for line in lines)
+    asked, _ = engine_config_from(
+        cell, engine_flags="optimizer_memory_host_offload=true", engine=MAXTEXT
+    )
+    assert asked.optimizer.memory_host_offload is True  # a key the user sets still holds

@@ -90,10 +90,11 @@ def resolve_cell(
     target_name: str,
     trainer_argv: str | Sequence[str] = "",
     engine_flags: str = "",
+    engine: str = BUILT_IN,
 ) -> Cell:
     """The preset's engine config with TRAINER_ARGV and ENGINE_FLAGS applied, on the target's mesh."""
     cell = preset(preset_name)
-    config, unapplied = engine_config_from(cell, trainer_argv, engine_flags)
+    config, unapplied = engine_config_from(cell, trainer_argv, engine_flags, engine)
     target = resolve_target(target_name, cell.host_devices if target_name == LOCAL else 0)
     note = ""
     if config.mesh == cell.engine.mesh and config.mesh.size != len(target.devices):
@@ -148,7 +149,7 @@ def run_check(
         raise UserError(f"--seed / SEED={seed}: expected 0 or more")
     # a bad file is refused before minutes of compiling
     profile = load_profile(routing_profile, preset(preset_name).routing_profile)
-    cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags)
+    cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags, engine)
     full_depth = cell.config.model.num_layers
     depths = depths_to_compile(full_depth, layers)
     started = time.perf_counter()
