@@ -270,7 +270,7 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
     # A plan for a TRAINER_SLICE may run on any host (the renderer's, a laptop): this host's memory
     # says nothing of the pod's there, so only a run, or a plan for this machine, checks it.
     planned_elsewhere = config.plan_only and config.trainer_slice is not None
-    resolved = plan.resolve(config, None if planned_elsewhere else host_memory_bytes())
+    resolved = plan.resolve(config, None if planned_elsewhere else host_memory_bytes(), env)
     if config.plan_only:
         for line in resolved.lines():
             log(line)

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.bench import micro_batch_memory
+from rl_trainer_bench.bench.runtime import Runtime, runtime_for
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
 from rl_trainer_bench.config.engine_keys import engine_config_from, trainer_key_fates
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig, driver_knobs
@@ -39,6 +40,7 @@ class Plan:
     replay: str = ""  # the routing profile's forecast of replays at the cell's MoE settings
     # The preset's keys that still differ from the trainer's once its keys are applied, with why.
     differences: tuple[TrainerDifference, ...] = ()
+    runtime: Runtime | None = None  # what the process environment asks for; None: not given
 
     @property
     def trainer_slice(self) -> TpuSlice | None:
@@ -64,6 +66,7 @@ class Plan:
         )
         rows = [
             ("cell", self.cell()),
+            ("runtime", self.runtime_line()),
             ("preset", f"{config.preset.name} (chosen by {config.preset_source})"),
             (
                 "model",
@@ -100,6 +103,12 @@ class Plan:
             f"{PLAN_PREFIX} ok: every knob is valid; nothing ran on a device"
         ]
 
+    def runtime_line(self) -> str:
+        """The JAX runtime the run starts (`runtime.runtime_for`), before it starts it."""
+        if self.runtime is None:
+            return "not resolved (the plan was made without the process environment)"
+        return self.runtime.describe()
+
     def device_memory(self) -> str:
         """The state per device against the slice's device memory, and the command that compiles
         the programs for the rest (`state_memory`): the plan compiles nothing."""
@@ -130,11 +139,15 @@ class Plan:
         return f"{len(self.trainer_keys)} ({counts})"
 
 
-def resolve(config: BenchConfig, host_bytes: int | None = None) -> Plan:
+def resolve(
+    config: BenchConfig, host_bytes: int | None = None, env: Mapping[str, str] | None = None
+) -> Plan:
     """Validate what `config` asks for and resolve its cell; ConfigError naming the first problem.
 
     `host_bytes` is the memory of the host that will build the micro-batch pool, where the plan
-    runs on it (None: not checked, as when rendering for another machine's pod).
+    runs on it (None: not checked, as when rendering for another machine's pod). `env` is the
+    environment of the process that will run (the pod's, when rendering), from which the plan
+    names the runtime it starts.
     """
     refuse_unrunnable_stages(config.worker, [config.stage])
     engine, unapplied = engine_config_from(config.preset, config.trainer_argv, config.engine_flags)
@@ -147,7 +160,8 @@ def resolve(config: BenchConfig, host_bytes: int | None = None) -> Plan:
     layout = _layout(engine, config.orch_argv)
     differences = tuple(d for d in config.preset.differs_from_trainer if d.holds(engine))
     replay = _replay(config, engine)
-    return Plan(config, engine, tuple(unapplied), layout, fates, replay, differences)
+    runtime = None if env is None else runtime_for(env)
+    return Plan(config, engine, tuple(unapplied), layout, fates, replay, differences, runtime)
 
 
 def refuse_engine_config_problems(engine: EngineConfig, preset_name: str) -> None:

@@ -88,8 +88,8 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
     environment = driver_environment(
         launch, knobs, _orchestrator_argv(documents, launch), sha, jobset_slice(trainer)
     )
-    pod_plan = _pod_plan(environment)
     container = client_container(bench)
+    pod_plan = _pod_plan(environment, pod_environment(container, environment))
     container.pop("args", None)
     container["command"] = [
         "bash",
@@ -114,7 +114,18 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
     return dump_yaml(bench), pod_plan
 
 
-def _pod_plan(environment: Mapping[str, str]) -> Plan:
+def pod_environment(container: Mapping, exported: Mapping[str, str]) -> dict[str, str]:
+    """What the driver's process sees in the pod: the container's literal `env` values (a value
+    from the downward API is known only there), then what the client script exports."""
+    literal = {
+        str(item["name"]): str(item["value"])
+        for item in container.get("env") or []
+        if isinstance(item, dict) and "name" in item and "value" in item
+    }
+    return {**literal, **exported}
+
+
+def _pod_plan(environment: Mapping[str, str], pod_env: Mapping[str, str]) -> Plan:
     """The pod driver's own validation of the environment it will get; UserError if it refuses.
 
     A trainer command that names no model would leave the pod timing the default toy preset at
@@ -128,7 +139,7 @@ def _pod_plan(environment: Mapping[str, str]) -> Plan:
                 " through DRIVER_ENV (e.g. DRIVER_ENV=PRESET=qwen3.5-397b-cell) to choose what"
                 " the pod times"
             )
-        return plan.resolve(config)
+        return plan.resolve(config, env=pod_env)
     except UserError as error:
         raise UserError(f"the bench pod would refuse its knobs: {error}") from None
 
@@ -301,6 +312,7 @@ def run(args) -> int:
     target = knobs.output or "stdout"
     print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
     print(f"render: the pod times {pod_plan.cell()}", file=sys.stderr)
+    print(f"render: runtime: {pod_plan.runtime_line()}", file=sys.stderr)
     print(f"render: moe: {pod_plan.replay}", file=sys.stderr)
     print(f"render: device memory: {pod_plan.device_memory()}", file=sys.stderr)
     for difference in pod_plan.differences:

@@ -155,6 +155,8 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
     assert capsys.readouterr().err.splitlines()[1:] == [
         "render: the pod times qwen3-30b-a3b-cell mesh 8 x 1 x 1 (fsdp x context x expert),"
         " micro-batch 8 rows of 4,096 tokens, 4 micro-steps per step",
+        "render: runtime: pathways (JAX_PLATFORMS=proxy,cpu: pathwaysutils.initialize() before any"
+        " device work; proxy at the default address (JAX_BACKEND_TARGET unset))",
         "render: moe: ragged_buffer_factor=1.25 num_moe_token_chunks=1"
         " retry_when_tokens_dropped=true: P(replay)=1.00 per micro-batch (capacity 320 slots per"
         " expert per group of 4,096 tokens), forecast by the shipped synthetic routing profile"
