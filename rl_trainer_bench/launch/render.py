@@ -12,7 +12,9 @@ Every knob is validated here, once, into `RenderKnobs`; the result is validated 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
+import shlex
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,7 +31,7 @@ from rl_trainer_bench.config.presets import MODEL_FLAGS
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, read_user_text, write_text_atomically
-from rl_trainer_bench.launch import code_bundle, validate
+from rl_trainer_bench.launch import code_bundle, compile_flags, validate
 from rl_trainer_bench.launch.client_command import (
     ClientCommand,
     merge_flags,
@@ -37,6 +39,7 @@ from rl_trainer_bench.launch.client_command import (
     shell_join,
     trainer_command_words,
 )
+from rl_trainer_bench.launch.compile_flags import CompilingContainer
 from rl_trainer_bench.launch.dry_run import (
     TPU_RESOURCE,
     asks_for_tpus,
@@ -46,6 +49,7 @@ from rl_trainer_bench.launch.dry_run import (
     is_pathways_container,
     jobset_name,
     jobsets,
+    literal_env,
     pod_spec,
     read_documents,
     replicated_jobs,
@@ -58,6 +62,8 @@ ANNOTATION_PREFIX = "rl-trainer-bench/"
 CODE_SHA_ANNOTATION = ANNOTATION_PREFIX + "code-sha256"
 TRAINER_ANNOTATION = ANNOTATION_PREFIX + "trainer-jobset"
 SLICE_ANNOTATION = ANNOTATION_PREFIX + "slice"
+# The LIBTPU_FLAGS words set in the Pathways servers' arguments, so render-diff can tell them apart.
+LIBTPU_FLAGS_ANNOTATION = ANNOTATION_PREFIX + "libtpu-flags"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -67,11 +73,22 @@ SLICE_ANNOTATION = ANNOTATION_PREFIX + "slice"
 
 def render(text: str, source: str, knobs: RenderKnobs) -> str:
     """The bench JobSet's YAML for a launch render; validated, or UserError."""
-    return render_with_plan(text, source, knobs)[0]
+    return render_with_plan(text, source, knobs).yaml
 
 
-def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, Plan]:
-    """The bench JobSet's YAML and the plan its pod's driver resolves from the same environment."""
+@dataclasses.dataclass(frozen=True)
+class Rendered:
+    """A render: the bench JobSet's YAML, the plan its pod's driver resolves from the same
+    environment, and the libtpu flags of the compiling containers, the trainer's and the bench's."""
+
+    yaml: str
+    plan: Plan
+    trainer_flags: tuple[CompilingContainer, ...]
+    bench_flags: tuple[CompilingContainer, ...]
+
+
+def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> Rendered:
+    """Render the bench JobSet of a launch render, with its plan and its containers' flags."""
     documents = read_documents(text, source)
     trainer = find_trainer(documents, source, knobs.trainer_jobset)
     validate.check_schema(trainer, f"trainer in {source}")
@@ -83,6 +100,8 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
     spec["failurePolicy"] = {**(spec.get("failurePolicy") or {}), "maxRestarts": knobs.max_restarts}
     if knobs.trainer_slice is not None:
         apply_slice(bench, knobs.trainer_slice)
+    libtpu_words = compile_flags.knob_words(knobs.libtpu_flags)
+    compile_flags.apply_to_servers(bench, libtpu_words)
     engine = knobs.engine or BUILT_IN
     sha = code_digest.code_sha256(engine=engine)
     environment = driver_environment(
@@ -90,6 +109,33 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
     )
     container = client_container(bench)
     pod_plan = _pod_plan(environment, pod_environment(container, environment))
+    _replace_client_command(container, launch, environment, engine, jobset_name(trainer))
+    metadata = bench.setdefault("metadata", {})
+    metadata["annotations"] = {
+        **(metadata.get("annotations") or {}),
+        CODE_SHA_ANNOTATION: sha,
+        TRAINER_ANNOTATION: jobset_name(trainer),
+        **({SLICE_ANNOTATION: knobs.trainer_slice.name} if knobs.trainer_slice else {}),
+        **({LIBTPU_FLAGS_ANNOTATION: shlex.join(libtpu_words)} if libtpu_words else {}),
+    }
+    validate.check(bench, f"bench rendered from {source}")
+    names = frozenset(compile_flags.flag_name(word) for word in libtpu_words)
+    return Rendered(
+        dump_yaml(bench),
+        pod_plan,
+        tuple(compile_flags.compiling_containers(trainer, launch.env, names)),
+        tuple(compile_flags.compiling_containers(bench, environment, names)),
+    )
+
+
+def _replace_client_command(
+    container: dict,
+    launch: ClientCommand,
+    environment: Mapping[str, str],
+    engine: str,
+    trainer: str,
+) -> None:
+    """The client runs the embedded bench driver under the launcher's PID-1 wrapper."""
     container.pop("args", None)
     container["command"] = [
         "bash",
@@ -98,31 +144,17 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
             interpreter=launch.program[0],
             environment=environment,
             has_driver_script=(code_digest.default_root() / code_digest.DRIVER_SCRIPT).is_file(),
-            trainer_jobset=jobset_name(trainer),
+            trainer_jobset=trainer,
         ),
         SCRIPT_NAME,
         *code_bundle.bundle_parts(engine=engine),
     ]
-    metadata = bench.setdefault("metadata", {})
-    metadata["annotations"] = {
-        **(metadata.get("annotations") or {}),
-        CODE_SHA_ANNOTATION: sha,
-        TRAINER_ANNOTATION: jobset_name(trainer),
-        **({SLICE_ANNOTATION: knobs.trainer_slice.name} if knobs.trainer_slice else {}),
-    }
-    validate.check(bench, f"bench rendered from {source}")
-    return dump_yaml(bench), pod_plan
 
 
 def pod_environment(container: Mapping, exported: Mapping[str, str]) -> dict[str, str]:
     """What the driver's process sees in the pod: the container's literal `env` values (a value
     from the downward API is known only there), then what the client script exports."""
-    literal = {
-        str(item["name"]): str(item["value"])
-        for item in container.get("env") or []
-        if isinstance(item, dict) and "name" in item and "value" in item
-    }
-    return {**literal, **exported}
+    return {**literal_env(container), **exported}
 
 
 def _pod_plan(environment: Mapping[str, str], pod_env: Mapping[str, str]) -> Plan:
@@ -298,7 +330,8 @@ def run(args) -> int:
     if knobs.output is not None:
         check_output_file(knobs.output, "OUTPUT")
     source, text = _read_input(knobs.launch_render)
-    rendered, pod_plan = render_with_plan(text, source, knobs)
+    result = render_with_plan(text, source, knobs)
+    rendered, pod_plan = result.yaml, result.plan
     if knobs.output is None:
         sys.stdout.write(rendered)
     else:
@@ -313,6 +346,8 @@ def run(args) -> int:
     print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
     print(f"render: the pod times {pod_plan.cell()}", file=sys.stderr)
     print(f"render: runtime: {pod_plan.runtime_line()}", file=sys.stderr)
+    for line in libtpu_lines(result):
+        print(f"render: {line}", file=sys.stderr)
     print(f"render: moe: {pod_plan.replay}", file=sys.stderr)
     print(f"render: device memory: {pod_plan.device_memory()}", file=sys.stderr)
     for difference in pod_plan.differences:
@@ -323,6 +358,23 @@ def run(args) -> int:
     if knobs.engine is not None:
         print(engine_requirement(knobs.engine), file=sys.stderr)
     return 0
+
+
+def libtpu_lines(result: Rendered) -> list[str]:
+    """Each compiling container's effective libtpu flags in the bench, and a warning when the
+    trainer's containers disagree (the bench keeps them as the trainer has them)."""
+    lines = [f"libtpu flags: {item.describe()}" for item in result.bench_flags]
+    split = compile_flags.disagreements(list(result.trainer_flags))
+    if split:
+        lines.append(
+            "WARNING: the trainer's compiling containers disagree on libtpu flags ("
+            + "; ".join(split)
+            + "): under Pathways the proxy compiles and the workers run the programs, and the"
+            " public recipes pass them their flags as arguments, so a flag the client alone has"
+            " may never reach the compiler; the bench keeps each container's flags as the"
+            " trainer has them (LIBTPU_FLAGS sets a flag on all of them)"
+        )
+    return lines
 
 
 def _read_input(path: str) -> tuple[str, str]:

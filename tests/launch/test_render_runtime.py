@@ -11,9 +11,8 @@ from rl_trainer_bench.launch.render import render_with_plan
 
 
 def _runtime(path, **knobs: str) -> str:
-    return render_with_plan(path.read_text(), path.name, RenderKnobs.from_strings(knobs))[
-        1
-    ].runtime_line()
+    rendered = render_with_plan(path.read_text(), path.name, RenderKnobs.from_strings(knobs))
+    return rendered.plan.runtime_line()
 
 
 def test_the_fixtures_pathways_trainer_plans_pathways():
