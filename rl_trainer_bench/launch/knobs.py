@@ -61,7 +61,11 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
     ),
     RenderKnob("ENGINE_FLAGS"),
     RenderKnob("ENGINE"),
-    RenderKnob("LIBTPU_FLAGS", "--flag=value words merged into LIBTPU_INIT_ARGS (given ones win)"),
+    RenderKnob(
+        "LIBTPU_FLAGS",
+        "--flag=value words for every container that compiles: merged into the client's"
+        " LIBTPU_INIT_ARGS and the Pathways proxy's and workers' arguments (given ones win)",
+    ),
     RenderKnob(
         "TRAINER_ARGV",
         "the trainer's command, replacing its own (shell words: NAME=value words carrying MaxText"
