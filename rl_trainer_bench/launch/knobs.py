@@ -21,6 +21,7 @@ from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.config import values
 from rl_trainer_bench.config.engine_keys import parse_engine_flags
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS, refuse_misspelt_knobs
+from rl_trainer_bench.config.trainer_env import TRAINER_ENV_VARIABLE
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.pod_script import CODE_DIR_VARIABLE
 
@@ -97,6 +98,7 @@ _RESERVED_ENV = frozenset(
         "MICRO_STEPS",
         "LIBTPU_INIT_ARGS",
         "TRAINER_SLICE",
+        TRAINER_ENV_VARIABLE,
     }
 )
 

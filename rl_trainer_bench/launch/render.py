@@ -28,6 +28,7 @@ from rl_trainer_bench.bench.plan import Plan
 from rl_trainer_bench.config.engine_keys import format_engine_flags
 from rl_trainer_bench.config.knobs import refuse_misspelt_knobs
 from rl_trainer_bench.config.presets import MODEL_FLAGS
+from rl_trainer_bench.config.trainer_env import TRAINER_ENV_VARIABLE
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, read_user_text, write_text_atomically
@@ -108,6 +109,9 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> Rendered:
         launch, knobs, _orchestrator_argv(documents, launch), sha, jobset_slice(trainer)
     )
     container = client_container(bench)
+    environment[TRAINER_ENV_VARIABLE] = " ".join(
+        dict.fromkeys([*literal_env(container), *launch.env])
+    )
     pod_plan = _pod_plan(environment, pod_environment(container, environment))
     _replace_client_command(container, launch, environment, engine, jobset_name(trainer))
     metadata = bench.setdefault("metadata", {})
@@ -355,6 +359,8 @@ def run(args) -> int:
     print(f"render: trainer MaxText keys: {pod_plan.trainer_keys_summary()}", file=sys.stderr)
     for key in pod_plan.trainer_keys:
         print(f"render: trainer key {key.describe()}", file=sys.stderr)
+    for name, text in pod_plan.accounting_rows():
+        print(f"render: {name}: {text}", file=sys.stderr)
     if knobs.engine is not None:
         print(engine_requirement(knobs.engine), file=sys.stderr)
     return 0

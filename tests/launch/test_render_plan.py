@@ -154,7 +154,7 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
     assert cli.main(["render", "--launch-render", str(FIXTURE), "--output", str(out)]) == 0
     lines = capsys.readouterr().err.splitlines()
     assert len([line for line in lines if line.startswith("render: WARNING:")]) == 1
-    assert lines[1:] == [
+    expected = [
         "render: the pod times qwen3-30b-a3b-cell mesh 8 x 1 x 1 (fsdp x context x expert),"
         " micro-batch 8 rows of 4,096 tokens, 4 micro-steps per step",
         "render: runtime: pathways (JAX_PLATFORMS=proxy,cpu: pathwaysutils.initialize() before any"
@@ -178,6 +178,11 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
         "render: trainer key --remat_policy=full: no equivalent",
         "render: trainer key --scan_layers=true: no equivalent",
     ]
+    assert lines[1 : 1 + len(expected)] == expected
+    # then where each value nobody set comes from, and the trainer's variables' fates
+    # (tests/launch/test_render_accounting.py)
+    assert lines[1 + len(expected)].startswith("render: value from preset qwen3-30b-a3b-cell: ")
+    assert lines[-1].startswith("render: trainer variable: MAXTEXT_EXTRA_FLAGS=")
 
 
 # ----------------------------------------------------------------------------------------------
