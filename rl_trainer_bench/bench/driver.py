@@ -27,7 +27,7 @@ import jax
 
 from rl_trainer_bench import interrupts
 from rl_trainer_bench.accelerators import chip_for_device_kind
-from rl_trainer_bench.bench import ruler
+from rl_trainer_bench.bench import results_copy, ruler
 from rl_trainer_bench.bench.plan import refuse_unrunnable_stages
 from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.bench.step import (
@@ -263,9 +263,7 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
     step is written.
     """
     from rl_trainer_bench.bench import plan
-    from rl_trainer_bench.bench.distributed import initialize_runtime
     from rl_trainer_bench.bench.micro_batch_memory import host_memory_bytes
-    from rl_trainer_bench.code_digest import code_sha256
 
     # A plan for a TRAINER_SLICE may run on any host (the renderer's, a laptop): this host's memory
     # says nothing of the pod's there, so only a run, or a plan for this machine, checks it.
@@ -277,6 +275,17 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
         return 0
     check_writable_folder(config.results_dir, "RESULTS_DIR")
     refuse_special_file(config.results_dir / "results.jsonl", "RESULTS_DIR")
+    try:
+        return _timed_run(config, env, log)
+    finally:  # whatever ended the run, what it wrote outlives the pod
+        results_copy.copy_when_asked(config.results_dir, config.results_uri, log)
+
+
+def _timed_run(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], None]) -> int:
+    """The runtime, the bench, its steps and its summary lines (after the plan's refusals)."""
+    from rl_trainer_bench.bench.distributed import initialize_runtime
+    from rl_trainer_bench.code_digest import code_sha256
+
     log(initialize_runtime(env, config.preset.host_devices))
     log(f"{ruler.LOG_PREFIX} config {_describe(config.describe())}")
     log(f"{ruler.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")

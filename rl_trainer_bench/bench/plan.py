@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice
-from rl_trainer_bench.bench import micro_batch_memory
+from rl_trainer_bench.bench import micro_batch_memory, results_copy
 from rl_trainer_bench.bench.runtime import Runtime, runtime_for
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
 from rl_trainer_bench.config import trainer_env, value_sources
@@ -106,6 +106,7 @@ class Plan:
                 f" warmup_steps={config.warmup_steps} worker={config.worker}"
                 f" stage={config.stage.describe()}",
             ),
+            ("results", self.results_line()),
             ("moe", self.replay),
             ("device memory", self.device_memory()),
             *(("preset differs from the trainer", d.describe()) for d in self.differences),
@@ -170,6 +171,11 @@ class Plan:
             *(f"trainer variable {fate.describe()}" for fate in variables),
         ]
 
+    def fates_of(self, variables: Mapping[str, str]) -> list[EnvFate]:
+        """The fates of another process's variables (the orchestrator's) against this engine."""
+        names = " ".join(variables)
+        return _environment_fates({**variables, TRAINER_ENV_VARIABLE: names}, self.engine)
+
     def environment_listed(self) -> list[EnvFate]:
         """The trainer's variables that may change its program, one line each: those the bench
         applies, matches, does not reproduce or does not know."""
@@ -182,6 +188,10 @@ class Plan:
         fates = [fate.fate for fate in self.environment]
         counts = ", ".join(f"{fates.count(fate)} {fate}" for fate in ENV_FATES if fate in fates)
         return f"{len(fates)} variables ({counts})"
+
+    def results_line(self) -> str:
+        """Where the run's files will be, and whether they outlive the pod."""
+        return results_copy.describe(self.config.results_dir, self.config.results_uri)
 
     def runtime_line(self) -> str:
         """The JAX runtime the run starts (`runtime.runtime_for`), before it starts it."""

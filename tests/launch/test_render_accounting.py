@@ -82,3 +82,26 @@ def test_config_diff_lists_the_benchs_substitutions(capsys, tmp_path):
     )
     cli.main(["config-diff", str(launch), str(launch)])
     assert "substitutions" not in capsys.readouterr().out
+
+
+def test_the_orchestrators_variables_that_may_change_the_program_are_named(capsys, tmp_path):
+    launch = tmp_path / "launch.yaml"
+    launch.write_text(
+        FIXTURE.read_text().replace(
+            "                python -m app.main --discovery_id=fixture-orch",
+            "                TUNIX_LOGPS_SHARDED_HEAD=false PACKER_MODE=greedy PYTHONUNBUFFERED=1"
+            " python -m app.main --discovery_id=fixture-orch",
+        )
+    )
+    assert (
+        cli.main(["render", "--launch-render", str(launch), "--output", str(tmp_path / "b")]) == 0
+    )
+    lines = [
+        line.split(" (")[0]
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("render: orchestrator variable: ")
+    ]
+    assert lines == [
+        "render: orchestrator variable: TUNIX_LOGPS_SHARDED_HEAD=false: not reproduced",
+        "render: orchestrator variable: PACKER_MODE=greedy: not known to the bench",
+    ]

@@ -28,7 +28,7 @@ def _render(text: str, **knobs: str) -> dict:
 def _summary(path, capsys, *flags: str) -> list[str]:
     out = path.parent / "bench.yaml"
     assert cli.main(["render", "--launch-render", str(path), "--output", str(out), *flags]) == 0
-    return [line for line in capsys.readouterr().err.splitlines() if "libtpu" in line]
+    return [line for line in capsys.readouterr().err.splitlines() if "libtpu flags" in line]
 
 
 def test_the_knob_reaches_client_proxy_and_workers_but_not_the_resource_manager():

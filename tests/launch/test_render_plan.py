@@ -163,6 +163,9 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
         "render: libtpu flags: pathways-proxy (proxy, args): none",
         "render: libtpu flags: pathways-worker (worker, args): none",
         *[line for line in lines if line.startswith("render: WARNING:")],
+        "render: results: bench_results on the pod's disk, lost with the pod unless that is a"
+        " mounted volume: set RESULTS_URI to a gs:// folder or a mounted volume; every step's"
+        " line is in the log as it ends",
         "render: moe: ragged_buffer_factor=1.25 num_moe_token_chunks=1"
         " retry_when_tokens_dropped=true: P(replay)=1.00 per micro-batch (capacity 320 slots per"
         " expert per group of 4,096 tokens), forecast by the shipped synthetic routing profile"
