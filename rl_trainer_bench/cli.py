@@ -134,6 +134,14 @@ def _add_render_diff_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the diff as JSON")
 
 
+def render_command(args: argparse.Namespace) -> int:
+    """`render`, with the same-pod A/B's own check of AB_ARMS (the launch room cannot import it)."""
+    from rl_trainer_bench.ab.same_pod import plan_lines
+    from rl_trainer_bench.launch.render import run
+
+    return run(args, check_pod=plan_lines)
+
+
 def _add_validate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="YAML files holding JobSets")
 
@@ -149,7 +157,7 @@ COMMANDS += [
         "render",
         "Render a launcher's DRY_RUN output into a single-slice bench JobSet.",
         _add_render_arguments,
-        "rl_trainer_bench.launch.render:run",
+        "rl_trainer_bench.cli:render_command",
     ),
     (
         "render-diff",

@@ -23,6 +23,7 @@ PACKAGE = "rl_trainer_bench"
 
 
 DRIVER_SCRIPT = "bench_driver.py"
+SAME_POD_AB_ENTRY = Path("ab") / "same_pod.py"  # package-relative: a same-pod A/B pod's entry
 
 
 _RENDER_TIME_ONLY = (("launch", "schemas"),)  # package-relative folders
@@ -39,24 +40,30 @@ def default_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def code_files(root: Path | None = None, engine: str = BUILT_IN) -> list[Path]:
+def code_files(
+    root: Path | None = None, engine: str = BUILT_IN, same_pod_ab: bool = False
+) -> list[Path]:
     """The files the pod's driver needs to time `engine` (`module:Class`), sorted, under `root`.
 
     That is the driver's import closure inside the package (found by reading the imports, lazy
-    ones too), the `__init__.py` of every package on the way, the package's data files (routing
+    ones too; with `same_pod_ab`, for a pod rendered with AB_ARMS, the same-pod A/B's entry's
+    too), the `__init__.py` of every package on the way, the package's data files (routing
     profiles), and `bench_driver.py` if present. The driver builds its engine from a name (the
     ENGINE knob), which no import statement shows, so the named engine's module starts the
     closure too when it is one of the package's (an adapter); the renderer and the pod's driver
     both pass the same name, so their digests cover the same files. The rest of the package
-    (renderer, AOT and A/B tools, adapters not named) never runs in the pod; leaving it out keeps
+    (renderer, AOT and, unless asked for, A/B tools, adapters not named) never runs in the pod; leaving it out keeps
     the archive in the manifest's client command under half the whole package's (98 KiB of xz
     against 228 KiB for the built-in engine).
     """
     root = default_root() if root is None else root
     package = root / PACKAGE
     named = root.joinpath(*engine.partition(":")[0].split(".")).with_suffix(".py")
-    entry_points = [package / "bench" / "entry.py", package / "bench" / "driver.py"]
-    sources = _import_closure(root, [*entry_points, root / DRIVER_SCRIPT, named])
+    starts = [package / "bench" / "entry.py", package / "bench" / "driver.py"]
+    starts += [root / DRIVER_SCRIPT, named]
+    if same_pod_ab:
+        starts.append(package / SAME_POD_AB_ENTRY)
+    sources = _import_closure(root, starts)
     data = [
         path
         for path in package.rglob("*")
@@ -113,11 +120,11 @@ def _package_imports(source: str) -> set[str]:
     return {name for name in names if name.split(".")[0] == PACKAGE}
 
 
-def code_sha256(root: Path | None = None, engine: str = BUILT_IN) -> str:
+def code_sha256(root: Path | None = None, engine: str = BUILT_IN, same_pod_ab: bool = False) -> str:
     """sha256 over each code file's relative path and bytes, in sorted order; hex."""
     root = default_root() if root is None else root
     digest = hashlib.sha256()
-    for path in code_files(root, engine):
+    for path in code_files(root, engine, same_pod_ab):
         data = path.read_bytes()
         name = path.relative_to(root).as_posix().encode()
         digest.update(b"%d:%s\0%d:" % (len(name), name, len(data)))

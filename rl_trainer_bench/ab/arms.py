@@ -29,6 +29,11 @@ RESERVED_KNOBS = {
     "RESULTS_DIR": "--out",
 }
 
+# Read once when the process starts (libtpu and XLA parse their flags when the backend starts; JAX
+# picks its platforms and runtime then): an A/B in one process cannot vary them.
+STARTUP_BOUND = frozenset({"LIBTPU_INIT_ARGS", "LIBTPU_FLAGS", "XLA_FLAGS", "TRAINER_SLICE"})
+STARTUP_BOUND_PREFIXES = ("JAX_", "TPU_", "MEGASCALE_")
+
 # Settings an arm may name without defining them.
 BUILTIN_ARMS: Mapping[str, Mapping[str, str]] = {
     "off": {"STAGE_BEFORE_UPDATE": "off"},
@@ -122,10 +127,23 @@ def _check_name(name: str, text: str) -> None:
         )
 
 
+def binds_at_start_up(key: str) -> bool:
+    """Whether `key` is read once, when the process starts (libtpu's and XLA's flags, the JAX
+    runtime's variables), so the arms of one process cannot differ in it."""
+    return key in STARTUP_BOUND or key.startswith(STARTUP_BOUND_PREFIXES)
+
+
 def check_key(key: str, where: str) -> None:
-    """UserError when `key` (set by `where`: an arm, or --knob) is reserved for the A/B itself, is
-    neither an UPPER_CASE driver knob nor a lower_case engine key, or names no driver knob; engine
-    keys are checked against the engine config once the arms are planned."""
+    """UserError when `key` (set by `where`: an arm, or --knob) is reserved for the A/B itself,
+    binds when the process starts, is neither an UPPER_CASE driver knob nor a lower_case engine
+    key, or names no driver knob; engine keys are checked against the engine config once the arms
+    are planned."""
+    if binds_at_start_up(key) and where.startswith("--arms"):
+        raise UserError(
+            f"{where} sets {key}, which binds when the process starts: the arms of one process"
+            " cannot differ in it; render one pod per setting (LIBTPU_FLAGS, DRIVER_ENV) and"
+            " score their logs with rl-trainer-bench ab --from-logs"
+        )
     if key in RESERVED_KNOBS:
         raise UserError(
             f"{where} sets {key}; every arm runs the same {key}, set it with {RESERVED_KNOBS[key]}"

@@ -38,16 +38,18 @@ class ArmPlan:
         return [arm for arm in self.arms if self.groups[arm.label] == bench]
 
 
-def plan_arms(args: argparse.Namespace, out: Path) -> ArmPlan:
+def plan_arms(args: argparse.Namespace, out: Path, on_this_host: bool = True) -> ArmPlan:
     """Parse and validate the arms and their knobs; raises UserError/ConfigError on bad input,
-    including every arm a worker cannot run (so no arm runs before a later one is refused)."""
+    including every arm a worker cannot run (so no arm runs before a later one is refused).
+    `on_this_host` False plans for another machine (a rendered pod): this host's memory says
+    nothing of the pod's there, so the micro-batch pool is not judged against it."""
     preset = config.preset(args.preset)
     arms = ab_arms.parse_arms(args.arms, args.order)
     base = base_knobs(args.knob)
     envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
     arm_configs = {label: config.BenchConfig.from_env(env) for label, env in envs.items()}
     for arm_config in arm_configs.values():
-        _resolve_as_run_does(arm_config)
+        _resolve_as_run_does(arm_config, host_memory_bytes() if on_this_host else None)
     names: dict[tuple[tuple[str, str], ...], str] = {}
     for arm in arms:
         names.setdefault(arm.program_knobs, f"bench{len(names) + 1}")
@@ -88,12 +90,12 @@ def arm_env(
     return env
 
 
-def _resolve_as_run_does(bench_config: config.BenchConfig) -> None:
+def _resolve_as_run_does(bench_config: config.BenchConfig, host_bytes: int | None) -> None:
     """The plan `run` makes of one bench (engine config, mesh, micro-batch memory), so an A/B
     refuses what `run` would before any arm; and an engine key of --arms/--knob that the engine
     does not apply is refused, since it would make an arm a silent copy of another (keys of a
     trainer's argv that the engine does not apply are expected, and listed by the run)."""
-    resolved = bench_plan.resolve(bench_config, host_memory_bytes())
+    resolved = bench_plan.resolve(bench_config, host_bytes)
     given = parse_engine_flags(bench_config.engine_flags)
     unapplied = [key for key in resolved.unapplied if key in given]
     if unapplied:

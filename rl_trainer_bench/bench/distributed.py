@@ -1,6 +1,6 @@
 """Start the JAX runtime the way the pod's environment asks: Pathways, multi-process, or one host.
 
-The bench runs where the trainer runs: under Pathways (`JAX_PLATFORMS=proxy`), as one process per
+The bench runs where the trainer runs: under Pathways (`proxy` among JAX_PLATFORMS, e.g. `proxy,cpu`), as one process per
 host with a coordinator, or as one process with forced host CPU devices for the small presets. This
 must happen before anything touches a device, so the driver calls it first.
 """
@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 import jax
 
+from rl_trainer_bench.bench.runtime import MULTI_PROCESS, PATHWAYS, TPU_POD, runtime_for
 from rl_trainer_bench.errors import ConfigError
 
 
@@ -35,21 +36,16 @@ def process_count(env: Mapping[str, str]) -> int:
 def initialize_runtime(env: Mapping[str, str], host_devices: int) -> str:
     """Initialize JAX for this environment and return one line saying how.
 
+    The runtime is the one `runtime.runtime_for` names, which the plan printed before this runs.
     `host_devices` is the preset's CPU device count for the whole run (0: leave the host platform
     alone); with several processes each one takes its share.
     """
-    if env.get("JAX_PLATFORMS", "") == "proxy":
-        try:
-            pathwaysutils = importlib.import_module("pathwaysutils")
-        except ImportError:
-            return (
-                "runtime: Pathways proxy (pathwaysutils not installed; JAX's proxy backend alone)"
-            )
-        pathwaysutils.initialize()
-        return "runtime: Pathways proxy via pathwaysutils.initialize()"
+    chosen = runtime_for(env)
+    if chosen.kind == PATHWAYS:
+        return _start_pathways(env)
     processes = process_count(env)
     _force_host_devices(host_devices // processes if host_devices else 0)
-    if env.get("JAX_COORDINATOR_ADDRESS"):
+    if chosen.kind == MULTI_PROCESS:
         jax.distributed.initialize(
             coordinator_address=env["JAX_COORDINATOR_ADDRESS"],
             num_processes=processes,
@@ -59,10 +55,29 @@ def initialize_runtime(env: Mapping[str, str], host_devices: int) -> str:
             f"runtime: jax.distributed process {jax.process_index()} of {jax.process_count()}"
             f" via {env['JAX_COORDINATOR_ADDRESS']}"
         )
-    if len(env.get("TPU_WORKER_HOSTNAMES", "").split(",")) > 1:
+    if chosen.kind == TPU_POD:
         jax.distributed.initialize()  # multi-host TPU: JAX detects the cluster from the pod
         return f"runtime: jax.distributed (TPU pod) process {jax.process_index()}"
     return "runtime: single process"
+
+
+def _start_pathways(env: Mapping[str, str]) -> str:
+    """pathwaysutils.initialize(), which registers the proxy backend JAX needs for `proxy`.
+
+    Without pathwaysutils the platform list names a backend this JAX may not register by itself,
+    so the run says so plainly and lets JAX try; the trainer's image has pathwaysutils when the
+    trainer runs under Pathways.
+    """
+    platforms = env["JAX_PLATFORMS"]
+    try:
+        pathwaysutils = importlib.import_module("pathwaysutils")
+    except ImportError:
+        return (
+            f"runtime: pathways (JAX_PLATFORMS={platforms}; pathwaysutils not installed: JAX's"
+            " own proxy backend alone, which some JAX releases do not register)"
+        )
+    pathwaysutils.initialize()
+    return f"runtime: pathways via pathwaysutils.initialize() (JAX_PLATFORMS={platforms})"
 
 
 def start_for_preset(host_devices: int) -> str:

@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
+from rl_trainer_bench.bench import results_copy
 from rl_trainer_bench.config.knobs import BenchConfig, add_driver_knob_arguments, driver_knobs
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError, run_guarded
@@ -32,7 +33,7 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
     # A plan for a TRAINER_SLICE may run on any host (the renderer's, a laptop): this host's memory
     # says nothing of the pod's there, so only a run, or a plan for this machine, checks it.
     planned_elsewhere = config.plan_only and config.trainer_slice is not None
-    resolved = plan.resolve(config, None if planned_elsewhere else host_memory_bytes())
+    resolved = plan.resolve(config, None if planned_elsewhere else host_memory_bytes(), env)
     if config.plan_only:
         for line in resolved.lines():
             log(line)
@@ -41,7 +42,10 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
     refuse_special_file(config.results_dir / "results.jsonl", "RESULTS_DIR")
     from rl_trainer_bench.bench.driver import run_planned  # JAX, from here on
 
-    return run_planned(config, env, log)
+    try:
+        return run_planned(config, env, log)
+    finally:  # whatever ended the run, what it wrote outlives the pod
+        results_copy.copy_when_asked(config.results_dir, config.results_uri, log)
 
 
 def run_command(args: argparse.Namespace) -> int:

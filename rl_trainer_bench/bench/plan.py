@@ -14,13 +14,26 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 
 from rl_trainer_bench.accelerators import TpuSlice
-from rl_trainer_bench.bench import engine_plan, micro_batch_memory
+from rl_trainer_bench.bench import engine_plan, micro_batch_memory, results_copy
+from rl_trainer_bench.bench.runtime import Runtime, runtime_for
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
-from rl_trainer_bench.config.engine_keys import engine_config_from
+from rl_trainer_bench.config import trainer_env, value_sources
+from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, engine_config_from
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig, driver_knobs
 from rl_trainer_bench.config.presets import TrainerDifference
-from rl_trainer_bench.config.trainer_maxtext import FATES, TrainerKey
-from rl_trainer_bench.engine.config import EngineConfig, config_problems
+from rl_trainer_bench.config.trainer_env import (
+    ENGINE_EQUIVALENTS,
+    ENV_FATES,
+    NOT_REPRODUCED,
+    OFF_THE_STEP,
+    PLUMBING,
+    TRAINER_ENV_VARIABLE,
+    UNKNOWN,
+    EnvFate,
+)
+from rl_trainer_bench.config.trainer_maxtext import APPLIED, FATES, TrainerKey
+from rl_trainer_bench.config.value_sources import ENGINE_DEFAULT, PRESET, ValueSource
+from rl_trainer_bench.engine.config import EngineConfig, config_problems, value_at
 from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.units import human_bytes
 
@@ -41,6 +54,10 @@ class Plan:
     differences: tuple[TrainerDifference, ...] = ()
     # Which engine, which MaxText, the loss, and why (bench/engine_plan.py).
     engine_facts: tuple[tuple[str, str], ...] = ()
+    runtime: Runtime | None = None  # what the process environment asks for; None: not given
+    # The engine keys nobody set for this run, with their sources; the trainer's variables' fates.
+    preset_values: tuple[ValueSource, ...] = ()
+    environment: tuple[EnvFate, ...] | None = None  # None: the environment was not given
 
     @property
     def trainer_slice(self) -> TpuSlice | None:
@@ -66,6 +83,7 @@ class Plan:
         )
         rows = [
             ("cell", self.cell()),
+            ("runtime", self.runtime_line()),
             ("preset", f"{config.preset.name} (chosen by {config.preset_source})"),
             (
                 "model",
@@ -90,6 +108,7 @@ class Plan:
                 f" warmup_steps={config.warmup_steps} worker={config.worker}"
                 f" stage={config.stage.describe()}",
             ),
+            ("results", self.results_line()),
             ("moe", self.replay),
             ("device memory", self.device_memory()),
             *(("preset differs from the trainer", d.describe()) for d in self.differences),
@@ -97,10 +116,90 @@ class Plan:
             ("engine keys not applied", " ".join(self.unapplied) or "-"),
             ("trainer MaxText keys", self.trainer_keys_summary()),
             *(("trainer key", key.describe()) for key in self.trainer_keys),
+            *self.accounting_rows(),
         ]
         return [f"{PLAN_PREFIX} {name}: {text}" for name, text in rows] + [
             f"{PLAN_PREFIX} ok: every knob is valid; nothing ran on a device"
         ]
+
+    def accounting_rows(self) -> list[tuple[str, str]]:
+        """Where every value the trainer did not set comes from, and the fate of each variable of
+        the trainer's environment (plumbing counted, not listed)."""
+        return [*self.value_rows(), *self.environment_rows()]
+
+    def value_rows(self) -> list[tuple[str, str]]:
+        """Each value the preset supplies that nobody set for this run, with its reason, and the
+        engine defaults it keeps, on one line."""
+        preset = self.config.preset
+        source = f"value from preset {preset.name}"
+        rows = [(source, v.describe()) for v in self.preset_values if v.source == PRESET]
+        if self.config.micro_steps == preset.micro_steps:
+            rows.append((source, f"micro_steps={preset.micro_steps} (unless MICRO_STEPS set it)"))
+        defaults = [v.describe() for v in self.preset_values if v.source == ENGINE_DEFAULT]
+        return [*rows, ("values from the engine's defaults", " ".join(defaults) or "-")]
+
+    def environment_rows(self) -> list[tuple[str, str]]:
+        """The trainer's variables: a count by fate, one line for each that may change its
+        program, one line per reason for those outside the timed step ([]: no environment)."""
+        if self.environment is None:
+            return []
+        rows = [("trainer environment", self.environment_summary())]
+        rows += [("trainer variable", fate.describe()) for fate in self.environment_listed()]
+        off_step: dict[str, list[str]] = {}
+        for fate in self.environment:
+            if fate.fate == OFF_THE_STEP:
+                off_step.setdefault(fate.why, []).append(fate.name)
+        rows += [
+            (f"trainer variables {OFF_THE_STEP} ({why})", " ".join(names))
+            for why, names in off_step.items()
+        ]
+        return rows
+
+    def substitutions(self) -> list[str]:
+        """What the pod times in place of the trainer's own program, one line each: the engine,
+        the preset's differences, the trainer's keys not applied as they are, the values nobody
+        set, and the trainer's variables the bench does not reproduce or know."""
+        keys = [
+            key
+            for key in self.trainer_keys
+            if key.fate != APPLIED or (key.engine_key, key.engine_value) != (key.key, key.value)
+        ]
+        variables = [f for f in self.environment or () if f.fate in (NOT_REPRODUCED, UNKNOWN)]
+        return [
+            f"engine: {self.config.engine} runs in place of the trainer's own engine",
+            *(f"preset differs from the trainer: {d.describe()}" for d in self.differences),
+            *(f"trainer key {key.describe()}" for key in keys),
+            *(f"{name}: {text}" for name, text in self.value_rows()),
+            *(f"trainer variable {fate.describe()}" for fate in variables),
+        ]
+
+    def fates_of(self, variables: Mapping[str, str]) -> list[EnvFate]:
+        """The fates of another process's variables (the orchestrator's) against this engine."""
+        names = " ".join(variables)
+        return _environment_fates({**variables, TRAINER_ENV_VARIABLE: names}, self.engine)
+
+    def environment_listed(self) -> list[EnvFate]:
+        """The trainer's variables that may change its program, one line each: those the bench
+        applies, matches, does not reproduce or does not know."""
+        return [f for f in self.environment or () if f.fate not in (PLUMBING, OFF_THE_STEP)]
+
+    def environment_summary(self) -> str:
+        """`31 variables (4 carries MaxText keys, ...)`, or why none are listed."""
+        if not self.environment:
+            return f"none named ({TRAINER_ENV_VARIABLE} unset: the renderer names them)"
+        fates = [fate.fate for fate in self.environment]
+        counts = ", ".join(f"{fates.count(fate)} {fate}" for fate in ENV_FATES if fate in fates)
+        return f"{len(fates)} variables ({counts})"
+
+    def results_line(self) -> str:
+        """Where the run's files will be, and whether they outlive the pod."""
+        return results_copy.describe(self.config.results_dir, self.config.results_uri)
+
+    def runtime_line(self) -> str:
+        """The JAX runtime the run starts (`runtime.runtime_for`), before it starts it."""
+        if self.runtime is None:
+            return "not resolved (the plan was made without the process environment)"
+        return self.runtime.describe()
 
     def device_memory(self) -> str:
         """The state per device against the slice's device memory, and the command that compiles
@@ -132,12 +231,19 @@ class Plan:
         return f"{len(self.trainer_keys)} ({counts})"
 
 
-def resolve(config: BenchConfig, host_bytes: int | None = None, rendering: bool = False) -> Plan:
+def resolve(
+    config: BenchConfig,
+    host_bytes: int | None = None,
+    env: Mapping[str, str] | None = None,
+    rendering: bool = False,
+) -> Plan:
     """Validate what `config` asks for and resolve its cell; ConfigError naming the first problem.
 
     `host_bytes` is the memory of the host that will build the micro-batch pool, where the plan
-    runs on it (None: not checked, as when rendering for another machine's pod). `rendering`:
-    the plan is made for a pod whose image is not this host's, so MaxText is not looked for here.
+    runs on it (None: not checked, as when rendering for another machine's pod). `env` is the
+    environment of the process that will run (the pod's, when rendering), from which the plan
+    names the runtime it starts. `rendering`: the plan is made for a pod whose image is not this
+    host's, so MaxText is not looked for here.
     """
     refuse_unrunnable_stages(config.worker, [config.stage])
     engine, unapplied = engine_config_from(
@@ -152,8 +258,33 @@ def resolve(config: BenchConfig, host_bytes: int | None = None, rendering: bool 
     layout = _layout(engine, config.orch_argv)
     differences = tuple(d for d in config.preset.differs_from_trainer if d.holds(engine))
     replay = _replay(config, engine)
-    facts = engine_plan.engine_facts(config, engine, in_pod_image=not rendering)
-    return Plan(config, engine, tuple(unapplied), layout, fates, replay, differences, facts)
+    runtime = None if env is None else runtime_for(env)
+    preset_values = value_sources.unset_values(
+        config.preset, engine, config.trainer_argv, config.engine_flags
+    )
+    return Plan(
+        config,
+        engine,
+        tuple(unapplied),
+        layout,
+        fates,
+        replay,
+        differences,
+        engine_facts=engine_plan.engine_facts(config, engine, in_pod_image=not rendering),
+        runtime=runtime,
+        preset_values=tuple(preset_values),
+        environment=None if env is None else tuple(_environment_fates(env, engine)),
+    )
+
+
+def _environment_fates(env: Mapping[str, str], engine: EngineConfig) -> list[EnvFate]:
+    """The trainer's variables' fates, a variable the engine has as a key compared with the value
+    the engine runs."""
+    engine_values = {
+        key: value_sources.shown(value_at(engine, ENGINE_KEYS[key].target))
+        for key in ENGINE_EQUIVALENTS.values()
+    }
+    return trainer_env.environment_fates(env, engine_values)
 
 
 def refuse_engine_config_problems(engine: EngineConfig, preset_name: str) -> None:

@@ -193,6 +193,14 @@ KNOBS: tuple[Knob, ...] = (
         shown=lambda window: "-" if window is None else "{}:{}".format(*window),
     ),
     Knob("RESULTS_DIR", "bench_results", lambda name, text: Path(text), "folder for results"),
+    Knob(
+        "RESULTS_URI",
+        "",
+        _text,
+        "where RESULTS_DIR is copied when the run ends, for results that outlive the pod: a"
+        " gs:// folder or a folder on a mounted volume (the renderer sets it from the trainer's"
+        " output directory; default: no copy)",
+    ),
     Knob("ROUTING_PROFILE", "", _text, "routing profile JSON path (default: the shipped one)"),
     Knob("SEED", "0", _between(0, MAX_SEED), "seed of the micro-batch pool, 0..2^64-1"),
     Knob(
@@ -426,6 +434,7 @@ class BenchConfig:
     # An inclusive step range, or None.
     profile_steps: tuple[int, int] | None = dataclasses.field(default=knob_default("PROFILE_STEPS"))
     results_dir: Path = dataclasses.field(default=knob_default("RESULTS_DIR"))
+    results_uri: str | None = dataclasses.field(default=knob_default("RESULTS_URI"))
     routing_profile: str | None = dataclasses.field(default=knob_default("ROUTING_PROFILE"))
     seed: int = dataclasses.field(default=knob_default("SEED"))
     trainer_argv: tuple[str, ...] = dataclasses.field(default=knob_default("TRAINER_ARGV"))

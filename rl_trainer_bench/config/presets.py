@@ -67,6 +67,9 @@ class Preset:
     # plan and the render summary print each one that still holds once TRAINER_ARGV and
     # ENGINE_FLAGS are applied, so a cell never differs from the trainer without a word.
     differs_from_trainer: tuple[TrainerDifference, ...] = ()
+    # Why the preset sets an engine key otherwise than the engine's default: (key, reason), which
+    # the plan prints beside each value the trainer's command leaves to the preset.
+    value_reasons: tuple[tuple[str, str], ...] = ()
 
     def engine_for(self, engine: str) -> EngineConfig:
         """The preset's engine config as the engine `engine` names times it: each difference from
@@ -274,6 +277,25 @@ PRESETS: Mapping[str, Preset] = {
             # Derived from the measured run's 0 replays at factor 2.75 with 2 token chunks
             # (benchmarks/routing_profile_397b.py).
             routing_profile="qwen3.5-397b.json",
+            value_reasons=(
+                ("ragged_buffer_factor", "the measured public run's, with 0 drops and 0 replays"),
+                ("num_moe_token_chunks", "the measured public run's"),
+                ("mu_dtype", "the public tpu7x recipe's"),
+                (
+                    "optimizer_memory_host_offload",
+                    "the trainer keeps the state on the device: see 'preset differs from the"
+                    " trainer'",
+                ),
+                (
+                    "attention_chunk_size",
+                    "2 GiB of float32 logits per device for 65,536-token rows, 8 GiB at 1024:"
+                    " BENCHMARKS.md, fit table",
+                ),
+                ("mesh_fsdp", "the public tpu7x recipe's mesh"),
+                ("mesh_context", "the public tpu7x recipe's mesh"),
+                ("mesh_expert", "the public tpu7x recipe's mesh"),
+                ("train_micro_batch_size", "the public tpu7x recipe's rows"),
+            ),
             # Why, without the figures: those are of one slice and one engine version, and stay in
             # BENCHMARKS.md's fit tables (aot on tpu7x:4x4x8, full depth), which the reason cites.
             differs_from_trainer=(

@@ -28,12 +28,13 @@ from rl_trainer_bench.code_digest import code_files, default_root
 from rl_trainer_bench.engine.factory import BUILT_IN
 
 
-def bundle(root: Path | None = None, engine: str = BUILT_IN) -> bytes:
-    """A reproducible tar.xz of `code_files(root, engine)`, paths relative to `root`."""
+def bundle(root: Path | None = None, engine: str = BUILT_IN, same_pod_ab: bool = False) -> bytes:
+    """A reproducible tar.xz of `code_files(root, engine, same_pod_ab)`, paths relative to
+    `root`."""
     root = default_root() if root is None else root
     tar_bytes = io.BytesIO()
     with tarfile.open(fileobj=tar_bytes, mode="w", format=tarfile.USTAR_FORMAT) as archive:
-        for path in code_files(root, engine):
+        for path in code_files(root, engine, same_pod_ab):
             data = path.read_bytes()
             info = tarfile.TarInfo(path.relative_to(root).as_posix())
             info.size = len(data)
@@ -55,11 +56,13 @@ PART_CHARS = 64 * 1024
 LINE_CHARS = 76
 
 
-def bundle_parts(root: Path | None = None, engine: str = BUILT_IN) -> list[str]:
+def bundle_parts(
+    root: Path | None = None, engine: str = BUILT_IN, same_pod_ab: bool = False
+) -> list[str]:
     """`bundle(root, engine)` in base64, cut into exec arguments of at most PART_CHARS characters
     of 76-character lines (so the manifest stays readable); joined with newlines, they are one
     base64 text that `base64.b64decode` reads back (it skips the newlines)."""
-    encoded = base64.b64encode(bundle(root, engine)).decode()
+    encoded = base64.b64encode(bundle(root, engine, same_pod_ab)).decode()
     lines = [encoded[i : i + LINE_CHARS] for i in range(0, len(encoded), LINE_CHARS)]
     per_part = PART_CHARS // (LINE_CHARS + 1)
     return ["\n".join(lines[i : i + per_part]) for i in range(0, len(lines), per_part)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 import sys
 from collections.abc import Iterator, Mapping
 
@@ -25,14 +26,14 @@ from rl_trainer_bench.launch.dry_run import (
     read_documents,
 )
 from rl_trainer_bench.launch.names import rename_text
-from rl_trainer_bench.launch.render import ANNOTATION_PREFIX
+from rl_trainer_bench.launch.render import ANNOTATION_PREFIX, LIBTPU_FLAGS_ANNOTATION
 from rl_trainer_bench.launch.validate import (
     ACCELERATOR_SELECTOR,
     INSTANCE_TYPE_FLAG,
     TOPOLOGY_SELECTOR,
 )
 
-KINDS = ("names", "restarts", "command", "provenance", "slice", "other")
+KINDS = ("names", "restarts", "command", "provenance", "slice", "libtpu-flags", "other")
 _ABSENT = object()
 _SHOWN_CHARACTERS = 96
 
@@ -96,8 +97,11 @@ def _mapping_changes(before: Mapping, after: Mapping, path: tuple) -> Iterator[C
             yield from raw_changes(old, new, (*path, key))
 
 
-def classify(change: Change, old_name: str, new_name: str) -> str:
-    """The kind of one change: what the renderer may move, or "other"."""
+def classify(
+    change: Change, old_name: str, new_name: str, libtpu_words: frozenset[str] = frozenset()
+) -> str:
+    """The kind of one change: what the renderer may move, or "other". `libtpu_words` are the
+    LIBTPU_FLAGS words the bench says it set in the Pathways servers' arguments."""
     path, keys = change.path, [p for p in change.path if isinstance(p, str)]
     container = next((p[1] for p in reversed(path) if isinstance(p, tuple)), "")
     if path[:2] == ("metadata", "name") or (
@@ -113,6 +117,13 @@ def classify(change: Change, old_name: str, new_name: str) -> str:
         return "slice"
     if _in_client_command(path) and not str(container).startswith(PATHWAYS_PREFIX):
         return "command"
+    if (
+        str(container).startswith(PATHWAYS_PREFIX)
+        and "args" in keys
+        and change.op != "removed"
+        and change.after in libtpu_words
+    ):
+        return "libtpu-flags"
     return "other"
 
 
@@ -151,10 +162,19 @@ def _is_slice(change: Change, keys: list[str], container: str) -> bool:
 def diff(before: Mapping, after: Mapping) -> list[Change]:
     """The classified changes from `before` to `after`."""
     old_name, new_name = jobset_name(before), jobset_name(after)
+    annotations = (after.get("metadata") or {}).get("annotations") or {}
+    libtpu_words = frozenset(_words(str(annotations.get(LIBTPU_FLAGS_ANNOTATION, ""))))
     return [
-        dataclasses.replace(change, kind=classify(change, old_name, new_name))
+        dataclasses.replace(change, kind=classify(change, old_name, new_name, libtpu_words))
         for change in raw_changes(before, after)
     ]
+
+
+def _words(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:  # an annotation edited by hand: no flag counts as the bench's
+        return []
 
 
 def unexpected(changes: list[Change], allowed: set[str]) -> list[Change]:

@@ -162,6 +162,16 @@ def _resource_names(container: Mapping) -> set[str]:
     return {*(resources.get("limits") or {}), *(resources.get("requests") or {})}
 
 
+def literal_env(container: Mapping) -> dict[str, str]:
+    """A container's `env` entries that have a literal value (one from the downward API or a
+    secret is known only in the pod)."""
+    return {
+        str(item["name"]): str(item["value"])
+        for item in _mappings(container.get("env"))
+        if "name" in item and "value" in item
+    }
+
+
 def is_pathways_container(container: Mapping) -> bool:
     return str(container.get("name", "")).startswith(PATHWAYS_PREFIX)
 

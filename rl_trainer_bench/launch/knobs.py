@@ -21,8 +21,9 @@ from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.config import values
 from rl_trainer_bench.config.engine_keys import parse_engine_flags
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS, refuse_misspelt_knobs
+from rl_trainer_bench.config.trainer_env import TRAINER_ENV_VARIABLE
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.launch.pod_script import CODE_DIR_VARIABLE
+from rl_trainer_bench.launch.pod_script import AB_ARMS, CODE_DIR_VARIABLE
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -61,7 +62,11 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
     ),
     RenderKnob("ENGINE_FLAGS"),
     RenderKnob("ENGINE"),
-    RenderKnob("LIBTPU_FLAGS", "--flag=value words merged into LIBTPU_INIT_ARGS (given ones win)"),
+    RenderKnob(
+        "LIBTPU_FLAGS",
+        "--flag=value words for every container that compiles: merged into the client's"
+        " LIBTPU_INIT_ARGS and the Pathways proxy's and workers' arguments (given ones win)",
+    ),
     RenderKnob(
         "TRAINER_ARGV",
         "the trainer's command, replacing its own (shell words: NAME=value words carrying MaxText"
@@ -72,9 +77,16 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
     ),
     RenderKnob("TRAINER_SLICE", "the slice to bench on, e.g. tpu7x:4x4x8 (default: the trainer's)"),
     RenderKnob("PROFILE_STEPS"),
+    RenderKnob("RESULTS_URI"),
     RenderKnob("STEPS"),
     RenderKnob("MICRO_STEPS"),
     RenderKnob("MAX_RESTARTS", "the bench JobSet's failurePolicy.maxRestarts (default 0)"),
+    RenderKnob(
+        "AB_ARMS",
+        "a same-pod A/B: the arms the pod runs in one process, as `ab --arms` (e.g."
+        " off,on or 'base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2'); default:"
+        " the pod runs the bench once",
+    ),
     RenderKnob("DRIVER_ENV", "K=V shell words passed to the driver's environment, literally"),
     RenderKnob("OUTPUT", "where to write the bench JobSet (default: stdout)"),
 )
@@ -93,6 +105,9 @@ _RESERVED_ENV = frozenset(
         "MICRO_STEPS",
         "LIBTPU_INIT_ARGS",
         "TRAINER_SLICE",
+        TRAINER_ENV_VARIABLE,
+        AB_ARMS,
+        "RESULTS_URI",
     }
 )
 
@@ -111,9 +126,11 @@ class RenderKnobs:
     orch_argv: tuple[str, ...] | None = None
     trainer_slice: TpuSlice | None = None
     profile_steps: tuple[int, int] | None = None
+    results_uri: str | None = None  # None: under the trainer's output folder, if it has one
     steps: int | None = None
     micro_steps: int | None = None
     max_restarts: int = 0
+    ab_arms: str | None = None  # the arms of a same-pod A/B (`ab --arms`); None: one bench run
     driver_env: tuple[tuple[str, str], ...] = ()
     output: str | None = None
 
@@ -135,9 +152,11 @@ class RenderKnobs:
             orch_argv=_driver_value(given, "ORCH_ARGV"),
             trainer_slice=_driver_value(given, "TRAINER_SLICE"),
             profile_steps=_driver_value(given, "PROFILE_STEPS"),
+            results_uri=_driver_value(given, "RESULTS_URI"),
             steps=_driver_value(given, "STEPS"),
             micro_steps=_driver_value(given, "MICRO_STEPS"),
             max_restarts=values.whole_number("MAX_RESTARTS", given.get("max_restarts", "0"), 0),
+            ab_arms=given.get("ab_arms"),
             driver_env=_driver_env(given.get("driver_env", "")),
             output=given.get("output"),
         )

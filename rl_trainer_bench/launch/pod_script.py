@@ -19,6 +19,9 @@ from rl_trainer_bench.launch.client_command import shell_quote
 SCRIPT_NAME = "rl-trainer-bench-pod"
 CODE_DIR_VARIABLE = "BENCH_CODE_DIR"
 DRIVER_MODULE = "rl_trainer_bench.bench.entry"
+# With AB_ARMS the pod runs a same-pod A/B instead of one bench run (`ab/same_pod.py`).
+AB_ARMS = "AB_ARMS"
+SAME_POD_AB_MODULE = "rl_trainer_bench.ab.same_pod"
 # Unpacks the base64 tar.xz on stdin (lines; b64decode skips the newlines) into the folder argv[1]
 # with nothing but Python's standard library (`code_bundle.bundle`); the data filter where the
 # Python has one (3.12, and 3.8-3.11 patch releases from 2023).
@@ -44,6 +47,8 @@ def bench_script(
     driver = (
         f'"${CODE_DIR_VARIABLE}/bench_driver.py"' if has_driver_script else f"-m {DRIVER_MODULE}"
     )
+    if AB_ARMS in environment:
+        driver = f"-m {SAME_POD_AB_MODULE}"
     return f"""\
 # rl-trainer-bench: the trainer of JobSet {trainer_jobset} replaced by the embedded bench driver,
 # with the trainer's environment and flags (TRAINER_ARGV) and the bench knobs as environment.

@@ -12,9 +12,11 @@ Every knob is validated here, once, into `RenderKnobs`; the result is validated 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
+import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import yaml
@@ -26,10 +28,11 @@ from rl_trainer_bench.bench.plan import Plan
 from rl_trainer_bench.config.engine_keys import format_engine_flags
 from rl_trainer_bench.config.knobs import refuse_misspelt_knobs
 from rl_trainer_bench.config.presets import MODEL_FLAGS
+from rl_trainer_bench.config.trainer_env import OFF_THE_STEP, PLUMBING, TRAINER_ENV_VARIABLE
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, read_user_text, write_text_atomically
-from rl_trainer_bench.launch import code_bundle, validate
+from rl_trainer_bench.launch import code_bundle, compile_flags, results_location, validate
 from rl_trainer_bench.launch.client_command import (
     ClientCommand,
     merge_flags,
@@ -37,27 +40,32 @@ from rl_trainer_bench.launch.client_command import (
     shell_join,
     trainer_command_words,
 )
+from rl_trainer_bench.launch.compile_flags import CompilingContainer
 from rl_trainer_bench.launch.dry_run import (
     TPU_RESOURCE,
     asks_for_tpus,
     client_container,
+    client_location,
     containers,
     find_trainer,
     is_pathways_container,
     jobset_name,
     jobsets,
+    literal_env,
     pod_spec,
     read_documents,
     replicated_jobs,
 )
 from rl_trainer_bench.launch.knobs import RENDER_KNOBS, RenderKnobs
 from rl_trainer_bench.launch.names import bench_name, rename_text
-from rl_trainer_bench.launch.pod_script import SCRIPT_NAME, bench_script
+from rl_trainer_bench.launch.pod_script import AB_ARMS, SCRIPT_NAME, bench_script
 
 ANNOTATION_PREFIX = "rl-trainer-bench/"
 CODE_SHA_ANNOTATION = ANNOTATION_PREFIX + "code-sha256"
 TRAINER_ANNOTATION = ANNOTATION_PREFIX + "trainer-jobset"
 SLICE_ANNOTATION = ANNOTATION_PREFIX + "slice"
+# The LIBTPU_FLAGS words set in the Pathways servers' arguments, so render-diff can tell them apart.
+LIBTPU_FLAGS_ANNOTATION = ANNOTATION_PREFIX + "libtpu-flags"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -65,13 +73,36 @@ SLICE_ANNOTATION = ANNOTATION_PREFIX + "slice"
 # ----------------------------------------------------------------------------------------------
 
 
-def render(text: str, source: str, knobs: RenderKnobs) -> str:
+# The same-pod A/B's own check of a pod's environment (`ab/same_pod.plan_lines`): the lines that
+# say what the pod's A/B will do, or UserError. The `render` command passes it in; this room
+# cannot import the A/B's.
+PodCheck = Callable[[Mapping[str, str]], list[str]]
+
+
+def render(text: str, source: str, knobs: RenderKnobs, check_pod: PodCheck | None = None) -> str:
     """The bench JobSet's YAML for a launch render; validated, or UserError."""
-    return render_with_plan(text, source, knobs)[0]
+    return render_with_plan(text, source, knobs, check_pod).yaml
 
 
-def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, Plan]:
-    """The bench JobSet's YAML and the plan its pod's driver resolves from the same environment."""
+@dataclasses.dataclass(frozen=True)
+class Rendered:
+    """A render: the bench JobSet's YAML, the plan its pod's driver resolves from the same
+    environment, and the libtpu flags of the compiling containers, the trainer's and the bench's."""
+
+    yaml: str
+    plan: Plan
+    trainer_flags: tuple[CompilingContainer, ...]
+    bench_flags: tuple[CompilingContainer, ...]
+    ab_lines: tuple[str, ...] = ()  # what a same-pod A/B (AB_ARMS) will do
+    results_source: str = ""  # what chose RESULTS_URI ("": nothing; results stay in the pod)
+    # The orchestrator's environment (its container's literal `env`, then its script's).
+    orchestrator_env: tuple[tuple[str, str], ...] = ()
+
+
+def render_with_plan(
+    text: str, source: str, knobs: RenderKnobs, check_pod: PodCheck | None = None
+) -> Rendered:
+    """Render the bench JobSet of a launch render, with its plan and its containers' flags."""
     documents = read_documents(text, source)
     trainer = find_trainer(documents, source, knobs.trainer_jobset)
     validate.check_schema(trainer, f"trainer in {source}")
@@ -83,15 +114,98 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
     spec["failurePolicy"] = {**(spec.get("failurePolicy") or {}), "maxRestarts": knobs.max_restarts}
     if knobs.trainer_slice is not None:
         apply_slice(bench, knobs.trainer_slice)
+    libtpu_words = compile_flags.knob_words(knobs.libtpu_flags)
+    compile_flags.apply_to_servers(bench, libtpu_words)
+    same_pod_ab = knobs.ab_arms is not None
     environment = driver_environment(
         launch, knobs, _orchestrator_argv(documents, launch), "", jobset_slice(trainer)
     )
-    pod_plan = _pod_plan(environment)
+    container = client_container(bench)
+    environment[TRAINER_ENV_VARIABLE] = " ".join(
+        dict.fromkeys([*literal_env(container), *launch.env])
+    )
+    if same_pod_ab:
+        environment[AB_ARMS] = knobs.ab_arms
+    results_source = _place_results(environment, trainer, launch, new_name)
+    pod_plan = _pod_plan(environment, pod_environment(container, environment))
     # The code embedded is the closure of the engine the pod's plan resolves from these knobs.
     engine = pod_plan.config.engine
-    sha = code_digest.code_sha256(engine=engine)
+    sha = code_digest.code_sha256(engine=engine, same_pod_ab=same_pod_ab)
     environment["BENCH_CODE_SHA256"] = sha
-    container = client_container(bench)
+    ab_lines = _same_pod_ab_lines(pod_environment(container, environment), check_pod)
+    _replace_client_command(container, launch, environment, engine, jobset_name(trainer))
+    metadata = bench.setdefault("metadata", {})
+    metadata["annotations"] = {
+        **(metadata.get("annotations") or {}),
+        CODE_SHA_ANNOTATION: sha,
+        TRAINER_ANNOTATION: jobset_name(trainer),
+        **({SLICE_ANNOTATION: knobs.trainer_slice.name} if knobs.trainer_slice else {}),
+        **({LIBTPU_FLAGS_ANNOTATION: shlex.join(libtpu_words)} if libtpu_words else {}),
+    }
+    validate.check(bench, f"bench rendered from {source}")
+    names = frozenset(compile_flags.flag_name(word) for word in libtpu_words)
+    return Rendered(
+        dump_yaml(bench),
+        pod_plan,
+        tuple(compile_flags.compiling_containers(trainer, launch.env, names)),
+        tuple(compile_flags.compiling_containers(bench, environment, names)),
+        ab_lines,
+        results_source,
+        _orchestrator_environment(documents, launch),
+    )
+
+
+def _orchestrator_environment(
+    documents: list[dict], launch: ClientCommand
+) -> tuple[tuple[str, str], ...]:
+    found = orchestrator_command(documents, launch)
+    if found is None:
+        return ()
+    command, container = found
+    return tuple({**literal_env(container), **command.env}.items())
+
+
+def _place_results(
+    environment: dict[str, str], trainer: Mapping, launch: ClientCommand, bench: str
+) -> str:
+    """Set RESULTS_URI under the trainer's durable output folder unless a knob set it; what chose
+    it, for the summary ("" when nothing did: the results stay on the pod's disk)."""
+    if "RESULTS_URI" in environment:
+        return "the RESULTS_URI knob"
+    where = client_location(trainer)
+    job = replicated_jobs(trainer)[where.job_index]
+    found = results_location.trainer_output(
+        trainer_command_words(launch),
+        containers(job)[where.container_index],
+        pod_spec(job).get("volumes") or [],
+    )
+    if found is None:
+        return ""
+    location, source = found
+    environment["RESULTS_URI"] = results_location.results_uri(location, bench)
+    return source
+
+
+def _same_pod_ab_lines(pod_env: Mapping[str, str], check_pod: PodCheck | None) -> tuple[str, ...]:
+    """The same-pod A/B's check of the pod's environment, when AB_ARMS asks for one."""
+    if AB_ARMS not in pod_env:
+        return ()
+    if check_pod is None:
+        raise RuntimeError("AB_ARMS given but no same-pod A/B check: pass check_pod to render")
+    try:
+        return tuple(check_pod(pod_env))
+    except UserError as error:
+        raise UserError(f"the bench pod's A/B would refuse its knobs: {error}") from None
+
+
+def _replace_client_command(
+    container: dict,
+    launch: ClientCommand,
+    environment: Mapping[str, str],
+    engine: str,
+    trainer: str,
+) -> None:
+    """The client runs the embedded bench driver under the launcher's PID-1 wrapper."""
     container.pop("args", None)
     container["command"] = [
         "bash",
@@ -100,23 +214,20 @@ def render_with_plan(text: str, source: str, knobs: RenderKnobs) -> tuple[str, P
             interpreter=launch.program[0],
             environment=environment,
             has_driver_script=(code_digest.default_root() / code_digest.DRIVER_SCRIPT).is_file(),
-            trainer_jobset=jobset_name(trainer),
+            trainer_jobset=trainer,
         ),
         SCRIPT_NAME,
-        *code_bundle.bundle_parts(engine=engine),
+        *code_bundle.bundle_parts(engine=engine, same_pod_ab=AB_ARMS in environment),
     ]
-    metadata = bench.setdefault("metadata", {})
-    metadata["annotations"] = {
-        **(metadata.get("annotations") or {}),
-        CODE_SHA_ANNOTATION: sha,
-        TRAINER_ANNOTATION: jobset_name(trainer),
-        **({SLICE_ANNOTATION: knobs.trainer_slice.name} if knobs.trainer_slice else {}),
-    }
-    validate.check(bench, f"bench rendered from {source}")
-    return dump_yaml(bench), pod_plan
 
 
-def _pod_plan(environment: Mapping[str, str]) -> Plan:
+def pod_environment(container: Mapping, exported: Mapping[str, str]) -> dict[str, str]:
+    """What the driver's process sees in the pod: the container's literal `env` values (a value
+    from the downward API is known only there), then what the client script exports."""
+    return {**literal_env(container), **exported}
+
+
+def _pod_plan(environment: Mapping[str, str], pod_env: Mapping[str, str]) -> Plan:
     """The pod driver's own validation of the environment it will get; UserError if it refuses.
 
     A trainer command that names no model would leave the pod timing the default toy preset at
@@ -130,7 +241,7 @@ def _pod_plan(environment: Mapping[str, str]) -> Plan:
                 " through DRIVER_ENV (e.g. DRIVER_ENV=PRESET=qwen3.5-397b-cell) to choose what"
                 " the pod times"
             )
-        return plan.resolve(config, rendering=True)
+        return plan.resolve(config, env=pod_env, rendering=True)
     except UserError as error:
         raise UserError(f"the bench pod would refuse its knobs: {error}") from None
 
@@ -170,6 +281,7 @@ def driver_environment(
         "STEPS": knobs.steps,
         "MICRO_STEPS": knobs.micro_steps,
         "TRAINER_SLICE": None if tpu_slice is None else tpu_slice.name,
+        "RESULTS_URI": knobs.results_uri,
         "PROFILE_STEPS": None
         if knobs.profile_steps is None
         else "{}:{}".format(*knobs.profile_steps),
@@ -180,6 +292,15 @@ def driver_environment(
 
 def _orchestrator_argv(documents: list[dict], launch: ClientCommand) -> list[str] | None:
     """The orchestrator's flags, when its JobSet (named in the trainer's --discovery_addrs) is present."""
+    found = orchestrator_command(documents, launch)
+    return None if found is None else found[0].argv
+
+
+def orchestrator_command(
+    documents: list[dict], launch: ClientCommand
+) -> tuple[ClientCommand, dict] | None:
+    """The orchestrator's command and client container, when its JobSet (named in the trainer's
+    --discovery_addrs) is present and runs a python program."""
     hosts = {
         address.split(":")[0]
         for word in launch.argv
@@ -189,7 +310,8 @@ def _orchestrator_argv(documents: list[dict], launch: ClientCommand) -> list[str
     for jobset in jobsets(documents):
         if jobset_name(jobset) in hosts:
             try:
-                return read_client_command(_command_words(client_container(jobset))).argv
+                container = client_container(jobset)
+                return read_client_command(_command_words(container)), container
             except UserError:
                 return None
     return None
@@ -287,14 +409,16 @@ def engine_requirement(engine: str) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def run(args) -> int:
+def run(args, check_pod: PodCheck | None = None) -> int:
+    """The `render` command; `check_pod` checks a same-pod A/B's arms (AB_ARMS)."""
     # render_bench.sh passes on only the knobs it knows; a misspelt one would vanish silently.
     refuse_misspelt_knobs(os.environ, "the environment", [knob.env for knob in RENDER_KNOBS])
     knobs = RenderKnobs.from_strings({knob.dest: getattr(args, knob.dest) for knob in RENDER_KNOBS})
     if knobs.output is not None:
         check_output_file(knobs.output, "OUTPUT")
     source, text = _read_input(knobs.launch_render)
-    rendered, pod_plan = render_with_plan(text, source, knobs)
+    result = render_with_plan(text, source, knobs, check_pod)
+    rendered, pod_plan = result.yaml, result.plan
     if knobs.output is None:
         sys.stdout.write(rendered)
     else:
@@ -308,6 +432,14 @@ def run(args) -> int:
     target = knobs.output or "stdout"
     print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
     print(f"render: the pod times {pod_plan.cell()}", file=sys.stderr)
+    print(f"render: runtime: {pod_plan.runtime_line()}", file=sys.stderr)
+    for line in [*libtpu_lines(result), *result.ab_lines]:
+        print(f"render: {line}", file=sys.stderr)
+    for fate in pod_plan.fates_of(dict(result.orchestrator_env)):
+        if fate.fate not in (PLUMBING, OFF_THE_STEP):
+            print(f"render: orchestrator variable: {fate.describe()}", file=sys.stderr)
+    chosen = f" (RESULTS_URI from {result.results_source})" if result.results_source else ""
+    print(f"render: results: {pod_plan.results_line()}{chosen}", file=sys.stderr)
     print(f"render: moe: {pod_plan.replay}", file=sys.stderr)
     print(f"render: device memory: {pod_plan.device_memory()}", file=sys.stderr)
     for difference in pod_plan.differences:
@@ -317,9 +449,28 @@ def run(args) -> int:
     print(f"render: trainer MaxText keys: {pod_plan.trainer_keys_summary()}", file=sys.stderr)
     for key in pod_plan.trainer_keys:
         print(f"render: trainer key {key.describe()}", file=sys.stderr)
+    for name, text in pod_plan.accounting_rows():
+        print(f"render: {name}: {text}", file=sys.stderr)
     if pod_plan.config.engine != BUILT_IN:
         print(engine_requirement(pod_plan.config.engine), file=sys.stderr)
     return 0
+
+
+def libtpu_lines(result: Rendered) -> list[str]:
+    """Each compiling container's effective libtpu flags in the bench, and a warning when the
+    trainer's containers disagree (the bench keeps them as the trainer has them)."""
+    lines = [f"libtpu flags: {item.describe()}" for item in result.bench_flags]
+    split = compile_flags.disagreements(list(result.trainer_flags))
+    if split:
+        lines.append(
+            "WARNING: the trainer's compiling containers disagree on libtpu flags ("
+            + "; ".join(split)
+            + "): under Pathways the proxy compiles and the workers run the programs, and the"
+            " public recipes pass them their flags as arguments, so a flag the client alone has"
+            " may never reach the compiler; the bench keeps each container's flags as the"
+            " trainer has them (LIBTPU_FLAGS sets a flag on all of them)"
+        )
+    return lines
 
 
 def _read_input(path: str) -> tuple[str, str]:

@@ -43,6 +43,8 @@ class Side:
     kind: str  # "flags" | "argv" | "yaml" | "jobset"
     flags: dict[str, str]
     fates: dict[str, str] = dataclasses.field(default_factory=dict)  # maxtext:KEY -> its fate
+    # A bench JobSet's: what its pod times in place of the trainer's program (its plan's lines).
+    substitutions: tuple[str, ...] = ()
 
 
 def trainer_side(label: str, kind: str, argv: str | Sequence[str], engine_flags: str = "") -> Side:
@@ -79,6 +81,11 @@ class ConfigDiff:
         return {
             "before": {"source": self.before.label, "kind": self.before.kind},
             "after": {"source": self.after.label, "kind": self.after.kind},
+            "substitutions": {
+                side: list(found.substitutions)
+                for side, found in (("before", self.before), ("after", self.after))
+                if found.substitutions
+            },
             "changes": [dataclasses.asdict(c) for c in self.changes],
             "unchanged": self.unchanged,
             "ignored": self.ignored,
@@ -148,7 +155,24 @@ def _from_jobsets(text: str, label: str, trainer_jobset: str | None) -> Side:
     jobset = find_trainer(read_documents(text, label), label, trainer_jobset)
     container = client_container(jobset)
     command = read_client_command([*container.get("command", []), *container.get("args", [])])
-    return trainer_side(label, "jobset", client_argv(jobset), command.env.get("ENGINE_FLAGS", ""))
+    side = trainer_side(label, "jobset", client_argv(jobset), command.env.get("ENGINE_FLAGS", ""))
+    if "BENCH_CODE_SHA256" not in command.env:
+        return side
+    return dataclasses.replace(side, substitutions=bench_substitutions(container, command.env))
+
+
+def bench_substitutions(container: Mapping, exported: Mapping[str, str]) -> tuple[str, ...]:
+    """What a bench JobSet's pod times in place of the trainer's program, from the plan its
+    driver resolves in the pod's environment (the container's `env` and the script's exports)."""
+    from rl_trainer_bench.bench import plan
+    from rl_trainer_bench.launch.render import pod_environment
+
+    environment = pod_environment(container, exported)
+    try:
+        resolved = plan.resolve(plan.environment_config(environment), env=environment)
+    except UserError as error:
+        return (f"the bench's pod would refuse its knobs ({error}): nothing to compare",)
+    return tuple(resolved.substitutions())
 
 
 def _text(value: object) -> str:
@@ -228,6 +252,13 @@ def format_diff(result: ConfigDiff) -> str:
             else ""
         )
     )
+    for side in (result.before, result.after):
+        if side.substitutions:
+            lines.append(
+                f"substitutions the bench makes in {side.label} (what its pod times in place of"
+                " the trainer's program):"
+            )
+            lines += [f"  {line}" for line in side.substitutions]
     return "\n".join(lines)
 
 

@@ -99,6 +99,7 @@ def test_pass_through_knobs_are_the_ones_the_pod_reads():
         "ORCH_ARGV",
         "ENGINE_FLAGS",
         "TRAINER_SLICE",
+        "RESULTS_URI",
     }
 
 
@@ -211,6 +212,7 @@ def test_the_config_line_names_every_logged_knob_in_table_order():
         "STAGE",
         "PROFILE_STEPS",
         "RESULTS_DIR",
+        "RESULTS_URI",
         "ROUTING_PROFILE",
         "SEED",
         "TRAINER_ARGV",

@@ -178,9 +178,20 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
 
     out = tmp_path / "bench.yaml"
     assert cli.main(["render", "--launch-render", str(FIXTURE), "--output", str(out)]) == 0
-    assert capsys.readouterr().err.splitlines()[1:] == [
+    lines = capsys.readouterr().err.splitlines()
+    assert len([line for line in lines if line.startswith("render: WARNING:")]) == 1
+    expected = [
         "render: the pod times qwen3-30b-a3b-cell mesh 8 x 1 x 1 (fsdp x context x expert),"
         " micro-batch 8 rows of 4,096 tokens, 4 micro-steps per step",
+        "render: runtime: pathways (JAX_PLATFORMS=proxy,cpu: pathwaysutils.initialize() before any"
+        " device work; proxy at the default address (JAX_BACKEND_TARGET unset))",
+        "render: libtpu flags: main (client, LIBTPU_INIT_ARGS): --xla_a=1 --xla_b=true",
+        "render: libtpu flags: pathways-proxy (proxy, args): none",
+        "render: libtpu flags: pathways-worker (worker, args): none",
+        *[line for line in lines if line.startswith("render: WARNING:")],
+        "render: results: bench_results on the pod's disk, lost with the pod unless that is a"
+        " mounted volume: set RESULTS_URI to a gs:// folder or a mounted volume; every step's"
+        " line is in the log as it ends",
         "render: moe: ragged_buffer_factor=1.25 num_moe_token_chunks=1"
         " retry_when_tokens_dropped=true: P(replay)=1.00 per micro-batch (capacity 320 slots per"
         " expert per group of 4,096 tokens): every micro-batch is expected to replay (each of the 4"
@@ -220,6 +231,11 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
         "render: trainer key --scan_layers=true: no equivalent (MaxText keys are written without"
         " '--': did you mean scan_layers=true?)",
     ]
+    assert lines[1 : 1 + len(expected)] == expected
+    # then where each value nobody set comes from, and the trainer's variables' fates
+    # (tests/launch/test_render_accounting.py)
+    assert lines[1 + len(expected)].startswith("render: value from preset qwen3-30b-a3b-cell: ")
+    assert lines[-1].startswith("render: trainer variable: MAXTEXT_EXTRA_FLAGS=")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,0 +1,68 @@
+"""Where the trainer writes its outputs, so the bench's results can go there and outlive the pod.
+
+A launcher gives its trainer an output location that survives the pod: a `gs://` folder in a flag
+(Tunix's `--maxtext_output_directory`, MaxText's `base_output_directory` key) or a persistent
+volume mounted in the client container. The renderer points RESULTS_URI under it
+(`<location>/rl-trainer-bench/<bench name>`), unless the RESULTS_URI knob says otherwise; a
+location that dies with the pod (an emptyDir, a path on the pod's own disk) is not one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rl_trainer_bench.config.engine_keys import parse_trainer_command
+from rl_trainer_bench.config.trainer_maxtext import maxtext_keys
+
+# Trainer flags and MaxText keys that name the run's output folder, in the order they are trusted.
+OUTPUT_FLAGS = ("maxtext_output_directory", "base_output_directory", "output_dir")
+OUTPUT_KEYS = ("base_output_directory",)
+# Pod volume kinds whose data outlive the pod.
+DURABLE_VOLUMES = ("persistentVolumeClaim", "csi", "nfs", "gcePersistentDisk")
+SUBFOLDER = "rl-trainer-bench"
+
+
+def trainer_output(
+    trainer_words: Sequence[str], container: Mapping, volumes: Sequence[Mapping]
+) -> tuple[str, str] | None:
+    """(location, what named it) of the trainer's durable output folder, or None.
+
+    `trainer_words` are its command as TRAINER_ARGV carries it; `container` the client container
+    and `volumes` its pod's volumes."""
+    environment, flags = parse_trainer_command(list(trainer_words))
+    keys = dict(maxtext_keys(environment, flags))
+    named = [(flags.get(flag), f"the trainer's --{flag}") for flag in OUTPUT_FLAGS]
+    named += [(keys.get(key), f"the trainer's MaxText key {key}") for key in OUTPUT_KEYS]
+    mounts = _durable_mounts(container, volumes)
+    for value, source in named:
+        if value and (value.startswith("gs://") or _under(value, mounts)):
+            return value.rstrip("/"), source
+    if mounts:
+        path, name = mounts[0]
+        return path.rstrip("/"), f"the client container's mount of volume {name}"
+    return None
+
+
+def _durable_mounts(container: Mapping, volumes: Sequence[Mapping]) -> list[tuple[str, str]]:
+    """(mountPath, volume name) of the client container's writable mounts of durable volumes."""
+    durable = {
+        str(v.get("name"))
+        for v in volumes
+        if isinstance(v, Mapping) and any(kind in v for kind in DURABLE_VOLUMES)
+    }
+    return [
+        (str(m["mountPath"]), str(m["name"]))
+        for m in container.get("volumeMounts") or []
+        if isinstance(m, Mapping)
+        and m.get("name") in durable
+        and m.get("mountPath")
+        and not m.get("readOnly")
+    ]
+
+
+def _under(path: str, mounts: list[tuple[str, str]]) -> bool:
+    return any(path == mount or path.startswith(mount.rstrip("/") + "/") for mount, _ in mounts)
+
+
+def results_uri(location: str, bench_name: str) -> str:
+    return f"{location}/{SUBFOLDER}/{bench_name}"

@@ -1,0 +1,107 @@
+"""The render's plan accounts for every variable of the trainer's environment and every value the
+preset supplies; config-diff between the launcher and the bench lists what the bench substitutes.
+"""
+
+from __future__ import annotations
+
+from render_helpers import FIXTURE
+
+from rl_trainer_bench import cli
+from rl_trainer_bench.launch.knobs import RenderKnobs
+from rl_trainer_bench.launch.render import render_with_plan
+
+# The fixture's trainer with two more variables before its python: one the bench knows changes the
+# program and does not reproduce, one it does not know.
+HOSTILE = FIXTURE.read_text().replace(
+    "PYTHONUNBUFFERED=1 ", "PYTHONUNBUFFERED=1 TUNIX_LOGPS_SHARDED_HEAD=true ZZ_TEAM_SWITCH=on "
+)
+
+
+def _plan(text: str, **knobs: str):
+    return render_with_plan(text, "launch.yaml", RenderKnobs.from_strings(knobs)).plan
+
+
+def test_every_trainer_variable_is_counted_and_those_that_may_change_the_program_listed():
+    rows = _plan(HOSTILE).environment_rows()
+    # container env: JAX_PLATFORMS TRAINER_HOST UNRELATED_NAME; script: PYTHONUNBUFFERED, the
+    # two added, LIBTPU_INIT_ARGS, MAXTEXT_EXTRA_FLAGS
+    assert rows[0] == (
+        "trainer environment",
+        "8 variables (1 carries MaxText keys, 1 applied, 1 not reproduced, 3 not known to the"
+        " bench, 2 runtime plumbing)",
+    )
+    listed = [text.split(":")[0] for name, text in rows if name == "trainer variable"]
+    assert listed == [
+        "TRAINER_HOST=fixture-train-bench-proc-0-0.fixture-train-bench",  # renamed with the JobSet
+        "UNRELATED_NAME=fixture-train2",
+        "TUNIX_LOGPS_SHARDED_HEAD=true",
+        "ZZ_TEAM_SWITCH=on",
+        "LIBTPU_INIT_ARGS=--xla_a=1 --xla_b=true",
+        "MAXTEXT_EXTRA_FLAGS=--remat_policy=full --scan_layers=true",
+    ]
+
+
+def test_a_driver_env_value_is_what_the_plan_judges():
+    plan = _plan(HOSTILE, driver_env="ZZ_TEAM_SWITCH=off")
+    assert "ZZ_TEAM_SWITCH=off: not known to the bench" in [
+        text.split(" (")[0] for _, text in plan.environment_rows()
+    ]
+
+
+def test_every_value_the_preset_supplies_names_its_source():
+    rows = dict(_plan(FIXTURE.read_text()).value_rows())
+    # qwen3-30b-a3b-cell sets no MoE key: the engine's defaults, listed on one line
+    assert "retry_when_tokens_dropped=true" in rows["values from the engine's defaults"].split()
+    assert "mu_dtype=float32" in rows["values from the engine's defaults"].split()
+    assert (
+        rows["value from preset qwen3-30b-a3b-cell"] == "micro_steps=4 (unless MICRO_STEPS set it)"
+    )
+
+
+def test_config_diff_lists_the_benchs_substitutions(capsys, tmp_path):
+    launch, bench = tmp_path / "launch.yaml", tmp_path / "bench.yaml"
+    launch.write_text(HOSTILE)
+    assert cli.main(["render", "--launch-render", str(launch), "--output", str(bench)]) == 0
+    capsys.readouterr()
+    cli.main(["config-diff", str(launch), str(bench)])
+    out = capsys.readouterr().out.splitlines()
+    start = out.index(
+        f"substitutions the bench makes in {bench} (what its pod times in place of the trainer's"
+        " program):"
+    )
+    substitutions = out[start + 1 :]
+    assert substitutions[0] == (
+        "  engine: rl_trainer_bench.engine.jax_engine:JaxEngine runs in place of the trainer's"
+        " own engine"
+    )
+    assert "  trainer key --remat_policy=full: no equivalent" in substitutions
+    assert any(line.startswith("  values from the engine's defaults: ") for line in substitutions)
+    assert any(
+        line.startswith("  trainer variable TUNIX_LOGPS_SHARDED_HEAD=true: not reproduced")
+        for line in substitutions
+    )
+    cli.main(["config-diff", str(launch), str(launch)])
+    assert "substitutions" not in capsys.readouterr().out
+
+
+def test_the_orchestrators_variables_that_may_change_the_program_are_named(capsys, tmp_path):
+    launch = tmp_path / "launch.yaml"
+    launch.write_text(
+        FIXTURE.read_text().replace(
+            "                python -m app.main --discovery_id=fixture-orch",
+            "                TUNIX_LOGPS_SHARDED_HEAD=false PACKER_MODE=greedy PYTHONUNBUFFERED=1"
+            " python -m app.main --discovery_id=fixture-orch",
+        )
+    )
+    assert (
+        cli.main(["render", "--launch-render", str(launch), "--output", str(tmp_path / "b")]) == 0
+    )
+    lines = [
+        line.split(" (")[0]
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("render: orchestrator variable: ")
+    ]
+    assert lines == [
+        "render: orchestrator variable: TUNIX_LOGPS_SHARDED_HEAD=false: not reproduced",
+        "render: orchestrator variable: PACKER_MODE=greedy: not known to the bench",
+    ]

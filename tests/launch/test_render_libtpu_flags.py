@@ -1,0 +1,125 @@
+"""LIBTPU_FLAGS reaches every container that compiles or runs the trainer's programs: the client's
+LIBTPU_INIT_ARGS, and under Pathways the proxy's and the workers' arguments (as the public recipes
+pass them); the summary shows each container's flags and warns when the trainer's disagree.
+"""
+
+from __future__ import annotations
+
+import yaml
+from render_helpers import FIXTURE, exports, real_render
+
+from rl_trainer_bench import cli
+from rl_trainer_bench.launch.diff import diff, unexpected
+from rl_trainer_bench.launch.dry_run import containers, find_trainer, read_documents
+from rl_trainer_bench.launch.knobs import RenderKnobs
+from rl_trainer_bench.launch.render import render
+
+RENDER_KINDS = {"names", "restarts", "command", "provenance"}
+
+
+def _containers(bench: dict) -> dict[str, dict]:
+    return {c["name"]: c for job in bench["spec"]["replicatedJobs"] for c in containers(job)}
+
+
+def _render(text: str, **knobs: str) -> dict:
+    return yaml.safe_load(render(text, "launch.yaml", RenderKnobs.from_strings(knobs)))
+
+
+def _summary(path, capsys, *flags: str) -> list[str]:
+    out = path.parent / "bench.yaml"
+    assert cli.main(["render", "--launch-render", str(path), "--output", str(out), *flags]) == 0
+    return [line for line in capsys.readouterr().err.splitlines() if "libtpu flags" in line]
+
+
+def test_the_knob_reaches_client_proxy_and_workers_but_not_the_resource_manager():
+    bench = _render(FIXTURE.read_text(), libtpu_flags="--xla_a=3 --xla_c=2")
+    by_name = _containers(bench)
+    assert exports(bench)["LIBTPU_INIT_ARGS"] == "--xla_a=3 --xla_b=true --xla_c=2"
+    assert by_name["pathways-proxy"]["args"] == [
+        "--server_port=29000",
+        "--resource_manager_address=$(PATHWAYS_HEAD):29001",
+        "--xla_a=3",
+        "--xla_c=2",
+    ]
+    assert by_name["pathways-worker"]["args"][-2:] == ["--xla_a=3", "--xla_c=2"]
+    assert not any(arg.startswith("--xla") for arg in by_name["pathways-rm"]["args"])
+
+
+def test_a_flag_a_server_already_has_is_replaced_in_place():
+    text = FIXTURE.read_text().replace(
+        "              - --server_port=29000\n",
+        "              - --server_port=29000\n              - --xla_c=0\n",
+    )
+    args = _containers(_render(text, libtpu_flags="--xla_c=2"))["pathways-proxy"]["args"]
+    assert args == [
+        "--server_port=29000",
+        "--xla_c=2",
+        "--resource_manager_address=$(PATHWAYS_HEAD):29001",
+    ]
+
+
+def test_render_diff_names_the_servers_flags_as_their_own_kind():
+    trainer = find_trainer(read_documents(FIXTURE.read_text(), "f"), "f")
+    bench = _render(FIXTURE.read_text(), libtpu_flags="--xla_c=2")
+    changes = diff(trainer, bench)
+    assert {c.kind for c in unexpected(changes, RENDER_KINDS)} == {"libtpu-flags"}
+    assert unexpected(changes, RENDER_KINDS | {"libtpu-flags"}) == []
+    assert unexpected(diff(trainer, _render(FIXTURE.read_text())), RENDER_KINDS) == []
+
+
+def test_the_summary_shows_each_containers_flags_and_the_trainers_disagreement(capsys, tmp_path):
+    launch = tmp_path / "launch.yaml"
+    launch.write_text(FIXTURE.read_text())
+    lines = _summary(launch, capsys, "--libtpu-flags=--xla_c=2")
+    assert lines == [
+        "render: libtpu flags: main (client, LIBTPU_INIT_ARGS): --xla_a=1 --xla_b=true --xla_c=2",
+        "render: libtpu flags: pathways-proxy (proxy, args): --xla_c=2",
+        "render: libtpu flags: pathways-worker (worker, args): --xla_c=2",
+        "render: WARNING: the trainer's compiling containers disagree on libtpu flags (main only:"
+        " --xla_a=1 --xla_b=true): under Pathways the proxy compiles and the workers run the"
+        " programs, and the public recipes pass them their flags as arguments, so a flag the"
+        " client alone has may never reach the compiler; the bench keeps each container's flags"
+        " as the trainer has them (LIBTPU_FLAGS sets a flag on all of them)",
+    ]
+
+
+def test_a_launcher_whose_containers_agree_gets_no_warning(capsys, tmp_path):
+    flags = "              - --xla_a=1\n              - --xla_b=true\n"
+    text = FIXTURE.read_text()
+    for port in ("29000", "29005"):
+        text = text.replace(
+            f"              - --server_port={port}\n",
+            f"              - --server_port={port}\n{flags}",
+        )
+    launch = tmp_path / "launch.yaml"
+    launch.write_text(text)
+    lines = _summary(launch, capsys)
+    assert lines[1:] == [
+        "render: libtpu flags: pathways-proxy (proxy, args): --xla_a=1 --xla_b=true",
+        "render: libtpu flags: pathways-worker (worker, args): --xla_a=1 --xla_b=true",
+    ]
+
+
+def test_a_worker_with_another_value_is_named(capsys, tmp_path):
+    text = FIXTURE.read_text()
+    text = text.replace(
+        "              - --server_port=29000\n",
+        "              - --server_port=29000\n              - --xla_a=1\n              - --xla_b=true\n",
+    )
+    text = text.replace(
+        "              - --server_port=29005\n",
+        "              - --server_port=29005\n              - --xla_a=2\n              - --xla_b=true\n",
+    )
+    launch = tmp_path / "launch.yaml"
+    launch.write_text(text)
+    warning = _summary(launch, capsys)[-1]
+    assert "(main, pathways-proxy only: --xla_a=1; pathways-worker only: --xla_a=2)" in warning
+
+
+def test_the_real_launchers_proxy_and_workers_carry_the_knob():
+    path = real_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
+    by_name = _containers(
+        _render(path.read_text(), libtpu_flags="--xla_tpu_scoped_vmem_limit_kib=98304")
+    )
+    for name in ("pathways-proxy", "pathways-worker"):
+        assert by_name[name]["args"][-1] == "--xla_tpu_scoped_vmem_limit_kib=98304"
