@@ -47,12 +47,14 @@ KNOWN: Mapping[str, tuple[str, str]] = {
         NOT_REPRODUCED,
         "chooses how the trainer computes the loss's log-probabilities over the output head;"
         " the built-in engine always computes them on each device's own tokens with the head"
-        " gathered once per device (engine/loss.py), whatever the value",
+        " gathered once per device (engine/loss.py), and the MaxText adapter scores with"
+        " MaxText's own loss, not Tunix's log-probability pass, whatever the value",
     ),
     "PREFUSE_MOE_WEIGHTS": (
         NOT_REPRODUCED,
         "MaxText's prefuse_moe_weights fuses the experts' gate and up kernels into one, which"
-        " changes the expert matmuls; the built-in engine keeps its own expert layout",
+        " changes the expert matmuls; the built-in engine keeps its own expert layout, and the"
+        " MaxText adapter passes MaxText only the trainer's MaxText keys, not this variable",
     ),
     "TRAINER_PREFUSE_MOE_WEIGHTS": (
         NOT_REPRODUCED,

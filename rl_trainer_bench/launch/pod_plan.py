@@ -25,13 +25,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rl_trainer_bench.code_digest import DRIVER_SCRIPT, code_sha256
-from rl_trainer_bench.engine.factory import BUILT_IN
+from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
 from rl_trainer_bench.launch.client_command import read_client_command
 from rl_trainer_bench.launch.dry_run import client_container, jobset_name, jobsets, read_documents
-from rl_trainer_bench.launch.pod_script import DRIVER_MODULE, SCRIPT_NAME
-from rl_trainer_bench.launch.render import CODE_SHA_ANNOTATION
+from rl_trainer_bench.launch.pod_script import AB_ARMS, DRIVER_MODULE, SCRIPT_NAME
+from rl_trainer_bench.launch.render import CODE_SHA_ANNOTATION, pod_environment
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,12 +46,18 @@ def run(args: argparse.Namespace) -> int:
     jobset = bench_jobset(read_user_text(args.file, "BENCH.yaml"), args.file, args.jobset)
     name = jobset_name(jobset)
     script, parts = _client_script(jobset, name)
-    environment = read_client_command(script).env
+    # The pod's whole environment: its container's own `env` (where launchers set JAX_PLATFORMS),
+    # then what the script exports, as the pod's driver sees it.
+    environment = pod_environment(client_container(jobset), read_client_command(script).env)
     expected = _annotations(jobset)[CODE_SHA_ANNOTATION]
     with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-plan-") as folder:
         root = Path(folder)
         _unpack(parts, root, name)
-        found = code_sha256(root, engine=environment.get("ENGINE", "").strip() or BUILT_IN)
+        found = code_sha256(
+            root,
+            engine=BenchConfig.from_env(environment).engine,  # as the pod resolves it
+            same_pod_ab=AB_ARMS in environment,
+        )
         if found != expected:
             raise UserError(
                 f"{args.file}: JobSet {name}'s embedded code has sha256 {found}, not the"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from reference_data import launch_render
 from render_helpers import FIXTURE
 
 from rl_trainer_bench import cli
@@ -48,3 +49,21 @@ def test_a_file_without_a_bench_jobset_is_refused(capfd):
     assert cli.main(["plan", str(FIXTURE)]) == 2
     err = capfd.readouterr().err
     assert err.count("\n") == 1 and "holds no bench JobSet" in err
+
+
+def test_a_maxtext_trainers_pod_plans_from_the_code_and_environment_it_resolves(tmp_path, capfd):
+    """The pod chooses MaxText's engine itself (no ENGINE exported) and takes JAX_PLATFORMS from
+    its container's own env: the digest is of that engine's code, the runtime is Pathways."""
+    launch = launch_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
+    bench = tmp_path / "bench.yaml"
+    assert cli.main(["render", f"--launch-render={launch}", f"--output={bench}"]) == 0
+    capfd.readouterr()
+    assert cli.main(["plan", str(bench)]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    assert (
+        "plan: engine: rl_trainer_bench.engine.maxtext_adapter:MaxTextEngine (the trainer runs"
+        " MaxText (--trainer_backend=maxtext): its own program)"
+    ) in lines
+    assert any(
+        line.startswith("plan: runtime: pathways (JAX_PLATFORMS=proxy,cpu") for line in lines
+    )
