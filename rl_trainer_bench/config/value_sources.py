@@ -75,5 +75,6 @@ def unset_values(
             continue  # set for this run, listed already, or not one field (seq_len's two keys)
         value = shown(value_at(engine, spec.target))
         source = ENGINE_DEFAULT if value == spec.default else PRESET
-        found[spec.target] = ValueSource(key, value, source, reasons.get(key, ""))
+        why = reasons.get(key, "") if source == PRESET else ""  # a reason for the preset's value
+        found[spec.target] = ValueSource(key, value, source, why)
     return list(found.values())

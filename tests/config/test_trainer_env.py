@@ -80,3 +80,16 @@ def test_the_397b_presets_values_carry_their_reasons():
     }
     assert found["mu_dtype"].describe() == "mu_dtype=bfloat16 (the public tpu7x recipe's)"
     assert found["ragged_buffer_factor"].source == "preset"
+
+
+def test_a_presets_reason_goes_with_its_value_only():
+    """For MaxText's engine the 397B cell keeps the trainer's optimizer placement (the engine's
+    default): that value is not the preset's, and the preset's reason for offloading is not its."""
+    cell = PRESETS["qwen3.5-397b-cell"]
+    from rl_trainer_bench.config.engine_keys import engine_config_from
+    from rl_trainer_bench.engine.factory import MAXTEXT
+
+    engine, _ = engine_config_from(cell, engine=MAXTEXT)
+    (offload,) = [v for v in unset_values(cell, engine) if v.key == "optimizer_memory_host_offload"]
+    assert offload.describe() == "optimizer_memory_host_offload=false"
+    assert offload.source == "engine default"

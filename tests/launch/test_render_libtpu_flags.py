@@ -6,7 +6,8 @@ pass them); the summary shows each container's flags and warns when the trainer'
 from __future__ import annotations
 
 import yaml
-from render_helpers import FIXTURE, exports, real_render
+from reference_data import launch_render
+from render_helpers import FIXTURE, exports
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.launch.diff import diff, unexpected
@@ -117,7 +118,7 @@ def test_a_worker_with_another_value_is_named(capsys, tmp_path):
 
 
 def test_the_real_launchers_proxy_and_workers_carry_the_knob():
-    path = real_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
+    path = launch_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
     by_name = _containers(
         _render(path.read_text(), libtpu_flags="--xla_tpu_scoped_vmem_limit_kib=98304")
     )

@@ -3,7 +3,8 @@ persistent volume), or leaves the results on the pod's disk and says so."""
 
 from __future__ import annotations
 
-from render_helpers import FIXTURE, real_render
+from reference_data import launch_render
+from render_helpers import FIXTURE
 
 from rl_trainer_bench.launch.knobs import RenderKnobs
 from rl_trainer_bench.launch.render import render_with_plan
@@ -18,7 +19,7 @@ def _uri(text: str, **knobs: str) -> str | None:
 
 
 def test_the_real_launchers_output_directory_holds_the_results():
-    rendered = _rendered(real_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt").read_text())
+    rendered = _rendered(launch_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt").read_text())
     assert rendered.plan.config.results_uri == (
         "gs://atwigg-trellis-europe-west4-dev/maxtext/benchuser/rl-trainer-bench/"
         "benchuser-train-bench"

@@ -4,7 +4,8 @@ container's literal `env` (where launchers set `JAX_PLATFORMS=proxy,cpu`) and th
 
 from __future__ import annotations
 
-from render_helpers import FIXTURE, real_render
+from reference_data import launch_render
+from render_helpers import FIXTURE
 
 from rl_trainer_bench.launch.knobs import RenderKnobs
 from rl_trainer_bench.launch.render import render_with_plan
@@ -28,6 +29,6 @@ def test_driver_env_can_choose_another_platform():
 
 
 def test_the_real_v5p_launcher_plans_pathways_at_its_proxy():
-    path = real_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
+    path = launch_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
     assert _runtime(path).startswith("pathways (JAX_PLATFORMS=proxy,cpu:")
     assert _runtime(path).endswith("proxy at grpc://localhost:29000)")

@@ -13,7 +13,8 @@ import tarfile
 
 import pytest
 import yaml
-from render_helpers import FIXTURE, client_command, client_script, exports, real_render
+from reference_data import launch_render
+from render_helpers import FIXTURE, client_command, client_script, exports
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.ab.same_pod import ab_arguments, plan_lines
@@ -127,7 +128,7 @@ def test_the_397b_pods_ab_is_planned_for_the_pods_host_and_fits_kubectl_apply():
     # The 397B pool needs about 24 GiB of host memory: judged on the pod's host, never on the
     # machine that renders; and the manifest, with the A/B's code, stays under the 262,144 bytes
     # of annotations `kubectl apply` keeps.
-    path = real_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
+    path = launch_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
     text = render(path.read_text(), path.name, RenderKnobs(ab_arms="off,on"), plan_lines)
     assert len(text.encode()) < 262_144
     assert yaml.safe_load(text)["metadata"]["name"] == "benchuser-train-bench"
