@@ -382,9 +382,14 @@ def _replay(config: BenchConfig, engine: EngineConfig) -> str:
         return f"{settings}: never replays"
     kind = "synthetic" if profile.synthetic else "measured"
     meaning = _replays_per_step(prediction.probability, config.micro_steps)
+    chosen = (
+        f" (its skew chosen to match {profile.chosen_to_match}: no evidence for that outcome)"
+        if profile.chosen_to_match
+        else ""
+    )
     return (
         f"{settings}: {prediction.describe()}{meaning}, forecast by the {where}{kind} routing"
-        f" profile {name}"
+        f" profile {name}{chosen}"
     )
 
 

@@ -76,6 +76,8 @@ def test_the_397b_launch_renders_a_pod_that_plans_the_397b_cell_on_its_slice(tmp
         " P(replay)=0.00 per micro-batch (MaxText's buffer, ragged all-to-all: 225,280 rows per"
         " expert-parallel shard of 2, filled from the 16,384 tokens of its group), forecast by the"
         " shipped synthetic routing profile qwen3.5-397b.json"
+        " (its skew chosen to match the measured run's 0 replays at ragged_buffer_factor=2.75"
+        " with 2 token chunks, in the built-in engine's buffer: no evidence for that outcome)"
     ) in lines
     assert lines[-1] == "plan: ok: every knob is valid; nothing ran on a device"
 
@@ -110,6 +112,8 @@ def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path
         " P(replay)=0.00 per micro-batch (MaxText's buffer, ring of experts: 81,920 rows per"
         " expert-parallel shard of 8, filled from the 32,768 tokens of its group), forecast by"
         " the shipped synthetic routing profile qwen3.5-397b.json"
+        " (its skew chosen to match the measured run's 0 replays at ragged_buffer_factor=2.75"
+        " with 2 token chunks, in the built-in engine's buffer: no evidence for that outcome)"
     ) in lines
     for line in (
         "plan: trainer key: ragged_buffer_factor=2.0: passed to MaxText",
