@@ -31,7 +31,13 @@ from rl_trainer_bench.config.trainer_env import (
     UNKNOWN,
     EnvFate,
 )
-from rl_trainer_bench.config.trainer_maxtext import APPLIED, FATES, TrainerKey, other_meaning
+from rl_trainer_bench.config.trainer_maxtext import (
+    APPLIED,
+    FATES,
+    TrainerKey,
+    idle_in_maxtext,
+    other_meaning,
+)
 from rl_trainer_bench.config.value_sources import ENGINE_DEFAULT, PRESET, ValueSource
 from rl_trainer_bench.engine.config import (
     EngineConfig,
@@ -145,11 +151,16 @@ class Plan:
         return [*rows, ("values from the engine's defaults", " ".join(defaults) or "-")]
 
     def _preset_value(self, value: ValueSource) -> str:
-        """A preset's value and its reason, and where the built-in engine runs it under another
-        meaning than the MaxText run the reason quotes, that meaning."""
-        meaning = ""
-        if self.config.engine == BUILT_IN:
-            meaning = other_meaning(value.key, value.value, self.engine.trainer_maxtext_keys)
+        """A preset's value and its reason; where the built-in engine runs it under another
+        meaning than the MaxText run the reason quotes, that meaning; where MaxText ignores it,
+        why."""
+        keys = self.engine.trainer_maxtext_keys
+        if self.config.engine == MAXTEXT:
+            idle = idle_in_maxtext(value.key, value.value, keys)
+            return value.describe() + (f"; {idle}" if idle else "")
+        meaning = (
+            other_meaning(value.key, value.value, keys) if self.config.engine == BUILT_IN else ""
+        )
         return value.describe() + (f"; applied with another meaning: {meaning}" if meaning else "")
 
     def environment_rows(self) -> list[tuple[str, str]]:

@@ -162,13 +162,25 @@ def other_meaning(key: str, value: str, keys: Sequence[tuple[str, str]]) -> str:
         return OTHER_MEANING[key] if _number(value) > 0 else ""
     if _number(value) <= 1:
         return ""
-    ring = [value.lower() for name, value in keys if name == _RING_KEY][-1:] == ["true"]
     chunks_there = (
         "on in the trainer's keys: each chunk fills the shards' buffers alone"
-        if ring
+        if _ring(keys)
         else "off in the trainer's keys: there the key does nothing"
     )
     return f"{OTHER_MEANING[key]}, {chunks_there}"
+
+
+def idle_in_maxtext(key: str, value: str, keys: Sequence[tuple[str, str]]) -> str:
+    """Why MaxText does nothing with `key=value` under these trainer keys ('' when it acts on
+    it): token chunks without its ring of experts."""
+    number = _number(value)
+    if key != "num_moe_token_chunks" or number is None or number <= 1 or _ring(keys):
+        return ""
+    return f"MaxText does nothing with it without {_RING_KEY}=true"
+
+
+def _ring(keys: Sequence[tuple[str, str]]) -> bool:
+    return [value.lower() for name, value in keys if name == _RING_KEY][-1:] == ["true"]
 
 
 def _number(value: str) -> float | None:
@@ -233,7 +245,9 @@ def maxtext_fates(keys: Sequence[tuple[str, str]], held: Collection[str]) -> lis
     where MaxText writes, loads and traces; `engine/maxtext_keys.py`)."""
     last = {key: index for index, (key, _) in enumerate(keys)}
     return [
-        TrainerKey(key, value, HELD if key in held else PASSED)
+        TrainerKey(
+            key, value, HELD if key in held else PASSED, note=idle_in_maxtext(key, value, keys)
+        )
         if last[key] == index
         else TrainerKey(key, value, OVERRIDDEN_LATER)
         for index, (key, value) in enumerate(keys)

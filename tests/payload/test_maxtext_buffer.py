@@ -113,3 +113,33 @@ def test_a_preset_value_the_built_in_engine_reads_otherwise_says_so():
     chunks = [row for row in rows("builtin") if row.startswith("num_moe_token_chunks=")]
     assert chunks[0].endswith("off in the trainer's keys: there the key does nothing")
     assert not any("another meaning" in row for row in rows("maxtext"))
+
+
+def test_token_chunks_maxtext_ignores_say_so_on_maxtexts_engine():
+    def rows(argv: str) -> list[str]:
+        env = {"PRESET": "qwen3.5-397b-cell", "ENGINE": "maxtext", "TRAINER_ARGV": argv}
+        resolved = plan.resolve(plan.environment_config(env), env=env, rendering=True)
+        return [text for _, text in resolved.value_rows()] + resolved.lines()
+
+    idle = "num_moe_token_chunks=2 (the measured public run's); MaxText does nothing with it"
+    assert any(row.startswith(idle) for row in rows(""))
+    # the trainer's own key: passed, and idle there unless the ring is on
+    trainer = rows("MAXTEXT_EXTRA_FLAGS=num_moe_token_chunks=4")
+    assert "plan: trainer key: num_moe_token_chunks=4: passed to MaxText (MaxText does nothing" in (
+        " ".join(trainer)
+    )
+    ring = rows('MAXTEXT_EXTRA_FLAGS="use_ring_of_experts=true num_moe_token_chunks=4"')
+    assert "plan: trainer key: num_moe_token_chunks=4: passed to MaxText" in ring
+
+
+def test_the_bench_pods_substitutions_list_a_key_applied_with_another_meaning():
+    env = {
+        "PRESET": "qwen3.5-397b-cell",
+        "ENGINE": "builtin",
+        "TRAINER_ARGV": "MAXTEXT_EXTRA_FLAGS=ragged_buffer_factor=2.0",
+    }
+    resolved = plan.resolve(plan.environment_config(env), env=env, rendering=True)
+    assert any(
+        line.startswith("trainer key ragged_buffer_factor=2.0: applied with another meaning")
+        for line in resolved.substitutions()
+    )

@@ -315,3 +315,12 @@ def test_the_397b_cells_profile_is_fitted_to_the_published_zero_replays_and_says
     assert predicted_replay(profile, former).probability > 0.999
     never = dataclasses.replace(cell.engine, moe=MoeConfig(retry_when_tokens_dropped=False))
     assert predicted_replay(profile, never) is None
+
+
+def test_what_a_profile_was_chosen_to_match_survives_its_json_and_cannot_be_empty():
+    shipped = load_profile(None, preset("qwen3.5-397b-cell").routing_profile)
+    document = shipped.to_json()
+    assert parse_profile(document).chosen_to_match == shipped.chosen_to_match != ""
+    assert "chosen_to_match" not in load_profile(None).to_json()  # default.json matches nothing
+    with pytest.raises(ProfileError, match="chosen_to_match"):
+        parse_profile({**document, "chosen_to_match": ""})
