@@ -31,9 +31,21 @@ from rl_trainer_bench.config.trainer_env import (
     UNKNOWN,
     EnvFate,
 )
-from rl_trainer_bench.config.trainer_maxtext import APPLIED, FATES, TrainerKey
+from rl_trainer_bench.config.trainer_maxtext import (
+    APPLIED,
+    FATES,
+    TrainerKey,
+    idle_in_maxtext,
+    other_meaning,
+)
 from rl_trainer_bench.config.value_sources import ENGINE_DEFAULT, PRESET, ValueSource
-from rl_trainer_bench.engine.config import EngineConfig, config_problems, value_at
+from rl_trainer_bench.engine.config import (
+    EngineConfig,
+    config_problems,
+    replays_possible,
+    value_at,
+)
+from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
 from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.units import human_bytes
 
@@ -132,11 +144,24 @@ class Plan:
         engine defaults it keeps, on one line."""
         preset = self.config.preset
         source = f"value from preset {preset.name}"
-        rows = [(source, v.describe()) for v in self.preset_values if v.source == PRESET]
+        rows = [(source, self._preset_value(v)) for v in self.preset_values if v.source == PRESET]
         if self.config.micro_steps == preset.micro_steps:
             rows.append((source, f"micro_steps={preset.micro_steps} (unless MICRO_STEPS set it)"))
         defaults = [v.describe() for v in self.preset_values if v.source == ENGINE_DEFAULT]
         return [*rows, ("values from the engine's defaults", " ".join(defaults) or "-")]
+
+    def _preset_value(self, value: ValueSource) -> str:
+        """A preset's value and its reason; where the built-in engine runs it under another
+        meaning than the MaxText run the reason quotes, that meaning; where MaxText ignores it,
+        why."""
+        keys = self.engine.trainer_maxtext_keys
+        if self.config.engine == MAXTEXT:
+            idle = idle_in_maxtext(value.key, value.value, keys)
+            return value.describe() + (f"; {idle}" if idle else "")
+        meaning = (
+            other_meaning(value.key, value.value, keys) if self.config.engine == BUILT_IN else ""
+        )
+        return value.describe() + (f"; applied with another meaning: {meaning}" if meaning else "")
 
     def environment_rows(self) -> list[tuple[str, str]]:
         """The trainer's variables: a count by fate, one line for each that may change its
@@ -162,7 +187,9 @@ class Plan:
         keys = [
             key
             for key in self.trainer_keys
-            if key.fate != APPLIED or (key.engine_key, key.engine_value) != (key.key, key.value)
+            if key.fate != APPLIED
+            or key.other_meaning
+            or (key.engine_key, key.engine_value) != (key.key, key.value)
         ]
         variables = [f for f in self.environment or () if f.fate in (NOT_REPRODUCED, UNKNOWN)]
         return [
@@ -337,8 +364,13 @@ def _check_slice(engine: EngineConfig, tpu_slice: TpuSlice | None) -> None:
 
 def _replay(config: BenchConfig, engine: EngineConfig) -> str:
     """The MoE settings and what the routing profile forecasts at them: how often a micro-batch
-    overflows a buffer and is replayed dropless (each replay is one more forward-backward)."""
-    from rl_trainer_bench.payload.replay_forecast import predicted_replay
+    overflows a buffer and is replayed dropless (each replay is one more forward-backward), in
+    the buffer of the engine that runs (MaxText's per shard, the built-in engine's per expert)."""
+    from rl_trainer_bench.payload.replay_forecast import (
+        BUILT_IN_BUFFER,
+        MAXTEXT_BUFFER,
+        predicted_replay,
+    )
     from rl_trainer_bench.payload.routing_profile import load_profile
 
     moe = engine.moe
@@ -350,14 +382,25 @@ def _replay(config: BenchConfig, engine: EngineConfig) -> str:
     name = config.routing_profile or config.preset.routing_profile
     where = "" if config.routing_profile else "shipped "
     profile = load_profile(config.routing_profile, config.preset.routing_profile)
-    prediction = predicted_replay(profile, engine)
+    maxtext = config.engine == MAXTEXT
+    prediction = predicted_replay(profile, engine, MAXTEXT_BUFFER if maxtext else BUILT_IN_BUFFER)
+    if prediction is None and maxtext and replays_possible(engine):
+        return (
+            f"{settings}: never replays (MaxText's layer keeps every routed pair here: one"
+            " expert-parallel shard, or a ring of experts without use_ragged_sort=true)"
+        )
     if prediction is None:
         return f"{settings}: never replays"
     kind = "synthetic" if profile.synthetic else "measured"
     meaning = _replays_per_step(prediction.probability, config.micro_steps)
+    chosen = (
+        f" (its skew chosen to match {profile.chosen_to_match}: no evidence for that outcome)"
+        if profile.chosen_to_match
+        else ""
+    )
     return (
         f"{settings}: {prediction.describe()}{meaning}, forecast by the {where}{kind} routing"
-        f" profile {name}"
+        f" profile {name}{chosen}"
     )
 
 

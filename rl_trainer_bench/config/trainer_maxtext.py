@@ -44,6 +44,20 @@ SAME_MEANING: Mapping[str, str] = {
     "mu_dtype": "mu_dtype",
     "optimizer_memory_host_offload": "optimizer_memory_host_offload",
 }
+# MaxText keys the built-in engine applies by name, not by meaning: what each does in the built-in
+# engine against what it does in MaxText (MaxText's layers/moe.py; docs/engine.md, MaxText's buffer).
+OTHER_MEANING: Mapping[str, str] = {
+    "ragged_buffer_factor": (
+        "built-in engine: ceil(factor x tokens x top_k / experts) slots per expert per group of"
+        " tokens; MaxText: one buffer of factor x a device's tokens x top_k rows per"
+        " expert-parallel shard, shared by its experts"
+    ),
+    "num_moe_token_chunks": (
+        "built-in engine: each device's tokens in this many groups, each with its own buffers;"
+        " MaxText: chunks only on its ring of experts (use_ring_of_experts=true)"
+    ),
+}
+_RING_KEY = "use_ring_of_experts"
 # The MaxText keys the built-in engine can apply (remat_policy: full, minimal, or a custom policy
 # that keeps nothing but the layer input).
 APPLICABLE = (*SAME_MEANING, "remat_policy")
@@ -74,12 +88,17 @@ class TrainerKey:
     engine_key: str = ""  # the engine key it sets (empty when none)
     engine_value: str = ""
     note: str = ""
+    # How the engine's meaning of an applied key differs from MaxText's ('' when it is the same).
+    other_meaning: str = ""
 
     def describe(self) -> str:
-        """`ragged_buffer_factor=2.0: applied (ragged_buffer_factor=2.0)`."""
+        """`ragged_buffer_factor=2.0: applied (ragged_buffer_factor=2.0)`, or `applied with
+        another meaning (...)` where the engine applies the key under a meaning of its own."""
         target = f"{self.engine_key}={self.engine_value}" if self.engine_key else ""
-        detail = "; ".join(part for part in (target, self.note) if part)
-        return f"{self.key}={self.value}: {self.fate}" + (f" ({detail})" if detail else "")
+        meaning = self.other_meaning if self.fate == APPLIED else ""
+        detail = "; ".join(part for part in (target, meaning, self.note) if part)
+        fate = f"{self.fate} with another meaning" if meaning else self.fate
+        return f"{self.key}={self.value}: {fate}" + (f" ({detail})" if detail else "")
 
 
 def maxtext_keys(
@@ -122,7 +141,8 @@ def engine_assignments(keys: Sequence[tuple[str, str]]) -> list[TrainerKey]:
 
 def _fate(key: str, value: str, keys: Sequence[tuple[str, str]]) -> TrainerKey:
     if key in SAME_MEANING:
-        return TrainerKey(key, value, APPLIED, SAME_MEANING[key], value)
+        meaning = other_meaning(key, value, keys)
+        return TrainerKey(key, value, APPLIED, SAME_MEANING[key], value, other_meaning=meaning)
     if key == "remat_policy":
         return _remat_fate(value, keys)
     if value.lower() in _TENSOR_POLICIES and _custom_remat(keys):
@@ -130,6 +150,44 @@ def _fate(key: str, value: str, keys: Sequence[tuple[str, str]]) -> TrainerKey:
         note = "part of remat_policy=custom" + ("" if held else ", which the engine runs as full")
         return TrainerKey(key, value, NO_EQUIVALENT if held else APPLIED, note=note)
     return TrainerKey(key, value, NO_EQUIVALENT, note=_without_dashes(key, value).lstrip("; "))
+
+
+def other_meaning(key: str, value: str, keys: Sequence[tuple[str, str]]) -> str:
+    """How the built-in engine's meaning of `key=value` differs from MaxText's, the trainer's
+    MaxText keys being `keys` ('' when it does not: a dropless factor, one chunk); chunks say
+    whether the trainer's MaxText runs its ring. Also for a preset's value the engine applies."""
+    if key not in OTHER_MEANING or _number(value) is None:
+        return ""
+    if key == "ragged_buffer_factor":  # at or below 0, dropless in both engines
+        return OTHER_MEANING[key] if _number(value) > 0 else ""
+    if _number(value) <= 1:
+        return ""
+    chunks_there = (
+        "on in the trainer's keys: each chunk fills the shards' buffers alone"
+        if _ring(keys)
+        else "off in the trainer's keys: there the key does nothing"
+    )
+    return f"{OTHER_MEANING[key]}, {chunks_there}"
+
+
+def idle_in_maxtext(key: str, value: str, keys: Sequence[tuple[str, str]]) -> str:
+    """Why MaxText does nothing with `key=value` under these trainer keys ('' when it acts on
+    it): token chunks without its ring of experts."""
+    number = _number(value)
+    if key != "num_moe_token_chunks" or number is None or number <= 1 or _ring(keys):
+        return ""
+    return f"MaxText does nothing with it without {_RING_KEY}=true"
+
+
+def _ring(keys: Sequence[tuple[str, str]]) -> bool:
+    return [value.lower() for name, value in keys if name == _RING_KEY][-1:] == ["true"]
+
+
+def _number(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None  # the engine refuses it with its own message
 
 
 def _without_dashes(key: str, value: str = "") -> str:
@@ -187,7 +245,9 @@ def maxtext_fates(keys: Sequence[tuple[str, str]], held: Collection[str]) -> lis
     where MaxText writes, loads and traces; `engine/maxtext_keys.py`)."""
     last = {key: index for index, (key, _) in enumerate(keys)}
     return [
-        TrainerKey(key, value, HELD if key in held else PASSED)
+        TrainerKey(
+            key, value, HELD if key in held else PASSED, note=idle_in_maxtext(key, value, keys)
+        )
         if last[key] == index
         else TrainerKey(key, value, OVERRIDDEN_LATER)
         for index, (key, value) in enumerate(keys)

@@ -180,10 +180,15 @@ def tokens_per_group(config: EngineConfig) -> int:
     A device holds B / (fsdp x expert) rows of T / context tokens; the MoE layer splits them into
     `token_chunks` groups. The payload's overflow prediction reads this same figure.
     """
+    return math.ceil(device_tokens(config) / config.moe.token_chunks)
+
+
+def device_tokens(config: EngineConfig) -> int:
+    """Tokens one device holds in the MoE layer: B / (fsdp x expert) rows of T / context tokens
+    (MaxText's expert-parallel buffer is sized from this figure too: payload/maxtext_buffer.py)."""
     mesh = config.mesh
     rows = math.ceil(config.micro_batch_rows / (mesh.fsdp * mesh.expert))
-    local = rows * math.ceil(config.seq_len / mesh.context)
-    return math.ceil(local / config.moe.token_chunks)
+    return rows * math.ceil(config.seq_len / mesh.context)
 
 
 def replays_possible(config: EngineConfig) -> bool:

@@ -60,16 +60,26 @@ def predict_overflow(
     num_experts = shares.shape[-1]
     capacity = expert_capacity(tokens, top_k, num_experts, factor)
     real = max(1.0, tokens * real_fraction)
-    p = np.clip(shares * top_k, 0.0, 1.0)
-    mean = real * p
-    sd = np.sqrt(np.maximum(real * p * (1 - p), 1e-12))
+    tail, excess = binomial_excess(real, np.clip(shares * top_k, 0.0, 1.0), capacity)
+    drop_fraction = excess.sum(axis=-1) / (real * top_k)
+    return OverflowPrediction(capacity, drop_fraction, any_overflow(tail))
+
+
+def binomial_excess(trials: float, p: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """For queues of Binomial(trials, p) against `capacity` slots: the chance each overflows and
+    its expected excess, by the normal approximation with a continuity correction."""
+    mean = trials * p
+    sd = np.sqrt(np.maximum(trials * p * (1 - p), 1e-12))
     z = (capacity + 0.5 - mean) / sd
     tail = 1.0 - _normal_cdf(z)
     density = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
     excess = np.maximum(sd * density - (capacity + 0.5 - mean) * tail, 0.0)
-    drop_fraction = excess.sum(axis=-1) / (real * top_k)
-    overflow_probability = 1.0 - np.exp(np.log(np.clip(1.0 - tail, 1e-300, 1.0)).sum(axis=-1))
-    return OverflowPrediction(capacity, drop_fraction, overflow_probability)
+    return tail, excess
+
+
+def any_overflow(tail: np.ndarray) -> np.ndarray:
+    """P(some queue of the last axis overflows), the queues taken as independent."""
+    return 1.0 - np.exp(np.log(np.clip(1.0 - tail, 1e-300, 1.0)).sum(axis=-1))
 
 
 def replay_probability(

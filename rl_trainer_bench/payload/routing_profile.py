@@ -52,6 +52,9 @@ class RoutingProfile:
     layout: PackingLayout | None = None
     synthetic: bool = False
     description: str = ""
+    # The outcome a synthetic profile's parameters were chosen to reproduce ('' = none): a
+    # forecast of that outcome from the profile is no evidence, and the plan says so.
+    chosen_to_match: str = ""
     fitted_from: str = ""  # how the profile was rescaled to the engine ("" = used as written)
 
     def __post_init__(self) -> None:
@@ -90,6 +93,8 @@ class RoutingProfile:
             "num_layers": self.num_layers,
             "layers": [{"expert_load": [round(float(v), 9) for v in row]} for row in self.shares],
         }
+        if self.chosen_to_match:
+            document["chosen_to_match"] = self.chosen_to_match
         if self.layout is not None:
             document["layout"] = self.layout.to_json()
         return document
@@ -193,6 +198,7 @@ def parse_profile(document: Any, origin: str = "profile") -> RoutingProfile:
             layout=layout,
             synthetic=document["synthetic"],
             description=document.get("description", ""),
+            chosen_to_match=document.get("chosen_to_match", ""),
         )
     except ProfileError as error:
         raise ProfileError(f"{origin}: {error}") from None

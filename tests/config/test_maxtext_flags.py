@@ -30,9 +30,10 @@ def test_a_maxtext_key_in_engine_flags_follows_the_trainers_and_wins():
     assert fates[0] == (
         "ragged_buffer_factor=2.0: overridden by a later trainer key (ragged_buffer_factor=2.0)"
     )
-    assert fates[-1] == (
-        "ragged_buffer_factor=3.0: applied (ragged_buffer_factor=3.0; set by ENGINE_FLAGS)"
+    assert fates[-1].startswith(
+        "ragged_buffer_factor=3.0: applied with another meaning (ragged_buffer_factor=3.0;"
     )
+    assert fates[-1].endswith("; set by ENGINE_FLAGS)")
 
 
 @pytest.mark.parametrize("flags", ["maxtext.=1", "maxtext.a.b=1"])

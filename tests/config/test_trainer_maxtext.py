@@ -40,8 +40,9 @@ def test_the_recipes_keys_are_applied_where_the_engine_has_them():
 
 def test_every_key_has_a_fate():
     fates = _fates(RECIPE)
-    assert fates["ragged_buffer_factor"] == (
-        "ragged_buffer_factor=2.0: applied (ragged_buffer_factor=2.0)"
+    assert fates["ragged_buffer_factor"].startswith(
+        "ragged_buffer_factor=2.0: applied with another meaning (ragged_buffer_factor=2.0;"
+        " built-in engine: ceil(factor x tokens x top_k / experts) slots per expert"
     )
     assert fates["mu_dtype"] == "mu_dtype=bfloat16: applied (mu_dtype=bfloat16)"
     assert fates["remat_policy"].startswith("remat_policy=custom: applied (remat_policy=full;")
@@ -50,6 +51,37 @@ def test_every_key_has_a_fate():
     assert fates["num_vocab_tiling"] == "num_vocab_tiling=16: no equivalent"
     assert fates["attention"] == "attention=flash: no equivalent"
     assert len(fates) == 12
+
+
+def test_the_buffer_keys_say_they_are_applied_with_another_meaning():
+    """The built-in engine's buffer is per expert, MaxText's per expert-parallel shard; MaxText
+    chunks tokens only on its ring of experts."""
+    fates = _fates(RECIPE)
+    assert "rows per expert-parallel shard" in fates["ragged_buffer_factor"]
+    assert fates["num_moe_token_chunks"].startswith(
+        "num_moe_token_chunks=4: applied with another meaning (num_moe_token_chunks=4;"
+    )
+    assert fates["num_moe_token_chunks"].endswith(
+        "off in the trainer's keys: there the key does nothing)"
+    )
+    ring = _fates('MAXTEXT_EXTRA_FLAGS="use_ring_of_experts=true num_moe_token_chunks=2"')
+    assert ring["num_moe_token_chunks"].endswith(
+        "on in the trainer's keys: each chunk fills the shards' buffers alone)"
+    )
+    # the same meaning in both: a dropless factor, a single chunk, and a key set again later
+    same = _fates('MAXTEXT_EXTRA_FLAGS="ragged_buffer_factor=-1 num_moe_token_chunks=1"')
+    assert (
+        same["ragged_buffer_factor"] == "ragged_buffer_factor=-1: applied (ragged_buffer_factor=-1)"
+    )
+    assert (
+        same["num_moe_token_chunks"] == "num_moe_token_chunks=1: applied (num_moe_token_chunks=1)"
+    )
+    overridden = trainer_key_fates(
+        'MAXTEXT_EXTRA_FLAGS="ragged_buffer_factor=2 ragged_buffer_factor=3"'
+    )
+    assert overridden[0].describe() == (
+        "ragged_buffer_factor=2: overridden by a later trainer key (ragged_buffer_factor=2)"
+    )
 
 
 def test_engine_flags_override_a_trainer_key_and_say_so():

@@ -68,11 +68,16 @@ def test_the_397b_launch_renders_a_pod_that_plans_the_397b_cell_on_its_slice(tmp
     ) in lines
     assert "plan: preset: qwen3.5-397b-cell (chosen by --model_name=Qwen3.5-397B-A17B)" in lines
     assert "plan: mesh: 16 x 8 x 2 = 256 devices on v5p:4x8x8 (256 chips)" in lines
-    # the preset's MoE settings (the measured run's), where the derived profile forecasts no replay
+    # the preset's MoE settings (the measured run's) in MaxText's buffer, as the pod times
+    # MaxText: 16 x 2 devices hold 1 row of 65,536 / 8 = 8,192 tokens each; each of the 2
+    # expert shards gets int(2.75 x 8,192 x 10) = 225,280 rows for the pairs of 2 x 8,192 tokens
     assert (
         "plan: moe: ragged_buffer_factor=2.75 num_moe_token_chunks=2 retry_when_tokens_dropped=true:"
-        " P(replay)=0.00 per micro-batch (capacity 220 slots per expert per group of 4,096 tokens),"
-        " forecast by the shipped synthetic routing profile qwen3.5-397b.json"
+        " P(replay)=0.00 per micro-batch (MaxText's buffer, ragged all-to-all: 225,280 rows per"
+        " expert-parallel shard of 2, filled from the 16,384 tokens of its group), forecast by the"
+        " shipped synthetic routing profile qwen3.5-397b.json"
+        " (its skew chosen to match the measured run's 0 replays at ragged_buffer_factor=2.75"
+        " with 2 token chunks, in the built-in engine's buffer: no evidence for that outcome)"
     ) in lines
     assert lines[-1] == "plan: ok: every knob is valid; nothing ran on a device"
 
@@ -98,13 +103,17 @@ def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path
     assert "plan: maxtext: not importable here: the run needs maxtext and Tunix installed" in lines
     assert any(line.startswith("plan: loss: MaxText's router-replay loss") for line in lines)
     assert "plan: trainer MaxText keys: 41 (41 passed to MaxText)" in lines
-    # the recipe's 2.0 buffers over 4 groups: the profile (the most skewed routing the measured
-    # run's zero replays allow) forecasts a replay of every micro-batch there
+    # the recipe's factor 2.0 in MaxText's buffer: its ring of experts with the ragged sort
+    # chunks each device's 65,536 / 4 = 16,384 tokens into 4 of 4,096; cp-as-ep makes 4 x 2 = 8
+    # expert shards, each with int(2.0 x 4,096 x 10) = 81,920 rows for 8 x 4,096 tokens' pairs.
+    # The built-in engine's per-expert buffer at the same keys replays every micro-batch.
     assert (
         "plan: moe: ragged_buffer_factor=2 num_moe_token_chunks=4 retry_when_tokens_dropped=true:"
-        " P(replay)=1.00 per micro-batch (capacity 160 slots per expert per group of 4,096 tokens):"
-        " every micro-batch is expected to replay (each of the 9 micro-steps runs fwd_bwd, then"
-        " fwd_bwd_dropless), forecast by the shipped synthetic routing profile qwen3.5-397b.json"
+        " P(replay)=0.00 per micro-batch (MaxText's buffer, ring of experts: 81,920 rows per"
+        " expert-parallel shard of 8, filled from the 32,768 tokens of its group), forecast by"
+        " the shipped synthetic routing profile qwen3.5-397b.json"
+        " (its skew chosen to match the measured run's 0 replays at ragged_buffer_factor=2.75"
+        " with 2 token chunks, in the built-in engine's buffer: no evidence for that outcome)"
     ) in lines
     for line in (
         "plan: trainer key: ragged_buffer_factor=2.0: passed to MaxText",
@@ -193,8 +202,8 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
         " mounted volume: set RESULTS_URI to a gs:// folder or a mounted volume; every step's"
         " line is in the log as it ends",
         "render: moe: ragged_buffer_factor=1.25 num_moe_token_chunks=1"
-        " retry_when_tokens_dropped=true: P(replay)=1.00 per micro-batch (capacity 320 slots per"
-        " expert per group of 4,096 tokens): every micro-batch is expected to replay (each of the 4"
+        " retry_when_tokens_dropped=true: P(replay)=1.00 per micro-batch (the built-in engine's"
+        " buffer: capacity 320 slots per expert per group of 4,096 tokens): every micro-batch is expected to replay (each of the 4"
         " micro-steps runs fwd_bwd, then fwd_bwd_dropless), forecast by the shipped synthetic"
         " routing profile default.json",
         # 30.5 B parameters over 8 devices: float32 parameters and gradient sum, Adam's two moments

@@ -289,13 +289,17 @@ def test_unreadable_routing_dumps_are_one_line_errors(tmp_path, capsys, kind):
     assert not (tmp_path / "p.json").exists()
 
 
-def test_the_397b_cells_profile_forecasts_the_published_zero_replays():
-    """The measured run: 0 replays at factor 2.75 with 2 token chunks; the preset is that run's."""
+def test_the_397b_cells_profile_is_fitted_to_the_published_zero_replays_and_says_so():
+    """The measured run: 0 replays at factor 2.75 with 2 token chunks; the preset is that run's,
+    and the profile's skew was chosen so that it forecasts no replay there (built-in buffer)."""
     from rl_trainer_bench.payload.replay_forecast import predicted_replay
 
     cell = preset("qwen3.5-397b-cell")
     profile = load_profile(None, cell.routing_profile)
-    assert profile.synthetic and profile.description.startswith("DERIVED from the published")
+    assert profile.synthetic and profile.description.startswith("FITTED to the measured run")
+    assert profile.chosen_to_match.startswith(
+        "the measured run's 0 replays at ragged_buffer_factor=2.75"
+    )
     assert (cell.engine.moe.ragged_buffer_factor, cell.engine.moe.token_chunks) == (2.75, 2)
     measured = predicted_replay(profile, cell.engine)
     assert (measured.capacity, measured.tokens_per_group) == (
@@ -311,3 +315,12 @@ def test_the_397b_cells_profile_forecasts_the_published_zero_replays():
     assert predicted_replay(profile, former).probability > 0.999
     never = dataclasses.replace(cell.engine, moe=MoeConfig(retry_when_tokens_dropped=False))
     assert predicted_replay(profile, never) is None
+
+
+def test_what_a_profile_was_chosen_to_match_survives_its_json_and_cannot_be_empty():
+    shipped = load_profile(None, preset("qwen3.5-397b-cell").routing_profile)
+    document = shipped.to_json()
+    assert parse_profile(document).chosen_to_match == shipped.chosen_to_match != ""
+    assert "chosen_to_match" not in load_profile(None).to_json()  # default.json matches nothing
+    with pytest.raises(ProfileError, match="chosen_to_match"):
+        parse_profile({**document, "chosen_to_match": ""})

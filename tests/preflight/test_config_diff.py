@@ -140,7 +140,10 @@ def test_trainer_maxtext_keys_are_diffed_with_their_fate():
         "- maxtext:megablox: true  [trainer MaxText key: no equivalent]",
         "+ maxtext:mu_dtype: bfloat16  [trainer MaxText key: applied (mu_dtype=bfloat16)]",
         "~ maxtext:ragged_buffer_factor: 2.0 -> 2.75"
-        "  [trainer MaxText key: applied (ragged_buffer_factor=2.75)]",
+        "  [trainer MaxText key: applied with another meaning (ragged_buffer_factor=2.75;"
+        " built-in engine: ceil(factor x tokens x top_k / experts) slots per expert per group of"
+        " tokens; MaxText: one buffer of factor x a device's tokens x top_k rows per"
+        " expert-parallel shard, shared by its experts)]",
     ]
 
 
