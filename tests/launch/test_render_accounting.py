@@ -74,7 +74,10 @@ def test_config_diff_lists_the_benchs_substitutions(capsys, tmp_path):
         "  engine: rl_trainer_bench.engine.jax_engine:JaxEngine runs in place of the trainer's"
         " own engine"
     )
-    assert "  trainer key --remat_policy=full: no equivalent" in substitutions
+    assert (
+        "  trainer key --remat_policy=full: no equivalent (MaxText keys are written without '--':"
+        " did you mean remat_policy=full?)"
+    ) in substitutions
     assert any(line.startswith("  values from the engine's defaults: ") for line in substitutions)
     assert any(
         line.startswith("  trainer variable TUNIX_LOGPS_SHARDED_HEAD=true: not reproduced")

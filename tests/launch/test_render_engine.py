@@ -58,9 +58,10 @@ def _qwen35_fixture(backend_flag: bool, extra_flags: bool) -> str:
 def test_the_pod_times_the_trainers_engine_and_embeds_its_code(
     backend_flag, extra_flags, engine, because
 ):
-    text, pod_plan = render.render_with_plan(
+    rendered = render.render_with_plan(
         _qwen35_fixture(backend_flag, extra_flags), "fixture", RenderKnobs()
     )
+    text, pod_plan = rendered.yaml, rendered.plan
     facts = dict(pod_plan.engine_facts)
     assert pod_plan.config.engine == engine and facts["engine"].startswith(f"{engine} ({because}")
     assert ("maxtext config" in facts) == (engine == MAXTEXT)
@@ -75,9 +76,9 @@ def test_the_pod_times_the_trainers_engine_and_embeds_its_code(
 
 def test_engine_builtin_overrides_a_maxtext_trainer_and_the_summary_says_what_differs(capsys):
     text = _qwen35_fixture(backend_flag=True, extra_flags=False)
-    _, pod_plan = render.render_with_plan(
+    pod_plan = render.render_with_plan(
         text, "fixture", RenderKnobs.from_strings({"engine": "builtin"})
-    )
+    ).plan
     facts = dict(pod_plan.engine_facts)
     assert facts["engine"] == f"{BUILT_IN} (ENGINE)"
     assert facts["not the trainer's program"].startswith(
