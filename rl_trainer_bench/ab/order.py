@@ -7,6 +7,18 @@ order A B B' A' every setting's arms centre on the same moment, so a linear drif
 setting's pooled steps by the same amount and the delta keeps none of it. For k settings the mirror
 is S1..Sk then Sk..S1. `balance` states, for any order, how far each setting's arms sit from the
 run's centre, which is what the printed order line says.
+
+The mirrored order cancels only a *linear* drift, and only if the whole run drifts on one line. A
+shared host whose load is heavier at the ends of the run than in the middle puts both baseline arms
+under the load and both other arms in the quiet middle: the delta then carries the load in full,
+and the two baseline arms, loaded alike, agree with each other, so no spread of repeats shows it.
+The `blocks` order (the default) runs many short blocks instead, each every setting there and back
+(A B B A), so a drift cancels within each block to first order, and turns the blocks around in the
+Thue-Morse pattern (ABBA BAAB BAAB ABBA ...), so the curvature left in one block is taken back by
+its neighbour. Each block is one repeat of the whole experiment: the spread of the blocks'
+differences is the noise the verdict's interval is built from (score.py), whatever its source.
+`blocks_of` finds the blocks in any run order, so an order spelled out with --arms is scored the
+same way when it is made of balanced blocks.
 """
 
 from __future__ import annotations
@@ -17,16 +29,22 @@ from collections.abc import Mapping, Sequence
 from rl_trainer_bench.errors import UserError
 
 DESIGN = "separate arms"  # the design these orders serve, as the report names it
-MIRRORED, BLOCK, WRITTEN = "mirrored", "block", "written"
+BLOCKED_DESIGN = f"{DESIGN} in blocks"  # the same, scored block by block (`blocks_of`)
+BLOCKS, MIRRORED, BLOCK, WRITTEN = "blocks", "mirrored", "block", "written"
+DEFAULT_BLOCKS = 6
+MIN_BLOCKS = 3  # the fewest blocks an interval over blocks is scored from (two degrees of freedom)
 ORDERS: Mapping[str, str] = {
+    BLOCKS: "--blocks blocks, each every setting there and back (A B B' A'), turned around in the "
+    "Thue-Morse pattern (ABBA BAAB BAAB ABBA ...): scored block by block",
     MIRRORED: "each setting once, then again in reverse (A B B' A'): cancels a linear drift",
     BLOCK: "each setting once, then again in the same order (A B A' B'): a drift biases the delta",
     WRITTEN: "the arms exactly as --arms lists them",
 }
 
 
-def run_order(settings: Sequence[str], order: str) -> list[str]:
-    """Settings in run order for `order`; `settings` lists each setting once (WRITTEN: as given)."""
+def run_order(settings: Sequence[str], order: str, blocks: int = DEFAULT_BLOCKS) -> list[str]:
+    """Settings in run order for `order`; `settings` lists each setting once (WRITTEN: as given);
+    `blocks` is the number of blocks of the BLOCKS order."""
     if order == WRITTEN:
         return list(settings)
     repeated = sorted({s for s in settings if settings.count(s) > 1})
@@ -35,6 +53,14 @@ def run_order(settings: Sequence[str], order: str) -> list[str]:
             f"--order {order}: --arms repeats {', '.join(repeated)}; list each setting once for "
             f"--order {order}, or pass --order {WRITTEN} to run the arms as listed"
         )
+    if order == BLOCKS:
+        there_and_back = [*settings, *reversed(settings)]
+        back_and_there = [*reversed(settings), *settings]
+        return [
+            name
+            for block in range(blocks)
+            for name in (back_and_there if _thue_morse(block) else there_and_back)
+        ]
     if order == MIRRORED:
         return [*settings, *reversed(settings)]
     if order == BLOCK:
@@ -43,8 +69,35 @@ def run_order(settings: Sequence[str], order: str) -> list[str]:
 
 
 def default_order(settings: Sequence[str]) -> str:
-    """MIRRORED when --arms names each setting once; WRITTEN when it spells out its own repeats."""
-    return WRITTEN if len(set(settings)) < len(settings) else MIRRORED
+    """BLOCKS when --arms names each setting once; WRITTEN when it spells out its own repeats."""
+    return WRITTEN if len(set(settings)) < len(settings) else BLOCKS
+
+
+def _thue_morse(index: int) -> int:
+    """The index-th Thue-Morse digit: the parity of its binary digit sum (0 1 1 0 1 0 0 1 ...)."""
+    return bin(index).count("1") % 2
+
+
+def blocks_of(settings_in_run_order: Sequence[str]) -> list[range] | None:
+    """The run cut into the shortest consecutive blocks in which every setting runs equally often
+    and centred on the block's middle (so a drift linear within the block cancels in it); None
+    when the run cannot be cut so, or gives fewer than MIN_BLOCKS blocks."""
+    names = set(settings_in_run_order)
+    blocks, start = [], 0
+    for end in range(1, len(settings_in_run_order) + 1):
+        if balance(settings_in_run_order[start:end]).offsets.keys() == names and _balanced(
+            settings_in_run_order[start:end]
+        ):
+            blocks.append(range(start, end))
+            start = end
+    if start != len(settings_in_run_order) or len(blocks) < MIN_BLOCKS:
+        return None
+    return blocks
+
+
+def _balanced(block: Sequence[str]) -> bool:
+    counts = {name: block.count(name) for name in block}
+    return len(set(counts.values())) == 1 and balance(block).cancels_linear_drift
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,3 +131,14 @@ def balance(settings_in_run_order: Sequence[str]) -> Balance:
     for index, setting in enumerate(settings_in_run_order):
         positions.setdefault(setting, []).append(index)
     return Balance({s: sum(p) / len(p) - centre for s, p in positions.items()})
+
+
+def describe(settings_in_run_order: Sequence[str]) -> str:
+    """What the run order does about a drift, as the order line and the report say it."""
+    blocks = blocks_of(settings_in_run_order)
+    if blocks is None:
+        return balance(settings_in_run_order).describe()
+    return (
+        f"{len(blocks)} blocks, each balanced: a drift linear within a block cancels in it, and "
+        "the spread of the blocks' differences is the noise the interval is built from"
+    )

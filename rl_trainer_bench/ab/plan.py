@@ -42,7 +42,7 @@ def plan_arms(args: argparse.Namespace, out: Path) -> ArmPlan:
     """Parse and validate the arms and their knobs; raises UserError/ConfigError on bad input,
     including every arm a worker cannot run (so no arm runs before a later one is refused)."""
     preset = config.preset(args.preset)
-    arms = ab_arms.parse_arms(args.arms, args.order)
+    arms = ab_arms.parse_arms(args.arms, args.order, args.blocks)
     base = base_knobs(args.knob)
     envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
     arm_configs = {label: config.BenchConfig.from_env(env) for label, env in envs.items()}

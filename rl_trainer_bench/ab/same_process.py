@@ -116,6 +116,11 @@ def interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.
             f"--order {args.order} orders separate arms (--design arms); an interleaved run"
             " switches settings on its seeded schedule: drop --order, or set --schedule-seed"
         )
+    if args.blocks is not None:
+        raise UserError(
+            f"--blocks {args.blocks} sets the blocks of separate arms (--design arms); an "
+            "interleaved run has its own schedule: drop --blocks, or set --steps"
+        )
     baseline, other = interleave.stage_only_settings(plan.arms)
     return interleave.make_schedule(
         (baseline.setting, other.setting),
@@ -127,8 +132,8 @@ def interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.
 
 def order_line(arms: Sequence[ArmSpec]) -> str:
     """The run order as printed before any arm runs, with what it does about a linear drift."""
-    balance = run_orders.balance([arm.setting for arm in arms])
-    return f"run order: {', '.join(arm.label for arm in arms)} ({balance.describe()})"
+    described = run_orders.describe([arm.setting for arm in arms])
+    return f"run order: {', '.join(arm.label for arm in arms)} ({described})"
 
 
 def _run_interleaved(
@@ -244,6 +249,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "preset": args.preset,
         "arms": args.arms,
         "order": args.order,
+        "blocks": args.blocks,
         "design": args.design,
         "schedule_seed": args.schedule_seed,
         "steps": args.steps,

@@ -35,10 +35,32 @@ def run_ab(argv, make_bench=None):
     return ab.run(args, make_bench=make_bench or Benches())
 
 
-def test_default_ab_runs_four_arms_on_one_bench_and_writes_the_report(tmp_path, capsys):
+def test_default_ab_runs_six_blocks_on_one_bench_scored_by_block(tmp_path, capsys):
     out = tmp_path / "out"
     benches = Benches()
-    code = run_ab(["--steps", "3", "--out", str(out), "--predict", "on-off=0[-90,90]"], benches)
+    assert run_ab(["--steps", "1", "--out", str(out)], benches) == 0
+    assert len(benches.made) == 1
+    report = json.loads((out / "ab.json").read_text())
+    labels = [a["label"] for a in report["arms"]]
+    assert labels[:8] == ["off", "on", "on'", "off'", "on#3", "off#3", "off#4", "on#4"]
+    assert len(labels) == 24 and labels[-1] == "off#12"
+    assert [a["stages"] for a in report["arms"][:4]] == [0, 1, 1, 0]
+    score = report["score"]
+    assert score["design"] == "separate arms in blocks"
+    assert score["blocks"][1] == ["on#3", "off#3", "off#4", "on#4"] and len(score["blocks"]) == 6
+    assert score["noise_floor_s"] is None and report["settings"]["blocks"] is None
+    printed = capsys.readouterr().out
+    assert "run order: off, on, on', off', on#3, off#3, off#4, on#4, on#5" in printed
+    assert "(6 blocks, each balanced: a drift linear within a block cancels in it" in printed
+    assert "noise: the spread of the 6 blocks' differences, in each delta's interval" in printed
+    assert "mean over blocks of each block's difference of arm medians" in printed
+
+
+def test_mirrored_ab_runs_four_arms_on_one_bench_and_writes_the_report(tmp_path, capsys):
+    out = tmp_path / "out"
+    benches = Benches()
+    argv = ["--order", "mirrored", "--steps", "3", "--out", str(out)]
+    code = run_ab([*argv, "--predict", "on-off=0[-90,90]"], benches)
     assert code == 0
     assert len(benches.made) == 1  # the stage switch shares compiled programs
     report = json.loads((out / "ab.json").read_text())
@@ -212,7 +234,7 @@ def test_cpu_tiny_ab_with_the_real_engine(tmp_path):
     pytest.importorskip("rl_trainer_bench.engine.jax_engine", reason="the JAX engine is not built")
     pytest.importorskip("rl_trainer_bench.payload.build", reason="the payload builder is not built")
     out = tmp_path / "out"
-    code = cli.main(["ab", "--steps", "2", "--out", str(out)])
+    code = cli.main(["ab", "--steps", "2", "--blocks", "3", "--out", str(out)])
     report = json.loads((out / "ab.json").read_text())
     assert code == 0, report["checks"]
     assert {c["status"] for c in report["checks"]} == {"PASS"}

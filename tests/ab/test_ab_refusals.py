@@ -106,10 +106,10 @@ def test_ctrl_c_writes_the_finished_arms_marked_incomplete_and_one_line(tmp_path
     assert code == 130
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "interrupted in arm on (2/4); 1 of 4 arms finished" in err
+    assert "interrupted in arm on (2/24); 1 of 24 arms finished" in err
     report = json.loads((out / "ab.json").read_text())
     assert report["incomplete"] is True and report["verdict"] is None
-    assert report["interrupted"] == "in arm on (2/4)"
+    assert report["interrupted"] == "in arm on (2/24)"
     assert [a["label"] for a in report["arms"]] == ["off"]
     assert len(report["arms"][0]["records"]) == 3
     assert "score" not in report and "checks" not in report

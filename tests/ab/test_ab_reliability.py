@@ -1,5 +1,6 @@
 """`ab` takes engine keys in --arms and --knob (the README's example), refuses what it would
-otherwise ignore (--order with the interleaved design, unknown knobs, unbounded counts), never mixes
+otherwise ignore (--order or --blocks with the interleaved design, --blocks with another order,
+unknown knobs, unbounded counts), never mixes
 a new run's files with an earlier one's, and ends a Ctrl-C or a SIGTERM with an incomplete ab.json
 and 130 or 143."""
 
@@ -71,6 +72,9 @@ def test_an_engine_key_knob_reaches_every_arm(tmp_path):
         ),
         (["--warmup-steps", "100001"], "give a whole number from 1 to 100,000"),
         (["--schedule-seed", "-1"], "argument --schedule-seed: '-1': give a whole number"),
+        (["--blocks", "2"], "argument --blocks: '2': give a whole number from 3 to 1,000"),
+        (["--order", "mirrored", "--blocks", "4"], "--blocks 4 sets the blocks of --order blocks"),
+        (["--design", "interleaved", "--blocks", "4"], "--blocks 4 sets the blocks of separate"),
     ],
 )
 def test_what_ab_would_ignore_or_choke_on_is_refused_in_one_line(
@@ -152,6 +156,6 @@ def test_sigterm_ends_the_ab_like_ctrl_c_with_143(tmp_path):
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 143, err
-    assert "rl-trainer-bench ab: terminated (SIGTERM) in arm off (1/4); 0 of 4 arms" in err
+    assert "rl-trainer-bench ab: terminated (SIGTERM) in arm off (1/24); 0 of 24 arms" in err
     report = json.loads((out / "ab.json").read_text())
     assert report["incomplete"] is True and report["verdict"] is None
