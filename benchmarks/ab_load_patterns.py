@@ -9,7 +9,8 @@ so one experiment costs its steps only. Kinds:
     A/A     --arms off,same:STAGE_BEFORE_UPDATE=off   both settings the same
     zero    --arms off,on (the default)               a 20 KB staged copy: no effect a CPU can show
     slow    --arms off,on, and every step of an `on` arm sleeps --slow-ms more inside update():
-            a known slowdown of that size, which the verdict should call SLOWER
+            a known slowdown of that size (each of a comma list), which the verdict should call
+            SLOWER
 
 Loads: `ends` starts --burners busy processes (SIGCONT) for the first and last quarter of each
 experiment's arms and pauses them (SIGSTOP) in the middle: a load heavier at the ends than in the
@@ -19,7 +20,9 @@ and `mirrored` (`--order mirrored --steps 8`, the earlier default) for compariso
 
     PYTHONPATH=. python benchmarks/ab_load_patterns.py --runs 20 --loads ends,as-it-comes
 
-Per-run results go to --out (JSON, rewritten atomically after every run).
+Per-run results go to --out (JSON, rewritten atomically after every run): the verdict, the delta
+and its interval, each block's difference (the interval's units), the drawn schedule seed and the
+blocks' orientations, and the load average before and after.
 """
 
 from __future__ import annotations
@@ -157,6 +160,7 @@ def one_ab(shared: SharedBench, kind: str, design: str, slow_ms: float) -> dict[
             code = ab.run(args, make_bench=shared.factory)
         report = json.loads((args.out / "ab.json").read_text())
     (delta,) = report["score"]["deltas"]
+    differences = report["score"]["block_differences_s"].get(delta["name"], [])
     return {
         "kind": kind,
         "design": design,
@@ -168,6 +172,10 @@ def one_ab(shared: SharedBench, kind: str, design: str, slow_ms: float) -> dict[
         "ci_ms": [delta["ci_low_s"] * 1e3, delta["ci_high_s"] * 1e3],
         "baseline_median_ms": delta["baseline_median_s"] * 1e3,
         "score_design": report["score"]["design"],
+        "confidence": report["score"]["confidence"],
+        "schedule_seed": report["settings"]["schedule_seed"],
+        "block_orientations": report.get("block_orientations"),
+        "block_differences_ms": [d * 1e3 for d in differences],
         "seconds": time.time() - started,
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
@@ -179,7 +187,8 @@ def summarise(runs: list[dict]) -> dict[str, Any]:
     detection rate (SLOWER) for slow."""
     out: dict[str, Any] = {}
     for run in runs:
-        key = f"{run['load']} / {run['design']} / {run['kind']}"
+        slow = f" {run['slow_ms']:g} ms" if run["kind"] == "slow" else ""
+        key = f"{run['load']} / {run['design']} / {run['kind']}{slow}"
         entry = out.setdefault(key, {"runs": 0, "claims": 0, "slower": 0, "verdicts": {}})
         entry["runs"] += 1
         entry["claims"] += run["verdict"] in CLAIMS
@@ -188,13 +197,22 @@ def summarise(runs: list[dict]) -> dict[str, Any]:
     return out
 
 
+def _kinds(kinds: str, slow_ms: str) -> list[tuple[str, float]]:
+    """Each kind with its slowdown: `slow` once per value of --slow-ms, the others with none."""
+    return [
+        (kind, float(ms))
+        for kind in kinds.split(",")
+        for ms in (slow_ms.split(",") if kind == "slow" else ["0"])
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs per load, design and kind")
     parser.add_argument("--loads", default="ends,as-it-comes")
     parser.add_argument("--kinds", default="zero,A/A,slow")
     parser.add_argument("--designs", default="default")
-    parser.add_argument("--slow-ms", type=float, default=10.0)
+    parser.add_argument("--slow-ms", default="10", help="slow kind: ms per step, comma list")
     parser.add_argument("--slow-every", type=int, default=1, help="slow runs on every Nth index")
     parser.add_argument("--burners", type=int, default=2)
     parser.add_argument("--engine", choices=["real", "stand-in"], default="real")
@@ -214,14 +232,14 @@ def main() -> int:
         shared.burners = burners
         try:
             for index in range(args.runs):  # kinds and designs take turns: load changes hit all
-                for kind in args.kinds.split(","):
+                for kind, slow_ms in _kinds(args.kinds, args.slow_ms):
                     if kind == "slow" and index % args.slow_every:
                         continue
                     for design in args.designs.split(","):
                         result = {
                             "load": load,
                             "index": index,
-                            **one_ab(shared, kind, design, args.slow_ms),
+                            **one_ab(shared, kind, design, slow_ms),
                         }
                         runs.append(result)
                         content = {

@@ -67,9 +67,12 @@ class ArmSpec:
         return ",".join(f"{k}={v}" for k, v in pairs) or "(defaults)"
 
 
-def parse_arms(text: str, order: str | None = None, blocks: int | None = None) -> list[ArmSpec]:
+def parse_arms(
+    text: str, order: str | None = None, blocks: int | None = None, seed: int = 0
+) -> list[ArmSpec]:
     """Parse `--arms` into arms in run order (`order`: see order.py; None: its default_order;
-    `blocks`: the BLOCKS order's count, refused with any other order; None: its default).
+    `blocks`: the BLOCKS order's count, refused with any other order; None: its default; `seed`:
+    draws the BLOCKS order's turns).
 
     Grammar (comma-separated tokens): `NAME` runs a built-in or earlier-defined setting;
     `NAME:KEY=V` defines a setting and runs it, and each following `KEY=V` token adds to it.
@@ -119,7 +122,8 @@ def parse_arms(text: str, order: str | None = None, blocks: int | None = None) -
             f"order is {chosen}: drop --blocks, or use --order {run_orders.BLOCKS}"
         )
     return _number(
-        run_orders.run_order(written, chosen, blocks or run_orders.DEFAULT_BLOCKS), definitions
+        run_orders.run_order(written, chosen, blocks or run_orders.DEFAULT_BLOCKS, seed),
+        definitions,
     )
 
 

@@ -12,18 +12,24 @@ The mirrored order cancels only a *linear* drift, and only if the whole run drif
 shared host whose load is heavier at the ends of the run than in the middle puts both baseline arms
 under the load and both other arms in the quiet middle: the delta then carries the load in full,
 and the two baseline arms, loaded alike, agree with each other, so no spread of repeats shows it.
-The `blocks` order (the default) runs many short blocks instead, each every setting there and back
-(A B B A), so a drift cancels within each block to first order, and turns the blocks around in the
-Thue-Morse pattern (ABBA BAAB BAAB ABBA ...), so the curvature left in one block is taken back by
-its neighbour. Each block is one repeat of the whole experiment: the spread of the blocks'
-differences is the noise the verdict's interval is built from (score.py), whatever its source.
-`blocks_of` finds the blocks in any run order, so an order spelled out with --arms is scored the
-same way when it is made of balanced blocks.
+The `blocks` order (the default)
+runs many short blocks instead, each every setting there and back (A B B A), so a drift cancels
+within each block to first order. The blocks come in complementary pairs (ABBA BAAB or BAAB ABBA),
+so the curvature one block keeps is taken back by its partner and a U-shaped (quadratic) drift
+cancels exactly in each pair. Which way each pair turns is drawn afresh for every run from the
+schedule seed (`block_turns`): a load locked to places in the run (other work that starts with
+ours, or always lands a fixed time after it) then falls on either setting at random, an error the
+interval carries, rather than on the same setting in every run, a bias no repeat would show. Each
+block is one repeat of the whole experiment: the spread of the blocks' differences is the noise
+the verdict's interval is built from (score.py), whatever its source. `blocks_of` finds the blocks
+in any run order, so an order spelled out with --arms is scored the same way when it is made of
+balanced blocks.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Mapping, Sequence
 
 from rl_trainer_bench.errors import UserError
@@ -34,17 +40,19 @@ BLOCKS, MIRRORED, BLOCK, WRITTEN = "blocks", "mirrored", "block", "written"
 DEFAULT_BLOCKS = 6
 MIN_BLOCKS = 3  # the fewest blocks an interval over blocks is scored from (two degrees of freedom)
 ORDERS: Mapping[str, str] = {
-    BLOCKS: "--blocks blocks, each every setting there and back (A B B' A'), turned around in the "
-    "Thue-Morse pattern (ABBA BAAB BAAB ABBA ...): scored block by block",
+    BLOCKS: "--blocks blocks, each every setting there and back (A B B' A'), in complementary "
+    "pairs (ABBA BAAB or BAAB ABBA) turned at random from --schedule-seed: scored block by block",
     MIRRORED: "each setting once, then again in reverse (A B B' A'): cancels a linear drift",
     BLOCK: "each setting once, then again in the same order (A B A' B'): a drift biases the delta",
     WRITTEN: "the arms exactly as --arms lists them",
 }
 
 
-def run_order(settings: Sequence[str], order: str, blocks: int = DEFAULT_BLOCKS) -> list[str]:
+def run_order(
+    settings: Sequence[str], order: str, blocks: int = DEFAULT_BLOCKS, seed: int = 0
+) -> list[str]:
     """Settings in run order for `order`; `settings` lists each setting once (WRITTEN: as given);
-    `blocks` is the number of blocks of the BLOCKS order."""
+    `blocks` is the number of blocks of the BLOCKS order, `seed` draws their turns."""
     if order == WRITTEN:
         return list(settings)
     repeated = sorted({s for s in settings if settings.count(s) > 1})
@@ -58,8 +66,8 @@ def run_order(settings: Sequence[str], order: str, blocks: int = DEFAULT_BLOCKS)
         back_and_there = [*reversed(settings), *settings]
         return [
             name
-            for block in range(blocks)
-            for name in (back_and_there if _thue_morse(block) else there_and_back)
+            for turned in block_turns(blocks, seed)
+            for name in (back_and_there if turned else there_and_back)
         ]
     if order == MIRRORED:
         return [*settings, *reversed(settings)]
@@ -73,9 +81,28 @@ def default_order(settings: Sequence[str]) -> str:
     return WRITTEN if len(set(settings)) < len(settings) else BLOCKS
 
 
-def _thue_morse(index: int) -> int:
-    """The index-th Thue-Morse digit: the parity of its binary digit sum (0 1 1 0 1 0 0 1 ...)."""
-    return bin(index).count("1") % 2
+def block_turns(blocks: int, seed: int) -> list[bool]:
+    """Whether each block runs back and there (B A A B) rather than there and back, drawn from
+    `seed`: one coin per pair of blocks, the pair's second block the first one's complement; an
+    odd last block has its own coin."""
+    coins = random.Random(seed)
+    turns: list[bool] = []
+    while len(turns) < blocks:
+        turned = coins.random() < 0.5
+        turns += [turned, not turned]
+    return turns[:blocks]
+
+
+def orientations(settings_in_run_order: Sequence[str], baseline: str) -> list[str] | None:
+    """Each block's orientation in letters, A the baseline, B, ... the others as they first run
+    (ABBA, BAAB): what ab.json and the report record; None when the run is not in blocks."""
+    blocks = blocks_of(settings_in_run_order)
+    if blocks is None:
+        return None
+    letters = {baseline: "A"}
+    for setting in settings_in_run_order:
+        letters.setdefault(setting, chr(ord("A") + len(letters)))
+    return ["".join(letters[settings_in_run_order[i]] for i in block) for block in blocks]
 
 
 def blocks_of(settings_in_run_order: Sequence[str]) -> list[range] | None:

@@ -67,8 +67,9 @@ def _add_design_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--schedule-seed",
         type=_seed,
-        default=0,
-        help="seed of the interleaved schedule (default: 0)",
+        help="seed of the run's random layout: which way each pair of blocks turns (--order "
+        f"{run_orders.BLOCKS}), or the interleaved schedule; pass a run's recorded seed back to "
+        "repeat its layout (default: drawn afresh for every run, recorded in ab.json)",
     )
 
 

@@ -75,7 +75,7 @@ def table(
     for delta in score.deltas:
         lines.append(
             f"delta {delta.name}: {milliseconds(delta.delta_s, _SIGNED_MS)} ms ({delta.percent(delta.delta_s):+.1f}%), "
-            f"95% CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms -> {delta.verdict}"
+            f"{score.confidence:.0%} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms -> {delta.verdict}"
         )
         lines.append(f"  because {delta.reason}")
     lines += ["", *design_lines(runs, score)]

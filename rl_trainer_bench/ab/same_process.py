@@ -122,6 +122,8 @@ def interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.
             "interleaved run has its own schedule: drop --blocks, or set --steps"
         )
     baseline, other = interleave.stage_only_settings(plan.arms)
+    if baseline.setting != plan.baseline:  # the blocks order may have run the other one first
+        baseline, other = other, baseline
     return interleave.make_schedule(
         (baseline.setting, other.setting),
         pairs=args.steps,
@@ -210,8 +212,11 @@ def _report_same_process(
     schedule: interleave.Schedule | None,
 ) -> int:
     machine = {**ab_report.host_machine(), **_devices()}
+    turns = run_orders.orientations([arm.setting for arm in plan.arms], plan.baseline)
     if schedule is None:
         design = f"{args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
+        if turns is not None:
+            design += f", blocks {' '.join(turns)} (drawn from schedule seed {args.schedule_seed})"
     else:
         design = f"interleaved, {schedule.describe()}"
     title = (
@@ -225,6 +230,7 @@ def _report_same_process(
     }
     if schedule is None:
         extra["run_order"] = [arm.label for arm in plan.arms]
+        extra["block_orientations"] = turns
     else:
         extra["schedule"] = schedule.to_json()
     return write_verdict(
@@ -241,6 +247,7 @@ def _report_same_process(
         cross_pod=False,
         min_effect_pct=args.min_effect,
         schedule=schedule,
+        baseline=plan.baseline,
     )
 
 

@@ -40,7 +40,12 @@ from rl_trainer_bench.units import milliseconds
 FASTER, SLOWER, NO_EFFECT, NOISY = "FASTER", "SLOWER", "NO-EFFECT", "NOISY"
 SEPARATE_ARMS, INTERLEAVED = run_orders.DESIGN, interleave.DESIGN
 BLOCKED = run_orders.BLOCKED_DESIGN
-CONFIDENCE = 0.95
+# 99%, not 95%: a 95% interval claims an effect in 1 of 20 runs of nothing changed by construction,
+# so a user's batch of A/As, or any bias left by a load, meets or exceeds 1 in 20; at 99% the
+# nominal rate is 1 in 100 and a residual bias has room below 1 in 20 (BENCHMARKS.md, "A/B false
+# positives under load"). The price is a wider interval (t over 5 degrees of freedom: 4.03 standard
+# errors against 2.57): effects near the min effect come back NOISY, and --blocks buys them back.
+CONFIDENCE = 0.99
 RESAMPLES = 2000
 _RULE_MS = ".3g"  # milliseconds in the rule text: three significant digits, sign when negative
 
@@ -127,11 +132,18 @@ class Score:
     drift: ab_drift.Drift
     drift_answer: str  # how the design deals with a linear drift (cancels it, or does not)
     blocks: list[list[str]] = dataclasses.field(default_factory=list)  # BLOCKED: arm labels
+    # BLOCKED: each block's difference (setting minus baseline), by delta name: the interval's units
+    block_differences_s: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def confidence(self) -> float:
+        return CONFIDENCE
 
     def to_json(self) -> dict[str, Any]:
         return {
             "design": self.design,
             "blocks": self.blocks,
+            "block_differences_s": self.block_differences_s,
             "drift": self.drift.to_json(),
             "drift_answer": self.drift_answer,
             "arms": {k: dataclasses.asdict(v) for k, v in self.arms.items()},
@@ -151,12 +163,17 @@ class Score:
 
 
 def score(
-    runs: Sequence[ArmRun], *, min_effect_pct: float, cross_pod: bool = False, seed: int = 0
+    runs: Sequence[ArmRun],
+    *,
+    min_effect_pct: float,
+    cross_pod: bool = False,
+    seed: int = 0,
+    baseline: str | None = None,
 ) -> Score:
-    """Score separate arms: every later setting against the first one (the baseline); by blocks
-    when the run order is made of balanced blocks (`score_blocks`)."""
+    """Score separate arms: every other setting against the baseline (None: the first to run); by
+    blocks when the run order is made of balanced blocks (`score_blocks`)."""
     times = _scored_times(runs)
-    by_setting = _labels_by_setting(runs)
+    by_setting = _labels_by_setting(runs, baseline)
     arms = {label: Spread.of(t) for label, t in times.items()}
     settings = {
         s: Spread.of([x for lb in labels for x in times[lb]]) for s, labels in by_setting.items()
@@ -175,28 +192,12 @@ def score(
         return score_blocks(runs, arms, settings, labelled, drift, min_effect_s)
     noise = _noise_floors(arms, by_setting)
     floor = None if cross_pod or not noise else max(n.seconds for n in noise)
-    deltas = []
-    for index, setting in enumerate(others):
-        low, high = _bootstrap_interval(
-            [times[lb] for lb in by_setting[baseline]],
-            [times[lb] for lb in by_setting[setting]],
-            np.random.default_rng([seed, index]),
+    deltas = [
+        _bootstrapped_delta(times, arms, by_setting, setting, settings, floor, min_effect_s, rng)
+        for setting, rng in zip(
+            others, (np.random.default_rng([seed, i]) for i in range(len(others))), strict=True
         )
-        delta = _mean_of_arm_medians(arms, by_setting[setting]) - _mean_of_arm_medians(
-            arms, by_setting[baseline]
-        )
-        deltas.append(
-            Delta.judged(
-                setting,
-                baseline,
-                delta,
-                low,
-                high,
-                settings[baseline].median_s,
-                floor,
-                min_effect_s,
-            )
-        )
+    ]
     return Score(
         arms,
         settings,
@@ -209,6 +210,31 @@ def score(
         SEPARATE_ARMS,
         drift,
         _drift_answer(runs, cross_pod),
+    )
+
+
+def _bootstrapped_delta(
+    times: dict[str, list[float]],
+    arms: dict[str, Spread],
+    by_setting: dict[str, list[str]],
+    setting: str,
+    settings: dict[str, Spread],
+    floor_s: float | None,
+    min_effect_s: float,
+    rng: np.random.Generator,
+) -> Delta:
+    """`setting` against the baseline (by_setting's first) with its bootstrap interval."""
+    baseline = next(iter(by_setting))
+    low, high = _bootstrap_interval(
+        [times[lb] for lb in by_setting[baseline]],
+        [times[lb] for lb in by_setting[setting]],
+        rng,
+    )
+    delta = _mean_of_arm_medians(arms, by_setting[setting]) - _mean_of_arm_medians(
+        arms, by_setting[baseline]
+    )
+    return Delta.judged(
+        setting, baseline, delta, low, high, settings[baseline].median_s, floor_s, min_effect_s
     )
 
 
@@ -225,19 +251,20 @@ def score_blocks(
     with Student's t interval (`t_interval`); the min effect is the bar."""
     setting_of = {run.label: run.setting for run in runs}
     baseline, *others = settings
-    deltas = []
+    deltas, differences = [], {}
     for setting in others:
-        differences = [
+        units = [
             _block_mean(arms, setting_of, block, setting)
             - _block_mean(arms, setting_of, block, baseline)
             for block in blocks
         ]
-        delta, low, high = t_interval(differences)
+        delta, low, high = t_interval(units)
         deltas.append(
             Delta.judged(
                 setting, baseline, delta, low, high, settings[baseline].median_s, None, min_effect_s
             )
         )
+        differences[deltas[-1].name] = units
     return Score(
         arms,
         settings,
@@ -251,6 +278,7 @@ def score_blocks(
         drift,
         run_orders.describe([run.setting for run in runs]),
         blocks,
+        differences,
     )
 
 
@@ -280,9 +308,10 @@ def _scored_times(runs: Sequence[ArmRun]) -> dict[str, list[float]]:
     return times
 
 
-def _labels_by_setting(runs: Sequence[ArmRun]) -> dict[str, list[str]]:
-    """Arm labels by setting, baseline first; one setting alone has nothing to compare against."""
-    by_setting: dict[str, list[str]] = {}
+def _labels_by_setting(runs: Sequence[ArmRun], baseline: str | None) -> dict[str, list[str]]:
+    """Arm labels by setting, baseline first (None: the first to run; a blocks order may start
+    with any setting); one setting alone has nothing to compare against."""
+    by_setting: dict[str, list[str]] = {} if baseline is None else {baseline: []}
     for run in runs:
         by_setting.setdefault(run.setting, []).append(run.label)
     if len(by_setting) < 2:

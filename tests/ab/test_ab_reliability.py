@@ -41,7 +41,8 @@ class EngineConfigs:
 def test_the_readmes_engine_key_arms_run_each_on_its_own_engine_config(tmp_path):
     benches = EngineConfigs()
     arms = "base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2"
-    code = run_ab(["--arms", arms, "--steps", "1", "--out", str(tmp_path / "ab")], benches)
+    argv = ["--arms", arms, "--steps", "1", "--schedule-seed", "0"]  # seed 0: base runs first
+    code = run_ab([*argv, "--out", str(tmp_path / "ab")], benches)
     assert code == 0
     factors = [c.moe.ragged_buffer_factor for c in benches.engine_configs]
     assert factors == [1.25, 2.0]  # two programs, one bench each, in the arms' order
@@ -100,7 +101,8 @@ def _files(folder: Path) -> dict[str, bytes]:
 
 def test_ctrl_c_over_an_earlier_complete_run_moves_it_aside_whole(tmp_path, capsys):
     out = tmp_path / "out"
-    assert run_ab(["--steps", "1", "--out", str(out)]) == 0
+    argv = ["--steps", "1", "--schedule-seed", "0"]  # seed 0: off runs first, on second
+    assert run_ab([*argv, "--out", str(out)]) == 0
     earlier = _files(out)
     assert {"ab.json", "ab.txt", "ab.log", "arm1-off.jsonl"} <= set(earlier)
     engine = InterruptedEngine(at=3)  # the second arm's first step
@@ -108,7 +110,7 @@ def test_ctrl_c_over_an_earlier_complete_run_moves_it_aside_whole(tmp_path, caps
     def make_bench(config, log):
         return Bench(config, log, engine_factory=lambda _: engine, pool=stand_in_pool(3))
 
-    assert run_ab(["--steps", "1", "--out", str(out)], make_bench) == 130
+    assert run_ab([*argv, "--out", str(out)], make_bench) == 130
     capsys.readouterr()
     (aside,) = [p for p in out.iterdir() if p.is_dir()]
     assert aside.name.startswith("earlier-") and _files(aside) == earlier
@@ -141,6 +143,7 @@ def test_sigterm_ends_the_ab_like_ctrl_c_with_143(tmp_path):
         "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO / "tests"), str(REPO)]),
     }
     argv = ["--engine", "slow_engine:SlowEngine", "--steps", "100", "--knob", "MICRO_STEPS=1"]
+    argv += ["--schedule-seed", "0"]  # off runs first
     process = subprocess.Popen(
         [sys.executable, "-m", "rl_trainer_bench.cli", "ab", *argv, "--out", str(out)],
         env=env,
