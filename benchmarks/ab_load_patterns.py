@@ -22,7 +22,10 @@ and `mirrored` (`--order mirrored --steps 8`, the earlier default) for compariso
 
 Per-run results go to --out (JSON, rewritten atomically after every run): the verdict, the delta
 and its interval, each block's difference (the interval's units), the drawn schedule seed and the
-blocks' orientations, and the load average before and after.
+blocks' orientations, and the load average before and after. `--rescore FILE --confidence C`
+scores the recorded block differences of FILE's runs again at another confidence (same rule: the
+t interval excludes 0 and |delta| > the 2% min effect) and prints the claims per condition, with
+the median half-width of the interval: what another level would have said about the same runs.
 """
 
 from __future__ import annotations
@@ -206,6 +209,30 @@ def _kinds(kinds: str, slow_ms: str) -> list[tuple[str, float]]:
     ]
 
 
+def rescore(path: Path, confidence: float) -> dict[str, Any]:
+    """Claims per condition had the blocks' t interval been at `confidence` (runs with block
+    differences only), and each condition's median interval half-width in ms."""
+    import numpy as np
+    from scipy import stats
+
+    out: dict[str, Any] = {}
+    for run in json.loads(path.read_text())["runs"]:
+        units = np.asarray(run.get("block_differences_ms") or [], dtype=np.float64)
+        if len(units) < 2:
+            continue
+        half = stats.t.ppf(0.5 + confidence / 2, len(units) - 1) * stats.sem(units)
+        mean, bar = float(units.mean()), 0.02 * run["baseline_median_ms"]
+        claim = abs(mean) > half and abs(mean) > bar
+        slow = f" {run['slow_ms']:g} ms" if run["kind"] == "slow" else ""
+        entry = out.setdefault(f"{run['kind']}{slow}", {"runs": 0, "claims": 0, "half_ms": []})
+        entry["runs"] += 1
+        entry["claims"] += int(claim)
+        entry["half_ms"].append(float(half))
+    for entry in out.values():
+        entry["half_ms"] = round(float(np.median(entry["half_ms"])), 2)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs per load, design and kind")
@@ -218,7 +245,12 @@ def main() -> int:
     parser.add_argument("--engine", choices=["real", "stand-in"], default="real")
     parser.add_argument("--call-ms", type=float, default=25.0, help="stand-in: work per fwd_bwd")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--rescore", type=Path, help="score FILE's recorded runs again, run none")
+    parser.add_argument("--confidence", type=float, default=0.95, help="with --rescore")
     args = parser.parse_args()
+    if args.rescore is not None:
+        print(json.dumps(rescore(args.rescore, args.confidence), indent=1))
+        return 0
     from rl_trainer_bench.bench.distributed import start_for_preset
     from rl_trainer_bench.config import knobs
 
