@@ -8,7 +8,7 @@ chain of small float64 matmuls, calibrated once to `--call-ms`), so the step tim
 machine's own noise and drift under whatever else runs on it. Designs:
 
     block        --order block        off, on, off', on'
-    mirrored     (default)            off, on, on', off'
+    mirrored     --order mirrored     off, on, on', off' (the default until 2026-12-03)
     interleaved  --design interleaved one run, boundaries switched on a seeded schedule
 
 A/A: the two settings are the same (`off` against `same:STAGE_BEFORE_UPDATE=off`), so any FASTER

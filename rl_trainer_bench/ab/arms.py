@@ -1,9 +1,9 @@
 """A/B arms: what each arm sets, parsed once from `--arms`.
 
 An arm is a named setting of knobs run for the same steps as every other arm. `--arms` names the
-settings; the run order (`order.py`) runs each twice, mirrored by default (`off,on,on',off'`), or
-as written when `--arms` spells out its own repeats. A setting's second run is a repeat: the
-difference between its two runs is the noise floor, measured in the same process as the effect.
+settings; the run order (`order.py`) runs each many times, in balanced blocks by default
+(`off,on,on',off'` then `on#3,off#3,off#4,on#4` ...), or as written when `--arms` spells out its
+own repeats. Repeats of a setting measure the noise in the same process as the effect.
 Knob names follow the bench's own edges:
 an UPPER_CASE key is a driver knob (the DRIVER_ENV a pod would get), a lower_case key is an engine
 key (it goes into ENGINE_FLAGS), so any arm a pod can run, an A/B can run. `maxtext.KEY` is one of
@@ -72,13 +72,17 @@ class ArmSpec:
         return ",".join(f"{k}={v}" for k, v in pairs) or "(defaults)"
 
 
-def parse_arms(text: str, order: str | None = None) -> list[ArmSpec]:
-    """Parse `--arms` into arms in run order (`order`: see order.py; None: its default_order).
+def parse_arms(
+    text: str, order: str | None = None, blocks: int | None = None, seed: int = 0
+) -> list[ArmSpec]:
+    """Parse `--arms` into arms in run order (`order`: see order.py; None: its default_order;
+    `blocks`: the BLOCKS order's count, refused with any other order; None: its default; `seed`:
+    draws the BLOCKS order's turns).
 
     Grammar (comma-separated tokens): `NAME` runs a built-in or earlier-defined setting;
     `NAME:KEY=V` defines a setting and runs it, and each following `KEY=V` token adds to it.
-    Example: `base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2` (mirrored: base, wide,
-    wide', base').
+    Example: `base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2` (blocks: base, wide,
+    wide', base', wide#3, base#3, ...).
     """
     definitions: dict[str, dict[str, str]] = {name: dict(k) for name, k in BUILTIN_ARMS.items()}
     defined_here: set[str] = set()
@@ -117,7 +121,15 @@ def parse_arms(text: str, order: str | None = None) -> list[ArmSpec]:
     if len(set(written)) < 2:
         raise UserError(f"--arms {text!r}: an A/B needs at least two different settings")
     chosen = run_orders.default_order(written) if order is None else order
-    return _number(run_orders.run_order(written, chosen), definitions)
+    if blocks is not None and chosen != run_orders.BLOCKS:
+        raise UserError(
+            f"--blocks {blocks} sets the blocks of --order {run_orders.BLOCKS}, and this run's "
+            f"order is {chosen}: drop --blocks, or use --order {run_orders.BLOCKS}"
+        )
+    return _number(
+        run_orders.run_order(written, chosen, blocks or run_orders.DEFAULT_BLOCKS, seed),
+        definitions,
+    )
 
 
 def _check_name(name: str, text: str) -> None:
@@ -179,7 +191,7 @@ def _number(
         knobs = definitions[name]
         arms.append(
             ArmSpec(
-                label=name + "'" * occurrence,
+                label=_label(name, occurrence),
                 setting=name,
                 driver_knobs={k: v for k, v in knobs.items() if _DRIVER_KNOB.fullmatch(k)},
                 engine_keys={k: v for k, v in knobs.items() if not _DRIVER_KNOB.fullmatch(k)},
@@ -187,3 +199,11 @@ def _number(
             )
         )
     return arms
+
+
+def _label(name: str, occurrence: int) -> str:
+    """The arm's label: the setting's name, `name'` for its first repeat, `name#3` for its third
+    run and so on (`#` is no name character, so a label never reads as another setting's name)."""
+    if occurrence < 2:
+        return name + "'" * occurrence
+    return f"{name}#{occurrence + 1}"

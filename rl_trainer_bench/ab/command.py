@@ -1,22 +1,26 @@
 """`rl-trainer-bench ab`: did my change move the step time by more than the noise?
 
-One process runs the arms back to back (default off, on, on', off': STAGE_BEFORE_UPDATE
-switched, each setting twice, mirrored so a linear drift of the machine cancels) on the same
-micro-batches, so the effect and the noise floor are measured on the same machine, minutes apart
-(`same_process`). Predictions are recorded before any device work; the exact checks, the score and
-the verdict come after (`verdict`). `--from-logs` scores runs from separate pods with the same
+One process runs the arms back to back (default STAGE_BEFORE_UPDATE off and on, in six balanced
+blocks such as off, on, on', off' / on, off, off, on / ..., turned at random, see order.py) on the
+same micro-batches, so the effect and the noise are measured on the same machine, seconds apart
+(`same_process`). Predictions are recorded before any device work; the exact checks, the score
+and the verdict come after (`verdict`). `--from-logs` scores runs from separate pods with the same
 report, marked cross-pod, with no shared noise floor (`cross_pod`).
 """
 
 from __future__ import annotations
 
 import argparse
+import secrets
 import time
 
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab.cross_pod import cross_pod
+from rl_trainer_bench.ab.parser import DEFAULT_STEPS
 from rl_trainer_bench.ab.same_process import BenchFactory, same_process
 from rl_trainer_bench.errors import UserError
+
+SEED_BITS = 32  # a drawn seed short enough to read back and type
 
 
 def run(args: argparse.Namespace, *, make_bench: BenchFactory | None = None) -> int:
@@ -24,6 +28,10 @@ def run(args: argparse.Namespace, *, make_bench: BenchFactory | None = None) -> 
     started = time.time()
     if not 0 < args.min_effect < 100:
         raise UserError(f"--min-effect {args.min_effect}: give a percent between 0 and 100")
+    if args.steps is None:
+        args.steps = DEFAULT_STEPS[args.design]
+    if args.schedule_seed is None:  # a fresh layout for every run, so no load is locked to one
+        args.schedule_seed = secrets.randbits(SEED_BITS)  # setting; recorded with the settings
     predictions, sources = _predictions(args)
     if args.from_logs:
         return cross_pod(args, predictions, sources, started)

@@ -15,11 +15,11 @@ from rl_trainer_bench.config import values
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS, MAX_SEED, MAX_STEPS, add_preset_flag
 from rl_trainer_bench.errors import ConfigError
 
-DEFAULT_STEPS = 8
-
-
-DEFAULT_MIN_EFFECT_PCT = 2.0
 DESIGN_ARMS, DESIGN_INTERLEAVED = "arms", "interleaved"
+# Scored steps per arm (separate arms: many short arms in blocks) or pairs (interleaved).
+DEFAULT_STEPS = {DESIGN_ARMS: 3, DESIGN_INTERLEAVED: 8}
+MAX_BLOCKS = 1000
+DEFAULT_MIN_EFFECT_PCT = 2.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +38,7 @@ def _add_design_arguments(parser: argparse.ArgumentParser) -> None:
         "--arms",
         default=ab_arms.DEFAULT_ARMS,
         help="settings to compare, baseline first: built-in off, on, after, or NAME:KEY=V[,KEY=V] "
-        "to define one (UPPER_CASE: driver knob, lower_case: engine key); each runs twice in the "
+        "to define one (UPPER_CASE: driver knob, lower_case: engine key); each runs at least twice in the "
         "--order; repeat names to spell out the order yourself "
         f"(default: {ab_arms.DEFAULT_ARMS})",
     )
@@ -47,7 +47,13 @@ def _add_design_arguments(parser: argparse.ArgumentParser) -> None:
         choices=list(run_orders.ORDERS),
         help="run order of the arms: "
         + "; ".join(f"{name}: {what}" for name, what in run_orders.ORDERS.items())
-        + f" (default: {run_orders.MIRRORED}, or {run_orders.WRITTEN} when --arms repeats a name)",
+        + f" (default: {run_orders.BLOCKS}, or {run_orders.WRITTEN} when --arms repeats a name)",
+    )
+    parser.add_argument(
+        "--blocks",
+        type=_block_count,
+        help=f"blocks of the {run_orders.BLOCKS} order; more blocks narrow the interval on a noisy "
+        f"host, each costs every setting twice (default: {run_orders.DEFAULT_BLOCKS})",
     )
     parser.add_argument(
         "--design",
@@ -61,8 +67,9 @@ def _add_design_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--schedule-seed",
         type=_seed,
-        default=0,
-        help="seed of the interleaved schedule (default: 0)",
+        help="seed of the run's random layout: which way each pair of blocks turns (--order "
+        f"{run_orders.BLOCKS}), or the interleaved schedule; pass a run's recorded seed back to "
+        "repeat its layout (default: drawn afresh for every run, recorded in ab.json)",
     )
 
 
@@ -71,9 +78,8 @@ def _add_length_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--steps",
         type=_step_count,
-        default=DEFAULT_STEPS,
         help="scored steps per arm; interleaved: pairs of scored steps, rounded up to even "
-        f"(about the same run time) (default: {DEFAULT_STEPS})",
+        f"(default: {DEFAULT_STEPS[DESIGN_ARMS]}; interleaved: {DEFAULT_STEPS[DESIGN_INTERLEAVED]})",
     )
     parser.add_argument(
         "--warmup-steps",
@@ -159,3 +165,4 @@ def _whole_number(name: str, minimum: int, maximum: int, shown_maximum: str):
 _seed = _whole_number("seed", 0, MAX_SEED, "2^64-1")
 # An A/B holds every record of every arm in memory, so step counts are bounded like the knobs'.
 _step_count = _whole_number("steps", 1, MAX_STEPS, f"{MAX_STEPS:,}")
+_block_count = _whole_number("blocks", run_orders.MIN_BLOCKS, MAX_BLOCKS, f"{MAX_BLOCKS:,}")

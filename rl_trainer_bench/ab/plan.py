@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from rl_trainer_bench.ab import arms as ab_arms
+from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab.arms import ArmSpec
 from rl_trainer_bench.bench import plan as bench_plan
 from rl_trainer_bench.bench.micro_batch_memory import host_memory_bytes
@@ -33,6 +34,7 @@ class ArmPlan:
     stages: dict[str, config.StageConfig]  # by arm label
     groups: dict[str, str]  # arm label -> bench name; arms that share programs share a bench
     bench_configs: dict[str, config.BenchConfig]  # by bench name
+    baseline: str  # the setting --arms names first; the blocks order may run another one first
 
     def arms_of(self, bench: str) -> list[ArmSpec]:
         return [arm for arm in self.arms if self.groups[arm.label] == bench]
@@ -44,7 +46,7 @@ def plan_arms(args: argparse.Namespace, out: Path, on_this_host: bool = True) ->
     `on_this_host` False plans for another machine (a rendered pod): this host's memory says
     nothing of the pod's there, so the micro-batch pool is not judged against it."""
     preset = config.preset(args.preset)
-    arms = ab_arms.parse_arms(args.arms, args.order)
+    arms = ab_arms.parse_arms(args.arms, args.order, args.blocks, args.schedule_seed)
     base = base_knobs(args.knob)
     envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
     arm_configs = {label: config.BenchConfig.from_env(env) for label, env in envs.items()}
@@ -56,7 +58,8 @@ def plan_arms(args: argparse.Namespace, out: Path, on_this_host: bool = True) ->
     groups = {arm.label: names[arm.program_knobs] for arm in arms}
     bench_configs = {groups[label]: arm_config for label, arm_config in arm_configs.items()}
     stages = {label: arm_config.stage for label, arm_config in arm_configs.items()}
-    return ArmPlan(preset, arms, envs, stages, groups, bench_configs)
+    baseline = ab_arms.parse_arms(args.arms, run_orders.WRITTEN)[0].setting
+    return ArmPlan(preset, arms, envs, stages, groups, bench_configs, baseline)
 
 
 def arm_env(

@@ -57,7 +57,12 @@ def table(
         lines.append(
             f"{setting}: median {milliseconds(spread.median_s)} ms over {spread.steps} steps (all its arms)"
         )
-    if score.noise:
+    if score.blocks:
+        lines.append(
+            f"noise: the spread of the {len(score.blocks)} blocks' differences, in each delta's "
+            "interval (no separate floor)"
+        )
+    elif score.noise:
         for noise in score.noise:
             lines.append(
                 f"noise floor {noise.setting}: {milliseconds(noise.seconds)} ms "
@@ -70,7 +75,7 @@ def table(
     for delta in score.deltas:
         lines.append(
             f"delta {delta.name}: {milliseconds(delta.delta_s, _SIGNED_MS)} ms ({delta.percent(delta.delta_s):+.1f}%), "
-            f"95% CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms -> {delta.verdict}"
+            f"{score.confidence:.0%} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms -> {delta.verdict}"
         )
         lines.append(f"  because {delta.reason}")
     lines += ["", *design_lines(runs, score)]
@@ -117,7 +122,9 @@ def design_lines(runs: Sequence[ArmRun], score: Score) -> list[str]:
     """Which design produced the verdict, the drift it ran under, and a warning when that drift
     moved step time by more than the min effect over the run."""
     drift = score.drift
-    separate = score.design == run_orders.DESIGN and not score.cross_pod
+    separate = (
+        score.design in (run_orders.DESIGN, run_orders.BLOCKED_DESIGN) and not score.cross_pod
+    )
     order = f", run order {', '.join(run.label for run in runs)}" if separate else ""
     lines = [f"design: {score.design}{order}: {score.drift_answer}"]
     fits = [("within arms", drift.within_arms), ("across the run", drift.across_run)]

@@ -116,7 +116,14 @@ def interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.
             f"--order {args.order} orders separate arms (--design arms); an interleaved run"
             " switches settings on its seeded schedule: drop --order, or set --schedule-seed"
         )
+    if args.blocks is not None:
+        raise UserError(
+            f"--blocks {args.blocks} sets the blocks of separate arms (--design arms); an "
+            "interleaved run has its own schedule: drop --blocks, or set --steps"
+        )
     baseline, other = interleave.stage_only_settings(plan.arms)
+    if baseline.setting != plan.baseline:  # the blocks order may have run the other one first
+        baseline, other = other, baseline
     return interleave.make_schedule(
         (baseline.setting, other.setting),
         pairs=args.steps,
@@ -127,8 +134,8 @@ def interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.
 
 def order_line(arms: Sequence[ArmSpec]) -> str:
     """The run order as printed before any arm runs, with what it does about a linear drift."""
-    balance = run_orders.balance([arm.setting for arm in arms])
-    return f"run order: {', '.join(arm.label for arm in arms)} ({balance.describe()})"
+    described = run_orders.describe([arm.setting for arm in arms])
+    return f"run order: {', '.join(arm.label for arm in arms)} ({described})"
 
 
 def _run_interleaved(
@@ -205,8 +212,11 @@ def _report_same_process(
     schedule: interleave.Schedule | None,
 ) -> int:
     machine = {**ab_report.host_machine(), **_devices()}
+    turns = run_orders.orientations([arm.setting for arm in plan.arms], plan.baseline)
     if schedule is None:
         design = f"{args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
+        if turns is not None:
+            design += f", blocks {' '.join(turns)} (drawn from schedule seed {args.schedule_seed})"
     else:
         design = f"interleaved, {schedule.describe()}"
     title = (
@@ -220,6 +230,7 @@ def _report_same_process(
     }
     if schedule is None:
         extra["run_order"] = [arm.label for arm in plan.arms]
+        extra["block_orientations"] = turns
     else:
         extra["schedule"] = schedule.to_json()
     return write_verdict(
@@ -236,6 +247,7 @@ def _report_same_process(
         cross_pod=False,
         min_effect_pct=args.min_effect,
         schedule=schedule,
+        baseline=plan.baseline,
     )
 
 
@@ -244,6 +256,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "preset": args.preset,
         "arms": args.arms,
         "order": args.order,
+        "blocks": args.blocks,
         "design": args.design,
         "schedule_seed": args.schedule_seed,
         "steps": args.steps,

@@ -11,6 +11,15 @@ two runs of *nothing changed* land. A change counts only when it clears both, an
 decides is printed with its numbers beside the verdict, so a reader can check it by hand.
 The drift of the machine over the run (drift.py) is scored beside the delta, with the design's
 answer to it: an order that cancels it, or none.
+
+When the run order is made of balanced blocks (order.py's `blocks`, the default), each block is one
+repeat of the whole experiment, and the block, not the step, is the unit: the delta is the mean over
+blocks of each block's difference of arm medians, its interval Student's t over blocks. Steps within
+an arm share the moment's load, so a bootstrap over steps measures only the jitter within arms and
+takes the load that moves between arms for an effect; the range of two arms' medians, the floor
+that stood guard, said nothing when both baseline arms sat in the same loaded ends of the run. The
+spread of the blocks' differences carries every noise that moves an arm (jitter, a burst of other
+work, drift the order left over), so the interval widens with it; the min effect is the bar.
 """
 
 from __future__ import annotations
@@ -30,7 +39,13 @@ from rl_trainer_bench.units import milliseconds
 
 FASTER, SLOWER, NO_EFFECT, NOISY = "FASTER", "SLOWER", "NO-EFFECT", "NOISY"
 SEPARATE_ARMS, INTERLEAVED = run_orders.DESIGN, interleave.DESIGN
-CONFIDENCE = 0.95
+BLOCKED = run_orders.BLOCKED_DESIGN
+# 99%, not 95%: a 95% interval claims an effect in 1 of 20 runs of nothing changed by construction,
+# so a user's batch of A/As, or any bias left by a load, meets or exceeds 1 in 20; at 99% the
+# nominal rate is 1 in 100 and a residual bias has room below 1 in 20 (BENCHMARKS.md, "A/B false
+# positives under load"). The price is a wider interval (t over 5 degrees of freedom: 4.03 standard
+# errors against 2.57): effects near the min effect come back NOISY, and --blocks buys them back.
+CONFIDENCE = 0.99
 RESAMPLES = 2000
 _RULE_MS = ".3g"  # milliseconds in the rule text: three significant digits, sign when negative
 
@@ -113,13 +128,22 @@ class Score:
     cross_pod: bool
     deltas: list[Delta]
     rule: str
-    design: str  # SEPARATE_ARMS or INTERLEAVED: which design produced the verdict
+    design: str  # SEPARATE_ARMS, BLOCKED or INTERLEAVED: which design produced the verdict
     drift: ab_drift.Drift
     drift_answer: str  # how the design deals with a linear drift (cancels it, or does not)
+    blocks: list[list[str]] = dataclasses.field(default_factory=list)  # BLOCKED: arm labels
+    # BLOCKED: each block's difference (setting minus baseline), by delta name: the interval's units
+    block_differences_s: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def confidence(self) -> float:
+        return CONFIDENCE
 
     def to_json(self) -> dict[str, Any]:
         return {
             "design": self.design,
+            "blocks": self.blocks,
+            "block_differences_s": self.block_differences_s,
             "drift": self.drift.to_json(),
             "drift_answer": self.drift_answer,
             "arms": {k: dataclasses.asdict(v) for k, v in self.arms.items()},
@@ -139,17 +163,21 @@ class Score:
 
 
 def score(
-    runs: Sequence[ArmRun], *, min_effect_pct: float, cross_pod: bool = False, seed: int = 0
+    runs: Sequence[ArmRun],
+    *,
+    min_effect_pct: float,
+    cross_pod: bool = False,
+    seed: int = 0,
+    baseline: str | None = None,
 ) -> Score:
-    """Score separate arms: every later setting against the first one (the baseline)."""
+    """Score separate arms: every other setting against the baseline (None: the first to run); by
+    blocks when the run order is made of balanced blocks (`score_blocks`)."""
     times = _scored_times(runs)
-    by_setting = _labels_by_setting(runs)
+    by_setting = _labels_by_setting(runs, baseline)
     arms = {label: Spread.of(t) for label, t in times.items()}
     settings = {
         s: Spread.of([x for lb in labels for x in times[lb]]) for s, labels in by_setting.items()
     }
-    noise = _noise_floors(arms, by_setting)
-    floor = None if cross_pod or not noise else max(n.seconds for n in noise)
     baseline, *others = by_setting
     min_effect_s = min_effect_pct / 100.0 * settings[baseline].median_s
     drift = ab_drift.measure(
@@ -158,28 +186,18 @@ def score(
         shared_clock=not cross_pod,
         min_effect_s=min_effect_s,
     )
-    deltas = []
-    for index, setting in enumerate(others):
-        low, high = _bootstrap_interval(
-            [times[lb] for lb in by_setting[baseline]],
-            [times[lb] for lb in by_setting[setting]],
-            np.random.default_rng([seed, index]),
+    blocks = None if cross_pod else run_orders.blocks_of([run.setting for run in runs])
+    if blocks is not None:
+        labelled = [[runs[i].label for i in block] for block in blocks]
+        return score_blocks(runs, arms, settings, labelled, drift, min_effect_s)
+    noise = _noise_floors(arms, by_setting)
+    floor = None if cross_pod or not noise else max(n.seconds for n in noise)
+    deltas = [
+        _bootstrapped_delta(times, arms, by_setting, setting, settings, floor, min_effect_s, rng)
+        for setting, rng in zip(
+            others, (np.random.default_rng([seed, i]) for i in range(len(others))), strict=True
         )
-        delta = _mean_of_arm_medians(arms, by_setting[setting]) - _mean_of_arm_medians(
-            arms, by_setting[baseline]
-        )
-        deltas.append(
-            Delta.judged(
-                setting,
-                baseline,
-                delta,
-                low,
-                high,
-                settings[baseline].median_s,
-                floor,
-                min_effect_s,
-            )
-        )
+    ]
     return Score(
         arms,
         settings,
@@ -195,6 +213,92 @@ def score(
     )
 
 
+def _bootstrapped_delta(
+    times: dict[str, list[float]],
+    arms: dict[str, Spread],
+    by_setting: dict[str, list[str]],
+    setting: str,
+    settings: dict[str, Spread],
+    floor_s: float | None,
+    min_effect_s: float,
+    rng: np.random.Generator,
+) -> Delta:
+    """`setting` against the baseline (by_setting's first) with its bootstrap interval."""
+    baseline = next(iter(by_setting))
+    low, high = _bootstrap_interval(
+        [times[lb] for lb in by_setting[baseline]],
+        [times[lb] for lb in by_setting[setting]],
+        rng,
+    )
+    delta = _mean_of_arm_medians(arms, by_setting[setting]) - _mean_of_arm_medians(
+        arms, by_setting[baseline]
+    )
+    return Delta.judged(
+        setting, baseline, delta, low, high, settings[baseline].median_s, floor_s, min_effect_s
+    )
+
+
+def score_blocks(
+    runs: Sequence[ArmRun],
+    arms: dict[str, Spread],
+    settings: dict[str, Spread],
+    blocks: list[list[str]],
+    drift: ab_drift.Drift,
+    min_effect_s: float,
+) -> Score:
+    """Score a run of balanced blocks (arm labels per block, in run order): for every later
+    setting, each block's mean of its arm medians minus the baseline's, then the mean over blocks
+    with Student's t interval (`t_interval`); the min effect is the bar."""
+    setting_of = {run.label: run.setting for run in runs}
+    baseline, *others = settings
+    deltas, differences = [], {}
+    for setting in others:
+        units = [
+            _block_mean(arms, setting_of, block, setting)
+            - _block_mean(arms, setting_of, block, baseline)
+            for block in blocks
+        ]
+        delta, low, high = t_interval(units)
+        deltas.append(
+            Delta.judged(
+                setting, baseline, delta, low, high, settings[baseline].median_s, None, min_effect_s
+            )
+        )
+        differences[deltas[-1].name] = units
+    return Score(
+        arms,
+        settings,
+        [],
+        None,
+        min_effect_s,
+        False,
+        deltas,
+        rule_text(None, min_effect_s, False, BLOCKED),
+        BLOCKED,
+        drift,
+        run_orders.describe([run.setting for run in runs]),
+        blocks,
+        differences,
+    )
+
+
+def _block_mean(
+    arms: dict[str, Spread], setting_of: dict[str, str], block: Sequence[str], setting: str
+) -> float:
+    return _mean_of_arm_medians(arms, [label for label in block if setting_of[label] == setting])
+
+
+def t_interval(differences: Sequence[float]) -> tuple[float, float, float]:
+    """The mean of independent differences and its CONFIDENCE interval by Student's t: the right
+    width for a handful of units, where a bootstrap over them is far too narrow."""
+    from scipy import stats  # a dependency of JAX's; imported here, where it is needed
+
+    x = np.asarray(differences, dtype=np.float64)
+    mean = float(np.mean(x))
+    half_width = float(stats.t.ppf(0.5 + CONFIDENCE / 2, len(x) - 1) * stats.sem(x))
+    return mean, mean - half_width, mean + half_width
+
+
 def _scored_times(runs: Sequence[ArmRun]) -> dict[str, list[float]]:
     """Scored step seconds by arm label; an arm with none has no median, so it is refused."""
     times = {run.label: [r.step_s for r in run.scored] for run in runs}
@@ -204,9 +308,10 @@ def _scored_times(runs: Sequence[ArmRun]) -> dict[str, list[float]]:
     return times
 
 
-def _labels_by_setting(runs: Sequence[ArmRun]) -> dict[str, list[str]]:
-    """Arm labels by setting, baseline first; one setting alone has nothing to compare against."""
-    by_setting: dict[str, list[str]] = {}
+def _labels_by_setting(runs: Sequence[ArmRun], baseline: str | None) -> dict[str, list[str]]:
+    """Arm labels by setting, baseline first (None: the first to run; a blocks order may start
+    with any setting); one setting alone has nothing to compare against."""
+    by_setting: dict[str, list[str]] = {} if baseline is None else {baseline: []}
     for run in runs:
         by_setting.setdefault(run.setting, []).append(run.label)
     if len(by_setting) < 2:
@@ -278,21 +383,30 @@ def rule_text(
 ) -> str:
     """The verdict rule, with this run's numbers, as printed beside the verdict."""
     if floor_s is None:
-        why = "cross-pod: no shared noise floor" if cross_pod else "no repeated arm: no noise floor"
+        why = (
+            "cross-pod: no shared noise floor"
+            if cross_pod
+            else "the interval over blocks carries the noise"
+            if design == BLOCKED
+            else "no repeated arm: no noise floor"
+        )
         bar = f"min effect {milliseconds(min_effect_s, _RULE_MS)} ms (stands in for the noise floor; {why})"
     else:
         bar = f"noise floor {milliseconds(floor_s, _RULE_MS)} ms"
-    interval = (
-        "Student's t CI of the delta (mean over pairs of blocks of the paired difference)"
-        if design == INTERLEAVED
-        else "bootstrap CI of the delta (mean of arm medians)"
-    )
+    interval = _INTERVALS.get(design, "bootstrap CI of the delta (mean of arm medians)")
     return (
         f"FASTER/SLOWER if the {CONFIDENCE:.0%} {interval} "
         f"excludes 0 and "
         f"|delta| > {bar}; NO-EFFECT if that bar and the CI lie within min effect "
         f"+-{milliseconds(min_effect_s, _RULE_MS)} ms; otherwise NOISY. Any failed exact check: FAIL."
     )
+
+
+_INTERVALS = {
+    INTERLEAVED: "Student's t CI of the delta (mean over pairs of blocks of the paired difference)",
+    BLOCKED: "Student's t CI of the delta (mean over blocks of each block's difference of arm "
+    "medians)",
+}
 
 
 def score_interleaved(
@@ -312,14 +426,9 @@ def score_interleaved(
     baseline, other = schedule.settings
     views = interleave.paired_steps_by_setting(run, schedule)
     arms = {view.label: Spread.of([r.step_s for r in view.records]) for view in views}
-    differences = np.array(
-        [np.mean([times[b] - times[a] for a, b in unit]) for unit in schedule.units]
+    delta, low, high = t_interval(
+        [float(np.mean([times[b] - times[a] for a, b in unit])) for unit in schedule.units]
     )
-    from scipy import stats  # a dependency of JAX's; imported here, where it is needed
-
-    delta = float(np.mean(differences))
-    half_width = stats.t.ppf(0.5 + CONFIDENCE / 2, len(differences) - 1) * stats.sem(differences)
-    low, high = delta - half_width, delta + half_width
     min_effect_s = min_effect_pct / 100.0 * arms[baseline].median_s
     step_settings = {(run.label, r.step): schedule.setting_of_step(r.step) for r in run.records}
     drift = ab_drift.measure(

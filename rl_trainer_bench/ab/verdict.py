@@ -34,13 +34,16 @@ def write_verdict(
     cross_pod: bool,
     min_effect_pct: float,
     schedule: interleave.Schedule | None = None,
+    baseline: str | None = None,
 ) -> int:
     from rl_trainer_bench.ab import score as ab_score
 
     out.mkdir(parents=True, exist_ok=True)
     checks = ab_checks.exact_checks(runs)
     if schedule is None:
-        score = ab_score.score(runs, min_effect_pct=min_effect_pct, cross_pod=cross_pod)
+        score = ab_score.score(
+            runs, min_effect_pct=min_effect_pct, cross_pod=cross_pod, baseline=baseline
+        )
         shown = runs
     else:
         (run,) = runs

@@ -153,3 +153,29 @@ def interleaved_arm(records, stages_at: list[bool]) -> ArmRun:
         recompiles=[],
         stages_at=stages_at,
     )
+
+
+def loaded_arms(
+    settings_in_run_order: list[str],
+    *,
+    base_s: float,
+    load_s: list[float],
+    steps: int,
+    effect_s: dict[str, float] | None = None,
+    jitter=None,
+) -> list[ArmRun]:
+    """Arms run back to back on a host whose other work adds `load_s[i]` to every step of the i-th
+    arm; `jitter(arm index, steps)` adds each step's own noise (seconds) when given."""
+    runs, seen = [], {}
+    for index, setting in enumerate(settings_in_run_order):
+        step_s = base_s + (effect_s or {}).get(setting, 0.0) + load_s[index]
+        noise = np.zeros(steps + 1) if jitter is None else jitter(index, steps + 1)
+        times = list(step_s + noise)
+        seen[setting] = seen.get(setting, 0) + 1
+        runs.append(arm(f"{setting}#{seen[setting]}", setting, times[1:], warmup_s=times[0]))
+    return runs
+
+
+def u_shaped_load(arms: int, peak_s: float) -> list[float]:
+    """A load heaviest at both ends of the run and zero in its middle: peak_s x (2x - 1)^2."""
+    return [peak_s * (2 * i / (arms - 1) - 1) ** 2 for i in range(arms)]

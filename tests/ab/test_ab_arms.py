@@ -10,18 +10,26 @@ from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.errors import UserError
 
 
-def test_default_arms_run_mirrored_with_primed_repeats():
+def test_default_arms_run_in_blocks_with_numbered_repeats():
     arms = ab_arms.parse_arms(ab_arms.DEFAULT_ARMS)
-    assert [a.label for a in arms] == ["off", "on", "on'", "off'"]
-    assert [a.setting for a in arms] == ["off", "on", "on", "off"]
+    assert [a.label for a in arms[:6]] == ["off", "on", "on'", "off'", "on#3", "off#3"]
+    assert [a.setting for a in arms[:6]] == ["off", "on", "on", "off", "on", "off"]
+    assert len(arms) == 4 * run_orders.DEFAULT_BLOCKS
     assert arms[1].driver_knobs == {"STAGE_BEFORE_UPDATE": "on"}
+
+
+def test_blocks_count_is_for_the_blocks_order_only():
+    assert len(ab_arms.parse_arms("off,on", None, 3)) == 12
+    assert len(ab_arms.parse_arms("off,on,after", run_orders.BLOCKS, 3)) == 18
+    with pytest.raises(UserError, match=r"--blocks 3 sets the blocks of --order blocks.*mirrored"):
+        ab_arms.parse_arms("off,on", "mirrored", 3)
 
 
 @pytest.mark.parametrize(
     ("text", "order", "labels"),
     [
         ("off,on", "block", ["off", "on", "off'", "on'"]),
-        ("off,on,after", None, ["off", "on", "after", "after'", "on'", "off'"]),
+        ("off,on,after", "mirrored", ["off", "on", "after", "after'", "on'", "off'"]),
         ("off,on,after", "block", ["off", "on", "after", "off'", "on'", "after'"]),
         ("off,on,off,on", None, ["off", "on", "off'", "on'"]),  # written out: run as written
         ("off,on,on,off", "written", ["off", "on", "on'", "off'"]),

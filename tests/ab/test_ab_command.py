@@ -35,10 +35,63 @@ def run_ab(argv, make_bench=None):
     return ab.run(args, make_bench=make_bench or Benches())
 
 
-def test_default_ab_runs_four_arms_on_one_bench_and_writes_the_report(tmp_path, capsys):
+def test_default_ab_runs_six_blocks_on_one_bench_scored_by_block(tmp_path, capsys):
+    """Seed 1 turns the first pair of blocks BAAB ABBA (tests/ab/test_ab_blocks.py): the run
+    starts with `on`, and `off`, named first, is still the baseline."""
     out = tmp_path / "out"
     benches = Benches()
-    code = run_ab(["--steps", "3", "--out", str(out), "--predict", "on-off=0[-90,90]"], benches)
+    assert run_ab(["--steps", "1", "--schedule-seed", "1", "--out", str(out)], benches) == 0
+    assert len(benches.made) == 1
+    report = json.loads((out / "ab.json").read_text())
+    labels = [a["label"] for a in report["arms"]]
+    assert labels[:8] == ["on", "off", "off'", "on'", "off#3", "on#3", "on#4", "off#4"]
+    assert len(labels) == 24
+    assert [a["stages"] for a in report["arms"][:4]] == [1, 0, 0, 1]
+    assert report["block_orientations"][:2] == ["BAAB", "ABBA"]
+    assert report["settings"]["schedule_seed"] == 1
+    score = report["score"]
+    assert score["design"] == "separate arms in blocks"
+    assert score["blocks"][1] == ["off#3", "on#3", "on#4", "off#4"] and len(score["blocks"]) == 6
+    assert score["noise_floor_s"] is None and report["settings"]["blocks"] is None
+    (delta,) = score["deltas"]
+    assert delta["name"] == "on-off" and len(score["block_differences_s"]["on-off"]) == 6
+    assert sum(score["block_differences_s"]["on-off"]) / 6 == pytest.approx(delta["delta_s"])
+    printed = capsys.readouterr().out
+    assert "blocks BAAB ABBA " in printed and "(drawn from schedule seed 1)" in printed
+    assert "run order: on, off, off', on', off#3, on#3, on#4, off#4, " in printed
+    assert "(6 blocks, each balanced: a drift linear within a block cancels in it" in printed
+    assert "noise: the spread of the 6 blocks' differences, in each delta's interval" in printed
+    assert "mean over blocks of each block's difference of arm medians" in printed
+
+
+class Drawn(Exception):
+    """Raised in place of building a Bench: the layout seed has been drawn by then."""
+
+
+def _refuse_bench(config, log):
+    raise Drawn
+
+
+def test_each_run_draws_its_own_layout_seed_unless_given_one(tmp_path):
+    seeds = []
+    for _ in range(3):
+        args = cli.build_parser().parse_args(["ab", "--out", str(tmp_path / "out")])
+        assert args.schedule_seed is None
+        with pytest.raises(Drawn):
+            ab.run(args, make_bench=_refuse_bench)
+        seeds.append(args.schedule_seed)
+    assert len(set(seeds)) == 3 and all(0 <= s < 2**32 for s in seeds)
+    args = cli.build_parser().parse_args(["ab", "--schedule-seed", "7", "--out", str(tmp_path)])
+    with pytest.raises(Drawn):
+        ab.run(args, make_bench=_refuse_bench)
+    assert args.schedule_seed == 7
+
+
+def test_mirrored_ab_runs_four_arms_on_one_bench_and_writes_the_report(tmp_path, capsys):
+    out = tmp_path / "out"
+    benches = Benches()
+    argv = ["--order", "mirrored", "--steps", "3", "--out", str(out)]
+    code = run_ab([*argv, "--predict", "on-off=0[-90,90]"], benches)
     assert code == 0
     assert len(benches.made) == 1  # the stage switch shares compiled programs
     report = json.loads((out / "ab.json").read_text())
@@ -212,7 +265,7 @@ def test_cpu_tiny_ab_with_the_real_engine(tmp_path):
     pytest.importorskip("rl_trainer_bench.engine.jax_engine", reason="the JAX engine is not built")
     pytest.importorskip("rl_trainer_bench.payload.build", reason="the payload builder is not built")
     out = tmp_path / "out"
-    code = cli.main(["ab", "--steps", "2", "--out", str(out)])
+    code = cli.main(["ab", "--steps", "2", "--blocks", "3", "--out", str(out)])
     report = json.loads((out / "ab.json").read_text())
     assert code == 0, report["checks"]
     assert {c["status"] for c in report["checks"]} == {"PASS"}

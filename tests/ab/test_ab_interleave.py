@@ -104,11 +104,23 @@ def test_exact_checks_follow_the_schedule_boundary_by_boundary():
     assert f"step {off_boundary} staged at a boundary set to not stage" in check.detail
 
 
-def _interleaved_ab(tmp_path, engine, *extra):
+def _interleaved_ab(tmp_path, engine, *extra, seed="0"):  # seed 0: these tests' tuned layout
     out = tmp_path / "interleaved"
     argv = ["--design", "interleaved", "--knob", "MICRO_STEPS=2", "--out", str(out), *extra]
+    argv += ["--schedule-seed", seed]
     assert run_ab(argv, Benches(engine)) == 0
     return json.loads((out / "ab.json").read_text()), (out / "ab.txt").read_text()
+
+
+def test_the_baseline_is_the_setting_named_first_whatever_the_seed(tmp_path):
+    """Seed 1 turns the blocks order's first block BAAB (tests/ab/test_ab_blocks.py), so the
+    planned arms start with `on`; the interleaved run still takes `off`, named first, as baseline."""
+    report, _ = _interleaved_ab(
+        tmp_path, lambda: TimedEngine(drifting_sleep(0.005, 0.0)), "--steps", "4", seed="1"
+    )
+    assert report["schedule"]["settings"] == ["off", "on"]
+    (delta,) = report["score"]["deltas"]
+    assert delta["name"] == "on-off"
 
 
 def test_interleaved_command_finds_a_known_boundary_delay(tmp_path):

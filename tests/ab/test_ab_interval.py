@@ -1,6 +1,6 @@
-"""The A/B's interval is the 95% interval it says it is, for either design, on known samples.
+"""The A/B's interval is the 99% interval it says it is, for either design, on known samples.
 
-A scorer that computed a 90% interval and labelled it 95% would pass every verdict test (they
+A scorer that computed a 95% interval and labelled it 99% would pass every verdict test (they
 only ask which side of zero the interval lies), so the endpoints are pinned here: the separate
 arms' bootstrap against the stated algorithm redone with numpy and the same seed, the interleaved
 design's Student's t against critical values written in the test.
@@ -41,21 +41,21 @@ def _bootstrap_endpoints(baseline, setting, seed, confidence):
 
 
 @pytest.mark.parametrize("seed", [0, 7])
-def test_separate_arms_bootstrap_interval_is_the_95_percent_one(seed):
+def test_separate_arms_bootstrap_interval_is_the_99_percent_one(seed):
     runs = [arm("off", "off", OFF), arm("on", "on", ON), arm("off'", "off", OFF_AGAIN)]
     runs.append(arm("on'", "on", ON_AGAIN))
     (delta,) = ab_score.score(runs, min_effect_pct=2.0, seed=seed).deltas
-    expected = _bootstrap_endpoints([OFF, OFF_AGAIN], [ON, ON_AGAIN], seed, confidence=0.95)
-    narrower = _bootstrap_endpoints([OFF, OFF_AGAIN], [ON, ON_AGAIN], seed, confidence=0.90)
+    expected = _bootstrap_endpoints([OFF, OFF_AGAIN], [ON, ON_AGAIN], seed, confidence=0.99)
+    narrower = _bootstrap_endpoints([OFF, OFF_AGAIN], [ON, ON_AGAIN], seed, confidence=0.95)
     assert (delta.ci_low_s, delta.ci_high_s) == pytest.approx(expected, abs=1e-12)
-    # the 90% interval lies clearly inside: the check above tells the two levels apart
+    # the 95% interval lies clearly inside: the check above tells the two levels apart
     assert expected[0] + 2e-4 < narrower[0] and narrower[1] < expected[1] - 2e-4
-    assert ab_score.score(runs, min_effect_pct=2.0).to_json()["confidence"] == 0.95
+    assert ab_score.score(runs, min_effect_pct=2.0).to_json()["confidence"] == 0.99
 
 
 # Four units' mean paired differences (seconds): mean 0.011, sample sd 0.002582, sem 0.001291.
 UNIT_DIFFERENCES = [0.010, 0.012, 0.008, 0.014]
-T_975_DF3 = 3.182446  # Student's t, 97.5th percentile, 3 degrees of freedom (tables)
+T_995_DF3 = 5.840909  # Student's t, 99.5th percentile, 3 degrees of freedom (tables)
 
 
 def _interleaved(differences):
@@ -75,10 +75,10 @@ def _interleaved(differences):
     return interleaved_arm(records, [b == "on" for b in schedule.boundaries]), schedule
 
 
-def test_interleaved_interval_is_students_t_at_95_percent_over_units():
+def test_interleaved_interval_is_students_t_at_99_percent_over_units():
     run, schedule = _interleaved(UNIT_DIFFERENCES)
     (delta,) = ab_score.score_interleaved(run, schedule, min_effect_pct=2.0).deltas
-    half_width = T_975_DF3 * 0.0012909944  # t x sd / sqrt(4)
+    half_width = T_995_DF3 * 0.0012909944  # t x sd / sqrt(4)
     assert delta.delta_s == pytest.approx(0.011, abs=1e-9)
     assert delta.ci_low_s == pytest.approx(0.011 - half_width, abs=1e-7)
     assert delta.ci_high_s == pytest.approx(0.011 + half_width, abs=1e-7)

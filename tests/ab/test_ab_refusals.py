@@ -94,22 +94,23 @@ class InterruptedEngine(StandInEngine):
 
 def test_ctrl_c_writes_the_finished_arms_marked_incomplete_and_one_line(tmp_path, capsys):
     out = tmp_path / "out"
-    engine = InterruptedEngine(at=5)  # arm off makes updates 1-3; the 5th is arm on's second step
+    # seed 0 runs off first: arm off makes updates 1-3; the 5th is arm on's second step
+    engine = InterruptedEngine(at=5)
 
     def make_bench(config, log):
         return Bench(config, log, engine_factory=lambda _: engine, pool=stand_in_pool(3))
 
     try:
-        code = run_ab(["--steps", "2", "--out", str(out)], make_bench)
+        code = run_ab(["--steps", "2", "--schedule-seed", "0", "--out", str(out)], make_bench)
     except KeyboardInterrupt:
         pytest.fail("Ctrl-C escaped the ab command")
     assert code == 130
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "interrupted in arm on (2/4); 1 of 4 arms finished" in err
+    assert "interrupted in arm on (2/24); 1 of 24 arms finished" in err
     report = json.loads((out / "ab.json").read_text())
     assert report["incomplete"] is True and report["verdict"] is None
-    assert report["interrupted"] == "in arm on (2/4)"
+    assert report["interrupted"] == "in arm on (2/24)"
     assert [a["label"] for a in report["arms"]] == ["off"]
     assert len(report["arms"][0]["records"]) == 3
     assert "score" not in report and "checks" not in report
