@@ -28,14 +28,22 @@ def run(args: argparse.Namespace, *, make_bench: BenchFactory | None = None) -> 
     started = time.time()
     if not 0 < args.min_effect < 100:
         raise UserError(f"--min-effect {args.min_effect}: give a percent between 0 and 100")
-    if args.steps is None:
-        args.steps = DEFAULT_STEPS[args.design]
-    if args.schedule_seed is None:  # a fresh layout for every run, so no load is locked to one
-        args.schedule_seed = secrets.randbits(SEED_BITS)  # setting; recorded with the settings
+    complete(args)
     predictions, sources = _predictions(args)
     if args.from_logs:
         return cross_pod(args, predictions, sources, started)
     return same_process(args, predictions, sources, started, make_bench)
+
+
+def complete(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with the defaults that depend on the run: the design's scored steps per arm, and a
+    fresh schedule seed (a new layout for every run, so no load is locked to one setting; the seed
+    is recorded with the settings)."""
+    if args.steps is None:
+        args.steps = DEFAULT_STEPS[args.design]
+    if args.schedule_seed is None:
+        args.schedule_seed = secrets.randbits(SEED_BITS)
+    return args
 
 
 def _predictions(args: argparse.Namespace) -> tuple[list[ab_predict.Prediction], list[dict]]:

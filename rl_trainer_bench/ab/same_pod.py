@@ -59,7 +59,7 @@ def ab_arguments(env: Mapping[str, str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="same-pod A/B", exit_on_error=False)
     ab_parser.add_arguments(parser)
     try:
-        return parser.parse_args(words)
+        return ab_command.complete(parser.parse_args(words))
     except argparse.ArgumentError as error:
         raise UserError(f"{AB_ARMS}: {error}") from None
 
@@ -69,12 +69,14 @@ def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
     pod's host only `on_this_host` (the renderer plans for another machine)."""
     args = ab_arguments(env)
     arm_plan = plan_arms(args, args.out, on_this_host)
-    settings = list(dict.fromkeys(arm.setting for arm in arm_plan.arms))
+    ran = dict.fromkeys(arm.setting for arm in arm_plan.arms)
+    settings = [arm_plan.baseline, *(setting for setting in ran if setting != arm_plan.baseline)]
     return [
         f"same-pod A/B of {', '.join(settings)} (AB_ARMS), one process, {args.steps} scored and"
-        f" {args.warmup_steps} warm-up steps per arm; {order_line(arm_plan.arms)}",
-        "same-pod A/B: the spread of each setting's repeats is the noise floor; the exact checks"
-        f" and the verdict go to {args.out}/ab.txt and ab.json, and the log",
+        f" {args.warmup_steps} warm-up steps per arm; {order_line(arm_plan.arms)}; these turns"
+        f" are schedule seed {args.schedule_seed}'s, and the pod's run draws its own",
+        "same-pod A/B: scored as `ab` scores its arms (docs/commands.md, A/B runs); the exact"
+        f" checks and the verdict go to {args.out}/ab.txt and ab.json, and the log",
     ]
 
 
