@@ -18,7 +18,8 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-GCS_PREFIX = "gs://"
+from rl_trainer_bench.config.knobs import GCS_PREFIX
+
 GCS_TOOLS = ("gcsfs", "tensorflow.io.gfile", "gcloud storage", "gsutil")
 
 

@@ -112,6 +112,22 @@ def _text(name: str, text: str) -> str:
     return text
 
 
+# Where RESULTS_URI may point: a Cloud Storage folder, or a path (a mounted volume) with no scheme.
+GCS_PREFIX = "gs://"
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _results_uri(name: str, text: str) -> str:
+    """A gs:// folder with a bucket, or a path; any other scheme would be copied to a local folder
+    of that name and lost with the pod, so it is refused."""
+    bucket = text[len(GCS_PREFIX) :].split("/")[0] if text.startswith(GCS_PREFIX) else None
+    if (_SCHEME.match(text) and bucket is None) or bucket == "":
+        raise ConfigError(
+            f"{name}={text!r}: give a gs://BUCKET/folder or a folder on a mounted volume"
+        )
+    return text
+
+
 def engine_spec(text: str, knob: str = "ENGINE") -> str:
     """`text` as an engine name (`module:Class`, or a short name of ENGINE_NAMES), checked for
     form only: importing it is the engine factory's job, at start-up, so validating knobs stays
@@ -196,7 +212,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob(
         "RESULTS_URI",
         "",
-        _text,
+        _results_uri,
         "where RESULTS_DIR is copied when the run ends, for results that outlive the pod: a"
         " gs:// folder or a folder on a mounted volume (the renderer sets it from the trainer's"
         " output directory; default: no copy)",

@@ -7,6 +7,8 @@ import datetime
 import sys
 import types
 
+import pytest
+
 from rl_trainer_bench.bench import entry, results_copy
 
 STAND_IN = "stand_in_engine:ConfiguredStandInEngine"
@@ -81,3 +83,13 @@ def test_the_plan_says_where_results_will_be(capsys):
     assert entry.main([], {"PLAN_ONLY": "1"}) == 0
     out = capsys.readouterr().out
     assert "plan: results: bench_results on the pod's disk, lost with the pod" in out
+
+
+@pytest.mark.parametrize("uri", ["s3://bucket/x", "ftp://host/x", "gs://", "gs:///x"])
+def test_a_results_uri_the_bench_cannot_write_is_refused_before_anything_runs(uri, capsys):
+    """Another scheme would be copied into a local folder of that name and lost with the pod."""
+    assert entry.main([], {"PLAN_ONLY": "1", "RESULTS_URI": uri}) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(
+        f"RESULTS_URI={uri!r}: give a gs://BUCKET/folder or a folder on a mounted volume"
+    )
