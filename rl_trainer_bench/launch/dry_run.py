@@ -27,11 +27,15 @@ _SEPARATOR = re.compile(r"^---(?:[ \t].*)?$", re.MULTILINE)
 _INTERPRETER_WORD = re.compile(r"(?:^|[\s/;&|(])python[0-9.]*\s")
 
 
-def read_documents(text: str, source: str) -> list[dict]:
-    """The mapping documents of a multi-document YAML stream; noise before the first `---` is skipped."""
+DRY_RUN_OUTPUT = "the launcher's DRY_RUN output"
+
+
+def read_documents(text: str, source: str, expected: str = DRY_RUN_OUTPUT) -> list[dict]:
+    """The mapping documents of a multi-document YAML stream; noise before the first `---` is
+    skipped. `expected` names what the user should pass instead, in the refusals."""
     text = yaml_reader.normalise(text)
     if not text.strip():
-        raise UserError(f"{source} is empty: pass the launcher's DRY_RUN output (a YAML stream)")
+        raise UserError(f"{source} is empty: pass {expected} (a YAML stream)")
     starts = [match.start() for match in _SEPARATOR.finditer(text)]
     chunks = _chunks(text, starts)
     documents: list[dict] = []
@@ -63,7 +67,7 @@ def read_documents(text: str, source: str) -> list[dict]:
             line = text.count("\n", 0, offset) + 1
             raise UserError(
                 f"{source}: the document at line {line} is a {type(document).__name__}, not a "
-                "Kubernetes object; pass the launcher's DRY_RUN output"
+                f"Kubernetes object; pass {expected}"
             )
     return documents
 

@@ -33,6 +33,8 @@ from rl_trainer_bench.launch.dry_run import client_container, jobset_name, jobse
 from rl_trainer_bench.launch.pod_script import AB_ARMS, DRIVER_MODULE, SCRIPT_NAME
 from rl_trainer_bench.launch.render import CODE_SHA_ANNOTATION, pod_environment
 
+RENDERED = "a JobSet rendered by `rl-trainer-bench render`"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="BENCH.yaml", help="a JobSet rendered by `render`")
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
 
 def bench_jobset(text: str, source: str, wanted: str | None) -> Mapping:
     """The one bench JobSet of `text` (the one named `wanted`); a UserError naming the choice."""
-    rendered = [j for j in jobsets(read_documents(text, source)) if _is_bench(j)]
+    rendered = [j for j in jobsets(read_documents(text, source, RENDERED)) if _is_bench(j)]
     names = [jobset_name(j) for j in rendered]
     if wanted is not None:
         if wanted not in names:

@@ -196,7 +196,7 @@ def _raise_problems(problems: list[str], jobset: Mapping, source: str) -> None:
 
 def validate_text(text: str, source: str) -> list[str]:
     """Check every JobSet in a YAML stream; the names of the valid ones, or UserError."""
-    found = jobsets(read_documents(text, source))
+    found = jobsets(read_documents(text, source, "a rendered or launched JobSet file"))
     if not found:
         raise UserError(f"{source} holds no JobSet; pass a rendered or launched JobSet file")
     for jobset in found:

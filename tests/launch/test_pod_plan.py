@@ -67,3 +67,13 @@ def test_a_maxtext_trainers_pod_plans_from_the_code_and_environment_it_resolves(
     assert any(
         line.startswith("plan: runtime: pathways (JAX_PLATFORMS=proxy,cpu") for line in lines
     )
+
+
+def test_an_empty_file_is_refused_asking_for_a_rendered_jobset(tmp_path, capfd):
+    empty = tmp_path / "bench.yaml"
+    empty.write_text("")
+    assert cli.main(["plan", str(empty)]) == 2
+    (line,) = capfd.readouterr().err.splitlines()
+    assert line.endswith(
+        "is empty: pass a JobSet rendered by `rl-trainer-bench render` (a YAML stream)"
+    )
