@@ -59,7 +59,11 @@ def copy_results(folder: Path, uri: str, log: Callable[[str], None]) -> bool:
     files = sorted(path for path in folder.rglob("*") if path.is_file())
     target = destination(uri)
     if not uri.startswith(GCS_PREFIX):
-        shutil.copytree(folder, target, dirs_exist_ok=True)
+        try:
+            shutil.copytree(folder, target, dirs_exist_ok=True)
+        except OSError as error:  # full, read-only or missing volume: the run's exit code stands
+            log(f"results: NOT copied to {target} ({error}); the files stay in {folder}")
+            return False
         log(f"results: copied {len(files)} files to {target}")
         return True
     for tool in GCS_TOOLS:

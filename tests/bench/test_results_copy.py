@@ -93,3 +93,13 @@ def test_a_results_uri_the_bench_cannot_write_is_refused_before_anything_runs(ur
     assert line.endswith(
         f"RESULTS_URI={uri!r}: give a gs://BUCKET/folder or a folder on a mounted volume"
     )
+
+
+def test_a_volume_that_cannot_take_the_files_is_logged_not_raised(tmp_path):
+    """The copy runs as the run ends: a full or read-only volume must not replace its exit code."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the volume's folder should be")
+    lines: list[str] = []
+    assert not results_copy.copy_results(_folder(tmp_path), str(blocker / "out"), lines.append)
+    (line,) = lines
+    assert line.startswith(f"results: NOT copied to {blocker / 'out'}/")
