@@ -21,15 +21,22 @@
 #    c. MaxText `run` with staging off, then on, each in a fresh process (an A/B's arms share one
 #       training engine, so their losses follow each other): the per-step losses must be
 #       bit-identical (compared as written in results.jsonl).
-#    Two warm-up steps: MaxText logs a step's metrics one step late, and its first log compiles a
-#    few small eager programs (WeightedMetric.compute); with one warm-up step that compile lands in
-#    the first scored step and the recompile check fails the A/B.
+#    Warm-up steps are the bench's default for MaxText's engine, two: MaxText logs a step's metrics
+#    one step late, and its first log compiles a few small eager programs (WeightedMetric.compute).
 # 3. Every command runs from an empty folder of its own; afterwards that folder must still be empty
 #    (MaxText writes only under the results folders) and no MaxText profile (*.xplane.pb) may exist.
 #
+# The MoE cell runs on 4 x 2 x 1 (fsdp x context x expert; MOE_ENGINE_FLAGS) by default, both
+# engines alike: off a TPU, MaxText's expert-parallel grouped matmul is its megablox Pallas kernel
+# interpreted (maxtext 0.2.5 has no XLA path that takes a shard's group offset), ~30 s a step on
+# the cell's own 2 x 2 x 2 here; on one expert shard the adapter's host keys give MaxText XLA's
+# ragged_dot (BENCHMARKS.md, "Why MaxText's MoE step is slow on the CPU"). MOE_ENGINE_FLAGS= runs
+# the cell's own mesh.
+#
 # Knobs: TUNIX_DIR (required), PYTHON (default python3.11), VENV (default /tmp/maxtext-bench-venv),
 # OUT (default /tmp/maxtext-bench), STEPS (scored steps per arm, default 8), BENCH_PRESETS (default
-# "cpu-tiny-dense cpu-tiny-qwen3.5").
+# "cpu-tiny-dense cpu-tiny-qwen3.5"), MOE_ENGINE_FLAGS (ENGINE_FLAGS of cpu-tiny-qwen3.5, default
+# "mesh_fsdp=4 mesh_context=2 mesh_expert=1").
 set -euo pipefail
 
 TUNIX_DIR=${TUNIX_DIR:?set TUNIX_DIR to a checkout of Tunix (the folder holding tunix/experimental)}
@@ -38,6 +45,7 @@ VENV=${VENV:-/tmp/maxtext-bench-venv}
 OUT=${OUT:-/tmp/maxtext-bench}
 STEPS=${STEPS:-8}
 BENCH_PRESETS=${BENCH_PRESETS:-cpu-tiny-dense cpu-tiny-qwen3.5}
+MOE_ENGINE_FLAGS=${MOE_ENGINE_FLAGS-mesh_fsdp=4 mesh_context=2 mesh_expert=1}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MAXTEXT=rl_trainer_bench.engine.maxtext_adapter:MaxTextEngine
 BUILT_IN=rl_trainer_bench.engine.jax_engine:JaxEngine
@@ -107,17 +115,24 @@ for preset in $BENCH_PRESETS; do
     out="$OUT/$preset"
     # Fresh folders each run; a previous run's results would otherwise be mixed in.
     rm -rf "$out" && mkdir -p "$out"
+    engine_flags=""
+    [ "$preset" = cpu-tiny-qwen3.5 ] && engine_flags=$MOE_ENGINE_FLAGS
+    echo "== $preset: ENGINE_FLAGS=${engine_flags:--}"
+    ab_flags=() run_flags=()
+    if [ -n "$engine_flags" ]; then
+        ab_flags=(--knob "ENGINE_FLAGS=$engine_flags") run_flags=(--engine-flags "$engine_flags")
+    fi
     echo "== $preset: MaxText, STAGE_BEFORE_UPDATE off and on (the adapter's staging on stock MaxText)"
     bench ab --preset "$preset" --engine "$MAXTEXT" --arms off,on,off,on --steps "$STEPS" \
-        --warmup-steps 2 --out "$out/maxtext-off-on" || status=$?
+        "${ab_flags[@]}" --out "$out/maxtext-off-on" || status=$?
     echo "== $preset: the built-in engine and MaxText's, same micro-batches, one process"
     bench ab --preset "$preset" \
         --arms "builtin:ENGINE=$BUILT_IN,maxtext:ENGINE=$MAXTEXT,builtin,maxtext" \
-        --steps "$STEPS" --warmup-steps 2 --out "$out/builtin-vs-maxtext" || status=$?
+        --steps "$STEPS" "${ab_flags[@]}" --out "$out/builtin-vs-maxtext" || status=$?
     echo "== $preset: MaxText off, then on, in fresh processes: the same losses"
     for stage in off on; do
         bench run --preset "$preset" --engine "$MAXTEXT" --stage-before-update "$stage" \
-            --steps "$STEPS" --warmup-steps 2 --results-dir "$out/run-$stage" || status=$?
+            --steps "$STEPS" "${run_flags[@]}" --results-dir "$out/run-$stage" || status=$?
     done
     same_losses "$out/run-off/results.jsonl" "$out/run-on/results.jsonl" || status=1
 done

@@ -84,8 +84,8 @@ def _add_length_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warmup-steps",
         type=_step_count,
-        default=1,
-        help="warm-up steps per arm, reported, never scored (default: 1)",
+        help="warm-up steps per arm, reported, never scored (default: the most any arm's engine"
+        " needs: 2 with MaxText's, else 1)",
     )
 
 

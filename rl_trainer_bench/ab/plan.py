@@ -50,6 +50,10 @@ def plan_arms(args: argparse.Namespace, out: Path, on_this_host: bool = True) ->
     base = base_knobs(args.knob)
     envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
     arm_configs = {label: config.BenchConfig.from_env(env) for label, env in envs.items()}
+    if args.warmup_steps is None:  # every arm warms up as long as the slowest engine needs
+        args.warmup_steps = max(arm_config.warmup_steps for arm_config in arm_configs.values())
+        envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
+        arm_configs = {label: config.BenchConfig.from_env(env) for label, env in envs.items()}
     for arm_config in arm_configs.values():
         _resolve_as_run_does(arm_config, host_memory_bytes() if on_this_host else None)
     names: dict[tuple[tuple[str, str], ...], str] = {}
@@ -73,7 +77,7 @@ def arm_env(
     env = {
         "PRESET": preset,
         "STEPS": str(args.steps),
-        "WARMUP_STEPS": str(args.warmup_steps),
+        "WARMUP_STEPS": "" if args.warmup_steps is None else str(args.warmup_steps),
         "RESULTS_DIR": str(out),
     }
     engine_words = []

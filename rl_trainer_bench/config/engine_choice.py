@@ -21,6 +21,10 @@ from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
 
 BACKEND_FLAG = "trainer_backend"
+# MaxText's engine logs a step's metrics during the next step's first fwd_bwd, and its first log
+# compiles a few small eager programs (`WeightedMetric.compute`); with one warm-up step they compile
+# in the first scored step, which the recompile check then fails (BENCHMARKS.md, MaxText's engine).
+MAXTEXT_WARMUP_STEPS = 2
 MAXTEXT_BACKEND = "maxtext"
 
 
@@ -71,3 +75,8 @@ def choose_engine(
             f" here: {why}",
         )
     return EngineChoice(MAXTEXT, f"the trainer runs MaxText ({evidence}): its own program")
+
+
+def engine_warmup_steps(spec: str) -> int:
+    """Warm-up steps the engine `spec` needs before its steps compile nothing (WARMUP_STEPS unset)."""
+    return MAXTEXT_WARMUP_STEPS if spec == MAXTEXT else 1

@@ -26,7 +26,11 @@ from typing import Any
 
 from rl_trainer_bench.accelerators import TpuSlice, parse_slice
 from rl_trainer_bench.config import values
-from rl_trainer_bench.config.engine_choice import choose_engine
+from rl_trainer_bench.config.engine_choice import (
+    MAXTEXT_WARMUP_STEPS,
+    choose_engine,
+    engine_warmup_steps,
+)
 from rl_trainer_bench.config.engine_keys import parse_engine_flags, parse_trainer_argv
 from rl_trainer_bench.config.presets import PRESETS, Preset, preset, preset_for_model
 from rl_trainer_bench.engine.config import GPU_PLATFORMS
@@ -160,9 +164,11 @@ KNOBS: tuple[Knob, ...] = (
     Knob("STEPS", "5", _between(1, MAX_STEPS), f"scored steps, 1..{MAX_STEPS:,}"),
     Knob(
         "WARMUP_STEPS",
-        "1",
+        "",
         _between(1, MAX_STEPS),
-        f"warm-up steps before the scored ones, 1..{MAX_STEPS:,}",
+        f"warm-up steps before the scored ones, 1..{MAX_STEPS:,} (default: the engine's:"
+        f" {MAXTEXT_WARMUP_STEPS} for MaxText's, which compiles its metric ops in the step after"
+        " the first; else 1)",
     ),
     Knob(
         "MICRO_STEPS",
@@ -438,7 +444,8 @@ class BenchConfig:
     """The driver's knobs, validated. Steps are numbered from 0; warm-up steps come first.
 
     One field per knob (`Knob.dest`; the STAGE_* knobs share `stage`), its default the knob's.
-    MICRO_STEPS unset means the preset's, DISTINCT_MICRO_BATCHES unset one more than MICRO_STEPS.
+    MICRO_STEPS unset means the preset's, DISTINCT_MICRO_BATCHES unset one more than MICRO_STEPS,
+    WARMUP_STEPS unset the engine's (`engine_warmup_steps`).
     """
 
     preset: Preset
@@ -465,6 +472,8 @@ class BenchConfig:
     engine_source: str = "ENGINE"  # what chose the engine: ENGINE, or the trainer's command
 
     def __post_init__(self) -> None:
+        if self.warmup_steps is None:
+            object.__setattr__(self, "warmup_steps", engine_warmup_steps(self.engine))
         if self.micro_steps is None:
             object.__setattr__(self, "micro_steps", self.preset.micro_steps)
         if self.distinct_micro_batches is None:

@@ -10,8 +10,9 @@ optimizer. The words are then, in order:
 
 1. `model_name` and `override_model_config=true` (the model config's keys may be overridden);
 2. the table's keys, and the keys derived from the model config for shrunk shapes;
-3. the keys the bench holds (where MaxText writes, no profiler, no checkpoints): the trainer's
-   keys may not replace these, each one it sets is reported as held;
+3. the keys the bench holds (where MaxText writes, no profiler, no checkpoints) and the keys the
+   host's platform needs (`platform_keys`: no TPU kernel off a TPU): the trainer's keys may not
+   replace these, each one it sets is reported as held;
 4. the trainer's own MaxText keys (`EngineConfig.trainer_maxtext_keys`), unchanged and last, as
    Tunix applies them: each one that replaces a value the table set is reported.
 
@@ -239,18 +240,37 @@ HELD_KEYS = (
 def platform_keys(config: EngineConfig, platform: str) -> dict[str, Any]:
     """MaxText keys a `platform` host needs beyond the table's (the adapter says them in `info()`).
 
-    XLA:CPU has no `ragged-all-to-all`, which MaxText's expert-parallel MoE sends tokens with
-    (compiling it fails: "HLO opcode `ragged-all-to-all` is not supported by XLA:CPU"); its ring
-    of experts (`use_ring_of_experts`) moves them by all-gather and reduce-scatter, which the CPU
-    runs. A ring takes a finite ragged buffer only with its Pallas ragged sort, which does not
-    run there, so on the CPU the buffer is MaxText's dropless one. Accelerators get nothing.
+    They are held over the trainer's keys on that host (`maxtext_args`): a TPU kernel the trainer
+    asks for cannot run natively anywhere else, and the bench must time a program that can.
+
+    - Grouped matmul: MaxText runs its megablox Pallas kernel natively only when the mesh's devices
+      are TPUs and *interprets* it everywhere else (maxtext 0.2.5, `megablox_interpret` in
+      `layers/moe.py`); tokamax's kernels are TPU-only. Interpreted, a grid step is a conditional
+      with copies of every block: ~98% of MaxText's step on the one-device MoE cell (BENCHMARKS.md,
+      "Why MaxText's MoE step is slow on the CPU"). Off a TPU, tokamax is off, and with one expert
+      shard megablox too: MaxText's sparse path then takes `jax.lax.ragged_dot`, XLA's own grouped
+      matmul, the same per-expert products. With expert shards it cannot: that path takes no group
+      offset (a shard's experts are a slice of the groups), so megablox stays, interpreted.
+    - Expert exchange: XLA:CPU has no `ragged-all-to-all`, which MaxText's expert-parallel MoE
+      sends tokens with (compiling it fails: "HLO opcode `ragged-all-to-all` is not supported by
+      XLA:CPU"); its ring of experts (`use_ring_of_experts`) moves them by all-gather and
+      reduce-scatter, which the CPU runs. A ring takes a finite ragged buffer only with its Pallas
+      ragged sort, which does not run there, so on the CPU the buffer is MaxText's dropless one.
+
+    A TPU gets nothing: the trainer's keys run as written.
     """
-    if platform != "cpu" or config.mesh.expert == 1:
+    if platform == "tpu":
         return {}
-    return {
-        "use_ring_of_experts": True,
-        "ragged_buffer_factor": float(DROPLESS),
-    }  # as MaxText spells it
+    keys: dict[str, Any] = {}
+    if config.model.num_experts > 1:
+        keys["use_tokamax_gmm"] = False
+        if config.mesh.expert == 1:
+            keys["megablox"] = False
+    if platform == "cpu" and config.mesh.expert > 1:
+        keys.update(  # as MaxText spells them
+            use_ring_of_experts=True, use_ragged_sort=False, ragged_buffer_factor=float(DROPLESS)
+        )
+    return keys
 
 
 def held_keys(output_dir: str) -> dict[str, Any]:
@@ -373,7 +393,7 @@ def maxtext_args(
 ) -> MaxTextArgs:
     """The whole override list for `config` (module docstring: the order and why).
 
-    `platform_keys` are keys the host needs (see the adapter) placed after the table's.
+    `platform_keys` are keys the host needs (`platform_keys`), held with the bench's own.
     NotTaken when the model family or the layer pattern has no MaxText equivalent.
     """
     model = maxtext_model(config)
@@ -385,9 +405,8 @@ def maxtext_args(
         "override_model_config": True,
         **translated,
         **derived_keys(config, model_config),
-        **dict(platform_keys),
     }
-    held = held_keys(output_dir)
+    held = {**held_keys(output_dir), **dict(platform_keys)}
     replaced, kept = [], []
     trainer_words = []
     for key, text in config.trainer_maxtext_keys:

@@ -271,3 +271,19 @@ def test_cpu_tiny_ab_with_the_real_engine(tmp_path):
     assert {c["status"] for c in report["checks"]} == {"PASS"}
     assert report["machine"]["device_count"] == 8
     assert len(report["compile_s"]) == 1
+
+
+def test_arms_warm_up_as_long_as_the_slowest_engine_among_them_needs(tmp_path):
+    from rl_trainer_bench.ab.plan import plan_arms
+
+    arms = "builtin:ENGINE=builtin,maxtext:ENGINE=maxtext"
+    args = cli.build_parser().parse_args(["ab", "--arms", arms, "--out", str(tmp_path)])
+    plan = plan_arms(ab.complete(args), tmp_path)
+    assert args.warmup_steps == 2
+    assert [c.warmup_steps for c in plan.bench_configs.values()] == [2, 2]
+    given = cli.build_parser().parse_args(["ab", "--arms", arms, "--warmup-steps", "1"])
+    plan_arms(ab.complete(given), tmp_path)
+    assert given.warmup_steps == 1
+    plain = cli.build_parser().parse_args(["ab", "--out", str(tmp_path)])
+    plan_arms(ab.complete(plain), tmp_path)
+    assert plain.warmup_steps == 1

@@ -62,3 +62,13 @@ def test_a_maxtext_model_its_engine_cannot_time_falls_to_the_built_in_engine_say
         "the trainer runs MaxText (--trainer_backend=maxtext), but MaxText's engine cannot time"
         " this model here: a routed MoE of plain full-attention layers"
     )
+
+
+def test_warm_up_defaults_to_what_the_chosen_engine_needs_and_a_set_value_wins():
+    maxtext_trainer = f"python -m app.trainer --trainer_backend=maxtext {QWEN35}"
+    # MaxText's first metrics log compiles eager ops one step late: two warm-up steps
+    assert chosen(maxtext_trainer).warmup_steps == 2
+    assert chosen(f"python -m app.trainer {QWEN35}", ENGINE="maxtext").warmup_steps == 2
+    assert chosen(maxtext_trainer, ENGINE="builtin").warmup_steps == 1
+    assert chosen(maxtext_trainer, WARMUP_STEPS="1").warmup_steps == 1
+    assert chosen(f"python -m app.trainer {QWEN35}", WARMUP_STEPS="3").warmup_steps == 3

@@ -150,6 +150,51 @@ def test_trainer_keys_pass_unchanged_and_last_and_held_ones_are_said():
     assert hyper.base_output_directory == "/results/engine" and hyper.profiler_steps == 0
 
 
+RECIPE_MOE_KEYS = (
+    ("megablox", "true"),
+    ("use_tokamax_gmm", "true"),
+    ("use_ring_of_experts", "true"),
+    ("use_ragged_sort", "true"),
+    ("ragged_buffer_factor", "2.0"),
+    ("remat_policy", "full"),
+)
+
+
+def host_words(config, platform):
+    model = STAND_IN_API.model_config(maxtext_keys.maxtext_model(config).name)
+    host = maxtext_keys.platform_keys(config, platform)
+    return maxtext_keys.maxtext_args(config, model, "/results/engine", host)
+
+
+def test_a_tpu_runs_the_trainers_moe_kernels_as_written():
+    args = host_words(small_engine_config(trainer_maxtext_keys=RECIPE_MOE_KEYS), "tpu")
+    assert args.words[-6:] == tuple(f"{k}={v}" for k, v in RECIPE_MOE_KEYS) and args.held == ()
+
+
+def test_off_a_tpu_one_expert_shard_takes_xlas_grouped_matmul_over_the_trainers_kernels():
+    mesh = MeshConfig(fsdp=4, context=2, expert=1)
+    args = host_words(small_engine_config(mesh=mesh, trainer_maxtext_keys=RECIPE_MOE_KEYS), "cpu")
+    hyper = initialize(["", *args.words])
+    # interpreted megablox was ~98% of the step; ragged_dot is XLA's own
+    assert (hyper.megablox, hyper.use_tokamax_gmm, hyper.remat_policy) == (False, False, "full")
+    assert args.held[:2] == ("megablox=true", "use_tokamax_gmm=true")
+    # one expert shard: no ring asked of the host, so the trainer's ring keys pass
+    assert "use_ring_of_experts=true" in args.trainer_words
+
+
+def test_off_a_tpu_expert_shards_keep_megablox_which_alone_takes_their_group_offset():
+    args = host_words(small_engine_config(trainer_maxtext_keys=RECIPE_MOE_KEYS), "cpu")
+    hyper = initialize(["", *args.words])
+    assert (hyper.megablox, hyper.use_tokamax_gmm) == (True, False)
+    assert (hyper.use_ring_of_experts, hyper.use_ragged_sort) == (True, False)
+    assert hyper.ragged_buffer_factor == -1.0
+    assert "megablox=true" in args.trainer_words and "megablox=true" not in args.held
+
+
+def test_a_dense_model_gets_no_grouped_matmul_keys():
+    assert maxtext_keys.platform_keys(PRESETS["cpu-tiny-dense"].engine, "cpu") == {}
+
+
 def test_a_micro_batch_maxtexts_mesh_cannot_split_is_refused_before_building():
     config = small_engine_config(micro_batch_rows=2)
     with pytest.raises(ContractError, match=r"micro_batch_rows=2: .*fsdp=2 x expert=2 = 4"):
