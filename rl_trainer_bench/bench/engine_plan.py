@@ -128,7 +128,7 @@ def maxtext_loss_rows(driver: str, in_pod_image: bool) -> Facts:
     the plan cannot look into the trainer's image it says what is expected there."""
     if driver == tunix_grpo.MAXTEXT:
         return (("loss", f"{MAXTEXT_LOSS} (MAXTEXT_DRIVER=maxtext)"),)
-    tunix_rows = (("loss", TUNIX_LOSS), ("log-prob pass", tunix_grpo.CHUNKED_PASS))
+    tunix_rows = (("loss", TUNIX_LOSS), ("chunked log-prob pass", tunix_grpo.CHUNKED_PASS))
     if not in_pod_image:
         expected = (
             "expected: " if driver == tunix_grpo.TUNIX else "expected where the image has them: "

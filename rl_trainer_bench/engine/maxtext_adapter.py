@@ -427,7 +427,7 @@ class MaxTextEngine:
             if self._wrapped
             else f"MaxText's Transformer through the bench's Tunix call (TunixMaxTextAdapter"
             f" needs an HF config, which MaxText's {self.maxtext_config.model_name!r} model lacks)",
-            "logps_pass": tunix_grpo.CHUNKED_PASS,
+            "chunked_logps": tunix_grpo.CHUNKED_PASS,
         }
 
     def _refuse_unsplit_batch(self) -> None:

@@ -55,9 +55,10 @@ KL_LOSS_MODE = "low_var_kl"  # (r - 1) - log r: the built-in engine's k3
 # The engine config's loss fields Tunix's GRPO config takes (MaxText's router-replay loss does not).
 TAKEN_LOSS_FIELDS = ("loss.epsilon", "loss.epsilon_high", "loss.beta")
 CHUNKED_PASS = (
-    "chunked log-prob pass: not applied (compute_logps_chunk_size is not used): Tunix chunks only"
-    " a model whose call takes skip_lm_head, which maxtext 0.2.5's TunixMaxTextAdapter and the"
-    " route-replaying call do not; full [B, T, V] logits are computed"
+    "not applied (compute_logps_chunk_size is not used): Tunix chunks the output head only for a"
+    " model whose call takes skip_lm_head, which maxtext 0.2.5's TunixMaxTextAdapter and the"
+    " route-replaying call do not; the full [B, T, V] logits are computed, more device memory"
+    " than the trainer's chunked pass"
 )
 
 

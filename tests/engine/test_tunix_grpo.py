@@ -114,7 +114,7 @@ def test_the_rollouts_routes_reach_the_model_through_tunixs_loss():
     info = engine.info()
     assert info["model_call"] == "MaxText's TunixMaxTextAdapter"  # Qwen3.5: MaxText can wrap it
     assert info["loss"] == "tunix algo_core.grpo_loss_fn (token-mean, routes replayed)"
-    assert info["logps_pass"] == tunix_grpo.CHUNKED_PASS
+    assert info["chunked_logps"] == tunix_grpo.CHUNKED_PASS
 
 
 def test_overflow_is_not_measured_through_tunixs_loss():
@@ -198,7 +198,7 @@ def test_the_plan_says_which_loss_runs_through_which_calls(monkeypatch):
     here = rows("auto", True)
     assert here["loss"].startswith("Tunix's GRPO loss (algo_core.grpo_loss_fn, token-mean")
     assert "through Tunix's TrainerWorker around MaxText's training engine" in here["loss"]
-    assert here["log-prob pass"].startswith("chunked log-prob pass: not applied")
+    assert here["chunked log-prob pass"].startswith("not applied (compute_logps_chunk_size is")
     rendered = rows("auto", False)["loss"]
     assert rendered.startswith("expected where the image has them: Tunix's GRPO loss")
     assert rendered.endswith("; otherwise (MAXTEXT_DRIVER=auto) " + engine_plan.MAXTEXT_LOSS)
