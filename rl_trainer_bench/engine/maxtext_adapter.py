@@ -12,18 +12,23 @@ not its details, and this adapter supplies exactly the difference, nothing else:
   splits rows over fsdp x expert and the sequence over context, as the built-in engine does. A
   micro-batch MaxText's mesh cannot split is refused before the compile (MaxText would replicate
   it, doing the work once per device of the axis).
-- **Payload.** The bench's micro-batch becomes Tunix's `RLTrainerPayload` in the packed layout
-  MaxText reads: the whole row in `completion_ids` (zero-width prompt), `segment_ids` and
+- **Payload** (the adapter's own calls). The bench's micro-batch becomes Tunix's
+  `RLTrainerPayload` in the packed layout MaxText reads: the whole row in `completion_ids` (zero-width prompt), `segment_ids` and
   `segment_positions` as given, the rollout's routes as `routed_experts` ([B, T, L, K], -1 on
   padding). Masks: the bench's `completion_mask[t]` scores the prediction *of* token t+1 (it is
   input-aligned, `contract.Payload`); MaxText takes a *token* mask and shifts it left by one itself
   (`targets_segmentation[t] = token_mask[t+1]` within a segment). So the adapter hands MaxText the
   completion mask shifted right by one, and MaxText's loss weights are then exactly the bench's
   mask: the loss denominator equals the built-in engine's on the same micro-batch.
-- **Loss.** MaxText's own router-replay loss (`make_router_replay_loss_fn` with
-  `router_replay_gen_model_input_fn`): token cross-entropy on the completion targets with the
-  rollout's expert choices forced. It is not the GRPO surrogate the built-in engine computes;
-  the per-token cost differs by a few element-wise ops, the matmuls are the same.
+- **Driver and loss** (`MAXTEXT_DRIVER`, `tunix_grpo`). Where Tunix's `TrainerWorker` and GRPO
+  loss import, the engine is built inside Tunix's worker with Tunix's `grpo_loss_fn`, as a Tunix
+  trainer runs it, and the bench's calls go through the worker (`calls`); the micro-batch is
+  Tunix's packed `TrainExample` instead of the payload above, and the model's call replays the
+  routes. Otherwise the adapter calls the engine itself with MaxText's own router-replay loss
+  (`make_router_replay_loss_fn` with `router_replay_gen_model_input_fn`): token cross-entropy on
+  the completion targets with the rollout's expert choices forced, not the GRPO surrogate; the
+  per-token cost differs by a few element-wise ops, the matmuls are the same. Both divide by the
+  bench's count of completion targets.
 - **Compile.** `compile` returns None, so the adapter times it: JAX's compile events (trace,
   lowering, backend compile) are summed per program the engine compiles, `fwd_bwd`,
   `fwd_bwd_accum`, `update` and `eval` by name, everything else (the eager ops of the input
@@ -36,9 +41,9 @@ not its details, and this adapter supplies exactly the difference, nothing else:
   under the engine config's `output_dir`, inside the run's results folder, never the caller's
   working directory.
 - **Staging.** MaxText has no `prepare_fwd_bwd_input` or `wait_for_device`; the adapter builds
-  them from the engine's own parts: its input mapping (`router_replay_gen_model_input_fn`), a
-  `jax.device_put` onto the input shardings of the `fwd_bwd` program the engine compiled, and a
-  block on the staged arrays and on the step's last outputs. A staged micro-batch reaches the
+  them from the engine's own parts: its input hook (`router_replay_gen_model_input_fn`, or the
+  Tunix loss's arguments), a `jax.device_put` onto the input shardings of the `fwd_bwd` program
+  the engine compiled, and a block on the staged arrays and on the step's last outputs. A staged micro-batch reaches the
   engine through its input hook unchanged, so it trains exactly what the plain one would.
 
 Converting a Payload is adapter work the production trainer never does (it receives Tunix
