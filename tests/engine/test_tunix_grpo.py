@@ -152,21 +152,11 @@ def test_maxtext_asked_for_runs_the_adapters_own_calls_with_tunix_present():
     assert engine.info()["driver"] == "the adapter's own calls (MAXTEXT_DRIVER=maxtext)"
 
 
-@pytest.fixture(scope="module")
-def conformance():
+def test_the_tunix_path_conforms_and_stages_onto_the_fwd_bwd_input_shardings():
     config = small(QWEN35)
     engine = StandInTunixMaxTextEngine(config)
-    return engine, check_engine(engine, example_payloads_for(config, 2, prefix="check"))
-
-
-def test_the_tunix_path_conforms_to_the_engine_contract(conformance):
-    engine, failures = conformance
-    assert failures == []
+    assert check_engine(engine, example_payloads_for(config, 2, prefix="check")) == []
     assert not missing_methods(engine, STAGING_METHODS)
-
-
-def test_a_staged_micro_batch_trains_what_the_plain_one_does(conformance):
-    engine, _ = conformance
     payload = example_payloads_for(engine.config, 1, prefix="stage")[0]
     prepared = engine.prepare_fwd_bwd_input(payload)
     engine.wait_for_device()
