@@ -26,6 +26,13 @@ defaults do whatever `profiler` says).
 
 The model is tiny but real (an embedding, one MoE or dense block per layer with forced routes,
 an output head), so gradients, shardings and digests are real arrays.
+
+Like maxtext 0.2.5, the engine splits a dict of loss inputs into traced arrays and closed-over
+constants, hands the loss a model (here `StandInModel`, marked when `wrap_with_tunix_adapter`
+wrapped it) and takes a Tunix `LossOutput` as a loss's return. Tunix's side, as far as the adapter
+drives it: `TrainerWorker` delegating to its trainer (`get_metrics()` without `clear_cache`), the
+packed `TrainExample` (`num_segments` static), `GRPOConfig`, and a GRPO loss with Tunix's
+token-aligned log-probs and token-mean denominator (`STAND_IN_TUNIX_API`).
 """
 
 from __future__ import annotations
