@@ -13,9 +13,9 @@ not its details, and this adapter supplies exactly the difference, nothing else:
   micro-batch MaxText's mesh cannot split is refused before the compile (MaxText would replicate
   it, doing the work once per device of the axis).
 - **Payload** (the adapter's own calls). The bench's micro-batch becomes Tunix's
-  `RLTrainerPayload` in the packed layout MaxText reads: the whole row in `completion_ids` (zero-width prompt), `segment_ids` and
-  `segment_positions` as given, the rollout's routes as `routed_experts` ([B, T, L, K], -1 on
-  padding). Masks: the bench's `completion_mask[t]` scores the prediction *of* token t+1 (it is
+  `RLTrainerPayload` in the packed layout MaxText reads: the whole row in `completion_ids`
+  (zero-width prompt), `segment_ids` and `segment_positions` as given, the rollout's routes as
+  `routed_experts` ([B, T, L, K], -1 on padding). Masks: the bench's `completion_mask[t]` scores the prediction *of* token t+1 (it is
   input-aligned, `contract.Payload`); MaxText takes a *token* mask and shifts it left by one itself
   (`targets_segmentation[t] = token_mask[t+1]` within a segment). So the adapter hands MaxText the
   completion mask shifted right by one, and MaxText's loss weights are then exactly the bench's
@@ -43,8 +43,9 @@ not its details, and this adapter supplies exactly the difference, nothing else:
 - **Staging.** MaxText has no `prepare_fwd_bwd_input` or `wait_for_device`; the adapter builds
   them from the engine's own parts: its input hook (`router_replay_gen_model_input_fn`, or the
   Tunix loss's arguments), a `jax.device_put` onto the input shardings of the `fwd_bwd` program
-  the engine compiled, and a block on the staged arrays and on the step's last outputs. A staged micro-batch reaches the
-  engine through its input hook unchanged, so it trains exactly what the plain one would.
+  the engine compiled, and a block on the staged arrays and on the step's last outputs. A staged
+  micro-batch reaches the engine through its input hook unchanged, so it trains exactly what the
+  plain one would.
 
 Converting a Payload is adapter work the production trainer never does (it receives Tunix
 payloads), so it is done once per distinct micro-batch and reused: the timed `fwd_bwd` is
