@@ -15,11 +15,12 @@ not its details, and this adapter supplies exactly the difference, nothing else:
 - **Payload** (the adapter's own calls). The bench's micro-batch becomes Tunix's
   `RLTrainerPayload` in the packed layout MaxText reads: the whole row in `completion_ids`
   (zero-width prompt), `segment_ids` and `segment_positions` as given, the rollout's routes as
-  `routed_experts` ([B, T, L, K], -1 on padding). Masks: the bench's `completion_mask[t]` scores the prediction *of* token t+1 (it is
-  input-aligned, `contract.Payload`); MaxText takes a *token* mask and shifts it left by one itself
-  (`targets_segmentation[t] = token_mask[t+1]` within a segment). So the adapter hands MaxText the
-  completion mask shifted right by one, and MaxText's loss weights are then exactly the bench's
-  mask: the loss denominator equals the built-in engine's on the same micro-batch.
+  `routed_experts` ([B, T, L, K], -1 on padding). Masks: the bench's `completion_mask[t]`
+  scores the prediction *of* token t+1 (it is input-aligned, `contract.Payload`); MaxText takes a
+  *token* mask and shifts it left by one itself (`targets_segmentation[t] = token_mask[t+1]`
+  within a segment). So the adapter hands MaxText the completion mask shifted right by one, and
+  MaxText's loss weights are then exactly the bench's mask: the loss denominator equals the
+  built-in engine's on the same micro-batch.
 - **Driver and loss** (`MAXTEXT_DRIVER`, `tunix_grpo`). Where Tunix's `TrainerWorker` and GRPO
   loss import, the engine is built inside Tunix's worker with Tunix's `grpo_loss_fn`, as a Tunix
   trainer runs it, and the bench's calls go through the worker (`calls`); the micro-batch is

@@ -180,7 +180,7 @@ def model_input(algo_config: Any) -> Callable[[RoutedExample], dict[str, Any]]:
 
 
 def grpo_loss(api: TunixApi, wrapped: bool) -> Callable[..., Any]:
-    """Tunix's GRPO loss on the engine's model with the routes replayed, unchunked (CHUNKED_PASS)."""
+    """Tunix's GRPO loss on the engine's model, routes replayed, unchunked (CHUNKED_PASS)."""
 
     def loss(model, train_example, algo_config, pad_id, eos_id, routed_experts=None):
         return api.grpo_loss_fn(
@@ -200,7 +200,7 @@ def _replaying_call() -> Callable[[Any, Any, bool], Any]:
     from flax import nnx
 
     class ReplayingTunixCall(nnx.Module):
-        """Tunix's `model(tokens, positions, cache, attention_mask, segment_ids)` -> (logits, None)."""
+        """Tunix's `model(tokens, positions, cache, attention_mask, segment_ids)`: (logits, None)."""
 
         def __init__(self, model: Any, routes: Any, wrapped: bool):
             self.model = model
