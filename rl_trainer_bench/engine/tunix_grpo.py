@@ -200,7 +200,7 @@ def _replaying_call() -> Callable[[Any, Any, bool], Any]:
     from flax import nnx
 
     class ReplayingTunixCall(nnx.Module):
-        """Tunix's `model(tokens, positions, cache, attention_mask, segment_ids)`: (logits, None)."""
+        """Tunix's model call `(tokens, positions, cache, attention_mask, segment_ids)`."""
 
         def __init__(self, model: Any, routes: Any, wrapped: bool):
             self.model = model
