@@ -20,6 +20,8 @@ from maxtext_stand_in import (
 )
 
 from rl_trainer_bench.bench import engine_plan
+from rl_trainer_bench.bench.driver import Bench
+from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.engine import tunix_grpo
 from rl_trainer_bench.engine.contract import (
@@ -150,6 +152,18 @@ def test_maxtext_asked_for_runs_the_adapters_own_calls_with_tunix_present():
     engine = StandInTunixMaxTextEngine(small(DENSE, maxtext_driver="maxtext"))
     assert engine.tunix is None and engine.calls is engine.engine
     assert engine.info()["driver"] == "the adapter's own calls (MAXTEXT_DRIVER=maxtext)"
+
+
+@pytest.mark.parametrize(("driver", "through_tunix"), [("auto", True), ("maxtext", False)])
+def test_the_knob_reaches_the_engine_the_driver_builds(driver, through_tunix, tmp_path):
+    preset = dataclasses.replace(PRESETS["cpu-tiny-dense"], engine=small(DENSE))
+    config = BenchConfig(preset=preset, maxtext_driver=driver, results_dir=tmp_path)
+    bench = Bench(config, lambda _: None, engine_factory=StandInTunixMaxTextEngine)
+    bench.build()
+    try:
+        assert (bench.engine.tunix is not None) == through_tunix
+    finally:
+        bench.close()
 
 
 def test_the_tunix_path_conforms_and_stages_onto_the_fwd_bwd_input_shardings():
