@@ -217,3 +217,12 @@ def test_the_plan_says_why_the_adapters_own_calls_run(monkeypatch):
     }
     with pytest.raises(ConfigError, match=r"^MAXTEXT_DRIVER=tunix: tunix is not installed here"):
         rows("tunix", True)
+
+
+def test_check_engine_builds_the_engine_with_the_knob(capsys):
+    from rl_trainer_bench import cli
+
+    spec = "maxtext_stand_in:StandInMaxTextEngine"  # the stand-in's Tunix does not import
+    argv = ["check-engine", "--preset", "cpu-tiny-dense", "--engine", spec]
+    assert cli.main([*argv, "--maxtext-driver", "tunix"]) == 2
+    assert "MAXTEXT_DRIVER=tunix needs Tunix's TrainerWorker" in capsys.readouterr().err
