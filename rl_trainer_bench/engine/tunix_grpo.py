@@ -21,9 +21,11 @@ This module holds what the MaxText adapter needs to do the same, and nothing Max
   loss on a model whose call adds them as MaxText's `forced_routed_experts` (`api.replaying`),
   so the expert load is the calibrated one, as on the adapter's own path.
 - **Chunked log-prob pass**: Tunix chunks the output head only for a model whose call takes
-  `skip_lm_head` (and has `compute_final_logits`); maxtext 0.2.5's `TunixMaxTextAdapter` and the
-  route-replaying call have neither, so the pass computes full [B, T, V] logits and
-  `compute_logps_chunk_size` is not applied (`CHUNKED_PASS`, said in the plan and `info()`).
+  `skip_lm_head` (and has `compute_final_logits`); the route-replaying call has neither, and
+  maxtext 0.2.5's `TunixMaxTextAdapter`, the only call it could pass them to, has neither either,
+  so the pass computes full [B, T, V] logits and `compute_logps_chunk_size` is not applied
+  (`CHUNKED_PASS`, said in the plan and `info()`). Passing them on waits for a MaxText whose
+  model call takes them.
 
 Tunix (and flax) are imported when `load_tunix` runs, never when this module is.
 """
@@ -56,9 +58,9 @@ KL_LOSS_MODE = "low_var_kl"  # (r - 1) - log r: the built-in engine's k3
 TAKEN_LOSS_FIELDS = ("loss.epsilon", "loss.epsilon_high", "loss.beta")
 CHUNKED_PASS = (
     "not applied (compute_logps_chunk_size is not used): Tunix chunks the output head only for a"
-    " model whose call takes skip_lm_head, which maxtext 0.2.5's TunixMaxTextAdapter and the"
-    " route-replaying call do not; the full [B, T, V] logits are computed, more device memory"
-    " than the trainer's chunked pass"
+    " model whose call takes skip_lm_head, and the bench's route-replaying call over MaxText's"
+    " model takes none (maxtext 0.2.5's TunixMaxTextAdapter has none either); the full [B, T, V]"
+    " logits are computed, more device memory than a chunked pass"
 )
 
 
