@@ -22,7 +22,7 @@ This module holds what the MaxText adapter needs to do the same, and nothing Max
   so the expert load is the calibrated one, as on the adapter's own path.
 - **Chunked log-prob pass**: Tunix chunks the output head only for a model whose call takes
   `skip_lm_head` (and has `compute_final_logits`); the route-replaying call has neither, and
-  maxtext 0.2.5's `TunixMaxTextAdapter`, the only call it could pass them to, has neither either,
+  maxtext 0.2.5's `TunixMaxTextAdapter`, the only call it could pass them to, lacks them too,
   so the pass computes full [B, T, V] logits and `compute_logps_chunk_size` is not applied
   (`CHUNKED_PASS`, said in the plan and `info()`). Passing them on waits for a MaxText whose
   model call takes them.
