@@ -96,23 +96,31 @@ def test_the_tunix_loss_divides_by_the_bench_count_of_completion_targets():
     assert np.isfinite(metrics["loss"]) and metrics["train_step"] == 1
 
 
-def test_the_rollouts_routes_reach_the_model_through_tunixs_loss():
-    """Replayed routes decide the expert load: other routes, another loss on the same weights."""
+@pytest.fixture(scope="module")
+def qwen_engine():
+    """The Qwen3.5 cell on Tunix's path, through the contract's conformance checks (compiled)."""
     config = small(QWEN35)
-    payload = example_payloads_for(config, 1, prefix="routes")[0]
+    engine = StandInTunixMaxTextEngine(config)
+    return engine, check_engine(engine, example_payloads_for(config, 2, prefix="check"))
+
+
+def test_the_rollouts_routes_reach_the_model_through_tunixs_loss(qwen_engine):
+    """Replayed routes decide the expert load: other routes, another loss on the same weights."""
+    engine, _ = qwen_engine
+    payload = example_payloads_for(engine.config, 1, prefix="routes")[0]
     rerouted = dataclasses.replace(
         payload,
         input_ids=payload.input_ids.copy(),  # another micro-batch: the adapter caches by its ids
-        routed_experts=(payload.routed_experts + 1) % config.model.num_experts,
+        routed_experts=(payload.routed_experts + 1) % engine.config.model.num_experts,
     )
-    engine = StandInTunixMaxTextEngine(config)
     for micro_batch in (payload, rerouted):  # no update between: the same weights
         engine.fwd_bwd(micro_batch)
     losses = engine.engine.get_metrics(clear_cache=False).weighted_metrics["loss"]
+    engine.update()
+    engine.get_metrics()
     assert losses.unreduced_sum[0] != losses.unreduced_sum[1]
-    np.testing.assert_array_equal(
-        losses.denominator, [np.count_nonzero(payload.completion_mask)] * 2
-    )
+    count = np.count_nonzero(payload.completion_mask)
+    np.testing.assert_array_equal(losses.denominator, [count, count])
     info = engine.info()
     assert info["model_call"] == "MaxText's TunixMaxTextAdapter"  # Qwen3.5: MaxText can wrap it
     assert info["loss"] == "tunix algo_core.grpo_loss_fn (token-mean, routes replayed)"
@@ -166,10 +174,9 @@ def test_the_knob_reaches_the_engine_the_driver_builds(driver, through_tunix, tm
         bench.close()
 
 
-def test_the_tunix_path_conforms_and_stages_onto_the_fwd_bwd_input_shardings():
-    config = small(QWEN35)
-    engine = StandInTunixMaxTextEngine(config)
-    assert check_engine(engine, example_payloads_for(config, 2, prefix="check")) == []
+def test_the_tunix_path_conforms_and_stages_onto_the_fwd_bwd_input_shardings(qwen_engine):
+    engine, failures = qwen_engine
+    assert failures == []
     assert not missing_methods(engine, STAGING_METHODS)
     payload = example_payloads_for(engine.config, 1, prefix="stage")[0]
     prepared = engine.prepare_fwd_bwd_input(payload)
