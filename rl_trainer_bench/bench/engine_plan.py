@@ -141,7 +141,8 @@ def maxtext_loss_rows(driver: str, in_pod_image: bool) -> Facts:
         return (("loss", expected + TUNIX_LOSS + fallback), tunix_rows[1])
     absent = tunix_grpo.tunix_absent()
     if absent is None:
-        return tunix_rows
+        why = f" (MAXTEXT_DRIVER={driver}: Tunix's worker and loss are here)"
+        return (("loss", TUNIX_LOSS + why), tunix_rows[1])
     if driver == tunix_grpo.TUNIX:
         raise ConfigError(
             f"MAXTEXT_DRIVER=tunix: {absent} here: put a Tunix checkout with tunix/experimental"

@@ -208,7 +208,10 @@ def test_the_plan_says_which_loss_runs_through_which_calls(monkeypatch):
     monkeypatch.setattr(tunix_grpo, "tunix_absent", lambda: None)
     here = rows("auto", True)
     assert here["loss"].startswith("Tunix's GRPO loss (algo_core.grpo_loss_fn, token-mean")
-    assert "through Tunix's TrainerWorker around MaxText's training engine" in here["loss"]
+    assert here["loss"].endswith(
+        "through Tunix's TrainerWorker around MaxText's training engine, as a Tunix trainer with"
+        " --trainer_backend=maxtext runs it (MAXTEXT_DRIVER=auto: Tunix's worker and loss are here)"
+    )
     assert here["chunked log-prob pass"].startswith("not applied (compute_logps_chunk_size is")
     rendered = rows("auto", False)["loss"]
     assert rendered.startswith("expected where the image has them: Tunix's GRPO loss")
