@@ -13,9 +13,13 @@
 #    `jax.experimental.xla_metadata.must_fuse_call` (jax 0.11), so a start-up hook in the venv sets
 #    it to an identity decorator before maxtext is imported.
 # 2. For each preset (cpu-tiny-dense, the dense engine-vs-engine cell, and cpu-tiny-qwen3.5, the
-#    MoE cell: MaxText's qwen3_5 decoder with the cell's 2x2x2 mesh and replayed routes):
+#    MoE cell: MaxText's qwen3_5 decoder with the cell's 2x2x2 mesh and replayed routes), MaxText's
+#    engine driven as a Tunix trainer drives it (MAXTEXT_DRIVER=tunix: Tunix's TrainerWorker and
+#    GRPO loss, which the Tunix checkout provides; a run stops if they do not import):
 #    a. `ab --engine <MaxText adapter>` STAGE_BEFORE_UPDATE off and on: the exact checks must PASS
 #       (same micro-batch digests, same loss denominators, one stage per boundary).
+#    a'. The adapter's own calls (MAXTEXT_DRIVER=maxtext, MaxText's router-replay loss) and Tunix's
+#       as two arms of one `ab`: the same loss denominators, the step times side by side.
 #    b. The built-in engine and MaxText's as two arms of one `ab` on the same micro-batches: step
 #       times side by side, the ratio measured in one process.
 #    c. MaxText `run` with staging off, then on, each in a fresh process (an A/B's arms share one
@@ -123,16 +127,22 @@ for preset in $BENCH_PRESETS; do
         ab_flags=(--knob "ENGINE_FLAGS=$engine_flags") run_flags=(--engine-flags "$engine_flags")
     fi
     echo "== $preset: MaxText, STAGE_BEFORE_UPDATE off and on (the adapter's staging on stock MaxText)"
-    bench ab --preset "$preset" --engine "$MAXTEXT" --arms off,on,off,on --steps "$STEPS" \
-        "${ab_flags[@]}" --out "$out/maxtext-off-on" || status=$?
+    bench ab --preset "$preset" --engine "$MAXTEXT" --knob MAXTEXT_DRIVER=tunix \
+        --arms off,on,off,on --steps "$STEPS" "${ab_flags[@]}" --out "$out/maxtext-off-on" \
+        || status=$?
+    echo "== $preset: MaxText through the adapter's own calls and through Tunix's worker and loss"
+    bench ab --preset "$preset" --engine "$MAXTEXT" \
+        --arms "own:MAXTEXT_DRIVER=maxtext,tunix:MAXTEXT_DRIVER=tunix,own,tunix" \
+        --steps "$STEPS" "${ab_flags[@]}" --out "$out/own-vs-tunix" || status=$?
     echo "== $preset: the built-in engine and MaxText's, same micro-batches, one process"
-    bench ab --preset "$preset" \
+    bench ab --preset "$preset" --knob MAXTEXT_DRIVER=tunix \
         --arms "builtin:ENGINE=$BUILT_IN,maxtext:ENGINE=$MAXTEXT,builtin,maxtext" \
         --steps "$STEPS" "${ab_flags[@]}" --out "$out/builtin-vs-maxtext" || status=$?
     echo "== $preset: MaxText off, then on, in fresh processes: the same losses"
     for stage in off on; do
-        bench run --preset "$preset" --engine "$MAXTEXT" --stage-before-update "$stage" \
-            --steps "$STEPS" "${run_flags[@]}" --results-dir "$out/run-$stage" || status=$?
+        bench run --preset "$preset" --engine "$MAXTEXT" --maxtext-driver tunix \
+            --stage-before-update "$stage" --steps "$STEPS" "${run_flags[@]}" \
+            --results-dir "$out/run-$stage" || status=$?
     done
     same_losses "$out/run-off/results.jsonl" "$out/run-on/results.jsonl" || status=1
 done

@@ -100,7 +100,7 @@ def _add_check_engine_arguments(parser: argparse.ArgumentParser) -> None:
     from rl_trainer_bench.config.knobs import ENGINE_KNOBS, add_knob_flags, add_preset_flag
 
     add_preset_flag(parser, "shapes and mesh")
-    add_knob_flags(parser, ENGINE_KNOBS)
+    add_knob_flags(parser, (*ENGINE_KNOBS, "MAXTEXT_DRIVER"))
 
 
 COMMANDS.append(

@@ -26,6 +26,13 @@ defaults do whatever `profiler` says).
 
 The model is tiny but real (an embedding, one MoE or dense block per layer with forced routes,
 an output head), so gradients, shardings and digests are real arrays.
+
+Like maxtext 0.2.5, the engine splits a dict of loss inputs into traced arrays and closed-over
+constants, hands the loss a model (here `StandInModel`, marked when `wrap_with_tunix_adapter`
+wrapped it) and takes a Tunix `LossOutput` as a loss's return. Tunix's side, as far as the adapter
+drives it: `TrainerWorker` delegating to its trainer (`get_metrics()` without `clear_cache`), the
+packed `TrainExample` (`num_segments` static), `GRPOConfig`, and a GRPO loss with Tunix's
+token-aligned log-probs and token-mean denominator (`STAND_IN_TUNIX_API`).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import numpy as np
 import optax
 
 from rl_trainer_bench.engine.maxtext_adapter import MaxTextApi, MaxTextEngine
+from rl_trainer_bench.engine.tunix_grpo import TunixApi
 
 KERNEL_NAMES = ("fwd_bwd", "fwd_bwd_accum", "update")
 EMPTY_METRICS_BUFFER_ID = -1
@@ -250,6 +258,24 @@ jax.tree_util.register_dataclass(
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class LossOutput:
+    """Tunix's `sft.utils.LossOutput` (MaxText's engine takes it as a loss's return)."""
+
+    primary_loss: WeightedMetric
+    aux_metrics: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class StandInModel:
+    """What the engine hands a loss: the tiny model's weights, its config, and whether MaxText
+    wrapped it in TunixMaxTextAdapter (`wrap_with_tunix_adapter`)."""
+
+    params: dict[str, jax.Array]
+    config: Any
+    tunix_adapter: bool = False
+
+
 @dataclasses.dataclass
 class MetricsBuffer:
     id: Any
@@ -347,7 +373,7 @@ def make_router_replay_loss_fn(config: HyperParameters, dropout_rng: jax.Array |
         forced_routed_experts=None,
     ):
         del inputs_position  # the stand-in's model has no positional encoding
-        logits = _forward(model, config, inputs, inputs_segmentation, forced_routed_experts)
+        logits = _forward(model.params, config, inputs, inputs_segmentation, forced_routed_experts)
         xent = jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(
             logits, targets[..., None], -1
         ).squeeze(-1)
@@ -415,6 +441,8 @@ class MaxTextTrainingEngine:
         self._loss_fn: Callable[..., Any] | None = None
         self._has_aux = True
         self._gen_model_input_fn: Callable[[Any], dict[str, Any]] | None = None
+        self._static: dict[str, Any] = {}  # the loss inputs closed over (not traced)
+        self._tunix_adapter = wrap_with_tunix_adapter
         self._compiled = False
         self._compile_requested = False
         self._compiled_signature: Any = None
@@ -465,10 +493,10 @@ class MaxTextTrainingEngine:
 
     def _fwd_bwd_kernel(self, params, rest, batch, acc_grads=None, acc_denom=None):
         def loss_of(p):
-            loss, aux = self._loss_fn(p, **batch)
-            del loss  # MaxText differentiates the unreduced sum, as here
-            metric = WeightedMetric(aux["xent_sum"], aux["total_weights"])
-            return metric.unreduced_sum, (metric, aux)
+            model = StandInModel(p, self._config, self._tunix_adapter)
+            out = self._loss_fn(model, **batch, **self._static)
+            metric, aux = _normalize_loss_output(out, self._has_aux)
+            return metric.unreduced_sum, (metric, aux)  # MaxText differentiates the sum, as here
 
         (_, (metric, aux)), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
         denominator = metric.denominator.astype(jnp.float32)
@@ -510,7 +538,8 @@ class MaxTextTrainingEngine:
             return self._update_kernel(params, opt_state, grads, denominator)
 
         def kernel(params, rest, batch):  # the eval program, named as MaxText's is
-            return self._loss_fn(params, **batch)
+            model = StandInModel(params, self._config, self._tunix_adapter)
+            return _normalize_loss_output(self._loss_fn(model, **batch, **self._static), True)
 
         shardings = self._batch_shardings(batch)
         replicated = self._replicated
@@ -526,7 +555,7 @@ class MaxTextTrainingEngine:
         self._compiled_fwd_bwd = self._jitted["fwd_bwd"]
         self._compiled_fwd_bwd_accum = self._jitted["fwd_bwd_accum"]
         self._compiled_update = self._jitted["update"]
-        self._compiled_signature = _signature(batch)
+        self._compiled_signature = _signature(batch, self._static)
         self._compiled = True
 
     def compile_kernels(self, dummy_data, compiler_options=None) -> dict[str, Any]:
@@ -564,17 +593,20 @@ class MaxTextTrainingEngine:
     # -- steps ---------------------------------------------------------------------------------
 
     def _prepare_batch(self, payload):
+        """The loss inputs' traced half; the rest (`self._static`) is closed over, as MaxText's
+        `_split_static_and_dynamic` does."""
         if self._gen_model_input_fn is not None:
             if dataclasses.is_dataclass(payload) and "metadata" in payload.__dataclass_fields__:
                 payload = dataclasses.replace(payload, metadata={})
-            return self._gen_model_input_fn(payload)
-        return payload
+            payload = self._gen_model_input_fn(payload)
+        batch, self._static = _split_static_and_dynamic(payload)
+        return batch
 
     def fwd_bwd(self, payload, **kwargs: Any) -> None:
         self._maybe_profile(start=True)
         batch = self._prepare_batch(payload)
         if self._compile_requested:
-            if not self._compiled or _signature(batch) != self._compiled_signature:
+            if not self._compiled or _signature(batch, self._static) != self._compiled_signature:
                 self._compile_for_batch(batch)
             if self._accumulated_grads is None:
                 metric, aux, grads, denom = self._compiled_fwd_bwd(self._params, self._rest, batch)
@@ -595,7 +627,7 @@ class MaxTextTrainingEngine:
                 self._accumulated_denominator,
             )
         self._record("loss", metric)
-        for name, value in (aux if self._has_aux else {}).items():  # as MaxText: with has_aux only
+        for name, value in aux.items():
             self._record(name, value)
         self._accumulated_grads, self._accumulated_denominator = grads, denom
         self._total_micro_steps += 1
@@ -675,9 +707,37 @@ def _to_aval(value) -> Any:
     return jax.ShapeDtypeStruct(value.shape, value.dtype, sharding=getattr(value, "sharding", None))
 
 
-def _signature(batch) -> Any:
+def _signature(batch, static) -> Any:
     leaves, treedef = jax.tree.flatten(batch)
-    return treedef, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves)
+    return treedef, tuple((jnp.shape(x), jnp.result_type(x)) for x in leaves), static
+
+
+def _split_static_and_dynamic(batch: Any) -> tuple[Any, dict[str, Any]]:
+    """As MaxText: a dict's entries with an array leaf (or none at all) are traced, the rest
+    (Python scalars, config objects) closed over."""
+    if not isinstance(batch, dict):
+        return batch, {}
+    arrays = (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)
+
+    def dynamic(value):
+        leaves = jax.tree.leaves(value)
+        return not leaves or any(isinstance(leaf, arrays) for leaf in leaves)
+
+    static = {
+        key: value
+        for key, value in batch.items()
+        if isinstance(value, (int, float, bool)) or not dynamic(value)
+    }
+    return {key: value for key, value in batch.items() if key not in static}, static
+
+
+def _normalize_loss_output(out: Any, has_aux: bool) -> tuple[WeightedMetric, dict[str, Any]]:
+    """As MaxText: a LossOutput as it is; a `(loss, aux)` pair's metric from `xent_sum` and
+    `total_weights`, its aux entries recorded only with has_aux."""
+    if isinstance(out, LossOutput):
+        return out.primary_loss, dict(out.aux_metrics)
+    _, aux = out
+    return WeightedMetric(aux["xent_sum"], aux["total_weights"]), aux if has_aux else {}
 
 
 MESH_AXES = ("fsdp", "context", "expert")  # the ones of MaxText's axes the adapter sets
@@ -703,6 +763,130 @@ def _names(entry: Any) -> tuple[str, ...]:
     return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
 
 
+# -- Tunix: its TrainerWorker, packed TrainExample, GRPOConfig and GRPO loss, as far as the adapter
+# drives them (tunix/experimental/worker/trainer_worker.py, tunix/rl/common.py, algo_core.py).
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainExample:
+    prompt_ids: Any
+    prompt_mask: Any
+    completion_ids: Any
+    completion_mask: Any
+    advantages: Any
+    ref_per_token_logps: Any
+    old_per_token_logps: Any
+    segment_ids: Any = None
+    segment_positions: Any = None
+    num_segments: int | None = None  # static, as Tunix's flax.struct field
+
+
+jax.tree_util.register_dataclass(
+    TrainExample,
+    data_fields=[f.name for f in dataclasses.fields(TrainExample) if f.name != "num_segments"],
+    meta_fields=["num_segments"],
+)
+
+
+@dataclasses.dataclass
+class GRPOConfig:
+    """Tunix's GRPOConfig fields the loss reads (epsilon_high and temperature are set on it)."""
+
+    num_generations: int = 2
+    beta: float = 0.04
+    epsilon: float = 0.2
+    loss_algo: str = "grpo"
+    loss_agg_mode: str = "sequence-mean-token-mean"
+    kl_loss_mode: str = "kl"
+
+
+class TrainerWorker:
+    """Tunix's TrainerWorker: builds its trainer from the factory and delegates to it."""
+
+    def __init__(self, trainer_factory, *, worker_id: str = "trainer_worker"):
+        self._trainer = trainer_factory()
+        self.worker_id = worker_id
+
+    def with_loss_fn(self, loss_fn, has_aux: bool = False) -> dict[str, Any]:
+        self._trainer.with_loss_fn(loss_fn, has_aux)
+        return {"loss_fn_configured": True}
+
+    def with_gen_model_input_fn(self, gen_model_input_fn) -> dict[str, Any]:
+        self._trainer.with_gen_model_input_fn(gen_model_input_fn)
+        return {"gen_model_input_fn_configured": True}
+
+    def compile(self, dummy_data=None) -> dict[str, Any]:
+        self._trainer.compile(dummy_data)
+        return {"compiled": True}
+
+    def fwd_bwd(self, payload, **kwargs: Any) -> dict[str, Any]:
+        self._trainer.fwd_bwd(payload, **kwargs)
+        return {"queued": True}
+
+    def update(self, **kwargs: Any) -> int:
+        return self._trainer.update(**kwargs)
+
+    def get_metrics(self) -> Any:
+        return self._trainer.get_metrics()
+
+
+def grpo_loss_fn(model, train_example, algo_config, pad_id, eos_id, **kwargs):
+    """Tunix's packed GRPO loss: token-aligned log-probs (logp[t] scores token t, 0 first), the
+    clipped surrogate, token-mean over the completion mask (the only mode the bench asks for)."""
+    del pad_id, eos_id  # read on unpacked rows only
+    if kwargs.get("compute_logps_chunk_size", 0) and not hasattr(model, "compute_final_logits"):
+        raise ValueError("Model __call__ must accept skip_lm_head.")
+    if algo_config.loss_agg_mode != "token-mean" or train_example.num_segments is None:
+        raise NotImplementedError("the stand-in aggregates packed rows by token-mean only")
+    example = train_example
+    logits, _ = model(
+        example.completion_ids,
+        positions=example.segment_positions,
+        cache=None,
+        attention_mask=None,
+        segment_ids=example.segment_ids,
+    )
+    picked = jnp.take_along_axis(
+        jax.nn.log_softmax(logits[:, :-1]), example.completion_ids[:, 1:, None], -1
+    )[..., 0]
+    logps = jnp.pad(picked, ((0, 0), (1, 0)))
+    ratio = jnp.exp(jnp.clip(logps - example.old_per_token_logps, -20.0, 20.0))
+    high = getattr(algo_config, "epsilon_high", algo_config.epsilon)
+    clipped = jnp.clip(ratio, 1 - algo_config.epsilon, 1 + high)
+    per_token = jnp.maximum(-example.advantages * ratio, -example.advantages * clipped)
+    mask = example.completion_mask
+    tokens = jnp.sum(mask)
+    return LossOutput(
+        WeightedMetric(jnp.sum(per_token * mask), tokens, min_denom=1.0),
+        {"pg_clipfrac": WeightedMetric(jnp.sum((clipped != ratio) * mask), tokens)},
+    )
+
+
+def replaying(model: StandInModel, routes, wrapped: bool):
+    """The adapter's route-replaying Tunix call over the stand-in's model."""
+    if model.tunix_adapter != wrapped:  # MaxText's adapter and its Transformer take other names
+        raise TypeError(f"wrapped={wrapped} for a model with tunix_adapter={model.tunix_adapter}")
+
+    def call(input_tokens, positions, cache, attention_mask, segment_ids=None):
+        del positions, cache, attention_mask
+        return _forward(model.params, model.config, input_tokens, segment_ids, routes), None
+
+    return call
+
+
+STAND_IN_TUNIX_API = TunixApi(
+    worker_type=TrainerWorker,
+    grpo_loss_fn=grpo_loss_fn,
+    train_example_type=TrainExample,
+    grpo_config_type=GRPOConfig,
+    replaying=replaying,
+)
+
+
+def tunix_absent() -> TunixApi:
+    raise ImportError("No module named 'tunix' (the stand-in's engine has none)")
+
+
 STAND_IN_API = MaxTextApi(
     engine_type=MaxTextTrainingEngine,
     payload_type=RLTrainerPayload,
@@ -712,6 +896,7 @@ STAND_IN_API = MaxTextApi(
     build_config=lambda words: initialize(["", *words]),
     build_mesh=_mesh,
     input_spec=input_spec,
+    tunix_adapter_wraps=lambda name: name == "qwen3.5-397b-a17b",  # MaxText has its HF config
     version="0.2.5-stand-in",
 )
 
@@ -720,3 +905,10 @@ class StandInMaxTextEngine(MaxTextEngine):
     """The adapter over the stand-in: nameable as ENGINE=maxtext_stand_in:StandInMaxTextEngine (tests/ on the path)."""
 
     load_api = staticmethod(lambda: STAND_IN_API)
+    load_tunix = staticmethod(tunix_absent)
+
+
+class StandInTunixMaxTextEngine(StandInMaxTextEngine):
+    """The adapter over the stand-ins of MaxText and Tunix: Tunix's driver where asked or auto."""
+
+    load_tunix = staticmethod(lambda: STAND_IN_TUNIX_API)

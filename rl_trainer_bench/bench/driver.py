@@ -94,7 +94,9 @@ class Bench:
         refuse_unrunnable_stages(self.config.worker, (self.config.stage, *stages))
         # Files an engine writes of its own (MaxText's events) go inside the results folder.
         engine_config = dataclasses.replace(
-            self._engine_config(), output_dir=str(self.config.results_dir / "engine")
+            self._engine_config(),
+            output_dir=str(self.config.results_dir / "engine"),
+            maxtext_driver=self.config.maxtext_driver,
         )
         factory = self._engine_factory or engine_class(self.config.engine)  # import it first
         payloads = self._build_pool(engine_config)

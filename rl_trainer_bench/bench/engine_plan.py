@@ -30,6 +30,7 @@ from rl_trainer_bench.config.trainer_maxtext import (
     marked_from_flags,
     maxtext_fates,
 )
+from rl_trainer_bench.engine import tunix_grpo
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
 from rl_trainer_bench.engine.maxtext_keys import HELD_KEYS
@@ -55,6 +56,11 @@ MAXTEXT_LOSS = (
     "MaxText's router-replay loss (token cross-entropy with the rollout's routes forced), through"
     " MaxText's training engine called by the adapter; not Tunix's GRPO loss and chunked log-prob"
     " pass: the per-token cost differs by a few element-wise ops, the matmuls are the same"
+)
+TUNIX_LOSS = (
+    f"Tunix's GRPO loss (algo_core.grpo_loss_fn, {tunix_grpo.LOSS_AGG_MODE}, k3 KL, the rollout's"
+    " routes replayed) through Tunix's TrainerWorker around MaxText's training engine, as a"
+    " Tunix trainer with --trainer_backend=maxtext runs it"
 )
 BUILT_IN_LOSS = "the built-in GRPO surrogate with its chunked log-prob pass (engine/loss.py)"
 
@@ -88,7 +94,11 @@ def engine_facts(config: BenchConfig, engine: EngineConfig, in_pod_image: bool) 
     pod, or `run --plan` on this host), so MaxText is looked for here; False when rendering."""
     rows = [("engine", f"{config.engine} ({config.engine_source})")]
     if config.engine == MAXTEXT:
-        return (*rows, *_maxtext_rows(config, engine, in_pod_image), ("loss", MAXTEXT_LOSS))
+        return (
+            *rows,
+            *_maxtext_rows(config, engine, in_pod_image),
+            *maxtext_loss_rows(config.maxtext_driver, in_pod_image),
+        )
     rows.append(("loss", BUILT_IN_LOSS if config.engine == BUILT_IN else "the engine's own"))
     evidence = maxtext_evidence(config.trainer_argv)
     if evidence:
@@ -111,6 +121,34 @@ def _maxtext_rows(config: BenchConfig, engine: EngineConfig, in_pod_image: bool)
     platform = "tpu" if config.trainer_slice is not None else "cpu"
     checked = maxtext_check.check_apart(engine, platform)
     return (("maxtext", f"maxtext {builder.version}, installed here"), ("maxtext config", checked))
+
+
+def maxtext_loss_rows(driver: str, in_pod_image: bool) -> Facts:
+    """Which loss runs through which calls on MaxText's engine, and why (MAXTEXT_DRIVER). Where
+    the plan cannot look into the trainer's image it says what is expected there."""
+    if driver == tunix_grpo.MAXTEXT:
+        return (("loss", f"{MAXTEXT_LOSS} (MAXTEXT_DRIVER=maxtext)"),)
+    tunix_rows = (("loss", TUNIX_LOSS), ("chunked log-prob pass", tunix_grpo.CHUNKED_PASS))
+    if not in_pod_image:
+        expected = (
+            "expected: " if driver == tunix_grpo.TUNIX else "expected where the image has them: "
+        )
+        fallback = (
+            "; if the image lacks Tunix's worker or loss the run stops (MAXTEXT_DRIVER=tunix)"
+            if driver == tunix_grpo.TUNIX
+            else f"; otherwise (MAXTEXT_DRIVER=auto) {MAXTEXT_LOSS}"
+        )
+        return (("loss", expected + TUNIX_LOSS + fallback), tunix_rows[1])
+    absent = tunix_grpo.tunix_absent()
+    if absent is None:
+        why = f" (MAXTEXT_DRIVER={driver}: Tunix's worker and loss are here)"
+        return (("loss", TUNIX_LOSS + why), tunix_rows[1])
+    if driver == tunix_grpo.TUNIX:
+        raise ConfigError(
+            f"MAXTEXT_DRIVER=tunix: {absent} here: put a Tunix checkout with tunix/experimental"
+            " on PYTHONPATH, or set MAXTEXT_DRIVER=maxtext"
+        )
+    return (("loss", f"{MAXTEXT_LOSS} (MAXTEXT_DRIVER=auto: {absent} here)"),)
 
 
 def _not_the_trainers(config: BenchConfig, engine: EngineConfig, evidence: str) -> Facts:

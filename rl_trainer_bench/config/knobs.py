@@ -35,6 +35,7 @@ from rl_trainer_bench.config.engine_keys import parse_engine_flags, parse_traine
 from rl_trainer_bench.config.presets import PRESETS, Preset, preset, preset_for_model
 from rl_trainer_bench.engine.config import GPU_PLATFORMS
 from rl_trainer_bench.engine.factory import BUILT_IN, ENGINE_NAMES
+from rl_trainer_bench.engine.tunix_grpo import AUTO, MAXTEXT, MAXTEXT_DRIVERS, TUNIX
 from rl_trainer_bench.errors import ConfigError
 
 _ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
@@ -257,6 +258,14 @@ KNOBS: tuple[Knob, ...] = (
         " trainer runs MaxText, else the built-in one)",
     ),
     Knob(
+        "MAXTEXT_DRIVER",
+        AUTO,
+        _one_of(MAXTEXT_DRIVERS),
+        f"{'|'.join(MAXTEXT_DRIVERS)}: what drives MaxText's engine: {TUNIX} = Tunix's"
+        f" TrainerWorker with Tunix's GRPO loss, {MAXTEXT} = the adapter's own calls with"
+        f" MaxText's router-replay loss, {AUTO} = {TUNIX} where Tunix's worker and loss import",
+    ),
+    Knob(
         "TRAINER_SLICE",
         "",
         _slice,
@@ -466,6 +475,7 @@ class BenchConfig:
     orch_argv: tuple[str, ...] = dataclasses.field(default=knob_default("ORCH_ARGV"))
     worker: str = dataclasses.field(default=knob_default("WORKER"))
     engine: str = BUILT_IN  # module:Class; from_env resolves an unset ENGINE (engine_choice.py)
+    maxtext_driver: str = dataclasses.field(default=knob_default("MAXTEXT_DRIVER"))
     trainer_slice: TpuSlice | None = dataclasses.field(default=knob_default("TRAINER_SLICE"))
     plan_only: bool = dataclasses.field(default=knob_default("PLAN_ONLY"))
     preset_source: str = "PRESET"  # what chose the preset: PRESET, a trainer flag, or the default

@@ -12,18 +12,24 @@ not its details, and this adapter supplies exactly the difference, nothing else:
   splits rows over fsdp x expert and the sequence over context, as the built-in engine does. A
   micro-batch MaxText's mesh cannot split is refused before the compile (MaxText would replicate
   it, doing the work once per device of the axis).
-- **Payload.** The bench's micro-batch becomes Tunix's `RLTrainerPayload` in the packed layout
-  MaxText reads: the whole row in `completion_ids` (zero-width prompt), `segment_ids` and
-  `segment_positions` as given, the rollout's routes as `routed_experts` ([B, T, L, K], -1 on
-  padding). Masks: the bench's `completion_mask[t]` scores the prediction *of* token t+1 (it is
-  input-aligned, `contract.Payload`); MaxText takes a *token* mask and shifts it left by one itself
-  (`targets_segmentation[t] = token_mask[t+1]` within a segment). So the adapter hands MaxText the
-  completion mask shifted right by one, and MaxText's loss weights are then exactly the bench's
-  mask: the loss denominator equals the built-in engine's on the same micro-batch.
-- **Loss.** MaxText's own router-replay loss (`make_router_replay_loss_fn` with
-  `router_replay_gen_model_input_fn`): token cross-entropy on the completion targets with the
-  rollout's expert choices forced. It is not the GRPO surrogate the built-in engine computes;
-  the per-token cost differs by a few element-wise ops, the matmuls are the same.
+- **Payload** (the adapter's own calls). The bench's micro-batch becomes Tunix's
+  `RLTrainerPayload` in the packed layout MaxText reads: the whole row in `completion_ids`
+  (zero-width prompt), `segment_ids` and `segment_positions` as given, the rollout's routes as
+  `routed_experts` ([B, T, L, K], -1 on padding). Masks: the bench's `completion_mask[t]`
+  scores the prediction *of* token t+1 (it is input-aligned, `contract.Payload`); MaxText takes a
+  *token* mask and shifts it left by one itself (`targets_segmentation[t] = token_mask[t+1]`
+  within a segment). So the adapter hands MaxText the completion mask shifted right by one, and
+  MaxText's loss weights are then exactly the bench's mask: the loss denominator equals the
+  built-in engine's on the same micro-batch.
+- **Driver and loss** (`MAXTEXT_DRIVER`, `tunix_grpo`). Where Tunix's `TrainerWorker` and GRPO
+  loss import, the engine is built inside Tunix's worker with Tunix's `grpo_loss_fn`, as a Tunix
+  trainer runs it, and the bench's calls go through the worker (`calls`); the micro-batch is
+  Tunix's packed `TrainExample` instead of the payload above, and the model's call replays the
+  routes. Otherwise the adapter calls the engine itself with MaxText's own router-replay loss
+  (`make_router_replay_loss_fn` with `router_replay_gen_model_input_fn`): token cross-entropy on
+  the completion targets with the rollout's expert choices forced, not the GRPO surrogate; the
+  per-token cost differs by a few element-wise ops, the matmuls are the same. Both divide by the
+  bench's count of completion targets.
 - **Compile.** `compile` returns None, so the adapter times it: JAX's compile events (trace,
   lowering, backend compile) are summed per program the engine compiles, `fwd_bwd`,
   `fwd_bwd_accum`, `update` and `eval` by name, everything else (the eager ops of the input
@@ -36,10 +42,11 @@ not its details, and this adapter supplies exactly the difference, nothing else:
   under the engine config's `output_dir`, inside the run's results folder, never the caller's
   working directory.
 - **Staging.** MaxText has no `prepare_fwd_bwd_input` or `wait_for_device`; the adapter builds
-  them from the engine's own parts: its input mapping (`router_replay_gen_model_input_fn`), a
-  `jax.device_put` onto the input shardings of the `fwd_bwd` program the engine compiled, and a
-  block on the staged arrays and on the step's last outputs. A staged micro-batch reaches the
-  engine through its input hook unchanged, so it trains exactly what the plain one would.
+  them from the engine's own parts: its input hook (`router_replay_gen_model_input_fn`, or the
+  Tunix loss's arguments), a `jax.device_put` onto the input shardings of the `fwd_bwd` program
+  the engine compiled, and a block on the staged arrays and on the step's last outputs. A staged
+  micro-batch reaches the engine through its input hook unchanged, so it trains exactly what the
+  plain one would.
 
 Converting a Payload is adapter work the production trainer never does (it receives Tunix
 payloads), so it is done once per distinct micro-batch and reused: the timed `fwd_bwd` is
@@ -66,6 +73,7 @@ from rl_trainer_bench.engine import (
     maxtext_config,
     maxtext_keys,
     maxtext_metrics,
+    tunix_grpo,
 )
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload, PreparedInput
@@ -87,12 +95,16 @@ class MaxTextApi:
     build_config: Callable[[Sequence[str]], Any]  # key=value words -> HyperParameters
     build_mesh: Callable[[Any], Any]  # HyperParameters -> jax Mesh
     input_spec: Callable[[Any, Any], tuple[Any, ...]]  # (config, mesh) -> [rows, seq] spec
+    # model name -> whether MaxText's TunixMaxTextAdapter can wrap it (it needs the model's HF
+    # config, which MaxText's dense `default` model has none of)
+    tunix_adapter_wraps: Callable[[str], bool]
     version: str
 
 
 def load_maxtext() -> MaxTextApi:
     """The installed maxtext package's training engine (needs maxtext and Tunix importable)."""
     try:
+        from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
         from maxtext.training_engine import abstract_engine, maxtext_engine
         from maxtext.utils import maxtext_utils, sharding
     except ImportError as error:
@@ -113,6 +125,7 @@ def load_maxtext() -> MaxTextApi:
         build_config=_build_config,
         build_mesh=build_mesh,
         input_spec=lambda config, mesh: tuple(sharding.get_input_data_sharding(config, mesh).spec),
+        tunix_adapter_wraps=lambda name: name in HF_MODEL_CONFIGS,
         version=maxtext_config.installed_version(),
     )
 
@@ -165,21 +178,10 @@ def replay_payload_type(payload_type: type) -> type:
     )
 
 
-def completion_token_mask(completion_mask: np.ndarray) -> np.ndarray:
-    """The bench's input-aligned mask as MaxText's token mask: shifted right by one position.
-
-    A segment's last position never scores (no next token), so the shift never carries a 1 into
-    the next segment's first position.
-    """
-    shifted = np.zeros_like(completion_mask)
-    shifted[:, 1:] = completion_mask[:, :-1]
-    return shifted
-
-
 def to_maxtext_payload(payload: Payload, payload_type: type) -> Any:
     """The bench's micro-batch as MaxText's packed RLTrainerPayload (module docstring: masks)."""
     rows = payload.shape[0]
-    mask = completion_token_mask(payload.completion_mask)
+    mask = tunix_grpo.token_aligned(payload.completion_mask)
     empty = np.zeros((rows, 0), np.int32)
     return payload_type(
         token_ids=payload.input_ids,
@@ -239,10 +241,13 @@ def host_keys(config: EngineConfig) -> dict[str, Any]:
 class MaxTextEngine:
     """MaxText's `MaxTextTrainingEngine` as a bench engine: `MaxTextEngine(engine_config)`.
 
-    `load_api` says where MaxText comes from; a subclass may point it at a stand-in.
+    `load_api` and `load_tunix` say where MaxText and Tunix come from; a subclass may point them
+    at stand-ins. `calls` is what the bench's compile/fwd_bwd/update/get_metrics go through:
+    Tunix's TrainerWorker around `engine`, or `engine` itself (`tunix_grpo.choose`).
     """
 
     load_api: Callable[[], MaxTextApi] = staticmethod(load_maxtext)
+    load_tunix: Callable[[], tunix_grpo.TunixApi] = staticmethod(tunix_grpo.load_tunix)
 
     def __init__(self, config: EngineConfig):
         self.config = config
@@ -271,17 +276,12 @@ class MaxTextEngine:
             ) from error
         self._refuse_unsplit_batch()
         self._payload_type = replay_payload_type(self.api.payload_type)
-        self.engine = (
-            self.api.engine_type(self.maxtext_config, mesh=self.mesh)
-            # MaxText records a loss's aux entries (its overflow flags among them) only with
-            # has_aux; they are eager appends per micro-batch, so only when there is a drop to count.
-            .with_loss_fn(
-                self.api.make_loss_fn(self.maxtext_config),
-                has_aux=maxtext_metrics.overflow_source(self.maxtext_config.moe_dropless_fallback)
-                is not None,
-            )
-            .with_gen_model_input_fn(self._model_input)
+        self.tunix, self.driver_reason = tunix_grpo.choose(
+            config.maxtext_driver, type(self).load_tunix
         )
+        # Tunix's loss returns no overflow flags: drops are MaxText's to count on its own path only.
+        self._dropless_fallback = None if self.tunix else self.maxtext_config.moe_dropless_fallback
+        self.engine, self.calls = self._driven_by_tunix() if self.tunix else self._driven_here()
         self._converted: collections.OrderedDict[int, _Converted] = collections.OrderedDict()
         self._batch_shardings: Mapping[str, Any] | None = None
         self._compiled = False
@@ -298,7 +298,7 @@ class MaxTextEngine:
         """Compile MaxText's kernels for micro-batches shaped like `example`; seconds per program."""
         times = _CompileTimes()
         with times.installed():
-            self.engine.compile(_ShapesOf(self._convert(example).payload))
+            self.calls.compile(_ShapesOf(self._convert(example).payload))
         self._batch_shardings = self._fwd_bwd_batch_shardings()
         self._compiled = True
         return times.per_program()
@@ -306,22 +306,20 @@ class MaxTextEngine:
     def fwd_bwd(self, batch: Payload | PreparedInput) -> None:
         if isinstance(batch, PreparedMaxTextInput):
             self._tokens += batch.tokens
-            self.engine.fwd_bwd(batch)
+            self.calls.fwd_bwd(batch)
             return
         converted = self._convert(batch)
         self._tokens += converted.tokens
-        self.engine.fwd_bwd(converted.payload)
+        self.calls.fwd_bwd(converted.payload)
 
     def update(self) -> int:
-        return self.engine.update()
+        return self.calls.update()
 
     def get_metrics(self, clear_cache: bool = True) -> dict[str, Any]:
         """The last step's metrics on the host under the ruler's keys ({} before the first)."""
-        out = maxtext_metrics.step_metrics(
-            self.engine.get_metrics(clear_cache=clear_cache),
-            self._tokens,
-            self.maxtext_config.moe_dropless_fallback,
-        )
+        # Tunix's worker clears what it returns; a look that keeps the buffer asks the engine.
+        buffer = self.calls.get_metrics() if clear_cache else self.engine.get_metrics(False)
+        out = maxtext_metrics.step_metrics(buffer, self._tokens, self._dropless_fallback)
         if out and clear_cache:
             self._tokens = 0
         return out
@@ -338,7 +336,7 @@ class MaxTextEngine:
                 " read its input shardings, so it cannot stage: set STAGE_BEFORE_UPDATE=off"
             )
         converted = self._convert(payload)
-        batch = self.api.gen_model_input_fn(converted.payload)
+        batch = self._input_fn(converted.payload)
         # An input the program does not read has no sharding (XLA pruned it): it stays as mapped.
         placed = {
             key: value
@@ -368,11 +366,13 @@ class MaxTextEngine:
             "model": f"{args.model.name}(decoder={_text(self.maxtext_config.decoder_block)})",
             "mesh": ",".join(f"{axis}={size}" for axis, size in mesh.shape.items() if size > 1)
             or "one device",
-            "loss": "maxtext router-replay cross-entropy",
-            "not_measured": ",".join(
-                maxtext_metrics.not_measured(self.maxtext_config.moe_dropless_fallback)
+            **self._driver_info(),
+            "not_measured": ",".join(maxtext_metrics.not_measured(self._dropless_fallback)),
+            "not_taken": ",".join(
+                field
+                for field in maxtext_keys.not_taken(self.config)
+                if not (self.tunix and field in tunix_grpo.TAKEN_LOSS_FIELDS)
             ),
-            "not_taken": ",".join(maxtext_keys.not_taken(self.config)),
             "host_keys": " ".join(
                 maxtext_keys.word(k, v) for k, v in host_keys(self.config).items()
             )
@@ -385,6 +385,57 @@ class MaxTextEngine:
         }
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _driven_here(self) -> tuple[Any, Any]:
+        """MaxText's engine with its router-replay loss, called by the adapter itself."""
+        self._input_fn = self.api.gen_model_input_fn
+        engine = (
+            self.api.engine_type(self.maxtext_config, mesh=self.mesh)
+            # MaxText records a loss's aux entries (its overflow flags among them) only with
+            # has_aux; they are eager appends per micro-batch, so only when there is a drop to count.
+            .with_loss_fn(
+                self.api.make_loss_fn(self.maxtext_config),
+                has_aux=maxtext_metrics.overflow_source(self._dropless_fallback) is not None,
+            )
+            .with_gen_model_input_fn(self._model_input)
+        )
+        return engine, engine
+
+    def _driven_by_tunix(self) -> tuple[Any, Any]:
+        """MaxText's engine inside Tunix's TrainerWorker with Tunix's GRPO loss, set as Tunix's
+        distributed GRPO sets it (`with_loss_fn(loss, has_aux=True)`, the input hook); the model
+        in MaxText's TunixMaxTextAdapter where MaxText can wrap it."""
+        self._wrapped = self.api.tunix_adapter_wraps(self.maxtext_config.model_name)
+        self._input_fn = tunix_grpo.model_input(
+            tunix_grpo.grpo_config(self.tunix, self.config.loss)
+        )
+        engine = self.api.engine_type(
+            self.maxtext_config,
+            mesh=self.mesh,
+            wrap_with_tunix_adapter=self._wrapped,
+            tokenizer_pad_id=tunix_grpo.PAD_ID if self._wrapped else None,
+        )
+        worker = self.tunix.worker_type(lambda: engine, worker_id="rl-trainer-bench")
+        worker.with_loss_fn(tunix_grpo.grpo_loss(self.tunix, self._wrapped), has_aux=True)
+        worker.with_gen_model_input_fn(self._model_input)
+        return engine, worker
+
+    def _driver_info(self) -> dict[str, str]:
+        """What drives MaxText's engine with which loss, and why (`info()`)."""
+        if self.tunix is None:
+            return {
+                "driver": f"the adapter's own calls ({self.driver_reason})",
+                "loss": "maxtext router-replay cross-entropy",
+            }
+        return {
+            "driver": f"tunix TrainerWorker ({self.driver_reason})",
+            "loss": f"tunix algo_core.grpo_loss_fn ({tunix_grpo.LOSS_AGG_MODE}, routes replayed)",
+            "model_call": "MaxText's TunixMaxTextAdapter"
+            if self._wrapped
+            else f"MaxText's Transformer through the bench's Tunix call (TunixMaxTextAdapter"
+            f" needs an HF config, which MaxText's {self.maxtext_config.model_name!r} model lacks)",
+            "chunked_logps": tunix_grpo.CHUNKED_PASS,
+        }
 
     def _refuse_unsplit_batch(self) -> None:
         """A micro-batch MaxText's mesh cannot split is refused, as the built-in engine refuses it.
@@ -416,14 +467,15 @@ class MaxTextEngine:
         if isinstance(payload, PreparedMaxTextInput):
             return payload.batch
         if isinstance(payload, _ShapesOf):
-            mapped = self.api.gen_model_input_fn(payload.payload)
-            return {
-                key: jax.ShapeDtypeStruct(value.shape, value.dtype)
-                if hasattr(value, "shape")
-                else value
-                for key, value in mapped.items()
-            }
-        return self.api.gen_model_input_fn(payload)
+            return jax.tree.map(
+                lambda value: (
+                    jax.ShapeDtypeStruct(value.shape, value.dtype)
+                    if hasattr(value, "shape")
+                    else value
+                ),
+                self._input_fn(payload.payload),
+            )
+        return self._input_fn(payload)
 
     def _convert(self, payload: Payload) -> _Converted:
         key = id(payload.input_ids)
@@ -433,7 +485,9 @@ class MaxTextEngine:
             return cached
         converted = _Converted(
             source=payload.input_ids,
-            payload=to_maxtext_payload(payload, self._payload_type),
+            payload=tunix_grpo.to_train_example(payload, self.tunix)
+            if self.tunix
+            else to_maxtext_payload(payload, self._payload_type),
             tokens=int(np.count_nonzero(payload.segment_ids)),
         )
         self._converted[key] = converted

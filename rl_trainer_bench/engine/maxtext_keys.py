@@ -219,6 +219,7 @@ ADAPTER_FIELDS: Mapping[str, str] = {
     "moe.router_replay": "routes reach MaxText as forced_routed_experts",
     "trainer_maxtext_keys": "passed to MaxText unchanged, last",
     "output_dir": "MaxText's base_output_directory, held",
+    "maxtext_driver": "chooses what drives MaxText's engine (engine/tunix_grpo.py)",
 }
 
 # Keys the bench holds whatever the trainer sets: where MaxText writes, what it loads and traces.

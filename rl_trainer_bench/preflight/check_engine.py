@@ -8,6 +8,7 @@ exercises exactly what a bench run would.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from rl_trainer_bench.bench.distributed import start_for_preset
 from rl_trainer_bench.bench.plan import refuse_engine_config_problems
@@ -23,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     cell = preset(args.preset)
     spec = choose_engine(args.engine, args.trainer_argv, cell.engine).spec
     config, unapplied = engine_config_from(cell, args.trainer_argv, args.engine_flags, spec)
+    config = dataclasses.replace(config, maxtext_driver=args.maxtext_driver)
     refuse_engine_config_problems(config, cell.name)
     engine_type = engine_class(spec, knob="--engine")  # a bad name is refused before JAX starts
     start_for_preset(cell.host_devices)  # cpu-tiny's 2x2x2 mesh needs its 8 host devices

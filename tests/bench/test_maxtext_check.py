@@ -80,7 +80,11 @@ def test_the_renderer_leaves_the_check_to_the_pod_and_a_host_without_maxtext_say
     assert rendered["maxtext config"] == maxtext_check.IN_THE_POD
     here = _rows(config)  # this test environment has no maxtext
     assert here["maxtext config"] == "not checked: MaxText is not importable here"
-    assert here["loss"] == engine_plan.MAXTEXT_LOSS
+    assert (
+        here["loss"]
+        == f"{engine_plan.MAXTEXT_LOSS} (MAXTEXT_DRIVER=auto: tunix is not installed here)"
+    )
+    assert rendered["loss"].startswith("expected where the image has them: Tunix's GRPO loss")
 
 
 def test_a_config_refused_whatever_trainer_key_is_left_out_is_put_on_the_bench(stand_in_maxtext):

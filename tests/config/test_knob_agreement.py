@@ -220,6 +220,7 @@ def test_the_config_line_names_every_logged_knob_in_table_order():
         "ORCH_ARGV",
         "WORKER",
         "ENGINE",
+        "MAXTEXT_DRIVER",
     ]
     assert described["STAGE"] == "before_update(issue=auto)"
     assert described["PROFILE_STEPS"] == "1:2" and described["TRAINER_ARGV"] == "--a 'b c'"
