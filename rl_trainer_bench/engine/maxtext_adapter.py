@@ -378,6 +378,7 @@ class MaxTextEngine:
             )
             or "-",
             "host_lowerings": self.host_lowerings,
+            "interpreted_kernels": self._interpreted_kernels(),
             "trainer_keys_replacing": " ".join(args.replaced) or "-",
             "trainer_keys_held": " ".join(args.held) or "-",
             "output_dir": self.output_dir,
@@ -436,6 +437,14 @@ class MaxTextEngine:
             f" needs an HF config, which MaxText's {self.maxtext_config.model_name!r} model lacks)",
             "chunked_logps": tunix_grpo.CHUNKED_PASS,
         }
+
+    def _interpreted_kernels(self) -> str:
+        """The Pallas kernels MaxText will interpret on this host, said because they dominate the
+        step (`maxtext_keys.platform_keys`); '-' on a TPU or when none runs."""
+        hyper = self.maxtext_config
+        if jax.default_backend() == "tpu" or not (hyper.sparse_matmul and hyper.megablox):
+            return "-"
+        return "megablox grouped matmul (off a TPU MaxText interprets it; ~60x the step here)"
 
     def _refuse_unsplit_batch(self) -> None:
         """A micro-batch MaxText's mesh cannot split is refused, as the built-in engine refuses it.

@@ -191,6 +191,14 @@ def test_off_a_tpu_expert_shards_keep_megablox_which_alone_takes_their_group_off
     assert "megablox=true" in args.trainer_words and "megablox=true" not in args.held
 
 
+def test_the_log_says_when_maxtext_will_interpret_its_grouped_matmul(tmp_path):
+    sharded = StandInMaxTextEngine(small_engine_config(output_dir=str(tmp_path / "a")))
+    assert sharded.info()["interpreted_kernels"].startswith("megablox grouped matmul")
+    one_shard = MeshConfig(fsdp=4, context=2, expert=1)
+    plain = StandInMaxTextEngine(small_engine_config(mesh=one_shard, output_dir=str(tmp_path / "b")))
+    assert plain.info()["interpreted_kernels"] == "-"
+
+
 def test_a_dense_model_gets_no_grouped_matmul_keys():
     assert maxtext_keys.platform_keys(PRESETS["cpu-tiny-dense"].engine, "cpu") == {}
 
