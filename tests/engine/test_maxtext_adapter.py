@@ -42,11 +42,8 @@ from rl_trainer_bench.engine.contract import (
     example_payloads_for,
     missing_methods,
 )
-from rl_trainer_bench.engine.maxtext_adapter import (
-    PreparedMaxTextInput,
-    replay_payload_type,
-    to_maxtext_payload,
-)
+from rl_trainer_bench.engine.maxtext_adapter import PreparedMaxTextInput
+from rl_trainer_bench.engine.maxtext_payload import replay_payload_type, to_maxtext_payload
 from rl_trainer_bench.engine.returns import check_engine
 
 QWEN35 = PRESETS["cpu-tiny-qwen3.5"].engine

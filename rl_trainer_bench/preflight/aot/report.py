@@ -39,6 +39,9 @@ class AotReport:
     # State leaves not split over every device, with their bytes per device (`unsharded_state`).
     unsharded_state: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     min_headroom: float = MIN_HEADROOM  # the margin, as a fraction of `memory_bytes`
+    engine: str = ""  # the module whose programs were compiled
+    # The trainer's engine keys the engine refused, {key=value: why}: compiled without them.
+    refused_keys: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def estimate(self) -> bool:
@@ -121,6 +124,8 @@ class AotReport:
             "time_estimate": self.step.to_json() if self.step else None,
             "time_estimate_note": self.step_note,
             "unsharded_state": [list(leaf) for leaf in self.unsharded_state],
+            "engine": self.engine,
+            "refused_keys": self.refused_keys,
         }
 
 
@@ -143,9 +148,16 @@ def _report_heading(report: AotReport) -> list[str]:
     lines = [
         f"AOT memory check: preset {report.preset} on {report.target} ({report.devices} x "
         f"{report.device_kind}), mesh {mesh}, STAGE_BEFORE_UPDATE={'on' if report.stage_before_update else 'off'}",
+        f"engine: {report.engine}",
     ]
     if report.note:
         lines.append(report.note)
+    if report.refused_keys:
+        refused = "; ".join(f"{key} ({why})" for key, why in report.refused_keys.items())
+        lines.append(
+            f"NOT TAKEN: {len(report.refused_keys)} of the trainer's keys the engine refuses,"
+            f" compiled without them: {refused}"
+        )
     if report.estimate:
         low, high = report.compiled_layers
         lines.append(
@@ -231,7 +243,7 @@ def _memory_verdict(report: AotReport) -> list[str]:
         leaves = ", ".join(f"{path} {human_bytes(n)}" for path, n in report.unsharded_state)
         lines.append(f"state not split over all {report.devices} devices: {leaves}")
     if report.unapplied_keys:
-        lines.append(f"keys the built-in engine does not apply: {', '.join(report.unapplied_keys)}")
+        lines.append(f"keys the engine does not apply: {', '.join(report.unapplied_keys)}")
     return lines
 
 
