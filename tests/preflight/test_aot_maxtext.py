@@ -1,0 +1,106 @@
+"""`aot` on MaxText's engine, through the stand-in (tests/maxtext_stand_in.py): its three programs
+lowered from abstract inputs on the local devices, the state beside each, the trainer keys it
+refuses left out and listed, depths that repeat the layer pattern, and the HLO for `hlo-overlap`."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import maxtext_stand_in
+import pytest
+
+from rl_trainer_bench import cli
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.engine import maxtext_aot
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.preflight.aot import check, depth
+from rl_trainer_bench.preflight.aot import report as aot_report
+
+STAND_IN = "maxtext_stand_in:StandInMaxTextEngine"
+CELL = "cpu-tiny-qwen3.5"
+# One key maxtext 0.2.5 does not know, one it takes.
+ARGV = 'MAXTEXT_EXTRA_FLAGS="use_gdn_kernel=true adam_b1=0.8" python -m tunix.main'
+
+
+@pytest.fixture(scope="module")
+def report():
+    return check.run_check(CELL, "local", trainer_argv=ARGV, engine=STAND_IN)
+
+
+def _param_bytes() -> int:
+    """The stand-in's weights at the cell's shapes, float32, whole on every device (replicated):
+    embedding and head, a router and experts per layer."""
+    m = preset(CELL).engine.model
+    floats = 2 * m.vocab_size * m.d_model + m.num_layers * (
+        m.d_model * m.num_experts + m.num_experts * m.d_model * m.d_model
+    )
+    return 4 * floats
+
+
+def test_maxtexts_three_programs_compile_and_the_report_names_the_engine(report):
+    assert [p.name for p in report.programs] == ["fwd_bwd", "fwd_bwd_accum", "update"]
+    assert all(p.compiled and p.temp > 0 for p in report.programs)
+    assert report.engine == STAND_IN
+    assert f"engine: {STAND_IN}" in aot_report.format_report(report)
+
+
+def test_optimizer_state_sits_beside_both_forward_backward_programs_and_not_update(report):
+    rows = {p.name: p for p in report.programs}
+    assert report.state["params"] == _param_bytes()
+    # Adam's two moments of every weight, and its step counters.
+    assert 2 * _param_bytes() <= report.state["opt_state"] < 2 * _param_bytes() + 64
+    assert rows["fwd_bwd"].beside == rows["fwd_bwd_accum"].beside == report.state["opt_state"]
+    assert rows["update"].beside == 0  # it takes the whole state; nothing was staged
+    # fwd_bwd_accum takes the gradient sum (as big as the weights) that fwd_bwd returns.
+    assert rows["fwd_bwd_accum"].argument - rows["fwd_bwd"].argument >= _param_bytes()
+
+
+def test_a_refused_trainer_key_is_listed_and_the_others_are_compiled(report):
+    assert list(report.refused_keys) == ["use_gdn_kernel=true"]
+    assert "use_gdn_kernel" in report.refused_keys["use_gdn_kernel=true"]
+    text = aot_report.format_report(report)
+    assert "NOT TAKEN: 1 of the trainer's keys the engine refuses" in text
+    cell = check.resolve_cell(CELL, "local", ARGV, engine=STAND_IN)
+    assert cell.config.trainer_maxtext_keys == (("adam_b1", "0.8"),)
+
+
+def test_the_lowering_takes_the_target_platforms_keys_not_the_hosts(tmp_path):
+    """On CPU devices MaxText's expert-parallel MoE needs its ring of experts; a TPU needs
+    nothing: the words follow the platform `aot` compiles for."""
+    config = check.resolve_cell(CELL, "local", engine=STAND_IN).config
+    api = maxtext_stand_in.STAND_IN_API
+    cpu = maxtext_aot.maxtext_args(api, config, str(tmp_path), "cpu").words
+    tpu = maxtext_aot.maxtext_args(api, config, str(tmp_path), "tpu").words
+    assert "use_ring_of_experts=true" in cpu
+    assert not any(word.startswith("use_ring_of_experts") for word in tpu)
+
+
+def test_depths_repeat_the_layer_pattern_and_maxtext_takes_them(tmp_path):
+    assert depth.depths_to_compile(60, 4, 4) == [4, 8]
+    with pytest.raises(UserError, match=r"blocks of 4 .*multiple of 4"):
+        depth.depths_to_compile(60, 6, 4)
+    with pytest.raises(UserError, match="multiple of 4"):
+        check.run_check(CELL, "local", layers=2, engine=STAND_IN)
+    config = depth.with_layers(check.resolve_cell(CELL, "local", engine=STAND_IN).config, 8)
+    api = maxtext_stand_in.STAND_IN_API
+    words = maxtext_aot.maxtext_args(api, config, str(tmp_path), "cpu").words
+    built = api.build_config(words)
+    assert (built.base_num_decoder_layers, built.inhomogeneous_layer_cycle_interval) == (8, 4)
+
+
+def test_aot_leaves_the_working_folder_empty(tmp_path, monkeypatch, capsys):
+    """MaxText's engine opens its metrics writer when it is built: into a folder of aot's own."""
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["aot", "--preset", CELL, "--engine", STAND_IN, "--min-headroom", "0"])
+    assert code == 0, capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+def test_hlo_overlap_reads_maxtexts_programs_on_their_own_mesh():
+    texts = list(check.compiled_texts(CELL, "local", engine=STAND_IN))
+    assert [name for name, _, _ in texts] == ["fwd_bwd", "fwd_bwd_accum", "update"]
+    for _, text, mesh in texts:
+        assert mesh == dict(fsdp=2, context=2, expert=2)
+        assert "HloModule" in text
+    assert math.prod(texts[0][2].values()) == 8
