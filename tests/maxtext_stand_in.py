@@ -96,6 +96,8 @@ _DEFAULT_KEYS: dict[str, Any] = {
     "base_output_directory": "",
     "enable_tensorboard": True,
     "compile_xla_flags": "",
+    "internal_compile": False,
+    "internal_compile_num_devices": -1,
     "profiler": "",
     "profiler_steps": 5,
     "skip_first_n_steps_for_profiler": 1,

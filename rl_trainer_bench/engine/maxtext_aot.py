@@ -53,17 +53,24 @@ BESIDE: Mapping[str, tuple[str, ...]] = {
 
 
 def maxtext_args(
-    api: MaxTextApi, config: EngineConfig, output_dir: str, platform: str
+    api: MaxTextApi, config: EngineConfig, output_dir: str, platform: str, aot: bool = False
 ) -> maxtext_keys.MaxTextArgs:
     """The adapter's MaxText words for `config` on `platform`; ContractError when a field has no
-    MaxText equivalent."""
+    MaxText equivalent.
+
+    `aot`: for devices this process does not run on. MaxText sizes its batch from the devices
+    it counts (per_device_batch_size x devices), which on a CPU host compiling for a TPU slice
+    is this host's one device: `internal_compile_num_devices` (MaxText's key for a compile that
+    bypasses its topology names) gives it the mesh's count instead.
+    """
+    target = {"internal_compile": True, "internal_compile_num_devices": config.mesh.size}
     try:
         model = maxtext_keys.maxtext_model(config)
         return maxtext_keys.maxtext_args(
             config,
             api.model_config(model.name),
             output_dir,
-            maxtext_keys.platform_keys(config, platform),
+            {**maxtext_keys.platform_keys(config, platform), **(target if aot else {})},
         )
     except maxtext_keys.NotTaken as why:
         raise ContractError(f"ENGINE=...maxtext_adapter:MaxTextEngine: {why}") from why
@@ -125,7 +132,7 @@ class MaxTextAot:
         """Per program, the XLA options MaxText compiles it with (`compile_xla_flags`)."""
         api = self._load_api()
         with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-maxtext-aot-") as folder:
-            words = maxtext_args(api, config, folder, _platform(mesh)).words
+            words = maxtext_args(api, config, folder, _platform(mesh), aot=True).words
             options = api.xla_options(api.build_config(words))
         return dict.fromkeys(BESIDE, options)
 
@@ -133,7 +140,7 @@ class MaxTextAot:
         """{trainer key=value: MaxText's reason} for each trainer key this MaxText refuses."""
         api = self._load_api()
         with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-maxtext-aot-") as folder:
-            args = maxtext_args(api, config, folder, platform)
+            args = maxtext_args(api, config, folder, platform, aot=True)
             refused, message = maxtext_config.refused_trainer_keys(
                 api.build_config, ValueError, args.words, args.trainer_words
             )
@@ -152,7 +159,7 @@ class MaxTextAot:
         devices = list(mesh.devices.flat)
         # MaxText's engine opens its metrics writer where the config says: a folder of its own.
         with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-maxtext-aot-") as folder:
-            args = maxtext_args(api, config, folder, _platform(mesh))
+            args = maxtext_args(api, config, folder, _platform(mesh), aot=True)
             mt_config = api.build_config(args.words)
             mt_mesh = api.build_mesh(mt_config, devices)
             refuse_unsplit_batch(api, config, mt_config, mt_mesh)
