@@ -773,9 +773,7 @@ class StandInMaxTextEngine(MaxTextEngine):
 
 # The adapter's AOT functions over the stand-in: `aot` finds them in the engine class's module.
 _AOT = maxtext_aot.MaxTextAot(lambda: STAND_IN_API)
-lower_programs = _AOT.lower_programs
-abstract_state = _AOT.abstract_state
-payload_spec = _AOT.payload_spec
-compiler_options = _AOT.compiler_options
-trainer_keys_refused = _AOT.trainer_keys_refused
+lower_programs, abstract_state, payload_spec, compiler_options, trainer_keys_refused = (
+    _AOT.functions()
+)
 BESIDE = maxtext_aot.BESIDE

@@ -399,9 +399,7 @@ class MaxTextEngine:
 # The AOT functions (contract.AotEngineModule) over the installed MaxText: `aot` finds them in the
 # module of the engine class it is given.
 _AOT = maxtext_aot.MaxTextAot(load_maxtext)
-lower_programs = _AOT.lower_programs
-abstract_state = _AOT.abstract_state
-payload_spec = _AOT.payload_spec
-compiler_options = _AOT.compiler_options
-trainer_keys_refused = _AOT.trainer_keys_refused
+lower_programs, abstract_state, payload_spec, compiler_options, trainer_keys_refused = (
+    _AOT.functions()
+)
 BESIDE = maxtext_aot.BESIDE

@@ -31,14 +31,14 @@ from __future__ import annotations
 import math
 import tempfile
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rl_trainer_bench.engine import maxtext_config, maxtext_keys, maxtext_payload, programs
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError
 
-if TYPE_CHECKING:
-    from rl_trainer_bench.engine.maxtext_adapter import MaxTextApi
+# `api` below is the adapter's MaxTextApi (maxtext_adapter imports this module, not the reverse).
+MaxTextApi = Any
 
 # Which state parts sit in device memory beside each MaxText program (residency.STATE_PARTS).
 # `fwd_bwd` makes the step's gradient sum (an output), `fwd_bwd_accum` adds into it (an argument
@@ -111,6 +111,17 @@ class MaxTextAot:
     def __init__(self, load_api: Callable[[], MaxTextApi]):
         self._load_api = load_api
         self._last: tuple[tuple[EngineConfig, Any], tuple[Any, dict[str, Any]]] | None = None
+
+    def functions(self) -> tuple[Callable[..., Any], ...]:
+        """The module-level AOT functions of an engine module over this MaxText, in the order
+        lower_programs, abstract_state, payload_spec, compiler_options, trainer_keys_refused."""
+        return (
+            self.lower_programs,
+            self.abstract_state,
+            self.payload_spec,
+            self.compiler_options,
+            self.trainer_keys_refused,
+        )
 
     def payload_spec(self, config: EngineConfig) -> dict[str, Any]:
         """The bench's micro-batch, which the adapter converts: the built-in engine's spec."""
