@@ -4,6 +4,7 @@ refuses left out and listed, depths that repeat the layer pattern, and the HLO f
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -13,6 +14,7 @@ import pytest
 from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine import maxtext_aot
+from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight.aot import check, depth
 from rl_trainer_bench.preflight.aot import report as aot_report
@@ -104,3 +106,15 @@ def test_hlo_overlap_reads_maxtexts_programs_on_their_own_mesh():
         assert mesh == dict(fsdp=2, context=2, expert=2)
         assert "HloModule" in text
     assert math.prod(texts[0][2].values()) == 8
+
+
+def test_a_micro_batch_maxtexts_mesh_cannot_split_is_refused_before_the_compile(monkeypatch):
+    """As the recipe's `custom_mesh_and_rule=cp-as-ep` does: rows over every axis, 4 rows on 8."""
+    every_axis = (("fsdp", "context", "expert"), None)
+    api = dataclasses.replace(maxtext_stand_in.STAND_IN_API, input_spec=lambda *_: every_axis)
+    monkeypatch.setattr(maxtext_stand_in, "STAND_IN_API", api)
+    monkeypatch.setattr(maxtext_stand_in._AOT, "_last", None)
+    with pytest.raises(
+        ContractError, match=r"micro_batch_rows=4: .* make micro_batch_rows a multiple of 8"
+    ):
+        check.run_check(CELL, "local", engine=STAND_IN)
