@@ -118,3 +118,14 @@ def test_a_micro_batch_maxtexts_mesh_cannot_split_is_refused_before_the_compile(
         ContractError, match=r"micro_batch_rows=4: .* make micro_batch_rows a multiple of 8"
     ):
         check.run_check(CELL, "local", engine=STAND_IN)
+
+
+def test_the_text_names_the_largest_unsplit_leaves_and_counts_the_rest(report):
+    """The stand-in keeps every leaf whole on every device: the line names the 8 largest (the
+    experts' weights, their moments and gradient first) and counts the others."""
+    text = aot_report.format_report(report)
+    line = next(x for x in text.splitlines() if x.startswith("state not split"))
+    assert len(report.unsharded_state) > 8
+    assert f", and {len(report.unsharded_state) - 8} more (" in line
+    first = line.split(": ", 1)[1].split(", ")[0]
+    assert "['experts']" in first

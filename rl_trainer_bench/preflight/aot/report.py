@@ -240,11 +240,25 @@ def _memory_verdict(report: AotReport) -> list[str]:
     )
     lines += _margin(report)
     if report.unsharded_state:
-        leaves = ", ".join(f"{path} {human_bytes(n)}" for path, n in report.unsharded_state)
-        lines.append(f"state not split over all {report.devices} devices: {leaves}")
+        lines.append(_unsharded_line(report))
     if report.unapplied_keys:
         lines.append(f"keys the engine does not apply: {', '.join(report.unapplied_keys)}")
     return lines
+
+
+# Unsplit state leaves named in the text report (all of them are in the JSON).
+_UNSHARDED_SHOWN = 8
+
+
+def _unsharded_line(report: AotReport) -> str:
+    """The largest state leaves not split over every device; the rest counted (MaxText's norm
+    scales and gates are hundreds of small ones)."""
+    leaves = sorted(report.unsharded_state, key=lambda leaf: -leaf[1])
+    shown = ", ".join(f"{path} {human_bytes(n)}" for path, n in leaves[:_UNSHARDED_SHOWN])
+    rest = leaves[_UNSHARDED_SHOWN:]
+    if rest:
+        shown += f", and {len(rest)} more ({human_bytes(sum(n for _, n in rest))})"
+    return f"state not split over all {report.devices} devices: {shown}"
 
 
 def _percent(part: int, whole: int) -> str:
