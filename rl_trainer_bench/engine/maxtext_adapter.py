@@ -52,6 +52,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -101,12 +102,15 @@ class MaxTextApi:
 def load_maxtext() -> MaxTextApi:
     """The installed maxtext package's training engine (needs maxtext and Tunix importable)."""
     try:
-        from maxtext.training_engine import (
-            abstract_engine,
-            maxtext_engine,
-            maxtext_engine_compile,
-        )
-        from maxtext.utils import max_utils, maxtext_utils, sharding
+        # maxtext prints its optional dependencies' stubs on import: to stderr, not into a report
+        # on stdout (`aot --json`).
+        with contextlib.redirect_stdout(sys.stderr):
+            from maxtext.training_engine import (
+                abstract_engine,
+                maxtext_engine,
+                maxtext_engine_compile,
+            )
+            from maxtext.utils import max_utils, maxtext_utils, sharding
     except ImportError as error:
         raise ContractError(
             f"ENGINE=...maxtext_adapter:MaxTextEngine needs maxtext and Tunix importable ({error}):"

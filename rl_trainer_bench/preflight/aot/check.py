@@ -300,10 +300,12 @@ def compiled_texts(
 
 def program_mesh(compiled) -> dict[str, int]:
     """The axes of the mesh a compiled program's arguments are laid out on, major to minor: an
-    engine may lay its programs out on a mesh of its own (MaxText's axes)."""
+    engine may lay its programs out on a mesh of its own (MaxText's twelve axes, most of them of
+    size 1, which no collective spans and which are left out)."""
     import jax
 
     for sharding in jax.tree.leaves(compiled.input_shardings):
         if isinstance(sharding, jax.sharding.NamedSharding):
-            return dict(sharding.mesh.shape)
+            shape = dict(sharding.mesh.shape)
+            return {axis: size for axis, size in shape.items() if size > 1} or shape
     return {}
