@@ -11,12 +11,13 @@ import os
 import maxtext_stand_in
 import pytest
 
-from rl_trainer_bench import cli
+from rl_trainer_bench import accelerators, cli
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine import maxtext_aot
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight.aot import check, depth
+from rl_trainer_bench.preflight import step_estimate
+from rl_trainer_bench.preflight.aot import check, depth, engine_module
 from rl_trainer_bench.preflight.aot import report as aot_report
 
 STAND_IN = "maxtext_stand_in:StandInMaxTextEngine"
@@ -129,3 +130,19 @@ def test_the_text_names_the_largest_unsplit_leaves_and_counts_the_rest(report):
     assert f", and {len(report.unsharded_state) - 8} more (" in line
     first = line.split(": ", 1)[1].split(", ")[0]
     assert "['experts']" in first
+
+
+def test_the_predicted_step_of_an_engine_without_a_replay_counts_no_replay(report):
+    """MaxText's engine never replays: a micro-batch that would overflow adds nothing."""
+    cell = check.resolve_cell(CELL, "local", ARGV, engine=STAND_IN)
+    v5e = accelerators.chip_by_name("v5e")
+    on_v5e = dataclasses.replace(cell, target=dataclasses.replace(cell.target, chip=v5e))
+    module = engine_module.aot_engine_module(STAND_IN)
+    rows = [dataclasses.replace(p) for p in report.programs]
+    timed = check.assemble(on_v5e, rows, [4], False, 1.0, module)
+    timed.step = check.predict_step(timed, 4, step_estimate.MicroBatchFacts(0.5, 1e9, "test"))
+    seconds = {p.name: p.roofline_seconds for p in timed.programs}
+    assert timed.step.step_seconds == pytest.approx(
+        seconds["fwd_bwd"] + 3 * seconds["fwd_bwd_accum"] + seconds["update"]
+    )
+    assert "no replay: the engine has no dropless replay program" in aot_report.format_report(timed)

@@ -218,7 +218,10 @@ def predict_step(
         micro_steps=micro_steps,
         program_seconds={p.name: p.roofline_seconds for p in report.programs},
         compute_seconds={p.name: p.flops / peak if p.compiled else None for p in report.programs},
-        replay_probability=facts.replay_probability,
+        # An engine without a replay program (MaxText's) never replays.
+        replay_probability=facts.replay_probability
+        if any(p.name == step_estimate.REPLAY for p in report.programs)
+        else 0.0,
         model_flops_per_micro_batch=facts.model_flops,
         devices=report.devices,
         peak_flops_per_device=peak,

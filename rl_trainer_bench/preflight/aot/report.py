@@ -333,7 +333,10 @@ def format_estimate(report: AotReport) -> list[str]:
     if step is None:
         return lines
     lines.append(f"predicted step, {step_estimate.LABEL}: {step.formula()}")
-    lines.append(f"  P(replay) per micro-batch from the {step.replay_source}")
+    if step_estimate.REPLAY in step.program_seconds:
+        lines.append(f"  P(replay) per micro-batch from the {step.replay_source}")
+    else:
+        lines.append("  no replay: the engine has no dropless replay program")
     mfu = step.mfu
     lines.append(
         f"predicted MFU, {step_estimate.LABEL}: "
