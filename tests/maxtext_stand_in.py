@@ -687,6 +687,9 @@ class AbstractMaxTextEngine(MaxTextTrainingEngine):
     def __init__(self, training_config: HyperParameters, mesh: jax.sharding.Mesh) -> None:
         if mesh is None:
             raise ValueError("AbstractMaxTextEngine requires a mesh")
+        # maxtext 0.2.5 prints notices on stdout as its modules load (optional dependencies'
+        # stubs); this is the first of the stand-in's code `aot` runs.
+        print("[NO-OP] gcs_storage dependency missing; using stubs.")
         super().__init__(training_config, mesh=mesh)
 
     def _build_state(self) -> tuple[Any, Any]:

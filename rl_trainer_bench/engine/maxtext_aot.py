@@ -28,9 +28,11 @@ MaxText is imported only inside the functions the adapter's loader returns.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from rl_trainer_bench.engine import maxtext_config, maxtext_keys, maxtext_payload, programs
@@ -97,6 +99,18 @@ def refuse_unsplit_batch(api: MaxTextApi, config: EngineConfig, maxtext_config: 
             )
 
 
+@contextlib.contextmanager
+def _scratch_folder() -> Iterator[str]:
+    """A folder of its own for what MaxText writes while it builds a config or an engine (its
+    metrics writer), and stderr for what it prints (its import notices): `aot --json` prints
+    the report alone on stdout."""
+    with (
+        tempfile.TemporaryDirectory(prefix="rl-trainer-bench-maxtext-aot-") as folder,
+        contextlib.redirect_stdout(sys.stderr),
+    ):
+        yield folder
+
+
 def _platform(mesh) -> str:
     return programs.platform_of(mesh)
 
@@ -142,7 +156,7 @@ class MaxTextAot:
     def compiler_options(self, config: EngineConfig, mesh) -> dict[str, dict[str, str]]:
         """Per program, the XLA options MaxText compiles it with (`compile_xla_flags`)."""
         api = self._load_api()
-        with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-maxtext-aot-") as folder:
+        with _scratch_folder() as folder:
             words = maxtext_args(api, config, folder, _platform(mesh), aot=True).words
             options = api.xla_options(api.build_config(words))
         return dict.fromkeys(BESIDE, options)
@@ -150,7 +164,7 @@ class MaxTextAot:
     def trainer_keys_refused(self, config: EngineConfig, platform: str) -> dict[str, str]:
         """{trainer key=value: MaxText's reason} for each trainer key this MaxText refuses."""
         api = self._load_api()
-        with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-maxtext-aot-") as folder:
+        with _scratch_folder() as folder:
             args = maxtext_args(api, config, folder, platform, aot=True)
             refused, message = maxtext_config.refused_trainer_keys(
                 api.build_config, ValueError, args.words, args.trainer_words
@@ -169,7 +183,7 @@ class MaxTextAot:
         api = self._load_api()
         devices = list(mesh.devices.flat)
         # MaxText's engine opens its metrics writer where the config says: a folder of its own.
-        with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-maxtext-aot-") as folder:
+        with _scratch_folder() as folder:
             args = maxtext_args(api, config, folder, _platform(mesh), aot=True)
             mt_config = api.build_config(args.words)
             mt_mesh = api.build_mesh(mt_config, devices)

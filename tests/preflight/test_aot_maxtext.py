@@ -5,6 +5,7 @@ refuses left out and listed, depths that repeat the layer pattern, and the HLO f
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 
@@ -146,3 +147,14 @@ def test_the_predicted_step_of_an_engine_without_a_replay_counts_no_replay(repor
         seconds["fwd_bwd"] + 3 * seconds["fwd_bwd_accum"] + seconds["update"]
     )
     assert "no replay: the engine has no dropless replay program" in aot_report.format_report(timed)
+
+
+def test_aot_json_on_stdout_is_the_report_alone(capsys):
+    """What MaxText prints while aot builds its engine goes to stderr."""
+    code = cli.main(
+        ["aot", "--preset", CELL, "--engine", STAND_IN, "--json", "--min-headroom", "0"]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["engine"] == STAND_IN
+    assert "[NO-OP]" in captured.err
