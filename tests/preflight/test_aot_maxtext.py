@@ -20,6 +20,7 @@ from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight import step_estimate
 from rl_trainer_bench.preflight.aot import check, depth, engine_module
 from rl_trainer_bench.preflight.aot import report as aot_report
+from rl_trainer_bench.units import human_bytes
 
 STAND_IN = "maxtext_stand_in:StandInMaxTextEngine"
 CELL = "cpu-tiny-qwen3.5"
@@ -158,3 +159,13 @@ def test_aot_json_on_stdout_is_the_report_alone(capsys):
     assert code == 0, captured.err
     assert json.loads(captured.out)["engine"] == STAND_IN
     assert "[NO-OP]" in captured.err
+
+
+def test_each_programs_bytes_are_in_its_progress_line_as_soon_as_it_compiles():
+    """A full-size compile takes many minutes per program: a run stopped early keeps its lines."""
+    lines: list[str] = []
+    done = check.run_check(CELL, "local", engine=STAND_IN, progress=lines.append)
+    for row in done.programs:
+        line = next(x for x in lines if x.startswith(f"aot: {row.name} at 4 layers compiled in"))
+        assert f"temp {human_bytes(row.temp)}, resident {human_bytes(row.resident)}" in line
+        assert f"argument {human_bytes(row.argument)}" in line

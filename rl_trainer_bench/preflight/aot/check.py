@@ -36,6 +36,7 @@ from rl_trainer_bench.preflight.aot.depth import (
 from rl_trainer_bench.preflight.aot.engine_module import aot_engine_module, beside_table
 from rl_trainer_bench.preflight.aot.report import AotReport
 from rl_trainer_bench.preflight.aot.targets import LOCAL, Target, resolve_target
+from rl_trainer_bench.units import human_bytes
 
 # MICRO_STEPS left unset: predict the step at the preset's micro-steps.
 PRESET_MICRO_STEPS = None
@@ -179,8 +180,7 @@ def run_check(
     for depth in depths:
         rows = []
         for name, _, row in compile_programs(with_layers(cell.config, depth), cell.mesh, module):
-            status = "compiled" if row.compiled else f"FAILED ({row.error})"
-            progress(f"aot: {name} at {depth} layers {status} in {row.compile_seconds:.1f} s")
+            progress(f"aot: {name} at {depth} layers {_progress_status(row)}")
             rows.append(row)
         measured.append(rows)
     programs = measured[0] if len(depths) == 1 else extrapolate(measured, depths, full_depth)
@@ -200,6 +200,19 @@ def run_check(
             micro_steps = preset(cell.preset).micro_steps
         report.step = predict_step(report, micro_steps, facts)
     return report
+
+
+def _progress_status(row: ProgramMemory) -> str:
+    """How one compile ended, with XLA's bytes as soon as it has them: a full-size compile takes
+    minutes per program, and a run stopped before the report still says what it found."""
+    seconds = f"in {row.compile_seconds:.1f} s"
+    if not row.compiled:
+        return f"FAILED ({row.error}) {seconds}"
+    return (
+        f"compiled {seconds}: argument {human_bytes(row.argument)}, output"
+        f" {human_bytes(row.output)} (aliased {human_bytes(row.alias)}), temp"
+        f" {human_bytes(row.temp)}, resident {human_bytes(row.resident)} per device"
+    )
 
 
 def host_peak_bytes() -> int:
