@@ -121,7 +121,11 @@ def _live_peak(analysis) -> int | None:
 def failed(name: str, error: BaseException, seconds: float) -> ProgramMemory:
     """A compile failure as a report row; memory failures carry the amounts XLA printed."""
     text = str(error)
-    memory = "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
+    # A kernel's tiles that overflow the core's on-chip memory (TPU "memory space vmem", as
+    # MaxText's splash attention backward at the tpu7x recipe's block sizes) are a compile
+    # failure of that kernel, not a program too large for the device's memory.
+    on_chip = "memory space vmem" in text.lower()
+    memory = ("RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()) and not on_chip
     needed = available = None
     for pattern in _OOM_PATTERNS:
         match = pattern.search(text)
