@@ -193,12 +193,30 @@ class MaxTextAot:
                 maxtext_payload.replay_payload_type(api.payload_type),
                 api.gen_model_input_fn,
             )
-            engine = maxtext_payload.with_router_replay(
-                api.abstract_engine_type(mt_config, mt_mesh),
-                api,
-                mt_config,
-                input_fn=lambda mapped: mapped,  # `inputs` is mapped already
-            )
-            lowered = engine._lower_kernels(inputs)  # module docstring: why the private name
+            engine, lowered = _lowered_engine(api, mt_config, mt_mesh, inputs)
         self._last = ((config, mesh), (engine, lowered))
         return engine, lowered
+
+
+def _lowered_engine(api: MaxTextApi, mt_config: Any, mt_mesh, inputs) -> tuple[Any, dict]:
+    """MaxText's abstract engine with the adapter's loss, and its kernels lowered on `inputs`.
+
+    A failure inside MaxText (a decoder that cannot trace these shapes, a flax it does not
+    support) is said as MaxText's, in one line, not as a bug of the bench.
+    """
+    try:
+        engine = maxtext_payload.with_router_replay(
+            api.abstract_engine_type(mt_config, mt_mesh),
+            api,
+            mt_config,
+            input_fn=lambda mapped: mapped,  # `inputs` is mapped already
+        )
+        return engine, engine._lower_kernels(inputs)  # module docstring: why the private name
+    except ContractError:
+        raise
+    except Exception as error:  # MaxText's own failures, of any type
+        text = " ".join(str(error).split())[:300]
+        raise ContractError(
+            f"maxtext {api.version} could not lower its programs for this cell"
+            f" ({type(error).__name__}: {text})"
+        ) from error

@@ -169,3 +169,17 @@ def test_each_programs_bytes_are_in_its_progress_line_as_soon_as_it_compiles():
         line = next(x for x in lines if x.startswith(f"aot: {row.name} at 4 layers compiled in"))
         assert f"temp {human_bytes(row.temp)}, resident {human_bytes(row.resident)}" in line
         assert f"argument {human_bytes(row.argument)}" in line
+
+
+def test_a_failure_inside_maxtexts_lowering_is_said_as_maxtexts(monkeypatch, capsys):
+    """As maxtext 0.2.5 sized its batch by this host's one device: a ZeroDivisionError in its
+    decoder is MaxText's, one line, exit 2, not a bug of the bench (exit 70)."""
+
+    def broken(self, dummy_data):
+        raise ZeroDivisionError("integer modulo by zero")
+
+    monkeypatch.setattr(maxtext_stand_in.AbstractMaxTextEngine, "_lower_kernels", broken)
+    monkeypatch.setattr(maxtext_stand_in._AOT, "_last", None)
+    assert cli.main(["aot", "--preset", CELL, "--engine", STAND_IN]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "could not lower its programs for this cell (ZeroDivisionError: integer modulo" in err
