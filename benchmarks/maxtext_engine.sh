@@ -9,9 +9,8 @@
 #    Tunix checkout (its public repository's head: google-tunix 0.1.7 on the index lacks
 #    `tunix.experimental`) is put on PYTHONPATH as given, nothing is built from it.
 #    maxtext declares Python >= 3.12; on 3.11 it installs with --ignore-requires-python and two
-#    files with 3.12-only `type X = ...` statements are rewritten inside the venv. jax 0.10.2 lacks
-#    `jax.experimental.xla_metadata.must_fuse_call` (jax 0.11), so a start-up hook in the venv sets
-#    it to an identity decorator before maxtext is imported.
+#    files with 3.12-only `type X = ...` statements are rewritten inside the venv; two start-up
+#    hooks stand in for what maxtext 0.2.5 expects of newer releases (benchmarks/maxtext_venv.sh).
 # 2. For each preset (cpu-tiny-dense, the dense engine-vs-engine cell, and cpu-tiny-qwen3.5, the
 #    MoE cell: MaxText's qwen3_5 decoder with the cell's 2x2x2 mesh and replayed routes), MaxText's
 #    engine driven as a Tunix trainer drives it (MAXTEXT_DRIVER=tunix: Tunix's TrainerWorker and
@@ -59,36 +58,7 @@ if [ ! -d "$TUNIX_DIR/tunix/experimental" ]; then
     exit 2
 fi
 
-build_venv() {
-    "$PYTHON" -m venv "$VENV"
-    local pip=("$VENV/bin/pip" install -q)
-    # The bench's own dependencies and the JAX stack maxtext 0.2.5 was checked with.
-    "${pip[@]}" jax==0.10.2 jaxlib==0.10.2 flax==0.12.8 optax==0.2.8 numpy==2.4.6 \
-        PyYAML==6.0.4 absl-py==2.5.1 jsonschema==4.26.0
-    # maxtext's import dependencies, added one by one until its training engine imports (no torch
-    # or tensorflow needed); the JAX stack stays pinned while they resolve.
-    printf 'jax==0.10.2\njaxlib==0.10.2\nflax==0.12.8\n' > "$VENV/jax-constraints.txt"
-    "${pip[@]}" -c "$VENV/jax-constraints.txt" omegaconf==2.4.0 packaging==26.4 \
-        pathwaysutils==0.1.13 Jinja2==3.1.6 aqtp==0.9.0 qwix==0.1.8 tokamax==0.0.12 \
-        huggingface_hub==2.4.0 transformers==5.24.0 grain==0.2.18 drjax==0.2.1 \
-        tiktoken==0.14.0 sentencepiece==0.2.3 sympy==1.14.0 google-metrax==0.2.4 \
-        perfetto==0.59.1 pandas==3.1.1 pillow==13.0.0 orbax-checkpoint==0.12.8 pydantic==2.14.4
-    "${pip[@]}" --no-deps --ignore-requires-python maxtext==0.2.5
-    local site
-    site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then
-        sed -i -E 's/^type ([A-Za-z_][A-Za-z0-9_]*) *= */\1 = /' \
-            "$site/maxtext/kernels/mhc/api.py" "$site/maxtext/kernels/mhc/common.py"
-    fi
-    cat > "$site/rl_bench_jax_compat.py" <<'PY'
-"""jax 0.10.2 lacks jax.experimental.xla_metadata.must_fuse_call (jax 0.11): an identity decorator."""
-import jax.experimental.xla_metadata as _xm
-
-if not hasattr(_xm, "must_fuse_call"):
-    _xm.must_fuse_call = lambda *_args, **_kwargs: (lambda fn: fn)
-PY
-    echo "import rl_bench_jax_compat" > "$site/rl_bench_jax_compat.pth"
-}
+source "$REPO/benchmarks/maxtext_venv.sh"  # build_venv
 
 if [ ! -x "$VENV/bin/python" ]; then
     echo "maxtext_engine.sh: building the side environment in $VENV" >&2

@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from rl_trainer_bench.engine import maxtext_aot
 from rl_trainer_bench.engine.maxtext_adapter import MaxTextApi, MaxTextEngine
 from rl_trainer_bench.engine.tunix_grpo import TunixApi
 
@@ -102,6 +103,9 @@ _DEFAULT_KEYS: dict[str, Any] = {
     "jax_cache_dir": "~/jax_cache",
     "base_output_directory": "",
     "enable_tensorboard": True,
+    "compile_xla_flags": "",
+    "internal_compile": False,
+    "internal_compile_num_devices": -1,
     "profiler": "",
     "profiler_steps": 5,
     "skip_first_n_steps_for_profiler": 1,
@@ -449,7 +453,6 @@ class MaxTextTrainingEngine:
         self._replicated = (
             None if mesh is None else jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
         )
-        self._params = _init_params(training_config)
         self._rest: dict[str, Any] = {}  # the model's non-parameter state (none here)
         self._tx = optax.chain(
             optax.clip_by_global_norm(training_config.gradient_clipping_threshold),
@@ -461,11 +464,7 @@ class MaxTextTrainingEngine:
                 weight_decay=training_config.adam_weight_decay,
             ),
         )
-        self._opt_state = self._tx.init(self._params)
-        if self._replicated is not None:
-            self._params, self._opt_state = jax.device_put(
-                (self._params, self._opt_state), self._replicated
-            )
+        self._params, self._opt_state = self._build_state()
         self._accumulated_grads: Any = None
         self._accumulated_denominator: Any = None
         self._train_step = 0
@@ -476,6 +475,12 @@ class MaxTextTrainingEngine:
             os.makedirs(training_config.tensorboard_dir, exist_ok=True)
             with open(os.path.join(training_config.tensorboard_dir, "events.out.tfevents"), "wb"):
                 pass
+
+    def _build_state(self) -> tuple[Any, Any]:
+        """The weights and the optimizer state, on the mesh replicated."""
+        params = _init_params(self._config)
+        state = (params, self._tx.init(params))
+        return state if self._replicated is None else jax.device_put(state, self._replicated)
 
     @property
     def train_step(self) -> int:
@@ -543,11 +548,16 @@ class MaxTextTrainingEngine:
 
         shardings = self._batch_shardings(batch)
         replicated = self._replicated
+        # As MaxText: the gradient sum and its denominator leave on the parameters' shardings.
+        sums = (None, None, replicated, replicated)
         self._jitted = {
-            "fwd_bwd": jax.jit(fwd_bwd, in_shardings=(replicated, replicated, shardings)),
+            "fwd_bwd": jax.jit(
+                fwd_bwd, in_shardings=(replicated, replicated, shardings), out_shardings=sums
+            ),
             "fwd_bwd_accum": jax.jit(
                 fwd_bwd_accum,
                 in_shardings=(replicated, replicated, shardings, replicated, replicated),
+                out_shardings=sums,
             ),
             "update": jax.jit(update, in_shardings=replicated, out_shardings=replicated),
             "eval": jax.jit(kernel, in_shardings=(replicated, replicated, shardings)),
@@ -559,6 +569,11 @@ class MaxTextTrainingEngine:
         self._compiled = True
 
     def compile_kernels(self, dummy_data, compiler_options=None) -> dict[str, Any]:
+        lowered = self._lower_kernels(dummy_data)
+        return {name: lowered[name].compile(compiler_options) for name in KERNEL_NAMES}
+
+    def _lower_kernels(self, dummy_data) -> dict[str, Any]:
+        """As maxtext 0.2.5: every kernel lowered through `_compile_for_batch`, on avals."""
         batch = self._prepare_batch(dummy_data)
         self._compile_for_batch(batch)
         avals = jax.tree.map(_to_aval, batch)
@@ -566,14 +581,13 @@ class MaxTextTrainingEngine:
         opt = jax.tree.map(_to_aval, self._opt_state)
         fwd_bwd = self._jitted["fwd_bwd"].lower(params, self._rest, avals)
         _, _, grads, denominator = fwd_bwd.out_info
-        lowered = {
+        return {
             "fwd_bwd": fwd_bwd,
             "fwd_bwd_accum": self._jitted["fwd_bwd_accum"].lower(
                 params, self._rest, avals, grads, denominator
             ),
             "update": self._jitted["update"].lower(params, opt, grads, denominator),
         }
-        return {name: lowered[name].compile(compiler_options) for name in KERNEL_NAMES}
 
     def compile(self, dummy_data, compiler_options=None) -> None:
         self._compile_requested = True
@@ -701,6 +715,45 @@ class MaxTextTrainingEngine:
         self._metrics = []
 
 
+class AbstractMaxTextEngine(MaxTextTrainingEngine):
+    """maxtext 0.2.5's `maxtext_engine_compile.AbstractMaxTextEngine`: weights and moments are
+    shapes on the mesh, nothing is allocated, nothing can run; it only lowers."""
+
+    def __init__(self, training_config: HyperParameters, mesh: jax.sharding.Mesh) -> None:
+        if mesh is None:
+            raise ValueError("AbstractMaxTextEngine requires a mesh")
+        # maxtext 0.2.5 prints notices on stdout as its modules load (optional dependencies'
+        # stubs); this is the first of the stand-in's code `aot` runs.
+        print("[NO-OP] gcs_storage dependency missing; using stubs.")
+        super().__init__(training_config, mesh=mesh)
+
+    def _build_state(self) -> tuple[Any, Any]:
+        def state():
+            params = _init_params(self._config)
+            return params, self._tx.init(params)
+
+        return jax.tree.map(
+            lambda aval: jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=self._replicated),
+            jax.eval_shape(state),
+        )
+
+    def fwd_bwd(self, payload, **kwargs: Any) -> None:
+        raise RuntimeError("AbstractMaxTextEngine.fwd_bwd() needs real weights")
+
+    def update(self, **kwargs: Any) -> int:
+        raise RuntimeError("AbstractMaxTextEngine.update() needs real weights")
+
+
+def _state_avals(engine: MaxTextTrainingEngine) -> tuple[Any, Any]:
+    return engine._params, engine._opt_state
+
+
+def _xla_options(config: HyperParameters) -> dict[str, str]:
+    """max_utils.parse_libtpu_flags_to_dict of `compile_xla_flags`: --key=value words."""
+    words = config.compile_xla_flags.split()
+    return dict(word.removeprefix("--").split("=", 1) for word in words)
+
+
 def _to_aval(value) -> Any:
     """As MaxText lowers: the shape, dtype and the sharding the value carries (an eagerly mapped
     array carries a single-device one, which then clashes with sharded input shardings)."""
@@ -743,14 +796,13 @@ def _normalize_loss_output(out: Any, has_aux: bool) -> tuple[WeightedMetric, dic
 MESH_AXES = ("fsdp", "context", "expert")  # the ones of MaxText's axes the adapter sets
 
 
-def _mesh(config: HyperParameters) -> jax.sharding.Mesh:
+def _mesh(config: HyperParameters, devices) -> jax.sharding.Mesh:
     shape = [getattr(config, f"ici_{axis}_parallelism") for axis in MESH_AXES]
-    assert int(np.prod(shape)) == jax.device_count(), (  # as create_device_mesh asserts
-        f"Number of devices per slice {jax.device_count()} does not match the product of the ICI"
+    assert int(np.prod(shape)) == len(devices), (  # as create_device_mesh asserts
+        f"Number of devices per slice {len(devices)} does not match the product of the ICI"
         f" parallelism {int(np.prod(shape))}"
     )
-    devices = np.array(jax.devices()[: int(np.prod(shape))]).reshape(shape)
-    return jax.sharding.Mesh(devices, MESH_AXES)
+    return jax.sharding.Mesh(np.array(devices).reshape(shape), MESH_AXES)
 
 
 def input_spec(config: HyperParameters, mesh: jax.sharding.Mesh) -> tuple[Any, ...]:
@@ -898,6 +950,9 @@ STAND_IN_API = MaxTextApi(
     input_spec=input_spec,
     tunix_adapter_wraps=lambda name: name == "qwen3.5-397b-a17b",  # MaxText has its HF config
     version="0.2.5-stand-in",
+    abstract_engine_type=AbstractMaxTextEngine,
+    state_avals=_state_avals,
+    xla_options=_xla_options,
 )
 
 
@@ -912,3 +967,11 @@ class StandInTunixMaxTextEngine(StandInMaxTextEngine):
     """The adapter over the stand-ins of MaxText and Tunix: Tunix's driver where asked or auto."""
 
     load_tunix = staticmethod(lambda: STAND_IN_TUNIX_API)
+
+
+# The adapter's AOT functions over the stand-in: `aot` finds them in the engine class's module.
+_AOT = maxtext_aot.MaxTextAot(lambda: STAND_IN_API)
+lower_programs, abstract_state, payload_spec, compiler_options, trainer_keys_refused = (
+    _AOT.functions()
+)
+BESIDE = maxtext_aot.BESIDE

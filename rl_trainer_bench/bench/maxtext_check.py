@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
-import re
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,6 @@ from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.errors import ConfigError
 
 _ACCEPTED, _REFUSED = "accepted", "refused"  # the child's verdict, first word of its last line
-_MESSAGE = 160  # characters of MaxText's message kept (its unknown-key message lists every key)
 IN_THE_POD = (
     "checked in the pod, before the runtime starts: the trainer's image's MaxText builds its"
     " config from the trainer's keys with its own validation"
@@ -121,16 +119,19 @@ def check_trainer_keys(
         )
     except maxtext_keys.NotTaken as why:
         raise ConfigError(f"ENGINE=...maxtext_adapter:MaxTextEngine: {why}") from None
-    if _refusal(builder, args.words) is None:
+    if maxtext_config.refusal(builder.build, builder.refused, args.words) is None:
         return (
             f"maxtext {builder.version} built its config from {len(args.words)} keys (the trainer's"
             f" {len(args.trainer_words)} last) with its own validation, on no device: accepted"
         )
-    refused, message = _refused_trainer_keys(builder, args.words, args.trainer_words)
+    refused, message = maxtext_config.refused_trainer_keys(
+        builder.build, builder.refused, args.words, args.trainer_words
+    )
     problems = []
     if refused:
+        reasons = [f"{word} ({why})" for word, why in refused.items()]
         problems.append(
-            f"{len(refused)} of the trainer's MaxText keys: {'; '.join(refused)} (the trainer's"
+            f"{len(refused)} of the trainer's MaxText keys: {'; '.join(reasons)} (the trainer's"
             f" MaxText would refuse {EXTRA_FLAGS_VARIABLE} as written too: drop them, or run the"
             " MaxText that takes them)"
         )
@@ -140,54 +141,6 @@ def check_trainer_keys(
             f" ({message}: set the engine keys it names through ENGINE_FLAGS, or another PRESET)"
         )
     raise ConfigError(f"maxtext {builder.version} refuses {'; and '.join(problems)}")
-
-
-def _refusal(builder: ConfigBuilder, words: Sequence[str]) -> str | None:
-    """MaxText's message for `words` on one line, cut short (None when it builds)."""
-    try:
-        builder.build(words)
-    except builder.refused as error:
-        message = re.sub(r"\s*\[type=.*", "", " ".join(str(error).split()))
-        return message if len(message) <= _MESSAGE else message[:_MESSAGE] + "..."
-    return None
-
-
-def _refused_trainer_keys(
-    builder: ConfigBuilder, words: Sequence[str], trainer: Sequence[str]
-) -> tuple[list[str], str | None]:
-    """Which of the trainer's keys MaxText refuses, each with MaxText's words for it, and its
-    message for what is left (None once the rest builds).
-
-    MaxText stops at the first key it does not know and names it, so a key it names is dropped
-    and the config built again, until it builds or names no key of the trainer's; a refusal that
-    names none (a rule two keys break together) is put on the trainer's keys whose removal alone
-    lets the config build. None such: the bench's own keys are refused (the caller says so).
-    """
-    keys = {word.partition("=")[0]: word for word in trainer}
-    found: list[str] = []
-    remaining = list(words)
-    message = _refusal(builder, remaining)
-    while message is not None:
-        named = [key for key in keys if f"'{key}'" in message and keys[key] in remaining]
-        if not named:
-            break
-        unknown = message.startswith(f"'{named[0]}' not in ")  # MaxText's list of every key
-        found.append(f"{keys[named[0]]} ({'not a key of it' if unknown else message})")
-        remaining.remove(keys[named[0]])
-        message = _refusal(builder, remaining)
-    if message is not None:
-        alone = [
-            w
-            for w in trainer
-            if w in remaining and _refusal(builder, _without(remaining, w)) is None
-        ]
-        found += [f"{word} ({message})" for word in alone]
-        message = None if alone else message
-    return found, message
-
-
-def _without(words: Sequence[str], word: str) -> list[str]:
-    return [w for w in words if w != word]
 
 
 if __name__ == "__main__":

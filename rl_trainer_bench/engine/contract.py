@@ -233,6 +233,12 @@ AOT_OPTIONAL: Mapping[str, str] = {
     "compiles; aot compiles with the same options, so it checks the programs the pod runs",
     "BESIDE": "BESIDE: {program: residency.STATE_PARTS in device memory beside it}; required when "
     "the programs are not named as the built-in engine's (fwd_bwd, fwd_bwd_dropless, update)",
+    "compiler_options": "compiler_options(config, mesh) -> {program: XLA options}: the options "
+    "the engine compiles each program with, when they are not the built-in engine's reservations "
+    "(compile_reservations is then not read)",
+    "trainer_keys_refused": "trainer_keys_refused(config, platform) -> {key=value: why}: the "
+    "trainer's engine keys (EngineConfig.trainer_maxtext_keys) this engine refuses; aot compiles "
+    "without them and its report lists them",
 }
 
 

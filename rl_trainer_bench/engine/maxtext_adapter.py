@@ -59,6 +59,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -70,9 +71,11 @@ import numpy as np
 from rl_trainer_bench.engine import (
     compile_events,
     cpu_lowerings,
+    maxtext_aot,
     maxtext_config,
     maxtext_keys,
     maxtext_metrics,
+    maxtext_payload,
     tunix_grpo,
 )
 from rl_trainer_bench.engine.config import EngineConfig
@@ -93,28 +96,43 @@ class MaxTextApi:
     make_loss_fn: Callable[..., Callable[..., Any]]  # make_router_replay_loss_fn(config)
     model_config: Callable[[str], Mapping[str, Any]]  # configs/models/<name>.yml as a mapping
     build_config: Callable[[Sequence[str]], Any]  # key=value words -> HyperParameters
-    build_mesh: Callable[[Any], Any]  # HyperParameters -> jax Mesh
+    build_mesh: Callable[[Any, Sequence[Any]], Any]  # (HyperParameters, devices) -> jax Mesh
     input_spec: Callable[[Any, Any], tuple[Any, ...]]  # (config, mesh) -> [rows, seq] spec
     # model name -> whether MaxText's TunixMaxTextAdapter can wrap it (it needs the model's HF
     # config, which MaxText's dense `default` model has none of)
     tunix_adapter_wraps: Callable[[str], bool]
     version: str
+    # For `aot` (maxtext_aot): the engine with shapes for weights, AbstractMaxTextEngine(config,
+    # mesh); its parameters and optimizer state as sharded ShapeDtypeStructs; the XLA options
+    # MaxText compiles with.
+    abstract_engine_type: type
+    state_avals: Callable[[Any], tuple[Any, Any]]
+    xla_options: Callable[[Any], dict[str, str]]
 
 
 def load_maxtext() -> MaxTextApi:
     """The installed maxtext package's training engine (needs maxtext and Tunix importable)."""
     try:
-        from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
-        from maxtext.training_engine import abstract_engine, maxtext_engine
-        from maxtext.utils import maxtext_utils, sharding
+        # maxtext prints its optional dependencies' stubs on import: to stderr, not into a report
+        # on stdout (`aot --json`).
+        with contextlib.redirect_stdout(sys.stderr):
+            from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
+            from maxtext.training_engine import (
+                abstract_engine,
+                maxtext_engine,
+                maxtext_engine_compile,
+            )
+            from maxtext.utils import max_utils, maxtext_utils, sharding
     except ImportError as error:
         raise ContractError(
             f"ENGINE=...maxtext_adapter:MaxTextEngine needs maxtext and Tunix importable ({error}):"
             " build the side environment of benchmarks/maxtext_engine.sh"
         ) from error
 
-    def build_mesh(config: Any) -> jax.sharding.Mesh:
-        return jax.sharding.Mesh(maxtext_utils.create_device_mesh(config), config.mesh_axes)
+    def build_mesh(config: Any, devices: Sequence[Any]) -> jax.sharding.Mesh:
+        return jax.sharding.Mesh(
+            maxtext_utils.create_device_mesh(config, devices), config.mesh_axes
+        )
 
     return MaxTextApi(
         engine_type=maxtext_engine.MaxTextTrainingEngine,
@@ -127,7 +145,18 @@ def load_maxtext() -> MaxTextApi:
         input_spec=lambda config, mesh: tuple(sharding.get_input_data_sharding(config, mesh).spec),
         tunix_adapter_wraps=lambda name: name in HF_MODEL_CONFIGS,
         version=maxtext_config.installed_version(),
+        abstract_engine_type=maxtext_engine_compile.AbstractMaxTextEngine,
+        state_avals=_nnx_state_avals,
+        xla_options=lambda config: max_utils.parse_libtpu_flags_to_dict(config.compile_xla_flags),
     )
+
+
+def _nnx_state_avals(engine: Any) -> tuple[Any, Any]:
+    """An NNX MaxText engine's parameters and optimizer state (ShapeDtypeStructs in an abstract
+    engine), read through its public `model` and `optimizer`."""
+    from flax import nnx
+
+    return nnx.state(engine.model, nnx.Param), nnx.state(engine.optimizer)
 
 
 def _build_config(words: Sequence[str]) -> Any:
@@ -135,7 +164,7 @@ def _build_config(words: Sequence[str]) -> Any:
     try:
         return maxtext_config.build_config(words)
     except maxtext_config.MaxTextRefused as error:
-        raise ContractError(f"MaxText refused the config built for this cell: {error}") from error
+        raise ContractError(f"{maxtext_config.REFUSED_PREFIX}{error}") from error
 
 
 @dataclasses.dataclass
@@ -160,44 +189,6 @@ class _Converted:
     source: np.ndarray  # the Payload's input_ids: kept so its id() is not reused while cached
     payload: Any  # RLTrainerPayload
     tokens: int
-
-
-def replay_payload_type(payload_type: type) -> type:
-    """`payload_type` with a `routed_experts` field, which Tunix's payload lacks but MaxText reads.
-
-    MaxText reads `routed_experts` off the payload by attribute, and rebuilds the payload with
-    `dataclasses.replace` before reading it; a field (not a set attribute) survives that.
-    """
-    if "routed_experts" in {f.name for f in dataclasses.fields(payload_type)}:
-        return payload_type
-    return dataclasses.make_dataclass(
-        f"Replay{payload_type.__name__}",
-        [("routed_experts", Any, dataclasses.field(default=None))],
-        bases=(payload_type,),
-        kw_only=True,
-    )
-
-
-def to_maxtext_payload(payload: Payload, payload_type: type) -> Any:
-    """The bench's micro-batch as MaxText's packed RLTrainerPayload (module docstring: masks)."""
-    rows = payload.shape[0]
-    mask = tunix_grpo.token_aligned(payload.completion_mask)
-    empty = np.zeros((rows, 0), np.int32)
-    return payload_type(
-        token_ids=payload.input_ids,
-        token_mask=(payload.segment_ids != 0).astype(np.int32),
-        segment_ids=payload.segment_ids,
-        segment_positions=payload.positions,
-        advantages=payload.advantages,
-        loss_mask=payload.completion_mask,
-        prompt_ids=empty,
-        prompt_mask=empty,
-        completion_ids=payload.input_ids,
-        completion_mask=mask,
-        old_per_token_logps=payload.old_logps,
-        ref_per_token_logps=payload.ref_logps,
-        routed_experts=payload.routed_experts,
-    )
 
 
 class _CompileTimes:
@@ -257,25 +248,19 @@ class MaxTextEngine:
             cpu_lowerings.use_xla_triangular_solve() if jax.default_backend() == "cpu" else "-"
         )
         self.output_dir = config.output_dir or tempfile.mkdtemp(prefix="rl-trainer-bench-maxtext-")
-        try:
-            self.args = maxtext_keys.maxtext_args(
-                config,
-                self.api.model_config(maxtext_keys.maxtext_model(config).name),
-                self.output_dir,
-                host_keys(config),
-            )
-        except maxtext_keys.NotTaken as why:
-            raise ContractError(f"ENGINE=...maxtext_adapter:MaxTextEngine: {why}") from why
+        self.args = maxtext_aot.maxtext_args(
+            self.api, config, self.output_dir, jax.default_backend()
+        )
         self.maxtext_config = self.api.build_config(self.args.words)
         try:
-            self.mesh = self.api.build_mesh(self.maxtext_config)
+            self.mesh = self.api.build_mesh(self.maxtext_config, jax.devices())
         except (AssertionError, ValueError) as error:  # MaxText asserts its axes cover the devices
             raise ContractError(
                 f"MaxText cannot lay out its mesh ({' '.join(str(error).split())}): make mesh_fsdp"
                 f" x mesh_context x mesh_expert equal the {jax.device_count()} devices"
             ) from error
-        self._refuse_unsplit_batch()
-        self._payload_type = replay_payload_type(self.api.payload_type)
+        maxtext_aot.refuse_unsplit_batch(self.api, self.config, self.maxtext_config, self.mesh)
+        self._payload_type = maxtext_payload.replay_payload_type(self.api.payload_type)
         self.tunix, self.driver_reason = tunix_grpo.choose(
             config.maxtext_driver, type(self).load_tunix
         )
@@ -390,15 +375,11 @@ class MaxTextEngine:
     def _driven_here(self) -> tuple[Any, Any]:
         """MaxText's engine with its router-replay loss, called by the adapter itself."""
         self._input_fn = self.api.gen_model_input_fn
-        engine = (
-            self.api.engine_type(self.maxtext_config, mesh=self.mesh)
-            # MaxText records a loss's aux entries (its overflow flags among them) only with
-            # has_aux; they are eager appends per micro-batch, so only when there is a drop to count.
-            .with_loss_fn(
-                self.api.make_loss_fn(self.maxtext_config),
-                has_aux=maxtext_metrics.overflow_source(self._dropless_fallback) is not None,
-            )
-            .with_gen_model_input_fn(self._model_input)
+        engine = maxtext_payload.with_router_replay(
+            self.api.engine_type(self.maxtext_config, mesh=self.mesh),
+            self.api,
+            self.maxtext_config,
+            input_fn=self._model_input,
         )
         return engine, engine
 
@@ -446,28 +427,6 @@ class MaxTextEngine:
             return "-"
         return "megablox grouped matmul (off a TPU MaxText interprets it; ~60x the step here)"
 
-    def _refuse_unsplit_batch(self) -> None:
-        """A micro-batch MaxText's mesh cannot split is refused, as the built-in engine refuses it.
-
-        MaxText shards rows over the first entry of its input spec and the sequence over the
-        second; an axis that does not divide its dimension would be replicated instead, every
-        device of the axis doing the same work.
-        """
-        spec = self.api.input_spec(self.maxtext_config, self.mesh)
-        dims = (
-            ("micro_batch_rows", self.config.micro_batch_rows),
-            ("seq_len", self.config.seq_len),
-        )
-        for (name, size), axes in zip(dims, spec, strict=False):
-            names = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
-            shards = int(np.prod([self.mesh.shape[a] for a in names], dtype=np.int64))
-            if size % shards:
-                raise ContractError(
-                    f"{name}={size}: MaxText splits it over its mesh axes"
-                    f" {' x '.join(f'{a}={self.mesh.shape[a]}' for a in names)} = {shards},"
-                    f" which does not divide it: make {name} a multiple of {shards}"
-                )
-
     def _model_input(self, payload: Any) -> dict[str, Any]:
         """The engine's input hook: a staged micro-batch is already mapped and placed; the compile
         example is mapped to shapes only, so MaxText lowers against its own input shardings (an
@@ -496,7 +455,7 @@ class MaxTextEngine:
             source=payload.input_ids,
             payload=tunix_grpo.to_train_example(payload, self.tunix)
             if self.tunix
-            else to_maxtext_payload(payload, self._payload_type),
+            else maxtext_payload.to_maxtext_payload(payload, self._payload_type),
             tokens=int(np.count_nonzero(payload.segment_ids)),
         )
         self._converted[key] = converted
@@ -514,3 +473,12 @@ class MaxTextEngine:
         compiled = getattr(self.engine, "_compiled_fwd_bwd", None)
         shardings = getattr(compiled, "input_shardings", None)
         return None if shardings is None else dict(shardings[0][2])
+
+
+# The AOT functions (contract.AotEngineModule) over the installed MaxText: `aot` finds them in the
+# module of the engine class it is given.
+_AOT = maxtext_aot.MaxTextAot(load_maxtext)
+lower_programs, abstract_state, payload_spec, compiler_options, trainer_keys_refused = (
+    _AOT.functions()
+)
+BESIDE = maxtext_aot.BESIDE

@@ -27,9 +27,11 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--summary-only", action="store_true", help="leave out the per-collective rows"
     )
+    from rl_trainer_bench.config.knobs import ENGINE_KNOBS, add_knob_flags
     from rl_trainer_bench.preflight.aot.command import add_target_arguments
 
     add_target_arguments(parser)
+    add_knob_flags(parser, ENGINE_KNOBS, {"ENGINE": "; its programs are compiled as aot does"})
 
 
 def run(args) -> int:
@@ -44,14 +46,22 @@ def run(args) -> int:
             raise UserError(f"{args.file}: cannot read ({error.strerror})") from None
         reports = analyze_file(data, str(path), mesh, Path(path.name.removesuffix(".gz")).stem)
     else:
+        from rl_trainer_bench.config.engine_choice import choose_engine
+        from rl_trainer_bench.config.presets import preset
         from rl_trainer_bench.preflight.aot.check import compiled_texts
         from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 
+        choice = choose_engine(args.engine, args.trainer_argv, preset(args.preset).engine)
+        texts = compiled_texts(
+            args.preset,
+            args.target,
+            args.layers,
+            choice.spec,
+            trainer_argv=args.trainer_argv,
+            engine_flags=args.engine_flags,
+        )
         with quiet_libtpu():  # libtpu's start-up noise when compiling for a TPU slice
-            reports = [
-                analyze_text(text, name, mesh, name)
-                for name, text, mesh in compiled_texts(args.preset, args.target, args.layers)
-            ]
+            reports = [analyze_text(text, name, mesh, name) for name, text, mesh in texts]
     if args.json:
         text = json.dumps([r.to_json() for r in reports], indent=1)
     else:

@@ -7,7 +7,10 @@ and when that micro-batch dropped routed pairs also its dropless replay; then `u
     step = MICRO_STEPS x (fwd_bwd + P(replay) x fwd_bwd_dropless) + update
 
 (an engine with more programs per micro-batch, such as a separate accumulate, has each of them
-inside the parentheses too)
+inside the parentheses too). MaxText's engine runs `fwd_bwd` on a step's first micro-batch only
+and `fwd_bwd_accum` (which adds into the donated sum) on every later one, and never replays:
+
+    step = fwd_bwd + (MICRO_STEPS - 1) x fwd_bwd_accum + update
 
 with P(replay) the chance that a micro-batch overflows its expert buffers, from the calibration
 report of the micro-batch the bench would time first (`payload.build.CalibrationReport`: the chance,
@@ -52,6 +55,9 @@ PUBLIC_MEASURED: Mapping[tuple[str, str], Mapping[str, float]] = {
 PUBLIC_SOURCE = "MEASURED by MaxText, 128 Ironwood chips, its STAGE_BEFORE_UPDATE pull request"
 ONCE_PER_STEP = "update"
 REPLAY = "fwd_bwd_dropless"
+FIRST = "fwd_bwd"
+# An engine with this program runs FIRST on a step's first micro-batch only, this on the rest.
+LATER = "fwd_bwd_accum"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,20 +82,29 @@ class StepEstimate:
     def per_micro_batch(self) -> list[str]:
         """The programs every micro-batch runs: all but the replay and `update`."""
         programs = [p for p in self.program_seconds if p not in (ONCE_PER_STEP, REPLAY)]
-        return programs or ["fwd_bwd"]
+        return programs or [FIRST]
+
+    def _runs(self) -> list[tuple[int, str]]:
+        """(runs per step, program) of every program but the replay: MICRO_STEPS of each
+        per-micro-batch program, FIRST once and LATER on the rest where the engine has LATER."""
+        runs = [(self.micro_steps, p) for p in self.per_micro_batch]
+        if LATER in self.program_seconds:
+            first = {FIRST: 1, LATER: self.micro_steps - 1}
+            runs = [(first.get(p, n), p) for n, p in runs]
+        return [*runs, (1, ONCE_PER_STEP)]
 
     @property
     def step_seconds(self) -> float | None:
         """None when a program the step needs did not compile."""
-        needed = [*self.per_micro_batch, ONCE_PER_STEP]
+        needed = [p for _, p in self._runs()]
         if self.replay_probability > 0:
             needed.append(REPLAY)
         if any(self._seconds(p) is None for p in needed):
             return None
-        per_micro_batch = sum(self._seconds(p) for p in self.per_micro_batch)
+        step = sum(n * self._seconds(p) for n, p in self._runs())
         if self.replay_probability > 0:
-            per_micro_batch += self.replay_probability * self._seconds(REPLAY)
-        return self.micro_steps * per_micro_batch + self._seconds(ONCE_PER_STEP)
+            step += self.micro_steps * self.replay_probability * self._seconds(REPLAY)
+        return step
 
     @property
     def mfu(self) -> float | None:
@@ -101,13 +116,12 @@ class StepEstimate:
 
     @property
     def step_floor_seconds(self) -> float | None:
-        """A lower bound on the step: every per-micro-batch program and `update` at compute speed,
-        no replay (which only adds). None when a program's FLOPs are unknown."""
-        floors = [self.compute_seconds.get(p) for p in (*self.per_micro_batch, ONCE_PER_STEP)]
-        if any(floor is None for floor in floors):
+        """A lower bound on the step: every program but the replay at compute speed, no replay
+        (which only adds). None when a program's FLOPs are unknown."""
+        floors = [(n, self.compute_seconds.get(p)) for n, p in self._runs()]
+        if any(floor is None for _, floor in floors):
             return None
-        *each, update = floors
-        return self.micro_steps * sum(each) + update
+        return sum(n * floor for n, floor in floors)
 
     @property
     def mfu_ceiling(self) -> float | None:
@@ -132,6 +146,9 @@ class StepEstimate:
         )
         step = self.step_seconds
         total = "n/a (a program did not compile)" if step is None else seconds_text(step)
+        if LATER in self.program_seconds:
+            each = " + ".join(f"{n} x {term(p)}" for n, p in self._runs()[:-1])
+            return f"{each}{replay} + {term(ONCE_PER_STEP)} = {total}"
         each = " + ".join(term(p) for p in self.per_micro_batch)
         return f"{self.micro_steps} x ({each}{replay}) + {term(ONCE_PER_STEP)} = {total}"
 

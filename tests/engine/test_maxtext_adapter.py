@@ -42,11 +42,8 @@ from rl_trainer_bench.engine.contract import (
     example_payloads_for,
     missing_methods,
 )
-from rl_trainer_bench.engine.maxtext_adapter import (
-    PreparedMaxTextInput,
-    replay_payload_type,
-    to_maxtext_payload,
-)
+from rl_trainer_bench.engine.maxtext_adapter import PreparedMaxTextInput
+from rl_trainer_bench.engine.maxtext_payload import replay_payload_type, to_maxtext_payload
 from rl_trainer_bench.engine.returns import check_engine
 
 QWEN35 = PRESETS["cpu-tiny-qwen3.5"].engine
@@ -195,7 +192,9 @@ def test_the_log_says_when_maxtext_will_interpret_its_grouped_matmul(tmp_path):
     sharded = StandInMaxTextEngine(small_engine_config(output_dir=str(tmp_path / "a")))
     assert sharded.info()["interpreted_kernels"].startswith("megablox grouped matmul")
     one_shard = MeshConfig(fsdp=4, context=2, expert=1)
-    plain = StandInMaxTextEngine(small_engine_config(mesh=one_shard, output_dir=str(tmp_path / "b")))
+    plain = StandInMaxTextEngine(
+        small_engine_config(mesh=one_shard, output_dir=str(tmp_path / "b"))
+    )
     assert plain.info()["interpreted_kernels"] == "-"
 
 

@@ -212,6 +212,14 @@ def test_memory_failures_become_rows_with_amounts():
     assert gpu_row.out_of_memory and gpu_row.needed == 2**31 and gpu_row.available is None
     other = aot_compile.failed("update", ValueError("INVALID_ARGUMENT: bad sharding"), 1.0)
     assert not other.out_of_memory and other.error == "INVALID_ARGUMENT: bad sharding"
+    # What libtpu 0.0.42.1 printed for MaxText's fwd_bwd at the tpu7x recipe's splash block
+    # sizes: a kernel's tiles over the core's on-chip memory, not the program over the device's.
+    vmem = RuntimeError(
+        "RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem while allocating on stack for"
+        " %splash_mha_dkv_segmented_no_residuals.1 = (bf16[3,32,16384,256]) custom-call(%c)"
+    )
+    kernel = aot_compile.failed("fwd_bwd", vmem, 2621.4)
+    assert not kernel.out_of_memory and not kernel.compiled and "vmem" in kernel.error
 
 
 def test_out_of_memory_program_makes_the_verdict_no(compiled_cell):

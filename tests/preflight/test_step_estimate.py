@@ -119,3 +119,16 @@ def test_facts_come_from_the_bench_first_micro_batch():
     quiet = step_estimate.micro_batch_facts(never, load_profile(None), seed=0)
     assert quiet.replay_probability == 0.0 and "never replays" in quiet.source
     assert quiet.model_flops == facts.model_flops
+
+
+def test_an_engine_with_an_accumulating_program_runs_fwd_bwd_once_and_it_on_the_rest():
+    """MaxText's engine: fwd_bwd on a step's first micro-batch, fwd_bwd_accum on the other 8."""
+    seconds = {"fwd_bwd": 2.0, "fwd_bwd_accum": 3.0, "update": 0.5}
+    estimate = _estimate(program_seconds=seconds, replay_probability=0.0)
+    assert estimate.step_seconds == pytest.approx(2.0 + 8 * 3.0 + 0.5)
+    assert "1 x fwd_bwd 2.000 s + 8 x fwd_bwd_accum 3.000 s + update" in estimate.formula()
+    floors = _estimate(
+        program_seconds=seconds,
+        compute_seconds={"fwd_bwd": 1.0, "fwd_bwd_accum": 1.5, "update": 0.1},
+    )
+    assert floors.step_floor_seconds == pytest.approx(1.0 + 8 * 1.5 + 0.1)

@@ -22,6 +22,7 @@ from rl_trainer_bench.bench.state_memory import MIN_HEADROOM
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.contract import aot_optional
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight import program_cost, step_estimate
@@ -35,6 +36,7 @@ from rl_trainer_bench.preflight.aot.depth import (
 from rl_trainer_bench.preflight.aot.engine_module import aot_engine_module, beside_table
 from rl_trainer_bench.preflight.aot.report import AotReport
 from rl_trainer_bench.preflight.aot.targets import LOCAL, Target, resolve_target
+from rl_trainer_bench.units import human_bytes
 
 # MICRO_STEPS left unset: predict the step at the preset's micro-steps.
 PRESET_MICRO_STEPS = None
@@ -62,11 +64,11 @@ def state_bytes(
     )
 
 
-def unsharded_state(config: EngineConfig, mesh) -> list[tuple[str, int]]:
+def unsharded_state(config: EngineConfig, mesh, engine: ModuleType) -> list[tuple[str, int]]:
     """(leaf, bytes per device) of every state leaf that is not split over every device."""
-    from rl_trainer_bench.engine import programs, sharding
+    from rl_trainer_bench.engine import sharding
 
-    return sharding.unsharded_leaves(programs.abstract_state(config, mesh), mesh.size)
+    return sharding.unsharded_leaves(engine.abstract_state(config, mesh), mesh.size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +81,8 @@ class Cell:
     target: Target
     mesh: Any
     note: str = ""  # how the mesh was fitted to the target, when it was
+    # The trainer's engine keys the engine refused, {key=value: why}: compiled without them.
+    refused_keys: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def mesh_sizes(self) -> dict[str, int]:
@@ -100,7 +104,26 @@ def resolve_cell(
     if config.mesh == cell.engine.mesh and config.mesh.size != len(target.devices):
         config, note = _fit_fsdp(config, len(target.devices), target.name)
     refuse_engine_config_problems(config, cell.name)
-    return Cell(cell.name, config, unapplied, target, _mesh(config, target), note)
+    mesh = _mesh(config, target)
+    config, refused = _without_refused_keys(config, aot_engine_module(engine), mesh)
+    return Cell(cell.name, config, unapplied, target, mesh, note, refused)
+
+
+def _without_refused_keys(
+    config: EngineConfig, engine: ModuleType, mesh
+) -> tuple[EngineConfig, dict[str, str]]:
+    """The config without the trainer's keys the engine refuses (`trainer_keys_refused`), and
+    those keys with the engine's reason; the report lists them."""
+    from rl_trainer_bench.engine import programs
+
+    refuse = aot_optional(engine, "trainer_keys_refused")
+    if not callable(refuse) or not config.trainer_maxtext_keys:
+        return config, {}
+    refused = refuse(config, programs.platform_of(mesh))
+    kept = tuple(
+        (key, text) for key, text in config.trainer_maxtext_keys if f"{key}={text}" not in refused
+    )
+    return dataclasses.replace(config, trainer_maxtext_keys=kept), dict(refused)
 
 
 def _fit_fsdp(config: EngineConfig, devices: int, target: str) -> tuple[EngineConfig, str]:
@@ -151,14 +174,13 @@ def run_check(
     profile = load_profile(routing_profile, preset(preset_name).routing_profile)
     cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags, engine)
     full_depth = cell.config.model.num_layers
-    depths = depths_to_compile(full_depth, layers)
+    depths = depths_to_compile(full_depth, layers, len(cell.config.model.layer_types))
     started = time.perf_counter()
     measured = []
     for depth in depths:
         rows = []
         for name, _, row in compile_programs(with_layers(cell.config, depth), cell.mesh, module):
-            status = "compiled" if row.compiled else f"FAILED ({row.error})"
-            progress(f"aot: {name} at {depth} layers {status} in {row.compile_seconds:.1f} s")
+            progress(f"aot: {name} at {depth} layers {_progress_status(row)}")
             rows.append(row)
         measured.append(rows)
     programs = measured[0] if len(depths) == 1 else extrapolate(measured, depths, full_depth)
@@ -166,6 +188,7 @@ def run_check(
     report = assemble(cell, programs, depths, stage_before_update, seconds, module)
     report.host_peak_bytes = host_peak_bytes()
     report.min_headroom = min_headroom
+    report.engine = engine
     if report.roofline is None:
         report.step_note = (
             f"no peak FLOP/s and HBM bandwidth in the chip table for {cell.target.device_kind!r}"
@@ -177,6 +200,19 @@ def run_check(
             micro_steps = preset(cell.preset).micro_steps
         report.step = predict_step(report, micro_steps, facts)
     return report
+
+
+def _progress_status(row: ProgramMemory) -> str:
+    """How one compile ended, with XLA's bytes as soon as it has them: a full-size compile takes
+    minutes per program, and a run stopped before the report still says what it found."""
+    seconds = f"in {row.compile_seconds:.1f} s"
+    if not row.compiled:
+        return f"FAILED ({row.error}) {seconds}"
+    return (
+        f"compiled {seconds}: argument {human_bytes(row.argument)}, output"
+        f" {human_bytes(row.output)} (aliased {human_bytes(row.alias)}), temp"
+        f" {human_bytes(row.temp)}, resident {human_bytes(row.resident)} per device"
+    )
 
 
 def host_peak_bytes() -> int:
@@ -195,7 +231,10 @@ def predict_step(
         micro_steps=micro_steps,
         program_seconds={p.name: p.roofline_seconds for p in report.programs},
         compute_seconds={p.name: p.flops / peak if p.compiled else None for p in report.programs},
-        replay_probability=facts.replay_probability,
+        # An engine without a replay program (MaxText's) never replays.
+        replay_probability=facts.replay_probability
+        if any(p.name == step_estimate.REPLAY for p in report.programs)
+        else 0.0,
         model_flops_per_micro_batch=facts.model_flops,
         devices=report.devices,
         peak_flops_per_device=peak,
@@ -215,6 +254,7 @@ def assemble(
     """The report from compiled rows: each program gets the state beside it."""
     from rl_trainer_bench.engine import residency
 
+    engine = engine or aot_engine_module(BUILT_IN)
     state = state_bytes(cell.config, cell.mesh, stage_before_update, engine)
     table = beside_table(engine)
     roofline = cell.target.roofline
@@ -243,7 +283,8 @@ def assemble(
         unapplied_keys=cell.unapplied_keys,
         note=cell.note,
         roofline=roofline,
-        unsharded_state=unsharded_state(cell.config, cell.mesh),
+        unsharded_state=unsharded_state(cell.config, cell.mesh, engine),
+        refused_keys=cell.refused_keys,
     )
 
 
@@ -254,12 +295,33 @@ def _mesh(config: EngineConfig, target: Target):
 
 
 def compiled_texts(
-    preset_name: str, target_name: str, layers: int = FULL_DEPTH
+    preset_name: str,
+    target_name: str,
+    layers: int = FULL_DEPTH,
+    engine: str = BUILT_IN,
+    trainer_argv: str | Sequence[str] = "",
+    engine_flags: str = "",
 ) -> Iterator[tuple[str, str, dict[str, int]]]:
-    """(program, compiled HLO text, mesh) of each engine program, for the overlap summary."""
-    cell = resolve_cell(preset_name, target_name)
+    """(program, compiled HLO text, mesh) of each program of `engine`, for the overlap summary."""
+    module = aot_engine_module(engine)
+    cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags, engine)
+    model = cell.config.model
+    depths_to_compile(model.num_layers, layers, len(model.layer_types))  # refuses a bad --layers
     config = cell.config if layers == FULL_DEPTH else with_layers(cell.config, layers)
-    for name, compiled, row in compile_programs(config, cell.mesh):
+    for name, compiled, row in compile_programs(config, cell.mesh, module):
         if compiled is None:
             raise UserError(f"program {name} did not compile for {target_name}: {row.error}")
-        yield name, compiled.as_text(), cell.mesh_sizes
+        yield name, compiled.as_text(), program_mesh(compiled)
+
+
+def program_mesh(compiled) -> dict[str, int]:
+    """The axes of the mesh a compiled program's arguments are laid out on, major to minor: an
+    engine may lay its programs out on a mesh of its own (MaxText's twelve axes, most of them of
+    size 1, which no collective spans and which are left out)."""
+    import jax
+
+    for sharding in jax.tree.leaves(compiled.input_shardings):
+        if isinstance(sharding, jax.sharding.NamedSharding):
+            shape = dict(sharding.mesh.shape)
+            return {axis: size for axis, size in shape.items() if size > 1} or shape
+    return {}

@@ -121,7 +121,11 @@ def _live_peak(analysis) -> int | None:
 def failed(name: str, error: BaseException, seconds: float) -> ProgramMemory:
     """A compile failure as a report row; memory failures carry the amounts XLA printed."""
     text = str(error)
-    memory = "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
+    # A kernel's tiles that overflow the core's on-chip memory (TPU "memory space vmem", as
+    # MaxText's splash attention backward at the tpu7x recipe's block sizes) are a compile
+    # failure of that kernel, not a program too large for the device's memory.
+    on_chip = "memory space vmem" in text.lower()
+    memory = ("RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()) and not on_chip
     needed = available = None
     for pattern in _OOM_PATTERNS:
         match = pattern.search(text)
@@ -157,18 +161,14 @@ def compile_plan(
 ) -> list[tuple[str, Any, dict]]:
     """Lower every engine program: (name, lowered, compiler options) in the engine's order.
 
-    `engine`: the engine's module (aot_engine_module); the built-in engine's when None. An engine
-    whose module has `compile_reservations` (the built-in one) has each program compiled as it
-    compiles it, told how much device memory the state beside it holds (`residency`).
+    `engine`: the engine's module (aot_engine_module); the built-in engine's when None. Each
+    program is compiled with the options its engine compiles it with: the module's
+    `compiler_options` where it has them (MaxText's), else, where it has `compile_reservations`
+    (the built-in engine), told how much device memory the state beside it holds (`residency`).
     """
-    from rl_trainer_bench.engine import programs, residency
-
     engine = engine or aot_engine_module(BUILT_IN)
-    reserve = aot_optional(engine, "compile_reservations")
-    reserved = reserve(config, mesh) if callable(reserve) else {}
-    platform = programs.platform_of(mesh)
-    lowered_programs = engine.lower_programs(config, mesh)
     table = beside_table(engine)
+    lowered_programs = engine.lower_programs(config, mesh)
     unknown = [name for name in lowered_programs if name not in table]
     if unknown:  # refused before minutes of compiling, not after
         raise UserError(
@@ -176,10 +176,24 @@ def compile_plan(
             f"{', '.join(unknown)}: give the module a BESIDE table (program -> the "
             f"residency.STATE_PARTS in device memory beside it) so its peak can be counted"
         )
-    return [
-        (name, lowered, residency.compile_options(platform, reserved.get(name, 0)))
-        for name, lowered in lowered_programs.items()
-    ]
+    options = program_options(config, mesh, engine)
+    return [(name, lowered, options.get(name, {})) for name, lowered in lowered_programs.items()]
+
+
+def program_options(config: EngineConfig, mesh, engine: ModuleType) -> dict[str, dict]:
+    """{program: the XLA options its engine compiles it with} (compile_plan)."""
+    from rl_trainer_bench.engine import programs, residency
+
+    given = aot_optional(engine, "compiler_options")
+    if callable(given):
+        return dict(given(config, mesh))
+    reserve = aot_optional(engine, "compile_reservations")
+    reserved = reserve(config, mesh) if callable(reserve) else {}
+    platform = programs.platform_of(mesh)
+    return {
+        name: residency.compile_options(platform, reserved.get(name, 0))
+        for name in beside_table(engine)
+    }
 
 
 def compile_one(name: str, lowered, options: dict) -> tuple[Any, ProgramMemory]:

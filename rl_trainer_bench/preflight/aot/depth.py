@@ -16,11 +16,19 @@ from rl_trainer_bench.preflight.aot.compile import COST_FIELDS, MEMORY_FIELDS, P
 FULL_DEPTH = 0
 
 
-def depths_to_compile(full_depth: int, layers: int) -> list[int]:
+def depths_to_compile(full_depth: int, layers: int, block: int = 1) -> list[int]:
+    """The depths to compile: the full one, or `layers` and twice it. `block`: the length of the
+    layer pattern (`layer_types`), which every depth must repeat whole (MaxText's Qwen3.5
+    decoder scans 3 Gated DeltaNet layers and 1 attention layer as one block of 4)."""
     if layers < 0:
         raise UserError(
             f"--layers / AOT_LAYERS={layers}: expected {FULL_DEPTH} (full depth) or a positive"
             " count"
+        )
+    if layers % block:
+        raise UserError(
+            f"--layers / AOT_LAYERS={layers}: the preset's layers repeat in blocks of {block}"
+            f" (layer_types); give a multiple of {block}"
         )
     if layers == FULL_DEPTH or 2 * layers >= full_depth:
         return [full_depth]

@@ -39,6 +39,9 @@ class AotReport:
     # State leaves not split over every device, with their bytes per device (`unsharded_state`).
     unsharded_state: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     min_headroom: float = MIN_HEADROOM  # the margin, as a fraction of `memory_bytes`
+    engine: str = ""  # the module whose programs were compiled
+    # The trainer's engine keys the engine refused, {key=value: why}: compiled without them.
+    refused_keys: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def estimate(self) -> bool:
@@ -121,6 +124,8 @@ class AotReport:
             "time_estimate": self.step.to_json() if self.step else None,
             "time_estimate_note": self.step_note,
             "unsharded_state": [list(leaf) for leaf in self.unsharded_state],
+            "engine": self.engine,
+            "refused_keys": self.refused_keys,
         }
 
 
@@ -143,9 +148,16 @@ def _report_heading(report: AotReport) -> list[str]:
     lines = [
         f"AOT memory check: preset {report.preset} on {report.target} ({report.devices} x "
         f"{report.device_kind}), mesh {mesh}, STAGE_BEFORE_UPDATE={'on' if report.stage_before_update else 'off'}",
+        f"engine: {report.engine}",
     ]
     if report.note:
         lines.append(report.note)
+    if report.refused_keys:
+        refused = "; ".join(f"{key} ({why})" for key, why in report.refused_keys.items())
+        lines.append(
+            f"NOT TAKEN: {len(report.refused_keys)} of the trainer's keys the engine refuses,"
+            f" compiled without them: {refused}"
+        )
     if report.estimate:
         low, high = report.compiled_layers
         lines.append(
@@ -228,11 +240,25 @@ def _memory_verdict(report: AotReport) -> list[str]:
     )
     lines += _margin(report)
     if report.unsharded_state:
-        leaves = ", ".join(f"{path} {human_bytes(n)}" for path, n in report.unsharded_state)
-        lines.append(f"state not split over all {report.devices} devices: {leaves}")
+        lines.append(_unsharded_line(report))
     if report.unapplied_keys:
-        lines.append(f"keys the built-in engine does not apply: {', '.join(report.unapplied_keys)}")
+        lines.append(f"keys the engine does not apply: {', '.join(report.unapplied_keys)}")
     return lines
+
+
+# Unsplit state leaves named in the text report (all of them are in the JSON).
+_UNSHARDED_SHOWN = 8
+
+
+def _unsharded_line(report: AotReport) -> str:
+    """The largest state leaves not split over every device; the rest counted (MaxText's norm
+    scales and gates are hundreds of small ones)."""
+    leaves = sorted(report.unsharded_state, key=lambda leaf: -leaf[1])
+    shown = ", ".join(f"{path} {human_bytes(n)}" for path, n in leaves[:_UNSHARDED_SHOWN])
+    rest = leaves[_UNSHARDED_SHOWN:]
+    if rest:
+        shown += f", and {len(rest)} more ({human_bytes(sum(n for _, n in rest))})"
+    return f"state not split over all {report.devices} devices: {shown}"
 
 
 def _percent(part: int, whole: int) -> str:
@@ -307,7 +333,10 @@ def format_estimate(report: AotReport) -> list[str]:
     if step is None:
         return lines
     lines.append(f"predicted step, {step_estimate.LABEL}: {step.formula()}")
-    lines.append(f"  P(replay) per micro-batch from the {step.replay_source}")
+    if step_estimate.REPLAY in step.program_seconds:
+        lines.append(f"  P(replay) per micro-batch from the {step.replay_source}")
+    else:
+        lines.append("  no replay: the engine has no dropless replay program")
     mfu = step.mfu
     lines.append(
         f"predicted MFU, {step_estimate.LABEL}: "
