@@ -11,7 +11,9 @@ a MaxText trainer runs:
   devices), not the keys of the host that compiles.
 - **Mesh.** MaxText's own (`create_device_mesh` over the target mesh's devices, MaxText's axes).
 - **Loss and inputs.** MaxText's router-replay loss and input mapping, as the adapter sets them
-  (`maxtext_payload.with_router_replay`), fed the adapter's payload conversion as shapes.
+  on its own path (`maxtext_payload.with_router_replay`), fed the adapter's payload conversion as
+  shapes. A run whose `MAXTEXT_DRIVER` resolves to Tunix computes Tunix's GRPO loss over full
+  logits instead (`tunix_grpo`); that program is not lowered here, and the docs say so.
 - **Programs.** MaxText's three kernels, `fwd_bwd` (a step's first micro-batch), `fwd_bwd_accum`
   (every later one, adding into the donated gradient sum) and `update`, lowered through
   `_lower_kernels`: MaxText's only public entry, `compile_kernels`, returns them compiled, all at
