@@ -37,7 +37,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from rl_trainer_bench.engine import maxtext_config, maxtext_keys, maxtext_payload, programs
+from rl_trainer_bench.engine import abstract_inputs, maxtext_config, maxtext_keys, maxtext_payload
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError
 
@@ -114,7 +114,7 @@ def _scratch_folder() -> Iterator[str]:
 
 
 def _platform(mesh) -> str:
-    return programs.platform_of(mesh)
+    return abstract_inputs.platform_of(mesh)
 
 
 class MaxTextAot:
@@ -141,7 +141,7 @@ class MaxTextAot:
 
     def payload_spec(self, config: EngineConfig) -> dict[str, Any]:
         """The bench's micro-batch, which the adapter converts: the built-in engine's spec."""
-        return programs.payload_spec(config)
+        return abstract_inputs.payload_spec(config)
 
     def lower_programs(self, config: EngineConfig, mesh) -> dict[str, Any]:
         """MaxText's `fwd_bwd`, `fwd_bwd_accum` and `update` lowered on `mesh`'s devices."""

@@ -19,6 +19,7 @@ import numpy as np
 import optax
 
 from rl_trainer_bench.engine import model, moe, residency, sharding
+from rl_trainer_bench.engine.abstract_inputs import payload_spec, platform_of
 from rl_trainer_bench.engine.config import (
     DROPLESS,
     EngineConfig,
@@ -26,7 +27,7 @@ from rl_trainer_bench.engine.config import (
     config_problems,
     replays_possible,
 )
-from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS, ContractError, Payload
+from rl_trainer_bench.engine.contract import ContractError, Payload
 from rl_trainer_bench.engine.loss import micro_batch_loss
 
 
@@ -95,22 +96,6 @@ def check_config(config: EngineConfig) -> None:
         raise ContractError(f"engine config {problems[0]}")
 
 
-def payload_spec(config: EngineConfig) -> dict[str, jax.ShapeDtypeStruct]:
-    """Shapes and dtypes of one micro-batch as the engine's programs take it."""
-    b, t = config.micro_batch_rows, config.seq_len
-    spec = {
-        name: jax.ShapeDtypeStruct((b, t), PAYLOAD_FIELDS[name][0])
-        for name in PAYLOAD_FIELDS
-        if PAYLOAD_FIELDS[name][1] == 2 and name != "ref_logps"
-    }
-    if config.loss.beta > 0:
-        spec["ref_logps"] = jax.ShapeDtypeStruct((b, t), PAYLOAD_FIELDS["ref_logps"][0])
-    if config.moe.router_replay:
-        shape = (b, t, config.model.num_layers, config.model.top_k)
-        spec["routed_experts"] = jax.ShapeDtypeStruct(shape, PAYLOAD_FIELDS["routed_experts"][0])
-    return spec
-
-
 def check_payload(payload: Payload, spec: Mapping[str, jax.ShapeDtypeStruct]) -> None:
     """Raise ContractError naming the first field whose presence, dtype or shape breaks `spec`."""
     arrays = payload.arrays()
@@ -173,14 +158,6 @@ def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
             weight_decay=config.weight_decay,
         ),
     )
-
-
-def platform_of(mesh) -> str:
-    """The platform of a concrete mesh's devices (the default backend for an abstract mesh)."""
-    devices = getattr(mesh, "devices", None)
-    if isinstance(devices, np.ndarray):
-        return devices.flat[0].platform
-    return jax.default_backend()
 
 
 class Methods(NamedTuple):
