@@ -3,6 +3,7 @@ programs compiled for a target as `aot` compiles them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -35,46 +36,84 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    """Exit 0 when every report was made, 1 when a program of a preset did not compile (the
+    others are reported), 2 for bad input."""
     if args.file:
-        path = Path(args.file)
-        if not path.is_file():
-            raise UserError(f"FILE.hlo: {args.file!r} does not exist; pass an HLO text file")
-        mesh = parse_mesh(args.mesh) if args.mesh else None
-        try:
-            data = path.read_bytes()
-        except OSError as error:
-            raise UserError(f"{args.file}: cannot read ({error.strerror})") from None
-        reports = analyze_file(data, str(path), mesh, Path(path.name.removesuffix(".gz")).stem)
+        reports = file_reports(args)
     else:
-        from rl_trainer_bench.config.engine_choice import choose_engine
-        from rl_trainer_bench.config.presets import preset
-        from rl_trainer_bench.preflight.aot.check import compiled_texts
-        from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
-
-        choice = choose_engine(args.engine, args.trainer_argv, preset(args.preset).engine)
-        texts = compiled_texts(
-            args.preset,
-            args.target,
-            args.layers,
-            choice.spec,
-            trainer_argv=args.trainer_argv,
-            engine_flags=args.engine_flags,
-        )
-        with quiet_libtpu():  # libtpu's start-up noise when compiling for a TPU slice
-            reports = [analyze_text(text, name, mesh, name) for name, text, mesh in texts]
+        return compiled_reports(args)
     if args.json:
-        text = json.dumps([r.to_json() for r in reports], indent=1)
+        print_to_a_pipe(json.dumps([r.to_json() for r in reports], indent=1))
     else:
-        text = "\n\n".join(format_report(r, details=not args.summary_only) for r in reports)
-    print_to_a_pipe(text)
+        print_to_a_pipe("\n\n".join(render(r, args) for r in reports))
     return 0
 
 
-def print_to_a_pipe(text: str) -> None:
-    """Print `text`; a reader that closed the pipe early (`| head`) has all it wanted, not an error."""
+def file_reports(args) -> list:
+    path = Path(args.file)
+    if not path.is_file():
+        raise UserError(f"FILE.hlo: {args.file!r} does not exist; pass an HLO text file")
+    mesh = parse_mesh(args.mesh) if args.mesh else None
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise UserError(f"{args.file}: cannot read ({error.strerror})") from None
+    return analyze_file(data, str(path), mesh, Path(path.name.removesuffix(".gz")).stem)
+
+
+def compiled_reports(args) -> int:
+    """The report of each program of the preset, printed as soon as it is compiled (the text
+    form: a full-depth compile takes minutes a program); a program that does not compile is named
+    with its error, on stdout among the reports and on stderr, and the others still run."""
+    from rl_trainer_bench.config.engine_choice import choose_engine
+    from rl_trainer_bench.config.presets import preset
+    from rl_trainer_bench.preflight.aot.check import compiled_texts
+    from rl_trainer_bench.preflight.aot.targets import LOCAL
+    from rl_trainer_bench.preflight.compiler_flags import compiler_flags
+    from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
+
+    choice = choose_engine(args.engine, args.trainer_argv, preset(args.preset).engine)
+    texts = compiled_texts(
+        args.preset,
+        args.target,
+        args.layers,
+        choice.spec,
+        trainer_argv=args.trainer_argv,
+        engine_flags=args.engine_flags,
+    )
+    flags = compiler_flags(args.target != LOCAL)
+    reports, failures, shown = [], [], []
+    with quiet_libtpu():  # libtpu's start-up noise when compiling for a TPU slice
+        for name, text, mesh, error in texts:
+            if text is None:
+                failures.append(f"program {name} did not compile for {args.target}: {error}")
+                print(f"rl-trainer-bench hlo-overlap: {failures[-1]}", file=sys.stderr, flush=True)
+                block = failures[-1]
+            else:
+                report = analyze_text(text, name, mesh, name)
+                reports.append(dataclasses.replace(report, compiler_flags=flags))
+                block = render(reports[-1], args)
+            if not args.json:  # a blank line between blocks, as the file's reports are joined
+                if not print_to_a_pipe(f"\n{block}" if shown else block):
+                    return 0  # the reader has all it wanted: no more minutes of compiling
+                shown.append(name)
+    if args.json:
+        print_to_a_pipe(json.dumps([r.to_json() for r in reports], indent=1))
+    return 1 if failures else 0
+
+
+def render(report, args) -> str:
+    return format_report(report, details=not args.summary_only)
+
+
+def print_to_a_pipe(text: str) -> bool:
+    """Print `text`; False when the reader closed the pipe early (`| head`): it has all it wanted,
+    which is not an error."""
     try:
         print(text)
         sys.stdout.flush()
     except BrokenPipeError:
         # Python would report the broken pipe again when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return False
+    return True

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from rl_trainer_bench.preflight.compiler_flags import flag_lines
 from rl_trainer_bench.units import human_bytes
 
 
@@ -71,6 +72,9 @@ class OverlapReport:
     total: KindSummary
     canonical_lines: bool = False  # line numbers are of XLA's canonical printing, not the file
     partitions_recorded: bool = True  # the header records num_partitions or replica_count
+    # {variable: value or None} of the flags a program compiled here was compiled under (they
+    # decide what XLA makes async and what it schedules beside it); empty for a file's module.
+    compiler_flags: dict[str, str | None] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict:
         def summary(s: KindSummary) -> dict:
@@ -88,6 +92,7 @@ class OverlapReport:
             ],
             "kinds": [summary(s) for s in self.kinds],
             "total": summary(self.total),
+            "compiler_flags": self.compiler_flags,
         }
 
 
@@ -113,7 +118,8 @@ def format_report(report: OverlapReport, details: bool = True) -> str:
     partitions = report.num_partitions if report.partitions_recorded else "unrecorded"
     lines = [
         f"program {report.program}: {partitions} partitions, mesh {mesh}, "
-        f"{'scheduled' if report.scheduled else 'NOT scheduled (order is not execution order)'}"
+        f"{'scheduled' if report.scheduled else 'NOT scheduled (order is not execution order)'}",
+        *(f"  {line}" for line in flag_lines(report.compiler_flags)),
     ]
     if details and report.collectives:
         lines.append(

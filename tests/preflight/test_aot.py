@@ -13,7 +13,7 @@ import pytest
 from rl_trainer_bench import accelerators, cli
 from rl_trainer_bench.engine import programs, residency
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight import step_estimate
+from rl_trainer_bench.preflight import compiler_flags, step_estimate
 from rl_trainer_bench.preflight.aot import check, depth, engine_module
 from rl_trainer_bench.preflight.aot import compile as aot_compile
 from rl_trainer_bench.preflight.aot import report as aot_report
@@ -386,3 +386,23 @@ def test_loop_counted_cost_is_linear_in_depth_where_xla_counts_the_loop_once():
     per_block = two.flops - one.flops
     assert per_block > 0.3 * one.flops
     assert four.flops - two.flops == pytest.approx(2 * per_block, rel=0.02)
+
+
+def test_the_report_carries_the_flags_its_compiler_read(monkeypatch):
+    """libtpu's LIBTPU_INIT_ARGS for a slice (its on-chip memory limit decides whether splash
+    attention's blocks fit), XLA_FLAGS for the local devices: said in the text and the JSON."""
+    monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_scoped_vmem_limit_kib=65536")
+    flags = compiler_flags.compiler_flags(tpu_slice=True)
+    assert flags == {"LIBTPU_INIT_ARGS": "--xla_tpu_scoped_vmem_limit_kib=65536"}
+    monkeypatch.delenv("LIBTPU_INIT_ARGS")
+    assert compiler_flags.compiler_flags(tpu_slice=True) == {"LIBTPU_INIT_ARGS": None}
+
+    report = check.run_check("cpu-tiny", "local", engine_flags=FLAGS, min_headroom=0)
+    assert "--xla_force_host_platform_device_count=8" in report.compiler_flags["XLA_FLAGS"]
+    heading = aot_report.format_report(report).splitlines()[2]
+    assert heading == f"compiler flags: XLA_FLAGS={report.compiler_flags['XLA_FLAGS']}"
+    assert json.loads(json.dumps(report.to_json()))["compiler_flags"] == report.compiler_flags
+    report.compiler_flags = {"LIBTPU_INIT_ARGS": None}
+    assert "compiler flags: LIBTPU_INIT_ARGS unset (the compiler's defaults)" in (
+        aot_report.format_report(report)
+    )

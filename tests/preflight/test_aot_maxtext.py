@@ -19,6 +19,7 @@ from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight import step_estimate
 from rl_trainer_bench.preflight.aot import check, depth, engine_module
+from rl_trainer_bench.preflight.aot import compile as aot_compile
 from rl_trainer_bench.preflight.aot import report as aot_report
 from rl_trainer_bench.units import human_bytes
 
@@ -104,11 +105,48 @@ def test_aot_leaves_the_working_folder_empty(tmp_path, monkeypatch, capsys):
 
 def test_hlo_overlap_reads_maxtexts_programs_on_their_own_mesh():
     texts = list(check.compiled_texts(CELL, "local", engine=STAND_IN))
-    assert [name for name, _, _ in texts] == ["fwd_bwd", "fwd_bwd_accum", "update"]
-    for _, text, mesh in texts:
+    assert [name for name, *_ in texts] == ["fwd_bwd", "fwd_bwd_accum", "update"]
+    for _, text, mesh, error in texts:
         assert mesh == dict(fsdp=2, context=2, expert=2)
-        assert "HloModule" in text
+        assert "HloModule" in text and error == ""
     assert math.prod(texts[0][2].values()) == 8
+
+
+@pytest.fixture
+def accumulating_program_refused(monkeypatch):
+    """XLA refuses to compile `fwd_bwd_accum` (an option it does not know), as libtpu refuses the
+    397B cell's when it does not fit; the programs before and after it compile."""
+    given = aot_compile.program_options
+
+    def options(config, mesh, engine):
+        table = given(config, mesh, engine)
+        return {**table, "fwd_bwd_accum": {"xla_no_such_option": True}}
+
+    monkeypatch.setattr(aot_compile, "program_options", options)
+
+
+@pytest.mark.parametrize("form", [[], ["--json"]])
+def test_hlo_overlap_reports_the_programs_that_compile_and_names_the_one_that_did_not(
+    accumulating_program_refused, form, capsys
+):
+    command = ["hlo-overlap", "--preset", CELL, "--engine", STAND_IN, "--summary-only", *form]
+    assert cli.main(command) == 1
+    out, err = capsys.readouterr()
+    failure = "program fwd_bwd_accum did not compile for local: INVALID_ARGUMENT: No such compile"
+    assert err.startswith(f"rl-trainer-bench hlo-overlap: {failure}") and len(err.splitlines()) == 1
+    flags = {"XLA_FLAGS": os.environ["XLA_FLAGS"]}  # what this process's devices were made with
+    if form:
+        reports = json.loads(out)
+        assert [r["program"] for r in reports] == ["fwd_bwd", "update"]
+        assert all(r["compiler_flags"] == flags for r in reports)
+    else:
+        blocks = [block.splitlines() for block in out.strip().split("\n\n")]
+        assert [lines[0].split(":")[0] for lines in blocks] == [
+            "program fwd_bwd",
+            "program fwd_bwd_accum did not compile for local",
+            "program update",
+        ]
+        assert blocks[0][1] == blocks[2][1] == f"  compiler flags: XLA_FLAGS={flags['XLA_FLAGS']}"
 
 
 def test_a_micro_batch_maxtexts_mesh_cannot_split_is_refused_before_the_compile(monkeypatch):

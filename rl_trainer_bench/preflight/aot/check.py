@@ -36,6 +36,7 @@ from rl_trainer_bench.preflight.aot.depth import (
 from rl_trainer_bench.preflight.aot.engine_module import aot_engine_module, beside_table
 from rl_trainer_bench.preflight.aot.report import AotReport
 from rl_trainer_bench.preflight.aot.targets import LOCAL, Target, resolve_target
+from rl_trainer_bench.preflight.compiler_flags import compiler_flags
 from rl_trainer_bench.units import human_bytes
 
 # MICRO_STEPS left unset: predict the step at the preset's micro-steps.
@@ -189,6 +190,7 @@ def run_check(
     report.host_peak_bytes = host_peak_bytes()
     report.min_headroom = min_headroom
     report.engine = engine
+    report.compiler_flags = compiler_flags(cell.target.name != LOCAL)
     if report.roofline is None:
         report.step_note = (
             f"no peak FLOP/s and HBM bandwidth in the chip table for {cell.target.device_kind!r}"
@@ -301,8 +303,14 @@ def compiled_texts(
     engine: str = BUILT_IN,
     trainer_argv: str | Sequence[str] = "",
     engine_flags: str = "",
-) -> Iterator[tuple[str, str, dict[str, int]]]:
-    """(program, compiled HLO text, mesh) of each program of `engine`, for the overlap summary."""
+) -> Iterator[tuple[str, str | None, dict[str, int], str]]:
+    """(program, compiled HLO text, mesh, "") of each program of `engine`, for the overlap summary;
+    (program, None, {}, the first line of its error) of one that does not compile.
+
+    A program that does not compile does not stop the others: on the 397B cell at the recipe's
+    MaxText keys `fwd_bwd` compiles and `fwd_bwd_accum` does not fit, each after a long compile,
+    and the one that compiled is still worth its report.
+    """
     module = aot_engine_module(engine)
     cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags, engine)
     model = cell.config.model
@@ -310,8 +318,9 @@ def compiled_texts(
     config = cell.config if layers == FULL_DEPTH else with_layers(cell.config, layers)
     for name, compiled, row in compile_programs(config, cell.mesh, module):
         if compiled is None:
-            raise UserError(f"program {name} did not compile for {target_name}: {row.error}")
-        yield name, compiled.as_text(), program_mesh(compiled)
+            yield name, None, {}, row.error
+        else:
+            yield name, compiled.as_text(), program_mesh(compiled), ""
 
 
 def program_mesh(compiled) -> dict[str, int]:

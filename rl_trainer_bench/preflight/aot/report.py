@@ -12,6 +12,7 @@ import math
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM
 from rl_trainer_bench.preflight import step_estimate
 from rl_trainer_bench.preflight.aot.compile import ProgramMemory
+from rl_trainer_bench.preflight.compiler_flags import flag_lines
 from rl_trainer_bench.units import human_bytes
 
 
@@ -42,6 +43,8 @@ class AotReport:
     engine: str = ""  # the module whose programs were compiled
     # The trainer's engine keys the engine refused, {key=value: why}: compiled without them.
     refused_keys: dict[str, str] = dataclasses.field(default_factory=dict)
+    # {variable: value or None} of the flags the compiler read when it started (compiler_flags).
+    compiler_flags: dict[str, str | None] = dataclasses.field(default_factory=dict)
 
     @property
     def estimate(self) -> bool:
@@ -126,6 +129,7 @@ class AotReport:
             "unsharded_state": [list(leaf) for leaf in self.unsharded_state],
             "engine": self.engine,
             "refused_keys": self.refused_keys,
+            "compiler_flags": self.compiler_flags,
         }
 
 
@@ -149,6 +153,7 @@ def _report_heading(report: AotReport) -> list[str]:
         f"AOT memory check: preset {report.preset} on {report.target} ({report.devices} x "
         f"{report.device_kind}), mesh {mesh}, STAGE_BEFORE_UPDATE={'on' if report.stage_before_update else 'off'}",
         f"engine: {report.engine}",
+        *flag_lines(report.compiler_flags),
     ]
     if report.note:
         lines.append(report.note)
