@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import check_output_file, write_text_atomically
 from rl_trainer_bench.preflight.hlo_overlap import analyze_file, analyze_text
 from rl_trainer_bench.preflight.hlo_overlap_report import format_report
 from rl_trainer_bench.preflight.hlo_replica_groups import parse_mesh
@@ -26,6 +27,11 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
+        "--output",
+        metavar="FILE",
+        help="also write the JSON reports to FILE (rewritten as each program of a preset compiles)",
+    )
+    parser.add_argument(
         "--summary-only", action="store_true", help="leave out the per-collective rows"
     )
     from rl_trainer_bench.config.knobs import ENGINE_KNOBS, add_knob_flags
@@ -38,12 +44,14 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     """Exit 0 when every report was made, 1 when a program of a preset did not compile (the
     others are reported), 2 for bad input."""
-    if args.file:
-        reports = file_reports(args)
-    else:
+    if args.output:
+        check_output_file(args.output, "--output")  # before the compiles, which take minutes
+    if not args.file:
         return compiled_reports(args)
+    reports = file_reports(args)
+    write_output(args, reports)
     if args.json:
-        print_to_a_pipe(json.dumps([r.to_json() for r in reports], indent=1))
+        print_to_a_pipe(as_json(reports))
     else:
         print_to_a_pipe("\n\n".join(render(r, args) for r in reports))
     return 0
@@ -92,18 +100,28 @@ def compiled_reports(args) -> int:
             else:
                 report = analyze_text(text, name, mesh, name)
                 reports.append(dataclasses.replace(report, compiler_flags=flags))
+                write_output(args, reports)  # a later program's long compile loses nothing
                 block = render(reports[-1], args)
             if not args.json:  # a blank line between blocks, as the file's reports are joined
                 if not print_to_a_pipe(f"\n{block}" if shown else block):
                     return 0  # the reader has all it wanted: no more minutes of compiling
                 shown.append(name)
     if args.json:
-        print_to_a_pipe(json.dumps([r.to_json() for r in reports], indent=1))
+        print_to_a_pipe(as_json(reports))
     return 1 if failures else 0
 
 
 def render(report, args) -> str:
     return format_report(report, details=not args.summary_only)
+
+
+def as_json(reports) -> str:
+    return json.dumps([r.to_json() for r in reports], indent=1)
+
+
+def write_output(args, reports) -> None:
+    if args.output:
+        write_text_atomically(Path(args.output), as_json(reports) + "\n")
 
 
 def print_to_a_pipe(text: str) -> bool:

@@ -127,14 +127,17 @@ def accumulating_program_refused(monkeypatch):
 
 @pytest.mark.parametrize("form", [[], ["--json"]])
 def test_hlo_overlap_reports_the_programs_that_compile_and_names_the_one_that_did_not(
-    accumulating_program_refused, form, capsys
+    accumulating_program_refused, form, capsys, tmp_path
 ):
+    output = tmp_path / "overlap.json"
     command = ["hlo-overlap", "--preset", CELL, "--engine", STAND_IN, "--summary-only", *form]
-    assert cli.main(command) == 1
+    assert cli.main([*command, "--output", str(output)]) == 1
     out, err = capsys.readouterr()
     failure = "program fwd_bwd_accum did not compile for local: INVALID_ARGUMENT: No such compile"
     assert err.startswith(f"rl-trainer-bench hlo-overlap: {failure}") and len(err.splitlines()) == 1
     flags = {"XLA_FLAGS": os.environ["XLA_FLAGS"]}  # what this process's devices were made with
+    written = json.loads(output.read_text())
+    assert [r["program"] for r in written] == ["fwd_bwd", "update"]
     if form:
         reports = json.loads(out)
         assert [r["program"] for r in reports] == ["fwd_bwd", "update"]
@@ -221,3 +224,11 @@ def test_a_failure_inside_maxtexts_lowering_is_said_as_maxtexts(monkeypatch, cap
     assert cli.main(["aot", "--preset", CELL, "--engine", STAND_IN]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "could not lower its programs for this cell (ZeroDivisionError: integer modulo" in err
+
+
+def test_hlo_overlap_refuses_an_output_it_cannot_write_before_compiling(tmp_path, capsys):
+    missing = tmp_path / "no-such-folder" / "overlap.json"
+    command = ["hlo-overlap", "--preset", CELL, "--engine", STAND_IN, "--output", str(missing)]
+    assert cli.main(command) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--output=" in err and "does not exist; create it first" in err

@@ -189,9 +189,15 @@ def test_cli_prints_json_and_refuses_a_broken_file(tmp_path, capsys):
     assert document["total"]["overlapped_fraction"] == pytest.approx(0.8)
     broken = tmp_path / "broken.hlo"
     broken.write_text("HloModule m\n\nENTRY %main () -> f32[] {\n  %x = garbage\n}\n")
-    assert cli.main(["hlo-overlap", str(broken)]) == 2
+    output = tmp_path / "report.json"
+    assert cli.main(["hlo-overlap", str(broken), "--output", str(output)]) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and f"{broken}:4:" in error
+    assert not output.exists()  # no partial output
+    assert cli.main(["hlo-overlap", str(fixture), "--output", str(output)]) == 0
+    (written,) = json.loads(output.read_text())
+    assert written["total"]["overlapped_fraction"] == pytest.approx(0.8)
+    assert capsys.readouterr().out.startswith("program ")  # the text report on stdout still
 
 
 def test_real_program_on_eight_cpu_devices():
