@@ -40,7 +40,7 @@ not its details, and this adapter supplies exactly the difference, nothing else:
 - **Files.** MaxText's profiler is off (PROFILE_STEPS traces through the bench's own window,
   which records MaxText's programs too) and everything MaxText writes (TensorBoard events) goes
   under the engine config's `output_dir`, inside the run's results folder, never the caller's
-  working directory.
+  working directory (an engine built without one writes into a temporary folder it removes).
 - **Staging.** MaxText has no `prepare_fwd_bwd_input` or `wait_for_device`; the adapter builds
   them from the engine's own parts: its input hook (`router_replay_gen_model_input_fn`, or the
   Tunix loss's arguments), a `jax.device_put` onto the input shardings of the `fwd_bwd` program
@@ -59,9 +59,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import shutil
 import sys
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -247,7 +249,7 @@ class MaxTextEngine:
         self.host_lowerings = (
             cpu_lowerings.use_xla_triangular_solve() if jax.default_backend() == "cpu" else "-"
         )
-        self.output_dir = config.output_dir or tempfile.mkdtemp(prefix="rl-trainer-bench-maxtext-")
+        self.output_dir = config.output_dir or self._own_folder()
         self.args = maxtext_aot.maxtext_args(
             self.api, config, self.output_dir, jax.default_backend()
         )
@@ -272,6 +274,14 @@ class MaxTextEngine:
         self._compiled = False
         self._staged: list[PreparedMaxTextInput] = []
         self._tokens = 0
+
+    def _own_folder(self) -> str:
+        """A folder for MaxText's files when the caller gave none (an engine built outside the
+        driver, which gives one inside RESULTS_DIR): removed with the engine, or at exit, so
+        nothing is left behind in the temporary folder."""
+        folder = tempfile.mkdtemp(prefix="rl-trainer-bench-maxtext-")
+        weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
+        return folder
 
     # -- the contract --------------------------------------------------------------------------
 

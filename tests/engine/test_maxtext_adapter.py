@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 from pathlib import Path
 
 import numpy as np
@@ -402,3 +403,19 @@ def test_an_arms_maxtext_key_reaches_maxtexts_config_after_the_trainers():
     )
     assert args.words[-2:] == ("remat_policy=full", "remat_policy=minimal")
     assert hyper.remat_policy == "minimal"
+
+
+def test_a_folder_the_engine_made_for_maxtexts_files_goes_with_it(tmp_path):
+    """Built outside the driver (no output_dir), the engine makes a temporary folder for what
+    MaxText writes and removes it when it is collected; a folder the caller gave stays."""
+    engine = StandInMaxTextEngine(small_engine_config())
+    made = Path(engine.output_dir)
+    assert made.is_dir() and made.name.startswith("rl-trainer-bench-maxtext-")
+    del engine
+    gc.collect()
+    assert not made.exists()
+    given = tmp_path / "engine"
+    engine = StandInMaxTextEngine(small_engine_config(output_dir=str(given)))
+    del engine
+    gc.collect()
+    assert given.is_dir()
