@@ -113,10 +113,6 @@ def _scratch_folder() -> Iterator[str]:
         yield folder
 
 
-def _platform(mesh) -> str:
-    return abstract_inputs.platform_of(mesh)
-
-
 class MaxTextAot:
     """The AOT functions over one MaxText (`load_api`: the real package or a stand-in).
 
@@ -159,7 +155,9 @@ class MaxTextAot:
         """Per program, the XLA options MaxText compiles it with (`compile_xla_flags`)."""
         api = self._load_api()
         with _scratch_folder() as folder:
-            words = maxtext_args(api, config, folder, _platform(mesh), aot=True).words
+            words = maxtext_args(
+                api, config, folder, abstract_inputs.platform_of(mesh), aot=True
+            ).words
             options = api.xla_options(api.build_config(words))
         return dict.fromkeys(BESIDE, options)
 
@@ -186,7 +184,7 @@ class MaxTextAot:
         devices = list(mesh.devices.flat)
         # MaxText's engine opens its metrics writer where the config says: a folder of its own.
         with _scratch_folder() as folder:
-            args = maxtext_args(api, config, folder, _platform(mesh), aot=True)
+            args = maxtext_args(api, config, folder, abstract_inputs.platform_of(mesh), aot=True)
             mt_config = api.build_config(args.words)
             mt_mesh = api.build_mesh(mt_config, devices)
             refuse_unsplit_batch(api, config, mt_config, mt_mesh)

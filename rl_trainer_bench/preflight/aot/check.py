@@ -115,12 +115,12 @@ def _without_refused_keys(
 ) -> tuple[EngineConfig, dict[str, str]]:
     """The config without the trainer's keys the engine refuses (`trainer_keys_refused`), and
     those keys with the engine's reason; the report lists them."""
-    from rl_trainer_bench.engine import programs
+    from rl_trainer_bench.engine.abstract_inputs import platform_of
 
     refuse = aot_optional(engine, "trainer_keys_refused")
     if not callable(refuse) or not config.trainer_maxtext_keys:
         return config, {}
-    refused = refuse(config, programs.platform_of(mesh))
+    refused = refuse(config, platform_of(mesh))
     kept = tuple(
         (key, text) for key, text in config.trainer_maxtext_keys if f"{key}={text}" not in refused
     )

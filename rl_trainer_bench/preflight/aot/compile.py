@@ -182,14 +182,15 @@ def compile_plan(
 
 def program_options(config: EngineConfig, mesh, engine: ModuleType) -> dict[str, dict]:
     """{program: the XLA options its engine compiles it with} (compile_plan)."""
-    from rl_trainer_bench.engine import programs, residency
+    from rl_trainer_bench.engine import residency
+    from rl_trainer_bench.engine.abstract_inputs import platform_of
 
     given = aot_optional(engine, "compiler_options")
     if callable(given):
         return dict(given(config, mesh))
     reserve = aot_optional(engine, "compile_reservations")
     reserved = reserve(config, mesh) if callable(reserve) else {}
-    platform = programs.platform_of(mesh)
+    platform = platform_of(mesh)
     return {
         name: residency.compile_options(platform, reserved.get(name, 0))
         for name in beside_table(engine)
