@@ -97,7 +97,10 @@ def _kind(mode: int) -> str:
 
 def check_output_file(path: str | Path, name: str) -> Path:
     """`path` as a file a command may write, checked before any work: a new path or a regular
-    file, in an existing folder this process can write in. UserError naming `name` otherwise."""
+    file, in an existing folder this process can write in. UserError naming `name` otherwise
+    (an empty name too: an unset shell variable, which would otherwise write nothing)."""
+    if not str(path).strip():
+        raise UserError(f"{name}: empty; name the file to write")
     path = Path(path)
     refuse_special_file(path, f"{name}={path}")
     folder = path.parent

@@ -194,3 +194,14 @@ def test_run_and_ab_refuse_a_device_node_among_their_files_before_any_work(tmp_p
     with pytest.raises(UserError, match=r"arm2-off\.jsonl is a character device"):
         ab_command.run(args, make_bench=lambda config, log: _work_started())  # before any bench
     assert (out / "arm2-off.jsonl").is_symlink() and DEVICE.is_char_device()
+
+
+@pytest.mark.parametrize("command", ["aot", "hlo-overlap"])
+def test_an_empty_output_name_is_refused_not_ignored(command, capsys):
+    """`--output "$UNSET"` would otherwise run minutes of compiles and write nothing."""
+    from rl_trainer_bench import cli
+
+    assert cli.main([command, "--output", ""]) == 2
+    assert _one_line(capsys.readouterr().err) == (
+        f"rl-trainer-bench {command}: --output: empty; name the file to write"
+    )

@@ -44,7 +44,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     """Exit 0 when every report was made, 1 when a program of a preset did not compile (the
     others are reported), 2 for bad input."""
-    if args.output:
+    if args.output is not None:
         check_output_file(args.output, "--output")  # before the compiles, which take minutes
     if not args.file:
         return compiled_reports(args)
@@ -120,7 +120,7 @@ def as_json(reports) -> str:
 
 
 def write_output(args, reports) -> None:
-    if args.output:
+    if args.output is not None:
         write_text_atomically(Path(args.output), as_json(reports) + "\n")
 
 

@@ -86,7 +86,7 @@ def headroom_percent(text: str) -> float:
 def run(args) -> int:
     """Exit 0 when the cell fits with the margin free, 1 when it does not (or a program failed),
     2 for bad input."""
-    if args.output:
+    if args.output is not None:
         check_output_file(args.output, "--output")  # before the compiles, which take minutes
     choice = choose_engine(args.engine, args.trainer_argv, preset(args.preset).engine)
     with quiet_libtpu():
@@ -105,7 +105,7 @@ def run(args) -> int:
             min_headroom=args.min_headroom / 100,
         )
     document = json.dumps(report.to_json(), indent=1)
-    if args.output:
+    if args.output is not None:
         write_text_atomically(Path(args.output), document + "\n")
     print(document if args.json else format_report(report))
     return 0 if report.margin_met else 1
