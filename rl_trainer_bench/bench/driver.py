@@ -197,12 +197,14 @@ class Bench:
         warmup_steps: int = 1,
         results_path: Path | None = None,
         boundary_stages: Sequence[StageConfig] | None = None,
+        companions: Mapping[str, str] | None = None,
     ) -> ArmRun:
         """Warm-up then `steps` scored steps, starting at pool index 0 (every arm trains the same
         micro-batches in the same order); one ruler line and one JSON line per step.
 
         `boundary_stages`, one per step but the last, gives each boundary its own stage (by the step
         it closes) in place of `stage`: an interleaved A/B switches settings at the boundaries.
+        `companions` are files written beside the results with the first step (`ResultsWriter`).
         """
         if self.worker is None or self.pool is None:
             raise RuntimeError("Bench.run before Bench.setup")
@@ -219,7 +221,9 @@ class Bench:
         loop = StepLoop(
             self.worker, self.pool, stage, self.compiles, profiler, settings, self.log, per_boundary
         )
-        writer = results_file.ResultsWriter(results_path, self.log) if results_path else None
+        writer = (
+            results_file.ResultsWriter(results_path, self.log, companions) if results_path else None
+        )
         with loop, writer or contextlib.nullcontext():
             for step in range(loop.total_steps):
                 interrupts.check()  # one swallowed by library code stops the run at a boundary
@@ -256,8 +260,14 @@ def _describe(info: Mapping[str, Any]) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def run_planned(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], None]) -> int:
+def run_planned(
+    config: BenchConfig,
+    env: Mapping[str, str],
+    log: Callable[[str], None],
+    companions: Mapping[str, str] | None = None,
+) -> int:
     """The run after its plan (`bench/entry.py`): start the runtime, time the steps, report.
+    `companions` go beside results.jsonl with its first step (the plan the pod executes).
 
     Returns the exit code: 1 when a scored step recompiled or a step's metrics were not finite.
     """
@@ -276,6 +286,7 @@ def run_planned(config: BenchConfig, env: Mapping[str, str], log: Callable[[str]
             stage=config.stage,
             warmup_steps=config.warmup_steps,
             results_path=results,
+            companions=companions,
         )
     finally:
         bench.close()

@@ -24,19 +24,31 @@ import lzma
 import tarfile
 from pathlib import Path
 
+from rl_trainer_bench.bench.plan_document import PLAN_FILE
 from rl_trainer_bench.code_digest import code_files, default_root
 from rl_trainer_bench.engine.factory import BUILT_IN
 
 
-def bundle(root: Path | None = None, engine: str = BUILT_IN, same_pod_ab: bool = False) -> bytes:
+def bundle(
+    root: Path | None = None,
+    engine: str = BUILT_IN,
+    same_pod_ab: bool = False,
+    resolved_plan: str | None = None,
+) -> bytes:
     """A reproducible tar.xz of `code_files(root, engine, same_pod_ab)`, paths relative to
-    `root`."""
+    `root`, and the resolved plan's document (`bench/plan_document.py`) beside them when given:
+    it rides in the archive, where xz packs it with the code, not in the manifest's text."""
     root = default_root() if root is None else root
+    files = [
+        (path.relative_to(root).as_posix(), path.read_bytes())
+        for path in code_files(root, engine, same_pod_ab)
+    ]
+    if resolved_plan is not None:
+        files.append((PLAN_FILE, resolved_plan.encode()))
     tar_bytes = io.BytesIO()
     with tarfile.open(fileobj=tar_bytes, mode="w", format=tarfile.USTAR_FORMAT) as archive:
-        for path in code_files(root, engine, same_pod_ab):
-            data = path.read_bytes()
-            info = tarfile.TarInfo(path.relative_to(root).as_posix())
+        for name, data in files:
+            info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mode = 0o644
             info.mtime = 0
@@ -57,12 +69,15 @@ LINE_CHARS = 76
 
 
 def bundle_parts(
-    root: Path | None = None, engine: str = BUILT_IN, same_pod_ab: bool = False
+    root: Path | None = None,
+    engine: str = BUILT_IN,
+    same_pod_ab: bool = False,
+    resolved_plan: str | None = None,
 ) -> list[str]:
-    """`bundle(root, engine)` in base64, cut into exec arguments of at most PART_CHARS characters
+    """`bundle(...)` in base64, cut into exec arguments of at most PART_CHARS characters
     of 76-character lines (so the manifest stays readable); joined with newlines, they are one
     base64 text that `base64.b64decode` reads back (it skips the newlines)."""
-    encoded = base64.b64encode(bundle(root, engine, same_pod_ab)).decode()
+    encoded = base64.b64encode(bundle(root, engine, same_pod_ab, resolved_plan)).decode()
     lines = [encoded[i : i + LINE_CHARS] for i in range(0, len(encoded), LINE_CHARS)]
     per_part = PART_CHARS // (LINE_CHARS + 1)
     return ["\n".join(lines[i : i + per_part]) for i in range(0, len(lines), per_part)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import hashlib
 import io
 import lzma
 import os
@@ -24,14 +25,20 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from rl_trainer_bench.bench import plan_document
 from rl_trainer_bench.code_digest import DRIVER_SCRIPT, code_sha256
 from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
 from rl_trainer_bench.launch.client_command import read_client_command
 from rl_trainer_bench.launch.dry_run import client_container, jobset_name, jobsets, read_documents
-from rl_trainer_bench.launch.pod_script import AB_ARMS, DRIVER_MODULE, SCRIPT_NAME
-from rl_trainer_bench.launch.render import CODE_SHA_ANNOTATION, pod_environment
+from rl_trainer_bench.launch.pod_script import (
+    AB_ARMS,
+    DRIVER_MODULE,
+    SAME_POD_AB_MODULE,
+    SCRIPT_NAME,
+)
+from rl_trainer_bench.launch.render import CODE_SHA_ANNOTATION, PLAN_SHA_ANNOTATION, pod_environment
 
 RENDERED = "a JobSet rendered by `rl-trainer-bench render`"
 
@@ -71,15 +78,48 @@ def run(args: argparse.Namespace) -> int:
             " environment, planned here",
             flush=True,
         )
-        driver = root / DRIVER_SCRIPT  # as the pod's script runs it (`pod_script.bench_script`)
-        program = [str(driver)] if driver.is_file() else ["-m", DRIVER_MODULE]
+        _check_plan_digest(root, jobset, args.file, name)
+        # The pod's own entry, as its script runs it (`pod_script.bench_script`), in plan-only
+        # mode: it compares the embedded plan with the one its code resolves from the manifest's
+        # environment, prints the embedded plan, and leaves the image's checks to the pod.
+        driver = root / DRIVER_SCRIPT
+        if AB_ARMS in environment:
+            program = ["-m", SAME_POD_AB_MODULE]
+        else:
+            program = [str(driver)] if driver.is_file() else ["-m", DRIVER_MODULE]
         done = subprocess.run(
-            [sys.executable, *program, "--plan"],
-            env={**environment, "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(root)},
+            [sys.executable, *program],
+            env={
+                **environment,
+                "PLAN_ONLY": "1",
+                plan_document.OFF_POD_VARIABLE: "1",
+                plan_document.CODE_DIR_VARIABLE: str(root),
+                "PATH": os.environ.get("PATH", ""),
+                "PYTHONPATH": str(root),
+            },
             cwd=root,
             check=False,
         )
     return done.returncode
+
+
+def _check_plan_digest(root: Path, jobset: Mapping, source: str, name: str) -> None:
+    """The embedded plan is the one the render annotated (a manifest from before the plan was
+    embedded, or one edited since, is refused with the way out)."""
+    expected = _annotations(jobset).get(PLAN_SHA_ANNOTATION)
+    path = root / plan_document.PLAN_FILE
+    if not isinstance(expected, str) or not path.is_file():
+        raise UserError(
+            f"{source}: JobSet {name} carries no resolved plan ({PLAN_SHA_ANNOTATION}): it was"
+            " rendered by an older bench; render it again"
+        )
+    found = hashlib.sha256(path.read_bytes()).hexdigest()
+    if found != expected:
+        raise UserError(
+            f"{source}: JobSet {name}'s embedded plan has sha256 {found}, not the {expected} of"
+            f" its {PLAN_SHA_ANNOTATION} annotation: the manifest was edited after rendering;"
+            " render it again"
+        )
 
 
 def bench_jobset(text: str, source: str, wanted: str | None) -> Mapping:

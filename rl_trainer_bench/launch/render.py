@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import os
 import shlex
 import sys
@@ -23,7 +24,7 @@ import yaml
 
 from rl_trainer_bench import code_digest
 from rl_trainer_bench.accelerators import TPU_CHIPS, TpuSlice
-from rl_trainer_bench.bench import plan
+from rl_trainer_bench.bench import plan, plan_document
 from rl_trainer_bench.bench.plan import Plan
 from rl_trainer_bench.config.engine_keys import format_engine_flags
 from rl_trainer_bench.config.knobs import refuse_misspelt_knobs
@@ -62,6 +63,8 @@ from rl_trainer_bench.launch.pod_script import AB_ARMS, SCRIPT_NAME, bench_scrip
 
 ANNOTATION_PREFIX = "rl-trainer-bench/"
 CODE_SHA_ANNOTATION = ANNOTATION_PREFIX + "code-sha256"
+# The sha256 of the resolved plan embedded beside the code (`bench/plan_document.py`).
+PLAN_SHA_ANNOTATION = ANNOTATION_PREFIX + "plan-sha256"
 TRAINER_ANNOTATION = ANNOTATION_PREFIX + "trainer-jobset"
 SLICE_ANNOTATION = ANNOTATION_PREFIX + "slice"
 # The LIBTPU_FLAGS words set in the Pathways servers' arguments, so render-diff can tell them apart.
@@ -97,6 +100,8 @@ class Rendered:
     results_source: str = ""  # what chose RESULTS_URI ("": nothing; results stay in the pod)
     # The orchestrator's environment (its container's literal `env`, then its script's).
     orchestrator_env: tuple[tuple[str, str], ...] = ()
+    # The plan embedded in the pod's code bundle: what `plan BENCH.yaml` prints, the pod checks.
+    document: plan_document.PlanDocument | None = None
 
 
 def render_with_plan(
@@ -132,12 +137,21 @@ def render_with_plan(
     engine = pod_plan.config.engine
     sha = code_digest.code_sha256(engine=engine, same_pod_ab=same_pod_ab)
     environment["BENCH_CODE_SHA256"] = sha
-    ab_lines = _same_pod_ab_lines(pod_environment(container, environment), check_pod)
-    _replace_client_command(container, launch, environment, engine, jobset_name(trainer))
+    pod_env = pod_environment(container, environment)
+    ab_lines = _same_pod_ab_lines(pod_env, check_pod)
+    resolved = plan_document.document(
+        plan_document.with_lines(pod_plan.lines(), [f"{plan.PLAN_PREFIX} {x}" for x in ab_lines]),
+        plan_document.pod_checks(engine, pod_plan.config.maxtext_driver, pod_env),
+    )
+    resolved_json = resolved.to_json()
+    _replace_client_command(
+        container, launch, environment, engine, jobset_name(trainer), resolved_json
+    )
     metadata = bench.setdefault("metadata", {})
     metadata["annotations"] = {
         **(metadata.get("annotations") or {}),
         CODE_SHA_ANNOTATION: sha,
+        PLAN_SHA_ANNOTATION: hashlib.sha256(resolved_json.encode()).hexdigest(),
         TRAINER_ANNOTATION: jobset_name(trainer),
         **({SLICE_ANNOTATION: knobs.trainer_slice.name} if knobs.trainer_slice else {}),
         **({LIBTPU_FLAGS_ANNOTATION: shlex.join(libtpu_words)} if libtpu_words else {}),
@@ -152,6 +166,7 @@ def render_with_plan(
         ab_lines,
         results_source,
         _orchestrator_environment(documents, launch),
+        resolved,
     )
 
 
@@ -204,8 +219,10 @@ def _replace_client_command(
     environment: Mapping[str, str],
     engine: str,
     trainer: str,
+    resolved_plan: str,
 ) -> None:
-    """The client runs the embedded bench driver under the launcher's PID-1 wrapper."""
+    """The client runs the embedded bench driver under the launcher's PID-1 wrapper; the resolved
+    plan rides in the code bundle."""
     container.pop("args", None)
     container["command"] = [
         "bash",
@@ -217,7 +234,9 @@ def _replace_client_command(
             trainer_jobset=trainer,
         ),
         SCRIPT_NAME,
-        *code_bundle.bundle_parts(engine=engine, same_pod_ab=AB_ARMS in environment),
+        *code_bundle.bundle_parts(
+            engine=engine, same_pod_ab=AB_ARMS in environment, resolved_plan=resolved_plan
+        ),
     ]
 
 
@@ -451,6 +470,8 @@ def run(args, check_pod: PodCheck | None = None) -> int:
         print(f"render: trainer key {key.describe()}", file=sys.stderr)
     for name, text in pod_plan.accounting_rows():
         print(f"render: {name}: {text}", file=sys.stderr)
+    for check in result.document.checks if result.document else ():
+        print(f"render: {check.describe()}", file=sys.stderr)
     if pod_plan.config.engine != BUILT_IN:
         print(engine_requirement(pod_plan.config.engine), file=sys.stderr)
     return 0
