@@ -68,8 +68,12 @@ class Bench:
         *,
         engine_factory: EngineFactory | None = None,
         pool: Sequence[Payload] | None = None,
+        engine_config: EngineConfig | None = None,
     ):
         self.config = config
+        # The plan's engine config (`bench/plan.py`), so the run builds what the plan printed;
+        # None: resolved here from the knobs (the A/B's arms, tests).
+        self._planned_engine = engine_config
         self.log = log
         self._engine_factory = engine_factory
         self._given_pool = pool
@@ -142,6 +146,8 @@ class Bench:
 
     def _engine_config(self) -> EngineConfig:
         """The preset's engine config with TRAINER_ARGV and ENGINE_FLAGS applied; logs what is not."""
+        if self._planned_engine is not None:
+            return self._planned_engine
         if not self.config.trainer_argv and not self.config.engine_flags:
             return self.config.preset.engine_for(self.config.engine)
         from rl_trainer_bench.config.engine_keys import engine_config_from
@@ -265,9 +271,11 @@ def run_planned(
     env: Mapping[str, str],
     log: Callable[[str], None],
     companions: Mapping[str, str] | None = None,
+    engine_config: EngineConfig | None = None,
 ) -> int:
     """The run after its plan (`bench/entry.py`): start the runtime, time the steps, report.
-    `companions` go beside results.jsonl with its first step (the plan the pod executes).
+    `companions` go beside results.jsonl with its first step (the plan the pod executes);
+    `engine_config` is the plan's, built as the plan printed it.
 
     Returns the exit code: 1 when a scored step recompiled or a step's metrics were not finite.
     """
@@ -278,7 +286,7 @@ def run_planned(
     log(f"{step_line.LOG_PREFIX} config {_describe(config.describe())}")
     log(f"{step_line.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")
     results = config.results_dir / "results.jsonl"
-    bench = Bench(config, log)
+    bench = Bench(config, log, engine_config=engine_config)
     try:
         bench.setup()
         result = bench.run(

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from rl_trainer_bench.bench import plan_document, results_copy
+from rl_trainer_bench.bench.step_line import LOG_PREFIX
 from rl_trainer_bench.config.knobs import BenchConfig, add_driver_knob_arguments, driver_knobs
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError, run_guarded
@@ -52,10 +53,12 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
         for line in lines:
             log(line)
         companions[plan_document.EXECUTED_FILE] = plan_document.executed_json(lines)
+    elif resolved.unapplied:
+        log(f"{LOG_PREFIX} engine keys not applied: {' '.join(resolved.unapplied)}")
     from rl_trainer_bench.bench.driver import run_planned  # JAX, from here on
 
     try:
-        return run_planned(config, env, log, companions)
+        return run_planned(config, env, log, companions, resolved.engine)
     finally:  # whatever ended the run, what it wrote outlives the pod
         results_copy.copy_when_asked(config.results_dir, config.results_uri, log)
 

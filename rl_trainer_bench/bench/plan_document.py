@@ -63,6 +63,8 @@ class PlanDocument:
 
     lines: tuple[str, ...]
     checks: tuple[PodCheck, ...] = ()
+    # What the pod times in place of the trainer's program, one line each (`config-diff` lists them).
+    substitutions: tuple[str, ...] = ()
 
     def printed(self, prefix: str) -> list[str]:
         """The lines, then one line per check (before the plan's last, `ok`, line)."""
@@ -74,6 +76,7 @@ class PlanDocument:
             "format": FORMAT,
             "lines": list(self.lines),
             "checks": [dataclasses.asdict(check) for check in self.checks],
+            "substitutions": list(self.substitutions),
         }
         return json.dumps(content, indent=1, sort_keys=True) + "\n"
 
@@ -87,6 +90,7 @@ class PlanDocument:
             return cls(
                 tuple(str(line) for line in content["lines"]),
                 tuple(PodCheck(**check) for check in content["checks"]),
+                tuple(str(line) for line in content["substitutions"]),
             )
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise ConfigError(
@@ -119,8 +123,10 @@ def pod_checks(engine: str, maxtext_driver: str, env: Mapping[str, str]) -> tupl
     return tuple(checks)
 
 
-def document(lines: Sequence[str], checks: Sequence[PodCheck]) -> PlanDocument:
-    return PlanDocument(tuple(lines), tuple(checks))
+def document(
+    lines: Sequence[str], checks: Sequence[PodCheck], substitutions: Sequence[str]
+) -> PlanDocument:
+    return PlanDocument(tuple(lines), tuple(checks), tuple(substitutions))
 
 
 def with_lines(plan_lines: Sequence[str], more: Sequence[str]) -> list[str]:

@@ -122,6 +122,18 @@ def _check_plan_digest(root: Path, jobset: Mapping, source: str, name: str) -> N
         )
 
 
+def embedded_document(jobset: Mapping, source: str) -> plan_document.PlanDocument:
+    """The resolved plan a bench JobSet carries, checked against its annotation."""
+    name = jobset_name(jobset)
+    _, parts = _client_script(jobset, name)
+    with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-plan-") as folder:
+        root = Path(folder)
+        _unpack(parts, root, name)
+        _check_plan_digest(root, jobset, source, name)
+        path = root / plan_document.PLAN_FILE
+        return plan_document.PlanDocument.from_json(path.read_text(encoding="utf-8"), source)
+
+
 def bench_jobset(text: str, source: str, wanted: str | None) -> Mapping:
     """The one bench JobSet of `text` (the one named `wanted`); a UserError naming the choice."""
     rendered = [j for j in jobsets(read_documents(text, source, RENDERED)) if _is_bench(j)]

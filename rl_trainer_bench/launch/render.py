@@ -33,7 +33,13 @@ from rl_trainer_bench.config.trainer_env import OFF_THE_STEP, PLUMBING, TRAINER_
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, read_user_text, write_text_atomically
-from rl_trainer_bench.launch import code_bundle, compile_flags, results_location, validate
+from rl_trainer_bench.launch import (
+    apply_size,
+    code_bundle,
+    compile_flags,
+    results_location,
+    validate,
+)
 from rl_trainer_bench.launch.client_command import (
     ClientCommand,
     merge_flags,
@@ -142,6 +148,17 @@ def render_with_plan(
     resolved = plan_document.document(
         plan_document.with_lines(pod_plan.lines(), [f"{plan.PLAN_PREFIX} {x}" for x in ab_lines]),
         plan_document.pod_checks(engine, pod_plan.config.maxtext_driver, pod_env),
+        [
+            *pod_plan.substitutions(),
+            *(
+                [
+                    f"libtpu flags set by the bench in every compiling container: {shlex.join(libtpu_words)}"
+                ]
+                if libtpu_words
+                else []
+            ),
+            *(f"same-pod A/B (AB_ARMS={knobs.ab_arms}): {line}" for line in ab_lines),
+        ],
     )
     resolved_json = resolved.to_json()
     _replace_client_command(
@@ -450,6 +467,12 @@ def run(args, check_pod: PodCheck | None = None) -> int:
     name = yaml.safe_load(rendered)["metadata"]["name"]
     target = knobs.output or "stdout"
     print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
+    stored = apply_size.stored_annotation_bytes(yaml.safe_load(rendered))
+    print(
+        f"render: manifest: {stored:,} bytes of annotations once `kubectl apply` stores it (the"
+        f" API server's limit: {apply_size.ANNOTATIONS_LIMIT:,})",
+        file=sys.stderr,
+    )
     print(f"render: the pod times {pod_plan.cell()}", file=sys.stderr)
     print(f"render: runtime: {pod_plan.runtime_line()}", file=sys.stderr)
     for line in [*libtpu_lines(result), *result.ab_lines]:
