@@ -51,6 +51,8 @@ from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.units import human_bytes
 
 PLAN_PREFIX = "plan:"
+# How the plan shows a value left to the image's MaxText (`EngineConfig.maxtext_defaults`).
+DEFAULT_IN_IMAGE = "(the image's MaxText default)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -432,22 +434,18 @@ def _replay(config: BenchConfig, engine: EngineConfig) -> str:
     from rl_trainer_bench.payload.routing_profile import load_profile
 
     moe = engine.moe
-    settings = (
-        f"ragged_buffer_factor={moe.ragged_buffer_factor:g}"
-        f" num_moe_token_chunks={moe.token_chunks}"
-        f" retry_when_tokens_dropped={str(moe.retry_when_tokens_dropped).lower()}"
-    )
     buffer_keys = {
-        "moe.ragged_buffer_factor": "ragged_buffer_factor",
-        "moe.token_chunks": "num_moe_token_chunks",
+        "moe.ragged_buffer_factor": ("ragged_buffer_factor", f"{moe.ragged_buffer_factor:g}"),
+        "moe.token_chunks": ("num_moe_token_chunks", str(moe.token_chunks)),
     }
-    left = [key for field, key in buffer_keys.items() if field in engine.maxtext_defaults]
-    if left:
-        return (
-            f"{' and '.join(left)}: the image's MaxText defaults (the"
-            " trainer's command sets none), so no replay is forecast here: the buffer the pod runs"
-            " is that MaxText's"
+    left = [key for field, (key, _) in buffer_keys.items() if field in engine.maxtext_defaults]
+    settings = (
+        " ".join(
+            f"{key}={DEFAULT_IN_IMAGE if key in left else value}"
+            for key, value in buffer_keys.values()
         )
+        + f" retry_when_tokens_dropped={str(moe.retry_when_tokens_dropped).lower()}"
+    )
     name = config.routing_profile or config.preset.routing_profile
     where = "" if config.routing_profile else "shipped "
     profile = load_profile(config.routing_profile, config.preset.routing_profile)
@@ -457,6 +455,12 @@ def _replay(config: BenchConfig, engine: EngineConfig) -> str:
         return (
             f"{settings}: never replays (MaxText's layer keeps every routed pair here: one"
             " expert-parallel shard, or a ring of experts without use_ragged_sort=true)"
+        )
+    if left:
+        return (
+            f"{' and '.join(left)}: the image's MaxText defaults (the"
+            " trainer's command sets none), so no replay is forecast here: the buffer the pod runs"
+            " is that MaxText's"
         )
     if prediction is None:
         return f"{settings}: never replays"

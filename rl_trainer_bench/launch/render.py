@@ -467,12 +467,6 @@ def run(args, check_pod: PodCheck | None = None) -> int:
     name = yaml.safe_load(rendered)["metadata"]["name"]
     target = knobs.output or "stdout"
     print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
-    stored = apply_size.stored_annotation_bytes(yaml.safe_load(rendered))
-    print(
-        f"render: manifest: {stored:,} bytes of annotations once `kubectl apply` stores it (the"
-        f" API server's limit: {apply_size.ANNOTATIONS_LIMIT:,})",
-        file=sys.stderr,
-    )
     print(f"render: the pod times {pod_plan.cell()}", file=sys.stderr)
     print(f"render: runtime: {pod_plan.runtime_line()}", file=sys.stderr)
     for line in [*libtpu_lines(result), *result.ab_lines]:
@@ -497,6 +491,12 @@ def run(args, check_pod: PodCheck | None = None) -> int:
         print(f"render: {check.describe()}", file=sys.stderr)
     if pod_plan.config.engine != BUILT_IN:
         print(engine_requirement(pod_plan.config.engine), file=sys.stderr)
+    stored = apply_size.stored_annotation_bytes(yaml.safe_load(rendered))
+    print(
+        f"render: manifest: {stored:,} bytes of annotations once `kubectl apply` stores it (the"
+        f" API server's limit: {apply_size.ANNOTATIONS_LIMIT:,})",
+        file=sys.stderr,
+    )
     return 0
 
 
