@@ -1,12 +1,13 @@
-"""`rl-trainer-bench plan BENCH.yaml`: the plan a rendered bench pod will print, without the pod.
+"""`rl-trainer-bench plan BENCH.yaml`: the plan a rendered bench pod will execute, without the pod.
 
-A rendered JobSet carries everything its pod plans from: the knobs its client script exports and
-the bench code it embeds as base64 parts. This command takes the client command apart as the
-pod's shell would, unpacks the embedded code into a temporary folder, checks it against the
-JobSet's `rl-trainer-bench/code-sha256` annotation, and runs that code's own
-`bench_driver.py --plan` with exactly the exported environment. So the plan printed is the pod's:
-its code, its knobs, no device and no JAX (planning is host work). Decoding the bundle by hand is
-what this replaces.
+A rendered JobSet carries everything its pod plans from: the knobs its client script exports, the
+bench code it embeds as base64 parts, and beside that code the plan resolved at render time
+(`bench/plan_document.py`). This command takes the client command apart as the pod's shell would,
+unpacks the code and the plan into a temporary folder, checks each against its annotation, and
+runs that code's own entry in plan-only mode with exactly the pod's environment: it compares the
+plan that code resolves with the embedded one, as the pod does first, and prints the embedded
+plan, with what only the trainer's image can answer marked as checked in the pod. No device and no
+JAX (planning is host work). Decoding the bundle by hand is what this replaces.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
                 " after rendering; render it again"
             )
         print(
-            f"plan: JobSet {name} from {args.file}: the pod's code (sha256 {found[:12]}) and"
-            " environment, planned here",
+            f"plan: JobSet {name} from {args.file}: the plan resolved when it was rendered,"
+            f" compared here with the one its code (sha256 {found[:12]}) resolves from its"
+            " environment; what only the image answers is checked in the pod",
             flush=True,
         )
         _check_plan_digest(root, jobset, args.file, name)

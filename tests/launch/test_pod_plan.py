@@ -27,7 +27,7 @@ def test_plan_prints_the_pods_plan_from_its_code_and_environment(tmp_path, capfd
     capfd.readouterr()
     assert cli.main(["plan", str(bench)]) == 0
     lines = capfd.readouterr().out.splitlines()
-    assert lines[0].startswith(f"plan: JobSet fixture-train-bench from {bench}: the pod's code")
+    assert lines[0].startswith(f"plan: JobSet fixture-train-bench from {bench}: the plan resolved")
     # the fixture's trainer: its model's preset on its 8-chip v5p slice, the knobs as rendered
     assert (
         "plan: cell: qwen3-30b-a3b-cell mesh 8 x 1 x 1 (fsdp x context x expert), micro-batch 8"
