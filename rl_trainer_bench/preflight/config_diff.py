@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from rl_trainer_bench.bench import plan
 from rl_trainer_bench.config.engine_keys import (
     ENGINE_KEYS,
     parse_engine_flags,
@@ -29,6 +30,9 @@ from rl_trainer_bench.config.engine_keys import (
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
 from rl_trainer_bench.launch import yaml_reader
+from rl_trainer_bench.launch.client_command import client_argv, read_client_command
+from rl_trainer_bench.launch.dry_run import client_container, find_trainer, read_documents
+from rl_trainer_bench.launch.render import pod_environment
 
 _BOOLEANS = {"true": True, "false": False}
 # A trainer command's MaxText keys are listed under this prefix, apart from its flags.
@@ -149,9 +153,6 @@ def _has_jobset(text: str, documents: list | None) -> bool:
 
 def _from_jobsets(text: str, label: str, trainer_jobset: str | None) -> Side:
     """The trainer's flags from its client command; a bench JobSet's TRAINER_ARGV and ENGINE_FLAGS."""
-    from rl_trainer_bench.launch.client_command import client_argv, read_client_command
-    from rl_trainer_bench.launch.dry_run import client_container, find_trainer, read_documents
-
     jobset = find_trainer(read_documents(text, label), label, trainer_jobset)
     container = client_container(jobset)
     command = read_client_command([*container.get("command", []), *container.get("args", [])])
@@ -164,9 +165,6 @@ def _from_jobsets(text: str, label: str, trainer_jobset: str | None) -> Side:
 def bench_substitutions(container: Mapping, exported: Mapping[str, str]) -> tuple[str, ...]:
     """What a bench JobSet's pod times in place of the trainer's program, from the plan its
     driver resolves in the pod's environment (the container's `env` and the script's exports)."""
-    from rl_trainer_bench.bench import plan
-    from rl_trainer_bench.launch.render import pod_environment
-
     environment = pod_environment(container, exported)
     try:
         resolved = plan.resolve(plan.environment_config(environment), env=environment)
