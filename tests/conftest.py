@@ -36,6 +36,7 @@ _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = f"{_flags} --xla_force_host_platform_device_count=8".strip()
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    (SESSION_FOLDER / "xla-cache").mkdir()  # there before the drivers the tests start share it
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(SESSION_FOLDER / "xla-cache")
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "1"
 
