@@ -4,8 +4,9 @@ One process runs the arms back to back (default STAGE_BEFORE_UPDATE off and on, 
 blocks such as off, on, on', off' / on, off, off, on / ..., turned at random, see order.py) on the
 same micro-batches, so the effect and the noise are measured on the same machine, seconds apart
 (`same_process`). Predictions are recorded before any device work; the exact checks, the score
-and the verdict come after (`verdict`). `--from-logs` scores runs from separate pods with the same
-report, marked cross-pod, with no shared noise floor (`cross_pod`).
+and the verdict come after, written as the report files (`report_files`). `--from-logs` scores
+runs from separate pods with the same report, marked cross-pod, with no shared noise floor
+(`cross_pod`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from rl_trainer_bench.ab.arms import ArmSpec
 from rl_trainer_bench.ab.parser import DESIGN_INTERLEAVED
 from rl_trainer_bench.ab.plan import ArmPlan, base_knobs, plan_arms
 from rl_trainer_bench.ab.progress import Progress
-from rl_trainer_bench.ab.verdict import (
+from rl_trainer_bench.ab.report_files import (
     AB_REPORT_FILES,
     fresh_name,
     move_earlier_ab_aside,

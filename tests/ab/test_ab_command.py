@@ -31,7 +31,7 @@ class Benches:
 
 
 def run_ab(argv, make_bench=None):
-    args = cli.build_parser().parse_args(["ab", *argv])
+    args = cli.build_parser(["ab"]).parse_args(["ab", *argv])
     return ab.run(args, make_bench=make_bench or Benches())
 
 
@@ -75,13 +75,15 @@ def _refuse_bench(config, log):
 def test_each_run_draws_its_own_layout_seed_unless_given_one(tmp_path):
     seeds = []
     for _ in range(3):
-        args = cli.build_parser().parse_args(["ab", "--out", str(tmp_path / "out")])
+        args = cli.build_parser(["ab"]).parse_args(["ab", "--out", str(tmp_path / "out")])
         assert args.schedule_seed is None
         with pytest.raises(Drawn):
             ab.run(args, make_bench=_refuse_bench)
         seeds.append(args.schedule_seed)
     assert len(set(seeds)) == 3 and all(0 <= s < 2**32 for s in seeds)
-    args = cli.build_parser().parse_args(["ab", "--schedule-seed", "7", "--out", str(tmp_path)])
+    args = cli.build_parser(["ab"]).parse_args(
+        ["ab", "--schedule-seed", "7", "--out", str(tmp_path)]
+    )
     with pytest.raises(Drawn):
         ab.run(args, make_bench=_refuse_bench)
     assert args.schedule_seed == 7
@@ -277,13 +279,13 @@ def test_arms_warm_up_as_long_as_the_slowest_engine_among_them_needs(tmp_path):
     from rl_trainer_bench.ab.plan import plan_arms
 
     arms = "builtin:ENGINE=builtin,maxtext:ENGINE=maxtext"
-    args = cli.build_parser().parse_args(["ab", "--arms", arms, "--out", str(tmp_path)])
+    args = cli.build_parser(["ab"]).parse_args(["ab", "--arms", arms, "--out", str(tmp_path)])
     plan = plan_arms(ab.complete(args), tmp_path)
     assert args.warmup_steps == 2
     assert [c.warmup_steps for c in plan.bench_configs.values()] == [2, 2]
-    given = cli.build_parser().parse_args(["ab", "--arms", arms, "--warmup-steps", "1"])
+    given = cli.build_parser(["ab"]).parse_args(["ab", "--arms", arms, "--warmup-steps", "1"])
     plan_arms(ab.complete(given), tmp_path)
     assert given.warmup_steps == 1
-    plain = cli.build_parser().parse_args(["ab", "--out", str(tmp_path)])
+    plain = cli.build_parser(["ab"]).parse_args(["ab", "--out", str(tmp_path)])
     plan_arms(ab.complete(plain), tmp_path)
     assert plain.warmup_steps == 1

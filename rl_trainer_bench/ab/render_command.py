@@ -1,0 +1,15 @@
+"""`rl-trainer-bench render`: the launch room's renderer, handed the same-pod A/B's check of
+AB_ARMS. The launch room cannot import the A/B's, so the check reaches it from this room; this is
+its own module so that the pod's own A/B entry (`same_pod.py`, embedded in the pod) stays free of
+the renderer and its YAML and schema."""
+
+from __future__ import annotations
+
+import argparse
+
+from rl_trainer_bench.ab.same_pod import plan_lines
+from rl_trainer_bench.launch import render
+
+
+def run(args: argparse.Namespace) -> int:
+    return render.run(args, check_pod=plan_lines)
