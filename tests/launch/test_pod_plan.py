@@ -101,7 +101,14 @@ def _pod_plan(bench_file, folder, **env: str) -> subprocess.CompletedProcess:
     container = client_container(yaml.safe_load(bench_file.read_text()))
     return subprocess.run(
         container["command"],
-        env={**_python_on_path(folder), **literal_env(container), "PLAN_ONLY": "1", **env},
+        # the script unpacks its code into `mktemp -d`: under the test's folder, not the suite's
+        env={
+            **_python_on_path(folder),
+            **literal_env(container),
+            "PLAN_ONLY": "1",
+            "TMPDIR": str(folder),
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=120,
