@@ -135,10 +135,13 @@ def _add_render_diff_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def render_command(args: argparse.Namespace) -> int:
-    """`render`, with the same-pod A/B's own check of AB_ARMS (the launch room cannot import it)."""
+    """`render`, with the same-pod A/B's own check of AB_ARMS (the launch room cannot import it),
+    and its step-time and noise sources read here: the pod gets their figures, named."""
+    from rl_trainer_bench.ab.budget import resolved_sources
     from rl_trainer_bench.ab.same_pod import plan_lines
     from rl_trainer_bench.launch.render import run
 
+    args.ab_step_time, args.ab_step_noise = resolved_sources(args.ab_step_time, args.ab_step_noise)
     return run(args, check_pod=plan_lines)
 
 

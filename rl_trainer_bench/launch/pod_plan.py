@@ -4,7 +4,8 @@ A rendered JobSet carries everything its pod plans from: the knobs its client sc
 the bench code it embeds as base64 parts. This command takes the client command apart as the
 pod's shell would, unpacks the embedded code into a temporary folder, checks it against the
 JobSet's `rl-trainer-bench/code-sha256` annotation, and runs that code's own
-`bench_driver.py --plan` with exactly the exported environment. So the plan printed is the pod's:
+`bench_driver.py --plan` (a same-pod A/B's pod: its `ab.same_pod`, whose plan is the A/B's) with
+exactly the exported environment and PLAN_ONLY=1. So the plan printed is the pod's:
 its code, its knobs, no device and no JAX (planning is host work). Decoding the bundle by hand is
 what this replaces.
 """
@@ -30,7 +31,12 @@ from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
 from rl_trainer_bench.launch.client_command import read_client_command
 from rl_trainer_bench.launch.dry_run import client_container, jobset_name, jobsets, read_documents
-from rl_trainer_bench.launch.pod_script import AB_ARMS, DRIVER_MODULE, SCRIPT_NAME
+from rl_trainer_bench.launch.pod_script import (
+    AB_ARMS,
+    DRIVER_MODULE,
+    SAME_POD_AB_MODULE,
+    SCRIPT_NAME,
+)
 from rl_trainer_bench.launch.render import CODE_SHA_ANNOTATION, pod_environment
 
 RENDERED = "a JobSet rendered by `rl-trainer-bench render`"
@@ -73,9 +79,16 @@ def run(args: argparse.Namespace) -> int:
         )
         driver = root / DRIVER_SCRIPT  # as the pod's script runs it (`pod_script.bench_script`)
         program = [str(driver)] if driver.is_file() else ["-m", DRIVER_MODULE]
+        if AB_ARMS in environment:  # the pod runs its same-pod A/B, which takes no flags
+            program = ["-m", SAME_POD_AB_MODULE]
         done = subprocess.run(
-            [sys.executable, *program, "--plan"],
-            env={**environment, "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(root)},
+            [sys.executable, *program],
+            env={
+                **environment,
+                "PLAN_ONLY": "1",
+                "PATH": os.environ.get("PATH", ""),
+                "PYTHONPATH": str(root),
+            },
             cwd=root,
             check=False,
         )

@@ -126,6 +126,7 @@ def render_with_plan(
     )
     if same_pod_ab:
         environment[AB_ARMS] = knobs.ab_arms
+        environment.update(knobs.ab_design)
     results_source = _place_results(environment, trainer, launch, new_name)
     pod_plan = _pod_plan(environment, pod_environment(container, environment))
     # The code embedded is the closure of the engine the pod's plan resolves from these knobs.

@@ -52,7 +52,7 @@ def test_default_ab_runs_six_blocks_on_one_bench_scored_by_block(tmp_path, capsy
     score = report["score"]
     assert score["design"] == "separate arms in blocks"
     assert score["blocks"][1] == ["off#3", "on#3", "on#4", "off#4"] and len(score["blocks"]) == 6
-    assert score["noise_floor_s"] is None and report["settings"]["blocks"] is None
+    assert score["noise_floor_s"] is None and report["settings"]["blocks"] == 6
     (delta,) = score["deltas"]
     assert delta["name"] == "on-off" and len(score["block_differences_s"]["on-off"]) == 6
     assert sum(score["block_differences_s"]["on-off"]) / 6 == pytest.approx(delta["delta_s"])
