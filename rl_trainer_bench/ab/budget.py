@@ -276,8 +276,8 @@ class Design:
         seconds = self.total_steps * self.step_time.value
         return (
             f"A/B pod time: {self.total_steps} steps x {self.step_time.value:.4g} s ="
-            f" {seconds / 60:.1f} min, ESTIMATE from the step time of {self.step_time.source},"
-            " plus start-up and compiles"
+            f" {seconds / 60:.1f} min (ESTIMATE; step time: {self.step_time.source}), plus"
+            " start-up and compiles"
         )
 
     def _resolution_line(self) -> str:
