@@ -55,6 +55,10 @@ def test_with_no_min_effect_the_claim_rate_is_the_t_tests_size_and_power():
         noncentrality = effect * math.sqrt(6)
         power = stats.nct.sf(t, 5, noncentrality) + stats.nct.cdf(-t, 5, noncentrality)
         assert resolution.claim_rate(effect, 1.0, 6, 1, 0.0) == pytest.approx(power, abs=1e-6)
+    for effect in (0.3, 0.6, 0.9):  # turns of 3: a turn's median has 0.4487 of a step's variance
+        noncentrality = effect * math.sqrt(6) / math.sqrt(0.4487)
+        power = stats.nct.sf(t, 5, noncentrality) + stats.nct.cdf(-t, 5, noncentrality)
+        assert resolution.claim_rate(effect, 1.0, 6, 3, 0.0) == pytest.approx(power, abs=1e-4)
 
 
 def test_the_seeds_case_resolves_a_1_percent_effect_in_12_steps_per_setting():
@@ -79,24 +83,24 @@ def test_the_cpus_default_is_six_blocks_of_three_step_turns():
 
 
 def test_a_minutes_budget_pays_the_warmups_then_buys_blocks(tmp_path):
-    # 45 min of 100 s steps: 27 steps, less 2 warm-ups (one program set, the most any engine
-    # needs) leaves 25, 12 per setting: 6 blocks of 1-step turns
+    # 41 min of 100 s steps: 24 steps, less 2 warm-ups (one program set, the most any engine
+    # needs) leaves 22, 11 per setting: 5 blocks of 1-step turns
     args = _args(
         "--preset",
         "qwen3.5-397b-cell",
         "--arms",
         "off,on",
         "--budget",
-        "45min",
+        "41min",
         "--step-time",
         "100",
     )
-    assert (args.blocks, args.steps) == (6, 1)
+    assert (args.blocks, args.steps) == (5, 1)
     plan = plan_arms(args, tmp_path, on_this_host=False)  # the built-in engine: 1 warm-up step
     assert args.warmup_steps == 1
     design = budget.planned_lines(args, len(plan.bench_configs))
     assert design[1] == (
-        "A/B pod time: 25 steps x 100 s = 41.7 min (ESTIMATE; step time: given by --step-time),"
+        "A/B pod time: 21 steps x 100 s = 35.0 min (ESTIMATE; step time: given by --step-time),"
         " plus start-up and compiles"
     )
 
