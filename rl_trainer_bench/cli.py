@@ -203,12 +203,22 @@ def _add_config_diff_arguments(parser: argparse.ArgumentParser) -> None:
     add_arguments(parser)
 
 
+def aot_command(args: argparse.Namespace) -> int:
+    """`aot`, with --ab-arms' program sets found by the A/B's own code (the preflight room cannot
+    import it)."""
+    from rl_trainer_bench.ab.aot_arms import program_sets
+    from rl_trainer_bench.preflight.aot.command import run
+
+    sets = None if args.ab_arms is None else program_sets(args.ab_arms, args.engine_flags)
+    return run(args, sets)
+
+
 COMMANDS += [
     (
         "aot",
         "Compile each engine program ahead of time (local devices or a TPU slice) and check memory.",
         _add_aot_arguments,
-        "rl_trainer_bench.preflight.aot.command:run",
+        "rl_trainer_bench.cli:aot_command",
     ),
     (
         "hlo-overlap",
