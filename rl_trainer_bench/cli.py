@@ -136,12 +136,18 @@ def _add_render_diff_arguments(parser: argparse.ArgumentParser) -> None:
 
 def render_command(args: argparse.Namespace) -> int:
     """`render`, with the same-pod A/B's own check of AB_ARMS (the launch room cannot import it),
-    and its step-time and noise sources read here: the pod gets their figures, named."""
+    and its step-time, noise and aot sources read here: the pod gets their figures, named."""
     from rl_trainer_bench.ab.budget import resolved_sources
+    from rl_trainer_bench.ab.memory import aot_report_peak
     from rl_trainer_bench.ab.same_pod import plan_lines
     from rl_trainer_bench.launch.render import run
 
-    args.ab_step_time, args.ab_step_noise = resolved_sources(args.ab_step_time, args.ab_step_noise)
+    if args.ab_arms:  # without AB_ARMS the knobs' own check refuses them
+        args.ab_step_time, args.ab_step_noise = resolved_sources(
+            args.ab_step_time, args.ab_step_noise
+        )
+        if args.ab_aot_report:
+            args.ab_aot_report = aot_report_peak(args.ab_aot_report, args.ab_arms)
     return run(args, check_pod=plan_lines)
 
 

@@ -46,7 +46,7 @@ from rl_trainer_bench.io import read_user_text
 
 CPU, ACCELERATOR = "CPU", "accelerator"
 FIGURE_FORMS = "a figure, optionally with where it comes from in brackets, or a file"
-_FIGURE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|%)?\s*(?:\((.*)\))?\s*")
+_FIGURE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|%|B)?\s*(?:\((.*)\))?\s*")
 _MINUTES = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(?:min|m)\s*")
 # A robust standard deviation from a median absolute value (normal draws): 1 / 0.6745.
 _MAD_TO_SD = 1.4826
@@ -54,7 +54,8 @@ _MAD_TO_SD = 1.4826
 
 @dataclasses.dataclass(frozen=True)
 class Figure:
-    """A number with where it comes from: seconds of a step, or the step noise as a fraction."""
+    """A number with where it comes from: seconds of a step, the step noise as a fraction, or
+    bytes."""
 
     value: float
     source: str
@@ -63,7 +64,8 @@ class Figure:
     def text(self, unit: str) -> str:
         """The figure as a knob takes it back (`100.2s (median of ...)`): what a render exports
         to its pod, so the pod names the same source."""
-        shown = f"{self.value:.6g}s" if unit == "s" else f"{100 * self.value:.6g}%"
+        shown = {"s": f"{self.value:.6g}s", "%": f"{100 * self.value:.6g}%"}.get(unit)
+        shown = shown or f"{round(self.value)}B"
         return f"{shown} ({self.source})"
 
 
@@ -135,7 +137,7 @@ def parse_budget(text: str, name: str = "--budget") -> Budget:
 def parse_step_time(text: str, name: str = "--step-time") -> tuple[Figure, Figure | None]:
     """The step time and, from a prior run, its noise: `100s`, `100.2s (a source)`, or a file (a
     prior run's pod log or results.jsonl, or `aot`'s JSON report)."""
-    figure = _figure(text, "s")
+    figure = parse_figure(text, "s")
     if figure is not None:
         return Figure(figure[0], figure[1] or f"given by {name}"), None
     return _from_file(Path(text), name)
@@ -143,7 +145,7 @@ def parse_step_time(text: str, name: str = "--step-time") -> tuple[Figure, Figur
 
 def parse_step_noise(text: str, name: str = "--step-noise") -> Figure:
     """The step noise: `0.15%`, `0.15% (a source)`, or a prior run's pod log or results.jsonl."""
-    figure = _figure(text, "%")
+    figure = parse_figure(text, "%")
     if figure is not None:
         value, source = figure
         if not 0 < value < 1:
@@ -155,8 +157,8 @@ def parse_step_noise(text: str, name: str = "--step-noise") -> Figure:
     return noise
 
 
-def _figure(text: str, unit: str) -> tuple[float, str] | None:
-    """(value, source or "") of a figure in `unit` (seconds; a percent read as a fraction)."""
+def parse_figure(text: str, unit: str) -> tuple[float, str] | None:
+    """(value, source or "") of a figure in `unit` (s, B; a % read as a fraction), or None."""
     match = _FIGURE.fullmatch(text)
     if match is None or (match.group(2) or unit) != unit:
         return None

@@ -95,7 +95,7 @@ def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
         " the pod's run draws its own",
     ]
     lines += budget.planned_lines(args, len(arm_plan.bench_configs))
-    lines.append(ab_memory.memory_line(arm_plan, args.arms))
+    lines.append(ab_memory.memory_line(arm_plan, args.arms, env.get(ab_memory.AOT_REPORT)))
     lines.append(
         "same-pod A/B: scored as `ab` scores its arms (docs/commands.md, A/B runs); the exact"
         f" checks and the verdict go to {args.out}/ab.txt and ab.json, and the log"

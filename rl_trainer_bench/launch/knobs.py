@@ -27,7 +27,7 @@ from rl_trainer_bench.launch.pod_script import AB_ARMS, CODE_DIR_VARIABLE
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The same-pod A/B's design knobs: exported to its pod as they are named (`ab/same_pod.py`).
-AB_DESIGN_KNOBS = ("AB_BUDGET", "AB_STEP_TIME", "AB_STEP_NOISE")
+AB_DESIGN_KNOBS = ("AB_BUDGET", "AB_STEP_TIME", "AB_STEP_NOISE", "AB_AOT_REPORT")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +104,11 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
         "the step noise the A/B's smallest resolvable effect is reckoned at, as `ab --step-noise`:"
         " a percent, or a prior run's pod log or results.jsonl (default: AB_STEP_TIME's prior run,"
         " else assumed and said so)",
+    ),
+    RenderKnob(
+        "AB_AOT_REPORT",
+        "`aot --ab-arms AB_ARMS --output FILE`'s report: the A/B's device peak for `plan` and the"
+        " summary, and the A/B refused here when that report refuses it (read here)",
     ),
     RenderKnob("DRIVER_ENV", "K=V shell words passed to the driver's environment, literally"),
     RenderKnob("OUTPUT", "where to write the bench JobSet (default: stdout)"),

@@ -4,11 +4,17 @@ refused before launch when one arm's programs do not fit."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.ab.aot_arms import program_sets
+from rl_trainer_bench.preflight.aot.ab_check import AbCheck, ArmCheck
+from rl_trainer_bench.preflight.aot.compile import ProgramMemory
+from rl_trainer_bench.preflight.aot.report import AotReport
+
+FIXTURE = Path(__file__).resolve().parents[1] / "testdata" / "launch_dryrun_fixture.yaml"
 
 FLAGS = "retry_when_tokens_dropped=false"  # one program fewer to compile: the suite stays shorter
 
@@ -61,3 +67,57 @@ def test_the_ab_is_refused_when_one_arms_programs_do_not_fit(tmp_path, capsys):
     # one state: each set's state is the same, counted once beside its own programs
     assert small["report"]["state_bytes"] == big["report"]["state_bytes"]
     assert out.splitlines()[-1].startswith("A/B: REFUSED before launch: arm(s) big DOES NOT FIT")
+
+
+def _ab_report(arms: str, temps_gib: dict[str, float]) -> dict:
+    """`aot --ab-arms`'s JSON for a v5p device (95 GiB) and one program per set whose temporaries
+    are `temps_gib[setting]`, beside a 20 GiB state: the figures the renderer reads."""
+    gib = 1024**3
+    checks = []
+    for setting, temp in temps_gib.items():
+        report = AotReport(
+            preset="qwen3-30b-a3b-cell",
+            target="v5p:2x2x2",
+            device_kind="TPU v5",
+            devices=8,
+            mesh={"fsdp": 8},
+            memory_bytes=95 * gib,
+            memory_source="v5p table",
+            stage_before_update=False,
+            state={"params": 20 * gib},
+            programs=[ProgramMemory("fwd_bwd", temp=round(temp * gib), beside=20 * gib)],
+            layers=2,
+            compiled_layers=(2,),
+            compile_seconds=1.0,
+            unapplied_keys=[],
+        )
+        checks.append(ArmCheck((setting,), {"ENGINE_FLAGS": f"x={setting}"}, report))
+    return AbCheck(arms, tuple(checks)).to_json()
+
+
+ARMS = "base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2"
+
+
+def test_the_render_prints_the_ab_peak_from_aots_report_and_refuses_one_it_refuses(
+    tmp_path, capsys
+):
+    report, bench = tmp_path / "aot.json", tmp_path / "bench.yaml"
+    render = ["render", f"--launch-render={FIXTURE}", f"--output={bench}", f"--ab-arms={ARMS}"]
+    report.write_text(json.dumps(_ab_report(ARMS, {"base": 60.0, "wide": 70.0})))
+    assert cli.main([*render, f"--ab-aot-report={report}"]) == 0
+    summary = capsys.readouterr().err.splitlines()
+    # the wide arm's peak, 70 + 20 GiB: one state beside the largest arm's program
+    assert (
+        f"render: A/B device memory: peak 90.00 GiB per device of 95.00 GiB per v5p device (aot"
+        f" --ab-arms in {report}: qwen3-30b-a3b-cell on v5p:2x2x2, arm(s) wide, with the margin"
+        " free): one state for every arm"
+    ) in " ".join(summary)
+    bench.unlink()
+    report.write_text(json.dumps(_ab_report(ARMS, {"base": 60.0, "wide": 80.0})))  # 100 GiB
+    assert cli.main([*render, f"--ab-aot-report={report}"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "aot refused this A/B before launch: arm(s) wide do not fit" in line
+    assert not bench.exists()
+    report.write_text(json.dumps(_ab_report("off,on", {"off": 1.0, "on": 1.0})))
+    assert cli.main([*render, f"--ab-aot-report={report}"]) == 2
+    assert "compiled for arms 'off,on', not AB_ARMS" in capsys.readouterr().err
