@@ -289,9 +289,14 @@ class Design:
             f" claimed in {resolution.RESOLVED:.0%} of runs by the verdict's rule ({CONFIDENCE:.0%}"
             f" t interval over {self.blocks} blocks, min effect {self.min_effect_pct:g}%), at"
             f" {noise}; with no effect an effect is claimed in"
-            f" {100 * self.false_claim_rate():.2g}% of runs (independent steps; a drift linear within a"
+            f" {_rate(self.false_claim_rate())} of runs (independent steps; a drift linear within a"
             " block cancels)"
         )
+
+
+def _rate(share: float) -> str:
+    """A share of runs as a percent, a vanishing one as a bound on the printed digits."""
+    return "under 0.001%" if share < 1e-5 else f"{100 * share:.2g}%"
 
 
 def planned_lines(args: argparse.Namespace, program_sets: int) -> list[str]:

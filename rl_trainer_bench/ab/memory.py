@@ -52,7 +52,7 @@ def memory_line(arm_plan: ArmPlan, arms: str, aot_peak: str | None = None) -> st
     config = arm_plan.bench_configs[largest]
     tpu_slice = config.trainer_slice
     device = (
-        f" of {human_bytes(tpu_slice.chip.device_memory_bytes)} per {tpu_slice.chip.name} device"
+        f" against {human_bytes(tpu_slice.chip.device_memory_bytes)} per {tpu_slice.chip.name} device"
         if tpu_slice is not None
         else ""
     )
@@ -60,15 +60,16 @@ def memory_line(arm_plan: ArmPlan, arms: str, aot_peak: str | None = None) -> st
     figure = None if aot_peak is None else parse_figure(aot_peak, "B")
     if figure is not None:
         return (
-            f"A/B device memory: peak {human_bytes(figure[0])} per device{device} ({figure[1]}):"
+            f"A/B device memory: peak {human_bytes(figure[0])} per device{device}, from {figure[1]}:"
             f" one state for every arm, {human_bytes(states[largest])} per device{stage_text},"
             " + the largest arm program's temporaries"
         )
     return (
         f"A/B device memory: one state for every arm, {human_bytes(states[largest])} per device"
-        f"{stage_text}, + the largest arm program's temporaries{device}; the temporaries and the"
-        f" fit: rl-trainer-bench aot --preset {arm_plan.preset.name} --target {target} --ab-arms"
-        f" '{arms}' with this TRAINER_ARGV and ENGINE_FLAGS"
+        f"{stage_text}, + the largest arm program's temporaries, known once compiled: the peak"
+        f"{device} and the fit: rl-trainer-bench aot --preset {arm_plan.preset.name} --target"
+        f" {target} --ab-arms '{arms}' with this TRAINER_ARGV and ENGINE_FLAGS (AB_AOT_REPORT"
+        " takes its --output)"
     )
 
 

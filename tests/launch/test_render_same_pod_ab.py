@@ -153,3 +153,15 @@ def test_the_397b_pods_ab_is_planned_for_the_pods_host_and_fits_kubectl_apply():
     text = render(path.read_text(), path.name, RenderKnobs(ab_arms="off,on"), plan_lines)
     assert len(text.encode()) < 262_144
     assert yaml.safe_load(text)["metadata"]["name"] == "benchuser-train-bench"
+
+
+def test_the_ab_holds_one_state_for_arms_of_two_program_sets():
+    """base and wide compile two program sets against one state: the A/B's memory line counts the
+    plain bench's state once, and names the command that compiles both sets for the slice."""
+    rendered = render_with_plan(
+        FIXTURE.read_text(), "f", RenderKnobs.from_strings({"ab_arms": ARMS}), plan_lines
+    )
+    state = re.search(r"state on the device (\S+ \S+) per device", rendered.plan.device_memory())
+    (memory,) = [line for line in rendered.ab_lines if line.startswith("A/B device memory: ")]
+    assert memory.startswith(f"A/B device memory: one state for every arm, {state[1]} per device")
+    assert f"--target v5p:2x2x2 --ab-arms '{ARMS}'" in memory

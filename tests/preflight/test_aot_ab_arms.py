@@ -108,9 +108,9 @@ def test_the_render_prints_the_ab_peak_from_aots_report_and_refuses_one_it_refus
     summary = capsys.readouterr().err.splitlines()
     # the wide arm's peak, 70 + 20 GiB: one state beside the largest arm's program
     assert (
-        f"render: A/B device memory: peak 90.00 GiB per device of 95.00 GiB per v5p device (aot"
-        f" --ab-arms in {report}: qwen3-30b-a3b-cell on v5p:2x2x2, arm(s) wide, with the margin"
-        " free): one state for every arm"
+        f"render: A/B device memory: peak 90.00 GiB per device against 95.00 GiB per v5p device,"
+        f" from aot --ab-arms in {report}: qwen3-30b-a3b-cell on v5p:2x2x2, arm(s) wide, with the"
+        " margin free: one state for every arm"
     ) in " ".join(summary)
     bench.unlink()
     report.write_text(json.dumps(_ab_report(ARMS, {"base": 60.0, "wide": 80.0})))  # 100 GiB
