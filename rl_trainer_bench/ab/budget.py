@@ -169,9 +169,10 @@ def parse_figure(text: str, unit: str) -> tuple[float, str] | None:
 
 
 def _from_file(path: Path, name: str) -> tuple[Figure, Figure | None]:
-    """The median scored step and its noise from a prior run, or aot's estimate from its report."""
+    """The median scored step and its noise from a prior run (its results.jsonl, one JSON record a
+    line, or its pod log), or aot's estimate from its report (one JSON object)."""
     text = read_user_text(path, name)
-    if text.lstrip().startswith("{") and "time_estimate" in text:
+    if path.suffix != ".jsonl" and text.lstrip().startswith("{"):
         return _aot_estimate(text, path, name), None
     try:
         records = read_results(path) if path.suffix == ".jsonl" else step_line.parse(text).records
@@ -189,11 +190,15 @@ def _from_file(path: Path, name: str) -> tuple[Figure, Figure | None]:
 
 
 def _aot_estimate(text: str, path: Path, name: str) -> Figure:
+    """aot's predicted step: its report's, or an `aot --ab-arms` report's first program set's
+    (the baseline's, whose steps the pod time is reckoned in)."""
     try:
-        estimate = json.loads(text).get("time_estimate") or {}
-    except (json.JSONDecodeError, AttributeError):
-        estimate = {}
-    seconds = estimate.get("step_seconds") if isinstance(estimate, dict) else None
+        report = json.loads(text)
+        if "program_sets" in report:
+            report = report["program_sets"][0]["report"]
+        seconds = (report.get("time_estimate") or {}).get("step_seconds")
+    except (json.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError):
+        seconds = None
     if not isinstance(seconds, (int, float)) or seconds <= 0:
         raise UserError(
             f"{name}={path}: this aot report has no predicted step (aot predicts one on a chip"

@@ -140,6 +140,12 @@ def test_aots_estimate_is_a_named_step_time(tmp_path):
     time, noise = budget.parse_step_time(str(report))
     assert (time.value, noise) == (98.5, None)
     assert "aot's roofline ESTIMATE" in time.source
+    ab_report = {
+        "ab_arms": "a,b",
+        "program_sets": [{"report": {"time_estimate": {"step_seconds": 97.0}}}],
+    }
+    report.write_text(json.dumps(ab_report))  # aot --ab-arms: the first (baseline) set's step
+    assert budget.parse_step_time(str(report))[0].value == 97.0
     report.write_text(json.dumps({"preset": "p", "time_estimate": None}))
     with pytest.raises(UserError, match="has no predicted step"):
         budget.parse_step_time(str(report))
