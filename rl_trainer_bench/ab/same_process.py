@@ -263,6 +263,9 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "schedule_seed": args.schedule_seed,
         "steps": args.steps,
         "warmup_steps": args.warmup_steps,
+        "budget": args.budget,
+        "step_time": args.step_time,
+        "step_noise": args.step_noise,
         "knobs": base_knobs(args.knob),
         "min_effect_pct": args.min_effect,
     }
