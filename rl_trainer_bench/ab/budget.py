@@ -58,8 +58,7 @@ class Figure:
     bytes."""
 
     value: float
-    source: str
-    assumed: bool = False
+    source: str  # in words; a figure nobody measured says ASSUMED
 
     def text(self, unit: str) -> str:
         """The figure as a knob takes it back (`100.2s (median of ...)`): what a render exports
@@ -94,15 +93,15 @@ class Platform:
 
 
 PLATFORMS = {
-    # The CPU's milliseconds steps are cheap and noisy: 6 blocks of 3-step turns whatever --steps
-    # says, and the spread of the main job's run on the 2-core machine (README: a 99% interval of
+    # The CPU's milliseconds steps are cheap and noisy: 6 blocks of --steps turns (3 by default),
+    # the earlier defaults, and the spread of the main job's run on the 2-core machine (README: a 99% interval of
     # +-7 ms over 6 blocks of a 150 ms step is about 4% per step).
     CPU: Platform(
         CPU,
         None,
         3,
         2.0,
-        Figure(0.04, "ASSUMED: the 2-core development machine's main-job run", assumed=True),
+        Figure(0.04, "ASSUMED: the 2-core development machine's main-job run"),
     ),
     # A 128-chip step is ~100 s: 12 scored steps per setting in 6 blocks of 1-step turns; pods of
     # one slice agree within 0.1-0.2% and a same-pod A/B's steps scatter by about 0.15%, so the
@@ -112,7 +111,7 @@ PLATFORMS = {
         Budget(scored_steps=12),
         1,
         0.5,
-        Figure(0.003, "ASSUMED: twice the ~0.15% of same-pod runs on one slice", assumed=True),
+        Figure(0.003, "ASSUMED: twice the ~0.15% of same-pod runs on one slice"),
     ),
 }
 
@@ -228,7 +227,7 @@ class Design:
     settings: tuple[str, ...]
     blocks: int
     turn_steps: int
-    budget: Budget
+    budget: Budget | None  # None: the blocks were given (--blocks) or are the CPU's default
     budget_source: str
     step_time: Figure | None
     noise: Figure
