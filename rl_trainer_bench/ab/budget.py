@@ -35,6 +35,7 @@ from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab import resolution
 from rl_trainer_bench.ab.parser import BUDGET_FORMS, DESIGN_ARMS
+from rl_trainer_bench.ab.plan import base_knobs
 from rl_trainer_bench.ab.score import CONFIDENCE
 from rl_trainer_bench.bench import step_line
 from rl_trainer_bench.bench.results_file import read_results
@@ -319,7 +320,7 @@ def size(args: argparse.Namespace) -> Design | None:
     args.blocks and args.min_effect set from it; None (args untouched but the min effect) for a
     run the budget does not size (interleaved, another order, scored logs)."""
     preset = config.preset(args.preset)
-    base = _base(args.knob)
+    base = base_knobs(args.knob)
     platform = platform_of(preset, base)
     if args.min_effect is None:
         args.min_effect = platform.min_effect_pct
@@ -347,10 +348,6 @@ def size(args: argparse.Namespace) -> Design | None:
             turn = max(1, per_setting // (2 * args.blocks))
     args.steps = turn
     return Design(settings, args.blocks, turn, budget, source, step_time, noise, args.min_effect)
-
-
-def _base(pairs: Sequence[str]) -> dict[str, str]:
-    return dict(pair.partition("=")[::2] for pair in pairs)
 
 
 def _sources(args: argparse.Namespace, platform: Platform) -> tuple[Figure | None, Figure]:
