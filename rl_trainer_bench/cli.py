@@ -81,7 +81,7 @@ COMMANDS: list[Command] = [
         "aot",
         "Compile each engine program ahead of time (local devices or a TPU slice) and check memory.",
         "rl_trainer_bench.preflight.aot.command:add_arguments",
-        "rl_trainer_bench.preflight.aot.command:run",
+        "rl_trainer_bench.cli:aot_command",
     ),
     Command(
         "hlo-overlap",
@@ -108,6 +108,16 @@ COMMANDS: list[Command] = [
         "rl_trainer_bench.ab.command:run",
     ),
 ]
+
+
+def aot_command(args: argparse.Namespace) -> int:
+    """`aot`, with --ab-arms' program sets found by the A/B's own code (the preflight room cannot
+    import the A/B's); imported when the command runs, so no other command pays for them."""
+    from rl_trainer_bench.ab.aot_arms import program_sets
+    from rl_trainer_bench.preflight.aot.command import run
+
+    sets = None if args.ab_arms is None else program_sets(args.ab_arms, args.engine_flags)
+    return run(args, sets)
 
 
 class _OneLineErrorParser(argparse.ArgumentParser):

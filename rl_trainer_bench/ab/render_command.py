@@ -7,9 +7,19 @@ from __future__ import annotations
 
 import argparse
 
+from rl_trainer_bench.ab.budget import resolved_sources
+from rl_trainer_bench.ab.memory import aot_report_peak
 from rl_trainer_bench.ab.same_pod import plan_lines
 from rl_trainer_bench.launch import render
 
 
 def run(args: argparse.Namespace) -> int:
+    """`render`, with the A/B's step-time, noise and aot sources read here: the pod gets their
+    figures, each with its source named."""
+    if args.ab_arms:  # without AB_ARMS the knobs' own check refuses them
+        args.ab_step_time, args.ab_step_noise = resolved_sources(
+            args.ab_step_time, args.ab_step_noise
+        )
+        if args.ab_aot_report:
+            args.ab_aot_report = aot_report_peak(args.ab_aot_report, args.ab_arms)
     return render.run(args, check_pod=plan_lines)

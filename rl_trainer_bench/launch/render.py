@@ -137,6 +137,7 @@ def render_with_plan(
     )
     if same_pod_ab:
         environment[AB_ARMS] = knobs.ab_arms
+        environment.update(knobs.ab_design)
     results_source = _place_results(environment, trainer, launch, new_name)
     pod_plan = _pod_plan(environment, pod_environment(container, environment))
     # The code embedded is the closure of the engine the pod's plan resolves from these knobs.
@@ -194,7 +195,10 @@ def _resolved_plan(
     compares its own with, what the pod checks in its image, and what it substitutes."""
     libtpu = shlex.join(libtpu_words)
     return plan_document.document(
-        plan_document.with_lines(pod_plan.lines(), [f"{plan.PLAN_PREFIX} {x}" for x in ab_lines]),
+        plan_document.with_lines(
+            pod_plan.lines(same_pod_ab=bool(ab_lines)),
+            [f"{plan.PLAN_PREFIX} {x}" for x in ab_lines],
+        ),
         plan_document.pod_checks(pod_plan.config.engine, pod_plan.config.maxtext_driver, pod_env),
         [
             *pod_plan.substitutions(),

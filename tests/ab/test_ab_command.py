@@ -52,7 +52,7 @@ def test_default_ab_runs_six_blocks_on_one_bench_scored_by_block(tmp_path, capsy
     score = report["score"]
     assert score["design"] == "separate arms in blocks"
     assert score["blocks"][1] == ["off#3", "on#3", "on#4", "off#4"] and len(score["blocks"]) == 6
-    assert score["noise_floor_s"] is None and report["settings"]["blocks"] is None
+    assert score["noise_floor_s"] is None and report["settings"]["blocks"] == 6
     (delta,) = score["deltas"]
     assert delta["name"] == "on-off" and len(score["block_differences_s"]["on-off"]) == 6
     assert sum(score["block_differences_s"]["on-off"]) / 6 == pytest.approx(delta["delta_s"])
@@ -62,6 +62,12 @@ def test_default_ab_runs_six_blocks_on_one_bench_scored_by_block(tmp_path, capsy
     assert "(6 blocks, each balanced: a drift linear within a block cancels in it" in printed
     assert "noise: the spread of the 6 blocks' differences, in each delta's interval" in printed
     assert "mean over blocks of each block's difference of arm medians" in printed
+    assert (
+        "A/B design: 6 blocks, each setting two turns of 1 scored step(s) per block: 12 scored steps"
+        " per setting x 2 settings = 24, and 1 warm-up steps (1 per program set x 1, once, up"
+        " front); 25 steps in all, by the CPU's default of 6 blocks"
+    ) in printed
+    assert "A/B resolves: an effect of " in printed and "(ASSUMED: the 2-core" in printed
 
 
 class Drawn(Exception):
