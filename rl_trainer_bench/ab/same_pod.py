@@ -36,6 +36,8 @@ from rl_trainer_bench.errors import UserError, run_guarded
 from rl_trainer_bench.io import check_writable_folder, write_text_atomically
 
 AB_ARMS = "AB_ARMS"
+# The seed of the blocks' turns: the renderer sets it, so the order it prints is the pod's.
+SCHEDULE_SEED = "AB_SCHEDULE_SEED"
 SAME_POD_MODULE = (
     "rl_trainer_bench.ab.same_pod"  # what the pod's script runs (launch/pod_script.py)
 )
@@ -44,6 +46,7 @@ DESIGN_KNOBS = {
     "AB_BUDGET": "--budget",
     "AB_STEP_TIME": "--step-time",
     "AB_STEP_NOISE": "--step-noise",
+    "AB_SCHEDULE_SEED": "--schedule-seed",
 }
 # Driver knobs that say how to run, not what every arm runs.
 _NOT_SHARED = frozenset({*RESERVED_KNOBS, "PLAN_ONLY"})
@@ -93,8 +96,12 @@ def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
         f"same-pod A/B of {', '.join(settings)} (AB_ARMS), one process (python -m"
         f" {SAME_POD_MODULE}), each arm's programs compiled and warmed once, up front",
         *(f"A/B arm {setting}: {first[setting].describe()}" for setting in settings),
-        f"{order_line(arm_plan.arms)}; these turns are schedule seed {args.schedule_seed}'s, and"
-        " the pod's run draws its own",
+        f"{order_line(arm_plan.arms)}; these turns are schedule seed {args.schedule_seed}'s"
+        + (
+            f" ({SCHEDULE_SEED}): the pod runs them"
+            if env.get(SCHEDULE_SEED, "").strip()
+            else ", and the pod's run draws its own"
+        ),
     ]
     lines += budget.planned_lines(args, len(arm_plan.bench_configs))
     lines.append(ab_memory.memory_line(arm_plan, args.arms, env.get(ab_memory.AOT_REPORT)))

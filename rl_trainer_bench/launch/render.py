@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import json
 import os
 import shlex
 import sys
@@ -69,6 +70,7 @@ from rl_trainer_bench.launch.pod_script import AB_ARMS, SCRIPT_NAME, bench_scrip
 
 ANNOTATION_PREFIX = "rl-trainer-bench/"
 CODE_SHA_ANNOTATION = ANNOTATION_PREFIX + "code-sha256"
+AB_SCHEDULE_SEED = "AB_SCHEDULE_SEED"  # the same-pod A/B's `--schedule-seed` (`ab/same_pod.py`)
 # The sha256 of the resolved plan embedded beside the code (`bench/plan_document.py`).
 PLAN_SHA_ANNOTATION = ANNOTATION_PREFIX + "plan-sha256"
 TRAINER_ANNOTATION = ANNOTATION_PREFIX + "trainer-jobset"
@@ -136,8 +138,7 @@ def render_with_plan(
         dict.fromkeys([*literal_env(container), *launch.env])
     )
     if same_pod_ab:
-        environment[AB_ARMS] = knobs.ab_arms
-        environment.update(knobs.ab_design)
+        _add_same_pod_ab(environment, knobs)
     results_source = _place_results(environment, trainer, launch, new_name)
     pod_plan = _pod_plan(environment, pod_environment(container, environment))
     # The code embedded is the closure of the engine the pod's plan resolves from these knobs.
@@ -210,6 +211,17 @@ def _resolved_plan(
             *(f"same-pod A/B (AB_ARMS={ab_arms}): {line}" for line in ab_lines),
         ],
     )
+
+
+def _add_same_pod_ab(environment: dict[str, str], knobs: RenderKnobs) -> None:
+    """AB_ARMS and the A/B's design knobs; the seed of its turns, unless given, drawn from the
+    render's own inputs, so the run order the render and `plan` print is the one the pod runs
+    (the pod's plan must equal the printed one) and rendering twice gives the same manifest."""
+    environment[AB_ARMS] = knobs.ab_arms
+    environment.update(knobs.ab_design)
+    if AB_SCHEDULE_SEED not in environment:
+        inputs = json.dumps(sorted(environment.items())).encode()
+        environment[AB_SCHEDULE_SEED] = str(int.from_bytes(hashlib.sha256(inputs).digest()[:4]))
 
 
 def _orchestrator_environment(

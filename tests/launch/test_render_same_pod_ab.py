@@ -65,7 +65,7 @@ def test_the_render_says_what_the_pods_ab_will_do():
     assert order.startswith("run order: ")
     assert "(6 blocks, each balanced: a drift linear within a block cancels in it" in order
     assert re.search(
-        r"these turns are schedule seed \d+'s, and the pod's run draws its own$", order
+        r"these turns are schedule seed \d+'s \(AB_SCHEDULE_SEED\): the pod runs them$", order
     )
     # on the fixture's v5p slice: the accelerator's budget, 6 blocks of 1-step turns; the
     # built-in engine warms each of the two program sets for 1 step, once
