@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 
 from rl_trainer_bench.ab import command as ab_command
 from rl_trainer_bench.ab import parser as ab_parser
-from rl_trainer_bench.ab.arms import RESERVED_KNOBS
-from rl_trainer_bench.ab.plan import plan_arms
+from rl_trainer_bench.ab.arms import RESERVED_KNOBS, maxtext_keys_checked_in_pod
+from rl_trainer_bench.ab.plan import ArmPlan, plan_arms
 from rl_trainer_bench.ab.same_process import order_line
 from rl_trainer_bench.bench import plan as bench_plan
 from rl_trainer_bench.bench.results_copy import copy_when_asked
@@ -29,6 +29,7 @@ from rl_trainer_bench.bench.step_line import LOG_PREFIX
 from rl_trainer_bench.code_digest import code_sha256
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS
 from rl_trainer_bench.engine.contract import ContractError
+from rl_trainer_bench.engine.factory import MAXTEXT
 from rl_trainer_bench.errors import UserError, run_guarded
 
 AB_ARMS = "AB_ARMS"
@@ -77,7 +78,20 @@ def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
         f" are schedule seed {args.schedule_seed}'s, and the pod's run draws its own",
         "same-pod A/B: scored as `ab` scores its arms (docs/commands.md, A/B runs); the exact"
         f" checks and the verdict go to {args.out}/ab.txt and ab.json, and the log",
+        *_keys_checked_in_pod(arm_plan),
     ]
+
+
+def _keys_checked_in_pod(arm_plan: ArmPlan) -> list[str]:
+    """`same-pod A/B: arm NAME: MaxText keys ...: checked in the pod` for each setting on
+    MaxText's engine that sets MaxText keys (on the built-in engine the plan has judged them)."""
+    lines = []
+    for arm in arm_plan.arms:
+        engine = arm_plan.bench_configs[arm_plan.groups[arm.label]].engine
+        line = maxtext_keys_checked_in_pod(arm, arm_plan.preset.engine_for(engine))
+        if arm.occurrence == 0 and engine == MAXTEXT and line is not None:
+            lines.append(f"same-pod A/B: {line}")
+    return lines
 
 
 def run(env: Mapping[str, str]) -> int:
