@@ -64,7 +64,8 @@ ANNOTATION_PREFIX = "rl-trainer-bench/"
 CODE_SHA_ANNOTATION = ANNOTATION_PREFIX + "code-sha256"
 TRAINER_ANNOTATION = ANNOTATION_PREFIX + "trainer-jobset"
 SLICE_ANNOTATION = ANNOTATION_PREFIX + "slice"
-# The LIBTPU_FLAGS words set in the Pathways servers' arguments, so render-diff can tell them apart.
+# The LIBTPU_FLAGS words set in the compiling containers (arguments and LIBTPU_INIT_ARGS), so
+# render-diff can tell them apart.
 LIBTPU_FLAGS_ANNOTATION = ANNOTATION_PREFIX + "libtpu-flags"
 
 
@@ -115,12 +116,17 @@ def render_with_plan(
     if knobs.trainer_slice is not None:
         apply_slice(bench, knobs.trainer_slice)
     libtpu_words = compile_flags.knob_words(knobs.libtpu_flags)
-    compile_flags.apply_to_servers(bench, libtpu_words)
+    compile_flags.apply_everywhere(bench, libtpu_words)
     same_pod_ab = knobs.ab_arms is not None
-    environment = driver_environment(
-        launch, knobs, _orchestrator_argv(documents, launch), "", jobset_slice(trainer)
-    )
     container = client_container(bench)
+    environment = driver_environment(
+        launch,
+        knobs,
+        _orchestrator_argv(documents, launch),
+        "",
+        jobset_slice(trainer),
+        literal_env(client_container(trainer)).get(compile_flags.ENV_NAME, ""),
+    )
     environment[TRAINER_ENV_VARIABLE] = " ".join(
         dict.fromkeys([*literal_env(container), *launch.env])
     )
@@ -256,17 +262,22 @@ def driver_environment(
     orch_argv: list[str] | None,
     sha: str,
     trainer_slice: TpuSlice | None = None,
+    container_libtpu: str = "",
 ) -> dict[str, str]:
     """What the driver's process sees: the trainer's environment, DRIVER_ENV, then the bench knobs.
 
     TRAINER_SLICE tells the pod the slice it is rendered for (the knob's, else the trainer's), so
-    its plan checks the mesh against that slice wherever the plan runs.
+    its plan checks the mesh against that slice wherever the plan runs. LIBTPU_FLAGS is merged
+    into the script's LIBTPU_INIT_ARGS, or else into `container_libtpu` (the client container's
+    `env` value), which the export replaces: its flags are kept, not dropped.
     """
     tpu_slice = knobs.trainer_slice or trainer_slice
     environment = {"BENCH_CODE_SHA256": sha, **launch.env}
     if knobs.libtpu_flags or "LIBTPU_INIT_ARGS" in environment:
         environment["LIBTPU_INIT_ARGS"] = merge_flags(
-            environment.get("LIBTPU_INIT_ARGS", ""), knobs.libtpu_flags, "LIBTPU_FLAGS"
+            environment.get("LIBTPU_INIT_ARGS", container_libtpu),
+            knobs.libtpu_flags,
+            "LIBTPU_FLAGS",
         )
     environment.update(knobs.driver_env)
     trainer_argv = (
@@ -457,9 +468,11 @@ def run(args, check_pod: PodCheck | None = None) -> int:
 
 
 def libtpu_lines(result: Rendered) -> list[str]:
-    """Each compiling container's effective libtpu flags in the bench, and a warning when the
-    trainer's containers disagree (the bench keeps them as the trainer has them)."""
+    """Each compiling container's libtpu flags in the bench and where it reads them, a warning for
+    each flag a trainer's container is given several values, and a warning when the trainer's
+    containers disagree (the bench keeps them as the trainer has them)."""
     lines = [f"libtpu flags: {item.describe()}" for item in result.bench_flags]
+    lines += compile_flags.conflict_warnings(list(result.trainer_flags), list(result.bench_flags))
     split = compile_flags.disagreements(list(result.trainer_flags))
     if split:
         lines.append(
