@@ -24,7 +24,7 @@ from rl_trainer_bench.ab.arms import RESERVED_KNOBS, maxtext_keys_checked_in_pod
 from rl_trainer_bench.ab.plan import ArmPlan, plan_arms
 from rl_trainer_bench.ab.same_process import order_line
 from rl_trainer_bench.bench import plan as bench_plan
-from rl_trainer_bench.bench.results_copy import copy_when_asked
+from rl_trainer_bench.bench.results_copy import copying
 from rl_trainer_bench.bench.step_line import LOG_PREFIX
 from rl_trainer_bench.code_digest import code_sha256
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS
@@ -107,12 +107,9 @@ def run(env: Mapping[str, str]) -> int:
     config = bench_plan.environment_config(env)
     digest = code_sha256(engine=config.engine, same_pod_ab=True)
     print(f"{LOG_PREFIX} code sha256={digest}", flush=True)
-    try:
+    # every arm's records outlive the pod as the run goes, and the report when it ends
+    with copying(config.results_dir, config.results_uri, lambda line: print(line, flush=True)):
         return ab_command.run(args)
-    finally:  # the report and every arm's records outlive the pod
-        copy_when_asked(
-            config.results_dir, config.results_uri, lambda line: print(line, flush=True)
-        )
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:

@@ -98,6 +98,7 @@ class Rendered:
     results_source: str = ""  # what chose RESULTS_URI ("": nothing; results stay in the pod)
     # The orchestrator's environment (its container's literal `env`, then its script's).
     orchestrator_env: tuple[tuple[str, str], ...] = ()
+    preemption: str = ""  # what a preemption of the client's pod keeps of the results
 
 
 def render_with_plan(
@@ -119,14 +120,9 @@ def render_with_plan(
     compile_flags.apply_everywhere(bench, libtpu_words)
     same_pod_ab = knobs.ab_arms is not None
     container = client_container(bench)
-    environment = driver_environment(
-        launch,
-        knobs,
-        _orchestrator_argv(documents, launch),
-        "",
-        jobset_slice(trainer),
-        literal_env(client_container(trainer)).get(compile_flags.ENV_NAME, ""),
-    )
+    inherited = literal_env(client_container(trainer)).get(compile_flags.ENV_NAME, "")
+    orch_argv = _orchestrator_argv(documents, launch)
+    environment = driver_environment(launch, knobs, orch_argv, "", jobset_slice(trainer), inherited)
     environment[TRAINER_ENV_VARIABLE] = " ".join(
         dict.fromkeys([*literal_env(container), *launch.env])
     )
@@ -158,6 +154,9 @@ def render_with_plan(
         ab_lines,
         results_source,
         _orchestrator_environment(documents, launch),
+        results_location.preemption_line(
+            pod_spec(replicated_jobs(bench)[client_location(bench).job_index])
+        ),
     )
 
 
@@ -175,16 +174,15 @@ def _place_results(
     environment: dict[str, str], trainer: Mapping, launch: ClientCommand, bench: str
 ) -> str:
     """Set RESULTS_URI under the trainer's durable output folder unless a knob set it; what chose
-    it, for the summary ("" when nothing did: the results stay on the pod's disk)."""
-    if "RESULTS_URI" in environment:
-        return "the RESULTS_URI knob"
+    it, for the summary ("" when nothing did: the results stay on the pod's disk). UserError for
+    a knob's local path that no durable volume of the client container holds."""
     where = client_location(trainer)
     job = replicated_jobs(trainer)[where.job_index]
-    found = results_location.trainer_output(
-        trainer_command_words(launch),
-        containers(job)[where.container_index],
-        pod_spec(job).get("volumes") or [],
-    )
+    container, volumes = containers(job)[where.container_index], pod_spec(job).get("volumes") or []
+    if "RESULTS_URI" in environment:
+        results_location.check_durable(environment["RESULTS_URI"], container, volumes)
+        return "the RESULTS_URI knob"
+    found = results_location.trainer_output(trainer_command_words(launch), container, volumes)
     if found is None:
         return ""
     location, source = found
@@ -451,6 +449,8 @@ def run(args, check_pod: PodCheck | None = None) -> int:
             print(f"render: orchestrator variable: {fate.describe()}", file=sys.stderr)
     chosen = f" (RESULTS_URI from {result.results_source})" if result.results_source else ""
     print(f"render: results: {pod_plan.results_line()}{chosen}", file=sys.stderr)
+    if pod_plan.config.results_uri:
+        print(f"render: results: {result.preemption}", file=sys.stderr)
     print(f"render: moe: {pod_plan.replay}", file=sys.stderr)
     print(f"render: device memory: {pod_plan.device_memory()}", file=sys.stderr)
     for difference in pod_plan.differences:
