@@ -78,18 +78,20 @@ def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
         f" are schedule seed {args.schedule_seed}'s, and the pod's run draws its own",
         "same-pod A/B: scored as `ab` scores its arms (docs/commands.md, A/B runs); the exact"
         f" checks and the verdict go to {args.out}/ab.txt and ab.json, and the log",
-        *_keys_checked_in_pod(arm_plan),
+        *_keys_checked_in_pod(arm_plan, settings),
     ]
 
 
-def _keys_checked_in_pod(arm_plan: ArmPlan) -> list[str]:
+def _keys_checked_in_pod(arm_plan: ArmPlan, settings: list[str]) -> list[str]:
     """`same-pod A/B: arm NAME: MaxText keys ...: checked in the pod` for each setting on
-    MaxText's engine that sets MaxText keys (on the built-in engine the plan has judged them)."""
+    MaxText's engine that sets MaxText keys (on the built-in engine the plan has judged them),
+    in the order of `settings`."""
+    first = {arm.setting: arm for arm in arm_plan.arms if arm.occurrence == 0}
     lines = []
-    for arm in arm_plan.arms:
+    for arm in (first[setting] for setting in settings):
         engine = arm_plan.bench_configs[arm_plan.groups[arm.label]].engine
         line = maxtext_keys_checked_in_pod(arm, arm_plan.preset.engine_for(engine))
-        if arm.occurrence == 0 and engine == MAXTEXT and line is not None:
+        if engine == MAXTEXT and line is not None:
             lines.append(f"same-pod A/B: {line}")
     return lines
 
