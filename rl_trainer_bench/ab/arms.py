@@ -11,7 +11,8 @@ the trainer's MaxText keys: it goes into ENGINE_FLAGS as such and is applied aft
 own keys (config/engine_keys.py); an engine with no equivalent refuses it when the arm is planned.
 
 Parsing is strict because an arm that slips through is found only after a slice is scheduled: an
-engine key's value is one word (`maxtext.a=b;maxtext.c=d` is two knobs run together, not a value),
+engine key's value is one entry of ENGINE_FLAGS (`maxtext.a=b;maxtext.c=d` is two knobs run
+together, not a value),
 an engine key the config does not have and a MaxText key the bench holds are refused here, and a
 start-up-bound variable is refused wherever an arm sets it, inside its TRAINER_ARGV's leading
 `NAME=value` words too (the driver reads only MaxText keys there and would drop it silently).
@@ -27,7 +28,11 @@ import re
 from collections.abc import Mapping, Sequence
 
 from rl_trainer_bench.ab import order as run_orders
-from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, parse_trainer_command
+from rl_trainer_bench.config.engine_keys import (
+    ENGINE_KEYS,
+    parse_engine_flags,
+    parse_trainer_command,
+)
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS, STAGE_KNOBS
 from rl_trainer_bench.config.trainer_maxtext import (
     APPLICABLE,
@@ -65,9 +70,9 @@ _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.+]*")
 _DRIVER_KNOB = re.compile(r"[A-Z][A-Z0-9_]*")
 _ENGINE_KEY = re.compile(r"[a-z][a-z0-9_.]*")
 _MAXTEXT_KEY = re.compile(rf"{FLAG_PREFIX}\.([a-z_][a-z0-9_]*)")
-# What an engine key's value may not hold: it is one word of ENGINE_FLAGS, and `;`, `=` or a space
+# An engine key's value is one entry of ENGINE_FLAGS; a `;`, or an `=` before any quote or brace,
 # in it means another knob was written into it (`maxtext.a=b;maxtext.c=d`).
-_NOT_IN_ENGINE_VALUES = re.compile(r"[;=\s]")
+_RUN_TOGETHER = re.compile(r";|^[^'\"{]*=")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,11 +227,15 @@ def _did_you_mean(key: str, known: Sequence[str], before: str = " (", after: str
 
 
 def _check_value(key: str, value: str, where: str) -> None:
-    """An engine key's value is one word; an arm's TRAINER_ARGV sets no start-up-bound variable."""
-    if _ENGINE_KEY.fullmatch(key) and _NOT_IN_ENGINE_VALUES.search(value):
+    """An engine key's value is one entry of ENGINE_FLAGS; an arm's TRAINER_ARGV sets no
+    start-up-bound variable."""
+    if _ENGINE_KEY.fullmatch(key) and (
+        _RUN_TOGETHER.search(value) or list(parse_engine_flags(f"{key}={value}")) != [key]
+    ):
         raise UserError(
-            f"{where} has {key}={value!r}: an engine key's value is one word with no ';', '=' or"
-            " space; separate an arm's knobs with commas (NAME:KEY=V,KEY=V)"
+            f"{where} has {key}={value!r}: an engine key's value is one entry of ENGINE_FLAGS,"
+            " with no ';' and no '=' outside quotes or {...}; separate an arm's knobs with commas"
+            " (NAME:KEY=V,KEY=V)"
         )
     if key == "TRAINER_ARGV":
         variables = parse_trainer_command(value)[0]

@@ -92,9 +92,12 @@ def test_defined_arms_split_driver_knobs_and_engine_keys():
         ("a:SEED=1,SEED=2,off", "sets SEED twice"),
         ("a-b:SEED=1,off", "must start with a letter"),
         # two knobs run together into one value, whatever joins them
-        ("off,tuned:maxtext.a=b;maxtext.c=d", "one word with no ';', '=' or space; separate"),
-        ("off,tuned:ragged_buffer_factor=2 num_moe_token_chunks=2", "one word with no"),
-        ("off,tuned:maxtext.remat_policy=full=x", "one word with no"),
+        (
+            "off,tuned:maxtext.a=b;maxtext.c=d",
+            "one entry of ENGINE_FLAGS, with no ';' and no '=' outside",
+        ),
+        ("off,tuned:ragged_buffer_factor=2 num_moe_token_chunks=2", "one entry of ENGINE_FLAGS"),
+        ("off,tuned:maxtext.remat_policy=full=x", "one entry of ENGINE_FLAGS"),
         # keys checked against the engine's and the bench's own tables
         (
             "off,a:ragged_bufer_factor=2",
@@ -130,6 +133,10 @@ def test_well_formed_arms_keep_their_values_whole():
         "TRAINER_ARGV": "MAXTEXT_EXTRA_FLAGS=remat_policy=full python -m app.trainer --mesh_fsdp=2"
     }
     assert arms[1].engine_keys == {"maxtext.remat_policy": "minimal"}
+    kwargs = ab_arms.parse_arms(
+        "off,k:optimizer_chain_kwargs={'max_norm': 0.5}", run_orders.WRITTEN
+    )[1]
+    assert kwargs.engine_keys == {"optimizer_chain_kwargs": "{'max_norm': 0.5}"}
 
 
 def test_the_summary_says_which_maxtext_keys_only_the_pod_checks():

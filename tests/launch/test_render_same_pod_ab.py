@@ -86,7 +86,7 @@ def test_arms_run_together_are_refused_in_one_line_with_no_output(capsys, tmp_pa
     assert cli.main([*argv, "--ab-arms", "off,tuned:maxtext.a=b;maxtext.c=d"]) == 2
     err = capsys.readouterr().err
     assert not out.exists() and len(err.strip().splitlines()) == 1
-    assert "arm 'tuned' has maxtext.a='b;maxtext.c=d': an engine key's value is one word" in err
+    assert "arm 'tuned' has maxtext.a='b;maxtext.c=d': an engine key's value is one entry" in err
 
 
 def test_the_summary_says_which_arm_keys_only_the_pods_maxtext_checks():
