@@ -226,12 +226,18 @@ def _did_you_mean(key: str, known: Sequence[str], before: str = " (", after: str
     return f"{before}did you mean {close[0]}?{after}" if close else ""
 
 
+def _one_entry(key: str, value: str) -> bool:
+    """Whether `key=value` reads as exactly one entry of ENGINE_FLAGS, the one for `key`."""
+    try:
+        return list(parse_engine_flags(f"{key}={value}")) == [key]
+    except UserError:
+        return False
+
+
 def _check_value(key: str, value: str, where: str) -> None:
     """An engine key's value is one entry of ENGINE_FLAGS; an arm's TRAINER_ARGV sets no
     start-up-bound variable."""
-    if _ENGINE_KEY.fullmatch(key) and (
-        _RUN_TOGETHER.search(value) or list(parse_engine_flags(f"{key}={value}")) != [key]
-    ):
+    if _ENGINE_KEY.fullmatch(key) and (_RUN_TOGETHER.search(value) or not _one_entry(key, value)):
         raise UserError(
             f"{where} has {key}={value!r}: an engine key's value is one entry of ENGINE_FLAGS,"
             " with no ';' and no '=' outside quotes or {...}; separate an arm's knobs with commas"

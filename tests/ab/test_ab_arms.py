@@ -98,6 +98,8 @@ def test_defined_arms_split_driver_knobs_and_engine_keys():
         ),
         ("off,tuned:ragged_buffer_factor=2 num_moe_token_chunks=2", "one entry of ENGINE_FLAGS"),
         ("off,tuned:maxtext.remat_policy=full=x", "one entry of ENGINE_FLAGS"),
+        ("off,tuned:maxtext.remat_policy=full custom", "one entry of ENGINE_FLAGS"),
+        ("off,tuned:maxtext.a='b' maxtext.c=d", "one entry of ENGINE_FLAGS"),
         # keys checked against the engine's and the bench's own tables
         (
             "off,a:ragged_bufer_factor=2",
