@@ -12,12 +12,11 @@ own keys (config/engine_keys.py); an engine with no equivalent refuses it when t
 
 Parsing is strict because an arm that slips through is found only after a slice is scheduled: an
 engine key's value is one entry of ENGINE_FLAGS (`maxtext.a=b;maxtext.c=d` is two knobs run
-together, not a value),
-an engine key the config does not have and a MaxText key the bench holds are refused here, and a
-start-up-bound variable is refused wherever an arm sets it, inside its TRAINER_ARGV's leading
-`NAME=value` words too (the driver reads only MaxText keys there and would drop it silently).
-Whether MaxText itself takes a `maxtext.KEY` only the MaxText that runs can say:
-`maxtext_keys_checked_in_pod` names those keys for the render summary.
+together, not a value), an engine key the config does not have and a MaxText key the bench holds
+are refused here, and a start-up-bound variable is refused wherever an arm sets it, inside its
+TRAINER_ARGV's leading `NAME=value` words too (the driver reads only MaxText keys there and would
+drop it silently). Whether MaxText itself takes a `maxtext.KEY` only the MaxText that runs can
+say: `maxtext_keys_checked_in_pod` names those keys for the render summary.
 """
 
 from __future__ import annotations
