@@ -72,8 +72,10 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
     RenderKnob("ENGINE"),
     RenderKnob(
         "LIBTPU_FLAGS",
-        "--flag=value words for every container that compiles: merged into the client's"
-        " LIBTPU_INIT_ARGS and the Pathways proxy's and workers' arguments (given ones win)",
+        "--flag=value words for every container that compiles, set in every place each reads"
+        " them: the client's LIBTPU_INIT_ARGS, the Pathways proxy's and workers' arguments, and"
+        " the LIBTPU_INIT_ARGS in any of their env (given ones win); a value that starts with"
+        " '--' may follow the flag as its own word",
     ),
     RenderKnob(
         "TRAINER_ARGV",
