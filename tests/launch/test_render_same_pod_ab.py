@@ -112,7 +112,7 @@ def test_the_summary_says_which_arm_keys_only_the_pods_maxtext_checks():
         RenderKnobs.from_strings({**knobs, "engine": "maxtext"}),
         plan_lines,
     )
-    assert rendered.ab_lines[2:] == (
+    assert rendered.ab_lines[-2:] == (
         "same-pod A/B: arm tuned: MaxText keys not_a_key=1 (in none of the bench's tables):"
         " checked in the pod, by the trainer's image's MaxText before the runtime starts (a key it"
         " refuses stops the pod there, in one line)",
