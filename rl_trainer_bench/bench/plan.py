@@ -19,7 +19,13 @@ from rl_trainer_bench.bench.runtime import Runtime, runtime_for
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
 from rl_trainer_bench.config import trainer_env, value_sources
 from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, engine_config_from
-from rl_trainer_bench.config.knobs import BenchConfig, StageConfig, driver_knobs
+from rl_trainer_bench.config.knobs import (
+    LAUNCHER_SOURCE,
+    PRESET_SOURCE,
+    BenchConfig,
+    StageConfig,
+    driver_knobs,
+)
 from rl_trainer_bench.config.presets import TrainerDifference
 from rl_trainer_bench.config.trainer_env import (
     ENGINE_EQUIVALENTS,
@@ -145,10 +151,36 @@ class Plan:
         preset = self.config.preset
         source = f"value from preset {preset.name}"
         rows = [(source, self._preset_value(v)) for v in self.preset_values if v.source == PRESET]
-        if self.config.micro_steps == preset.micro_steps:
-            rows.append((source, f"micro_steps={preset.micro_steps} (unless MICRO_STEPS set it)"))
+        rows += self.micro_steps_rows()
         defaults = [v.describe() for v in self.preset_values if v.source == ENGINE_DEFAULT]
         return [*rows, ("values from the engine's defaults", " ".join(defaults) or "-")]
+
+    def micro_steps_rows(self) -> list[tuple[str, str]]:
+        """Where micro_steps comes from: the launcher (how), the preset (why the launcher did not
+        give it), or MICRO_STEPS, marked where it differs from the launcher's count."""
+        config, shape = self.config, self.config.step_shape
+        count = config.micro_steps
+        preset = config.preset
+        if config.micro_steps_source == LAUNCHER_SOURCE and shape is not None:
+            instead = (
+                ""
+                if count == preset.micro_steps
+                else f"; preset {preset.name} has {preset.micro_steps}"
+            )
+            return [
+                ("value from the launcher", f"micro_steps={count} ({shape.describe()}{instead})")
+            ]
+        if config.micro_steps_source == PRESET_SOURCE:
+            why = shape.describe() if shape is not None else "the launcher's flags were not read"
+            return [(f"value from preset {preset.name}", f"micro_steps={count} ({why})")]
+        if shape is not None and shape.micro_steps is not None and shape.micro_steps != count:
+            return [
+                (
+                    "micro-steps differ from the trainer",
+                    f"MICRO_STEPS={count}, where {shape.describe()}",
+                )
+            ]
+        return []
 
     def _preset_value(self, value: ValueSource) -> str:
         """A preset's value and its reason; where the built-in engine runs it under another
