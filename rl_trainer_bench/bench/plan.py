@@ -52,6 +52,7 @@ from rl_trainer_bench.engine.config import (
     value_at,
 )
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
+from rl_trainer_bench.engine.tunix_grpo import MAXTEXT as MAXTEXT_OWN_DRIVER
 from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.units import human_bytes
 
@@ -235,7 +236,9 @@ class Plan:
     def fates_of(self, variables: Mapping[str, str]) -> list[EnvFate]:
         """The fates of another process's variables (the orchestrator's) against this engine."""
         names = " ".join(variables)
-        return _environment_fates({**variables, TRAINER_ENV_VARIABLE: names}, self.engine)
+        return _environment_fates(
+            {**variables, TRAINER_ENV_VARIABLE: names}, self.config, self.engine
+        )
 
     def environment_listed(self) -> list[EnvFate]:
         """The trainer's variables that may change its program, one line each: those the bench
@@ -332,18 +335,21 @@ def resolve(
         engine_facts=engine_plan.engine_facts(config, engine, in_pod_image=not rendering),
         runtime=runtime,
         preset_values=tuple(preset_values),
-        environment=None if env is None else tuple(_environment_fates(env, engine)),
+        environment=None if env is None else tuple(_environment_fates(env, config, engine)),
     )
 
 
-def _environment_fates(env: Mapping[str, str], engine: EngineConfig) -> list[EnvFate]:
+def _environment_fates(
+    env: Mapping[str, str], config: BenchConfig, engine: EngineConfig
+) -> list[EnvFate]:
     """The trainer's variables' fates, a variable the engine has as a key compared with the value
-    the engine runs."""
+    the engine runs, one Tunix reads judged by whether Tunix's loss may run in the pod."""
     engine_values = {
         key: value_sources.shown(value_at(engine, ENGINE_KEYS[key].target))
         for key in ENGINE_EQUIVALENTS.values()
     }
-    return trainer_env.environment_fates(env, engine_values)
+    tunix_loss = config.engine == MAXTEXT and config.maxtext_driver != MAXTEXT_OWN_DRIVER
+    return trainer_env.environment_fates(env, engine_values, tunix_loss)
 
 
 def refuse_engine_config_problems(engine: EngineConfig, preset_name: str) -> None:

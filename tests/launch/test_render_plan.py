@@ -32,7 +32,7 @@ from rl_trainer_bench.bench import entry
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.knobs import RenderKnobs
 from rl_trainer_bench.launch.pod_script import SCRIPT_NAME
-from rl_trainer_bench.launch.render import render
+from rl_trainer_bench.launch.render import render, render_with_plan
 
 UNKNOWN_MODEL = REPO / "tests" / "testdata" / "launch_dryrun_unknown_model.yaml"
 
@@ -80,6 +80,21 @@ def test_the_397b_launch_renders_a_pod_that_plans_the_397b_cell_on_its_slice(tmp
         " with 2 token chunks, in the built-in engine's buffer: no evidence for that outcome)"
     ) in lines
     assert lines[-1] == "plan: ok: every knob is valid; nothing ran on a device"
+
+
+def test_a_maxtext_trainers_sharded_head_and_chunked_pass_are_checked_in_the_pod():
+    """The trainer chunks its log-probs and names Tunix's sharded head: the pod's Tunix decides
+    both, so the plan says what the pod checks, not a fate it cannot know."""
+    text = tpu7x_trainer_launch().replace(
+        " python -m tunix", " TUNIX_LOGPS_SHARDED_HEAD=local python -m tunix", 1
+    )
+    plan = render_with_plan(text, "tpu7x", RenderKnobs()).plan
+    listed = {f.name: f.fate for f in plan.environment_listed()}
+    assert listed["TUNIX_LOGPS_SHARDED_HEAD"] == "checked in the pod"
+    facts = dict(plan.engine_facts)
+    assert facts["chunked log-prob pass"].startswith(
+        "checked in the pod: chunk 512 through Tunix's own chunked pass"
+    )
 
 
 def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path):
