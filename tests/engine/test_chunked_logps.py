@@ -78,7 +78,12 @@ def _trained(engine_type, config, payloads):
     return engine, engine.get_metrics()["loss"], engine.engine.parameters()
 
 
-def test_the_engine_trains_as_with_full_logits_and_says_which_pass_ran():
+def test_the_engine_trains_as_with_full_logits_and_says_which_pass_ran(monkeypatch):
+    heads = []  # the chunks MaxText's output head was traced on
+    head = maxtext_head.output_head
+    monkeypatch.setattr(
+        maxtext_head, "output_head", lambda t, hidden: heads.append(hidden.shape) or head(t, hidden)
+    )
     config = dataclasses.replace(
         QWEN35,
         model=dataclasses.replace(QWEN35.model, vocab_size=128),
@@ -87,6 +92,8 @@ def test_the_engine_trains_as_with_full_logits_and_says_which_pass_ran():
     payloads = example_payloads_for(config, 2, prefix="chunk")
     chunked, loss, params = _trained(StandInTunixMaxTextEngine, config, payloads)
     assert chunked.info()["chunked_logps"].startswith("applied, chunk 16, via MaxText's decoder:")
+    assert heads and all(shape[1] == 16 for shape in heads)  # the head ran on 16-token chunks
+    heads.clear()
     # the same cell where MaxText's model call runs multi-token prediction: no decoder-only split
     full_config = dataclasses.replace(config, trainer_maxtext_keys=(("mtp_num_layers", "1"),))
     full, full_loss, full_params = _trained(StandInTunixMaxTextEngine, full_config, payloads)
@@ -96,6 +103,7 @@ def test_the_engine_trains_as_with_full_logits_and_says_which_pass_ran():
         " would leave out; the full [B, T, V] logits are computed, more device memory than the"
         " trainer's pass"
     )
+    assert heads == []  # the model's own call: its full logits
     np.testing.assert_allclose(loss, full_loss, rtol=1e-5)
     for name in params:
         np.testing.assert_allclose(params[name], full_params[name], rtol=1e-5, atol=1e-7)
