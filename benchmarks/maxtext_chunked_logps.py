@@ -70,7 +70,8 @@ def main() -> int:
     )
     split = maxtext_head.head_split(engine.model, wrapped)
     print(
-        f"maxtext {api.version}: model {type(engine.model).__name__}; split: {split.kind}: {split.why}"
+        f"maxtext {api.version}: model {type(engine.model).__name__};"
+        f" split: {split.kind}: {split.why}"
     )
     routed = tunix_grpo.to_train_example(example_payloads_for(config, 1)[0], tunix)
     example = jax.tree.map(jnp.asarray, routed.train_example)

@@ -4,7 +4,8 @@ A Tunix trainer with `--trainer_backend=maxtext` drives MaxText's `MaxTextTraini
 Tunix's `TrainerWorker` (`tunix/experimental/worker/trainer_worker.py`) with Tunix's
 `algo_core.grpo_loss_fn`, set as the public distributed GRPO example sets it: `with_loss_fn(loss,
 has_aux=True)` and an input hook returning `train_example`, `algo_config`, `pad_id`, `eos_id`.
-This module holds what the MaxText adapter needs to do the same, and nothing MaxText-specific:
+This module holds what the MaxText adapter needs to do the same (how MaxText's model splits into
+hidden states and an output head is `maxtext_head`'s):
 
 - **Driver choice** (`MAXTEXT_DRIVERS`, `choose`): `tunix` when the worker and the loss import,
   `maxtext` (the adapter's own calls and MaxText's router-replay loss) otherwise, or as asked.
@@ -114,7 +115,10 @@ def sharded_head(chunked: ChunkedPass) -> str:
     if not readers:
         return f"this Tunix does not read {SHARDED_HEAD_VARIABLE}: its chunked pass has one head"
     if not chunked.chunk_size:
-        return f"this Tunix reads {SHARDED_HEAD_VARIABLE} ({', '.join(readers)}), but only in the chunked pass, which does not run"
+        return (
+            f"this Tunix reads {SHARDED_HEAD_VARIABLE} ({', '.join(readers)}), but only in the"
+            " chunked pass, which does not run"
+        )
     return (
         f"this Tunix reads {SHARDED_HEAD_VARIABLE} ({', '.join(readers)}) in the chunked pass that"
         " runs: the head the pod's environment names (the trainer's value) runs"

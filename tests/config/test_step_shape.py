@@ -1,4 +1,4 @@
-"""The step's micro-steps from the launcher's orchestrator and trainer flags (config/step_shape.py)."""
+"""The step's micro-steps from the launcher's orchestrator and trainer flags (step_shape.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tunix's chunked log-prob pass on MaxText's model (engine/maxtext_head.py, tunix_grpo.ReplayingCall):
+"""Tunix's chunked log-prob pass on MaxText's model (engine/maxtext_head.py, ReplayingCall):
 the split into hidden states and an output head gives the full-logits log-probs and gradients,
 and the engine says which pass ran."""
 
