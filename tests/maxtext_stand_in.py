@@ -28,16 +28,21 @@ The model is tiny but real (an embedding, one MoE or dense block per layer with 
 an output head), so gradients, shardings and digests are real arrays.
 
 Like maxtext 0.2.5, the engine splits a dict of loss inputs into traced arrays and closed-over
-constants, hands the loss a model (here `StandInModel`, marked when `wrap_with_tunix_adapter`
-wrapped it) and takes a Tunix `LossOutput` as a loss's return. Tunix's side, as far as the adapter
+constants, hands the loss a model (here `StandInModel`, with maxtext 0.2.5's Transformer surface:
+its call, `decoder` returning hidden states beside the logits, `token_embedder`,
+`logits_from_hidden_states_for_vocab_tiling`; in `StandInTunixAdapter` when
+`wrap_with_tunix_adapter` wrapped it; `NativeHeadModel` for a MaxText whose call takes
+`skip_lm_head`) and takes a Tunix `LossOutput` as a loss's return. Tunix's side, as far as the adapter
 drives it: `TrainerWorker` delegating to its trainer (`get_metrics()` without `clear_cache`), the
 packed `TrainExample` (`num_segments` static), `GRPOConfig`, and a GRPO loss with Tunix's
-token-aligned log-probs and token-mean denominator (`STAND_IN_TUNIX_API`).
+token-aligned log-probs, its chunked log-prob pass (`skip_lm_head`, then `compute_final_logits`
+on chunks under remat) and token-mean denominator (`STAND_IN_TUNIX_API`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from collections.abc import Callable
 from typing import Any
@@ -49,7 +54,7 @@ import optax
 
 from rl_trainer_bench.engine import maxtext_aot
 from rl_trainer_bench.engine.maxtext_adapter import MaxTextApi, MaxTextEngine
-from rl_trainer_bench.engine.tunix_grpo import TunixApi
+from rl_trainer_bench.engine.tunix_grpo import ReplayingCall, TunixApi
 
 KERNEL_NAMES = ("fwd_bwd", "fwd_bwd_accum", "update")
 EMPTY_METRICS_BUFFER_ID = -1
@@ -130,6 +135,8 @@ _DEFAULT_KEYS: dict[str, Any] = {
     "partial_rotary_factor": 1.0,
     "use_mrope": False,
     "mrope_section": [24, 20, 20],
+    "mtp_num_layers": 0,
+    "use_multimodal": False,
 }
 # The shipped model configs the stand-in knows, with the keys maxtext 0.2.5's files set.
 MODEL_CONFIGS: dict[str, dict[str, Any]] = {
@@ -271,13 +278,131 @@ class LossOutput:
 
 
 @dataclasses.dataclass(frozen=True)
-class StandInModel:
-    """What the engine hands a loss: the tiny model's weights, its config, and whether MaxText
-    wrapped it in TunixMaxTextAdapter (`wrap_with_tunix_adapter`)."""
+class StandInDecoder:
+    """MaxText's NNXDecoder surface: its call returns (logits, hidden states, kv caches); its
+    `apply_output_head` projects hidden states to logits."""
 
     params: dict[str, jax.Array]
     config: Any
-    tunix_adapter: bool = False
+
+    def __call__(
+        self,
+        shared_embedding,
+        decoder_input_tokens,
+        decoder_positions,
+        decoder_segment_ids=None,
+        deterministic=False,
+        model_mode="train",
+        forced_routed_experts=None,
+    ):
+        hidden = _hidden(
+            self.params,
+            self.config,
+            decoder_input_tokens,
+            decoder_segment_ids,
+            forced_routed_experts,
+        )
+        logits = self.apply_output_head(shared_embedding, hidden, deterministic, model_mode)
+        return logits, hidden, None
+
+    def apply_output_head(self, shared_embedding, y, deterministic, model_mode):
+        del shared_embedding, deterministic, model_mode  # the stand-in's head is untied
+        return y @ self.params["head"]
+
+
+@dataclasses.dataclass(frozen=True)
+class StandInModel:
+    """What the engine hands a loss: maxtext 0.2.5's Transformer surface over the tiny model's
+    weights (its call, `decoder`, `token_embedder`, `logits_from_hidden_states_for_vocab_tiling`)."""
+
+    params: dict[str, jax.Array]
+    config: Any
+
+    @property
+    def decoder(self) -> StandInDecoder:
+        return StandInDecoder(self.params, self.config)
+
+    @property
+    def token_embedder(self) -> jax.Array:
+        return self.params["embed"]
+
+    def logits_from_hidden_states_for_vocab_tiling(self, hidden_states, deterministic, model_mode):
+        return self.decoder.apply_output_head(
+            self.token_embedder, hidden_states, deterministic, model_mode
+        )
+
+    def __call__(
+        self,
+        decoder_input_tokens,
+        decoder_positions,
+        decoder_segment_ids=None,
+        forced_routed_experts=None,
+    ):
+        return self.decoder(
+            self.token_embedder,
+            decoder_input_tokens,
+            decoder_positions,
+            decoder_segment_ids,
+            forced_routed_experts=forced_routed_experts,
+        )[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class StandInTunixAdapter:
+    """maxtext 0.2.5's TunixMaxTextAdapter over the model (`wrap_with_tunix_adapter`)."""
+
+    base: StandInModel
+
+    @property
+    def params(self) -> dict[str, jax.Array]:
+        return self.base.params
+
+    def __call__(
+        self,
+        input_tokens,
+        positions,
+        cache,
+        attention_mask,
+        decoder_segment_ids=None,
+        output_hidden_states=False,
+        forced_routed_experts=None,
+        segment_ids=None,
+    ):
+        del cache, attention_mask, output_hidden_states
+        segments = decoder_segment_ids if segment_ids is None else segment_ids
+        logits = self.base(
+            decoder_input_tokens=input_tokens,
+            decoder_positions=positions,
+            decoder_segment_ids=segments,
+            forced_routed_experts=forced_routed_experts,
+        )
+        return logits, None
+
+
+@dataclasses.dataclass(frozen=True)
+class NativeHeadModel(StandInModel):
+    """A Transformer whose own call takes `skip_lm_head` and which has `compute_final_logits`
+    (a MaxText that added them)."""
+
+    def __call__(
+        self,
+        decoder_input_tokens,
+        decoder_positions,
+        decoder_segment_ids=None,
+        forced_routed_experts=None,
+        skip_lm_head=False,
+    ):
+        logits, hidden, _ = self.decoder(
+            self.token_embedder,
+            decoder_input_tokens,
+            decoder_positions,
+            decoder_segment_ids,
+            forced_routed_experts=forced_routed_experts,
+        )
+        return hidden if skip_lm_head else logits
+
+    def compute_final_logits(self, hidden):
+        return self.logits_from_hidden_states_for_vocab_tiling(hidden, False, "train")
 
 
 @dataclasses.dataclass
@@ -342,6 +467,11 @@ def router_replay_gen_model_input_fn(payload: RLTrainerPayload) -> dict[str, Any
 
 
 def _forward(params, config, inputs, inputs_segmentation, forced_routed_experts):
+    hidden = _hidden(params, config, inputs, inputs_segmentation, forced_routed_experts)
+    return hidden @ params["head"]
+
+
+def _hidden(params, config, inputs, inputs_segmentation, forced_routed_experts):
     if forced_routed_experts is not None and config.decoder_block not in FORCED_ROUTING_DECODERS:
         raise NotImplementedError(
             "Forced routing (router replay) is only supported for decoder_block in"
@@ -360,7 +490,7 @@ def _forward(params, config, inputs, inputs_segmentation, forced_routed_experts)
         else:
             update = hidden @ params["mlp"][layer]
         hidden = hidden + jnp.tanh(update)
-    return hidden @ params["head"]
+    return hidden
 
 
 def make_router_replay_loss_fn(config: HyperParameters, dropout_rng: jax.Array | None = None):
@@ -429,6 +559,8 @@ def _init_params(config: HyperParameters) -> dict[str, jax.Array]:
 class MaxTextTrainingEngine:
     """maxtext 0.2.5's MaxTextTrainingEngine surface over the tiny model above."""
 
+    model_type: type = StandInModel  # the Transformer class MaxText builds
+
     def __init__(
         self,
         training_config: HyperParameters,
@@ -486,6 +618,15 @@ class MaxTextTrainingEngine:
     def train_step(self) -> int:
         return self._train_step
 
+    @property
+    def model(self) -> Any:
+        """The model the loss is handed (MaxText's public `model`), at the current weights."""
+        return self._model_of(self._params)
+
+    def _model_of(self, params) -> Any:
+        model = self.model_type(params, self._config)
+        return StandInTunixAdapter(model) if self._tunix_adapter else model
+
     def with_loss_fn(self, customized_fn, has_aux: bool = False) -> MaxTextTrainingEngine:
         self._loss_fn, self._has_aux = customized_fn, has_aux
         return self
@@ -498,7 +639,7 @@ class MaxTextTrainingEngine:
 
     def _fwd_bwd_kernel(self, params, rest, batch, acc_grads=None, acc_denom=None):
         def loss_of(p):
-            model = StandInModel(p, self._config, self._tunix_adapter)
+            model = self._model_of(p)
             out = self._loss_fn(model, **batch, **self._static)
             metric, aux = _normalize_loss_output(out, self._has_aux)
             return metric.unreduced_sum, (metric, aux)  # MaxText differentiates the sum, as here
@@ -543,7 +684,7 @@ class MaxTextTrainingEngine:
             return self._update_kernel(params, opt_state, grads, denominator)
 
         def kernel(params, rest, batch):  # the eval program, named as MaxText's is
-            model = StandInModel(params, self._config, self._tunix_adapter)
+            model = self._model_of(params)
             return _normalize_loss_output(self._loss_fn(model, **batch, **self._static), True)
 
         shardings = self._batch_shardings(batch)
@@ -886,22 +1027,16 @@ def grpo_loss_fn(model, train_example, algo_config, pad_id, eos_id, **kwargs):
     """Tunix's packed GRPO loss: token-aligned log-probs (logp[t] scores token t, 0 first), the
     clipped surrogate, token-mean over the completion mask (the only mode the bench asks for)."""
     del pad_id, eos_id  # read on unpacked rows only
-    if kwargs.get("compute_logps_chunk_size", 0) and not hasattr(model, "compute_final_logits"):
-        raise ValueError("Model __call__ must accept skip_lm_head.")
     if algo_config.loss_agg_mode != "token-mean" or train_example.num_segments is None:
         raise NotImplementedError("the stand-in aggregates packed rows by token-mean only")
     example = train_example
-    logits, _ = model(
+    logps = per_token_logps(
+        model,
         example.completion_ids,
-        positions=example.segment_positions,
-        cache=None,
-        attention_mask=None,
-        segment_ids=example.segment_ids,
+        example.segment_positions,
+        example.segment_ids,
+        kwargs.get("compute_logps_chunk_size", 0),
     )
-    picked = jnp.take_along_axis(
-        jax.nn.log_softmax(logits[:, :-1]), example.completion_ids[:, 1:, None], -1
-    )[..., 0]
-    logps = jnp.pad(picked, ((0, 0), (1, 0)))
     ratio = jnp.exp(jnp.clip(logps - example.old_per_token_logps, -20.0, 20.0))
     high = getattr(algo_config, "epsilon_high", algo_config.epsilon)
     clipped = jnp.clip(ratio, 1 - algo_config.epsilon, 1 + high)
@@ -914,16 +1049,49 @@ def grpo_loss_fn(model, train_example, algo_config, pad_id, eos_id, **kwargs):
     )
 
 
-def replaying(model: StandInModel, routes, wrapped: bool):
-    """The adapter's route-replaying Tunix call over the stand-in's model."""
-    if model.tunix_adapter != wrapped:  # MaxText's adapter and its Transformer take other names
-        raise TypeError(f"wrapped={wrapped} for a model with tunix_adapter={model.tunix_adapter}")
+def per_token_logps(model, ids, positions, segment_ids, chunk_size: int) -> jax.Array:
+    """Tunix's packed per-token log-probs (`rl/common.py compute_per_token_logps`): token-aligned,
+    0 first; with `chunk_size` > 0 its chunked pass: the model called with `skip_lm_head=True`
+    (refused, as Tunix refuses it, where the call takes none or `compute_final_logits` is
+    missing), then the head on `chunk_size` tokens at a time, each chunk rematerialized."""
+    call = {"positions": positions, "cache": None, "attention_mask": None}
+    if not chunk_size:
+        logits, _ = model(ids, **call, segment_ids=segment_ids)
+        picked = jnp.take_along_axis(jax.nn.log_softmax(logits[:, :-1]), ids[:, 1:, None], -1)
+        return jnp.pad(picked[..., 0], ((0, 0), (1, 0)))
+    if "skip_lm_head" not in inspect.signature(model.__call__).parameters:
+        raise ValueError("Model __call__ must accept skip_lm_head.")
+    if not callable(getattr(model, "compute_final_logits", None)):
+        raise ValueError("Model must contain a function called compute_final_logits.")
+    hidden, _ = model(ids, **call, segment_ids=segment_ids, skip_lm_head=True)
+    hidden, targets = hidden[:, :-1], ids[:, 1:]
+    rows, length, width = hidden.shape
+    pad = -length % chunk_size
+    hidden = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+    targets = jnp.pad(targets, ((0, 0), (0, pad)))
+    chunks = (length + pad) // chunk_size
 
-    def call(input_tokens, positions, cache, attention_mask, segment_ids=None):
-        del positions, cache, attention_mask
-        return _forward(model.params, model.config, input_tokens, segment_ids, routes), None
+    @jax.checkpoint
+    def step(carry, xs):
+        h, t = xs
+        logits = model.compute_final_logits(h).astype(jnp.float32)
+        return carry, jnp.take_along_axis(jax.nn.log_softmax(logits), t[..., None], -1)[..., 0]
 
-    return call
+    xs = (
+        jnp.swapaxes(hidden.reshape(rows, chunks, chunk_size, width), 0, 1),
+        jnp.swapaxes(targets.reshape(rows, chunks, chunk_size), 0, 1),
+    )
+    _, picked = jax.lax.scan(step, None, xs)
+    picked = jnp.swapaxes(picked, 0, 1).reshape(rows, length + pad)[:, :length]
+    return jnp.pad(picked, ((0, 0), (1, 0)))
+
+
+def replaying(model, routes, wrapped: bool, split: str):
+    """The adapter's own route-replaying Tunix call (`tunix_grpo.ReplayingCall`, the plain class
+    under its nnx module) over the stand-in's model."""
+    if isinstance(model, StandInTunixAdapter) != wrapped:  # the adapter and Transformer differ
+        raise TypeError(f"wrapped={wrapped} for a {type(model).__name__}")
+    return ReplayingCall(model, routes, wrapped, split)
 
 
 STAND_IN_TUNIX_API = TunixApi(
@@ -967,6 +1135,20 @@ class StandInTunixMaxTextEngine(StandInMaxTextEngine):
     """The adapter over the stand-ins of MaxText and Tunix: Tunix's driver where asked or auto."""
 
     load_tunix = staticmethod(lambda: STAND_IN_TUNIX_API)
+
+
+class NativeHeadTrainingEngine(MaxTextTrainingEngine):
+    """The engine of a MaxText whose Transformer takes `skip_lm_head` itself."""
+
+    model_type = NativeHeadModel
+
+
+class NativeHeadTunixMaxTextEngine(StandInTunixMaxTextEngine):
+    """The adapter over that MaxText, driven by Tunix."""
+
+    load_api = staticmethod(
+        lambda: dataclasses.replace(STAND_IN_API, engine_type=NativeHeadTrainingEngine)
+    )
 
 
 # The adapter's AOT functions over the stand-in: `aot` finds them in the engine class's module.

@@ -97,7 +97,9 @@ def engine_facts(config: BenchConfig, engine: EngineConfig, in_pod_image: bool) 
         return (
             *rows,
             *_maxtext_rows(config, engine, in_pod_image),
-            *maxtext_loss_rows(config.maxtext_driver, in_pod_image),
+            *maxtext_loss_rows(
+                config.maxtext_driver, in_pod_image, engine.loss.compute_logps_chunk_size
+            ),
         )
     rows.append(("loss", BUILT_IN_LOSS if config.engine == BUILT_IN else "the engine's own"))
     evidence = maxtext_evidence(config.trainer_argv)
@@ -124,12 +126,19 @@ def _maxtext_rows(config: BenchConfig, engine: EngineConfig, in_pod_image: bool)
     return (("maxtext", f"maxtext {builder.version}, installed here"), ("maxtext config", checked))
 
 
-def maxtext_loss_rows(driver: str, in_pod_image: bool) -> Facts:
-    """Which loss runs through which calls on MaxText's engine, and why (MAXTEXT_DRIVER). Where
-    the plan cannot look into the trainer's image it says what is expected there."""
+def maxtext_loss_rows(driver: str, in_pod_image: bool, chunk_size: int) -> Facts:
+    """Which loss runs through which calls on MaxText's engine, and why (MAXTEXT_DRIVER), and its
+    log-prob pass for `compute_logps_chunk_size=chunk_size`. Where the plan cannot look into the
+    trainer's image it says what is expected there."""
     if driver == tunix_grpo.MAXTEXT:
         return (("loss", f"{MAXTEXT_LOSS} (MAXTEXT_DRIVER=maxtext)"),)
-    tunix_rows = (("loss", TUNIX_LOSS), ("chunked log-prob pass", tunix_grpo.CHUNKED_PASS))
+    tunix_rows = (
+        ("loss", TUNIX_LOSS),
+        (
+            "chunked log-prob pass",
+            tunix_grpo.planned_chunked_pass(chunk_size),
+        ),
+    )
     if not in_pod_image:  # a rendered pod: the image is checked there, before the runtime starts
         return (
             (

@@ -19,7 +19,13 @@ from rl_trainer_bench.bench.runtime import Runtime, runtime_for
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
 from rl_trainer_bench.config import trainer_env, value_sources
 from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, engine_config_from
-from rl_trainer_bench.config.knobs import BenchConfig, StageConfig, driver_knobs
+from rl_trainer_bench.config.knobs import (
+    LAUNCHER_SOURCE,
+    PRESET_SOURCE,
+    BenchConfig,
+    StageConfig,
+    driver_knobs,
+)
 from rl_trainer_bench.config.presets import TrainerDifference
 from rl_trainer_bench.config.trainer_env import (
     ENGINE_EQUIVALENTS,
@@ -47,6 +53,7 @@ from rl_trainer_bench.engine.config import (
     value_at,
 )
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
+from rl_trainer_bench.engine.tunix_grpo import MAXTEXT as MAXTEXT_OWN_DRIVER
 from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.units import human_bytes
 
@@ -155,8 +162,7 @@ class Plan:
         if self.config.engine == MAXTEXT:
             values, maxtext_rows = self._maxtext_value_rows()
         rows = [(source, self._preset_value(v)) for v in values if v.source == PRESET]
-        if self.config.micro_steps == preset.micro_steps:
-            rows.append((source, f"micro_steps={preset.micro_steps} (unless MICRO_STEPS set it)"))
+        rows += self.micro_steps_rows()
         defaults = [v.describe() for v in values if v.source == ENGINE_DEFAULT]
         return [
             *maxtext_rows,
@@ -191,6 +197,33 @@ class Plan:
         if not_taken:
             rows.append(("not passed to MaxText's engine, so unused", "; ".join(not_taken)))
         return passed, rows
+
+    def micro_steps_rows(self) -> list[tuple[str, str]]:
+        """Where micro_steps comes from: the launcher (how), the preset (why the launcher did not
+        give it), or MICRO_STEPS, marked where it differs from the launcher's count."""
+        config, shape = self.config, self.config.step_shape
+        count = config.micro_steps
+        preset = config.preset
+        if config.micro_steps_source == LAUNCHER_SOURCE and shape is not None:
+            instead = (
+                ""
+                if count == preset.micro_steps
+                else f"; preset {preset.name} has {preset.micro_steps}"
+            )
+            return [
+                ("value from the launcher", f"micro_steps={count} ({shape.describe()}{instead})")
+            ]
+        if config.micro_steps_source == PRESET_SOURCE:
+            why = shape.describe() if shape is not None else "the launcher's flags were not read"
+            return [(f"value from preset {preset.name}", f"micro_steps={count} ({why})")]
+        if shape is not None and shape.micro_steps is not None and shape.micro_steps != count:
+            return [
+                (
+                    "micro-steps differ from the trainer",
+                    f"MICRO_STEPS={count}, where {shape.describe()}",
+                )
+            ]
+        return []
 
     def _preset_value(self, value: ValueSource) -> str:
         """A preset's value and its reason; where the built-in engine runs it under another
@@ -254,7 +287,9 @@ class Plan:
     def fates_of(self, variables: Mapping[str, str]) -> list[EnvFate]:
         """The fates of another process's variables (the orchestrator's) against this engine."""
         names = " ".join(variables)
-        return _environment_fates({**variables, TRAINER_ENV_VARIABLE: names}, self.engine)
+        return _environment_fates(
+            {**variables, TRAINER_ENV_VARIABLE: names}, self.config, self.engine
+        )
 
     def environment_listed(self) -> list[EnvFate]:
         """The trainer's variables that may change its program, one line each: those the bench
@@ -364,18 +399,21 @@ def resolve(
         engine_facts=engine_plan.engine_facts(config, engine, in_pod_image=not rendering),
         runtime=runtime,
         preset_values=tuple(preset_values),
-        environment=None if env is None else tuple(_environment_fates(env, engine)),
+        environment=None if env is None else tuple(_environment_fates(env, config, engine)),
     )
 
 
-def _environment_fates(env: Mapping[str, str], engine: EngineConfig) -> list[EnvFate]:
+def _environment_fates(
+    env: Mapping[str, str], config: BenchConfig, engine: EngineConfig
+) -> list[EnvFate]:
     """The trainer's variables' fates, a variable the engine has as a key compared with the value
-    the engine runs."""
+    the engine runs, one Tunix reads judged by whether Tunix's loss may run in the pod."""
     engine_values = {
         key: value_sources.shown(value_at(engine, ENGINE_KEYS[key].target))
         for key in ENGINE_EQUIVALENTS.values()
     }
-    return trainer_env.environment_fates(env, engine_values)
+    tunix_loss = config.engine == MAXTEXT and config.maxtext_driver != MAXTEXT_OWN_DRIVER
+    return trainer_env.environment_fates(env, engine_values, tunix_loss)
 
 
 def refuse_engine_config_problems(engine: EngineConfig, preset_name: str) -> None:

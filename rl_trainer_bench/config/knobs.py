@@ -33,6 +33,7 @@ from rl_trainer_bench.config.engine_choice import (
 )
 from rl_trainer_bench.config.engine_keys import parse_engine_flags, parse_trainer_argv
 from rl_trainer_bench.config.presets import PRESETS, Preset, preset, preset_for_model
+from rl_trainer_bench.config.step_shape import LENGTH_FLAGS, StepShape, launcher_step_shape
 from rl_trainer_bench.engine.config import GPU_PLATFORMS
 from rl_trainer_bench.engine.factory import BUILT_IN, ENGINE_NAMES
 from rl_trainer_bench.engine.tunix_grpo import AUTO, MAXTEXT, MAXTEXT_DRIVERS, TUNIX
@@ -40,6 +41,10 @@ from rl_trainer_bench.errors import ConfigError
 
 _ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
 DEFAULT_PRESET = "cpu-tiny"
+# Where a run's micro_steps came from (`BenchConfig.micro_steps_source`).
+MICRO_STEPS_SOURCE = "MICRO_STEPS"
+LAUNCHER_SOURCE = "the launcher"
+PRESET_SOURCE = "the preset"
 STAGE_ISSUE_CHOICES = ("auto", "before_last", "after_last")
 WORKER_CHOICES = ("separate", "fused")
 
@@ -175,7 +180,9 @@ KNOBS: tuple[Knob, ...] = (
         "MICRO_STEPS",
         "",
         _between(1, MAX_MICRO_STEPS),
-        f"fwd_bwd calls per step, 1..{MAX_MICRO_STEPS:,} (default: the preset's)",
+        f"fwd_bwd calls per step, 1..{MAX_MICRO_STEPS:,} (default: the launcher's, from"
+        " ORCH_ARGV and TRAINER_ARGV, where they give prompts, generations and rows per step;"
+        " else the preset's)",
     ),
     Knob(
         "DISTINCT_MICRO_BATCHES",
@@ -453,8 +460,9 @@ class BenchConfig:
     """The driver's knobs, validated. Steps are numbered from 0; warm-up steps come first.
 
     One field per knob (`Knob.dest`; the STAGE_* knobs share `stage`), its default the knob's.
-    MICRO_STEPS unset means the preset's, DISTINCT_MICRO_BATCHES unset one more than MICRO_STEPS,
-    WARMUP_STEPS unset the engine's (`engine_warmup_steps`).
+    MICRO_STEPS unset means the launcher's (`from_env`: `config/step_shape.py`) else the preset's,
+    DISTINCT_MICRO_BATCHES unset one more than MICRO_STEPS, WARMUP_STEPS unset the engine's
+    (`engine_warmup_steps`).
     """
 
     preset: Preset
@@ -480,6 +488,9 @@ class BenchConfig:
     plan_only: bool = dataclasses.field(default=knob_default("PLAN_ONLY"))
     preset_source: str = "PRESET"  # what chose the preset: PRESET, a trainer flag, or the default
     engine_source: str = "ENGINE"  # what chose the engine: ENGINE, or the trainer's command
+    # What the launcher says of the step (None: not read), and where micro_steps came from.
+    step_shape: StepShape | None = None
+    micro_steps_source: str = PRESET_SOURCE
 
     def __post_init__(self) -> None:
         if self.warmup_steps is None:
@@ -504,6 +515,16 @@ class BenchConfig:
         fields["orch_argv"] = _with_lengths(fields["orch_argv"], trainer_flags)
         choice = choose_engine(fields["engine"], fields["trainer_argv"], fields["preset"].engine)
         fields["engine"] = choice.spec
+        fields["step_shape"] = launcher_step_shape(
+            fields["preset"],
+            fields["trainer_argv"],
+            fields["engine_flags"],
+            fields["orch_argv"],
+            choice.spec,
+        )
+        fields["micro_steps"], fields["micro_steps_source"] = _micro_steps(
+            fields["micro_steps"], fields["step_shape"]
+        )
         return cls(
             **fields,
             stage=StageConfig.from_env(env),
@@ -539,7 +560,19 @@ def _chosen_preset(given: Preset | None, trainer_flags: Mapping[str, str]) -> tu
     return PRESETS[DEFAULT_PRESET], "default"
 
 
-_LENGTH_FLAGS = ("max_prompt_length", "max_response_length")
+def _micro_steps(given: int | None, shape: StepShape) -> tuple[int | None, str]:
+    """MICRO_STEPS where set, else the launcher's count, else None (the preset's, in
+    `__post_init__`), with its source."""
+    if given is not None:
+        return given, MICRO_STEPS_SOURCE
+    if shape.micro_steps is None:
+        return None, PRESET_SOURCE
+    if shape.micro_steps > MAX_MICRO_STEPS:
+        raise ConfigError(
+            f"the launcher's step is {shape.micro_steps:,} micro-steps ({shape.how}), more than"
+            f" the bench runs ({MAX_MICRO_STEPS:,}): set MICRO_STEPS"
+        )
+    return shape.micro_steps, LAUNCHER_SOURCE
 
 
 def _with_lengths(orch_argv: tuple[str, ...], trainer_flags: Mapping[str, str]) -> tuple[str, ...]:
@@ -552,6 +585,6 @@ def _with_lengths(orch_argv: tuple[str, ...], trainer_flags: Mapping[str, str]) 
         return orch_argv
     given = parse_trainer_argv(orch_argv)
     supplied = [
-        f"--{k}={trainer_flags[k]}" for k in _LENGTH_FLAGS if k not in given and k in trainer_flags
+        f"--{k}={trainer_flags[k]}" for k in LENGTH_FLAGS if k not in given and k in trainer_flags
     ]
     return (*orch_argv, *supplied)

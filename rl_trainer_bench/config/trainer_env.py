@@ -25,16 +25,36 @@ _SHOWN = 64  # characters of a value a plan line shows (LIBTPU_INIT_ARGS runs to
 
 CARRIES_KEYS = "carries MaxText keys"
 IN_ENVIRONMENT = "applied"
+IN_TUNIX = "checked in the pod"
 MATCHES = "matches the engine"
 NOT_REPRODUCED = "not reproduced"
 OFF_THE_STEP = "outside the timed step"
 PLUMBING = "runtime plumbing"
 UNKNOWN = "not known to the bench"
-ENV_FATES = (CARRIES_KEYS, IN_ENVIRONMENT, MATCHES, NOT_REPRODUCED, OFF_THE_STEP, UNKNOWN, PLUMBING)
+ENV_FATES = (
+    CARRIES_KEYS,
+    IN_ENVIRONMENT,
+    IN_TUNIX,
+    MATCHES,
+    NOT_REPRODUCED,
+    OFF_THE_STEP,
+    UNKNOWN,
+    PLUMBING,
+)
 
 _ROLLOUT = "the rollout engines' settings: the bench runs no rollout"
 _WEIGHT_SYNC = "weight transfer to the rollout engines, after the step the bench times"
 _CHECKPOINT = "checkpointing, which the bench does not do"
+
+# Variables the trainer's Tunix reads inside the loss, where MaxText's engine runs under Tunix's
+# driver (the pod exports them, and the image's Tunix decides): why, for the IN_TUNIX fate.
+READ_BY_TUNIX: Mapping[str, str] = {
+    "TUNIX_LOGPS_SHARDED_HEAD": (
+        "the output head of Tunix's chunked log-prob pass: the pod exports it, and the image's"
+        " Tunix runs that pass in the loss and reads it where it has that head; the engine's info"
+        " says whether it does (logps_sharded_head) and whether the pass ran (chunked_logps)"
+    ),
+}
 
 # Variables by name: (fate, why). Engine-key equivalents are in ENGINE_EQUIVALENTS.
 KNOWN: Mapping[str, tuple[str, str]] = {
@@ -45,10 +65,10 @@ KNOWN: Mapping[str, tuple[str, str]] = {
     "XLA_FLAGS": (IN_ENVIRONMENT, "the pod exports it"),
     "TUNIX_LOGPS_SHARDED_HEAD": (
         NOT_REPRODUCED,
-        "chooses how the trainer computes the loss's log-probabilities over the output head;"
-        " the built-in engine always computes them on each device's own tokens with the head"
-        " gathered once per device (engine/loss.py), and the MaxText adapter scores with"
-        " MaxText's own loss, not Tunix's log-probability pass, whatever the value",
+        "chooses the output head of Tunix's chunked log-prob pass; this engine has no such pass:"
+        " the built-in engine computes log-probs on each device's own tokens with the head"
+        " gathered once per device (engine/loss.py), and MaxText's engine scores with MaxText's"
+        " own loss under MAXTEXT_DRIVER=maxtext",
     ),
     "PREFUSE_MOE_WEIGHTS": (
         NOT_REPRODUCED,
@@ -114,9 +134,14 @@ def trainer_variables(env: Mapping[str, str]) -> dict[str, str]:
     return {name: env.get(name, "") for name in names}
 
 
-def fate_of(name: str, value: str, engine_values: Mapping[str, str]) -> EnvFate:
+def fate_of(
+    name: str, value: str, engine_values: Mapping[str, str], tunix_loss: bool = False
+) -> EnvFate:
     """`name`'s fate; `engine_values` are the resolved engine's values of ENGINE_EQUIVALENTS' keys
-    as text, so a variable the engine has as a key is compared with what the engine runs."""
+    as text, so a variable the engine has as a key is compared with what the engine runs;
+    `tunix_loss`: the engine may run Tunix's loss in the pod (READ_BY_TUNIX)."""
+    if tunix_loss and name in READ_BY_TUNIX:
+        return EnvFate(name, value, IN_TUNIX, READ_BY_TUNIX[name])
     if name in CARRYING_VARIABLES:
         return EnvFate(name, value, CARRIES_KEYS, "each key's fate is on its trainer key line")
     if name in ENGINE_EQUIVALENTS:
@@ -147,6 +172,11 @@ def _equivalent_fate(name: str, value: str, key: str, engine_values: Mapping[str
     )
 
 
-def environment_fates(env: Mapping[str, str], engine_values: Mapping[str, str]) -> list[EnvFate]:
+def environment_fates(
+    env: Mapping[str, str], engine_values: Mapping[str, str], tunix_loss: bool = False
+) -> list[EnvFate]:
     """The fate of every variable the renderer named as the trainer's, in the launcher's order."""
-    return [fate_of(name, value, engine_values) for name, value in trainer_variables(env).items()]
+    return [
+        fate_of(name, value, engine_values, tunix_loss)
+        for name, value in trainer_variables(env).items()
+    ]

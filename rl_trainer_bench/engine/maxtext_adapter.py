@@ -75,6 +75,7 @@ from rl_trainer_bench.engine import (
     cpu_lowerings,
     maxtext_aot,
     maxtext_config,
+    maxtext_head,
     maxtext_keys,
     maxtext_metrics,
     maxtext_payload,
@@ -84,6 +85,11 @@ from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload, PreparedInput
 
 KERNELS = ("fwd_bwd", "fwd_bwd_accum", "update")
+# MaxText's own loss (the adapter's own calls) takes the model's logits whole.
+OWN_LOSS_LOGITS = (
+    "MaxText's router-replay cross-entropy takes the model's full [B, T, V] logits (MaxText's"
+    " num_vocab_tiling key tiles them); Tunix's chunked pass runs only under MAXTEXT_DRIVER=tunix"
+)
 _EVAL_KERNEL = "kernel"  # what MaxText's eval program is called in JAX's events
 _CONVERTED_CACHE = 64  # distinct micro-batches kept converted (the bench's pool is far smaller)
 
@@ -366,7 +372,7 @@ class MaxTextEngine:
             "not_taken": ",".join(
                 field
                 for field in maxtext_keys.not_taken(self.config)
-                if not (self.tunix and field in tunix_grpo.TAKEN_LOSS_FIELDS)
+                if not (self.tunix and field in self._taken_loss_fields())
             ),
             "host_keys": " ".join(
                 maxtext_keys.word(k, v) for k, v in host_keys(self.config).items()
@@ -407,8 +413,11 @@ class MaxTextEngine:
             wrap_with_tunix_adapter=self._wrapped,
             tokenizer_pad_id=tunix_grpo.PAD_ID if self._wrapped else None,
         )
+        split = maxtext_head.head_split(engine.model, self._wrapped)
+        self._chunked = tunix_grpo.chunked_pass(split, self.config.loss.compute_logps_chunk_size)
         worker = self.tunix.worker_type(lambda: engine, worker_id="rl-trainer-bench")
-        worker.with_loss_fn(tunix_grpo.grpo_loss(self.tunix, self._wrapped), has_aux=True)
+        loss = tunix_grpo.grpo_loss(self.tunix, self._wrapped, split.kind, self._chunked)
+        worker.with_loss_fn(loss, has_aux=True)
         worker.with_gen_model_input_fn(self._model_input)
         return engine, worker
 
@@ -418,6 +427,7 @@ class MaxTextEngine:
             return {
                 "driver": f"the adapter's own calls ({self.driver_reason})",
                 "loss": "maxtext router-replay cross-entropy",
+                "chunked_logps": f"not applied: {OWN_LOSS_LOGITS}",
             }
         return {
             "driver": f"tunix TrainerWorker ({self.driver_reason})",
@@ -426,8 +436,15 @@ class MaxTextEngine:
             if self._wrapped
             else f"MaxText's Transformer through the bench's Tunix call (TunixMaxTextAdapter"
             f" needs an HF config, which MaxText's {self.maxtext_config.model_name!r} model lacks)",
-            "chunked_logps": tunix_grpo.CHUNKED_PASS,
+            "chunked_logps": self._chunked.describe(),
+            "logps_sharded_head": tunix_grpo.sharded_head(self._chunked),
         }
+
+    def _taken_loss_fields(self) -> tuple[str, ...]:
+        """The engine config's loss fields Tunix's loss takes here: its GRPO config's, and the
+        chunk of its log-prob pass where that pass runs."""
+        chunk = ("loss.compute_logps_chunk_size",) if self._chunked.chunk_size else ()
+        return (*tunix_grpo.TAKEN_LOSS_FIELDS, *chunk)
 
     def _interpreted_kernels(self) -> str:
         """The Pallas kernels MaxText will interpret on this host, said because they dominate the

@@ -4,7 +4,8 @@ A Tunix trainer with `--trainer_backend=maxtext` drives MaxText's `MaxTextTraini
 Tunix's `TrainerWorker` (`tunix/experimental/worker/trainer_worker.py`) with Tunix's
 `algo_core.grpo_loss_fn`, set as the public distributed GRPO example sets it: `with_loss_fn(loss,
 has_aux=True)` and an input hook returning `train_example`, `algo_config`, `pad_id`, `eos_id`.
-This module holds what the MaxText adapter needs to do the same, and nothing MaxText-specific:
+This module holds what the MaxText adapter needs to do the same (how MaxText's model splits into
+hidden states and an output head is `maxtext_head`'s):
 
 - **Driver choice** (`MAXTEXT_DRIVERS`, `choose`): `tunix` when the worker and the loss import,
   `maxtext` (the adapter's own calls and MaxText's router-replay loss) otherwise, or as asked.
@@ -20,12 +21,13 @@ This module holds what the MaxText adapter needs to do the same, and nothing Max
   ids only. The loss gets the rollout's routes as one more keyword argument and calls Tunix's
   loss on a model whose call adds them as MaxText's `forced_routed_experts` (`api.replaying`),
   so the expert load is the calibrated one, as on the adapter's own path.
-- **Chunked log-prob pass**: Tunix chunks the output head only for a model whose call takes
-  `skip_lm_head` (and has `compute_final_logits`); the route-replaying call has neither, and
-  maxtext 0.2.5's `TunixMaxTextAdapter`, the only call it could pass them to, lacks them too,
-  so the pass computes full [B, T, V] logits and `compute_logps_chunk_size` is not applied
-  (`CHUNKED_PASS`, said in the plan and `info()`). Passing them on waits for a MaxText whose
-  model call takes them.
+- **Chunked log-prob pass** (`chunked_pass`): with `compute_logps_chunk_size` > 0 the loss runs
+  Tunix's own chunked pass, as the trainer does, where the MaxText in use gives hidden states and
+  an output head (`maxtext_head.head_split`: the model's own `skip_lm_head`, or around its
+  decoder); the route-replaying call takes `skip_lm_head` and has `compute_final_logits` for it.
+  Otherwise the full [B, T, V] logits are computed, and `info()` says why. That pass is also where
+  a Tunix that has it reads `TUNIX_LOGPS_SHARDED_HEAD` (the trainer's sharded output head), from
+  the pod's environment, which carries the trainer's: `sharded_head` says whether this Tunix does.
 
 Tunix (and flax) are imported when `load_tunix` runs, never when this module is.
 """
@@ -40,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from rl_trainer_bench.engine import maxtext_head
 from rl_trainer_bench.engine.config import LossConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload
 
@@ -56,12 +59,70 @@ LOSS_AGG_MODE = "token-mean"
 KL_LOSS_MODE = "low_var_kl"  # (r - 1) - log r: the built-in engine's k3
 # The engine config's loss fields Tunix's GRPO config takes (MaxText's router-replay loss does not).
 TAKEN_LOSS_FIELDS = ("loss.epsilon", "loss.epsilon_high", "loss.beta")
-CHUNKED_PASS = (
-    "not applied (compute_logps_chunk_size is not used): Tunix chunks the output head only for a"
-    " model whose call takes skip_lm_head, and the bench's route-replaying call over MaxText's"
-    " model takes none (maxtext 0.2.5's TunixMaxTextAdapter has none either); the full [B, T, V]"
-    " logits are computed, more device memory than a chunked pass"
-)
+# The variable through which the trainer's Tunix chooses its chunked pass's output head.
+SHARDED_HEAD_VARIABLE = "TUNIX_LOGPS_SHARDED_HEAD"
+# Where Tunix's log-prob pass lives, relative to the package: read for that variable, not imported.
+LOGPS_FILES = ("rl/common.py", "rl/algo_core.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkedPass:
+    """Whether the loss's log-probs go through Tunix's chunked pass: its chunk (0: the full
+    logits) and how, or why not."""
+
+    chunk_size: int
+    how: str
+
+    def describe(self) -> str:
+        if self.chunk_size:
+            return f"applied, chunk {self.chunk_size}, via {self.how}"
+        return f"not applied: {self.how}"
+
+
+def chunked_pass(split: maxtext_head.HeadSplit, chunk_size: int) -> ChunkedPass:
+    """The pass the loss runs for `compute_logps_chunk_size` on a model with `split`."""
+    if split.kind == maxtext_head.NONE:
+        return ChunkedPass(
+            0,
+            f"compute_logps_chunk_size={chunk_size} is not applied: {split.why}; the full"
+            " [B, T, V] logits are computed, more device memory than the trainer's pass",
+        )
+    return ChunkedPass(chunk_size, split.why)
+
+
+def planned_chunked_pass(chunk_size: int) -> str:
+    """What the plan can say before the pod: the split is the image's MaxText's to offer."""
+    return (
+        f"checked in the pod: chunk {chunk_size} through Tunix's own chunked pass where the image's"
+        " MaxText gives hidden states and an output head (its model's own skip_lm_head, or around"
+        " its decoder, as maxtext 0.2.5's allows), else the full [B, T, V] logits; the engine's"
+        " info (chunked_logps) says which ran"
+    )
+
+
+def sharded_head(chunked: ChunkedPass) -> str:
+    """Whether this Tunix's chunked pass reads SHARDED_HEAD_VARIABLE (found in its files, not
+    imported), so that the trainer's value, which the pod's environment carries, takes effect."""
+    spec = importlib.util.find_spec(TUNIX)
+    if spec is None or not spec.submodule_search_locations:
+        return "-"
+    root = Path(next(iter(spec.submodule_search_locations)))
+    readers = [
+        name
+        for name in LOGPS_FILES
+        if (root / name).is_file() and SHARDED_HEAD_VARIABLE in (root / name).read_text()
+    ]
+    if not readers:
+        return f"this Tunix does not read {SHARDED_HEAD_VARIABLE}: its chunked pass has one head"
+    if not chunked.chunk_size:
+        return (
+            f"this Tunix reads {SHARDED_HEAD_VARIABLE} ({', '.join(readers)}), but only in the"
+            " chunked pass, which does not run"
+        )
+    return (
+        f"this Tunix reads {SHARDED_HEAD_VARIABLE} ({', '.join(readers)}) in the chunked pass that"
+        " runs: the head the pod's environment names (the trainer's value) runs"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,9 +133,10 @@ class TunixApi:
     grpo_loss_fn: Callable[..., Any]  # algo_core.grpo_loss_fn
     train_example_type: type  # rl.common.TrainExample
     grpo_config_type: type  # rl.grpo.grpo_learner.GRPOConfig
-    # (model, routes or None, wrapped) -> a model with Tunix's call that replays the routes;
-    # `wrapped`: the engine's model is MaxText's TunixMaxTextAdapter, else its bare Transformer.
-    replaying: Callable[[Any, Any, bool], Any]
+    # (model, routes or None, wrapped, head split kind) -> a model with Tunix's call that replays
+    # the routes (`ReplayingCall`); `wrapped`: the engine's model is MaxText's TunixMaxTextAdapter,
+    # else its bare Transformer.
+    replaying: Callable[[Any, Any, bool, str], Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,51 +243,87 @@ def model_input(algo_config: Any) -> Callable[[RoutedExample], dict[str, Any]]:
     return to_loss_kwargs
 
 
-def grpo_loss(api: TunixApi, wrapped: bool) -> Callable[..., Any]:
-    """Tunix's GRPO loss on the engine's model, routes replayed, unchunked (CHUNKED_PASS)."""
+def grpo_loss(api: TunixApi, wrapped: bool, split: str, chunked: ChunkedPass) -> Callable[..., Any]:
+    """Tunix's GRPO loss on the engine's model, routes replayed, its log-probs through the pass
+    `chunked` says (`split`: the model's head split, `maxtext_head`)."""
 
     def loss(model, train_example, algo_config, pad_id, eos_id, routed_experts=None):
         return api.grpo_loss_fn(
-            api.replaying(model, routed_experts, wrapped),
+            api.replaying(model, routed_experts, wrapped, split),
             train_example,
             algo_config,
             pad_id,
             eos_id,
-            compute_logps_chunk_size=0,
+            compute_logps_chunk_size=chunked.chunk_size,
         )
 
     return loss
 
 
-def _replaying_call() -> Callable[[Any, Any, bool], Any]:
-    """An nnx module with Tunix's model call over MaxText's model, adding the replayed routes."""
+class ReplayingCall:
+    """Tunix's model call `(tokens, positions, cache, attention_mask, segment_ids, skip_lm_head)`
+    over MaxText's model with the rollout's routes forced, and `compute_final_logits`, so that
+    Tunix's chunked pass can run on it (`maxtext_head`: the model's own split, or its decoder's).
+    """
+
+    def __init__(self, model: Any, routes: Any, wrapped: bool, split: str):
+        self.model = model
+        self.routes = routes
+        self.wrapped = wrapped
+        self.split = split
+
+    def forced_routes(self) -> Any:
+        return self.routes
+
+    def __call__(
+        self, input_tokens, positions, cache, attention_mask, segment_ids=None, skip_lm_head=False
+    ):
+        routes = self.forced_routes()
+        if skip_lm_head and self.split == maxtext_head.DECODER:
+            transformer = maxtext_head.transformer_of(self.model, self.wrapped)
+            return maxtext_head.hidden_states(
+                transformer, input_tokens, positions, segment_ids, routes
+            ), None
+        native = {"skip_lm_head": True} if skip_lm_head else {}
+        if self.wrapped:  # MaxText's TunixMaxTextAdapter: its own Tunix call, routes added
+            return self.model(
+                input_tokens,
+                positions,
+                cache,
+                attention_mask,
+                forced_routed_experts=routes,
+                segment_ids=segment_ids,
+                **native,
+            )
+        logits = self.model(
+            decoder_input_tokens=input_tokens,
+            decoder_positions=positions,
+            decoder_segment_ids=segment_ids,
+            forced_routed_experts=routes,
+            **native,
+        )
+        return logits, None
+
+    def compute_final_logits(self, hidden: Any) -> Any:
+        """The logits of a chunk of hidden states, by the model's own head."""
+        if self.split == maxtext_head.NATIVE:
+            return self.model.compute_final_logits(hidden)
+        return maxtext_head.output_head(
+            maxtext_head.transformer_of(self.model, self.wrapped), hidden
+        )
+
+
+def _replaying_call() -> Callable[[Any, Any, bool, str], Any]:
+    """`ReplayingCall` as the nnx module Tunix's pass splits and merges, the routes a Variable."""
     from flax import nnx
 
-    class ReplayingTunixCall(nnx.Module):
-        """Tunix's model call `(tokens, positions, cache, attention_mask, segment_ids)`."""
-
-        def __init__(self, model: Any, routes: Any, wrapped: bool):
-            self.model = model
-            self.routes = None if routes is None else nnx.Variable(routes)
-            self.wrapped = wrapped
-
-        def __call__(self, input_tokens, positions, cache, attention_mask, segment_ids=None):
-            routes = None if self.routes is None else self.routes.value
-            if self.wrapped:  # MaxText's TunixMaxTextAdapter: its own Tunix call, routes added
-                return self.model(
-                    input_tokens,
-                    positions,
-                    cache,
-                    attention_mask,
-                    forced_routed_experts=routes,
-                    segment_ids=segment_ids,
-                )
-            logits = self.model(
-                decoder_input_tokens=input_tokens,
-                decoder_positions=positions,
-                decoder_segment_ids=segment_ids,
-                forced_routed_experts=routes,
+    class ReplayingTunixCall(ReplayingCall, nnx.Module):
+        def __init__(self, model: Any, routes: Any, wrapped: bool, split: str):
+            super().__init__(
+                model, None if routes is None else nnx.Variable(routes), wrapped, split
             )
-            return logits, None
+
+        def forced_routes(self) -> Any:
+            return None if self.routes is None else self.routes.value
 
     return ReplayingTunixCall

@@ -30,6 +30,15 @@ def test_each_variable_has_its_fate(name, fate):
     assert fate_of(name, "1", {}).fate == fate
 
 
+def test_the_sharded_head_is_checked_in_the_pod_where_tunixs_loss_may_run():
+    """Under Tunix's driver the image's Tunix runs its chunked pass and reads the variable; the
+    plan cannot see that Tunix, so the pod checks it."""
+    fate = fate_of("TUNIX_LOGPS_SHARDED_HEAD", "local", {}, tunix_loss=True)
+    assert fate.fate == "checked in the pod"
+    assert "logps_sharded_head" in fate.why and "chunked_logps" in fate.why
+    assert fate_of("PREFUSE_MOE_WEIGHTS", "true", {}, tunix_loss=True).fate == "not reproduced"
+
+
 def test_a_variable_the_engine_has_as_a_key_is_compared_with_what_the_engine_runs():
     same = fate_of("MAX_GRAD_NORM", "0.125", {"max_grad_norm": "0.125"})
     other = fate_of("MAX_GRAD_NORM", "0.125", {"max_grad_norm": "1.0"})

@@ -124,7 +124,11 @@ def test_the_rollouts_routes_reach_the_model_through_tunixs_loss(qwen_engine):
     info = engine.info()
     assert info["model_call"] == "MaxText's TunixMaxTextAdapter"  # Qwen3.5: MaxText can wrap it
     assert info["loss"] == "tunix algo_core.grpo_loss_fn (token-mean, routes replayed)"
-    assert info["chunked_logps"] == tunix_grpo.CHUNKED_PASS
+    assert info["chunked_logps"] == (
+        "applied, chunk 512, via MaxText's decoder: its hidden states, then"
+        " Transformer.logits_from_hidden_states_for_vocab_tiling (the decoder's apply_output_head)"
+        " on each chunk"
+    )
 
 
 def test_overflow_is_not_measured_through_tunixs_loss():
@@ -132,7 +136,8 @@ def test_overflow_is_not_measured_through_tunixs_loss():
     info = StandInTunixMaxTextEngine(config).info()
     assert info["not_measured"] == "overflow_count,replay_count,mult_prob_error_max"
     assert "loss.epsilon" not in info["not_taken"].split(",")
-    assert "loss.compute_logps_chunk_size" in info["not_taken"].split(",")
+    # Tunix's chunked pass takes the chunk: it is not among the keys MaxText's engine leaves
+    assert "loss.compute_logps_chunk_size" not in info["not_taken"].split(",")
 
 
 def test_the_dense_model_is_called_through_the_bench_tunix_call():
@@ -200,8 +205,8 @@ def test_tunix_is_looked_for_without_importing_it(tmp_path, monkeypatch):
     assert tunix_grpo.tunix_absent() == "this tunix lacks rl/algo_core.py"
 
 
-def rows(driver, in_pod_image):
-    return dict(engine_plan.maxtext_loss_rows(driver, in_pod_image))
+def rows(driver, in_pod_image, chunk_size=1024):
+    return dict(engine_plan.maxtext_loss_rows(driver, in_pod_image, chunk_size))
 
 
 def test_the_plan_says_which_loss_runs_through_which_calls(monkeypatch):
@@ -212,7 +217,10 @@ def test_the_plan_says_which_loss_runs_through_which_calls(monkeypatch):
         "through Tunix's TrainerWorker around MaxText's training engine, as a Tunix trainer with"
         " --trainer_backend=maxtext runs it (MAXTEXT_DRIVER=auto: Tunix's worker and loss are here)"
     )
-    assert here["chunked log-prob pass"].startswith("not applied (compute_logps_chunk_size is")
+    assert here["chunked log-prob pass"].startswith(
+        "checked in the pod: chunk 1024 through Tunix's own chunked pass where the image's MaxText"
+        " gives hidden states and an output head"
+    )
     rendered = rows("auto", False)
     assert rendered["loss"].startswith("Tunix's GRPO loss (algo_core.grpo_loss_fn, token-mean")
     # A rendered pod never falls back silently: the image is checked there (the fallback is opt-in).

@@ -53,8 +53,11 @@ def test_every_value_the_preset_supplies_names_its_source():
     # qwen3-30b-a3b-cell sets no MoE key: the engine's defaults, listed on one line
     assert "retry_when_tokens_dropped=true" in rows["values from the engine's defaults"].split()
     assert "mu_dtype=float32" in rows["values from the engine's defaults"].split()
-    assert (
-        rows["value from preset qwen3-30b-a3b-cell"] == "micro_steps=4 (unless MICRO_STEPS set it)"
+    # the fixture's orchestrator gives the step: 8 prompts x 4 generations in the preset's rows
+    assert rows["value from the launcher"] == (
+        "micro_steps=4 (8 prompts x 4 generations = 32 sequences per step (the orchestrator's"
+        " --batch_size and --num_generations), one sequence per row of 8-row micro-batches (preset"
+        " qwen3-30b-a3b-cell's rows): 4 micro-steps per step)"
     )
 
 

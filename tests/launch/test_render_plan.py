@@ -32,7 +32,7 @@ from rl_trainer_bench.bench import entry
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.knobs import RenderKnobs
 from rl_trainer_bench.launch.pod_script import SCRIPT_NAME
-from rl_trainer_bench.launch.render import render
+from rl_trainer_bench.launch.render import render, render_with_plan
 
 UNKNOWN_MODEL = REPO / "tests" / "testdata" / "launch_dryrun_unknown_model.yaml"
 
@@ -64,7 +64,7 @@ def test_the_397b_launch_renders_a_pod_that_plans_the_397b_cell_on_its_slice(tmp
     lines = result.stdout.splitlines()
     assert (
         "plan: cell: qwen3.5-397b-cell mesh 16 x 8 x 2 (fsdp x context x expert),"
-        " micro-batch 32 rows of 65,536 tokens, 9 micro-steps per step"
+        " micro-batch 32 rows of 65,536 tokens, 8 micro-steps per step"
     ) in lines
     assert "plan: preset: qwen3.5-397b-cell (chosen by --model_name=Qwen3.5-397B-A17B)" in lines
     assert "plan: mesh: 16 x 8 x 2 = 256 devices on v5p:4x8x8 (256 chips)" in lines
@@ -78,6 +78,21 @@ def test_the_397b_launch_renders_a_pod_that_plans_the_397b_cell_on_its_slice(tmp
     assert lines[-1] == "plan: ok: every knob is valid; nothing ran on a device"
 
 
+def test_a_maxtext_trainers_sharded_head_and_chunked_pass_are_checked_in_the_pod():
+    """The trainer chunks its log-probs and names Tunix's sharded head: the pod's Tunix decides
+    both, so the plan says what the pod checks, not a fate it cannot know."""
+    text = tpu7x_trainer_launch().replace(
+        " python -m tunix", " TUNIX_LOGPS_SHARDED_HEAD=local python -m tunix", 1
+    )
+    plan = render_with_plan(text, "tpu7x", RenderKnobs()).plan
+    listed = {f.name: f.fate for f in plan.environment_listed()}
+    assert listed["TUNIX_LOGPS_SHARDED_HEAD"] == "checked in the pod"
+    facts = dict(plan.engine_facts)
+    assert facts["chunked log-prob pass"].startswith(
+        "checked in the pod: chunk 512 through Tunix's own chunked pass"
+    )
+
+
 def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path):
     bench = yaml.safe_load(render(tpu7x_trainer_launch(), "tpu7x", RenderKnobs()))
     assert bench["metadata"]["annotations"].get("rl-trainer-bench/slice") is None  # its own slice
@@ -86,7 +101,17 @@ def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path
     lines = result.stdout.splitlines()
     assert (
         "plan: cell: qwen3.5-397b-cell mesh 32 x 4 x 2 (fsdp x context x expert),"
-        " micro-batch 64 rows of 65,536 tokens, 9 micro-steps per step"
+        " micro-batch 64 rows of 65,536 tokens, 4 micro-steps per step"
+    ) in lines
+    # its step from its flags: 16 x 16 sequences, each up to a whole 65,536-token packed row,
+    # in 64-row micro-batches: at most 256 / 64 = 4 micro-batches, not the preset's 9
+    assert (
+        "plan: value from the launcher: micro_steps=4 (16 prompts x 16 generations = 256 sequences"
+        " per step (the trainer's --mini_batch_size and --num_generations), packed into rows of"
+        " --max_seq_token_per_tpu=65536 tokens, at least 1 per row (sequences of up to 65,536"
+        " tokens: --max_prompt_length + --max_response_length), in 64-row micro-batches (the"
+        " trainer's --train_micro_batch_size); shorter rollouts pack into fewer: at most 4"
+        " micro-steps per step; preset qwen3.5-397b-cell has 9)"
     ) in lines
     assert any(line.startswith("plan: model: layers=60 d_model=4096") for line in lines)
     assert "plan: mesh: 32 x 4 x 2 = 256 devices on tpu7x:4x4x8 (128 chips = 256 devices)" in lines
@@ -239,7 +264,7 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
     assert lines[1 : 1 + len(expected)] == expected
     # then where each value nobody set comes from, and the trainer's variables' fates
     # (tests/launch/test_render_accounting.py)
-    assert lines[1 + len(expected)].startswith("render: value from preset qwen3-30b-a3b-cell: ")
+    assert lines[1 + len(expected)].startswith("render: value from the launcher: micro_steps=4 (")
     # then what the pod checks in its image before it starts, and the manifest's size
     assert lines[-3].startswith("render: trainer variable: MAXTEXT_EXTRA_FLAGS=")
     assert lines[-2] == (
