@@ -83,7 +83,7 @@ def one_ab(design: str, arms: str, engine: Callable[[], StandInEngine], steps: i
         out = Path(folder) / "ab"
         argv = ["ab", "--arms", arms, "--steps", str(steps), "--knob", "MICRO_STEPS=2"]
         argv += [*DESIGNS[design], "--schedule-seed", str(seed), "--out", str(out)]
-        args = cli.build_parser().parse_args(argv)
+        args = cli.build_parser(["ab"]).parse_args(argv)
 
         def make_bench(config, log):
             return Bench(config, log, engine_factory=lambda _: engine(), pool=stand_in_pool(3))

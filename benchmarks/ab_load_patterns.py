@@ -150,7 +150,7 @@ def one_ab(shared: SharedBench, kind: str, design: str, slow_ms: float) -> dict[
     argv = ["ab", "--arms", arms, *DESIGNS[design]]
     if shared.stand_in_call_ms is not None:
         argv += ["--knob", "MICRO_STEPS=2"]  # the stand-in pool's shape, as ab_error_rates.py
-    args = cli.build_parser().parse_args([*argv, "--out", "unused"])
+    args = cli.build_parser(["ab"]).parse_args([*argv, "--out", "unused"])
     order = args.order
     shared.arms = len(ab_arms.parse_arms(arms, order))
     shared.arm = 0

@@ -20,7 +20,7 @@ from rl_trainer_bench.errors import ConfigError, UserError
 
 
 def _args(*argv: str):
-    args = cli.build_parser().parse_args(["ab", *argv])
+    args = cli.build_parser(["ab"]).parse_args(["ab", *argv])
     return ab.complete(args)
 
 
