@@ -2,13 +2,15 @@
 # Render a launcher's DRY_RUN output into a single-slice bench JobSet, knobs as environment variables:
 #   LAUNCH_RENDER TRAINER_JOBSET BENCH_NAME ENGINE_FLAGS ENGINE LIBTPU_FLAGS TRAINER_ARGV ORCH_ARGV
 #   TRAINER_SLICE PROFILE_STEPS RESULTS_URI STEPS MICRO_STEPS MAX_RESTARTS DRIVER_ENV OUTPUT
+#   AOT_JOB AOT_NODE_SELECTOR (also render the AOT job: aot and hlo-overlap in the trainer's image)
 # e.g. LAUNCH_RENDER=dryrun.txt TRAINER_SLICE=tpu7x:4x4x8 STEPS=20 OUTPUT=bench.yaml ./render_bench.sh
 # Each value goes to render_bench.py as the flag of the same name (lower case, dashes), untouched,
 # so both entry points validate it the same way. PYTHON picks the interpreter (default python3).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 knobs=(LAUNCH_RENDER TRAINER_JOBSET BENCH_NAME ENGINE_FLAGS ENGINE LIBTPU_FLAGS TRAINER_ARGV ORCH_ARGV
-  TRAINER_SLICE PROFILE_STEPS RESULTS_URI STEPS MICRO_STEPS MAX_RESTARTS AB_ARMS DRIVER_ENV OUTPUT)
+  TRAINER_SLICE PROFILE_STEPS RESULTS_URI STEPS MICRO_STEPS MAX_RESTARTS AB_ARMS DRIVER_ENV OUTPUT
+  AOT_JOB AOT_NODE_SELECTOR)
 args=()
 for knob in "${knobs[@]}"; do
   if [[ -n "${!knob:-}" ]]; then

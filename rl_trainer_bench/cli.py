@@ -135,11 +135,16 @@ def _add_render_diff_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def render_command(args: argparse.Namespace) -> int:
-    """`render`, with the same-pod A/B's own check of AB_ARMS (the launch room cannot import it)."""
-    from rl_trainer_bench.ab.same_pod import plan_lines
+    """`render`, with the same-pod A/B's own check of AB_ARMS (the launch room cannot import it),
+    and its settings for the AOT job (AOT_JOB)."""
+    import functools
+
+    from rl_trainer_bench.ab.same_pod import plan_lines, setting_knobs
+    from rl_trainer_bench.launch.aot_job import render_aot_job
     from rl_trainer_bench.launch.render import run
 
-    return run(args, check_pod=plan_lines)
+    aot_job = functools.partial(render_aot_job, arm_settings=setting_knobs)
+    return run(args, check_pod=plan_lines, render_aot_job=aot_job)
 
 
 def _add_validate_arguments(parser: argparse.ArgumentParser) -> None:

@@ -97,6 +97,7 @@ class Rendered:
     results_source: str = ""  # what chose RESULTS_URI ("": nothing; results stay in the pod)
     # The orchestrator's environment (its container's literal `env`, then its script's).
     orchestrator_env: tuple[tuple[str, str], ...] = ()
+    environment: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the exports
 
 
 def render_with_plan(
@@ -152,6 +153,7 @@ def render_with_plan(
         ab_lines,
         results_source,
         _orchestrator_environment(documents, launch),
+        environment,
     )
 
 
@@ -172,18 +174,23 @@ def _place_results(
     it, for the summary ("" when nothing did: the results stay on the pod's disk)."""
     if "RESULTS_URI" in environment:
         return "the RESULTS_URI knob"
-    where = client_location(trainer)
-    job = replicated_jobs(trainer)[where.job_index]
-    found = results_location.trainer_output(
-        trainer_command_words(launch),
-        containers(job)[where.container_index],
-        pod_spec(job).get("volumes") or [],
-    )
+    found = trainer_output(trainer, launch)
     if found is None:
         return ""
     location, source = found
     environment["RESULTS_URI"] = results_location.results_uri(location, bench)
     return source
+
+
+def trainer_output(trainer: Mapping, launch: ClientCommand) -> tuple[str, str] | None:
+    """(location, what named it) of the trainer's durable output folder, or None."""
+    where = client_location(trainer)
+    job = replicated_jobs(trainer)[where.job_index]
+    return results_location.trainer_output(
+        trainer_command_words(launch),
+        containers(job)[where.container_index],
+        pod_spec(job).get("volumes") or [],
+    )
 
 
 def _same_pod_ab_lines(pod_env: Mapping[str, str], check_pod: PodCheck | None) -> tuple[str, ...]:
@@ -409,25 +416,34 @@ def engine_requirement(engine: str) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def run(args, check_pod: PodCheck | None = None) -> int:
-    """The `render` command; `check_pod` checks a same-pod A/B's arms (AB_ARMS)."""
+# The AOT JobSet of the same launch and knobs (`launch/aot_job.py`, which builds on this module):
+# (its YAML, its summary lines). The `render` command passes it in with AOT_JOB.
+AotJobRenderer = Callable[[str, str, RenderKnobs, Rendered], tuple[str, list[str]]]
+
+
+def run(
+    args, check_pod: PodCheck | None = None, render_aot_job: AotJobRenderer | None = None
+) -> int:
+    """The `render` command; `check_pod` checks a same-pod A/B's arms (AB_ARMS), `render_aot_job`
+    renders the AOT job (AOT_JOB)."""
     # render_bench.sh passes on only the knobs it knows; a misspelt one would vanish silently.
     refuse_misspelt_knobs(os.environ, "the environment", [knob.env for knob in RENDER_KNOBS])
     knobs = RenderKnobs.from_strings({knob.dest: getattr(args, knob.dest) for knob in RENDER_KNOBS})
-    if knobs.output is not None:
-        check_output_file(knobs.output, "OUTPUT")
+    _check_outputs(knobs)
     source, text = _read_input(knobs.launch_render)
     result = render_with_plan(text, source, knobs, check_pod)
     rendered, pod_plan = result.yaml, result.plan
+    aot_job = None
+    if knobs.aot_job is not None:  # rendered before anything is written: both files, or none
+        if render_aot_job is None:
+            raise RuntimeError("AOT_JOB given but no AOT job renderer: pass render_aot_job")
+        aot_job = render_aot_job(text, source, knobs, result)
     if knobs.output is None:
         sys.stdout.write(rendered)
     else:
-        try:
-            write_text_atomically(Path(knobs.output), rendered)
-        except OSError as error:
-            raise UserError(
-                f"OUTPUT={knobs.output}: cannot write ({error.strerror}); pick a writable path"
-            ) from None
+        _write(knobs.output, "OUTPUT", rendered)
+    if aot_job is not None:
+        _write(knobs.aot_job, "AOT_JOB", aot_job[0])
     name = yaml.safe_load(rendered)["metadata"]["name"]
     target = knobs.output or "stdout"
     print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
@@ -453,7 +469,33 @@ def run(args, check_pod: PodCheck | None = None) -> int:
         print(f"render: {name}: {text}", file=sys.stderr)
     if pod_plan.config.engine != BUILT_IN:
         print(engine_requirement(pod_plan.config.engine), file=sys.stderr)
+    if aot_job is not None:
+        print(f"render: AOT JobSet -> {knobs.aot_job}", file=sys.stderr)
+        for line in aot_job[1]:
+            print(f"render: {line}", file=sys.stderr)
     return 0
+
+
+def _check_outputs(knobs: RenderKnobs) -> None:
+    """The files the render writes, checked before any work; two knobs never name one file."""
+    if knobs.output is not None:
+        check_output_file(knobs.output, "OUTPUT")
+    if knobs.aot_job is not None:
+        check_output_file(knobs.aot_job, "AOT_JOB")
+        if (
+            knobs.output is not None
+            and Path(knobs.aot_job).resolve() == Path(knobs.output).resolve()
+        ):
+            raise UserError(f"AOT_JOB={knobs.aot_job} is OUTPUT's file too: name another file")
+
+
+def _write(path: str, knob: str, text: str) -> None:
+    try:
+        write_text_atomically(Path(path), text)
+    except OSError as error:
+        raise UserError(
+            f"{knob}={path}: cannot write ({error.strerror}); pick a writable path"
+        ) from None
 
 
 def libtpu_lines(result: Rendered) -> list[str]:
