@@ -54,7 +54,8 @@ RUNS_VARIABLE = "AOT_RUNS"  # the pod's table of runs (`aot_job_pod.RUNS_VARIABL
 JOB_SUFFIX = "-aot"
 REPLICATED_JOB = "aot"
 CONTAINER = "aot"
-JOB_ANNOTATION = "rl-trainer-bench/job"  # "aot": `plan` runs this pod's plan, not a bench's
+JOB_ANNOTATION = "rl-trainer-bench/job"  # JOB_KIND: `plan` runs this pod's plan, not a bench's
+JOB_KIND = "aot"
 RESULTS_DIR = "aot_results"
 # The node pool the job asks for when AOT_NODE_SELECTOR is not given: a general-purpose GKE
 # machine with 16 vCPUs (libtpu's code generation keeps every core busy) and 64 GB, room for the
@@ -126,7 +127,7 @@ def render_aot_job(
     if volumes:
         spec["volumes"] = volumes
     jobset["metadata"]["annotations"] = {
-        JOB_ANNOTATION: "aot",
+        JOB_ANNOTATION: JOB_KIND,
         CODE_SHA_ANNOTATION: sha,
         TRAINER_ANNOTATION: jobset_name(trainer),
         SLICE_ANNOTATION: slice_name,

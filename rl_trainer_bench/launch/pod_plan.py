@@ -28,6 +28,7 @@ from rl_trainer_bench.code_digest import DRIVER_SCRIPT, code_sha256
 from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
+from rl_trainer_bench.launch import aot_job
 from rl_trainer_bench.launch.client_command import read_client_command
 from rl_trainer_bench.launch.dry_run import client_container, jobset_name, jobsets, read_documents
 from rl_trainer_bench.launch.pod_script import AB_ARMS, DRIVER_MODULE, SCRIPT_NAME
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     # then what the script exports, as the pod's driver sees it.
     environment = pod_environment(client_container(jobset), read_client_command(script).env)
     expected = _annotations(jobset)[CODE_SHA_ANNOTATION]
+    is_aot_job = _annotations(jobset).get(aot_job.JOB_ANNOTATION) == aot_job.JOB_KIND
     with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-plan-") as folder:
         root = Path(folder)
         _unpack(parts, root, name)
@@ -59,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
             root,
             engine=BenchConfig.from_env(environment).engine,  # as the pod resolves it
             same_pod_ab=AB_ARMS in environment,
+            aot_job=is_aot_job,
         )
         if found != expected:
             raise UserError(
@@ -73,8 +76,10 @@ def run(args: argparse.Namespace) -> int:
         )
         driver = root / DRIVER_SCRIPT  # as the pod's script runs it (`pod_script.bench_script`)
         program = [str(driver)] if driver.is_file() else ["-m", DRIVER_MODULE]
+        if is_aot_job:  # the AOT job's pod, which plans with PLAN_ONLY=1 and takes no flags
+            program, environment = ["-m", aot_job.ENTRY_MODULE], {**environment, "PLAN_ONLY": "1"}
         done = subprocess.run(
-            [sys.executable, *program, "--plan"],
+            [sys.executable, *program, *([] if is_aot_job else ["--plan"])],
             env={**environment, "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(root)},
             cwd=root,
             check=False,

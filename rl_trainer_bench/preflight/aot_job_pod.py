@@ -36,6 +36,7 @@ from rl_trainer_bench.preflight import hlo_overlap_command
 from rl_trainer_bench.preflight.aot import command as aot_command
 
 PROG = "aot job"
+MODULE = "rl_trainer_bench.preflight.aot_job_pod"  # what the job's script and children run
 PREFIX = "[AotJob]"
 # {run name: {KNOB: value}}: each run's knobs over the pod's (the settings of an A/B's arms whose
 # compiles differ, as the renderer resolved them). Unset: one run of the pod's own knobs.
@@ -176,33 +177,53 @@ def run_knobs(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
     return {name: {**env, **knobs} for name, knobs in runs.items()}
 
 
-def planned_compiles(env: Mapping[str, str]) -> tuple[list[Compile], bool]:
+def planned_compiles(env: Mapping[str, str], results_dir: Path) -> tuple[list[Compile], bool]:
     """Each run's `aot` and `hlo-overlap`, their flags checked by the commands' own parsers, and
-    whether any compiles MaxText's programs; UserError for a knob either would refuse."""
-    compiles, needs_maxtext = [], False
+    whether any compiles MaxText's programs; UserError for a knob either would refuse. Runs whose
+    flags the commands read alike (settings that differ only in knobs neither takes, such as
+    STAGE_AFTER_UPDATE, or in a value spelt two ways) compile the same programs, so they compile
+    once, under their names joined by '+'."""
+    flags_by_meaning: dict[str, tuple[tuple[str, ...], ...]] = {}
+    names: dict[str, list[str]] = {}
+    needs_maxtext = False
     for name, knobs in run_knobs(env).items():
         config = BenchConfig.from_env(knobs)
-        if config.trainer_slice is None:
-            raise UserError(
-                "TRAINER_SLICE is not set: the AOT job compiles for the trainer's slice; set it"
-                " (e.g. TRAINER_SLICE=tpu7x:4x4x8), as the renderer does"
-            )
         needs_maxtext |= config.engine == MAXTEXT
-        for command, entry in COMMANDS.items():
-            report = config.results_dir / f"{command}-{name}.txt"
-            argv = (
-                f"--preset={config.preset.name}",
-                f"--target={config.trainer_slice.name}",
-                *(
-                    f"{DRIVER_KNOBS[knob].flag}={knobs[knob]}"
-                    for knob in entry.knobs
-                    if knobs.get(knob, "").strip()
-                ),
-                f"--output={report.with_suffix('.json')}",
-            )
-            _parse(command, argv)
+        flags = _run_flags(config, knobs)
+        meaning = repr(
+            [sorted(vars(_parse(c, f)).items()) for c, f in zip(COMMANDS, flags, strict=True)]
+        )
+        flags_by_meaning.setdefault(meaning, flags)
+        names.setdefault(meaning, []).append(name)
+    compiles = []
+    for meaning, flags in flags_by_meaning.items():
+        name = "+".join(names[meaning])
+        for command, words in zip(COMMANDS, flags, strict=True):
+            report = results_dir / f"{command}-{name}.txt"
+            argv = (*words, f"--output={report.with_suffix('.json')}")
             compiles.append(Compile(name, command, argv, report))
     return compiles, needs_maxtext
+
+
+def _run_flags(config: BenchConfig, knobs: Mapping[str, str]) -> tuple[tuple[str, ...], ...]:
+    """Each command's flags for one run: the cell, the trainer's slice, the knobs it takes."""
+    if config.trainer_slice is None:
+        raise UserError(
+            "TRAINER_SLICE is not set: the AOT job compiles for the trainer's slice; set it"
+            " (e.g. TRAINER_SLICE=tpu7x:4x4x8), as the renderer does"
+        )
+    return tuple(
+        (
+            f"--preset={config.preset.name}",
+            f"--target={config.trainer_slice.name}",
+            *(
+                f"{DRIVER_KNOBS[knob].flag}={knobs[knob]}"
+                for knob in command.knobs
+                if knobs.get(knob, "").strip()
+            ),
+        )
+        for command in COMMANDS.values()
+    )
 
 
 def _parse(command: str, argv: Sequence[str]) -> argparse.Namespace:
@@ -233,7 +254,7 @@ def run(env: Mapping[str, str], log: Callable[[str], None]) -> int:
             " manifest was edited after rendering; render it again"
         )
     log(f"{PREFIX} code sha256={digest}")
-    compiles, needs_maxtext = planned_compiles(env)
+    compiles, needs_maxtext = planned_compiles(env, config.results_dir)
     lines = []
     for check in toolchain_checks(needs_maxtext):
         lines.append(check())
@@ -279,7 +300,7 @@ def _results_line(config: BenchConfig) -> str:
 def _compile(item: Compile, log: Callable[[str], None]) -> int:
     """One command in a child process; its report (stdout) into the log and `item.report`."""
     child = subprocess.Popen(
-        [sys.executable, "-m", __name__, item.command, *item.argv],
+        [sys.executable, "-m", MODULE, item.command, *item.argv],
         stdout=subprocess.PIPE,
         text=True,
     )
