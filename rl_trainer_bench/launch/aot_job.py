@@ -1,15 +1,15 @@
 """Launch render ──► AOT JobSet: `aot` and `hlo-overlap` for the trainer's slice, in its own image.
 
 The trainer's exact MaxText and libtpu are in the trainer's image; the host that renders may have
-another MaxText (maxtext 0.2.5 refuses five of the 397B recipe's keys and compiles a program with
-110 GiB of temporaries where the trainer's fits) or none. So the renderer can also render, from
+another MaxText (maxtext 0.2.5 refuses five of the 397B recipe's keys, its Gated DeltaNet kernel's
+among them, and compiles a `fwd_bwd` with 110 GiB of temporaries without them) or none. So the renderer can also render, from
 the same DRY_RUN and knobs as the bench, one JobSet that compiles the trainer's programs where
 its code is: the trainer's client image, environment, imagePullSecrets and service account, the
 knobs the bench pod gets (the trainer's argv and MaxText keys, ENGINE_FLAGS, LIBTPU_INIT_ARGS, the
 A/B's settings), on a CPU node (AOT_NODE_SELECTOR) with JAX_PLATFORMS=cpu and no TPU requested:
-`aot` compiles the slice's topology from a CPU host. Its pod runs
-`preflight/aot_job_pod.py` from code embedded as the bench pod's is (`code_bundle`), and copies
-its reports under the trainer's output folder.
+`aot` compiles the slice's topology from a CPU host. Its pod runs `preflight/aot_job_pod.py` from
+code embedded as the bench pod's is (`code_bundle`), and copies its reports under the trainer's
+output folder.
 
 A JobSet of one replicated job rather than a bare Job: it is checked by the same schema, list keys
 and name budgets as the bench (`validate.check`, `rl-trainer-bench validate`), and the trainer's
@@ -61,11 +61,12 @@ RESULTS_DIR = "aot_results"
 # machine with 16 vCPUs (libtpu's code generation keeps every core busy) and 64 GB, room for the
 # request below. Any CPU pool the cluster has does: name it with AOT_NODE_SELECTOR.
 DEFAULT_NODE_SELECTOR = (("node.kubernetes.io/instance-type", "n2-standard-16"),)
-# Sized from BENCHMARKS.md: compiling the 397B cell's programs for tpu7x:4x4x8 peaked at 17.50 GiB
-# of host memory (`aot`, MaxText's programs) and 18.38 GiB (`hlo-overlap`) on a 2-core host, one
-# program at a time. The request is that peak and a quarter; the limit leaves room for a libtpu
-# that compiles more fusions at once on more cores (INFERRED: measured on 2 cores only). No CPU
-# limit: a compile throttled below its cores only takes longer.
+# Sized from BENCHMARKS.md: compiling the 397B cell's programs for tpu7x:4x4x8 on a 2-core host,
+# one program at a time, peaked at 17.50 GiB of host memory (`aot`, MaxText's programs), 17.40 GiB
+# (`hlo-overlap`, MaxText's) and 18.38 GiB (`hlo-overlap`, the built-in engine's). The request is
+# the largest and a quarter; the limit leaves room for a libtpu that compiles more fusions at once
+# on more cores (INFERRED: measured on 2 cores only). No CPU limit: a compile throttled below its
+# cores only takes longer.
 RESOURCES = {"requests": {"cpu": "8", "memory": "24Gi"}, "limits": {"memory": "48Gi"}}
 # What the job keeps of the trainer's pod: where the image comes from and what it may read.
 KEPT_POD_FIELDS = (
@@ -269,13 +270,14 @@ def _summary(
         f" {TPU_RESOURCE} requested",
         f"aot job: node selector {selector}; requests cpu {resources['requests']['cpu']} memory"
         f" {resources['requests']['memory']}, limit memory {resources['limits']['memory']} (the"
-        " 397B cell's programs peaked at 18.4 GiB of host memory and took 15-40 minutes each"
-        " command on a 2-core host: BENCHMARKS.md)",
+        " 397B cell's programs for tpu7x:4x4x8 peaked at 17.4-18.4 GiB of host memory and took"
+        " 12-36 minutes a command on a 2-core host: BENCHMARKS.md)",
         "aot job: libtpu flags: "
         + (f"LIBTPU_INIT_ARGS={flags}" if flags else "none (libtpu's defaults)"),
         "aot job: compiles "
         + (
-            f"each setting of AB_ARMS whose programs differ: {', '.join(runs)}"
+            f"each setting of AB_ARMS ({', '.join(runs)}; settings whose flags aot and"
+            " hlo-overlap read alike compile once)"
             if runs
             else "the trainer's programs (TRAINER_ARGV, ENGINE_FLAGS)"
         )

@@ -285,3 +285,19 @@ def test_plan_runs_the_jobs_own_plan_only_mode(tmp_path, capfd):
     assert "[AotJob] compiles with jax " in out
     has_libtpu = importlib.util.find_spec("libtpu") is not None
     assert code == (0 if has_libtpu else 2)
+
+
+def test_rendering_and_validating_the_job_import_no_jax(tmp_path):
+    from test_cli_without_jax import _without_jax
+
+    aot = tmp_path / "aot.yaml"
+    results, stderr = _without_jax(
+        [
+            "render",
+            f"--launch-render={FIXTURE}",
+            f"--output={tmp_path / 'b.yaml'}",
+            f"--aot-job={aot}",
+        ],
+        ["validate", str(aot)],
+    )
+    assert results == [[0, False]] * 2, stderr
