@@ -134,11 +134,15 @@ def test_the_node_selector_knob_names_the_cpu_pool(tmp_path):
 
 
 def test_a_bad_node_selector_is_one_line_and_no_file(tmp_path, capsys):
-    code, job = _render(tmp_path, FIXTURE, "--aot-node-selector=pool=cpu pool!")
-    assert (code, job) == (2, {})
-    assert not (tmp_path / "bench.yaml").exists()
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "AOT_NODE_SELECTOR" in err[0] and "'pool!'" in err[0]
+    for selector, named in [
+        ("pool=cpu pool", "'pool'"),
+        ("cloud.google.com/gke-nodepool=cpu!", "'cpu!'"),
+    ]:
+        code, job = _render(tmp_path, FIXTURE, f"--aot-node-selector={selector}")
+        assert (code, job) == (2, {})
+        assert not (tmp_path / "bench.yaml").exists()
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "AOT_NODE_SELECTOR" in err[0] and named in err[0], err
 
 
 def test_the_aot_job_and_the_bench_are_never_one_file(tmp_path, capsys):
