@@ -44,6 +44,7 @@ from rl_trainer_bench.launch.render import (
     SLICE_ANNOTATION,
     TRAINER_ANNOTATION,
     Rendered,
+    command_words,
     dump_yaml,
     pod_environment,
     trainer_output,
@@ -93,7 +94,7 @@ def render_aot_job(
     from the same launch and knobs), and its summary lines; validated, or UserError."""
     trainer = find_trainer(read_documents(text, source), source, knobs.trainer_jobset)
     client = client_container(trainer)
-    launch = read_client_command(_command_words(client))
+    launch = read_client_command(command_words(client))
     slice_name = bench.environment.get("TRAINER_SLICE")
     if not slice_name:
         raise UserError(
@@ -135,10 +136,6 @@ def render_aot_job(
     }
     validate.check(jobset, f"AOT job rendered from {source}")
     return dump_yaml(jobset), _summary(name, container, spec, environment, results)
-
-
-def _command_words(container: Mapping) -> list[str]:
-    return [str(w) for w in [*(container.get("command") or []), *(container.get("args") or [])]]
 
 
 def _skeleton(trainer: Mapping) -> dict:

@@ -107,7 +107,7 @@ def render_with_plan(
     documents = read_documents(text, source)
     trainer = find_trainer(documents, source, knobs.trainer_jobset)
     validate.check_schema(trainer, f"trainer in {source}")
-    launch = read_client_command(_command_words(client_container(trainer)))
+    launch = read_client_command(command_words(client_container(trainer)))
     bench = copy.deepcopy(trainer)
     new_name = bench_name(trainer, knobs.name)
     rename_references(bench, jobset_name(trainer), new_name)
@@ -253,7 +253,7 @@ def _pod_plan(environment: Mapping[str, str], pod_env: Mapping[str, str]) -> Pla
         raise UserError(f"the bench pod would refuse its knobs: {error}") from None
 
 
-def _command_words(container: Mapping) -> list[str]:
+def command_words(container: Mapping) -> list[str]:
     return [str(w) for w in [*(container.get("command") or []), *(container.get("args") or [])]]
 
 
@@ -318,7 +318,7 @@ def orchestrator_command(
         if jobset_name(jobset) in hosts:
             try:
                 container = client_container(jobset)
-                return read_client_command(_command_words(container)), container
+                return read_client_command(command_words(container)), container
             except UserError:
                 return None
     return None

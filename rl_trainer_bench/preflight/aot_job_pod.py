@@ -38,8 +38,8 @@ from rl_trainer_bench.preflight.aot import command as aot_command
 PROG = "aot job"
 MODULE = "rl_trainer_bench.preflight.aot_job_pod"  # what the job's script and children run
 PREFIX = "[AotJob]"
-# {run name: {KNOB: value}}: each run's knobs over the pod's (the settings of an A/B's arms whose
-# compiles differ, as the renderer resolved them). Unset: one run of the pod's own knobs.
+# {run name: {KNOB: value}}: each run's knobs over the pod's (each setting of an A/B's arms, as the
+# renderer resolved them: `ab/same_pod.setting_knobs`). Unset: one run of the pod's own knobs.
 RUNS_VARIABLE = "AOT_RUNS"
 TRAINER_RUN = "trainer"
 SUMMARY_FILE = "aot-job.txt"
