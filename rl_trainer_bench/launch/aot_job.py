@@ -94,6 +94,12 @@ def render_aot_job(
     from the same launch and knobs), and its summary lines; validated, or UserError."""
     trainer = find_trainer(read_documents(text, source), source, knobs.trainer_jobset)
     client = client_container(trainer)
+    if not client.get("image"):
+        raise UserError(
+            f"JobSet {jobset_name(trainer)}: its client container {client.get('name')!r} names no"
+            " image, and the AOT job runs in the trainer's image: render from the launcher's"
+            " DRY_RUN output, whose client container has one"
+        )
     launch = read_client_command(command_words(client))
     slice_name = bench.environment.get("TRAINER_SLICE")
     if not slice_name:

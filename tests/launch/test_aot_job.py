@@ -127,6 +127,30 @@ def test_the_job_runs_in_the_trainers_image_on_a_cpu_node(tmp_path):
     assert "exec python -m rl_trainer_bench.preflight.aot_job_pod" in container["command"][2]
 
 
+def test_the_trainers_pull_secrets_travel_with_its_image_and_no_image_is_refused(tmp_path, capsys):
+    text = FIXTURE.read_text()
+    launch = tmp_path / "launch.yaml"
+    pulled = "            serviceAccountName: bench-sa\n            imagePullSecrets:\n"
+    launch.write_text(
+        text.replace(
+            "            serviceAccountName: bench-sa\n", pulled + "            - name: regcred\n"
+        )
+    )
+    _, job = _render(tmp_path, launch)
+    assert _pod(job)["imagePullSecrets"] == [{"name": "regcred"}]
+    launch.write_text(
+        text.replace(
+            "              image: example.com/trainer:1\n              resources:",
+            "              resources:",
+            1,
+        )
+    )
+    (tmp_path / "aot.yaml").unlink()
+    code, job = _render(tmp_path, launch)
+    assert (code, job) == (2, {})
+    assert "names no image, and the AOT job runs in the trainer's image" in capsys.readouterr().err
+
+
 def test_the_node_selector_knob_names_the_cpu_pool(tmp_path):
     flag = "--aot-node-selector=cloud.google.com/gke-nodepool=cpu-pool"
     _, job = _render(tmp_path, FIXTURE, flag)
