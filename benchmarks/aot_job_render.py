@@ -24,6 +24,8 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "launch")]
 
 from render_helpers import tpu7x_trainer_launch  # noqa: E402 (after the path set-up above)
 
+from rl_trainer_bench.launch.apply_size import stored_annotation_bytes  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -51,8 +53,11 @@ def measure(folder: Path, args: argparse.Namespace) -> None:
         return
     validate = [sys.executable, "-m", "rl_trainer_bench.cli", "validate", str(aot)]
     print(subprocess.run(validate, capture_output=True, text=True, check=False).stdout.strip())
-    print(f"aot.yaml: {aot.stat().st_size:,} bytes")
     job = yaml.safe_load(aot.read_text())
+    stored = stored_annotation_bytes(job)
+    print(
+        f"aot.yaml: {aot.stat().st_size:,} bytes; {stored:,} bytes of annotations in kubectl apply"
+    )
     pod = job["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     print(f"code parts: {len(container['command']) - 4}")

@@ -24,12 +24,14 @@ from rl_trainer_bench.ab.arms import RESERVED_KNOBS
 from rl_trainer_bench.ab.plan import plan_arms
 from rl_trainer_bench.ab.same_process import order_line
 from rl_trainer_bench.bench import plan as bench_plan
+from rl_trainer_bench.bench import plan_document
 from rl_trainer_bench.bench.results_copy import copy_when_asked
 from rl_trainer_bench.bench.step_line import LOG_PREFIX
 from rl_trainer_bench.code_digest import code_sha256
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError, run_guarded
+from rl_trainer_bench.io import check_writable_folder, write_text_atomically
 
 AB_ARMS = "AB_ARMS"
 # Driver knobs that say how to run, not what every arm runs.
@@ -98,19 +100,42 @@ def setting_knobs(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
     return settings
 
 
+def pod_plan(env: Mapping[str, str]) -> list[str]:
+    """The pod's plan as it prints it: the bench's, then the A/B's, and in a rendered pod the
+    rendered plan checked against this pod's own and its image (`plan_document.executed`)."""
+    config = bench_plan.environment_config(env)
+    rendered = plan_document.embedded(env.get(plan_document.CODE_DIR_VARIABLE))
+    planned_elsewhere = config.trainer_slice is not None
+    resolved = bench_plan.resolve(config, env=env, rendering=rendered is not None)
+    ab_lines = plan_lines(env, on_this_host=not planned_elsewhere and rendered is None)
+    lines = plan_document.with_lines(
+        resolved.lines(), [f"{bench_plan.PLAN_PREFIX} {line}" for line in ab_lines]
+    )
+    if rendered is None:
+        return lines
+    checked = plan_document.executed(rendered, lines, resolved.engine, config, env)
+    return checked.printed(bench_plan.PLAN_PREFIX)
+
+
 def run(env: Mapping[str, str]) -> int:
     """The pod's A/B (PLAN_ONLY=1: the bench's plan and the A/B's, then exit)."""
+    lines = pod_plan(env)
     if DRIVER_KNOBS["PLAN_ONLY"].read(env):
-        for line in bench_plan.resolve(bench_plan.environment_config(env), env=env).lines():
+        for line in lines:
             print(line, flush=True)
-        planned_elsewhere = DRIVER_KNOBS["TRAINER_SLICE"].read(env) is not None
-        for line in plan_lines(env, on_this_host=not planned_elsewhere):
-            print(f"{bench_plan.PLAN_PREFIX} {line}", flush=True)
         return 0
     args = ab_arguments(env)
     config = bench_plan.environment_config(env)
     digest = code_sha256(engine=config.engine, same_pod_ab=True)
     print(f"{LOG_PREFIX} code sha256={digest}", flush=True)
+    if plan_document.embedded(env.get(plan_document.CODE_DIR_VARIABLE)) is not None:
+        for line in lines:  # the plan the pod executes: in its log and beside its report
+            print(line, flush=True)
+        check_writable_folder(config.results_dir, "RESULTS_DIR")
+        config.results_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(
+            config.results_dir / plan_document.EXECUTED_FILE, plan_document.executed_json(lines)
+        )
     try:
         return ab_command.run(args)
     finally:  # the report and every arm's records outlive the pod

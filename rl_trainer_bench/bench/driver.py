@@ -68,8 +68,12 @@ class Bench:
         *,
         engine_factory: EngineFactory | None = None,
         pool: Sequence[Payload] | None = None,
+        engine_config: EngineConfig | None = None,
     ):
         self.config = config
+        # The plan's engine config (`bench/plan.py`), so the run builds what the plan printed;
+        # None: resolved here from the knobs (the A/B's arms, tests).
+        self._planned_engine = engine_config
         self.log = log
         self._engine_factory = engine_factory
         self._given_pool = pool
@@ -142,6 +146,8 @@ class Bench:
 
     def _engine_config(self) -> EngineConfig:
         """The preset's engine config with TRAINER_ARGV and ENGINE_FLAGS applied; logs what is not."""
+        if self._planned_engine is not None:
+            return self._planned_engine
         if not self.config.trainer_argv and not self.config.engine_flags:
             return self.config.preset.engine_for(self.config.engine)
         from rl_trainer_bench.config.engine_keys import engine_config_from
@@ -197,12 +203,14 @@ class Bench:
         warmup_steps: int = 1,
         results_path: Path | None = None,
         boundary_stages: Sequence[StageConfig] | None = None,
+        companions: Mapping[str, str] | None = None,
     ) -> ArmRun:
         """Warm-up then `steps` scored steps, starting at pool index 0 (every arm trains the same
         micro-batches in the same order); one ruler line and one JSON line per step.
 
         `boundary_stages`, one per step but the last, gives each boundary its own stage (by the step
         it closes) in place of `stage`: an interleaved A/B switches settings at the boundaries.
+        `companions` are files written beside the results with the first step (`ResultsWriter`).
         """
         if self.worker is None or self.pool is None:
             raise RuntimeError("Bench.run before Bench.setup")
@@ -219,7 +227,9 @@ class Bench:
         loop = StepLoop(
             self.worker, self.pool, stage, self.compiles, profiler, settings, self.log, per_boundary
         )
-        writer = results_file.ResultsWriter(results_path, self.log) if results_path else None
+        writer = (
+            results_file.ResultsWriter(results_path, self.log, companions) if results_path else None
+        )
         with loop, writer or contextlib.nullcontext():
             for step in range(loop.total_steps):
                 interrupts.check()  # one swallowed by library code stops the run at a boundary
@@ -256,8 +266,16 @@ def _describe(info: Mapping[str, Any]) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def run_planned(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], None]) -> int:
+def run_planned(
+    config: BenchConfig,
+    env: Mapping[str, str],
+    log: Callable[[str], None],
+    companions: Mapping[str, str] | None = None,
+    engine_config: EngineConfig | None = None,
+) -> int:
     """The run after its plan (`bench/entry.py`): start the runtime, time the steps, report.
+    `companions` go beside results.jsonl with its first step (the plan the pod executes);
+    `engine_config` is the plan's, built as the plan printed it.
 
     Returns the exit code: 1 when a scored step recompiled or a step's metrics were not finite.
     """
@@ -268,7 +286,7 @@ def run_planned(config: BenchConfig, env: Mapping[str, str], log: Callable[[str]
     log(f"{step_line.LOG_PREFIX} config {_describe(config.describe())}")
     log(f"{step_line.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")
     results = config.results_dir / "results.jsonl"
-    bench = Bench(config, log)
+    bench = Bench(config, log, engine_config=engine_config)
     try:
         bench.setup()
         result = bench.run(
@@ -276,6 +294,7 @@ def run_planned(config: BenchConfig, env: Mapping[str, str], log: Callable[[str]
             stage=config.stage,
             warmup_steps=config.warmup_steps,
             results_path=results,
+            companions=companions,
         )
     finally:
         bench.close()

@@ -129,16 +129,16 @@ def maxtext_loss_rows(driver: str, in_pod_image: bool) -> Facts:
     if driver == tunix_grpo.MAXTEXT:
         return (("loss", f"{MAXTEXT_LOSS} (MAXTEXT_DRIVER=maxtext)"),)
     tunix_rows = (("loss", TUNIX_LOSS), ("chunked log-prob pass", tunix_grpo.CHUNKED_PASS))
-    if not in_pod_image:
-        expected = (
-            "expected: " if driver == tunix_grpo.TUNIX else "expected where the image has them: "
+    if not in_pod_image:  # a rendered pod: the image is checked there, before the runtime starts
+        return (
+            (
+                "loss",
+                f"{TUNIX_LOSS} (MAXTEXT_DRIVER={driver}); checked in the pod: a pod whose image"
+                " lacks Tunix's worker or loss refuses to start (MAXTEXT_DRIVER=maxtext times"
+                " MaxText's own loss instead)",
+            ),
+            tunix_rows[1],
         )
-        fallback = (
-            "; if the image lacks Tunix's worker or loss the run stops (MAXTEXT_DRIVER=tunix)"
-            if driver == tunix_grpo.TUNIX
-            else f"; otherwise (MAXTEXT_DRIVER=auto) {MAXTEXT_LOSS}"
-        )
-        return (("loss", expected + TUNIX_LOSS + fallback), tunix_rows[1])
     absent = tunix_grpo.tunix_absent()
     if absent is None:
         why = f" (MAXTEXT_DRIVER={driver}: Tunix's worker and loss are here)"

@@ -12,7 +12,8 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from rl_trainer_bench.bench import results_copy
+from rl_trainer_bench.bench import plan_document, results_copy
+from rl_trainer_bench.bench.step_line import LOG_PREFIX
 from rl_trainer_bench.config.knobs import BenchConfig, add_driver_knob_arguments, driver_knobs
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError, run_guarded
@@ -33,17 +34,31 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
     # A plan for a TRAINER_SLICE may run on any host (the renderer's, a laptop): this host's memory
     # says nothing of the pod's there, so only a run, or a plan for this machine, checks it.
     planned_elsewhere = config.plan_only and config.trainer_slice is not None
-    resolved = plan.resolve(config, None if planned_elsewhere else host_memory_bytes(), env)
+    host_bytes = None if planned_elsewhere else host_memory_bytes()
+    rendered = plan_document.embedded(env.get(plan_document.CODE_DIR_VARIABLE))
+    resolved = plan.resolve(config, host_bytes, env, rendering=rendered is not None)
+    lines = resolved.lines()
+    if rendered is not None:  # a rendered pod: the plan printed before launch, checked here
+        lines = plan_document.executed(rendered, lines, resolved.engine, config, env).printed(
+            plan.PLAN_PREFIX
+        )
     if config.plan_only:
-        for line in resolved.lines():
+        for line in lines:
             log(line)
         return 0
     check_writable_folder(config.results_dir, "RESULTS_DIR")
     refuse_special_file(config.results_dir / "results.jsonl", "RESULTS_DIR")
+    companions = {}
+    if rendered is not None:  # the plan the pod executes: in its log and beside its results
+        for line in lines:
+            log(line)
+        companions[plan_document.EXECUTED_FILE] = plan_document.executed_json(lines)
+    elif resolved.unapplied:
+        log(f"{LOG_PREFIX} engine keys not applied: {' '.join(resolved.unapplied)}")
     from rl_trainer_bench.bench.driver import run_planned  # JAX, from here on
 
     try:
-        return run_planned(config, env, log)
+        return run_planned(config, env, log, companions, resolved.engine)
     finally:  # whatever ended the run, what it wrote outlives the pod
         results_copy.copy_when_asked(config.results_dir, config.results_uri, log)
 

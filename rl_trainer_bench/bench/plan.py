@@ -39,6 +39,7 @@ from rl_trainer_bench.config.trainer_maxtext import (
     other_meaning,
 )
 from rl_trainer_bench.config.value_sources import ENGINE_DEFAULT, PRESET, ValueSource
+from rl_trainer_bench.engine import maxtext_keys, tunix_grpo
 from rl_trainer_bench.engine.config import (
     EngineConfig,
     config_problems,
@@ -50,6 +51,8 @@ from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.units import human_bytes
 
 PLAN_PREFIX = "plan:"
+# How the plan shows a value left to the image's MaxText (`EngineConfig.maxtext_defaults`).
+DEFAULT_IN_IMAGE = "(the image's MaxText default)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,11 +147,46 @@ class Plan:
         engine defaults it keeps, on one line."""
         preset = self.config.preset
         source = f"value from preset {preset.name}"
-        rows = [(source, self._preset_value(v)) for v in self.preset_values if v.source == PRESET]
+        values, maxtext_rows = list(self.preset_values), []
+        if self.config.engine == MAXTEXT:
+            values, maxtext_rows = self._maxtext_value_rows()
+        rows = [(source, self._preset_value(v)) for v in values if v.source == PRESET]
         if self.config.micro_steps == preset.micro_steps:
             rows.append((source, f"micro_steps={preset.micro_steps} (unless MICRO_STEPS set it)"))
-        defaults = [v.describe() for v in self.preset_values if v.source == ENGINE_DEFAULT]
-        return [*rows, ("values from the engine's defaults", " ".join(defaults) or "-")]
+        defaults = [v.describe() for v in values if v.source == ENGINE_DEFAULT]
+        return [
+            *maxtext_rows,
+            *rows,
+            ("values from the engine's defaults", " ".join(defaults) or "-"),
+        ]
+
+    def _maxtext_value_rows(self) -> tuple[list[ValueSource], list[tuple[str, str]]]:
+        """Of the values nobody set, those MaxText's engine gets (returned), and rows for the rest:
+        those left to the image's MaxText defaults, as in the trainer's program, and those MaxText
+        does not take at all, so the pod does not use them."""
+        defaulted, not_taken, passed = [], [], []
+        refused = maxtext_keys.not_taken(self.engine)
+        tunix_loss = self.config.maxtext_driver != tunix_grpo.MAXTEXT
+        for value in self.preset_values:
+            field = ENGINE_KEYS[value.key].target
+            if field in self.engine.maxtext_defaults:
+                defaulted.append(f"{value.key} (the preset's {value.value} not passed)")
+            elif field in refused and not (tunix_loss and field in tunix_grpo.TAKEN_LOSS_FIELDS):
+                not_taken.append(f"{value.key}={value.value} ({refused[field]})")
+            else:
+                passed.append(value)
+        rows = []
+        if defaulted:
+            rows.append(
+                (
+                    "left to the image's MaxText defaults, as in the trainer's program (its"
+                    " command sets none of them)",
+                    ", ".join(defaulted),
+                )
+            )
+        if not_taken:
+            rows.append(("not passed to MaxText's engine, so unused", "; ".join(not_taken)))
+        return passed, rows
 
     def _preset_value(self, value: ValueSource) -> str:
         """A preset's value and its reason; where the built-in engine runs it under another
@@ -192,8 +230,17 @@ class Plan:
             or (key.engine_key, key.engine_value) != (key.key, key.value)
         ]
         variables = [f for f in self.environment or () if f.fate in (NOT_REPRODUCED, UNKNOWN)]
+        facts = dict(self.engine_facts)
+        passes = [
+            f"{name}: {facts[name]}" for name in ("loss", "chunked log-prob pass") if name in facts
+        ]
+        flags = " ".join(self.unapplied)
         return [
             f"engine: {self.config.engine} runs in place of the trainer's own engine",
+            *passes,
+            f"micro-batches: synthetic, built by the bench ({self.layout}; expert routes from the"
+            " routing profile), in place of the rollouts'",
+            *([f"trainer flags not applied by the bench: {flags}"] if flags else []),
             *(f"preset differs from the trainer: {d.describe()}" for d in self.differences),
             *(f"trainer key {key.describe()}" for key in keys),
             *(f"{name}: {text}" for name, text in self.value_rows()),
@@ -238,6 +285,19 @@ class Plan:
             f" {human_bytes(state.params)}, gradient sum {human_bytes(state.grad_sum)}; optimizer"
             f" state {human_bytes(state.optimizer)} {where})"
         )
+        assumed = [
+            f"{key}={value_sources.shown(value_at(self.engine, path))}"
+            for path, key in (
+                ("optimizer.mu_dtype", "mu_dtype"),
+                ("optimizer.memory_host_offload", "optimizer_memory_host_offload"),
+            )
+            if path in self.engine.maxtext_defaults
+        ]
+        if assumed:
+            text += (
+                f" [an estimate at the preset's {' '.join(assumed)}; the pod runs the image's"
+                " MaxText defaults for them]"
+            )
         tpu_slice = self.trainer_slice
         if tpu_slice is None:
             return text + "; no TRAINER_SLICE: not compared with a device's memory"
@@ -374,10 +434,17 @@ def _replay(config: BenchConfig, engine: EngineConfig) -> str:
     from rl_trainer_bench.payload.routing_profile import load_profile
 
     moe = engine.moe
+    buffer_keys = {
+        "moe.ragged_buffer_factor": ("ragged_buffer_factor", f"{moe.ragged_buffer_factor:g}"),
+        "moe.token_chunks": ("num_moe_token_chunks", str(moe.token_chunks)),
+    }
+    left = [key for field, (key, _) in buffer_keys.items() if field in engine.maxtext_defaults]
     settings = (
-        f"ragged_buffer_factor={moe.ragged_buffer_factor:g}"
-        f" num_moe_token_chunks={moe.token_chunks}"
-        f" retry_when_tokens_dropped={str(moe.retry_when_tokens_dropped).lower()}"
+        " ".join(
+            f"{key}={DEFAULT_IN_IMAGE if key in left else value}"
+            for key, value in buffer_keys.values()
+        )
+        + f" retry_when_tokens_dropped={str(moe.retry_when_tokens_dropped).lower()}"
     )
     name = config.routing_profile or config.preset.routing_profile
     where = "" if config.routing_profile else "shipped "
@@ -388,6 +455,12 @@ def _replay(config: BenchConfig, engine: EngineConfig) -> str:
         return (
             f"{settings}: never replays (MaxText's layer keeps every routed pair here: one"
             " expert-parallel shard, or a ring of experts without use_ragged_sort=true)"
+        )
+    if left:
+        return (
+            f"{' and '.join(left)}: the image's MaxText defaults (the"
+            " trainer's command sets none), so no replay is forecast here: the buffer the pod runs"
+            " is that MaxText's"
         )
     if prediction is None:
         return f"{settings}: never replays"

@@ -5,14 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
 from rl_trainer_bench.bench.ruler import StepRecord
 from rl_trainer_bench.bench.step_line import LOG_PREFIX
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.io import move_earlier_run_aside, refuse_special_file
+from rl_trainer_bench.io import move_earlier_run_aside, refuse_special_file, write_text_atomically
 
 
 class ResultsWriter:
@@ -26,9 +26,17 @@ class ResultsWriter:
     none, and stops the run with one line naming the file.
     """
 
-    def __init__(self, path: Path, log: Callable[[str], None] = print):
+    def __init__(
+        self,
+        path: Path,
+        log: Callable[[str], None] = print,
+        companions: Mapping[str, str] | None = None,
+    ):
+        """`companions`: files (name -> text) written atomically beside the results when the first
+        step is, after an earlier run's are moved aside with its results (the plan the pod ran)."""
         self.path = path
         self._log = log
+        self._companions = dict(companions or {})
         self._file: IO[str] | None = None
         self._lines = 0
 
@@ -53,9 +61,11 @@ class ResultsWriter:
     def _open(self) -> None:
         refuse_special_file(self.path, "RESULTS_DIR")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        aside = move_earlier_run_aside(self.path.parent, [self.path.name])
+        aside = move_earlier_run_aside(self.path.parent, [self.path.name, *self._companions])
         if aside is not None:
             self._log(f"{LOG_PREFIX} moved the earlier {self.path.name} aside to {aside}")
+        for name, text in self._companions.items():
+            write_text_atomically(self.path.parent / name, text)
         self._file = self.path.open("w", encoding="utf-8")
 
     def _cut_back(self, end: int) -> None:

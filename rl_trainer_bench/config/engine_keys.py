@@ -21,7 +21,8 @@ from rl_trainer_bench.engine.config import (
     leaf_fields,
     with_value_at,
 )
-from rl_trainer_bench.engine.factory import BUILT_IN
+from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
+from rl_trainer_bench.engine.maxtext_keys import DEFAULTED_IN_MAXTEXT
 from rl_trainer_bench.errors import ConfigError
 
 
@@ -318,6 +319,10 @@ def engine_config_from(
                 "pass both"
             )
         config = dataclasses.replace(config, seq_len=sum(sequence.values()))
+    if engine == MAXTEXT and (environment or argv_flags):  # a trainer's program to be true to
+        given_fields = {ENGINE_KEYS[key].target for key in flags if key in ENGINE_KEYS}
+        defaulted = tuple(f for f in DEFAULTED_IN_MAXTEXT if f not in given_fields)
+        config = dataclasses.replace(config, maxtext_defaults=defaulted)
     return config, unapplied
 
 

@@ -176,7 +176,11 @@ def idle_in_maxtext(key: str, value: str, keys: Sequence[tuple[str, str]]) -> st
     number = _number(value)
     if key != "num_moe_token_chunks" or number is None or number <= 1 or _ring(keys):
         return ""
-    return f"MaxText does nothing with it without {_RING_KEY}=true"
+    return (
+        f"maxtext 0.2.5 chunks tokens only in its ring of experts ({_RING_KEY}=true) and refuses"
+        " the key without it; other releases differ: the image's MaxText decides, and its own"
+        " validation of the config runs in the pod before the runtime starts"
+    )
 
 
 def _ring(keys: Sequence[tuple[str, str]]) -> bool:

@@ -292,6 +292,11 @@ class EngineConfig:
     # and GRPO loss, the MaxText adapter's own calls, or `auto` (Tunix's where importable). Read
     # by the MaxText adapter only; the driver sets it from the knob.
     maxtext_driver: str = "auto"
+    # Fields whose MaxText keys an engine built on MaxText leaves to its MaxText's own defaults:
+    # training policy (optimizer, MoE buffers, remat, precision) the trainer's command does not
+    # set, so the trainer's program runs the default of the MaxText in its image, and a preset's
+    # value must not stand in for it (`maxtext_keys.DEFAULTED_IN_MAXTEXT`). Empty for other engines.
+    maxtext_defaults: tuple[str, ...] = ()
 
 
 def choices(annotation: Any) -> tuple[str, ...] | None:

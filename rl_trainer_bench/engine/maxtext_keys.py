@@ -214,12 +214,30 @@ NOT_TAKEN: Mapping[str, str] = {
     "optimizer.warmup_steps": _SCHEDULE,
     "optimizer.decay_steps": _SCHEDULE,
 }
+# Training policy, not the model: where the trainer's command sets none of these, its MaxText runs
+# its own default (whatever the image's release has), so the adapter passes no key for them and a
+# preset's value (the 397B cell's mu_dtype=bfloat16, its MoE buffers) never changes the trainer's
+# program. The model's shapes, mesh and batch stay the preset's: they are the cell being timed.
+DEFAULTED_IN_MAXTEXT = (
+    "optimizer.b1",
+    "optimizer.b2",
+    "optimizer.eps",
+    "optimizer.mu_dtype",
+    "optimizer.weight_decay",
+    "optimizer.max_grad_norm",
+    "optimizer.memory_host_offload",
+    "moe.ragged_buffer_factor",
+    "moe.token_chunks",
+    "model.remat_policy",
+    "matmul_precision",
+)
 # Fields the adapter acts on itself rather than through a MaxText key.
 ADAPTER_FIELDS: Mapping[str, str] = {
     "moe.router_replay": "routes reach MaxText as forced_routed_experts",
     "trainer_maxtext_keys": "passed to MaxText unchanged, last",
     "output_dir": "MaxText's base_output_directory, held",
     "maxtext_driver": "chooses what drives MaxText's engine (engine/tunix_grpo.py)",
+    "maxtext_defaults": "the fields left to MaxText's own defaults (DEFAULTED_IN_MAXTEXT)",
 }
 
 # Keys the bench holds whatever the trainer sets: where MaxText writes, what it loads and traces.
@@ -297,10 +315,13 @@ def held_keys(output_dir: str) -> dict[str, Any]:
 
 
 def translated_keys(config: EngineConfig) -> tuple[dict[str, Any], dict[str, str]]:
-    """The table's MaxText keys for `config`, and {field: why} for each value MaxText cannot take."""
+    """The table's MaxText keys for `config`, and {field: why} for each value MaxText cannot take;
+    the fields in `config.maxtext_defaults` give no key (MaxText's own default applies)."""
     keys: dict[str, Any] = {}
     refused: dict[str, str] = {}
     for row in TRANSLATIONS:
+        if row.field in config.maxtext_defaults:
+            continue
         try:
             keys.update(row.to_keys(config))
         except NotTaken as why:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 
 from rl_trainer_bench import code_digest
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.launch import code_bundle, results_location, validate
+from rl_trainer_bench.launch import apply_size, code_bundle, results_location, validate
 from rl_trainer_bench.launch.client_command import ClientCommand, read_client_command
 from rl_trainer_bench.launch.dry_run import (
     TPU_RESOURCE,
@@ -110,15 +110,7 @@ def render_aot_job(
     jobset = _skeleton(trainer)
     name = bench_name(jobset, None, JOB_SUFFIX)
     jobset["metadata"]["name"] = name
-    environment = {
-        key: value
-        for key, value in bench.environment.items()
-        if key not in (AB_ARMS, "RESULTS_URI", "BENCH_CODE_SHA256", "RESULTS_DIR")
-    }
-    environment["RESULTS_DIR"] = RESULTS_DIR
-    results = _results_uri(trainer, launch, knobs.results_uri, name)
-    if results is not None:
-        environment["RESULTS_URI"] = results[0]
+    environment, results = _job_environment(trainer, client, launch, knobs, bench, name)
     if AB_ARMS in bench.environment:
         if arm_settings is None:
             raise RuntimeError("AB_ARMS given but no arm settings: pass arm_settings")
@@ -140,8 +132,30 @@ def render_aot_job(
         TRAINER_ANNOTATION: jobset_name(trainer),
         SLICE_ANNOTATION: slice_name,
     }
-    validate.check(jobset, f"AOT job rendered from {source}")
-    return dump_yaml(jobset), _summary(name, container, spec, environment, results)
+    validate.check(jobset, f"AOT job rendered from {source}")  # kubectl apply's size limit too
+    return dump_yaml(jobset), _summary(jobset, environment, results)
+
+
+def _job_environment(
+    trainer: Mapping,
+    client: Mapping,
+    launch: ClientCommand,
+    knobs: RenderKnobs,
+    bench: Rendered,
+    name: str,
+) -> tuple[dict[str, str], tuple[str, str] | None]:
+    """What the job's script exports: the bench pod's knobs, its own results folder and
+    destination; and (RESULTS_URI, what chose it), None when nothing durable did."""
+    environment = {
+        key: value
+        for key, value in bench.environment.items()
+        if key not in (AB_ARMS, "RESULTS_URI", "BENCH_CODE_SHA256", "RESULTS_DIR")
+    }
+    environment["RESULTS_DIR"] = RESULTS_DIR
+    results = _results_uri(trainer, launch, knobs.results_uri, name)
+    if results is not None:
+        environment["RESULTS_URI"] = results[0]
+    return environment, results
 
 
 def _skeleton(trainer: Mapping) -> dict:
@@ -257,12 +271,11 @@ def _results_uri(
 
 
 def _summary(
-    name: str,
-    container: Mapping,
-    spec: Mapping,
-    environment: Mapping[str, str],
-    results: tuple[str, str] | None,
+    jobset: Mapping, environment: Mapping[str, str], results: tuple[str, str] | None
 ) -> list[str]:
+    name = jobset_name(jobset)
+    spec = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
     selector = " ".join(f"{k}={v}" for k, v in spec["nodeSelector"].items())
     resources = container["resources"]
     flags = environment.get("LIBTPU_INIT_ARGS")
@@ -305,4 +318,9 @@ def _summary(
             " names when its pod starts, the trainer with what it named when the trainer's did;"
             " name the image by digest (@sha256:...) in the launcher to compile the same image"
         )
+    lines.append(
+        f"aot job: manifest: {apply_size.stored_annotation_bytes(jobset):,} bytes of annotations"
+        " once `kubectl apply` stores it (the API server's limit:"
+        f" {apply_size.ANNOTATIONS_LIMIT:,})"
+    )
     return lines

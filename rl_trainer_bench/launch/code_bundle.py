@@ -24,6 +24,7 @@ import lzma
 import tarfile
 from pathlib import Path
 
+from rl_trainer_bench.bench.plan_document import PLAN_FILE
 from rl_trainer_bench.code_digest import code_files, default_root
 from rl_trainer_bench.engine.factory import BUILT_IN
 
@@ -32,16 +33,23 @@ def bundle(
     root: Path | None = None,
     engine: str = BUILT_IN,
     same_pod_ab: bool = False,
+    resolved_plan: str | None = None,
     aot_job: bool = False,
 ) -> bytes:
     """A reproducible tar.xz of `code_files(root, engine, same_pod_ab, aot_job)`, paths relative
-    to `root`."""
+    to `root`, and the resolved plan's document (`bench/plan_document.py`) beside them when given:
+    it rides in the archive, where xz packs it with the code, not in the manifest's text."""
     root = default_root() if root is None else root
+    files = [
+        (path.relative_to(root).as_posix(), path.read_bytes())
+        for path in code_files(root, engine, same_pod_ab, aot_job)
+    ]
+    if resolved_plan is not None:
+        files.append((PLAN_FILE, resolved_plan.encode()))
     tar_bytes = io.BytesIO()
     with tarfile.open(fileobj=tar_bytes, mode="w", format=tarfile.USTAR_FORMAT) as archive:
-        for path in code_files(root, engine, same_pod_ab, aot_job):
-            data = path.read_bytes()
-            info = tarfile.TarInfo(path.relative_to(root).as_posix())
+        for name, data in files:
+            info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mode = 0o644
             info.mtime = 0
@@ -59,26 +67,19 @@ def _xz(data: bytes) -> bytes:
 # Base64 characters per exec argument: 64 KiB, half the kernel's limit on one argument.
 PART_CHARS = 64 * 1024
 LINE_CHARS = 76
-# The AOT job carries the aot and hlo-overlap commands, half as much code again as a bench pod
-# (156 KB of xz against 113 KB for MaxText's engine), and each line of a part costs the YAML
-# its indentation (16 bytes in the job's manifest): at 76 characters the 397B job's manifest is
-# 264,764 bytes, past the 262,144 `kubectl apply` keeps in its last-applied annotation; at 1,024
-# it is 221,737 (BENCHMARKS.md, "The AOT job").
-AOT_JOB_LINE_CHARS = 1024
 
 
 def bundle_parts(
     root: Path | None = None,
     engine: str = BUILT_IN,
     same_pod_ab: bool = False,
+    resolved_plan: str | None = None,
     aot_job: bool = False,
 ) -> list[str]:
-    """`bundle(root, engine)` in base64, cut into exec arguments of at most PART_CHARS characters
-    of 76-character lines (so the manifest stays readable; AOT_JOB_LINE_CHARS for the AOT job);
-    joined with newlines, they are one base64 text that `base64.b64decode` reads back (it skips
-    the newlines)."""
-    encoded = base64.b64encode(bundle(root, engine, same_pod_ab, aot_job)).decode()
-    width = AOT_JOB_LINE_CHARS if aot_job else LINE_CHARS
-    lines = [encoded[i : i + width] for i in range(0, len(encoded), width)]
-    per_part = PART_CHARS // (width + 1)
+    """`bundle(...)` in base64, cut into exec arguments of at most PART_CHARS characters
+    of 76-character lines (so the manifest stays readable); joined with newlines, they are one
+    base64 text that `base64.b64decode` reads back (it skips the newlines)."""
+    encoded = base64.b64encode(bundle(root, engine, same_pod_ab, resolved_plan, aot_job)).decode()
+    lines = [encoded[i : i + LINE_CHARS] for i in range(0, len(encoded), LINE_CHARS)]
+    per_part = PART_CHARS // (LINE_CHARS + 1)
     return ["\n".join(lines[i : i + per_part]) for i in range(0, len(lines), per_part)]

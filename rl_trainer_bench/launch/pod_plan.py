@@ -1,12 +1,13 @@
-"""`rl-trainer-bench plan BENCH.yaml`: the plan a rendered bench pod will print, without the pod.
+"""`rl-trainer-bench plan BENCH.yaml`: the plan a rendered bench pod will execute, without the pod.
 
-A rendered JobSet carries everything its pod plans from: the knobs its client script exports and
-the bench code it embeds as base64 parts. This command takes the client command apart as the
-pod's shell would, unpacks the embedded code into a temporary folder, checks it against the
-JobSet's `rl-trainer-bench/code-sha256` annotation, and runs that code's own
-`bench_driver.py --plan` with exactly the exported environment. So the plan printed is the pod's:
-its code, its knobs, no device and no JAX (planning is host work). Decoding the bundle by hand is
-what this replaces.
+A rendered JobSet carries everything its pod plans from: the knobs its client script exports, the
+bench code it embeds as base64 parts, and beside that code the plan resolved at render time
+(`bench/plan_document.py`). This command takes the client command apart as the pod's shell would,
+unpacks the code and the plan into a temporary folder, checks each against its annotation, and
+runs that code's own entry in plan-only mode with exactly the pod's environment: it compares the
+plan that code resolves with the embedded one, as the pod does first, and prints the embedded
+plan, with what only the trainer's image can answer marked as checked in the pod. No device and no
+JAX (planning is host work). Decoding the bundle by hand is what this replaces.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import hashlib
 import io
 import lzma
 import os
@@ -24,6 +26,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from rl_trainer_bench.bench import plan_document
 from rl_trainer_bench.code_digest import DRIVER_SCRIPT, code_sha256
 from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.errors import UserError
@@ -31,8 +34,13 @@ from rl_trainer_bench.io import read_user_text
 from rl_trainer_bench.launch import aot_job
 from rl_trainer_bench.launch.client_command import read_client_command
 from rl_trainer_bench.launch.dry_run import client_container, jobset_name, jobsets, read_documents
-from rl_trainer_bench.launch.pod_script import AB_ARMS, DRIVER_MODULE, SCRIPT_NAME
-from rl_trainer_bench.launch.render import CODE_SHA_ANNOTATION, pod_environment
+from rl_trainer_bench.launch.pod_script import (
+    AB_ARMS,
+    DRIVER_MODULE,
+    SAME_POD_AB_MODULE,
+    SCRIPT_NAME,
+)
+from rl_trainer_bench.launch.render import CODE_SHA_ANNOTATION, PLAN_SHA_ANNOTATION, pod_environment
 
 RENDERED = "a JobSet rendered by `rl-trainer-bench render`"
 
@@ -69,22 +77,81 @@ def run(args: argparse.Namespace) -> int:
                 f" {expected} of its {CODE_SHA_ANNOTATION} annotation: the manifest was edited"
                 " after rendering; render it again"
             )
-        print(
-            f"plan: JobSet {name} from {args.file}: the pod's code (sha256 {found[:12]}) and"
-            " environment, planned here",
-            flush=True,
-        )
-        driver = root / DRIVER_SCRIPT  # as the pod's script runs it (`pod_script.bench_script`)
-        program = [str(driver)] if driver.is_file() else ["-m", DRIVER_MODULE]
-        if is_aot_job:  # the AOT job's pod, which plans with PLAN_ONLY=1 and takes no flags
-            program, environment = ["-m", aot_job.ENTRY_MODULE], {**environment, "PLAN_ONLY": "1"}
+        if is_aot_job:  # the AOT job's pod (`launch/aot_job.py`): its own plan-only mode
+            print(
+                f"plan: JobSet {name} from {args.file}: the AOT job's code (sha256 {found[:12]})"
+                " and environment, planned here",
+                flush=True,
+            )
+            program = ["-m", aot_job.ENTRY_MODULE]
+        else:
+            program = _bench_entry(root, jobset, environment, args.file, found)
         done = subprocess.run(
-            [sys.executable, *program, *([] if is_aot_job else ["--plan"])],
-            env={**environment, "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(root)},
+            [sys.executable, *program],
+            env={
+                **environment,
+                "PLAN_ONLY": "1",
+                plan_document.OFF_POD_VARIABLE: "1",
+                plan_document.CODE_DIR_VARIABLE: str(root),
+                "PATH": os.environ.get("PATH", ""),
+                "PYTHONPATH": str(root),
+            },
             cwd=root,
             check=False,
         )
     return done.returncode
+
+
+def _bench_entry(
+    root: Path, jobset: Mapping, environment: Mapping[str, str], source: str, found: str
+) -> list[str]:
+    """The bench pod's own entry, as its script runs it (`pod_script.bench_script`), once its
+    embedded plan is checked: in plan-only mode it compares the embedded plan with the one its
+    code resolves from the manifest's environment, prints the embedded plan, and leaves the
+    image's checks to the pod."""
+    name = jobset_name(jobset)
+    print(
+        f"plan: JobSet {name} from {source}: the plan resolved when it was rendered,"
+        f" compared here with the one its code (sha256 {found[:12]}) resolves from its"
+        " environment; what only the image answers is checked in the pod",
+        flush=True,
+    )
+    _check_plan_digest(root, jobset, source, name)
+    if AB_ARMS in environment:
+        return ["-m", SAME_POD_AB_MODULE]
+    driver = root / DRIVER_SCRIPT
+    return [str(driver)] if driver.is_file() else ["-m", DRIVER_MODULE]
+
+
+def _check_plan_digest(root: Path, jobset: Mapping, source: str, name: str) -> None:
+    """The embedded plan is the one the render annotated (a manifest from before the plan was
+    embedded, or one edited since, is refused with the way out)."""
+    expected = _annotations(jobset).get(PLAN_SHA_ANNOTATION)
+    path = root / plan_document.PLAN_FILE
+    if not isinstance(expected, str) or not path.is_file():
+        raise UserError(
+            f"{source}: JobSet {name} carries no resolved plan ({PLAN_SHA_ANNOTATION}): it was"
+            " rendered by an older bench; render it again"
+        )
+    found = hashlib.sha256(path.read_bytes()).hexdigest()
+    if found != expected:
+        raise UserError(
+            f"{source}: JobSet {name}'s embedded plan has sha256 {found}, not the {expected} of"
+            f" its {PLAN_SHA_ANNOTATION} annotation: the manifest was edited after rendering;"
+            " render it again"
+        )
+
+
+def embedded_document(jobset: Mapping, source: str) -> plan_document.PlanDocument:
+    """The resolved plan a bench JobSet carries, checked against its annotation."""
+    name = jobset_name(jobset)
+    _, parts = _client_script(jobset, name)
+    with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-plan-") as folder:
+        root = Path(folder)
+        _unpack(parts, root, name)
+        _check_plan_digest(root, jobset, source, name)
+        path = root / plan_document.PLAN_FILE
+        return plan_document.PlanDocument.from_json(path.read_text(encoding="utf-8"), source)
 
 
 def bench_jobset(text: str, source: str, wanted: str | None) -> Mapping:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from rl_trainer_bench.bench.plan_document import CODE_DIR_VARIABLE
 from rl_trainer_bench.launch.client_command import shell_quote
 
 # `$0` of the script: what `ps` and the shell's own messages call it.
 SCRIPT_NAME = "rl-trainer-bench-pod"
-CODE_DIR_VARIABLE = "BENCH_CODE_DIR"
 DRIVER_MODULE = "rl_trainer_bench.bench.entry"
 # With AB_ARMS the pod runs a same-pod A/B instead of one bench run (`ab/same_pod.py`).
 AB_ARMS = "AB_ARMS"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import os
 import shlex
 import sys
@@ -23,7 +24,7 @@ import yaml
 
 from rl_trainer_bench import code_digest
 from rl_trainer_bench.accelerators import TPU_CHIPS, TpuSlice
-from rl_trainer_bench.bench import plan
+from rl_trainer_bench.bench import plan, plan_document
 from rl_trainer_bench.bench.plan import Plan
 from rl_trainer_bench.config.engine_keys import format_engine_flags
 from rl_trainer_bench.config.knobs import refuse_misspelt_knobs
@@ -32,7 +33,13 @@ from rl_trainer_bench.config.trainer_env import OFF_THE_STEP, PLUMBING, TRAINER_
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, read_user_text, write_text_atomically
-from rl_trainer_bench.launch import code_bundle, compile_flags, results_location, validate
+from rl_trainer_bench.launch import (
+    apply_size,
+    code_bundle,
+    compile_flags,
+    results_location,
+    validate,
+)
 from rl_trainer_bench.launch.client_command import (
     ClientCommand,
     merge_flags,
@@ -62,6 +69,8 @@ from rl_trainer_bench.launch.pod_script import AB_ARMS, SCRIPT_NAME, bench_scrip
 
 ANNOTATION_PREFIX = "rl-trainer-bench/"
 CODE_SHA_ANNOTATION = ANNOTATION_PREFIX + "code-sha256"
+# The sha256 of the resolved plan embedded beside the code (`bench/plan_document.py`).
+PLAN_SHA_ANNOTATION = ANNOTATION_PREFIX + "plan-sha256"
 TRAINER_ANNOTATION = ANNOTATION_PREFIX + "trainer-jobset"
 SLICE_ANNOTATION = ANNOTATION_PREFIX + "slice"
 # The LIBTPU_FLAGS words set in the Pathways servers' arguments, so render-diff can tell them apart.
@@ -97,6 +106,8 @@ class Rendered:
     results_source: str = ""  # what chose RESULTS_URI ("": nothing; results stay in the pod)
     # The orchestrator's environment (its container's literal `env`, then its script's).
     orchestrator_env: tuple[tuple[str, str], ...] = ()
+    # The plan embedded in the pod's code bundle: what `plan BENCH.yaml` prints, the pod checks.
+    document: plan_document.PlanDocument | None = None
     environment: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the exports
 
 
@@ -133,12 +144,32 @@ def render_with_plan(
     engine = pod_plan.config.engine
     sha = code_digest.code_sha256(engine=engine, same_pod_ab=same_pod_ab)
     environment["BENCH_CODE_SHA256"] = sha
-    ab_lines = _same_pod_ab_lines(pod_environment(container, environment), check_pod)
-    _replace_client_command(container, launch, environment, engine, jobset_name(trainer))
+    pod_env = pod_environment(container, environment)
+    ab_lines = _same_pod_ab_lines(pod_env, check_pod)
+    resolved = plan_document.document(
+        plan_document.with_lines(pod_plan.lines(), [f"{plan.PLAN_PREFIX} {x}" for x in ab_lines]),
+        plan_document.pod_checks(engine, pod_plan.config.maxtext_driver, pod_env),
+        [
+            *pod_plan.substitutions(),
+            *(
+                [
+                    f"libtpu flags set by the bench in every compiling container: {shlex.join(libtpu_words)}"
+                ]
+                if libtpu_words
+                else []
+            ),
+            *(f"same-pod A/B (AB_ARMS={knobs.ab_arms}): {line}" for line in ab_lines),
+        ],
+    )
+    resolved_json = resolved.to_json()
+    _replace_client_command(
+        container, launch, environment, engine, jobset_name(trainer), resolved_json
+    )
     metadata = bench.setdefault("metadata", {})
     metadata["annotations"] = {
         **(metadata.get("annotations") or {}),
         CODE_SHA_ANNOTATION: sha,
+        PLAN_SHA_ANNOTATION: hashlib.sha256(resolved_json.encode()).hexdigest(),
         TRAINER_ANNOTATION: jobset_name(trainer),
         **({SLICE_ANNOTATION: knobs.trainer_slice.name} if knobs.trainer_slice else {}),
         **({LIBTPU_FLAGS_ANNOTATION: shlex.join(libtpu_words)} if libtpu_words else {}),
@@ -153,6 +184,7 @@ def render_with_plan(
         ab_lines,
         results_source,
         _orchestrator_environment(documents, launch),
+        resolved,
         environment,
     )
 
@@ -211,8 +243,10 @@ def _replace_client_command(
     environment: Mapping[str, str],
     engine: str,
     trainer: str,
+    resolved_plan: str,
 ) -> None:
-    """The client runs the embedded bench driver under the launcher's PID-1 wrapper."""
+    """The client runs the embedded bench driver under the launcher's PID-1 wrapper; the resolved
+    plan rides in the code bundle."""
     container.pop("args", None)
     container["command"] = [
         "bash",
@@ -224,7 +258,9 @@ def _replace_client_command(
             trainer_jobset=trainer,
         ),
         SCRIPT_NAME,
-        *code_bundle.bundle_parts(engine=engine, same_pod_ab=AB_ARMS in environment),
+        *code_bundle.bundle_parts(
+            engine=engine, same_pod_ab=AB_ARMS in environment, resolved_plan=resolved_plan
+        ),
     ]
 
 
@@ -433,11 +469,7 @@ def run(
     source, text = _read_input(knobs.launch_render)
     result = render_with_plan(text, source, knobs, check_pod)
     rendered, pod_plan = result.yaml, result.plan
-    aot_job = None
-    if knobs.aot_job is not None:  # rendered before anything is written: both files, or none
-        if render_aot_job is None:
-            raise RuntimeError("AOT_JOB given but no AOT job renderer: pass render_aot_job")
-        aot_job = render_aot_job(text, source, knobs, result)
+    aot_job = _aot_job(text, source, knobs, result, render_aot_job)  # before anything is written
     if knobs.output is None:
         sys.stdout.write(rendered)
     else:
@@ -467,13 +499,36 @@ def run(
         print(f"render: trainer key {key.describe()}", file=sys.stderr)
     for name, text in pod_plan.accounting_rows():
         print(f"render: {name}: {text}", file=sys.stderr)
+    for check in result.document.checks if result.document else ():
+        print(f"render: {check.describe()}", file=sys.stderr)
     if pod_plan.config.engine != BUILT_IN:
         print(engine_requirement(pod_plan.config.engine), file=sys.stderr)
+    stored = apply_size.stored_annotation_bytes(yaml.safe_load(rendered))
+    print(
+        f"render: manifest: {stored:,} bytes of annotations once `kubectl apply` stores it (the"
+        f" API server's limit: {apply_size.ANNOTATIONS_LIMIT:,})",
+        file=sys.stderr,
+    )
     if aot_job is not None:
         print(f"render: AOT JobSet -> {knobs.aot_job}", file=sys.stderr)
         for line in aot_job[1]:
             print(f"render: {line}", file=sys.stderr)
     return 0
+
+
+def _aot_job(
+    text: str,
+    source: str,
+    knobs: RenderKnobs,
+    result: Rendered,
+    render_aot_job: AotJobRenderer | None,
+) -> tuple[str, list[str]] | None:
+    """The AOT job's YAML and summary lines when AOT_JOB asks for it."""
+    if knobs.aot_job is None:
+        return None
+    if render_aot_job is None:
+        raise RuntimeError("AOT_JOB given but no AOT job renderer: pass render_aot_job")
+    return render_aot_job(text, source, knobs, result)
 
 
 def _check_outputs(knobs: RenderKnobs) -> None:

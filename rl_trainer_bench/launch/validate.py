@@ -27,6 +27,7 @@ import jsonschema
 
 from rl_trainer_bench.accelerators import TPU_CHIPS
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.launch.apply_size import apply_size_problems
 from rl_trainer_bench.launch.dry_run import (
     TPU_RESOURCE,
     containers,
@@ -174,7 +175,12 @@ def jobset_problems(jobset: Mapping) -> list[str]:
     if problems:
         return problems
     schema = schema_validator().schema
-    return [*list_key_problems(tree, schema), *name_problems(tree), *slice_problems(tree)]
+    return [
+        *list_key_problems(tree, schema),
+        *name_problems(tree),
+        *slice_problems(tree),
+        *apply_size_problems(jobset),
+    ]
 
 
 def check(jobset: Mapping, source: str) -> None:

@@ -158,21 +158,15 @@ def _from_jobsets(text: str, label: str, trainer_jobset: str | None) -> Side:
     side = trainer_side(label, "jobset", client_argv(jobset), command.env.get("ENGINE_FLAGS", ""))
     if "BENCH_CODE_SHA256" not in command.env:
         return side
-    return dataclasses.replace(side, substitutions=bench_substitutions(container, command.env))
+    return dataclasses.replace(side, substitutions=bench_substitutions(jobset, label))
 
 
-def bench_substitutions(container: Mapping, exported: Mapping[str, str]) -> tuple[str, ...]:
-    """What a bench JobSet's pod times in place of the trainer's program, from the plan its
-    driver resolves in the pod's environment (the container's `env` and the script's exports)."""
-    from rl_trainer_bench.bench import plan
-    from rl_trainer_bench.launch.render import pod_environment
+def bench_substitutions(jobset: Mapping, label: str) -> tuple[str, ...]:
+    """What a bench JobSet's pod times in place of the trainer's program: the substitutions of
+    the plan resolved at render time and embedded in the JobSet, which its pod checks."""
+    from rl_trainer_bench.launch.pod_plan import embedded_document
 
-    environment = pod_environment(container, exported)
-    try:
-        resolved = plan.resolve(plan.environment_config(environment), env=environment)
-    except UserError as error:
-        return (f"the bench's pod would refuse its knobs ({error}): nothing to compare",)
-    return tuple(resolved.substitutions())
+    return embedded_document(jobset, label).substitutions
 
 
 def _text(value: object) -> str:
@@ -252,6 +246,9 @@ def format_diff(result: ConfigDiff) -> str:
             else ""
         )
     )
+    substituted = sum(len(side.substitutions) for side in (result.before, result.after))
+    if substituted:
+        lines[-1] += f"; and {substituted} substitutions by the bench, listed below"
     for side in (result.before, result.after):
         if side.substitutions:
             lines.append(

@@ -84,7 +84,8 @@ def test_the_renderer_leaves_the_check_to_the_pod_and_a_host_without_maxtext_say
         here["loss"]
         == f"{engine_plan.MAXTEXT_LOSS} (MAXTEXT_DRIVER=auto: tunix is not installed here)"
     )
-    assert rendered["loss"].startswith("expected where the image has them: Tunix's GRPO loss")
+    assert rendered["loss"].startswith("Tunix's GRPO loss")
+    assert "checked in the pod: a pod whose image lacks Tunix's worker" in rendered["loss"]
 
 
 def test_a_config_refused_whatever_trainer_key_is_left_out_is_put_on_the_bench(stand_in_maxtext):

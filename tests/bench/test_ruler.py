@@ -142,6 +142,22 @@ def test_results_writer_flushes_each_step(tmp_path):
     assert [r.step for r in results_file.read_results(path)] == [0, 1]
 
 
+def test_the_plan_goes_beside_the_results_with_the_first_step_and_moves_aside_with_them(tmp_path):
+    """The plan a pod executed is written with its first step; an earlier run's plan moves aside
+    with that run's results, never left beside the new ones nor replaced before a step is written."""
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"step": 0}\n')
+    (tmp_path / "plan.json").write_text("the earlier run's plan")
+    writer = results_file.ResultsWriter(path, lambda line: None, {"plan.json": "this run's plan"})
+    assert (tmp_path / "plan.json").read_text() == "the earlier run's plan"  # nothing written yet
+    with writer:
+        writer.write(record(step=0))
+    assert (tmp_path / "plan.json").read_text() == "this run's plan"
+    (aside,) = tmp_path.glob("earlier-*")
+    assert (aside / "plan.json").read_text() == "the earlier run's plan"
+    assert (aside / "results.jsonl").read_text() == '{"step": 0}\n'
+
+
 def test_summary_covers_scored_steps_only():
     records = [record(step=0, warmup=True, step_s=100.0)] + [
         record(step=i, step_s=s) for i, s in enumerate([1.0, 2.0, 3.0], start=1)

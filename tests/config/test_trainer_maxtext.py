@@ -142,3 +142,29 @@ def test_a_maxtext_key_written_as_a_flag_is_named_with_its_bare_spelling():
         " remat_policy=full?)"
     )
     assert fates["megablox"] == "megablox=true: no equivalent"  # no hint where none is due
+
+
+def test_a_trainers_unset_policy_is_left_to_its_maxtext_not_taken_from_the_preset():
+    """The 397B preset chooses mu_dtype=bfloat16 and the measured run's MoE buffers; a MaxText
+    trainer whose command sets none of them runs its MaxText's defaults, so MaxText's engine gets
+    no key for them, while a key the trainer sets is passed, and a cell with no trainer (no argv)
+    is the preset's own."""
+    from rl_trainer_bench.engine import maxtext_keys
+    from rl_trainer_bench.engine.factory import MAXTEXT
+
+    preset = PRESETS["qwen3.5-397b-cell"]
+    argv = "python3 -m tunix.cli.grpo_main --model_name=Qwen3.5-397B-A17B"
+    unset, _ = engine_config_from(preset, argv, engine=MAXTEXT)
+    keys, _ = maxtext_keys.translated_keys(unset)
+    for key in ("mu_dtype", "ragged_buffer_factor", "num_moe_token_chunks", "adam_b1"):
+        assert key not in keys
+    assert keys["base_emb_dim"] == 4096  # the model is the cell's
+    given, _ = engine_config_from(
+        preset, "MAXTEXT_EXTRA_FLAGS='mu_dtype=bfloat16' " + argv, engine=MAXTEXT
+    )
+    assert maxtext_keys.translated_keys(given)[0]["mu_dtype"] == "bfloat16"
+    assert "optimizer.mu_dtype" not in given.maxtext_defaults
+    no_trainer, _ = engine_config_from(preset, engine=MAXTEXT)
+    assert maxtext_keys.translated_keys(no_trainer)[0]["mu_dtype"] == "bfloat16"
+    built_in, _ = engine_config_from(preset, argv)
+    assert built_in.maxtext_defaults == ()

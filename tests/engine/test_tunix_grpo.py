@@ -213,10 +213,16 @@ def test_the_plan_says_which_loss_runs_through_which_calls(monkeypatch):
         " --trainer_backend=maxtext runs it (MAXTEXT_DRIVER=auto: Tunix's worker and loss are here)"
     )
     assert here["chunked log-prob pass"].startswith("not applied (compute_logps_chunk_size is")
-    rendered = rows("auto", False)["loss"]
-    assert rendered.startswith("expected where the image has them: Tunix's GRPO loss")
-    assert rendered.endswith("; otherwise (MAXTEXT_DRIVER=auto) " + engine_plan.MAXTEXT_LOSS)
-    assert rows("tunix", False)["loss"].startswith("expected: Tunix's GRPO loss")
+    rendered = rows("auto", False)
+    assert rendered["loss"].startswith("Tunix's GRPO loss (algo_core.grpo_loss_fn, token-mean")
+    # A rendered pod never falls back silently: the image is checked there (the fallback is opt-in).
+    assert rendered["loss"].endswith(
+        "(MAXTEXT_DRIVER=auto); checked in the pod: a pod whose image lacks Tunix's worker or loss"
+        " refuses to start (MAXTEXT_DRIVER=maxtext times MaxText's own loss instead)"
+    )
+    assert engine_plan.MAXTEXT_LOSS not in rendered["loss"]
+    assert "chunked log-prob pass" in rendered
+    assert "(MAXTEXT_DRIVER=tunix); checked in the pod" in rows("tunix", False)["loss"]
     assert rows("maxtext", True) == {"loss": engine_plan.MAXTEXT_LOSS + " (MAXTEXT_DRIVER=maxtext)"}
 
 

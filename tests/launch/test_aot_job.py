@@ -15,6 +15,7 @@ import yaml
 from render_helpers import FIXTURE, tpu7x_trainer_launch
 
 from rl_trainer_bench import cli
+from rl_trainer_bench.launch.apply_size import stored_annotation_bytes
 from rl_trainer_bench.launch.client_command import read_client_command
 from rl_trainer_bench.launch.validate import jobset_problems
 
@@ -182,7 +183,7 @@ def test_the_tpu7x_launchers_job_compiles_its_slice_with_its_keys_and_flags(tmp_
     code, job = _render(tmp_path, _tpu7x_launch(tmp_path))
     assert code == 0
     assert jobset_problems(job) == []
-    assert len((tmp_path / "aot.yaml").read_bytes()) < 262_144  # kubectl apply's annotation
+    assert stored_annotation_bytes(job) < 262_144  # what kubectl apply can store
     assert _container(job)["image"] == "gcr.io/cloud-tpu-multipod-dev/atwigg/trellis:latest"
     exports = _exports(job)
     assert exports["TRAINER_SLICE"] == "tpu7x:4x4x8"

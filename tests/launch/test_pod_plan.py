@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
+import sys
+
+import yaml
 from reference_data import launch_render
 from render_helpers import FIXTURE
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.launch.render import CODE_SHA_ANNOTATION
+from rl_trainer_bench.launch.dry_run import client_container, literal_env
+from rl_trainer_bench.launch.render import CODE_SHA_ANNOTATION, PLAN_SHA_ANNOTATION
 
 
 def _rendered(tmp_path, *knobs: str):
@@ -20,7 +27,7 @@ def test_plan_prints_the_pods_plan_from_its_code_and_environment(tmp_path, capfd
     capfd.readouterr()
     assert cli.main(["plan", str(bench)]) == 0
     lines = capfd.readouterr().out.splitlines()
-    assert lines[0].startswith(f"plan: JobSet fixture-train-bench from {bench}: the pod's code")
+    assert lines[0].startswith(f"plan: JobSet fixture-train-bench from {bench}: the plan resolved")
     # the fixture's trainer: its model's preset on its 8-chip v5p slice, the knobs as rendered
     assert (
         "plan: cell: qwen3-30b-a3b-cell mesh 8 x 1 x 1 (fsdp x context x expert), micro-batch 8"
@@ -77,3 +84,108 @@ def test_an_empty_file_is_refused_asking_for_a_rendered_jobset(tmp_path, capfd):
     assert line.endswith(
         "is empty: pass a JobSet rendered by `rl-trainer-bench render` (a YAML stream)"
     )
+
+
+def _python_on_path(folder) -> dict[str, str]:
+    """A `python` and `python3` on PATH that are this interpreter, as the trainer's image has."""
+    for name in ("python", "python3"):
+        stub = folder / name
+        stub.write_text(f'#!/bin/bash\nexec {shlex.quote(sys.executable)} "$@"\n')
+        stub.chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
+
+
+def _pod_plan(bench_file, folder, **env: str) -> subprocess.CompletedProcess:
+    """The rendered pod's client command run here in plan-only mode, as the pod runs it: with
+    its container's own `env` (JAX_PLATFORMS, ...) and a trainer's image's `python` on PATH."""
+    container = client_container(yaml.safe_load(bench_file.read_text()))
+    return subprocess.run(
+        container["command"],
+        env={**_python_on_path(folder), **literal_env(container), "PLAN_ONLY": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_printed_plan_is_the_plan_the_pod_executes(tmp_path, capfd):
+    """`plan BENCH.yaml` prints the plan embedded at render time; the pod, running its own script,
+    resolves its plan again, finds it equal to the embedded one and prints the same lines."""
+    bench = _rendered(tmp_path, "--steps=7", "--driver-env=STAGE_BEFORE_UPDATE=on")
+    capfd.readouterr()
+    assert cli.main(["plan", str(bench)]) == 0
+    printed = [line for line in capfd.readouterr().out.splitlines()[1:]]
+    assert printed[-1] == "plan: ok: every knob is valid; nothing ran on a device"
+    checked = "plan: checked in the pod: pathwaysutils"
+    assert f"{checked} (expected: pathwaysutils importable (the runtime line))" in printed
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    image = tmp_path / "image"  # the trainer's image has pathwaysutils (its JAX_PLATFORMS=proxy)
+    (image / "pathwaysutils").mkdir(parents=True)
+    (image / "pathwaysutils" / "__init__.py").write_text("")
+    pod = _pod_plan(bench, stubs, PYTHONPATH=str(image))
+    assert pod.returncode == 0, pod.stderr
+    pods = [line for line in pod.stdout.splitlines() if line.startswith("plan:")]
+    assert len(pods) == len(printed) > 20
+    for printed_line, pods_line in zip(printed, pods, strict=True):
+        if printed_line.startswith(checked):
+            assert (
+                pods_line == f"{checked}: pathwaysutils found at {image}/pathwaysutils/__init__.py"
+            )
+        else:
+            assert pods_line == printed_line
+
+
+def test_a_pod_whose_environment_differs_from_the_render_refuses_naming_the_line(tmp_path):
+    bench = _rendered(tmp_path, "--steps=7")
+    text = bench.read_text()
+    assert "export STEPS=7\n" in text
+    bench.write_text(text.replace("export STEPS=7\n", "export STEPS=9\n"))
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    pod = _pod_plan(bench, stubs)
+    assert pod.returncode == 2, pod.stderr
+    (line,) = [x for x in pod.stderr.splitlines() if "differs from the rendered plan" in x]
+    assert "rendered 'plan: step: micro_steps=4 steps=7" in line
+    assert "the pod's 'plan: step: micro_steps=4 steps=9" in line
+
+
+def test_an_edited_embedded_plan_is_refused_naming_the_annotation(tmp_path, capfd):
+    bench = _rendered(tmp_path)
+    text = bench.read_text()
+    sha = text.split(f"{PLAN_SHA_ANNOTATION}: ", 1)[1].split()[0]
+    bench.write_text(text.replace(sha, "b" * 64))
+    capfd.readouterr()
+    assert cli.main(["plan", str(bench)]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "embedded plan has sha256" in err
+
+
+def test_what_only_the_image_answers_is_printed_as_checked_in_the_pod_and_checked_there(
+    tmp_path, capfd
+):
+    """A MaxText trainer under Pathways: the plan says what the pod will check in its image;
+    this host, with no maxtext, is an image that contradicts the plan, and the pod refuses to
+    start in one line, where a silent fallback would time another program."""
+    launch = launch_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
+    bench = tmp_path / "bench.yaml"
+    assert cli.main(["render", f"--launch-render={launch}", f"--output={bench}"]) == 0
+    capfd.readouterr()
+    assert cli.main(["plan", str(bench)]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    checks = [line for line in lines if line.startswith("plan: checked in the pod: ")]
+    assert [line.split(": ")[2].split(" (")[0] for line in checks] == [
+        "maxtext",
+        "tunix",
+        "pathwaysutils",
+    ]
+    loss = next(line for line in lines if line.startswith("plan: loss: "))
+    assert loss.startswith("plan: loss: Tunix's GRPO loss") and "refuses to start" in loss
+    assert "tunix is not installed here" not in "\n".join(lines)  # nothing of this host
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    pod = _pod_plan(bench, stubs)
+    assert pod.returncode == 2, pod.stdout
+    refusal = [line for line in pod.stderr.splitlines() if "no importable maxtext" in line]
+    assert len(refusal) == 1

@@ -68,16 +68,12 @@ def test_the_397b_launch_renders_a_pod_that_plans_the_397b_cell_on_its_slice(tmp
     ) in lines
     assert "plan: preset: qwen3.5-397b-cell (chosen by --model_name=Qwen3.5-397B-A17B)" in lines
     assert "plan: mesh: 16 x 8 x 2 = 256 devices on v5p:4x8x8 (256 chips)" in lines
-    # the preset's MoE settings (the measured run's) in MaxText's buffer, as the pod times
-    # MaxText: 16 x 2 devices hold 1 row of 65,536 / 8 = 8,192 tokens each; each of the 2
-    # expert shards gets int(2.75 x 8,192 x 10) = 225,280 rows for the pairs of 2 x 8,192 tokens
+    # this trainer sets no MoE buffer keys, so the pod runs its MaxText's defaults for them (not
+    # the preset's measured-run values), and the plan forecasts no buffer it cannot know
     assert (
-        "plan: moe: ragged_buffer_factor=2.75 num_moe_token_chunks=2 retry_when_tokens_dropped=true:"
-        " P(replay)=0.00 per micro-batch (MaxText's buffer, ragged all-to-all: 225,280 rows per"
-        " expert-parallel shard of 2, filled from the 16,384 tokens of its group), forecast by the"
-        " shipped synthetic routing profile qwen3.5-397b.json"
-        " (its skew chosen to match the measured run's 0 replays at ragged_buffer_factor=2.75"
-        " with 2 token chunks, in the built-in engine's buffer: no evidence for that outcome)"
+        "plan: moe: ragged_buffer_factor and num_moe_token_chunks: the image's MaxText defaults"
+        " (the trainer's command sets none), so no replay is forecast here: the buffer the pod"
+        " runs is that MaxText's"
     ) in lines
     assert lines[-1] == "plan: ok: every knob is valid; nothing ran on a device"
 
@@ -244,7 +240,13 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
     # then where each value nobody set comes from, and the trainer's variables' fates
     # (tests/launch/test_render_accounting.py)
     assert lines[1 + len(expected)].startswith("render: value from preset qwen3-30b-a3b-cell: ")
-    assert lines[-1].startswith("render: trainer variable: MAXTEXT_EXTRA_FLAGS=")
+    # then what the pod checks in its image before it starts, and the manifest's size
+    assert lines[-3].startswith("render: trainer variable: MAXTEXT_EXTRA_FLAGS=")
+    assert lines[-2] == (
+        "render: checked in the pod: pathwaysutils (expected: pathwaysutils importable (the"
+        " runtime line))"
+    )
+    assert lines[-1].startswith("render: manifest: ")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -121,12 +121,18 @@ def test_token_chunks_maxtext_ignores_say_so_on_maxtexts_engine():
         resolved = plan.resolve(plan.environment_config(env), env=env, rendering=True)
         return [text for _, text in resolved.value_rows()] + resolved.lines()
 
-    idle = "num_moe_token_chunks=2 (the measured public run's); MaxText does nothing with it"
+    # a cell with no trainer: the preset's value, and what one MaxText release makes of it, named
+    idle = (
+        "num_moe_token_chunks=2 (the measured public run's); maxtext 0.2.5 chunks tokens only in"
+        " its ring of experts (use_ring_of_experts=true) and refuses the key without it; other"
+        " releases differ: the image's MaxText decides"
+    )
     assert any(row.startswith(idle) for row in rows(""))
-    # the trainer's own key: passed, and idle there unless the ring is on
+    # the trainer's own key: passed, with the same words about the release
     trainer = rows("MAXTEXT_EXTRA_FLAGS=num_moe_token_chunks=4")
-    assert "plan: trainer key: num_moe_token_chunks=4: passed to MaxText (MaxText does nothing" in (
-        " ".join(trainer)
+    assert (
+        "plan: trainer key: num_moe_token_chunks=4: passed to MaxText (maxtext 0.2.5 chunks tokens"
+        " only in its ring" in " ".join(trainer)
     )
     ring = rows('MAXTEXT_EXTRA_FLAGS="use_ring_of_experts=true num_moe_token_chunks=4"')
     assert "plan: trainer key: num_moe_token_chunks=4: passed to MaxText" in ring
