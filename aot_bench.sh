@@ -5,6 +5,8 @@
 #   extrapolate; default 0 = full depth)  MICRO_STEPS (for the predicted step; default: the preset's)
 #   ROUTING_PROFILE  SEED (the micro-batch whose replay chance the estimate reads)
 #   AOT_MIN_HEADROOM (percent of a device's memory the peak must leave free; default 5)
+#   AB_ARMS (a same-pod A/B's arms, as the render takes them: every arm's programs compiled, the
+#   A/B refused when one does not fit; its JSON is what the render's AB_AOT_REPORT takes)
 #   PYTHON (interpreter, default python3)
 # e.g. PRESET=cpu-tiny TRAINER_SLICE=v5e:2x2 bash aot_bench.sh
 # The report goes to stdout and logs/aot-bench-<time>.log, its JSON to logs/aot-bench-<time>.json.
@@ -19,7 +21,7 @@ log="$here/logs/aot-bench-$stamp.log"
 flags=(PRESET=--preset TRAINER_SLICE=--target TRAINER_ARGV=--trainer-argv ENGINE_FLAGS=--engine-flags
   ENGINE=--engine STAGE_BEFORE_UPDATE=--stage-before-update AOT_LAYERS=--layers
   MICRO_STEPS=--micro-steps SEED=--seed ROUTING_PROFILE=--routing-profile
-  AOT_MIN_HEADROOM=--min-headroom)
+  AOT_MIN_HEADROOM=--min-headroom AB_ARMS=--ab-arms)
 args=(--output="$here/logs/aot-bench-$stamp.json")
 for pair in "${flags[@]}"; do
   knob="${pair%%=*}"

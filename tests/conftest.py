@@ -1,24 +1,64 @@
-"""Test session set-up: 8 host CPU devices, so mesh and sharding tests run as 2x2x2 on any machine,
-and one XLA compilation cache for the session.
+"""Test session set-up: 8 host CPU devices, so mesh and sharding tests run as 2x2x2 on any machine;
+one XLA compilation cache for the session; and a temporary folder of the session's own, which must
+be empty when the session ends.
 
 XLA reads the device count when JAX first initializes its backend, so it is set here, before any
 test module imports JAX. Many tests (and the drivers some of them start as subprocesses) compile
 the same cpu-tiny programs; JAX's persistent cache, in a folder of this session's own, compiles
 each once. Tracing and lowering still run on a cache hit, so the driver's recompile watch sees
 them as before.
+
+Whatever the tests, the package and the subprocesses they start put in the temporary folder
+(`tempfile`, TMPDIR) lands in this session's `tmp/`, and a test or command that does not remove
+what it made there fails the run at its end (`_the_temporary_folder_is_left_empty`). pytest's own
+`tmp_path` folders and the XLA cache sit beside it, and the whole session folder is removed at exit,
+so a run leaves nothing behind in the machine's temporary folder.
 """
 
 import atexit
+import gc
 import os
 import shutil
 import tempfile
+from pathlib import Path
+
+import pytest
+
+SESSION_FOLDER = Path(tempfile.mkdtemp(prefix="rl-trainer-bench-tests-"))
+atexit.register(shutil.rmtree, SESSION_FOLDER, ignore_errors=True)
+TEMPORARY = SESSION_FOLDER / "tmp"
+TEMPORARY.mkdir()
+os.environ["TMPDIR"] = str(TEMPORARY)  # subprocesses
+tempfile.tempdir = str(TEMPORARY)  # this process: `tempfile` caches the folder it chose first
 
 os.environ["JAX_PLATFORMS"] = "cpu"
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = f"{_flags} --xla_force_host_platform_device_count=8".strip()
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    _cache = tempfile.mkdtemp(prefix="rl-trainer-bench-test-xla-cache-")
-    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache
+    (SESSION_FOLDER / "xla-cache").mkdir()  # there before the drivers the tests start share it
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = str(SESSION_FOLDER / "xla-cache")
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "1"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """`tmp_path` folders in the session folder, beside the watched `tmp/` (unless --basetemp)."""
+    if config.option.basetemp is None:
+        config.option.basetemp = str(SESSION_FOLDER / "pytest")
+
+
+def left_behind(folder: Path) -> list[str]:
+    """The names in `folder`, once objects that remove their folder when collected are gone."""
+    gc.collect()
+    return sorted(path.name for path in folder.iterdir())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _the_temporary_folder_is_left_empty():
+    yield
+    left = left_behind(TEMPORARY)
+    assert not left, (
+        f"the tests left {len(left)} entries in the temporary folder, e.g. {left[:5]}: "
+        "remove what a test makes there (tmp_path, or tempfile.TemporaryDirectory)"
+    )

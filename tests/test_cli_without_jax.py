@@ -65,6 +65,15 @@ def test_help_render_validate_diff_and_plan_run_without_jax(tmp_path):
     assert "internal error" not in stderr
 
 
+def test_every_commands_help_runs_without_jax():
+    """A command's `--help` imports its parser module alone (cli.py), and none needs JAX: on a
+    rendering install, `rl-trainer-bench aot --help` still says what `aot` takes."""
+    from rl_trainer_bench import cli
+
+    results, stderr = _without_jax(*([command.name, "--help"] for command in cli.COMMANDS))
+    assert results == [[0, False]] * len(cli.COMMANDS), stderr
+
+
 def test_a_command_that_needs_jax_names_it_and_its_install_exit_2():
     results, stderr = _without_jax(["check-engine"], ["aot"])
     assert results == [[2, False], [2, False]], stderr

@@ -82,7 +82,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 def _flag_words(command: str) -> list[str]:
     """The command's own option strings and choices, as its parser declares them."""
-    parser = cli.build_parser()
+    parser = cli.build_parser([command])
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     words: list[str] = []
     for action in sub.choices[command]._actions:

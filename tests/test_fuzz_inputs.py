@@ -7,8 +7,11 @@ random subtrees replaced), and random words added to the command line. Counts: `
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -50,8 +53,11 @@ def _record_counts():
     write_tally()
 
 
-def _folder() -> Path:
-    return Path(tempfile.mkdtemp(prefix="rtb-fuzz-"))
+@contextlib.contextmanager
+def _folder() -> Iterator[Path]:
+    """A fresh folder for one example, removed after it (hypothesis runs many per test)."""
+    with tempfile.TemporaryDirectory(prefix="rtb-fuzz-") as folder:
+        yield Path(folder)
 
 
 # ---- validate ---------------------------------------------------------------------------------
@@ -78,7 +84,8 @@ def _validate(folder: Path, contents: list[bytes], words: list[str]) -> None:
 @FUZZ
 @given(st.lists(st.binary(max_size=600), min_size=1, max_size=2), WORDS)
 def test_validate_any_bytes(contents, words):
-    _validate(_folder(), contents, words)
+    with _folder() as folder:
+        _validate(folder, contents, words)
 
 
 YAML_SYNTAX = st.text(st.sampled_from("{}[]:&*!-|>?%@`'\" ,\n\tab01."), max_size=200)
@@ -87,7 +94,8 @@ YAML_SYNTAX = st.text(st.sampled_from("{}[]:&*!-|>?%@`'\" ,\n\tab01."), max_size
 @FUZZ
 @given(YAML_SYNTAX)
 def test_validate_any_yaml_syntax(text):
-    _validate(_folder(), [("kind: JobSet\n" + text).encode()], [])
+    with _folder() as folder:
+        _validate(folder, [("kind: JobSet\n" + text).encode()], [])
 
 
 @FUZZ
@@ -96,7 +104,8 @@ def test_validate_any_tree_and_damaged_jobsets(data):
     base = data.draw(st.sampled_from(JOBSETS))
     tree = mutate(base, data) if data.draw(st.booleans()) else data.draw(JSON_VALUES)
     dump = data.draw(st.sampled_from([yaml.safe_dump, json.dumps]))
-    _validate(_folder(), [dump(tree).encode()], [])
+    with _folder() as folder:
+        _validate(folder, [dump(tree).encode()], [])
 
 
 # ---- render -----------------------------------------------------------------------------------
@@ -117,7 +126,8 @@ def _render(folder: Path, data: bytes, words: list[str]) -> None:
 @FUZZ
 @given(st.binary(max_size=2000), WORDS)
 def test_render_any_bytes(data, words):
-    _render(_folder(), data, words)
+    with _folder() as folder:
+        _render(folder, data, words)
 
 
 @FUZZ
@@ -131,7 +141,8 @@ def test_render_damaged_launch_output(data):
             max_size=2,
         )
     )
-    _render(_folder(), text.encode(), words)
+    with _folder() as folder:
+        _render(folder, text.encode(), words)
 
 
 # ---- hlo-overlap ------------------------------------------------------------------------------
@@ -148,7 +159,8 @@ def _hlo(folder: Path, data: bytes, words: list[str]) -> None:
 @FUZZ
 @given(st.binary(max_size=2000), WORDS)
 def test_hlo_overlap_any_bytes(data, words):
-    _hlo(_folder(), data, words)
+    with _folder() as folder:
+        _hlo(folder, data, words)
 
 
 @FUZZ
@@ -165,7 +177,8 @@ def test_hlo_overlap_damaged_modules(data):
     mesh = data.draw(
         st.sampled_from([[], ["--mesh", "fsdp=2,context=2,expert=2"], ["--mesh", "a=3"]])
     )
-    _hlo(_folder(), text.encode(), [*mesh, *data.draw(st.sampled_from([[], ["--json"]]))])
+    with _folder() as folder:
+        _hlo(folder, text.encode(), [*mesh, *data.draw(st.sampled_from([[], ["--json"]]))])
 
 
 # ---- check --payload --------------------------------------------------------------------------
@@ -188,13 +201,13 @@ def _check(folder: Path, data: bytes, words: list[str]) -> None:
 @FUZZ
 @given(st.binary(max_size=2000), WORDS)
 def test_check_payload_any_bytes(data, words):
-    _check(_folder(), data, words)
+    with _folder() as folder:
+        _check(folder, data, words)
 
 
 @FUZZ
 @given(st.data())
 def test_check_payload_damaged_files(data):
-    folder = _folder()
     arrays = {**BUILT.arrays()}
     digests = np.array([f"{k}={v}" for k, v in sorted(BUILT.digests.items())])
     for _ in range(data.draw(st.integers(1, 3))):
@@ -215,20 +228,19 @@ def test_check_payload_damaged_files(data):
                 value = np.array(data.draw(st.integers(-5, 300))).astype(edited.dtype)
                 flat[data.draw(st.integers(0, flat.size - 1))] = value
             arrays[name] = edited
-    path = folder / "built.npz"
-    with open(path, "wb") as out:
-        np.savez(out, **arrays, digests=digests)
-    blob = path.read_bytes()
-    path.unlink()
+    written = io.BytesIO()
+    np.savez(written, **arrays, digests=digests)
+    blob = written.getvalue()
     if data.draw(st.integers(0, 4)) == 0:
         blob = blob[: data.draw(st.integers(0, len(blob)))]
-    _check(folder, blob, [])
+    with _folder() as folder:
+        _check(folder, blob, [])
 
 
 def test_an_untouched_payload_passes_the_fuzz_harness():
-    folder = _folder()
-    save_npz(BUILT, str(folder / "good.npz"))
-    _check(folder, (folder / "good.npz").read_bytes(), [])
+    with _folder() as folder:
+        save_npz(BUILT, str(folder / "good.npz"))
+        _check(folder, (folder / "good.npz").read_bytes(), [])
 
 
 # ---- profile-routing --------------------------------------------------------------------------
@@ -244,7 +256,8 @@ def _profile(folder: Path, data: bytes, words: list[str]) -> None:
 @FUZZ
 @given(st.binary(max_size=1000), WORDS)
 def test_profile_routing_any_bytes(data, words):
-    _profile(_folder(), data, words)
+    with _folder() as folder:
+        _profile(folder, data, words)
 
 
 # Mostly dumps of the right form ([B, T, L, K] int, ids -1..E) so that some are accepted and the
@@ -268,15 +281,14 @@ DUMPS = st.one_of(_FORMED_DUMPS, _ANY_DUMPS)
 @FUZZ
 @given(DUMPS, st.data())
 def test_profile_routing_any_array(dump, data):
-    folder = _folder()
-    with open(folder / "array.npy", "wb") as out:
-        np.save(out, dump)
-    blob = (folder / "array.npy").read_bytes()
-    (folder / "array.npy").unlink()
+    written = io.BytesIO()
+    np.save(written, dump)
+    blob = written.getvalue()
     words = data.draw(
         st.lists(
             st.sampled_from(["--layout", "BLTK", "BTLK", "--num-experts", "0", "8", "-1", "99999"]),
             max_size=3,
         )
     )
-    _profile(folder, blob, words)
+    with _folder() as folder:
+        _profile(folder, blob, words)

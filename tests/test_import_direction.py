@@ -1,6 +1,7 @@
 """Imports point one way, as docs/architecture.md says: the rule is read from that page and every
 module's imports (lazy ones inside functions too) are checked against it, and no import chain
-leads back to the module it starts from."""
+leads back to the module it starts from. The page's table of rooms says what each room reads
+outside itself; that column is checked against the same imports, both ways."""
 
 from __future__ import annotations
 
@@ -53,6 +54,61 @@ def imported_modules(path: Path, modules: dict[str, Path]) -> set[str]:
 def room_of(module: str) -> str:
     """`ab` for rl_trainer_bench.ab.plan; the module's own name at the top level (`cli`, `io`)."""
     return module.split(".")[1]
+
+
+# Read by every room left of it for its error types; the page's reads column leaves it out.
+EVERYONES = "rl_trainer_bench.errors"
+
+
+def table_room(module: str) -> str:
+    """The room's name in the page's table: `engine/` for rl_trainer_bench.engine.model, `top
+    level` for the package's own modules (`cli`, `io`), which read one another freely."""
+    parts = module.split(".")
+    return f"{parts[1]}/" if len(parts) > 2 else "top level"
+
+
+def reads_column(text: str) -> dict[str, set[str]]:
+    """{room: the modules and rooms its `reads` cell names}, e.g. {"launch/": {"config/",
+    "bench/plan.py", "io.py"}}: every backquoted path ending in `/` or `.py` in the cell, outside
+    the parentheses that say which of the room's modules reads it, and why."""
+    lines = text.split("| room | its one job | reads | never |\n", 1)[1].splitlines()
+    column = {}
+    for line in lines[1:]:
+        if not line.startswith("| "):
+            break
+        room, _, reads, _ = (cell.strip() for cell in line.strip("| ").split(" | "))
+        named = re.sub(r"\([^()]*\)", "", reads)
+        column[room.strip("`")] = set(re.findall(r"`([\w/]+(?:/|\.py))`", named))
+    return column
+
+
+def names_for(module: str) -> set[str]:
+    """The entries of a reads cell that cover `module`: rl_trainer_bench.preflight.aot.check is
+    covered by `preflight/`, `preflight/aot/` and `preflight/aot/check.py`; the top level's io by
+    `io.py`."""
+    parts = module.split(".")[1:]
+    folders = {"/".join(parts[:i]) + "/" for i in range(1, len(parts))}
+    return {*folders, "/".join(parts) + ".py"}
+
+
+def reads_problems(column: dict[str, set[str]], graph: dict[str, set[str]]) -> list[str]:
+    """Imports of another room that the room's cell does not name, and entries no import reads."""
+    problems, used = [], {room: set() for room in column}
+    for module, targets in sorted(graph.items()):
+        room = table_room(module)
+        for target in sorted(targets):
+            if table_room(target) == room or target == EVERYONES:
+                continue
+            named = names_for(target) & column.get(room, set())
+            if not named:
+                problems.append(f"{room} reads {target} ({module}): not in its reads cell")
+            used.setdefault(room, set()).update(named)
+    for room, entries in sorted(column.items()):
+        problems += [
+            f"{room} names {entry}: no module of it imports that"
+            for entry in sorted(entries - used[room])
+        ]
+    return problems
 
 
 def violations(ranks: dict[str, int], graph: dict[str, set[str]]) -> list[str]:
@@ -108,6 +164,38 @@ def test_every_import_points_down_the_rule(graph):
 
 def test_no_chain_of_imports_returns_to_its_start(graph):
     assert cycles(graph) == []
+
+
+def test_the_reads_column_names_what_each_room_imports_and_nothing_else(graph):
+    column = reads_column(ARCHITECTURE.read_text())
+    rooms = {table_room(name) for name in module_names()}
+    assert set(column) == rooms
+    assert reads_problems(column, graph) == []
+
+
+def test_the_reads_check_catches_a_missing_and_a_wrong_entry():
+    """On a table and a graph written here: launch reads bench.plan unnamed, names io.py unread."""
+    text = (
+        "| room | its one job | reads | never |\n| --- | --- | --- | --- |\n"
+        "| `launch/` | render | `config/` (`knobs.py`: parsers), `io.py` | import JAX |\n"
+        "| top level | cli | one another | - |\n\nAfter the table.\n"
+    )
+    column = reads_column(text)
+    assert column == {"launch/": {"config/", "io.py"}, "top level": set()}
+    graph = {
+        "rl_trainer_bench.launch.render": {
+            "rl_trainer_bench.config.knobs",
+            "rl_trainer_bench.bench.plan",
+            "rl_trainer_bench.errors",
+            "rl_trainer_bench.launch.names",
+        },
+        "rl_trainer_bench.cli": {"rl_trainer_bench.errors"},
+    }
+    assert reads_problems(column, graph) == [
+        "launch/ reads rl_trainer_bench.bench.plan (rl_trainer_bench.launch.render): not in its"
+        " reads cell",
+        "launch/ names io.py: no module of it imports that",
+    ]
 
 
 def test_the_checks_catch_an_arrow_the_wrong_way_and_a_circle():

@@ -4,8 +4,9 @@ One process runs the arms back to back (default STAGE_BEFORE_UPDATE off and on, 
 blocks such as off, on, on', off' / on, off, off, on / ..., turned at random, see order.py) on the
 same micro-batches, so the effect and the noise are measured on the same machine, seconds apart
 (`same_process`). Predictions are recorded before any device work; the exact checks, the score
-and the verdict come after (`verdict`). `--from-logs` scores runs from separate pods with the same
-report, marked cross-pod, with no shared noise floor (`cross_pod`).
+and the verdict come after, written as the report files (`report_files`). `--from-logs` scores
+runs from separate pods with the same report, marked cross-pod, with no shared noise floor
+(`cross_pod`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import secrets
 import time
 
+from rl_trainer_bench.ab import budget
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab.cross_pod import cross_pod
 from rl_trainer_bench.ab.parser import DEFAULT_STEPS
@@ -26,9 +28,9 @@ SEED_BITS = 32  # a drawn seed short enough to read back and type
 def run(args: argparse.Namespace, *, make_bench: BenchFactory | None = None) -> int:
     """The `ab` command: 0 when every exact check passed, 1 when one failed (verdict FAIL)."""
     started = time.time()
+    complete(args)
     if not 0 < args.min_effect < 100:
         raise UserError(f"--min-effect {args.min_effect}: give a percent between 0 and 100")
-    complete(args)
     predictions, sources = _predictions(args)
     if args.from_logs:
         return cross_pod(args, predictions, sources, started)
@@ -36,9 +38,12 @@ def run(args: argparse.Namespace, *, make_bench: BenchFactory | None = None) -> 
 
 
 def complete(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with the defaults that depend on the run: the design's scored steps per arm, and a
-    fresh schedule seed (a new layout for every run, so no load is locked to one setting; the seed
-    is recorded with the settings)."""
+    """`args` with the defaults that depend on the run: the blocks and turns its budget buys on its
+    platform (`budget.size`, kept as args.budget_design; None where the budget sizes nothing), the
+    min effect, the scored steps per arm of another design, and a fresh schedule seed (a new
+    layout for every run, so no load is locked to one setting; the seed is recorded with the
+    settings)."""
+    args.budget_design = budget.size(args)
     if args.steps is None:
         args.steps = DEFAULT_STEPS[args.design]
     if args.schedule_seed is None:

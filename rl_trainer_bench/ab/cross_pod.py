@@ -9,7 +9,7 @@ from typing import Any
 
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
-from rl_trainer_bench.ab.verdict import fresh_name, move_earlier_ab_aside, write_verdict
+from rl_trainer_bench.ab.report_files import fresh_name, move_earlier_ab_aside, write_verdict
 from rl_trainer_bench.bench import step_line
 from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.errors import UserError

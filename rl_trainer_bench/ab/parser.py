@@ -16,10 +16,11 @@ from rl_trainer_bench.config.knobs import DRIVER_KNOBS, MAX_SEED, MAX_STEPS, add
 from rl_trainer_bench.errors import ConfigError
 
 DESIGN_ARMS, DESIGN_INTERLEAVED = "arms", "interleaved"
-# Scored steps per arm (separate arms: many short arms in blocks) or pairs (interleaved).
+# Scored steps per arm of an order that is not blocks, or pairs (interleaved); the blocks order's
+# turns and blocks come from the budget (budget.py).
 DEFAULT_STEPS = {DESIGN_ARMS: 3, DESIGN_INTERLEAVED: 8}
 MAX_BLOCKS = 1000
-DEFAULT_MIN_EFFECT_PCT = 2.0
+BUDGET_FORMS = "N scored steps per setting (e.g. 12) or M minutes of the pod's time (e.g. 45min)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +54,7 @@ def _add_design_arguments(parser: argparse.ArgumentParser) -> None:
         "--blocks",
         type=_block_count,
         help=f"blocks of the {run_orders.BLOCKS} order; more blocks narrow the interval on a noisy "
-        f"host, each costs every setting twice (default: {run_orders.DEFAULT_BLOCKS})",
+        "host, each costs every setting two turns (default: what --budget buys)",
     )
     parser.add_argument(
         "--design",
@@ -76,10 +77,30 @@ def _add_design_arguments(parser: argparse.ArgumentParser) -> None:
 def _add_length_arguments(parser: argparse.ArgumentParser) -> None:
     """How many steps each arm runs, scored and warm-up: what the run costs in time."""
     parser.add_argument(
+        "--budget",
+        help=f"what the {run_orders.BLOCKS} order may spend: {BUDGET_FORMS}; it buys the blocks"
+        " (default: 12 scored steps per setting on an accelerator; on the CPU 6 blocks)",
+    )
+    parser.add_argument(
+        "--step-time",
+        metavar="SOURCE",
+        help="the step time the pod time is reckoned from: seconds (100s, or '100s (where from)'),"
+        " a prior run's pod log or results.jsonl, or aot's JSON report (--output)",
+    )
+    parser.add_argument(
+        "--step-noise",
+        metavar="SOURCE",
+        help="the step noise the smallest resolvable effect is reckoned at: a percent of the step"
+        " (0.15%%), or a prior run's pod log or results.jsonl (default: --step-time's prior run,"
+        " else the platform's, stated as assumed)",
+    )
+    parser.add_argument(
         "--steps",
         type=_step_count,
-        help="scored steps per arm; interleaved: pairs of scored steps, rounded up to even "
-        f"(default: {DEFAULT_STEPS[DESIGN_ARMS]}; interleaved: {DEFAULT_STEPS[DESIGN_INTERLEAVED]})",
+        help=f"scored steps per arm: per turn of the {run_orders.BLOCKS} order (default: 1 on an"
+        f" accelerator, 3 on the CPU), per arm of another order (default"
+        f" {DEFAULT_STEPS[DESIGN_ARMS]}); interleaved: pairs of scored steps, rounded up to even"
+        f" (default {DEFAULT_STEPS[DESIGN_INTERLEAVED]})",
     )
     parser.add_argument(
         "--warmup-steps",
@@ -125,10 +146,9 @@ def _add_prediction_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-effect",
         type=float,
-        default=DEFAULT_MIN_EFFECT_PCT,
         metavar="PCT",
         help="smallest change worth finding, percent of the baseline's median step; NO-EFFECT "
-        f"means smaller than this (default: {DEFAULT_MIN_EFFECT_PCT})",
+        "means smaller than this (default: 0.5 on an accelerator, 2 on the CPU)",
     )
 
 

@@ -69,17 +69,23 @@ def plan_arms(args: argparse.Namespace, out: Path, on_this_host: bool = True) ->
 def arm_env(
     preset: str, args: argparse.Namespace, out: Path, base: Mapping[str, str], arm: ArmSpec
 ) -> dict[str, str]:
-    """The env-style knobs one arm's Bench is built from: the A/B's own, the base knobs, the arm's.
-
-    Engine keys (lower case) join ENGINE_FLAGS as `key=value` words after any the base set, so an
-    arm's key overrides the base's.
-    """
-    env = {
+    """The env-style knobs one arm's Bench is built from: the A/B's own, then `arm_knobs`."""
+    return {
         "PRESET": preset,
         "STEPS": str(args.steps),
         "WARMUP_STEPS": "" if args.warmup_steps is None else str(args.warmup_steps),
         "RESULTS_DIR": str(out),
+        **arm_knobs(base, arm),
     }
+
+
+def arm_knobs(base: Mapping[str, str], arm: ArmSpec) -> dict[str, str]:
+    """The base knobs with the arm's over them: what an arm runs, in the A/B and in `aot`.
+
+    Engine keys (lower case) join ENGINE_FLAGS as `key=value` words after any the base set, so an
+    arm's key overrides the base's.
+    """
+    env: dict[str, str] = {}
     engine_words = []
     for key, value in base.items():
         if key == key.lower():

@@ -18,7 +18,9 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from rl_trainer_bench.ab import budget
 from rl_trainer_bench.ab import command as ab_command
+from rl_trainer_bench.ab import memory as ab_memory
 from rl_trainer_bench.ab import parser as ab_parser
 from rl_trainer_bench.ab.arms import RESERVED_KNOBS
 from rl_trainer_bench.ab.plan import plan_arms
@@ -34,6 +36,15 @@ from rl_trainer_bench.errors import UserError, run_guarded
 from rl_trainer_bench.io import check_writable_folder, write_text_atomically
 
 AB_ARMS = "AB_ARMS"
+SAME_POD_MODULE = (
+    "rl_trainer_bench.ab.same_pod"  # what the pod's script runs (launch/pod_script.py)
+)
+# The pod's A/B design knobs, as the render's AB_* knobs set them: each an `ab` flag.
+DESIGN_KNOBS = {
+    "AB_BUDGET": "--budget",
+    "AB_STEP_TIME": "--step-time",
+    "AB_STEP_NOISE": "--step-noise",
+}
 # Driver knobs that say how to run, not what every arm runs.
 _NOT_SHARED = frozenset({*RESERVED_KNOBS, "PLAN_ONLY"})
 
@@ -55,6 +66,9 @@ def ab_arguments(env: Mapping[str, str]) -> argparse.Namespace:
     ]
     if env.get("STEPS", "").strip():
         words += ["--steps", str(config.steps)]
+    for name, flag in DESIGN_KNOBS.items():
+        if env.get(name, "").strip():
+            words += [flag, env[name]]
     shared = [name for name in DRIVER_KNOBS if name not in _NOT_SHARED and env.get(name, "")]
     for name in shared:
         words += ["--knob", f"{name}={env[name]}"]
@@ -67,19 +81,28 @@ def ab_arguments(env: Mapping[str, str]) -> argparse.Namespace:
 
 
 def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
-    """What the pod's A/B will do, validated as the pod validates it (every arm's plan); for the
-    pod's host only `on_this_host` (the renderer plans for another machine)."""
+    """What the pod's A/B will do, validated as the pod validates it (every arm's plan): its arms
+    and what each changes, its order, its design with its cost and what it resolves, its device
+    memory; for the pod's host only `on_this_host` (the renderer plans for another machine)."""
     args = ab_arguments(env)
     arm_plan = plan_arms(args, args.out, on_this_host)
     ran = dict.fromkeys(arm.setting for arm in arm_plan.arms)
     settings = [arm_plan.baseline, *(setting for setting in ran if setting != arm_plan.baseline)]
-    return [
-        f"same-pod A/B of {', '.join(settings)} (AB_ARMS), one process, {args.steps} scored and"
-        f" {args.warmup_steps} warm-up steps per arm; {order_line(arm_plan.arms)}; these turns"
-        f" are schedule seed {args.schedule_seed}'s, and the pod's run draws its own",
-        "same-pod A/B: scored as `ab` scores its arms (docs/commands.md, A/B runs); the exact"
-        f" checks and the verdict go to {args.out}/ab.txt and ab.json, and the log",
+    first = {arm.setting: arm for arm in reversed(arm_plan.arms)}
+    lines = [
+        f"same-pod A/B of {', '.join(settings)} (AB_ARMS), one process (python -m"
+        f" {SAME_POD_MODULE}), each arm's programs compiled and warmed once, up front",
+        *(f"A/B arm {setting}: {first[setting].describe()}" for setting in settings),
+        f"{order_line(arm_plan.arms)}; these turns are schedule seed {args.schedule_seed}'s, and"
+        " the pod's run draws its own",
     ]
+    lines += budget.planned_lines(args, len(arm_plan.bench_configs))
+    lines.append(ab_memory.memory_line(arm_plan, args.arms, env.get(ab_memory.AOT_REPORT)))
+    lines.append(
+        "same-pod A/B: scored as `ab` scores its arms (docs/commands.md, A/B runs); the exact"
+        f" checks and the verdict go to {args.out}/ab.txt and ab.json, and the log"
+    )
+    return lines
 
 
 def setting_knobs(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -109,7 +132,8 @@ def pod_plan(env: Mapping[str, str]) -> list[str]:
     resolved = bench_plan.resolve(config, env=env, rendering=rendered is not None)
     ab_lines = plan_lines(env, on_this_host=not planned_elsewhere and rendered is None)
     lines = plan_document.with_lines(
-        resolved.lines(), [f"{bench_plan.PLAN_PREFIX} {line}" for line in ab_lines]
+        resolved.lines(same_pod_ab=True),
+        [f"{bench_plan.PLAN_PREFIX} {line}" for line in ab_lines],
     )
     if rendered is None:
         return lines

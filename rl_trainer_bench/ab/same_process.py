@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_trainer_bench import interrupts
-from rl_trainer_bench.ab import interleave
+from rl_trainer_bench.ab import budget, interleave
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
@@ -25,7 +25,7 @@ from rl_trainer_bench.ab.arms import ArmSpec
 from rl_trainer_bench.ab.parser import DESIGN_INTERLEAVED
 from rl_trainer_bench.ab.plan import ArmPlan, base_knobs, plan_arms
 from rl_trainer_bench.ab.progress import Progress
-from rl_trainer_bench.ab.verdict import (
+from rl_trainer_bench.ab.report_files import (
     AB_REPORT_FILES,
     fresh_name,
     move_earlier_ab_aside,
@@ -73,6 +73,8 @@ def same_process(
         try:
             if schedule is None:
                 progress.say(order_line(plan.arms))
+                for line in budget.planned_lines(args, len(plan.bench_configs)):
+                    progress.say(line)
             else:
                 progress.say(f"design: interleaved boundaries, {schedule.describe()}")
             from rl_trainer_bench.bench.distributed import start_for_preset  # imports JAX
@@ -261,6 +263,9 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "schedule_seed": args.schedule_seed,
         "steps": args.steps,
         "warmup_steps": args.warmup_steps,
+        "budget": args.budget,
+        "step_time": args.step_time,
+        "step_noise": args.step_noise,
         "knobs": base_knobs(args.knob),
         "min_effect_pct": args.min_effect,
     }

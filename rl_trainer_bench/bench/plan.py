@@ -87,8 +87,9 @@ class Plan:
             f" {engine.seq_len:,} tokens, {self.config.micro_steps} micro-steps per step"
         )
 
-    def lines(self) -> list[str]:
-        """The plan as `run --plan` prints it."""
+    def lines(self, same_pod_ab: bool = False) -> list[str]:
+        """The plan as `run --plan` prints it; for a same-pod A/B's pod (`same_pod_ab`) the step's
+        shape alone, since its steps, warm-ups and stages are the A/B's, printed by its lines."""
         config, engine, model = self.config, self.engine, self.engine.model
         mesh = engine.mesh
         target = (
@@ -119,7 +120,10 @@ class Plan:
             ),
             (
                 "step",
-                f"micro_steps={config.micro_steps} steps={config.steps}"
+                f"micro_steps={config.micro_steps} worker={config.worker}; steps, warm-ups and"
+                " stages: the A/B's"
+                if same_pod_ab
+                else f"micro_steps={config.micro_steps} steps={config.steps}"
                 f" warmup_steps={config.warmup_steps} worker={config.worker}"
                 f" stage={config.stage.describe()}",
             ),

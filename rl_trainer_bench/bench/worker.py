@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from rl_trainer_bench.engine import returns
+from rl_trainer_bench.engine.contract import optional
+
 if TYPE_CHECKING:
     from rl_trainer_bench.engine.contract import Engine, Payload, PreparedInput
 
@@ -35,29 +38,21 @@ class TrainerWorker:
         """Dispatch one micro-batch; a fused worker also applies the optimizer when asked."""
         self.engine.fwd_bwd(request)
         if self.fused and apply_optimizer:
-            from rl_trainer_bench.engine import returns  # numpy: not at this module's import
-
             returns.train_step(self.engine.update())
 
     def update(self) -> int:
         """Apply the step's gradient (separate worker) and return the train step; an engine whose
         `update` returns anything but an int breaks the contract (ContractError)."""
-        from rl_trainer_bench.engine import returns  # numpy: not at this module's import
-
         if self.fused:
             return self.engine.train_step
         return returns.train_step(self.engine.update())
 
     def get_metrics(self) -> Mapping[str, Any]:
         """The engine's metrics, checked against the contract (ContractError naming the problem)."""
-        from rl_trainer_bench.engine import returns  # numpy: not at this module's import
-
         return returns.metrics(self.engine.get_metrics(clear_cache=True))
 
     def info(self) -> dict[str, Any]:
         """What the worker runs: its update mode and, where the engine describes itself, the engine."""
-        from rl_trainer_bench.engine.contract import optional
-
         describe = optional(self.engine, "info")
         engine_info = dict(describe()) if describe is not None else {}
         return {"worker": "fused" if self.fused else "separate", **engine_info}

@@ -9,6 +9,7 @@ env, volumes) are matched by name, so one inserted item does not show as a casca
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import shlex
@@ -218,6 +219,21 @@ def _load_jobset(path: str, trainer_jobset: str | None) -> dict:
     if len(found) == 1 and trainer_jobset is None:
         return found[0]
     return find_trainer(documents, path, trainer_jobset)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("before", metavar="A", help="launch render or JobSet file (the trainer)")
+    parser.add_argument("after", metavar="B", help="JobSet file to compare (the bench)")
+    parser.add_argument(
+        "--trainer-jobset", metavar="NAME", help="which JobSet of A (default: the trainer)"
+    )
+    parser.add_argument(
+        "--expect-only",
+        metavar="KINDS",
+        help="comma list of change kinds allowed (names,restarts,command,provenance,slice); "
+        "exit 1 when anything else changed",
+    )
+    parser.add_argument("--json", action="store_true", help="print the diff as JSON")
 
 
 def run(args) -> int:

@@ -26,6 +26,8 @@ from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.pod_script import AB_ARMS, CODE_DIR_VARIABLE
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The same-pod A/B's design knobs: exported to its pod as they are named (`ab/same_pod.py`).
+AB_DESIGN_KNOBS = ("AB_BUDGET", "AB_STEP_TIME", "AB_STEP_NOISE", "AB_AOT_REPORT")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +89,27 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
         " off,on or 'base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2'); default:"
         " the pod runs the bench once",
     ),
+    RenderKnob(
+        "AB_BUDGET",
+        "what the same-pod A/B may spend, as `ab --budget`: scored steps per setting (e.g. 12) or"
+        " pod minutes (e.g. 45min); default: 12 scored steps per setting on an accelerator",
+    ),
+    RenderKnob(
+        "AB_STEP_TIME",
+        "the step time the A/B's pod time is reckoned from, as `ab --step-time`: seconds, a prior"
+        " run's pod log or results.jsonl, or aot's JSON report (read here; the pod gets the figure)",
+    ),
+    RenderKnob(
+        "AB_STEP_NOISE",
+        "the step noise the A/B's smallest resolvable effect is reckoned at, as `ab --step-noise`:"
+        " a percent, or a prior run's pod log or results.jsonl (default: AB_STEP_TIME's prior run,"
+        " else assumed and said so)",
+    ),
+    RenderKnob(
+        "AB_AOT_REPORT",
+        "`aot --ab-arms AB_ARMS --output FILE`'s report: the A/B's device peak for `plan` and the"
+        " summary, and the A/B refused here when that report refuses it (read here)",
+    ),
     RenderKnob("DRIVER_ENV", "K=V shell words passed to the driver's environment, literally"),
     RenderKnob("OUTPUT", "where to write the bench JobSet (default: stdout)"),
     RenderKnob(
@@ -117,6 +140,7 @@ _RESERVED_ENV = frozenset(
         "TRAINER_SLICE",
         TRAINER_ENV_VARIABLE,
         AB_ARMS,
+        *AB_DESIGN_KNOBS,
         "RESULTS_URI",
     }
 )
@@ -141,6 +165,7 @@ class RenderKnobs:
     micro_steps: int | None = None
     max_restarts: int = 0
     ab_arms: str | None = None  # the arms of a same-pod A/B (`ab --arms`); None: one bench run
+    ab_design: tuple[tuple[str, str], ...] = ()  # (AB_BUDGET ..., text) given for its design
     driver_env: tuple[tuple[str, str], ...] = ()
     output: str | None = None
     aot_job: str | None = None  # where to write the AOT JobSet; None: not rendered
@@ -169,11 +194,20 @@ class RenderKnobs:
             micro_steps=_driver_value(given, "MICRO_STEPS"),
             max_restarts=values.whole_number("MAX_RESTARTS", given.get("max_restarts", "0"), 0),
             ab_arms=given.get("ab_arms"),
+            ab_design=_ab_design(given),
             driver_env=_driver_env(given.get("driver_env", "")),
             output=given.get("output"),
             aot_job=given.get("aot_job"),
             aot_node_selector=_node_selector(given.get("aot_node_selector", "")),
         )
+
+
+def _ab_design(given: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The A/B design knobs given; they size a same-pod A/B, so one without AB_ARMS is refused."""
+    design = tuple((name, given[name.lower()]) for name in AB_DESIGN_KNOBS if name.lower() in given)
+    if design and "ab_arms" not in given:
+        raise UserError(f"{design[0][0]} sizes a same-pod A/B: set AB_ARMS too, or drop it")
+    return design
 
 
 def _knob_list() -> str:

@@ -138,6 +138,7 @@ def render_with_plan(
     )
     if same_pod_ab:
         environment[AB_ARMS] = knobs.ab_arms
+        environment.update(knobs.ab_design)
     results_source = _place_results(environment, trainer, launch, new_name)
     pod_plan = _pod_plan(environment, pod_environment(container, environment))
     # The code embedded is the closure of the engine the pod's plan resolves from these knobs.
@@ -146,21 +147,7 @@ def render_with_plan(
     environment["BENCH_CODE_SHA256"] = sha
     pod_env = pod_environment(container, environment)
     ab_lines = _same_pod_ab_lines(pod_env, check_pod)
-    resolved = plan_document.document(
-        plan_document.with_lines(pod_plan.lines(), [f"{plan.PLAN_PREFIX} {x}" for x in ab_lines]),
-        plan_document.pod_checks(engine, pod_plan.config.maxtext_driver, pod_env),
-        [
-            *pod_plan.substitutions(),
-            *(
-                [
-                    f"libtpu flags set by the bench in every compiling container: {shlex.join(libtpu_words)}"
-                ]
-                if libtpu_words
-                else []
-            ),
-            *(f"same-pod A/B (AB_ARMS={knobs.ab_arms}): {line}" for line in ab_lines),
-        ],
-    )
+    resolved = _resolved_plan(pod_plan, pod_env, libtpu_words, knobs.ab_arms, ab_lines)
     resolved_json = resolved.to_json()
     _replace_client_command(
         container, launch, environment, engine, jobset_name(trainer), resolved_json
@@ -168,11 +155,7 @@ def render_with_plan(
     metadata = bench.setdefault("metadata", {})
     metadata["annotations"] = {
         **(metadata.get("annotations") or {}),
-        CODE_SHA_ANNOTATION: sha,
-        PLAN_SHA_ANNOTATION: hashlib.sha256(resolved_json.encode()).hexdigest(),
-        TRAINER_ANNOTATION: jobset_name(trainer),
-        **({SLICE_ANNOTATION: knobs.trainer_slice.name} if knobs.trainer_slice else {}),
-        **({LIBTPU_FLAGS_ANNOTATION: shlex.join(libtpu_words)} if libtpu_words else {}),
+        **_provenance(sha, resolved_json, jobset_name(trainer), knobs, libtpu_words),
     }
     validate.check(bench, f"bench rendered from {source}")
     names = frozenset(compile_flags.flag_name(word) for word in libtpu_words)
@@ -186,6 +169,48 @@ def render_with_plan(
         _orchestrator_environment(documents, launch),
         resolved,
         environment,
+    )
+
+
+def _provenance(
+    sha: str, resolved_json: str, trainer: str, knobs: RenderKnobs, libtpu_words: list[str]
+) -> dict[str, str]:
+    """The bench's annotations: its code's and plan's digests, the trainer it came from, and
+    what the render changed in the slice and the libtpu flags (render-diff reads them)."""
+    return {
+        CODE_SHA_ANNOTATION: sha,
+        PLAN_SHA_ANNOTATION: hashlib.sha256(resolved_json.encode()).hexdigest(),
+        TRAINER_ANNOTATION: trainer,
+        **({SLICE_ANNOTATION: knobs.trainer_slice.name} if knobs.trainer_slice else {}),
+        **({LIBTPU_FLAGS_ANNOTATION: shlex.join(libtpu_words)} if libtpu_words else {}),
+    }
+
+
+def _resolved_plan(
+    pod_plan: Plan,
+    pod_env: Mapping[str, str],
+    libtpu_words: list[str],
+    ab_arms: str | None,
+    ab_lines: tuple[str, ...],
+) -> plan_document.PlanDocument:
+    """The plan embedded beside the pod's code: the lines `plan BENCH.yaml` prints and the pod
+    compares its own with, what the pod checks in its image, and what it substitutes."""
+    libtpu = shlex.join(libtpu_words)
+    return plan_document.document(
+        plan_document.with_lines(
+            pod_plan.lines(same_pod_ab=bool(ab_lines)),
+            [f"{plan.PLAN_PREFIX} {x}" for x in ab_lines],
+        ),
+        plan_document.pod_checks(pod_plan.config.engine, pod_plan.config.maxtext_driver, pod_env),
+        [
+            *pod_plan.substitutions(),
+            *(
+                [f"libtpu flags set by the bench in every compiling container: {libtpu}"]
+                if libtpu
+                else []
+            ),
+            *(f"same-pod A/B (AB_ARMS={ab_arms}): {line}" for line in ab_lines),
+        ],
     )
 
 

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import math
@@ -223,6 +224,10 @@ def validate_file(file: str) -> list[str]:
             f"{file}: byte {error.start} is not UTF-8; pass a YAML text file (a JobSet manifest)"
         ) from None
     return validate_text(text, file)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE", help="YAML files holding JobSets")
 
 
 def run(args) -> int:

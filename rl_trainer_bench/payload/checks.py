@@ -15,6 +15,7 @@ import numpy as np
 
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import OPTIONAL_PAYLOAD_FIELDS, PAYLOAD_FIELDS, Payload
+from rl_trainer_bench.payload.digests import digest_mismatches
 
 MAX_REPORTS_PER_RULE = 5  # positions named per broken rule; the rest are counted
 
@@ -281,6 +282,4 @@ def check_payload(payload: Payload, engine: EngineConfig) -> list[str]:
 
 def _check_digests(payload: Payload) -> list[str]:
     """Stored digests must match the arrays: a stale digest hides a change in on/off comparisons."""
-    from rl_trainer_bench.payload.digests import digest_mismatches
-
     return [f"{problem} [digests]" for problem in digest_mismatches(payload)]

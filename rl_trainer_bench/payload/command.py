@@ -4,21 +4,78 @@ runs the CPU checks on a built or loaded micro-batch."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 
 import numpy as np
 
+from rl_trainer_bench.config.knobs import add_knob_flags, add_preset_flag
 from rl_trainer_bench.config.presets import preset as find_preset
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, write_text_atomically
-from rl_trainer_bench.payload import routing_dump, routing_profile
+from rl_trainer_bench.payload import (
+    build,
+    checks,
+    engine_numerics,
+    npz,
+    routing_dump,
+    routing_profile,
+)
 from rl_trainer_bench.payload.build import build_calibrated
 from rl_trainer_bench.payload.digests import payload_digest
 from rl_trainer_bench.payload.npz import save_npz
 from rl_trainer_bench.payload.packing import PackingLayout
+
+
+def _add_micro_batch_source(parser: argparse.ArgumentParser) -> None:
+    add_preset_flag(parser, "shapes of the micro-batch")
+    add_knob_flags(parser, ("ROUTING_PROFILE", "SEED"))
+    parser.add_argument(
+        "--index", type=int, default=0, help="micro-batch index (distinct content per index)"
+    )
+    parser.add_argument(
+        "--max-prompt-length", type=int, help="orchestrator argv: packing layout from it"
+    )
+    parser.add_argument(
+        "--max-response-length", type=int, help="orchestrator argv: packing layout from it"
+    )
+    parser.add_argument("--num-generations", type=int, default=16, help="sequences per GRPO group")
+    parser.add_argument("--pad-rows", type=int, default=0, help="rows that are all padding")
+
+
+def add_payload_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_micro_batch_source(parser)
+    parser.add_argument(
+        "--out", required=True, metavar="FILE.npz", help="where to write the micro-batch"
+    )
+    parser.add_argument(
+        "--no-routed-experts", action="store_true", help="omit routed_experts (no router replay)"
+    )
+
+
+def add_profile_routing_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "dump", metavar="DUMP.npy", help="a run's routed experts, int, -1 on padding"
+    )
+    parser.add_argument(
+        "--layout", default="BTLK", choices=("BTLK", "BLTK"), help="axis order of the dump"
+    )
+    parser.add_argument("--num-experts", type=int, help="expert count (default: largest id + 1)")
+    parser.add_argument("--description", help="how the dump was taken (stored in the profile)")
+    parser.add_argument("--out", metavar="FILE", help="write the profile here (default: stdout)")
+
+
+def add_check_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_micro_batch_source(parser)
+    parser.add_argument(
+        "--payload", metavar="FILE.npz", help="check this micro-batch instead of building one"
+    )
+    parser.add_argument(
+        "--skip-numerics", action="store_true", help="only the well-formedness checks (no engine)"
+    )
 
 
 def engine_for(args) -> EngineConfig:
@@ -110,8 +167,6 @@ def run_check(args) -> int:
 
     Exit 0 when everything passes, 1 when a check fails (2 is bad input, from the cli).
     """
-    from rl_trainer_bench.payload import build, checks, engine_numerics, npz
-
     engine = engine_for(args)
     if args.payload:
         payload = npz.load_npz(args.payload, verify=False)  # a digest mismatch is reported below

@@ -147,6 +147,7 @@ class KnobResult:
 def run_engine(config: EngineConfig, payload: Payload) -> NumericsRun:
     """Loss and grad norm from the engine's own programs (fwd_bwd, update), per-token log-probs
     from its decoder and chunked log-prob pass, all on one CPU device."""
+    # JAX, here: `check --skip-numerics` checks a micro-batch on a python without it
     import jax
     import jax.numpy as jnp
 

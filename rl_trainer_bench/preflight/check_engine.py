@@ -10,14 +10,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from rl_trainer_bench.bench.distributed import start_for_preset
 from rl_trainer_bench.bench.plan import refuse_engine_config_problems
 from rl_trainer_bench.config.engine_choice import choose_engine
 from rl_trainer_bench.config.engine_keys import engine_config_from
+from rl_trainer_bench.config.knobs import ENGINE_KNOBS, add_knob_flags, add_preset_flag
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.contract import example_payloads_for
 from rl_trainer_bench.engine.factory import engine_class
 from rl_trainer_bench.engine.returns import check_engine
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_preset_flag(parser, "shapes and mesh")
+    add_knob_flags(parser, (*ENGINE_KNOBS, "MAXTEXT_DRIVER"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
     config = dataclasses.replace(config, maxtext_driver=args.maxtext_driver)
     refuse_engine_config_problems(config, cell.name)
     engine_type = engine_class(spec, knob="--engine")  # a bad name is refused before JAX starts
+    from rl_trainer_bench.bench.distributed import start_for_preset  # JAX: not for --help
+
     start_for_preset(cell.host_devices)  # cpu-tiny's 2x2x2 mesh needs its 8 host devices
     if unapplied:
         print(f"check-engine: keys not applied by the built-in engine: {', '.join(unapplied)}")

@@ -29,6 +29,9 @@ from rl_trainer_bench.config.engine_keys import (
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
 from rl_trainer_bench.launch import yaml_reader
+from rl_trainer_bench.launch.client_command import client_argv, read_client_command
+from rl_trainer_bench.launch.dry_run import client_container, find_trainer, read_documents
+from rl_trainer_bench.launch.pod_plan import embedded_document
 
 _BOOLEANS = {"true": True, "false": False}
 # A trainer command's MaxText keys are listed under this prefix, apart from its flags.
@@ -149,9 +152,6 @@ def _has_jobset(text: str, documents: list | None) -> bool:
 
 def _from_jobsets(text: str, label: str, trainer_jobset: str | None) -> Side:
     """The trainer's flags from its client command; a bench JobSet's TRAINER_ARGV and ENGINE_FLAGS."""
-    from rl_trainer_bench.launch.client_command import client_argv, read_client_command
-    from rl_trainer_bench.launch.dry_run import client_container, find_trainer, read_documents
-
     jobset = find_trainer(read_documents(text, label), label, trainer_jobset)
     container = client_container(jobset)
     command = read_client_command([*container.get("command", []), *container.get("args", [])])
@@ -164,8 +164,6 @@ def _from_jobsets(text: str, label: str, trainer_jobset: str | None) -> Side:
 def bench_substitutions(jobset: Mapping, label: str) -> tuple[str, ...]:
     """What a bench JobSet's pod times in place of the trainer's program: the substitutions of
     the plan resolved at render time and embedded in the JobSet, which its pod checks."""
-    from rl_trainer_bench.launch.pod_plan import embedded_document
-
     return embedded_document(jobset, label).substitutions
 
 

@@ -9,11 +9,19 @@ import os
 import sys
 from pathlib import Path
 
+from rl_trainer_bench.config.engine_choice import choose_engine
+from rl_trainer_bench.config.knobs import ENGINE_KNOBS, add_knob_flags
+from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, write_text_atomically
+from rl_trainer_bench.preflight.aot.check import compiled_texts
+from rl_trainer_bench.preflight.aot.command import add_target_arguments
+from rl_trainer_bench.preflight.aot.targets import LOCAL
+from rl_trainer_bench.preflight.compiler_flags import compiler_flags
 from rl_trainer_bench.preflight.hlo_overlap import analyze_file, analyze_text
 from rl_trainer_bench.preflight.hlo_overlap_report import format_report
 from rl_trainer_bench.preflight.hlo_replica_groups import parse_mesh
+from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 
 
 def add_arguments(parser) -> None:
@@ -34,9 +42,6 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--summary-only", action="store_true", help="leave out the per-collective rows"
     )
-    from rl_trainer_bench.config.knobs import ENGINE_KNOBS, add_knob_flags
-    from rl_trainer_bench.preflight.aot.command import add_target_arguments
-
     add_target_arguments(parser)
     add_knob_flags(parser, ENGINE_KNOBS, {"ENGINE": "; its programs are compiled as aot does"})
 
@@ -73,13 +78,6 @@ def compiled_reports(args) -> int:
     """The report of each program of the preset, printed as soon as it is compiled (the text
     form: a full-depth compile takes minutes a program); a program that does not compile is named
     with its error, on stdout among the reports and on stderr, and the others still run."""
-    from rl_trainer_bench.config.engine_choice import choose_engine
-    from rl_trainer_bench.config.presets import preset
-    from rl_trainer_bench.preflight.aot.check import compiled_texts
-    from rl_trainer_bench.preflight.aot.targets import LOCAL
-    from rl_trainer_bench.preflight.compiler_flags import compiler_flags
-    from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
-
     choice = choose_engine(args.engine, args.trainer_argv, preset(args.preset).engine)
     texts = compiled_texts(
         args.preset,

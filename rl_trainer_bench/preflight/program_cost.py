@@ -31,7 +31,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from rl_trainer_bench.preflight.hlo_counts import FlopCounter, execution_counts
-from rl_trainer_bench.preflight.hlo_parse import HloModule, Instruction
+from rl_trainer_bench.preflight.hlo_parse import HloModule, Instruction, parse_hlo
 
 # Instructions that neither compute nor move bytes of their own; control flow is counted through
 # the computations it runs.
@@ -263,8 +263,6 @@ def cost_from(analysis: Mapping[str, float] | None, counts: LoopCounts) -> Progr
 
 def cost_of(compiled) -> ProgramCost:
     """The cost of a compiled JAX program (`jax.stages.Compiled`)."""
-    from rl_trainer_bench.preflight.hlo_parse import parse_hlo
-
     analysis = compiled.cost_analysis()
     analysis = analysis[0] if isinstance(analysis, list) else analysis
     return cost_from(analysis, loop_counts(parse_hlo(compiled.as_text(), "compiled program")))

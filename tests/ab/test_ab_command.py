@@ -31,7 +31,7 @@ class Benches:
 
 
 def run_ab(argv, make_bench=None):
-    args = cli.build_parser().parse_args(["ab", *argv])
+    args = cli.build_parser(["ab"]).parse_args(["ab", *argv])
     return ab.run(args, make_bench=make_bench or Benches())
 
 
@@ -52,7 +52,7 @@ def test_default_ab_runs_six_blocks_on_one_bench_scored_by_block(tmp_path, capsy
     score = report["score"]
     assert score["design"] == "separate arms in blocks"
     assert score["blocks"][1] == ["off#3", "on#3", "on#4", "off#4"] and len(score["blocks"]) == 6
-    assert score["noise_floor_s"] is None and report["settings"]["blocks"] is None
+    assert score["noise_floor_s"] is None and report["settings"]["blocks"] == 6
     (delta,) = score["deltas"]
     assert delta["name"] == "on-off" and len(score["block_differences_s"]["on-off"]) == 6
     assert sum(score["block_differences_s"]["on-off"]) / 6 == pytest.approx(delta["delta_s"])
@@ -62,6 +62,12 @@ def test_default_ab_runs_six_blocks_on_one_bench_scored_by_block(tmp_path, capsy
     assert "(6 blocks, each balanced: a drift linear within a block cancels in it" in printed
     assert "noise: the spread of the 6 blocks' differences, in each delta's interval" in printed
     assert "mean over blocks of each block's difference of arm medians" in printed
+    assert (
+        "A/B design: 6 blocks, each setting two turns of 1 scored step(s) per block: 12 scored steps"
+        " per setting x 2 settings = 24, and 1 warm-up steps (1 per program set x 1, once, up"
+        " front); 25 steps in all, by the CPU's default of 6 blocks"
+    ) in printed
+    assert "A/B resolves: an effect of " in printed and "(ASSUMED: the 2-core" in printed
 
 
 class Drawn(Exception):
@@ -75,13 +81,15 @@ def _refuse_bench(config, log):
 def test_each_run_draws_its_own_layout_seed_unless_given_one(tmp_path):
     seeds = []
     for _ in range(3):
-        args = cli.build_parser().parse_args(["ab", "--out", str(tmp_path / "out")])
+        args = cli.build_parser(["ab"]).parse_args(["ab", "--out", str(tmp_path / "out")])
         assert args.schedule_seed is None
         with pytest.raises(Drawn):
             ab.run(args, make_bench=_refuse_bench)
         seeds.append(args.schedule_seed)
     assert len(set(seeds)) == 3 and all(0 <= s < 2**32 for s in seeds)
-    args = cli.build_parser().parse_args(["ab", "--schedule-seed", "7", "--out", str(tmp_path)])
+    args = cli.build_parser(["ab"]).parse_args(
+        ["ab", "--schedule-seed", "7", "--out", str(tmp_path)]
+    )
     with pytest.raises(Drawn):
         ab.run(args, make_bench=_refuse_bench)
     assert args.schedule_seed == 7
@@ -277,13 +285,13 @@ def test_arms_warm_up_as_long_as_the_slowest_engine_among_them_needs(tmp_path):
     from rl_trainer_bench.ab.plan import plan_arms
 
     arms = "builtin:ENGINE=builtin,maxtext:ENGINE=maxtext"
-    args = cli.build_parser().parse_args(["ab", "--arms", arms, "--out", str(tmp_path)])
+    args = cli.build_parser(["ab"]).parse_args(["ab", "--arms", arms, "--out", str(tmp_path)])
     plan = plan_arms(ab.complete(args), tmp_path)
     assert args.warmup_steps == 2
     assert [c.warmup_steps for c in plan.bench_configs.values()] == [2, 2]
-    given = cli.build_parser().parse_args(["ab", "--arms", arms, "--warmup-steps", "1"])
+    given = cli.build_parser(["ab"]).parse_args(["ab", "--arms", arms, "--warmup-steps", "1"])
     plan_arms(ab.complete(given), tmp_path)
     assert given.warmup_steps == 1
-    plain = cli.build_parser().parse_args(["ab", "--out", str(tmp_path)])
+    plain = cli.build_parser(["ab"]).parse_args(["ab", "--out", str(tmp_path)])
     plan_arms(ab.complete(plain), tmp_path)
     assert plain.warmup_steps == 1

@@ -231,7 +231,7 @@ def _subcommand_flags():
     """(command, flag, argparse action) for every flag of every `rl-trainer-bench` command."""
     from rl_trainer_bench import cli
 
-    parser = cli.build_parser()
+    parser = cli.build_parser(command.name for command in cli.COMMANDS)
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for name, sub in commands.choices.items():
         for action in sub._actions:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -9,7 +10,7 @@ import sys
 
 import yaml
 from reference_data import launch_render
-from render_helpers import FIXTURE
+from render_helpers import FIXTURE, exports
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.launch.dry_run import client_container, literal_env
@@ -101,7 +102,14 @@ def _pod_plan(bench_file, folder, **env: str) -> subprocess.CompletedProcess:
     container = client_container(yaml.safe_load(bench_file.read_text()))
     return subprocess.run(
         container["command"],
-        env={**_python_on_path(folder), **literal_env(container), "PLAN_ONLY": "1", **env},
+        # the script unpacks its code into `mktemp -d`: under the test's folder, not the suite's
+        env={
+            **_python_on_path(folder),
+            **literal_env(container),
+            "PLAN_ONLY": "1",
+            "TMPDIR": str(folder),
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=120,
@@ -189,3 +197,56 @@ def test_what_only_the_image_answers_is_printed_as_checked_in_the_pod_and_checke
     assert pod.returncode == 2, pod.stdout
     refusal = [line for line in pod.stderr.splitlines() if "no importable maxtext" in line]
     assert len(refusal) == 1
+
+
+def test_plan_of_a_same_pod_ab_prints_the_ab_not_the_plain_benchs_steps(tmp_path, capfd):
+    """The pod runs `ab.same_pod`: its plan names the arms and what each changes, the order, the
+    design with its cost from aot's estimate read at render, and one state's memory; the step line
+    keeps the step's shape and leaves steps and warm-ups to the A/B."""
+    report = tmp_path / "aot.json"
+    report.write_text(json.dumps({"preset": "p", "time_estimate": {"step_seconds": 100.15}}))
+    bench = _rendered(
+        tmp_path,
+        "--ab-arms=off,on",
+        f"--ab-step-time={report}",
+        "--ab-step-noise=0.15%",
+        "--ab-budget=25min",
+    )
+    assert exports(yaml.safe_load(bench.read_text()))["AB_STEP_TIME"] == (
+        f"100.15s (aot's roofline ESTIMATE in {report}, not a measurement)"
+    )
+    capfd.readouterr()
+    assert cli.main(["plan", str(bench)]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    assert not any(line.startswith("plan: step: micro_steps=4 steps=") for line in lines)
+    assert (
+        "plan: step: micro_steps=4 worker=separate; steps, warm-ups and stages: the A/B's" in lines
+    )
+    assert "plan: A/B arm off: STAGE_BEFORE_UPDATE=off" in lines
+    assert "plan: A/B arm on: STAGE_BEFORE_UPDATE=on" in lines
+    assert any(line.startswith("plan: run order: ") for line in lines)
+    # 25 min of 100.15 s steps: 14 steps, less 2 warm-ups at most, 6 per setting: 3 blocks of
+    # 1-step turns; the built-in engine warms its one program set for 1 step: 13 steps in all
+    design = next(line for line in lines if line.startswith("plan: A/B design: "))
+    assert "3 blocks, each setting two turns of 1 scored step(s) per block: 6 scored" in design
+    assert design.endswith("13 steps in all, by --budget 25min")
+    assert (
+        "plan: A/B pod time: 13 steps x 100.2 s = 21.7 min (ESTIMATE; step time: aot's roofline"
+        f" ESTIMATE in {report}, not a measurement), plus start-up and compiles"
+    ) in lines
+    resolves = next(line for line in lines if line.startswith("plan: A/B resolves: "))
+    assert "at 0.15% step noise (given by AB_STEP_NOISE)" in resolves
+    assert any(
+        line.startswith("plan: A/B device memory: one state for every arm") for line in lines
+    )
+    assert lines[-1].startswith("plan: same-pod A/B: scored as `ab` scores its arms")
+
+
+def test_ab_design_knobs_without_ab_arms_are_refused(tmp_path, capfd):
+    bench = tmp_path / "bench.yaml"
+    assert (
+        cli.main(["render", f"--launch-render={FIXTURE}", f"--output={bench}", "--ab-budget=12"])
+        == 2
+    )
+    (line,) = capfd.readouterr().err.splitlines()
+    assert "AB_BUDGET sizes a same-pod A/B: set AB_ARMS too" in line and not bench.exists()

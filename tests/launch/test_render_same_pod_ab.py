@@ -18,6 +18,7 @@ from reference_data import launch_render
 from render_helpers import FIXTURE, client_command, client_script, exports
 
 from rl_trainer_bench import cli
+from rl_trainer_bench.ab import budget
 from rl_trainer_bench.ab.same_pod import ab_arguments, plan_lines
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.apply_size import stored_annotation_bytes
@@ -53,13 +54,26 @@ def test_the_render_says_what_the_pods_ab_will_do():
     rendered = render_with_plan(
         FIXTURE.read_text(), "f", RenderKnobs.from_strings({"ab_arms": ARMS}), plan_lines
     )
-    line = rendered.ab_lines[0]
-    assert line.startswith(
-        "same-pod A/B of base, wide (AB_ARMS), one process, 3 scored and 1 warm-up steps per"
-        " arm; run order: "
+    first, base, wide, order, design, *_ = rendered.ab_lines
+    assert first.startswith(
+        "same-pod A/B of base, wide (AB_ARMS), one process (python -m rl_trainer_bench.ab.same_pod)"
     )
-    assert "(6 blocks, each balanced: a drift linear within a block cancels in it" in line
-    assert re.search(r"these turns are schedule seed \d+'s, and the pod's run draws its own$", line)
+    assert (base, wide) == (
+        "A/B arm base: ragged_buffer_factor=1.25",
+        "A/B arm wide: ragged_buffer_factor=2",
+    )
+    assert order.startswith("run order: ")
+    assert "(6 blocks, each balanced: a drift linear within a block cancels in it" in order
+    assert re.search(
+        r"these turns are schedule seed \d+'s, and the pod's run draws its own$", order
+    )
+    # on the fixture's v5p slice: the accelerator's budget, 6 blocks of 1-step turns; the
+    # built-in engine warms each of the two program sets for 1 step, once
+    assert design.startswith(
+        "A/B design: 6 blocks, each setting two turns of 1 scored step(s) per block: 12 scored"
+        " steps per setting x 2 settings = 24, and 2 warm-up steps (1 per program set x 2, once,"
+        " up front); 26 steps in all, by the accelerator's default budget"
+    )
 
 
 def test_an_arm_that_sets_a_start_up_bound_knob_is_refused_naming_separate_pods(capsys, tmp_path):
@@ -92,16 +106,20 @@ def test_the_pods_knobs_are_every_arms(tmp_path):
         "TRAINER_ARGV": "--model_name=Qwen3-30B-A3B --mesh_fsdp=8",
         "ENGINE_FLAGS": "beta=0.04",
         "STEPS": "3",
+        "AB_BUDGET": "18",
+        "AB_STEP_TIME": "42s (a prior pod)",
         "RESULTS_DIR": str(tmp_path / "r"),
         "JAX_PLATFORMS": "proxy,cpu",
     }
     args = ab_arguments(env)
-    assert (args.preset, args.arms, args.steps, str(args.out)) == (
+    assert (args.preset, args.arms, args.steps, args.blocks, str(args.out)) == (
         "qwen3-30b-a3b-cell",
         "off,on",
         3,
+        3,  # 18 scored steps per setting in turns of 3: two turns a block
         str(tmp_path / "r"),
     )
+    assert args.budget_design.step_time == budget.Figure(42.0, "a prior pod")
     assert args.knob == [
         "TRAINER_ARGV=--model_name=Qwen3-30B-A3B --mesh_fsdp=8",
         "ENGINE_FLAGS=beta=0.04",
@@ -128,6 +146,8 @@ def test_the_rendered_pods_own_code_plans_its_ab(tmp_path):
     assert any(
         line.startswith("plan: same-pod A/B of base, wide (AB_ARMS), one process") for line in lines
     )
+    assert "plan: ok: every knob is valid; nothing ran on a device" in lines
+    assert any(line.startswith("plan: same-pod A/B of base, wide (AB_ARMS)") for line in lines)
 
 
 def test_the_397b_pods_ab_is_planned_for_the_pods_host_and_fits_kubectl_apply():
@@ -138,3 +158,15 @@ def test_the_397b_pods_ab_is_planned_for_the_pods_host_and_fits_kubectl_apply():
     text = render(path.read_text(), path.name, RenderKnobs(ab_arms="off,on"), plan_lines)
     assert stored_annotation_bytes(yaml.safe_load(text)) < 262_144
     assert yaml.safe_load(text)["metadata"]["name"] == "benchuser-train-bench"
+
+
+def test_the_ab_holds_one_state_for_arms_of_two_program_sets():
+    """base and wide compile two program sets against one state: the A/B's memory line counts the
+    plain bench's state once, and names the command that compiles both sets for the slice."""
+    rendered = render_with_plan(
+        FIXTURE.read_text(), "f", RenderKnobs.from_strings({"ab_arms": ARMS}), plan_lines
+    )
+    state = re.search(r"state on the device (\S+ \S+) per device", rendered.plan.device_memory())
+    (memory,) = [line for line in rendered.ab_lines if line.startswith("A/B device memory: ")]
+    assert memory.startswith(f"A/B device memory: one state for every arm, {state[1]} per device")
+    assert f"--target v5p:2x2x2 --ab-arms '{ARMS}'" in memory

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from rl_trainer_bench import accelerators
@@ -22,6 +23,7 @@ from rl_trainer_bench.config.knobs import (
 )
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.io import check_output_file, write_text_atomically
+from rl_trainer_bench.preflight.aot.ab_check import ProgramSet, format_ab_check, run_ab_check
 from rl_trainer_bench.preflight.aot.check import run_check
 from rl_trainer_bench.preflight.aot.depth import FULL_DEPTH
 from rl_trainer_bench.preflight.aot.report import format_report
@@ -68,6 +70,12 @@ def add_arguments(parser) -> None:
         help=f"the margin: percent of a device's memory the peak must leave free (default"
         f" {100 * MIN_HEADROOM:g}; 0 checks the fit alone)",
     )
+    parser.add_argument(
+        "--ab-arms",
+        metavar="ARMS",
+        help="a same-pod A/B's arms, as `render --ab-arms` takes them: compile every arm's"
+        " programs (one state for all) and refuse the A/B when one does not fit",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--output", metavar="FILE", help="also write the JSON report to FILE")
 
@@ -83,11 +91,17 @@ def headroom_percent(text: str) -> float:
     return value
 
 
-def run(args) -> int:
+def run(args, program_sets: Sequence[ProgramSet] | None = None) -> int:
     """Exit 0 when the cell fits with the margin free, 1 when it does not (or a program failed),
-    2 for bad input."""
+    2 for bad input; with `program_sets` (--ab-arms' program sets, found by the A/B's own code),
+    every set checked and the A/B refused when one does not fit."""
     if args.output is not None:
         check_output_file(args.output, "--output")  # before the compiles, which take minutes
+    if program_sets is not None:
+        with quiet_libtpu():
+            check = run_ab_check(args, program_sets, _progress)
+        _write(args, check.to_json(), format_ab_check(check))
+        return 0 if not check.refused else 1
     choice = choose_engine(args.engine, args.trainer_argv, preset(args.preset).engine)
     with quiet_libtpu():
         report = run_check(
@@ -97,15 +111,24 @@ def run(args) -> int:
             engine_flags=args.engine_flags,
             stage_before_update=args.stage_before_update,
             layers=args.layers,
-            progress=lambda line: print(line, file=sys.stderr, flush=True),
+            progress=_progress,
             micro_steps=args.micro_steps,
             routing_profile=args.routing_profile,
             seed=args.seed,
             engine=choice.spec,
             min_headroom=args.min_headroom / 100,
         )
-    document = json.dumps(report.to_json(), indent=1)
+    _write(args, report.to_json(), format_report(report))
+    return 0 if report.margin_met else 1
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _write(args, content: dict, text: str) -> None:
+    """The JSON report to --output, and the text (or JSON) to stdout."""
+    document = json.dumps(content, indent=1)
     if args.output is not None:
         write_text_atomically(Path(args.output), document + "\n")
-    print(document if args.json else format_report(report))
-    return 0 if report.margin_met else 1
+    print(document if args.json else text)

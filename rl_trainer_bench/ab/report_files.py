@@ -1,5 +1,6 @@
-"""The end both A/B designs share: score the runs, run the exact checks, write ab.txt, ab.json and
-ab.png, and exit 1 when an exact check failed."""
+"""The report files of an A/B, the end both designs share: score the runs (the verdict's rule is
+`score.py`'s), run the exact checks, write ab.txt, ab.json and ab.png into the run's folder, and
+exit 1 when an exact check failed."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rl_trainer_bench.ab import interleave
 from rl_trainer_bench.ab import plot as ab_plot
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
+from rl_trainer_bench.ab import score as ab_score
 from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.io import move_earlier_run_aside, write_text_atomically
 
@@ -36,8 +38,6 @@ def write_verdict(
     schedule: interleave.Schedule | None = None,
     baseline: str | None = None,
 ) -> int:
-    from rl_trainer_bench.ab import score as ab_score
-
     out.mkdir(parents=True, exist_ok=True)
     checks = ab_checks.exact_checks(runs)
     if schedule is None:

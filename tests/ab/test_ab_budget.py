@@ -1,0 +1,158 @@
+"""The A/B's design sized by a budget, its cost, and the smallest effect it resolves, derived from
+the verdict's own rule (ab/resolution.py, ab/budget.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from ab_synthetic import record
+from scipy import stats
+
+from rl_trainer_bench import cli
+from rl_trainer_bench.ab import budget, resolution
+from rl_trainer_bench.ab import command as ab
+from rl_trainer_bench.ab.plan import plan_arms
+from rl_trainer_bench.bench.step_line import format_line
+from rl_trainer_bench.errors import ConfigError, UserError
+
+
+def _args(*argv: str):
+    args = cli.build_parser().parse_args(["ab", *argv])
+    return ab.complete(args)
+
+
+@pytest.mark.parametrize("df", [1, 2, 3, 5, 11, 40])
+def test_t_quantiles_and_chi_square_are_scipys(df):
+    for p in (0.9, 0.995):
+        assert resolution.t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-9)
+    w = np.array([0.3, 2.0, 9.0])
+    assert resolution._chi2_cdf(w, df) == pytest.approx(stats.chi2.cdf(w, df), abs=1e-12)
+
+
+def test_the_variance_of_a_median_of_normal_draws():
+    # 1 and 2 draws: the draw and the mean of two; 3: the known 0.4487; 4 and 5 against numpy's
+    # median of a million draws (standard error about 0.0005)
+    assert resolution.median_variance(1) == pytest.approx(1.0, abs=1e-6)
+    assert resolution.median_variance(2) == pytest.approx(0.5, abs=1e-6)
+    assert resolution.median_variance(3) == pytest.approx(0.4487, abs=1e-4)
+    draws = np.random.default_rng(0).standard_normal((1_000_000, 5))
+    assert resolution.median_variance(4) == pytest.approx(
+        np.var(np.median(draws[:, :4], 1)), abs=2e-3
+    )
+    assert resolution.median_variance(5) == pytest.approx(np.var(np.median(draws, 1)), abs=2e-3)
+    assert resolution.median_variance(1000) == pytest.approx(math.pi / 2000)
+
+
+def test_with_no_min_effect_the_claim_rate_is_the_t_tests_size_and_power():
+    # at no effect the rule claims one in exactly 1 - 99% of runs; at an effect, the power of the
+    # two-sided t test over blocks (scipy's noncentral t)
+    assert resolution.claim_rate(0.0, 1.0, 6, 1, 0.0) == pytest.approx(0.01, abs=1e-6)
+    t = stats.t.ppf(0.995, 5)
+    for effect in (0.5, 1.0, 2.0):
+        noncentrality = effect * math.sqrt(6)
+        power = stats.nct.sf(t, 5, noncentrality) + stats.nct.cdf(-t, 5, noncentrality)
+        assert resolution.claim_rate(effect, 1.0, 6, 1, 0.0) == pytest.approx(power, abs=1e-6)
+    for effect in (0.3, 0.6, 0.9):  # turns of 3: a turn's median has 0.4487 of a step's variance
+        noncentrality = effect * math.sqrt(6) / math.sqrt(0.4487)
+        power = stats.nct.sf(t, 5, noncentrality) + stats.nct.cdf(-t, 5, noncentrality)
+        assert resolution.claim_rate(effect, 1.0, 6, 3, 0.0) == pytest.approx(power, abs=1e-4)
+
+
+def test_the_seeds_case_resolves_a_1_percent_effect_in_12_steps_per_setting():
+    """Two arms, ~100 s steps with 0.15% noise, 6 blocks of 1-step turns, min effect 0.5%: the
+    interval is far narrower than the bar, so the smallest resolved effect is the bar plus the
+    90% quantile of the mean: 0.5 + 1.2816 x 0.15 / sqrt(6) = 0.5785% (by hand)."""
+    smallest = resolution.smallest_effect(0.15, 6, 1, 0.5)
+    assert smallest == pytest.approx(0.5785, abs=0.001)
+    # at the assumed 0.3% noise too, a 1% effect is found in at least 9 runs of 10
+    assert resolution.smallest_effect(0.3, 6, 1, 0.5) < 1.0
+    args = _args("--preset", "qwen3.5-397b-cell", "--arms", "off,on", "--step-noise", "0.15%")
+    design = args.budget_design
+    assert (design.blocks, design.turn_steps, design.scored_per_setting) == (6, 1, 12)
+    assert (args.blocks, args.steps, args.min_effect) == (6, 1, 0.5)
+    assert design.smallest_effect_pct() == pytest.approx(0.5785, abs=0.001)
+
+
+def test_the_cpus_default_is_six_blocks_of_three_step_turns():
+    args = _args("--arms", "off,on")
+    assert (args.blocks, args.steps, args.min_effect) == (6, 3, 2.0)
+    assert args.budget_design.budget is None
+
+
+def test_a_minutes_budget_pays_the_warmups_then_buys_blocks(tmp_path):
+    # 41 min of 100 s steps: 24 steps, less 2 warm-ups (one program set, the most any engine
+    # needs) leaves 22, 11 per setting: 5 blocks of 1-step turns
+    args = _args(
+        "--preset",
+        "qwen3.5-397b-cell",
+        "--arms",
+        "off,on",
+        "--budget",
+        "41min",
+        "--step-time",
+        "100",
+    )
+    assert (args.blocks, args.steps) == (5, 1)
+    plan = plan_arms(args, tmp_path, on_this_host=False)  # the built-in engine: 1 warm-up step
+    assert args.warmup_steps == 1
+    design = budget.planned_lines(args, len(plan.bench_configs))
+    assert design[1] == (
+        "A/B pod time: 21 steps x 100 s = 35.0 min (ESTIMATE; step time: given by --step-time),"
+        " plus start-up and compiles"
+    )
+
+
+def test_a_budget_too_small_for_three_blocks_is_refused_naming_the_need():
+    with pytest.raises(UserError, match=r"buys 4 scored steps per setting: 2 block\(s\) of 1-step"):
+        _args("--preset", "qwen3.5-397b-cell", "--budget", "4")
+    with pytest.raises(UserError, match="needs a step time"):
+        _args("--preset", "qwen3.5-397b-cell", "--budget", "30min")
+    with pytest.raises(UserError, match="--budget sizes the blocks order"):
+        _args("--budget", "12", "--design", "interleaved")
+    with pytest.raises(ConfigError, match="--budget='12 hours'"):
+        _args("--budget", "12 hours")
+
+
+def test_step_time_and_noise_come_from_a_prior_runs_log(tmp_path):
+    # alternating 100.0 and 100.3 s: consecutive differences of 0.3 s, so the noise is
+    # 1.4826 x 0.3 / sqrt(2) = 0.3145 s of a 100.15 s median step
+    times = [100.0, 100.3] * 5
+    log = tmp_path / "pod.log"
+    lines = [format_line(record(0, 300.0, warmup=True))]
+    lines += [format_line(record(i + 1, t)) for i, t in enumerate(times)]
+    log.write_text("\n".join(["some other line", *lines]) + "\n")
+    time, noise = budget.parse_step_time(str(log))
+    assert time == budget.Figure(100.15, f"median of 10 scored steps of {log}")
+    assert noise.value == pytest.approx(1.4826 * 0.3 / math.sqrt(2) / 100.15, rel=1e-3)
+    results = tmp_path / "results.jsonl"
+    results.write_text(
+        "".join(json.dumps(record(i, t).to_json()) + "\n" for i, t in enumerate(times))
+    )
+    assert budget.parse_step_time(str(results))[0].value == pytest.approx(100.15)
+
+
+def test_aots_estimate_is_a_named_step_time(tmp_path):
+    report = tmp_path / "aot.json"
+    report.write_text(json.dumps({"preset": "p", "time_estimate": {"step_seconds": 98.5}}))
+    time, noise = budget.parse_step_time(str(report))
+    assert (time.value, noise) == (98.5, None)
+    assert "aot's roofline ESTIMATE" in time.source
+    ab_report = {
+        "ab_arms": "a,b",
+        "program_sets": [{"report": {"time_estimate": {"step_seconds": 97.0}}}],
+    }
+    report.write_text(json.dumps(ab_report))  # aot --ab-arms: the first (baseline) set's step
+    assert budget.parse_step_time(str(report))[0].value == 97.0
+    report.write_text(json.dumps({"preset": "p", "time_estimate": None}))
+    with pytest.raises(UserError, match="has no predicted step"):
+        budget.parse_step_time(str(report))
+
+
+def test_a_resolved_figure_reads_back_with_its_source():
+    figure = budget.Figure(100.15, "median of 10 scored steps of pod.log")
+    assert budget.parse_step_time(figure.text("s")) == (figure, None)
+    noise = budget.Figure(0.0015, "spread of consecutive steps of pod.log")
+    assert budget.parse_step_noise(noise.text("%")) == noise
