@@ -287,10 +287,10 @@ def test_the_job_runs_every_command_and_copies_its_reports(tmp_path):
     RESULTS_URI and exits with the commands' worst status."""
     destination = tmp_path / "results"
     destination.mkdir()
-    _, job = _render(tmp_path, FIXTURE, f"--results-uri={destination}")
+    _, job = _render(tmp_path)  # the fixture's trainer has no durable output: the pod is told one
     site = tmp_path / "site"
     _installed(site, "libtpu", "0.0.77")
-    result = _run_script(job, tmp_path, site)
+    result = _run_script(job, tmp_path, site, RESULTS_URI=str(destination))
     assert result.returncode == 2, result.stderr
     assert "cannot build the TPU topology on this host" in result.stderr
     (copied,) = destination.iterdir()
