@@ -121,10 +121,49 @@ def aot_command(args: argparse.Namespace) -> int:
 
 
 class _OneLineErrorParser(argparse.ArgumentParser):
-    """Argument errors as one line and exit code 2, like every other user error."""
+    """Argument errors as one line and exit code 2, like every other user error; and a value
+    that starts with a dash taken as the value it is (`--libtpu-flags '--xla_x=1'`)."""
 
     def error(self, message: str) -> None:
         self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        if args is not None:
+            args = _dash_values_attached(self, list(args))
+        return super().parse_known_args(args, namespace)
+
+
+def _dash_values_attached(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
+    """`--option VALUE` as `--option=VALUE` where the option takes one value and VALUE starts
+    with a dash but names none of the parser's options: argparse would read such a VALUE as an
+    option and refuse with "expected one argument", though flags for libtpu, a trainer argv or
+    an orchestrator's are exactly such values. A VALUE that is (or abbreviates) one of the
+    parser's options is left alone, so a forgotten value is still refused."""
+    options = [option for action in parser._actions for option in action.option_strings]
+    takes_one = {
+        option
+        for action in parser._actions
+        if action.nargs is None and action.option_strings
+        for option in action.option_strings
+    }
+    attached: list[str] = []
+    index = 0
+    while index < len(words):
+        word, following = words[index], words[index + 1 : index + 2]
+        if word == "--":
+            return [*attached, *words[index:]]
+        name = following[0].split("=", 1)[0] if following else ""
+        if (
+            word in takes_one
+            and name.startswith("-")
+            and not any(option.startswith(name) for option in options)
+        ):
+            attached.append(f"{word}={following[0]}")
+            index += 2
+        else:
+            attached.append(word)
+            index += 1
+    return attached
 
 
 def function(target: str) -> Callable:

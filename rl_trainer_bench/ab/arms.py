@@ -9,16 +9,38 @@ an UPPER_CASE key is a driver knob (the DRIVER_ENV a pod would get), a lower_cas
 key (it goes into ENGINE_FLAGS), so any arm a pod can run, an A/B can run. `maxtext.KEY` is one of
 the trainer's MaxText keys: it goes into ENGINE_FLAGS as such and is applied after the trainer's
 own keys (config/engine_keys.py); an engine with no equivalent refuses it when the arm is planned.
+
+Parsing is strict because an arm that slips through is found only after a slice is scheduled: an
+engine key's value is one entry of ENGINE_FLAGS (`maxtext.a=b;maxtext.c=d` is two knobs run
+together, not a value), an engine key the config does not have and a MaxText key the bench holds
+are refused here, and a start-up-bound variable is refused wherever an arm sets it, inside its
+TRAINER_ARGV's leading `NAME=value` words too (the driver reads only MaxText keys there and would
+drop it silently). Whether MaxText itself takes a `maxtext.KEY` only the MaxText that runs can
+say: `maxtext_keys_checked_in_pod` names those keys for the render summary.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from collections.abc import Mapping, Sequence
 
 from rl_trainer_bench.ab import order as run_orders
+from rl_trainer_bench.config.engine_keys import (
+    ENGINE_KEYS,
+    parse_engine_flags,
+    parse_trainer_command,
+)
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS, STAGE_KNOBS
+from rl_trainer_bench.config.trainer_maxtext import (
+    APPLICABLE,
+    FLAG_KEYS,
+    FLAG_PREFIX,
+    VARIABLE_KEYS,
+)
+from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.maxtext_keys import HELD_KEYS, known_keys
 from rl_trainer_bench.errors import UserError
 
 # Knobs the A/B itself owns: every arm must run the same steps, or the exact checks mean nothing.
@@ -46,6 +68,10 @@ DEFAULT_ARMS = "off,on"
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.+]*")
 _DRIVER_KNOB = re.compile(r"[A-Z][A-Z0-9_]*")
 _ENGINE_KEY = re.compile(r"[a-z][a-z0-9_.]*")
+_MAXTEXT_KEY = re.compile(rf"{FLAG_PREFIX}\.([a-z_][a-z0-9_]*)")
+# An engine key's value is one entry of ENGINE_FLAGS; a `;`, or an `=` before any quote or brace,
+# in it means another knob was written into it (`maxtext.a=b;maxtext.c=d`).
+_RUN_TOGETHER = re.compile(r";|^[^'\"{]*=")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,6 +194,65 @@ def check_key(key: str, where: str) -> None:
         raise UserError(
             f"{where} sets {key}, which is not a driver knob: use one of {', '.join(DRIVER_KNOBS)}"
         )
+    if _ENGINE_KEY.fullmatch(key):
+        _check_engine_key(key, where)
+
+
+def _check_engine_key(key: str, where: str) -> None:
+    """An engine key must be one of ENGINE_KEYS, or `maxtext.KEY` naming one MaxText key the
+    bench passes on (a held key would leave the arm a silent copy of the others)."""
+    if key.startswith(f"{FLAG_PREFIX}."):
+        found = _MAXTEXT_KEY.fullmatch(key)
+        if found is None:
+            raise UserError(f"{where} has key {key!r}: write {FLAG_PREFIX}.KEY, one MaxText key")
+        if found.group(1) in HELD_KEYS:
+            raise UserError(
+                f"{where} sets {key}, which the bench holds whatever the trainer sets (held:"
+                f" {', '.join(HELD_KEYS)}): the arm would run as the others; drop it"
+            )
+        return
+    if key not in ENGINE_KEYS:
+        raise UserError(
+            f"{where} sets {key}, which is not an engine key{_did_you_mean(key, ENGINE_KEYS)}:"
+            f" fix the key name (see `rl-trainer-bench ab --help`), or write {FLAG_PREFIX}.{key}"
+            " for a MaxText key"
+        )
+
+
+def _did_you_mean(key: str, known: Sequence[str], before: str = " (", after: str = ")") -> str:
+    """` (did you mean KNOWN?)` for the known name nearest `key`, or "" when none is near."""
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f"{before}did you mean {close[0]}?{after}" if close else ""
+
+
+def _one_entry(key: str, value: str) -> bool:
+    """Whether `key=value` reads as exactly one entry of ENGINE_FLAGS, the one for `key`."""
+    try:
+        return list(parse_engine_flags(f"{key}={value}")) == [key]
+    except UserError:
+        return False
+
+
+def _check_value(key: str, value: str, where: str) -> None:
+    """An engine key's value is one entry of ENGINE_FLAGS; an arm's TRAINER_ARGV sets no
+    start-up-bound variable."""
+    if _ENGINE_KEY.fullmatch(key) and (_RUN_TOGETHER.search(value) or not _one_entry(key, value)):
+        raise UserError(
+            f"{where} has {key}={value!r}: an engine key's value is one entry of ENGINE_FLAGS,"
+            " with no ';' and no '=' outside quotes or {...}; separate an arm's knobs with commas"
+            " (NAME:KEY=V,KEY=V)"
+        )
+    if key == "TRAINER_ARGV":
+        variables = parse_trainer_command(value)[0]
+        bound = [name for name in variables if binds_at_start_up(name)]
+        if bound:
+            raise UserError(
+                f"{where} sets TRAINER_ARGV with {bound[0]}=..., which binds when the process"
+                " starts (the driver reads only MaxText keys from TRAINER_ARGV's variables and"
+                f" would drop it): drop {bound[0]} from the arm; to time it, render one pod per"
+                " setting (LIBTPU_FLAGS, DRIVER_ENV) and score their logs with rl-trainer-bench"
+                " ab --from-logs"
+            )
 
 
 def _add_knob(knobs: dict[str, str], token: str, arm: str) -> None:
@@ -175,6 +260,7 @@ def _add_knob(knobs: dict[str, str], token: str, arm: str) -> None:
     if not sep or not value:
         raise UserError(f"--arms: arm {arm!r} has {token!r}; write KEY=VALUE")
     check_key(key, f"--arms: arm {arm!r}")
+    _check_value(key, value, f"--arms: arm {arm!r}")
     if key in knobs and knobs[key] != value:
         raise UserError(f"--arms: arm {arm!r} sets {key} twice ({knobs[key]!r}, {value!r})")
     knobs[key] = value
@@ -207,3 +293,33 @@ def _label(name: str, occurrence: int) -> str:
     if occurrence < 2:
         return name + "'" * occurrence
     return f"{name}#{occurrence + 1}"
+
+
+def maxtext_keys_checked_in_pod(arm: ArmSpec, engine_config: EngineConfig) -> str | None:
+    """The render summary's line on `arm`'s MaxText keys, which only the MaxText that runs can
+    check (the trainer's image's, in the pod, before the runtime starts), or None when it sets
+    none. A key none of the bench's tables names is marked, with the nearest one it does name."""
+    keys = [
+        (found.group(1), value)
+        for key, value in arm.engine_keys.items()
+        if (found := _MAXTEXT_KEY.fullmatch(key))
+    ]
+    if not keys:
+        return None
+    known = sorted(
+        {*known_keys(engine_config), *APPLICABLE, *VARIABLE_KEYS.values(), *FLAG_KEYS.values()}
+    )
+    named = [
+        f"{key}={value}"
+        + (
+            ""
+            if key in known
+            else f" (in none of the bench's tables{_did_you_mean(key, known, '; ', '')})"
+        )
+        for key, value in keys
+    ]
+    return (
+        f"arm {arm.setting}: MaxText keys {', '.join(named)}: checked in the pod, by the"
+        " trainer's image's MaxText before the runtime starts (a key it refuses stops the pod"
+        " there, in one line)"
+    )

@@ -19,7 +19,7 @@ from rl_trainer_bench.bench import plan as bench_plan
 from rl_trainer_bench.bench.micro_batch_memory import host_memory_bytes
 from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.config.engine_keys import parse_engine_flags
-from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.errors import ConfigError, UserError
 
 ENGINE_FLAGS = "ENGINE_FLAGS"
 
@@ -54,8 +54,13 @@ def plan_arms(args: argparse.Namespace, out: Path, on_this_host: bool = True) ->
         args.warmup_steps = max(arm_config.warmup_steps for arm_config in arm_configs.values())
         envs = {arm.label: arm_env(preset.name, args, out, base, arm) for arm in arms}
         arm_configs = {label: config.BenchConfig.from_env(env) for label, env in envs.items()}
-    for arm_config in arm_configs.values():
-        _resolve_as_run_does(arm_config, host_memory_bytes() if on_this_host else None)
+    for arm in (arm for arm in arms if arm.occurrence == 0):  # a repeat's knobs are the same
+        try:
+            _resolve_as_run_does(
+                arm_configs[arm.label], host_memory_bytes() if on_this_host else None
+            )
+        except ConfigError as error:  # say which arm's plan was refused (its keys, or the pod's)
+            raise ConfigError(f"--arms: arm {arm.setting}: {error}") from None
     names: dict[tuple[tuple[str, str], ...], str] = {}
     for arm in arms:
         names.setdefault(arm.program_knobs, f"bench{len(names) + 1}")

@@ -22,20 +22,23 @@ from rl_trainer_bench.ab import budget
 from rl_trainer_bench.ab import command as ab_command
 from rl_trainer_bench.ab import memory as ab_memory
 from rl_trainer_bench.ab import parser as ab_parser
-from rl_trainer_bench.ab.arms import RESERVED_KNOBS
-from rl_trainer_bench.ab.plan import plan_arms
+from rl_trainer_bench.ab.arms import RESERVED_KNOBS, maxtext_keys_checked_in_pod
+from rl_trainer_bench.ab.plan import ArmPlan, plan_arms
 from rl_trainer_bench.ab.same_process import order_line
 from rl_trainer_bench.bench import plan as bench_plan
 from rl_trainer_bench.bench import plan_document
-from rl_trainer_bench.bench.results_copy import copy_when_asked
+from rl_trainer_bench.bench.results_copy import copying
 from rl_trainer_bench.bench.step_line import LOG_PREFIX
 from rl_trainer_bench.code_digest import code_sha256
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS
 from rl_trainer_bench.engine.contract import ContractError
+from rl_trainer_bench.engine.factory import MAXTEXT
 from rl_trainer_bench.errors import UserError, run_guarded
 from rl_trainer_bench.io import check_writable_folder, write_text_atomically
 
 AB_ARMS = "AB_ARMS"
+# The seed of the blocks' turns: the renderer sets it, so the order it prints is the pod's.
+SCHEDULE_SEED = "AB_SCHEDULE_SEED"
 SAME_POD_MODULE = (
     "rl_trainer_bench.ab.same_pod"  # what the pod's script runs (launch/pod_script.py)
 )
@@ -44,6 +47,7 @@ DESIGN_KNOBS = {
     "AB_BUDGET": "--budget",
     "AB_STEP_TIME": "--step-time",
     "AB_STEP_NOISE": "--step-noise",
+    "AB_SCHEDULE_SEED": "--schedule-seed",
 }
 # Driver knobs that say how to run, not what every arm runs.
 _NOT_SHARED = frozenset({*RESERVED_KNOBS, "PLAN_ONLY"})
@@ -93,8 +97,12 @@ def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
         f"same-pod A/B of {', '.join(settings)} (AB_ARMS), one process (python -m"
         f" {SAME_POD_MODULE}), each arm's programs compiled and warmed once, up front",
         *(f"A/B arm {setting}: {first[setting].describe()}" for setting in settings),
-        f"{order_line(arm_plan.arms)}; these turns are schedule seed {args.schedule_seed}'s, and"
-        " the pod's run draws its own",
+        f"{order_line(arm_plan.arms)}; these turns are schedule seed {args.schedule_seed}'s"
+        + (
+            f" ({SCHEDULE_SEED}): the pod runs them"
+            if env.get(SCHEDULE_SEED, "").strip()
+            else ", and the pod's run draws its own"
+        ),
     ]
     lines += budget.planned_lines(args, len(arm_plan.bench_configs))
     lines.append(ab_memory.memory_line(arm_plan, args.arms, env.get(ab_memory.AOT_REPORT)))
@@ -102,7 +110,7 @@ def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
         "same-pod A/B: scored as `ab` scores its arms (docs/commands.md, A/B runs); the exact"
         f" checks and the verdict go to {args.out}/ab.txt and ab.json, and the log"
     )
-    return lines
+    return [*lines, *_keys_checked_in_pod(arm_plan, settings)]
 
 
 def setting_knobs(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
@@ -141,6 +149,20 @@ def pod_plan(env: Mapping[str, str]) -> list[str]:
     return checked.printed(bench_plan.PLAN_PREFIX)
 
 
+def _keys_checked_in_pod(arm_plan: ArmPlan, settings: list[str]) -> list[str]:
+    """`same-pod A/B: arm NAME: MaxText keys ...: checked in the pod` for each setting on
+    MaxText's engine that sets MaxText keys (on the built-in engine the plan has judged them),
+    in the order of `settings`."""
+    first = {arm.setting: arm for arm in arm_plan.arms if arm.occurrence == 0}
+    lines = []
+    for arm in (first[setting] for setting in settings):
+        engine = arm_plan.bench_configs[arm_plan.groups[arm.label]].engine
+        line = maxtext_keys_checked_in_pod(arm, arm_plan.preset.engine_for(engine))
+        if engine == MAXTEXT and line is not None:
+            lines.append(f"same-pod A/B: {line}")
+    return lines
+
+
 def run(env: Mapping[str, str]) -> int:
     """The pod's A/B (PLAN_ONLY=1: the bench's plan and the A/B's, then exit)."""
     lines = pod_plan(env)
@@ -160,12 +182,9 @@ def run(env: Mapping[str, str]) -> int:
         write_text_atomically(
             config.results_dir / plan_document.EXECUTED_FILE, plan_document.executed_json(lines)
         )
-    try:
+    # every arm's records outlive the pod as the run goes, and the report when it ends
+    with copying(config.results_dir, config.results_uri, lambda line: print(line, flush=True)):
         return ab_command.run(args)
-    finally:  # the report and every arm's records outlive the pod
-        copy_when_asked(
-            config.results_dir, config.results_uri, lambda line: print(line, flush=True)
-        )
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:

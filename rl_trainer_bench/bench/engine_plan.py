@@ -119,7 +119,8 @@ def _maxtext_rows(config: BenchConfig, engine: EngineConfig, in_pod_image: bool)
             ("maxtext config", "not checked: MaxText is not importable here"),
         )
     platform = "tpu" if config.trainer_slice is not None else "cpu"
-    checked = maxtext_check.check_apart(engine, platform)
+    flag_keys = split_maxtext_flags(parse_engine_flags(config.engine_flags))[1]
+    checked = maxtext_check.check_apart(engine, platform, len(flag_keys))
     return (("maxtext", f"maxtext {builder.version}, installed here"), ("maxtext config", checked))
 
 

@@ -57,10 +57,9 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
         log(f"{LOG_PREFIX} engine keys not applied: {' '.join(resolved.unapplied)}")
     from rl_trainer_bench.bench.driver import run_planned  # JAX, from here on
 
-    try:
+    # each step's files outlive the pod as the run goes, and all of them however it ends
+    with results_copy.copying(config.results_dir, config.results_uri, log):
         return run_planned(config, env, log, companions, resolved.engine)
-    finally:  # whatever ended the run, what it wrote outlives the pod
-        results_copy.copy_when_asked(config.results_dir, config.results_uri, log)
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -8,7 +8,9 @@ platform's, the held ones, then the trainer's keys last) through MaxText's own v
 no device, wherever MaxText is importable: in the pod (its plan runs before the runtime starts)
 and in `run --plan` on a host with MaxText. A refusal is one line naming the key and MaxText's
 version. The renderer's host is not the trainer's image, so there the plan says the check runs
-in the pod.
+in the pod. A refusal names the MaxText that refused as this host's (in the pod, the image's) and
+whose keys it refused: the trainer's (its MAXTEXT_EXTRA_FLAGS and variables) or the `maxtext.KEY`
+words of ENGINE_FLAGS, where an A/B arm's keys go.
 """
 
 from __future__ import annotations
@@ -56,14 +58,15 @@ def installed_builder() -> ConfigBuilder | None:
     )
 
 
-def check_apart(engine: EngineConfig, platform: str) -> str:
+def check_apart(engine: EngineConfig, platform: str, flag_keys: int = 0) -> str:
     """`check_trainer_keys` with the installed MaxText, in a child process on the CPU.
 
     MaxText's config reads the JAX devices, and the first read starts JAX's backend: in the
     plan's own process that would start it before the run's runtime does (before
     `jax.distributed`, before the small presets' forced CPU device count), so the check runs in
     a child that shows MaxText as many CPU devices as the mesh has and writes only into a
-    temporary folder. Its refusal comes back as the ConfigError it raised there.
+    temporary folder. Its refusal comes back as the ConfigError it raised there. `flag_keys`:
+    how many of the engine's last `trainer_maxtext_keys` ENGINE_FLAGS set (`check_trainer_keys`).
     """
     environment = {
         **os.environ,
@@ -73,7 +76,7 @@ def check_apart(engine: EngineConfig, platform: str) -> str:
     }
     child = subprocess.run(
         [sys.executable, "-m", __name__],
-        input=pickle.dumps((engine, platform)),
+        input=pickle.dumps((engine, platform, flag_keys)),
         env=environment,
         capture_output=True,
         check=False,
@@ -91,24 +94,34 @@ def check_apart(engine: EngineConfig, platform: str) -> str:
 
 
 def _check_here() -> None:
-    """The child's side of `check_apart`: (engine, platform) pickled on stdin, one line out."""
-    engine, platform = pickle.loads(sys.stdin.buffer.read())
+    """The child's side of `check_apart`: (engine, platform, flag_keys) pickled on stdin, one
+    line out."""
+    engine, platform, flag_keys = pickle.loads(sys.stdin.buffer.read())
     builder = installed_builder()
     if builder is None:
         print(f"{_REFUSED} MaxText is not importable in the check's process")
         return
     with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-maxtext-check-") as folder:
         try:
-            print(f"{_ACCEPTED} {check_trainer_keys(engine, platform, folder, builder)}")
+            checked = check_trainer_keys(engine, platform, folder, builder, flag_keys)
+            print(f"{_ACCEPTED} {checked}")
         except ConfigError as error:
             print(f"{_REFUSED} {error}")
 
 
 def check_trainer_keys(
-    engine: EngineConfig, platform: str, output_dir: str, builder: ConfigBuilder
+    engine: EngineConfig,
+    platform: str,
+    output_dir: str,
+    builder: ConfigBuilder,
+    flag_keys: int = 0,
 ) -> str:
     """MaxText's config for `engine` built by `builder`; what was checked, or ConfigError naming
-    the first trainer key MaxText refuses (or the bench's own translation, when that is refused)."""
+    every trainer key MaxText refuses (or the bench's own translation, when that is refused).
+
+    The last `flag_keys` of `engine.trainer_maxtext_keys` are ENGINE_FLAGS' `maxtext.KEY` words
+    (an A/B arm's among them), not the trainer's: a refusal names them apart, since the trainer's
+    own command is not what set them."""
     try:
         model = maxtext_keys.maxtext_model(engine)
         args = maxtext_keys.maxtext_args(
@@ -127,20 +140,34 @@ def check_trainer_keys(
     refused, message = maxtext_config.refused_trainer_keys(
         builder.build, builder.refused, args.words, args.trainer_words
     )
+    keys = engine.trainer_maxtext_keys
+    set_by_flags = {f"{key}={text}" for key, text in keys[len(keys) - flag_keys :]}
+    trainers = {w: why for w, why in refused.items() if w not in set_by_flags}
+    flags = {w: why for w, why in refused.items() if w not in trainers}
     problems = []
-    if refused:
-        reasons = [f"{word} ({why})" for word, why in refused.items()]
+    if trainers:
         problems.append(
-            f"{len(refused)} of the trainer's MaxText keys: {'; '.join(reasons)} (the trainer's"
-            f" MaxText would refuse {EXTRA_FLAGS_VARIABLE} as written too: drop them, or run the"
-            " MaxText that takes them)"
+            f"{len(trainers)} of the trainer's MaxText keys: {_reasons(trainers)} (a trainer on"
+            f" this maxtext would refuse {EXTRA_FLAGS_VARIABLE} as written too: drop them, or run"
+            " the MaxText that takes them)"
+        )
+    if flags:
+        problems.append(
+            f"{len(flags)} of the MaxText keys set as maxtext.KEY in ENGINE_FLAGS (where an A/B"
+            f" arm's keys go), not the trainer's: {_reasons(flags)} (drop them, or plan where the"
+            " MaxText that takes them is installed; the pod checks them with the trainer's"
+            " image's MaxText)"
         )
     if message is not None:
         problems.append(
             f"the config the bench builds for this cell, whichever trainer key is left out"
             f" ({message}: set the engine keys it names through ENGINE_FLAGS, or another PRESET)"
         )
-    raise ConfigError(f"maxtext {builder.version} refuses {'; and '.join(problems)}")
+    raise ConfigError(f"this host's maxtext {builder.version} refuses {'; and '.join(problems)}")
+
+
+def _reasons(refused: Mapping[str, str]) -> str:
+    return "; ".join(f"{word} ({why})" for word, why in refused.items())
 
 
 if __name__ == "__main__":

@@ -220,9 +220,9 @@ KNOBS: tuple[Knob, ...] = (
         "RESULTS_URI",
         "",
         _results_uri,
-        "where RESULTS_DIR is copied when the run ends, for results that outlive the pod: a"
-        " gs:// folder or a folder on a mounted volume (the renderer sets it from the trainer's"
-        " output directory; default: no copy)",
+        "where RESULTS_DIR is copied as the run goes and when it ends, for results that"
+        " outlive the pod: a gs:// folder or a folder on a mounted durable volume (the renderer"
+        " sets it from the trainer's output directory; default: no copy)",
     ),
     Knob("ROUTING_PROFILE", "", _text, "routing profile JSON path (default: the shipped one)"),
     Knob("SEED", "0", _between(0, MAX_SEED), "seed of the micro-batch pool, 0..2^64-1"),

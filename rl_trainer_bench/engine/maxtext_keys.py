@@ -355,6 +355,23 @@ def derived_keys(config: EngineConfig, model_config: Mapping[str, Any]) -> dict[
     return keys
 
 
+def known_keys(config: EngineConfig) -> frozenset[str]:
+    """Every MaxText key this module's tables name for `config`: the ones the adapter writes
+    (the table's, the derived, the held and any host's platform keys). A key outside them may
+    still be MaxText's; only the MaxText that runs can say (the A/B's summary says which)."""
+    translated, _ = translated_keys(config)
+    return frozenset(
+        {
+            "model_name",
+            "override_model_config",
+            *translated,
+            *derived_keys(config, {}),
+            *HELD_KEYS,
+            *platform_keys(config, "cpu"),
+        }
+    )
+
+
 def scaled_split(parts: Sequence[int], total: int) -> list[int]:
     """`parts` scaled to sum to `total`, by largest remainder (ties to the earlier part)."""
     whole = sum(parts)

@@ -22,6 +22,8 @@ import copy
 import json
 from collections.abc import Callable, Mapping
 
+import yaml
+
 from rl_trainer_bench import code_digest
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch import apply_size, code_bundle, results_location, validate
@@ -38,7 +40,12 @@ from rl_trainer_bench.launch.dry_run import (
 )
 from rl_trainer_bench.launch.knobs import RenderKnobs
 from rl_trainer_bench.launch.names import bench_name
-from rl_trainer_bench.launch.pod_script import AB_ARMS, SCRIPT_NAME, bench_script
+from rl_trainer_bench.launch.pod_script import (
+    AB_ARMS,
+    CODE_DIR_VARIABLE,
+    SCRIPT_NAME,
+    bench_script,
+)
 from rl_trainer_bench.launch.render import (
     CODE_SHA_ANNOTATION,
     SLICE_ANNOTATION,
@@ -93,6 +100,7 @@ def render_aot_job(
     """The AOT JobSet of a launch render, with the bench's knobs (`bench`: the bench rendered
     from the same launch and knobs), and its summary lines; validated, or UserError."""
     trainer = find_trainer(read_documents(text, source), source, knobs.trainer_jobset)
+    exports = bench_exports(bench)
     client = client_container(trainer)
     if not client.get("image"):
         raise UserError(
@@ -101,7 +109,7 @@ def render_aot_job(
             " DRY_RUN output, whose client container has one"
         )
     launch = read_client_command(command_words(client))
-    slice_name = bench.environment.get("TRAINER_SLICE")
+    slice_name = exports.get("TRAINER_SLICE")
     if not slice_name:
         raise UserError(
             "AOT_JOB compiles for the trainer's slice, and the trainer's node selectors name"
@@ -110,11 +118,11 @@ def render_aot_job(
     jobset = _skeleton(trainer)
     name = bench_name(jobset, None, JOB_SUFFIX)
     jobset["metadata"]["name"] = name
-    environment, results = _job_environment(trainer, client, launch, knobs, bench, name)
-    if AB_ARMS in bench.environment:
+    environment, results = _job_environment(trainer, client, launch, knobs, exports, name)
+    if AB_ARMS in exports:
         if arm_settings is None:
             raise RuntimeError("AB_ARMS given but no arm settings: pass arm_settings")
-        settings = arm_settings(pod_environment(client, bench.environment))
+        settings = arm_settings(pod_environment(client, exports))
         environment[RUNS_VARIABLE] = json.dumps(settings, separators=(",", ":"))
     engine = bench.plan.config.engine
     sha = code_digest.code_sha256(engine=engine, aot_job=True)
@@ -136,19 +144,27 @@ def render_aot_job(
     return dump_yaml(jobset), _summary(jobset, environment, results)
 
 
+def bench_exports(bench: Rendered) -> dict[str, str]:
+    """The knobs the bench's client script exports, read back from the rendered bench: not the
+    script's own code folder and import path, which each script sets for itself."""
+    script = command_words(client_container(yaml.safe_load(bench.yaml)))
+    exports = read_client_command(script).env
+    return {k: v for k, v in exports.items() if k not in (CODE_DIR_VARIABLE, "PYTHONPATH")}
+
+
 def _job_environment(
     trainer: Mapping,
     client: Mapping,
     launch: ClientCommand,
     knobs: RenderKnobs,
-    bench: Rendered,
+    exports: Mapping[str, str],
     name: str,
 ) -> tuple[dict[str, str], tuple[str, str] | None]:
     """What the job's script exports: the bench pod's knobs, its own results folder and
     destination; and (RESULTS_URI, what chose it), None when nothing durable did."""
     environment = {
         key: value
-        for key, value in bench.environment.items()
+        for key, value in exports.items()
         if key not in (AB_ARMS, "RESULTS_URI", "BENCH_CODE_SHA256", "RESULTS_DIR")
     }
     environment["RESULTS_DIR"] = RESULTS_DIR

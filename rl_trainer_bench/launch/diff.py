@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
+from rl_trainer_bench.launch.compile_flags import ENV_NAME, flag_name
 from rl_trainer_bench.launch.dry_run import (
     PATHWAYS_PREFIX,
     TPU_RESOURCE,
@@ -102,7 +103,8 @@ def classify(
     change: Change, old_name: str, new_name: str, libtpu_words: frozenset[str] = frozenset()
 ) -> str:
     """The kind of one change: what the renderer may move, or "other". `libtpu_words` are the
-    LIBTPU_FLAGS words the bench says it set in the Pathways servers' arguments."""
+    LIBTPU_FLAGS words the bench says it set in the compiling containers' arguments and
+    LIBTPU_INIT_ARGS."""
     path, keys = change.path, [p for p in change.path if isinstance(p, str)]
     container = next((p[1] for p in reversed(path) if isinstance(p, tuple)), "")
     if path[:2] == ("metadata", "name") or (
@@ -123,9 +125,19 @@ def classify(
         and "args" in keys
         and change.op != "removed"
         and change.after in libtpu_words
-    ):
+    ) or _is_libtpu_env(change, libtpu_words):
         return "libtpu-flags"
     return "other"
+
+
+def _is_libtpu_env(change: Change, libtpu_words: frozenset[str]) -> bool:
+    """A container's literal LIBTPU_INIT_ARGS whose words moved only as the bench's LIBTPU_FLAGS
+    words say: every added word is one of them, every dropped word a flag they set."""
+    if change.path[-3:] != ("env", ("name", ENV_NAME), "value") or change.op != "changed":
+        return False
+    before, after = set(str(change.before).split()), set(str(change.after).split())
+    names = {flag_name(word) for word in libtpu_words}
+    return after - before <= libtpu_words and {flag_name(w) for w in before - after} <= names
 
 
 def _is_provenance(change: Change, path: tuple) -> bool:

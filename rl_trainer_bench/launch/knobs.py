@@ -27,7 +27,13 @@ from rl_trainer_bench.launch.pod_script import AB_ARMS, CODE_DIR_VARIABLE
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # The same-pod A/B's design knobs: exported to its pod as they are named (`ab/same_pod.py`).
-AB_DESIGN_KNOBS = ("AB_BUDGET", "AB_STEP_TIME", "AB_STEP_NOISE", "AB_AOT_REPORT")
+AB_DESIGN_KNOBS = (
+    "AB_BUDGET",
+    "AB_STEP_TIME",
+    "AB_STEP_NOISE",
+    "AB_AOT_REPORT",
+    "AB_SCHEDULE_SEED",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +72,10 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
     RenderKnob("ENGINE"),
     RenderKnob(
         "LIBTPU_FLAGS",
-        "--flag=value words for every container that compiles: merged into the client's"
-        " LIBTPU_INIT_ARGS and the Pathways proxy's and workers' arguments (given ones win)",
+        "--flag=value words for every container that compiles, set in every place each reads"
+        " them: the client's LIBTPU_INIT_ARGS, the Pathways proxy's and workers' arguments, and"
+        " the LIBTPU_INIT_ARGS in any of their env (given ones win); a value that starts with"
+        " '--' may follow the flag as its own word",
     ),
     RenderKnob(
         "TRAINER_ARGV",
@@ -93,6 +101,12 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
         "AB_BUDGET",
         "what the same-pod A/B may spend, as `ab --budget`: scored steps per setting (e.g. 12) or"
         " pod minutes (e.g. 45min); default: 12 scored steps per setting on an accelerator",
+    ),
+    RenderKnob(
+        "AB_SCHEDULE_SEED",
+        "the seed of the same-pod A/B's turns, as `ab --schedule-seed`; default: drawn from the"
+        " render's own inputs, so the run order the render and `plan` print is the pod's, and"
+        " rendering again gives the same manifest (set another seed for another order)",
     ),
     RenderKnob(
         "AB_STEP_TIME",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import json
 import os
 import shlex
 import sys
@@ -69,11 +70,13 @@ from rl_trainer_bench.launch.pod_script import AB_ARMS, SCRIPT_NAME, bench_scrip
 
 ANNOTATION_PREFIX = "rl-trainer-bench/"
 CODE_SHA_ANNOTATION = ANNOTATION_PREFIX + "code-sha256"
+AB_SCHEDULE_SEED = "AB_SCHEDULE_SEED"  # the same-pod A/B's `--schedule-seed` (`ab/same_pod.py`)
 # The sha256 of the resolved plan embedded beside the code (`bench/plan_document.py`).
 PLAN_SHA_ANNOTATION = ANNOTATION_PREFIX + "plan-sha256"
 TRAINER_ANNOTATION = ANNOTATION_PREFIX + "trainer-jobset"
 SLICE_ANNOTATION = ANNOTATION_PREFIX + "slice"
-# The LIBTPU_FLAGS words set in the Pathways servers' arguments, so render-diff can tell them apart.
+# The LIBTPU_FLAGS words set in the compiling containers (arguments and LIBTPU_INIT_ARGS), so
+# render-diff can tell them apart.
 LIBTPU_FLAGS_ANNOTATION = ANNOTATION_PREFIX + "libtpu-flags"
 
 
@@ -106,9 +109,9 @@ class Rendered:
     results_source: str = ""  # what chose RESULTS_URI ("": nothing; results stay in the pod)
     # The orchestrator's environment (its container's literal `env`, then its script's).
     orchestrator_env: tuple[tuple[str, str], ...] = ()
+    preemption: str = ""  # what a preemption of the client's pod keeps of the results
     # The plan embedded in the pod's code bundle: what `plan BENCH.yaml` prints, the pod checks.
     document: plan_document.PlanDocument | None = None
-    environment: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the exports
 
 
 def render_with_plan(
@@ -127,18 +130,17 @@ def render_with_plan(
     if knobs.trainer_slice is not None:
         apply_slice(bench, knobs.trainer_slice)
     libtpu_words = compile_flags.knob_words(knobs.libtpu_flags)
-    compile_flags.apply_to_servers(bench, libtpu_words)
+    compile_flags.apply_everywhere(bench, libtpu_words)
     same_pod_ab = knobs.ab_arms is not None
-    environment = driver_environment(
-        launch, knobs, _orchestrator_argv(documents, launch), "", jobset_slice(trainer)
-    )
     container = client_container(bench)
+    inherited = literal_env(client_container(trainer)).get(compile_flags.ENV_NAME, "")
+    orch_argv = _orchestrator_argv(documents, launch)
+    environment = driver_environment(launch, knobs, orch_argv, "", jobset_slice(trainer), inherited)
     environment[TRAINER_ENV_VARIABLE] = " ".join(
         dict.fromkeys([*literal_env(container), *launch.env])
     )
     if same_pod_ab:
-        environment[AB_ARMS] = knobs.ab_arms
-        environment.update(knobs.ab_design)
+        _add_same_pod_ab(environment, knobs)
     results_source = _place_results(environment, trainer, launch, new_name)
     pod_plan = _pod_plan(environment, pod_environment(container, environment))
     # The code embedded is the closure of the engine the pod's plan resolves from these knobs.
@@ -167,8 +169,10 @@ def render_with_plan(
         ab_lines,
         results_source,
         _orchestrator_environment(documents, launch),
+        results_location.preemption_line(
+            pod_spec(replicated_jobs(bench)[client_location(bench).job_index])
+        ),
         resolved,
-        environment,
     )
 
 
@@ -214,6 +218,17 @@ def _resolved_plan(
     )
 
 
+def _add_same_pod_ab(environment: dict[str, str], knobs: RenderKnobs) -> None:
+    """AB_ARMS and the A/B's design knobs; the seed of its turns, unless given, drawn from the
+    render's own inputs, so the run order the render and `plan` print is the one the pod runs
+    (the pod's plan must equal the printed one) and rendering twice gives the same manifest."""
+    environment[AB_ARMS] = knobs.ab_arms
+    environment.update(knobs.ab_design)
+    if AB_SCHEDULE_SEED not in environment:
+        inputs = json.dumps(sorted(environment.items())).encode()
+        environment[AB_SCHEDULE_SEED] = str(int.from_bytes(hashlib.sha256(inputs).digest()[:4]))
+
+
 def _orchestrator_environment(
     documents: list[dict], launch: ClientCommand
 ) -> tuple[tuple[str, str], ...]:
@@ -228,10 +243,15 @@ def _place_results(
     environment: dict[str, str], trainer: Mapping, launch: ClientCommand, bench: str
 ) -> str:
     """Set RESULTS_URI under the trainer's durable output folder unless a knob set it; what chose
-    it, for the summary ("" when nothing did: the results stay on the pod's disk)."""
+    it, for the summary ("" when nothing did: the results stay on the pod's disk). UserError for
+    a knob's local path that no durable volume of the client container holds."""
+    where = client_location(trainer)
+    job = replicated_jobs(trainer)[where.job_index]
+    container, volumes = containers(job)[where.container_index], pod_spec(job).get("volumes") or []
     if "RESULTS_URI" in environment:
+        results_location.check_durable(environment["RESULTS_URI"], container, volumes)
         return "the RESULTS_URI knob"
-    found = trainer_output(trainer, launch)
+    found = results_location.trainer_output(trainer_command_words(launch), container, volumes)
     if found is None:
         return ""
     location, source = found
@@ -324,17 +344,22 @@ def driver_environment(
     orch_argv: list[str] | None,
     sha: str,
     trainer_slice: TpuSlice | None = None,
+    container_libtpu: str = "",
 ) -> dict[str, str]:
     """What the driver's process sees: the trainer's environment, DRIVER_ENV, then the bench knobs.
 
     TRAINER_SLICE tells the pod the slice it is rendered for (the knob's, else the trainer's), so
-    its plan checks the mesh against that slice wherever the plan runs.
+    its plan checks the mesh against that slice wherever the plan runs. LIBTPU_FLAGS is merged
+    into the script's LIBTPU_INIT_ARGS, or else into `container_libtpu` (the client container's
+    `env` value), which the export replaces: its flags are kept, not dropped.
     """
     tpu_slice = knobs.trainer_slice or trainer_slice
     environment = {"BENCH_CODE_SHA256": sha, **launch.env}
     if knobs.libtpu_flags or "LIBTPU_INIT_ARGS" in environment:
         environment["LIBTPU_INIT_ARGS"] = merge_flags(
-            environment.get("LIBTPU_INIT_ARGS", ""), knobs.libtpu_flags, "LIBTPU_FLAGS"
+            environment.get("LIBTPU_INIT_ARGS", container_libtpu),
+            knobs.libtpu_flags,
+            "LIBTPU_FLAGS",
         )
     environment.update(knobs.driver_env)
     trainer_argv = (
@@ -513,6 +538,8 @@ def run(
             print(f"render: orchestrator variable: {fate.describe()}", file=sys.stderr)
     chosen = f" (RESULTS_URI from {result.results_source})" if result.results_source else ""
     print(f"render: results: {pod_plan.results_line()}{chosen}", file=sys.stderr)
+    if pod_plan.config.results_uri:
+        print(f"render: results: {result.preemption}", file=sys.stderr)
     print(f"render: moe: {pod_plan.replay}", file=sys.stderr)
     print(f"render: device memory: {pod_plan.device_memory()}", file=sys.stderr)
     for difference in pod_plan.differences:
@@ -579,9 +606,11 @@ def _write(path: str, knob: str, text: str) -> None:
 
 
 def libtpu_lines(result: Rendered) -> list[str]:
-    """Each compiling container's effective libtpu flags in the bench, and a warning when the
-    trainer's containers disagree (the bench keeps them as the trainer has them)."""
+    """Each compiling container's libtpu flags in the bench and where it reads them, a warning for
+    each flag a trainer's container is given several values, and a warning when the trainer's
+    containers disagree (the bench keeps them as the trainer has them)."""
     lines = [f"libtpu flags: {item.describe()}" for item in result.bench_flags]
+    lines += compile_flags.conflict_warnings(list(result.trainer_flags), list(result.bench_flags))
     split = compile_flags.disagreements(list(result.trainer_flags))
     if split:
         lines.append(

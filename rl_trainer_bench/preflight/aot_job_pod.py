@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from rl_trainer_bench.bench.results_copy import copy_when_asked
+from rl_trainer_bench.bench.results_copy import copying
 from rl_trainer_bench.code_digest import code_sha256
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS, ENGINE_KNOBS, BenchConfig
 from rl_trainer_bench.engine.contract import ContractError
@@ -273,18 +273,20 @@ def run(env: Mapping[str, str], log: Callable[[str], None]) -> int:
         return 0
     config.results_dir.mkdir(parents=True, exist_ok=True)
     codes: dict[Compile, int] = {}
-    try:
-        for item in compiles:
-            log(f"{PREFIX} run {item.run}: {item.command} starts")
-            codes[item] = _compile(item, log)
-            log(f"{PREFIX} run {item.run}: {item.command} exit {codes[item]}")
-    finally:  # whatever ended the job, what it wrote outlives the pod
-        summary = [
-            *lines,
-            *(f"run {c.run}: {c.describe()}: exit {code}" for c, code in codes.items()),
-        ]
-        write_text_atomically(config.results_dir / SUMMARY_FILE, "\n".join(summary) + "\n")
-        copy_when_asked(config.results_dir, config.results_uri, log)
+    # Each report is copied as its command ends, and all of them when the job ends, whatever
+    # ended it: what it wrote outlives the pod.
+    with copying(config.results_dir, config.results_uri, log):
+        try:
+            for item in compiles:
+                log(f"{PREFIX} run {item.run}: {item.command} starts")
+                codes[item] = _compile(item, log)
+                log(f"{PREFIX} run {item.run}: {item.command} exit {codes[item]}")
+        finally:
+            summary = [
+                *lines,
+                *(f"run {c.run}: {c.describe()}: exit {code}" for c, code in codes.items()),
+            ]
+            write_text_atomically(config.results_dir / SUMMARY_FILE, "\n".join(summary) + "\n")
     return max(codes.values(), default=0)
 
 

@@ -91,11 +91,71 @@ def test_defined_arms_split_driver_knobs_and_engine_keys():
         ("on:SEED=1,off", "defined twice"),
         ("a:SEED=1,SEED=2,off", "sets SEED twice"),
         ("a-b:SEED=1,off", "must start with a letter"),
+        # two knobs run together into one value, whatever joins them
+        (
+            "off,tuned:maxtext.a=b;maxtext.c=d",
+            "one entry of ENGINE_FLAGS, with no ';' and no '=' outside",
+        ),
+        ("off,tuned:ragged_buffer_factor=2 num_moe_token_chunks=2", "one entry of ENGINE_FLAGS"),
+        ("off,tuned:maxtext.remat_policy=full=x", "one entry of ENGINE_FLAGS"),
+        ("off,tuned:maxtext.remat_policy=full custom", "one entry of ENGINE_FLAGS"),
+        ("off,tuned:maxtext.a='b' maxtext.c=d", "one entry of ENGINE_FLAGS"),
+        # keys checked against the engine's and the bench's own tables
+        (
+            "off,a:ragged_bufer_factor=2",
+            r"not an engine key \(did you mean ragged_buffer_factor\?\)",
+        ),
+        ("off,a:maxtext.profiler=xplane", "maxtext.profiler, which the bench holds"),
+        ("off,a:maxtext.a.b=1", "write maxtext.KEY, one MaxText key"),
+        # a start-up-bound variable inside an arm's TRAINER_ARGV
+        (
+            "off,a:TRAINER_ARGV=LIBTPU_INIT_ARGS=--xla_x=1 python -m app.trainer --mesh_fsdp=2",
+            "TRAINER_ARGV with LIBTPU_INIT_ARGS=..., which binds when the process starts",
+        ),
+        (
+            "off,a:TRAINER_ARGV=JAX_TRACEBACK_FILTERING=off python -m app.trainer",
+            "JAX_TRACEBACK_FILTERING",
+        ),
     ],
 )
 def test_bad_arms_are_refused_with_the_fix(text, message):
     with pytest.raises(UserError, match=message):
         ab_arms.parse_arms(text)
+
+
+def test_well_formed_arms_keep_their_values_whole():
+    arms = ab_arms.parse_arms(
+        "base:ENGINE=rl_trainer_bench.engine.jax_engine:JaxEngine,"
+        "t:TRAINER_ARGV=MAXTEXT_EXTRA_FLAGS=remat_policy=full python -m app.trainer --mesh_fsdp=2,"
+        "maxtext.remat_policy=minimal",
+        run_orders.WRITTEN,
+    )
+    assert arms[0].driver_knobs == {"ENGINE": "rl_trainer_bench.engine.jax_engine:JaxEngine"}
+    assert arms[1].driver_knobs == {
+        "TRAINER_ARGV": "MAXTEXT_EXTRA_FLAGS=remat_policy=full python -m app.trainer --mesh_fsdp=2"
+    }
+    assert arms[1].engine_keys == {"maxtext.remat_policy": "minimal"}
+    kwargs = ab_arms.parse_arms(
+        "off,k:optimizer_chain_kwargs={'max_norm': 0.5}", run_orders.WRITTEN
+    )[1]
+    assert kwargs.engine_keys == {"optimizer_chain_kwargs": "{'max_norm': 0.5}"}
+
+
+def test_the_summary_says_which_maxtext_keys_only_the_pod_checks():
+    from rl_trainer_bench.config.presets import preset
+
+    engine_config = preset("cpu-tiny-qwen3.5").engine
+    arm = ab_arms.parse_arms(
+        "off,t:maxtext.remat_polcy=full,maxtext.not_a_key=1,maxtext.ici_fsdp_parallelism=2"
+    )[1]
+    assert ab_arms.maxtext_keys_checked_in_pod(arm, engine_config) == (
+        "arm t: MaxText keys remat_polcy=full (in none of the bench's tables; did you mean"
+        " remat_policy?), not_a_key=1 (in none of the bench's tables), ici_fsdp_parallelism=2: checked"
+        " in the pod, by the trainer's image's MaxText before the runtime starts (a key it"
+        " refuses stops the pod there, in one line)"
+    )
+    off = ab_arms.parse_arms("off,t:maxtext.ici_fsdp_parallelism=2")[0]
+    assert ab_arms.maxtext_keys_checked_in_pod(off, engine_config) is None
 
 
 def test_prediction_in_percent_by_default():

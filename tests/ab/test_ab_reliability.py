@@ -65,8 +65,9 @@ def test_an_engine_key_knob_reaches_every_arm(tmp_path):
             "--order block orders separate arms (--design arms)",
         ),
         (["--knob", "FOO=1"], "--knob sets FOO, which is not a driver knob"),
-        (["--knob", "no_such_key=1"], "engine key(s) no_such_key would not be applied"),
-        (["--arms", "a:no_such_key=1,b:no_such_key=2"], "no_such_key would not be applied"),
+        (["--knob", "no_such_key=1"], "--knob sets no_such_key, which is not an engine key"),
+        (["--knob", "ENGINE_FLAGS=no_such_key=1"], "no_such_key would not be applied"),
+        (["--arms", "a:no_such_key=1,b:no_such_key=2"], "no_such_key, which is not an engine key"),
         (
             ["--design", "interleaved", "--steps", "99999999999999999999"],
             "argument --steps: '99999999999999999999': give a whole number from 1 to 100,000",

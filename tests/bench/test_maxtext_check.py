@@ -6,6 +6,9 @@ from __future__ import annotations
 import pytest
 from maxtext_stand_in import MODEL_CONFIGS, initialize
 
+from rl_trainer_bench import cli
+from rl_trainer_bench.ab import command as ab_command
+from rl_trainer_bench.ab.plan import plan_arms
 from rl_trainer_bench.bench import engine_plan, maxtext_check, plan
 from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.errors import ConfigError
@@ -33,7 +36,9 @@ def stand_in_maxtext(monkeypatch):
     monkeypatch.setattr(
         maxtext_check,
         "check_apart",
-        lambda engine, platform: maxtext_check.check_trainer_keys(engine, platform, "/r", STAND_IN),
+        lambda engine, platform, flag_keys: maxtext_check.check_trainer_keys(
+            engine, platform, "/r", STAND_IN, flag_keys
+        ),
     )
 
 
@@ -55,7 +60,7 @@ def test_a_key_maxtext_refuses_is_one_line_naming_it_and_the_version(stand_in_ma
         plan.resolve(_config("ragged_buffer_factor=2.0 retry_when_tokens_dropped=true"))
     message = str(raised.value)
     assert message.startswith(
-        "maxtext 0.2.5-stand-in refuses 1 of the trainer's MaxText keys:"
+        "this host's maxtext 0.2.5-stand-in refuses 1 of the trainer's MaxText keys:"
         " retry_when_tokens_dropped=true (unknown MaxText config keys: ['retry_when_tokens_dropped'])"
     )
     assert "\n" not in message and "ragged_buffer_factor" not in message
@@ -70,7 +75,38 @@ def test_every_refused_key_is_named_and_a_rule_is_put_on_the_keys_that_break_it(
     assert "refuses 4 of the trainer's MaxText keys: gdn=remat (unknown MaxText" in message
     assert "; use_gdn_kernel=true (unknown MaxText config keys: ['use_gdn_kernel'])" in message
     rule = "(Ragged buffer factor with ring of experts needs use_ragged_sort=True)"
-    assert f"; ragged_buffer_factor=2.0 {rule}; use_ring_of_experts=true {rule} (the" in message
+    assert (
+        f"; ragged_buffer_factor=2.0 {rule}; use_ring_of_experts=true {rule} (a trainer" in message
+    )
+
+
+def test_keys_engine_flags_set_are_named_as_theirs_not_the_trainers(stand_in_maxtext):
+    config = _config(
+        "ragged_buffer_factor=2.0", ENGINE_FLAGS="maxtext.retry_when_tokens_dropped=true"
+    )
+    with pytest.raises(ConfigError) as raised:
+        plan.resolve(config)
+    message = str(raised.value)
+    assert message.startswith(
+        "this host's maxtext 0.2.5-stand-in refuses 1 of the MaxText keys set as maxtext.KEY in"
+        " ENGINE_FLAGS (where an A/B arm's keys go), not the trainer's:"
+        " retry_when_tokens_dropped=true (unknown MaxText config keys:"
+    )
+    assert "trainer's MaxText keys" not in message and "MAXTEXT_EXTRA_FLAGS" not in message
+
+
+def test_an_arms_refused_keys_are_named_as_the_arms(stand_in_maxtext, tmp_path):
+    argv = "MAXTEXT_EXTRA_FLAGS='remat_policy=full' python -m app.trainer --trainer_backend=maxtext"
+    words = ["ab", "--preset", "cpu-tiny-qwen3.5", "--out", str(tmp_path), "--engine", "maxtext"]
+    words += ["--arms", "base:maxtext.remat_policy=minimal,tuned:maxtext.gdn=remat"]
+    words += ["--knob", f"TRAINER_ARGV={argv}", "--knob", "TRAINER_SLICE=v5p:2x2x2"]
+    args = ab_command.complete(cli.build_parser().parse_args(words))
+    with pytest.raises(ConfigError) as raised:
+        plan_arms(args, tmp_path, on_this_host=False)
+    assert str(raised.value).startswith(
+        "--arms: arm tuned: this host's maxtext 0.2.5-stand-in refuses 1 of the MaxText keys set"
+        " as maxtext.KEY in ENGINE_FLAGS (where an A/B arm's keys go), not the trainer's: gdn=remat"
+    )
 
 
 def test_the_renderer_leaves_the_check_to_the_pod_and_a_host_without_maxtext_says_so():
@@ -93,7 +129,7 @@ def test_a_config_refused_whatever_trainer_key_is_left_out_is_put_on_the_bench(s
     with pytest.raises(ConfigError) as raised:
         plan.resolve(_config("remat_policy=full", ENGINE_FLAGS="num_moe_token_chunks=2"))
     assert str(raised.value).startswith(
-        "maxtext 0.2.5-stand-in refuses the config the bench builds for this cell, whichever"
+        "this host's maxtext 0.2.5-stand-in refuses the config the bench builds for this cell, whichever"
         " trainer key is left out (num_moe_token_chunks > 1 requires use_ring_of_experts=True.:"
         " set the engine keys it names through ENGINE_FLAGS, or another PRESET)"
     )

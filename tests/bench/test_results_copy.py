@@ -1,11 +1,19 @@
-"""Results outlive the pod: RESULTS_DIR is copied to RESULTS_URI when the run ends, with what the
-pod's image has for gs://, and the log says where they went or that they did not."""
+"""Results outlive the pod: RESULTS_DIR is copied to RESULTS_URI as the run goes (a separate
+process, each file a few seconds after it changed) and when it ends, with what the pod's image has
+for gs://, and the log says where they went or that they did not."""
 
 from __future__ import annotations
 
 import datetime
+import os
+import re
+import signal
+import subprocess
 import sys
+import textwrap
+import time
 import types
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +111,76 @@ def test_a_volume_that_cannot_take_the_files_is_logged_not_raised(tmp_path):
     assert not results_copy.copy_results(_folder(tmp_path), str(blocker / "out"), lines.append)
     (line,) = lines
     assert line.startswith(f"results: NOT copied to {blocker / 'out'}/")
+
+
+def _wait_for(condition, seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _copied(uri: Path, name: str = "results.jsonl") -> str:
+    found = list(uri.glob(f"*/{name}"))
+    return found[0].read_text() if found else ""
+
+
+def test_each_step_is_copied_while_the_run_goes_on(tmp_path):
+    folder, uri, lines = tmp_path / "results", tmp_path / "volume", []
+    folder.mkdir()
+    with results_copy.copying(folder, str(uri), lines.append, interval=0.05):
+        (folder / "results.jsonl").write_text('{"step": 0}\n')
+        assert _wait_for(lambda: _copied(uri) == '{"step": 0}\n')
+        with (folder / "results.jsonl").open("a") as file:
+            file.write('{"step": 1}\n')
+        assert _wait_for(lambda: _copied(uri) == '{"step": 0}\n{"step": 1}\n')
+    (target,) = uri.iterdir()
+    assert lines[0].startswith(f"results: copying {folder} to {target} as the run goes (pid ")
+    assert lines[-1] == f"results: copied 1 files to {target}"
+
+
+_KILLED_RUN = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from rl_trainer_bench.bench import results_copy
+    folder = Path(sys.argv[1])
+    folder.mkdir()
+    with results_copy.copying(folder, sys.argv[2], lambda line: print(line, flush=True), 0.05):
+        (folder / "results.jsonl").write_text('{"step": 0}\\n')
+        time.sleep(60)  # the next step, which SIGKILL ends
+    """
+)
+
+
+def test_a_run_killed_without_warning_keeps_the_steps_that_ended(tmp_path):
+    """What a preempted pod does once its grace period is over: SIGKILL, no code of the run's
+    runs again, and the copier, its parent gone, ends too."""
+    uri = tmp_path / "volume"
+    run = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_RUN, str(tmp_path / "results"), str(uri)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
+    try:
+        copier = int(re.search(r"\(pid (\d+),", run.stdout.readline()).group(1))
+        assert _wait_for(lambda: _copied(uri) == '{"step": 0}\n')
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+        run.stdout.close()
+    assert _wait_for(lambda: not Path(f"/proc/{copier}").exists() or _zombie(copier))
+
+
+def _zombie(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+
+
+def test_a_local_uri_the_render_checked_is_not_called_a_mounted_volume_here(capsys):
+    assert entry.main([], {"PLAN_ONLY": "1", "RESULTS_URI": "/mnt/runs"}) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "results:" in line)
+    assert "by a separate process within 5 s of changing" in line
+    assert "(a local folder: it outlives the pod only on a mounted durable volume" in line

@@ -239,7 +239,12 @@ def test_plan_of_a_same_pod_ab_prints_the_ab_not_the_plain_benchs_steps(tmp_path
     assert any(
         line.startswith("plan: A/B device memory: one state for every arm") for line in lines
     )
-    assert lines[-1].startswith("plan: same-pod A/B: scored as `ab` scores its arms")
+    assert lines[-3].startswith("plan: same-pod A/B: scored as `ab` scores its arms")
+    assert lines[-2].startswith("plan: checked in the pod: pathwaysutils")
+    assert lines[-1] == "plan: ok: every knob is valid; nothing ran on a device"
+    # the turns printed are the ones the pod runs: the render drew their seed and exports it
+    order = next(line for line in lines if line.startswith("plan: run order: "))
+    assert order.endswith("(AB_SCHEDULE_SEED): the pod runs them")
 
 
 def test_ab_design_knobs_without_ab_arms_are_refused(tmp_path, capfd):

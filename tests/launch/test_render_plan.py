@@ -191,8 +191,8 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
         "render: runtime: pathways (JAX_PLATFORMS=proxy,cpu: pathwaysutils.initialize() before any"
         " device work; proxy at the default address (JAX_BACKEND_TARGET unset))",
         "render: libtpu flags: main (client, LIBTPU_INIT_ARGS): --xla_a=1 --xla_b=true",
-        "render: libtpu flags: pathways-proxy (proxy, args): none",
-        "render: libtpu flags: pathways-worker (worker, args): none",
+        "render: libtpu flags: pathways-proxy (proxy): none",
+        "render: libtpu flags: pathways-worker (worker): none",
         *[line for line in lines if line.startswith("render: WARNING:")],
         "render: results: bench_results on the pod's disk, lost with the pod unless that is a"
         " mounted volume: set RESULTS_URI to a gs:// folder or a mounted volume; every step's"

@@ -65,7 +65,7 @@ def test_the_render_says_what_the_pods_ab_will_do():
     assert order.startswith("run order: ")
     assert "(6 blocks, each balanced: a drift linear within a block cancels in it" in order
     assert re.search(
-        r"these turns are schedule seed \d+'s, and the pod's run draws its own$", order
+        r"these turns are schedule seed \d+'s \(AB_SCHEDULE_SEED\): the pod runs them$", order
     )
     # on the fixture's v5p slice: the accelerator's budget, 6 blocks of 1-step turns; the
     # built-in engine warms each of the two program sets for 1 step, once
@@ -95,8 +95,35 @@ def test_an_arm_that_sets_a_start_up_bound_knob_is_refused_naming_separate_pods(
     assert "ab --from-logs" in err
 
 
+def test_arms_run_together_are_refused_in_one_line_with_no_output(capsys, tmp_path):
+    out = tmp_path / "bench.yaml"
+    argv = ["render", "--launch-render", str(FIXTURE), "--output", str(out)]
+    assert cli.main([*argv, "--ab-arms", "off,tuned:maxtext.a=b;maxtext.c=d"]) == 2
+    err = capsys.readouterr().err
+    assert not out.exists() and len(err.strip().splitlines()) == 1
+    assert "arm 'tuned' has maxtext.a='b;maxtext.c=d': an engine key's value is one entry" in err
+
+
+def test_the_summary_says_which_arm_keys_only_the_pods_maxtext_checks():
+    knobs = {"ab_arms": "tuned:maxtext.not_a_key=1,base:maxtext.remat_policy=full"}
+    rendered = render_with_plan(
+        FIXTURE.read_text(),
+        "f",
+        RenderKnobs.from_strings({**knobs, "engine": "maxtext"}),
+        plan_lines,
+    )
+    assert rendered.ab_lines[2:] == (
+        "same-pod A/B: arm tuned: MaxText keys not_a_key=1 (in none of the bench's tables):"
+        " checked in the pod, by the trainer's image's MaxText before the runtime starts (a key it"
+        " refuses stops the pod there, in one line)",
+        "same-pod A/B: arm base: MaxText keys remat_policy=full: checked in the pod, by the"
+        " trainer's image's MaxText before the runtime starts (a key it refuses stops the pod"
+        " there, in one line)",
+    )
+
+
 def test_an_arm_the_pod_would_refuse_is_refused_at_render():
-    with pytest.raises(UserError, match="would not be applied"):
+    with pytest.raises(UserError, match="sets no_such_key, which is not an engine key"):
         _render(ab_arms="a:no_such_key=1,b:ragged_buffer_factor=2")
 
 
