@@ -24,6 +24,9 @@ PACKAGE = "rl_trainer_bench"
 
 DRIVER_SCRIPT = "bench_driver.py"
 SAME_POD_AB_ENTRY = Path("ab") / "same_pod.py"  # package-relative: a same-pod A/B pod's entry
+# Package-relative: the entry of the AOT job's pod (`launch/aot_job.py` renders it), which compiles
+# and runs no bench, so its code is this entry's closure and the engine's, without the driver.
+AOT_JOB_ENTRY = Path("preflight") / "aot_job_pod.py"
 
 
 _RENDER_TIME_ONLY = (("launch", "schemas"),)  # package-relative folders
@@ -41,7 +44,10 @@ def default_root() -> Path:
 
 
 def code_files(
-    root: Path | None = None, engine: str = BUILT_IN, same_pod_ab: bool = False
+    root: Path | None = None,
+    engine: str = BUILT_IN,
+    same_pod_ab: bool = False,
+    aot_job: bool = False,
 ) -> list[Path]:
     """The files the pod's driver needs to time `engine` (`module:Class`), sorted, under `root`.
 
@@ -54,13 +60,16 @@ def code_files(
     both pass the same name, so their digests cover the same files. The rest of the package
     (renderer, AOT and, unless asked for, A/B tools, adapters not named) never runs in the pod; leaving it out keeps
     the archive in the manifest's client command under half the whole package's (98 KiB of xz
-    against 228 KiB for the built-in engine).
+    against 228 KiB for the built-in engine). With `aot_job` the closure starts at the AOT job's
+    entry (`AOT_JOB_ENTRY`) and the named engine instead of the driver.
     """
     root = default_root() if root is None else root
     package = root / PACKAGE
     named = root.joinpath(*engine.partition(":")[0].split(".")).with_suffix(".py")
-    starts = [package / "bench" / "entry.py", package / "bench" / "driver.py"]
-    starts += [root / DRIVER_SCRIPT, named]
+    starts = [package / "bench" / "entry.py", package / "bench" / "driver.py", root / DRIVER_SCRIPT]
+    if aot_job:
+        starts = [package / AOT_JOB_ENTRY]
+    starts.append(named)
     if same_pod_ab:
         starts.append(package / SAME_POD_AB_ENTRY)
     sources = _import_closure(root, starts)
@@ -120,11 +129,16 @@ def _package_imports(source: str) -> set[str]:
     return {name for name in names if name.split(".")[0] == PACKAGE}
 
 
-def code_sha256(root: Path | None = None, engine: str = BUILT_IN, same_pod_ab: bool = False) -> str:
+def code_sha256(
+    root: Path | None = None,
+    engine: str = BUILT_IN,
+    same_pod_ab: bool = False,
+    aot_job: bool = False,
+) -> str:
     """sha256 over each code file's relative path and bytes, in sorted order; hex."""
     root = default_root() if root is None else root
     digest = hashlib.sha256()
-    for path in code_files(root, engine, same_pod_ab):
+    for path in code_files(root, engine, same_pod_ab, aot_job):
         data = path.read_bytes()
         name = path.relative_to(root).as_posix().encode()
         digest.update(b"%d:%s\0%d:" % (len(name), name, len(data)))

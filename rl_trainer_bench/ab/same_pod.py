@@ -113,6 +113,24 @@ def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
     return [*lines, *_keys_checked_in_pod(arm_plan, settings)]
 
 
+def setting_knobs(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """Each setting of the pod's A/B once, the first --arms names first: the knobs it sets over
+    the pod's, its engine keys joined to the pod's ENGINE_FLAGS as its arms' Bench gets them
+    (`ab/plan.arm_env`); validated as the pod validates its arms. The AOT job compiles each."""
+    args = ab_arguments(env)
+    arm_plan = plan_arms(args, args.out, on_this_host=False)
+    firsts = {arm.setting: arm for arm in arm_plan.arms if arm.occurrence == 0}
+    settings = {}
+    for setting in [arm_plan.baseline, *(s for s in firsts if s != arm_plan.baseline)]:
+        arm = firsts[setting]
+        knobs = dict(arm.driver_knobs)
+        engine_flags = arm_plan.envs[arm.label].get("ENGINE_FLAGS")
+        if engine_flags is not None:
+            knobs["ENGINE_FLAGS"] = engine_flags
+        settings[setting] = knobs
+    return settings
+
+
 def pod_plan(env: Mapping[str, str]) -> list[str]:
     """The pod's plan as it prints it: the bench's, then the A/B's, and in a rendered pod the
     rendered plan checked against this pod's own and its image (`plan_document.executed`)."""

@@ -34,14 +34,15 @@ def bundle(
     engine: str = BUILT_IN,
     same_pod_ab: bool = False,
     resolved_plan: str | None = None,
+    aot_job: bool = False,
 ) -> bytes:
-    """A reproducible tar.xz of `code_files(root, engine, same_pod_ab)`, paths relative to
-    `root`, and the resolved plan's document (`bench/plan_document.py`) beside them when given:
+    """A reproducible tar.xz of `code_files(root, engine, same_pod_ab, aot_job)`, paths relative
+    to `root`, and the resolved plan's document (`bench/plan_document.py`) beside them when given:
     it rides in the archive, where xz packs it with the code, not in the manifest's text."""
     root = default_root() if root is None else root
     files = [
         (path.relative_to(root).as_posix(), path.read_bytes())
-        for path in code_files(root, engine, same_pod_ab)
+        for path in code_files(root, engine, same_pod_ab, aot_job)
     ]
     if resolved_plan is not None:
         files.append((PLAN_FILE, resolved_plan.encode()))
@@ -73,11 +74,12 @@ def bundle_parts(
     engine: str = BUILT_IN,
     same_pod_ab: bool = False,
     resolved_plan: str | None = None,
+    aot_job: bool = False,
 ) -> list[str]:
     """`bundle(...)` in base64, cut into exec arguments of at most PART_CHARS characters
     of 76-character lines (so the manifest stays readable); joined with newlines, they are one
     base64 text that `base64.b64decode` reads back (it skips the newlines)."""
-    encoded = base64.b64encode(bundle(root, engine, same_pod_ab, resolved_plan)).decode()
+    encoded = base64.b64encode(bundle(root, engine, same_pod_ab, resolved_plan, aot_job)).decode()
     lines = [encoded[i : i + LINE_CHARS] for i in range(0, len(encoded), LINE_CHARS)]
     per_part = PART_CHARS // (LINE_CHARS + 1)
     return ["\n".join(lines[i : i + per_part]) for i in range(0, len(lines), per_part)]

@@ -126,6 +126,16 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
     ),
     RenderKnob("DRIVER_ENV", "K=V shell words passed to the driver's environment, literally"),
     RenderKnob("OUTPUT", "where to write the bench JobSet (default: stdout)"),
+    RenderKnob(
+        "AOT_JOB",
+        "also write here a JobSet that runs `aot` and `hlo-overlap` for the trainer's slice in the"
+        " trainer's image on a CPU node, with the bench's knobs (default: none)",
+    ),
+    RenderKnob(
+        "AOT_NODE_SELECTOR",
+        "node labels of the CPU node pool the AOT job runs on, key=value shell words (default:"
+        " node.kubernetes.io/instance-type=n2-standard-16)",
+    ),
 )
 # Variables the renderer itself sets; DRIVER_ENV may not set them behind a knob's back.
 _RESERVED_ENV = frozenset(
@@ -172,6 +182,8 @@ class RenderKnobs:
     ab_design: tuple[tuple[str, str], ...] = ()  # (AB_BUDGET ..., text) given for its design
     driver_env: tuple[tuple[str, str], ...] = ()
     output: str | None = None
+    aot_job: str | None = None  # where to write the AOT JobSet; None: not rendered
+    aot_node_selector: tuple[tuple[str, str], ...] = ()  # (): the AOT job's default pool
 
     @classmethod
     def from_strings(cls, strings: Mapping[str, str | None]) -> RenderKnobs:
@@ -199,6 +211,8 @@ class RenderKnobs:
             ab_design=_ab_design(given),
             driver_env=_driver_env(given.get("driver_env", "")),
             output=given.get("output"),
+            aot_job=given.get("aot_job"),
+            aot_node_selector=_node_selector(given.get("aot_node_selector", "")),
         )
 
 
@@ -228,6 +242,26 @@ def _pairs(text: str, knob: str, key_pattern: re.Pattern, key_kind: str) -> dict
         pairs.pop(key, None)  # the last occurrence wins and takes the last place
         pairs[key] = value
     return pairs
+
+
+# A node label: an optional DNS-subdomain prefix and '/', then a name of up to 63 characters; its
+# value up to 63 characters of the same kind, or empty (Kubernetes' label syntax).
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+def _node_selector(text: str) -> tuple[tuple[str, str], ...]:
+    pairs = _pairs(text, "AOT_NODE_SELECTOR", _LABEL_KEY, "a node label key")
+    for key, value in pairs.items():
+        if len(key.rpartition("/")[0]) > 253 or not _LABEL_VALUE.match(value):
+            raise UserError(
+                f"AOT_NODE_SELECTOR: {key}={value!r} is not a node label (a value is at most 63"
+                " letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"
+            )
+    return tuple(pairs.items())
 
 
 def _driver_env(text: str) -> tuple[tuple[str, str], ...]:

@@ -83,8 +83,9 @@ def longest_name(jobset: Mapping) -> int:
     return max(fitting, default=0)
 
 
-def bench_name(jobset: Mapping, requested: str | None = None) -> str:
-    """The bench's JobSet name: `requested` if it fits, else `<trainer>-bench`, shortened to fit.
+def bench_name(jobset: Mapping, requested: str | None = None, suffix: str = BENCH_SUFFIX) -> str:
+    """The bench's JobSet name: `requested` if it fits, else `<trainer><suffix>`, shortened to fit
+    (`jobset` is named as the trainer, with the replicated jobs of the JobSet being named).
 
     A shortened name keeps a 4-character digest of the trainer's full name, so two long trainer
     names with a common prefix still get different benches.
@@ -96,16 +97,16 @@ def bench_name(jobset: Mapping, requested: str | None = None) -> str:
         return requested
     trainer = jobset_name(jobset)
     budget = longest_name(jobset)
-    candidate = f"{trainer}{BENCH_SUFFIX}"
+    candidate = f"{trainer}{suffix}"
     if len(candidate) > budget:
         digest = hashlib.sha256(trainer.encode()).hexdigest()[:4]
-        keep = budget - len(BENCH_SUFFIX) - len(digest) - 1
+        keep = budget - len(suffix) - len(digest) - 1
         if keep < 1:
             raise UserError(
                 f"JobSet {trainer}: its replicated job names leave {budget} characters for the "
                 "JobSet name; no bench name fits (shorten the replicated job names)"
             )
-        candidate = f"{trainer[:keep].rstrip('-')}-{digest}{BENCH_SUFFIX}"
+        candidate = f"{trainer[:keep].rstrip('-')}-{digest}{suffix}"
     if not DNS_1035.match(candidate):
         raise UserError(f"JobSet name {trainer!r} gives bench name {candidate!r}: pass --name NAME")
     return candidate

@@ -31,6 +31,7 @@ from rl_trainer_bench.code_digest import DRIVER_SCRIPT, code_sha256
 from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
+from rl_trainer_bench.launch import aot_job
 from rl_trainer_bench.launch.client_command import read_client_command
 from rl_trainer_bench.launch.dry_run import client_container, jobset_name, jobsets, read_documents
 from rl_trainer_bench.launch.pod_script import (
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     # then what the script exports, as the pod's driver sees it.
     environment = pod_environment(client_container(jobset), read_client_command(script).env)
     expected = _annotations(jobset)[CODE_SHA_ANNOTATION]
+    is_aot_job = _annotations(jobset).get(aot_job.JOB_ANNOTATION) == aot_job.JOB_KIND
     with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-plan-") as folder:
         root = Path(folder)
         _unpack(parts, root, name)
@@ -67,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
             root,
             engine=BenchConfig.from_env(environment).engine,  # as the pod resolves it
             same_pod_ab=AB_ARMS in environment,
+            aot_job=is_aot_job,
         )
         if found != expected:
             raise UserError(
@@ -74,21 +77,15 @@ def run(args: argparse.Namespace) -> int:
                 f" {expected} of its {CODE_SHA_ANNOTATION} annotation: the manifest was edited"
                 " after rendering; render it again"
             )
-        print(
-            f"plan: JobSet {name} from {args.file}: the plan resolved when it was rendered,"
-            f" compared here with the one its code (sha256 {found[:12]}) resolves from its"
-            " environment; what only the image answers is checked in the pod",
-            flush=True,
-        )
-        _check_plan_digest(root, jobset, args.file, name)
-        # The pod's own entry, as its script runs it (`pod_script.bench_script`), in plan-only
-        # mode: it compares the embedded plan with the one its code resolves from the manifest's
-        # environment, prints the embedded plan, and leaves the image's checks to the pod.
-        driver = root / DRIVER_SCRIPT
-        if AB_ARMS in environment:
-            program = ["-m", SAME_POD_AB_MODULE]
+        if is_aot_job:  # the AOT job's pod (`launch/aot_job.py`): its own plan-only mode
+            print(
+                f"plan: JobSet {name} from {args.file}: the AOT job's code (sha256 {found[:12]})"
+                " and environment, planned here",
+                flush=True,
+            )
+            program = ["-m", aot_job.ENTRY_MODULE]
         else:
-            program = [str(driver)] if driver.is_file() else ["-m", DRIVER_MODULE]
+            program = _bench_entry(root, jobset, environment, args.file, found)
         done = subprocess.run(
             [sys.executable, *program],
             env={
@@ -103,6 +100,27 @@ def run(args: argparse.Namespace) -> int:
             check=False,
         )
     return done.returncode
+
+
+def _bench_entry(
+    root: Path, jobset: Mapping, environment: Mapping[str, str], source: str, found: str
+) -> list[str]:
+    """The bench pod's own entry, as its script runs it (`pod_script.bench_script`), once its
+    embedded plan is checked: in plan-only mode it compares the embedded plan with the one its
+    code resolves from the manifest's environment, prints the embedded plan, and leaves the
+    image's checks to the pod."""
+    name = jobset_name(jobset)
+    print(
+        f"plan: JobSet {name} from {source}: the plan resolved when it was rendered,"
+        f" compared here with the one its code (sha256 {found[:12]}) resolves from its"
+        " environment; what only the image answers is checked in the pod",
+        flush=True,
+    )
+    _check_plan_digest(root, jobset, source, name)
+    if AB_ARMS in environment:
+        return ["-m", SAME_POD_AB_MODULE]
+    driver = root / DRIVER_SCRIPT
+    return [str(driver)] if driver.is_file() else ["-m", DRIVER_MODULE]
 
 
 def _check_plan_digest(root: Path, jobset: Mapping, source: str, name: str) -> None:

@@ -38,9 +38,11 @@ def bench_script(
     environment: Mapping[str, str],
     has_driver_script: bool,
     trainer_jobset: str,
+    entry_module: str | None = None,
 ) -> str:
     """The `bash -c` script of the bench's client container; its positional arguments are the
-    code's base64 parts (`code_bundle.bundle_parts`)."""
+    code's base64 parts (`code_bundle.bundle_parts`). `entry_module` runs instead of the driver
+    (the AOT job's pod, `launch/aot_job.py`)."""
     exports = "\n".join(
         f"export {name}={shell_quote(value)}" for name, value in environment.items()
     )
@@ -49,8 +51,11 @@ def bench_script(
     )
     if AB_ARMS in environment:
         driver = f"-m {SAME_POD_AB_MODULE}"
+    if entry_module is not None:
+        driver = f"-m {entry_module}"
+    runs = entry_module or "bench driver"
     return f"""\
-# rl-trainer-bench: the trainer of JobSet {trainer_jobset} replaced by the embedded bench driver,
+# rl-trainer-bench: the trainer of JobSet {trainer_jobset} replaced by the embedded {runs},
 # with the trainer's environment and flags (TRAINER_ARGV) and the bench knobs as environment.
 # PID 1 wrapper: forwards SIGTERM to the bench so the grace period ends it cleanly; the polling
 # sleep keeps bash awake to run the trap.

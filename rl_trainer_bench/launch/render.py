@@ -121,7 +121,7 @@ def render_with_plan(
     documents = read_documents(text, source)
     trainer = find_trainer(documents, source, knobs.trainer_jobset)
     validate.check_schema(trainer, f"trainer in {source}")
-    launch = read_client_command(_command_words(client_container(trainer)))
+    launch = read_client_command(command_words(client_container(trainer)))
     bench = copy.deepcopy(trainer)
     new_name = bench_name(trainer, knobs.name)
     rename_references(bench, jobset_name(trainer), new_name)
@@ -259,6 +259,17 @@ def _place_results(
     return source
 
 
+def trainer_output(trainer: Mapping, launch: ClientCommand) -> tuple[str, str] | None:
+    """(location, what named it) of the trainer's durable output folder, or None."""
+    where = client_location(trainer)
+    job = replicated_jobs(trainer)[where.job_index]
+    return results_location.trainer_output(
+        trainer_command_words(launch),
+        containers(job)[where.container_index],
+        pod_spec(job).get("volumes") or [],
+    )
+
+
 def _same_pod_ab_lines(pod_env: Mapping[str, str], check_pod: PodCheck | None) -> tuple[str, ...]:
     """The same-pod A/B's check of the pod's environment, when AB_ARMS asks for one."""
     if AB_ARMS not in pod_env:
@@ -323,7 +334,7 @@ def _pod_plan(environment: Mapping[str, str], pod_env: Mapping[str, str]) -> Pla
         raise UserError(f"the bench pod would refuse its knobs: {error}") from None
 
 
-def _command_words(container: Mapping) -> list[str]:
+def command_words(container: Mapping) -> list[str]:
     return [str(w) for w in [*(container.get("command") or []), *(container.get("args") or [])]]
 
 
@@ -393,7 +404,7 @@ def orchestrator_command(
         if jobset_name(jobset) in hosts:
             try:
                 container = client_container(jobset)
-                return read_client_command(_command_words(container)), container
+                return read_client_command(command_words(container)), container
             except UserError:
                 return None
     return None
@@ -491,25 +502,30 @@ def engine_requirement(engine: str) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def run(args, check_pod: PodCheck | None = None) -> int:
-    """The `render` command; `check_pod` checks a same-pod A/B's arms (AB_ARMS)."""
+# The AOT JobSet of the same launch and knobs (`launch/aot_job.py`, which builds on this module):
+# (its YAML, its summary lines). The `render` command passes it in with AOT_JOB.
+AotJobRenderer = Callable[[str, str, RenderKnobs, Rendered], tuple[str, list[str]]]
+
+
+def run(
+    args, check_pod: PodCheck | None = None, render_aot_job: AotJobRenderer | None = None
+) -> int:
+    """The `render` command; `check_pod` checks a same-pod A/B's arms (AB_ARMS), `render_aot_job`
+    renders the AOT job (AOT_JOB)."""
     # render_bench.sh passes on only the knobs it knows; a misspelt one would vanish silently.
     refuse_misspelt_knobs(os.environ, "the environment", [knob.env for knob in RENDER_KNOBS])
     knobs = RenderKnobs.from_strings({knob.dest: getattr(args, knob.dest) for knob in RENDER_KNOBS})
-    if knobs.output is not None:
-        check_output_file(knobs.output, "OUTPUT")
+    _check_outputs(knobs)
     source, text = _read_input(knobs.launch_render)
     result = render_with_plan(text, source, knobs, check_pod)
     rendered, pod_plan = result.yaml, result.plan
+    aot_job = _aot_job(text, source, knobs, result, render_aot_job)  # before anything is written
     if knobs.output is None:
         sys.stdout.write(rendered)
     else:
-        try:
-            write_text_atomically(Path(knobs.output), rendered)
-        except OSError as error:
-            raise UserError(
-                f"OUTPUT={knobs.output}: cannot write ({error.strerror}); pick a writable path"
-            ) from None
+        _write(knobs.output, "OUTPUT", rendered)
+    if aot_job is not None:
+        _write(knobs.aot_job, "AOT_JOB", aot_job[0])
     name = yaml.safe_load(rendered)["metadata"]["name"]
     target = knobs.output or "stdout"
     print(f"render: JobSet {name} from {source} -> {target}", file=sys.stderr)
@@ -545,7 +561,48 @@ def run(args, check_pod: PodCheck | None = None) -> int:
         f" API server's limit: {apply_size.ANNOTATIONS_LIMIT:,})",
         file=sys.stderr,
     )
+    if aot_job is not None:
+        print(f"render: AOT JobSet -> {knobs.aot_job}", file=sys.stderr)
+        for line in aot_job[1]:
+            print(f"render: {line}", file=sys.stderr)
     return 0
+
+
+def _aot_job(
+    text: str,
+    source: str,
+    knobs: RenderKnobs,
+    result: Rendered,
+    render_aot_job: AotJobRenderer | None,
+) -> tuple[str, list[str]] | None:
+    """The AOT job's YAML and summary lines when AOT_JOB asks for it."""
+    if knobs.aot_job is None:
+        return None
+    if render_aot_job is None:
+        raise RuntimeError("AOT_JOB given but no AOT job renderer: pass render_aot_job")
+    return render_aot_job(text, source, knobs, result)
+
+
+def _check_outputs(knobs: RenderKnobs) -> None:
+    """The files the render writes, checked before any work; two knobs never name one file."""
+    if knobs.output is not None:
+        check_output_file(knobs.output, "OUTPUT")
+    if knobs.aot_job is not None:
+        check_output_file(knobs.aot_job, "AOT_JOB")
+        if (
+            knobs.output is not None
+            and Path(knobs.aot_job).resolve() == Path(knobs.output).resolve()
+        ):
+            raise UserError(f"AOT_JOB={knobs.aot_job} is OUTPUT's file too: name another file")
+
+
+def _write(path: str, knob: str, text: str) -> None:
+    try:
+        write_text_atomically(Path(path), text)
+    except OSError as error:
+        raise UserError(
+            f"{knob}={path}: cannot write ({error.strerror}); pick a writable path"
+        ) from None
 
 
 def libtpu_lines(result: Rendered) -> list[str]:

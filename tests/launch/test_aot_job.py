@@ -1,0 +1,332 @@
+"""render --aot-job: a JobSet that compiles the trainer's programs in the trainer's image on a CPU
+node, validated as the bench is, and its pod's script run here: its plan-only mode, its refusals,
+its run and the copy of its reports."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from render_helpers import FIXTURE, tpu7x_trainer_launch
+
+from rl_trainer_bench import cli
+from rl_trainer_bench.launch.apply_size import stored_annotation_bytes
+from rl_trainer_bench.launch.client_command import read_client_command
+from rl_trainer_bench.launch.validate import jobset_problems
+
+ARMS = "base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2"
+RECIPE_RESULTS = "gs://atwigg-trellis-europe-west4-dev/maxtext/benchuser/rl-trainer-bench"
+
+
+def _render(tmp_path: Path, launch: Path = FIXTURE, *flags: str) -> tuple[int, dict]:
+    """`rl-trainer-bench render ... --aot-job`: its exit code and the AOT JobSet ({}: none)."""
+    aot = tmp_path / "aot.yaml"
+    code = cli.main(
+        [
+            "render",
+            f"--launch-render={launch}",
+            f"--output={tmp_path / 'bench.yaml'}",
+            f"--aot-job={aot}",
+            *flags,
+        ]
+    )
+    return code, (yaml.safe_load(aot.read_text()) if aot.exists() else {})
+
+
+def _pod(job: dict) -> dict:
+    (replicated,) = job["spec"]["replicatedJobs"]
+    return replicated["template"]["spec"]["template"]["spec"]
+
+
+def _container(job: dict) -> dict:
+    (container,) = _pod(job)["containers"]
+    return container
+
+
+def _exports(job: dict) -> dict[str, str]:
+    return read_client_command(_container(job)["command"][2]).env
+
+
+def _installed(site: Path, name: str, version: str) -> None:
+    """An installed distribution in `site`, as pip lays one out: the package and its metadata."""
+    (site / name).mkdir(parents=True)
+    (site / name / "__init__.py").write_text("")
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "top_level.txt").write_text(f"{name}\n")
+
+
+def _run_script(job: dict, tmp_path: Path, site: Path | None, **env: str):
+    """The job's client command as the pod runs it, `python` being this interpreter."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    stub = bin_dir / "python"
+    stub.write_text(f'#!/bin/bash\nexec {sys.executable} "$@"\n')
+    stub.chmod(0o755)
+    environment = {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "TMPDIR": str(tmp_path),  # the script's code folder goes with the test's
+        **({"PYTHONPATH": str(site)} if site else {}),
+        **env,
+    }
+    return subprocess.run(
+        _container(job)["command"],
+        env=environment,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _lines(result) -> list[str]:
+    return [line for line in result.stdout.splitlines() if line.startswith("[AotJob]")]
+
+
+def _tpu7x_launch(tmp_path: Path) -> Path:
+    path = tmp_path / "tpu7x-launch.txt"
+    path.write_text(tpu7x_trainer_launch())
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# The JobSet
+# ----------------------------------------------------------------------------------------------
+
+
+def test_the_job_runs_in_the_trainers_image_on_a_cpu_node(tmp_path):
+    code, job = _render(tmp_path)
+    assert code == 0
+    assert jobset_problems(job) == []
+    assert job["metadata"]["name"] == "fixture-train-aot"
+    assert job["metadata"]["annotations"]["rl-trainer-bench/slice"] == "v5p:2x2x2"
+    pod, container = _pod(job), _container(job)
+    assert container["image"] == "example.com/trainer:1"
+    assert (pod["serviceAccountName"], pod["priorityClassName"]) == ("bench-sa", "high")
+    assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "n2-standard-16"}
+    assert not {"tolerations", "affinity", "hostNetwork"} & set(pod)
+    assert "google.com/tpu" not in yaml.safe_dump(job)
+    assert container["resources"] == {
+        "requests": {"cpu": "8", "memory": "24Gi"},
+        "limits": {"memory": "48Gi"},
+    }
+    assert [e["value"] for e in container["env"] if e["name"] == "JAX_PLATFORMS"] == ["cpu"]
+    assert pod["volumes"] == [{"name": "scratch", "emptyDir": {}}]
+    assert container["volumeMounts"] == [{"name": "scratch", "mountPath": "/scratch"}]
+    exports = _exports(job)
+    assert exports["TRAINER_SLICE"] == "v5p:2x2x2"
+    assert exports["LIBTPU_INIT_ARGS"] == "--xla_a=1 --xla_b=true"
+    assert "--model_name=Qwen3-30B-A3B" in exports["TRAINER_ARGV"]
+    assert "AB_ARMS" not in exports and "AOT_RUNS" not in exports
+    assert "exec python -m rl_trainer_bench.preflight.aot_job_pod" in container["command"][2]
+
+
+def test_the_trainers_pull_secrets_travel_with_its_image_and_no_image_is_refused(tmp_path, capsys):
+    text = FIXTURE.read_text()
+    launch = tmp_path / "launch.yaml"
+    pulled = "            serviceAccountName: bench-sa\n            imagePullSecrets:\n"
+    launch.write_text(
+        text.replace(
+            "            serviceAccountName: bench-sa\n", pulled + "            - name: regcred\n"
+        )
+    )
+    _, job = _render(tmp_path, launch)
+    assert _pod(job)["imagePullSecrets"] == [{"name": "regcred"}]
+    launch.write_text(
+        text.replace(
+            "              image: example.com/trainer:1\n              resources:",
+            "              resources:",
+            1,
+        )
+    )
+    (tmp_path / "aot.yaml").unlink()
+    code, job = _render(tmp_path, launch)
+    assert (code, job) == (2, {})
+    assert "names no image, and the AOT job runs in the trainer's image" in capsys.readouterr().err
+
+
+def test_the_node_selector_knob_names_the_cpu_pool(tmp_path):
+    flag = "--aot-node-selector=cloud.google.com/gke-nodepool=cpu-pool"
+    _, job = _render(tmp_path, FIXTURE, flag)
+    assert _pod(job)["nodeSelector"] == {"cloud.google.com/gke-nodepool": "cpu-pool"}
+
+
+def test_a_bad_node_selector_is_one_line_and_no_file(tmp_path, capsys):
+    for selector, named in [
+        ("pool=cpu pool", "'pool'"),
+        ("cloud.google.com/gke-nodepool=cpu!", "'cpu!'"),
+    ]:
+        code, job = _render(tmp_path, FIXTURE, f"--aot-node-selector={selector}")
+        assert (code, job) == (2, {})
+        assert not (tmp_path / "bench.yaml").exists()
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "AOT_NODE_SELECTOR" in err[0] and named in err[0], err
+
+
+def test_the_aot_job_and_the_bench_are_never_one_file(tmp_path, capsys):
+    same = tmp_path / "x.yaml"
+    code = cli.main(
+        ["render", f"--launch-render={FIXTURE}", f"--output={same}", f"--aot-job={same}"]
+    )
+    assert code == 2 and not same.exists()
+    assert "AOT_JOB=" in capsys.readouterr().err
+
+
+def test_the_tpu7x_launchers_job_compiles_its_slice_with_its_keys_and_flags(tmp_path, capsys):
+    code, job = _render(tmp_path, _tpu7x_launch(tmp_path))
+    assert code == 0
+    assert jobset_problems(job) == []
+    assert stored_annotation_bytes(job) < 262_144  # what kubectl apply can store
+    assert _container(job)["image"] == "gcr.io/cloud-tpu-multipod-dev/atwigg/trellis:latest"
+    exports = _exports(job)
+    assert exports["TRAINER_SLICE"] == "tpu7x:4x4x8"
+    assert "--xla_tpu_scoped_vmem_limit_kib=65536" in exports["LIBTPU_INIT_ARGS"]
+    assert "use_gdn_kernel=true gdn_cp_mode=head" in exports["TRAINER_ARGV"]
+    assert exports["RESULTS_URI"] == f"{RECIPE_RESULTS}/benchuser-train-aot"
+    # The launcher's 400 GiB ephemeral scratch disk: the path stays, the per-pod disk does not.
+    assert _pod(job)["volumes"] == [{"name": "scratch-disk", "emptyDir": {}}]
+    err = capsys.readouterr().err
+    assert "render: aot job: JobSet benchuser-train-aot: aot and hlo-overlap for tpu7x:4x4x8" in err
+    assert "named by a tag" in err
+
+
+# ----------------------------------------------------------------------------------------------
+# The pod's script, run here
+# ----------------------------------------------------------------------------------------------
+
+
+def test_plan_only_names_the_images_maxtext_and_libtpu_and_every_command(tmp_path):
+    _, job = _render(tmp_path, _tpu7x_launch(tmp_path))
+    site = tmp_path / "site"
+    _installed(site, "maxtext", "9.1.2")
+    _installed(site, "libtpu", "0.0.77")
+    result = _run_script(job, tmp_path, site, PLAN_ONLY="1")
+    assert result.returncode == 0, result.stderr
+    lines = _lines(result)
+    assert f"[AotJob] compiles with maxtext 9.1.2 at {site / 'maxtext'}" in lines
+    assert f"[AotJob] compiles with libtpu 0.0.77 at {site / 'libtpu'}" in lines
+    runs = [line for line in lines if line.startswith("[AotJob] run trainer: ")]
+    assert [line.split()[3] for line in runs] == ["aot", "hlo-overlap"]
+    for line in runs:
+        assert '--preset="qwen3.5-397b-cell" --target="tpu7x:4x4x8"' in line
+        assert "use_gdn_kernel=true" in line
+    assert lines[-1] == "[AotJob] plan only: nothing compiled"
+    assert not (tmp_path / "aot_results").exists()
+
+
+def test_an_image_without_maxtext_is_refused_in_one_line(tmp_path):
+    _, job = _render(tmp_path, _tpu7x_launch(tmp_path))
+    site = tmp_path / "site"
+    _installed(site, "libtpu", "0.0.77")
+    result = _run_script(job, tmp_path, site, PLAN_ONLY="1")
+    assert result.returncode == 2
+    (error,) = result.stderr.strip().splitlines()
+    assert error.startswith("aot job: maxtext is not importable in this image (python ")
+    assert not any("run trainer" in line for line in _lines(result))
+
+
+def test_an_image_without_libtpu_is_refused_after_naming_its_maxtext(tmp_path):
+    _, job = _render(tmp_path, _tpu7x_launch(tmp_path))
+    if importlib.util.find_spec("libtpu") is not None:
+        pytest.skip("this interpreter has libtpu; the refusal needs an image without it")
+    site = tmp_path / "site"
+    _installed(site, "maxtext", "9.1.2")
+    result = _run_script(job, tmp_path, site, PLAN_ONLY="1")
+    assert result.returncode == 2
+    assert f"[AotJob] compiles with maxtext 9.1.2 at {site / 'maxtext'}" in _lines(result)
+    (error,) = result.stderr.strip().splitlines()
+    assert error.startswith("aot job: libtpu is not importable in this image")
+
+
+def test_the_built_in_engine_needs_no_maxtext(tmp_path):
+    _, job = _render(tmp_path)
+    site = tmp_path / "site"
+    _installed(site, "libtpu", "0.0.77")
+    result = _run_script(job, tmp_path, site, PLAN_ONLY="1")
+    assert result.returncode == 0, result.stderr
+    assert not any("maxtext" in line for line in _lines(result) if "compiles with" in line)
+
+
+def test_each_setting_of_the_arms_compiles_once(tmp_path):
+    site = tmp_path / "site"
+    _installed(site, "libtpu", "0.0.77")
+    _, job = _render(tmp_path, FIXTURE, f"--ab-arms={ARMS}")
+    result = _run_script(job, tmp_path, site, PLAN_ONLY="1")
+    assert result.returncode == 0, result.stderr
+    aot_runs = [line for line in _lines(result) if " aot --" in line]
+    assert [line.split()[2] for line in aot_runs] == ["base:", "wide:"]
+    assert 'ragged_buffer_factor=1.25"' in aot_runs[0]
+    assert 'ragged_buffer_factor=2"' in aot_runs[1]
+    # off and after differ in STAGE_AFTER_UPDATE alone, which aot does not take: one compile.
+    _, job = _render(tmp_path, FIXTURE, "--ab-arms=off,on,after")
+    result = _run_script(job, tmp_path, site, PLAN_ONLY="1")
+    aot_runs = [line for line in _lines(result) if " aot --" in line]
+    assert [line.split()[2] for line in aot_runs] == ["off+after:", "on:"]
+    assert "--stage-before-update=" in aot_runs[1]
+
+
+def test_a_job_whose_code_was_edited_is_refused(tmp_path):
+    _, job = _render(tmp_path)
+    command = _container(job)["command"]
+    command[2] = command[2].replace("export BENCH_CODE_SHA256=", "export BENCH_CODE_SHA256=0")
+    result = _run_script(job, tmp_path, None, PLAN_ONLY="1")
+    assert result.returncode == 2
+    assert "the manifest was edited after rendering" in result.stderr
+
+
+def test_the_job_runs_every_command_and_copies_its_reports(tmp_path):
+    """Without a real libtpu here no TPU topology can be built: each compile fails with its one
+    line, the job still runs every command, writes each report and its summary, copies them to
+    RESULTS_URI and exits with the commands' worst status."""
+    destination = tmp_path / "results"
+    destination.mkdir()
+    _, job = _render(tmp_path)  # the fixture's trainer has no durable output: the pod is told one
+    site = tmp_path / "site"
+    _installed(site, "libtpu", "0.0.77")
+    result = _run_script(job, tmp_path, site, RESULTS_URI=str(destination))
+    assert result.returncode == 2, result.stderr
+    assert "cannot build the TPU topology on this host" in result.stderr
+    (copied,) = destination.iterdir()
+    files = sorted(path.name for path in copied.iterdir())
+    assert files == [
+        "aot-job.txt",
+        "aot-trainer.txt",
+        "hlo-overlap-trainer.txt",
+    ]
+    summary = (copied / "aot-job.txt").read_text().splitlines()
+    assert summary[0].startswith("jax ")
+    assert [line.rsplit(": ", 1)[1] for line in summary[-2:]] == ["exit 2", "exit 2"]
+    assert "[AotJob] run trainer: hlo-overlap exit 2" in result.stdout
+
+
+def test_plan_runs_the_jobs_own_plan_only_mode(tmp_path, capfd):
+    _render(tmp_path)
+    code = cli.main(["plan", str(tmp_path / "aot.yaml")])
+    out = capfd.readouterr().out
+    assert "plan: JobSet fixture-train-aot from" in out
+    assert "[AotJob] compiles with jax " in out
+    has_libtpu = importlib.util.find_spec("libtpu") is not None
+    assert code == (0 if has_libtpu else 2)
+
+
+def test_rendering_and_validating_the_job_import_no_jax(tmp_path):
+    from test_cli_without_jax import _without_jax
+
+    aot = tmp_path / "aot.yaml"
+    results, stderr = _without_jax(
+        [
+            "render",
+            f"--launch-render={FIXTURE}",
+            f"--output={tmp_path / 'b.yaml'}",
+            f"--aot-job={aot}",
+        ],
+        ["validate", str(aot)],
+    )
+    assert results == [[0, False]] * 2, stderr
