@@ -72,8 +72,9 @@ def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
     ran = dict.fromkeys(arm.setting for arm in arm_plan.arms)
     settings = [arm_plan.baseline, *(setting for setting in ran if setting != arm_plan.baseline)]
     return [
-        f"same-pod A/B of {', '.join(settings)} (AB_ARMS), one process, {args.steps} scored and"
-        f" {args.warmup_steps} warm-up steps per arm; {order_line(arm_plan.arms)}; these turns"
+        f"same-pod A/B of {', '.join(settings)} (AB_ARMS), one process, one training state,"
+        f" {args.steps} scored steps per arm, at least {args.warmup_steps} warm-up steps per"
+        f" bench once, up front; {order_line(arm_plan.arms)}; these turns"
         f" are schedule seed {args.schedule_seed}'s, and the pod's run draws its own",
         "same-pod A/B: scored as `ab` scores its arms (docs/commands.md, A/B runs); the exact"
         f" checks and the verdict go to {args.out}/ab.txt and ab.json, and the log",

@@ -54,8 +54,8 @@ def test_the_render_says_what_the_pods_ab_will_do():
     )
     line = rendered.ab_lines[0]
     assert line.startswith(
-        "same-pod A/B of base, wide (AB_ARMS), one process, 3 scored and 1 warm-up steps per"
-        " arm; run order: "
+        "same-pod A/B of base, wide (AB_ARMS), one process, one training state, 3 scored steps"
+        " per arm, at least 1 warm-up steps per bench once, up front; run order: "
     )
     assert "(6 blocks, each balanced: a drift linear within a block cancels in it" in line
     assert re.search(r"these turns are schedule seed \d+'s, and the pod's run draws its own$", line)
