@@ -618,6 +618,10 @@ class MaxTextTrainingEngine:
     def train_step(self) -> int:
         return self._train_step
 
+    @train_step.setter
+    def train_step(self, step: int) -> None:
+        self._train_step = step
+
     @property
     def model(self) -> Any:
         """The model the loss is handed (MaxText's public `model`), at the current weights."""
@@ -889,6 +893,13 @@ def _state_avals(engine: MaxTextTrainingEngine) -> tuple[Any, Any]:
     return engine._params, engine._opt_state
 
 
+def _adopt_state(source: MaxTextTrainingEngine, target: MaxTextTrainingEngine) -> None:
+    """As the adapter's `adopt_state` over maxtext 0.2.5: the target's weights and moments become
+    the source's arrays (its own dropped), its train step the source's (through the setter)."""
+    target._params, target._opt_state = source._params, source._opt_state
+    target.train_step = source.train_step
+
+
 def _xla_options(config: HyperParameters) -> dict[str, str]:
     """max_utils.parse_libtpu_flags_to_dict of `compile_xla_flags`: --key=value words."""
     words = config.compile_xla_flags.split()
@@ -1121,6 +1132,7 @@ STAND_IN_API = MaxTextApi(
     abstract_engine_type=AbstractMaxTextEngine,
     state_avals=_state_avals,
     xla_options=_xla_options,
+    adopt_state=_adopt_state,
 )
 
 

@@ -62,6 +62,7 @@ class StandInEngine:
         self.trained: list[str] = []  # input_ids digest of each fwd_bwd, in order
         self._train_step = 0
         self._params = "init"
+        self._family = [self]  # the engines over this one's state; the last one holds it
         self._pending: list[str] = []
         self._tokens = 0
         self.replay_every = replay_every
@@ -106,6 +107,21 @@ class StandInEngine:
 
     def parameter_digest(self):
         return self._params
+
+    def share_state(self, config):
+        """A sibling over this engine's state (the contract's share_state): its own call log,
+        the family's parameters and update count, taken when it first steps."""
+        sibling = type(self).__new__(type(self))
+        sibling.__dict__.update(self.__dict__, calls=[], trained=[], _pending=[], _tokens=0)
+        sibling.config = config
+        return sibling
+
+    def take_shared_state(self):
+        holder = self._family[-1]
+        if holder is not self:
+            self.calls.append(("take_state",))
+            self._params, self._train_step = holder._params, holder._train_step
+            self._family.append(self)
 
     def prepare_fwd_bwd_input(self, payload):
         self.calls.append(("prepare", payload.name))

@@ -105,7 +105,7 @@ def _add_length_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--warmup-steps",
         type=_step_count,
-        help="warm-up steps per arm, reported, never scored (default: the most any arm's engine"
+        help="warm-up steps per bench, once before the first scored turn, never scored (default: the most any arm's engine"
         " needs: 2 with MaxText's, else 1)",
     )
 

@@ -95,7 +95,7 @@ def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
     first = {arm.setting: arm for arm in reversed(arm_plan.arms)}
     lines = [
         f"same-pod A/B of {', '.join(settings)} (AB_ARMS), one process (python -m"
-        f" {SAME_POD_MODULE}), each arm's programs compiled and warmed once, up front",
+        f" {SAME_POD_MODULE}), one training state for every arm, each bench compiled and warmed once, up front",
         *(f"A/B arm {setting}: {first[setting].describe()}" for setting in settings),
         f"{order_line(arm_plan.arms)}; these turns are schedule seed {args.schedule_seed}'s"
         + (

@@ -1,8 +1,9 @@
 """Same process: the arms run back to back on shared compiled programs, or interleaved in one run.
 
-Every bench is built (and every refusal made) before any compile, then compiled, then the arms run
-in order on the same micro-batches, so the effect and the noise floor are measured on the same
-machine, minutes apart.
+Every bench is built (and every refusal made) before any compile, all over one training state
+(`one_state.py`), then compiled, then each warmed once, then the arms run in order on the same
+micro-batches, each turn scored from its first step, so the effect and the noise floor are
+measured on the same machine, minutes apart.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_trainer_bench import interrupts
-from rl_trainer_bench.ab import budget, interleave
+from rl_trainer_bench.ab import budget, interleave, one_state
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
@@ -33,6 +34,7 @@ from rl_trainer_bench.ab.report_files import (
 )
 from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.config import knobs as config
+from rl_trainer_bench.engine.contract import StateMismatch
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_writable_folder, refuse_special_file
 
@@ -79,10 +81,14 @@ def same_process(
                 progress.say(f"design: interleaved boundaries, {schedule.describe()}")
             from rl_trainer_bench.bench.distributed import start_for_preset  # imports JAX
 
+            one_state.refuse_other_engines(plan)
             progress.say(start_for_preset(plan.preset.host_devices))
             benches = _built_benches(plan, make_bench or _driver_bench, progress, cleanup)
             _start_writing(out, progress)  # every refusal is behind us: now files may change
             compile_s = {name: _compiled(name, bench, progress) for name, bench in benches.items()}
+            warm = one_state.warm_ups(plan, args.warmup_steps) if schedule is None else []
+            for each in warm:
+                _warm_up(benches[each.bench], each, progress)
             if schedule is not None:
                 (bench,) = benches.values()
                 runs.append(_run_interleaved(bench, plan, schedule, out, progress))
@@ -95,7 +101,7 @@ def same_process(
                 _start_writing(out, progress)
             return _interrupted(args, plan, out, runs, started, progress.where(), interrupt)
     return _report_same_process(
-        args, plan, out, runs, compile_s, predictions, sources, started, schedule
+        args, plan, out, runs, compile_s, predictions, sources, started, schedule, warm
     )
 
 
@@ -168,30 +174,48 @@ def _run_arm(
     out: Path,
     progress: Progress,
 ) -> ArmRun:
-    """One arm, the `index`-th of the plan (1-based), on its group's bench, named as planned."""
-    progress.start_arm(f"{arm.label} ({index}/{len(plan.arms)})", args.warmup_steps + args.steps)
+    """One turn of an arm, the `index`-th of the plan (1-based), on its group's bench, named as
+    planned: every step scored (the bench was warmed up front)."""
+    progress.start_arm(f"{arm.label} ({index}/{len(plan.arms)})", args.steps)
     result = bench.run(
         steps=args.steps,
         stage=plan.stages[arm.label],
         arm=arm.label,
-        warmup_steps=args.warmup_steps,
+        warmup_steps=0,
         results_path=out / _results_name(index, arm),
     )
     return dataclasses.replace(result, setting=arm.setting, source=plan.groups[arm.label])
 
 
+def _warm_up(bench: Any, warm: one_state.WarmUp, progress: Progress) -> None:
+    """The bench's warm-up steps, once, before any scored turn (their records are not scored)."""
+    progress.start_arm(f"warm-up {warm.bench}", warm.steps)
+    bench.run(
+        steps=0,
+        stage=config.StageConfig(),
+        arm=f"warm-up-{warm.bench}",
+        warmup_steps=warm.steps,
+        boundary_stages=warm.boundary_stages,
+    )
+
+
 def _built_benches(
     plan: ArmPlan, make_bench: BenchFactory, progress: Progress, cleanup: contextlib.ExitStack
 ) -> dict[str, Any]:
-    """One Bench per group, built with every stage its arms run: refused here, before any compile."""
-    benches = {}
+    """One Bench per group, built with every stage its arms run, every one after the first over
+    the first's training state: refused here, before any compile."""
+    benches: dict[str, Any] = {}
     for name, bench_config in plan.bench_configs.items():
         arms = plan.arms_of(name)
         settings = ", ".join(dict.fromkeys(a.setting for a in arms))
         progress.say(f"setting up {name} (arms {settings}): pool, engine")
         benches[name] = make_bench(bench_config, progress.log)
         cleanup.callback(benches[name].close)
-        benches[name].build([plan.stages[a.label] for a in arms])
+        state_of = next(iter(benches.values())) if len(benches) > 1 else None
+        try:
+            benches[name].build([plan.stages[a.label] for a in arms], state_of=state_of)
+        except StateMismatch as why:
+            raise one_state.state_refusal(plan, name, str(why)) from why
     return benches
 
 
@@ -212,11 +236,12 @@ def _report_same_process(
     sources: list[dict[str, Any]],
     started: float,
     schedule: interleave.Schedule | None,
+    warm: Sequence[one_state.WarmUp],
 ) -> int:
     machine = {**ab_report.host_machine(), **_devices()}
     turns = run_orders.orientations([arm.setting for arm in plan.arms], plan.baseline)
     if schedule is None:
-        design = f"{args.steps} scored + {args.warmup_steps} warm-up step(s) per arm"
+        design = f"{args.steps} scored step(s) per arm, {one_state.warm_up_line(warm)}"
         if turns is not None:
             design += f", blocks {' '.join(turns)} (drawn from schedule seed {args.schedule_seed})"
     else:
@@ -229,6 +254,10 @@ def _report_same_process(
         "compile_s": compile_s,
         "arm_knobs": plan.envs,
         "bench_groups": plan.groups,
+        "training_state": one_state.SHARED_STATE_NOTE,
+        "warmup_steps_total": schedule.warmup_steps
+        if schedule is not None
+        else sum(w.steps for w in warm),
     }
     if schedule is None:
         extra["run_order"] = [arm.label for arm in plan.arms]

@@ -43,6 +43,7 @@ from rl_trainer_bench.engine.contract import (
     STAGING_METHODS,
     Engine,
     Payload,
+    StateMismatch,
     missing_methods,
     optional,
 )
@@ -92,9 +93,14 @@ class Bench:
         self.build(stages)
         return self.compile()
 
-    def build(self, stages: Sequence[StageConfig] = ()) -> None:
+    def build(self, stages: Sequence[StageConfig] = (), state_of: Bench | None = None) -> None:
         """The micro-batch pool, the engine and the worker, and every refusal that needs them, for
-        the configured stage and any other `stages` this Bench will run: nothing compiled yet."""
+        the configured stage and any other `stages` this Bench will run: nothing compiled yet.
+
+        `state_of`: a built Bench whose engine's training state this one's engine trains too
+        (`share_state`, engine/contract.py) instead of allocating its own (StateMismatch when it
+        cannot).
+        """
         refuse_unrunnable_stages(self.config.worker, (self.config.stage, *stages))
         # Files an engine writes of its own (MaxText's events) go inside the results folder.
         engine_config = dataclasses.replace(
@@ -104,7 +110,7 @@ class Bench:
         )
         factory = self._engine_factory or engine_class(self.config.engine)  # import it first
         payloads = self._build_pool(engine_config)
-        self.engine = factory(engine_config)
+        self.engine = factory(engine_config) if state_of is None else state_of.shared(engine_config)
         returns.refuse_incomplete(self.engine)
         self.worker = TrainerWorker(self.engine, fused=self.config.worker == "fused")
         self.log(f"{step_line.LOG_PREFIX} worker {_describe(self.worker.info())}")
@@ -132,6 +138,18 @@ class Bench:
             self.log(f"{step_line.LOG_PREFIX} compile program={program} seconds={seconds:.3f}")
         self._compile_listener.enter_context(self.compiles.installed())
         return compile_s
+
+    def shared(self, engine_config: EngineConfig) -> Engine:
+        """An engine for `engine_config` over this Bench's engine's training state; StateMismatch
+        when this engine cannot share it or `engine_config` needs another."""
+        share = optional(self.engine, "share_state")
+        if share is None:
+            raise StateMismatch(
+                f"{type(self.engine).__name__} has no share_state, so no other config's programs"
+                " can run on its training state"
+            )
+        self.log(f"{step_line.LOG_PREFIX} engine built over the training state of another bench")
+        return share(engine_config)
 
     def refuse_unsupported(self, stage: StageConfig) -> None:
         """ConfigError when this Bench's engine lacks the methods `stage` needs (the worker's
@@ -221,6 +239,9 @@ class Bench:
         refuse_unrunnable_stages(self.config.worker, {stage, *per_boundary})
         for each in {stage, *per_boundary}:
             self.refuse_unsupported(each)
+        take_state = optional(self.engine, "take_shared_state")
+        if take_state is not None:  # off the clock: the state another Bench's engine left
+            take_state()
         updates_before = self.worker.train_step
         settings = ArmSettings(arm, warmup_steps, steps, self._devices, self._peak_flops)
         profiler = ProfilerWindow(self.config.profile_steps, self.config.results_dir / "profile")

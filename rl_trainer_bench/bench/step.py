@@ -145,6 +145,16 @@ class Staging:
             with clock.span("device_wait"):
                 self._engine.wait_for_device()
 
+    def lead_in(self, first: Payload) -> bool:
+        """Off the clock, stage `first` as the boundary before it would have, when the run's stage
+        stages: a run that scores from its first step (an A/B turn after another arm's) then
+        starts as a steady-state step of its setting does. Not counted as a boundary's stage."""
+        if not self._stage.enabled:
+            return False
+        self._prepared[first.name] = self._engine.prepare_fwd_bwd_input(first)
+        self._engine.wait_for_device()
+        return True
+
     def input_for(self, payload: Payload) -> Payload | PreparedInput:
         """What `fwd_bwd` gets for `payload`: its staged copy where one was issued, else itself."""
         return self._prepared.pop(payload.name, payload)
@@ -283,6 +293,12 @@ class StepLoop:
         self.recompiles: list[str] = []  # programs compiled during scored steps
 
     def __enter__(self) -> StepLoop:
+        first = self.pool.first_of(0)
+        if self.settings.warmup_steps == 0 and self.staging.lead_in(first):
+            self.log(
+                f"{step_line.LOG_PREFIX} stage lead_in={first.name} (off the clock: the first"
+                " step is scored, its input staged as a boundary would have)"
+            )
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -59,6 +59,13 @@ OPTIONAL_METHODS: Mapping[str, str] = {
     "model_flops": "model_flops(payload) -> float: model FLOPs of one fwd_bwd on the payload; "
     "the step ruler's TFLOP/s and MFU",
     "info": "info() -> mapping: what the engine wants the log to say about itself",
+    "share_state": "share_state(config) -> Engine: an engine that runs `config`'s programs on "
+    "this engine's training state (parameters, gradient sum, optimizer state), holding none of "
+    "its own; raises StateMismatch, naming the first part that differs, when `config`'s state "
+    "differs in a shape, dtype or sharding. A same-process A/B's arms then hold one state",
+    "take_shared_state": "take_shared_state() -> None: the bench calls it, off the clock, before "
+    "an engine of a `share_state` family runs steps: the engine takes the state the family's last "
+    "stepped engine left, so its next step starts from there (an engine with share_state has it)",
 }
 # Engine methods STAGE_BEFORE_UPDATE and STAGE_AFTER_UPDATE need.
 STAGING_METHODS = ("prepare_fwd_bwd_input", "wait_for_device")
@@ -126,6 +133,11 @@ class PreparedInput(Protocol):
 
 class ContractError(ValueError):
     """A payload or engine that breaks the contract; the message names the field and the fix."""
+
+
+class StateMismatch(ContractError):
+    """`share_state(config)` refused: `config`'s training state is not the one the engine holds
+    (the message names the first part that differs, and how)."""
 
 
 # How the bench builds an engine: the class the ENGINE knob names, called with the EngineConfig

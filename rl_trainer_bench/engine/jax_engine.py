@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -24,19 +25,21 @@ import numpy as np
 
 from rl_trainer_bench.engine import flops, programs, residency, sharding
 from rl_trainer_bench.engine.config import EngineConfig
-from rl_trainer_bench.engine.contract import ContractError, Payload
+from rl_trainer_bench.engine.contract import ContractError, Payload, StateMismatch
+from rl_trainer_bench.engine.parameters import parameter_shapes
 from rl_trainer_bench.engine.programs import (
     Accumulated,
     TrainState,
-    abstract_state,  # noqa: F401 (aot finds an engine's abstract-input functions in its module)
+    abstract_state,
     check_config,
     check_payload,
     check_routes,
-    compile_reservations,  # noqa: F401
+    compile_reservations,  # noqa: F401 (aot finds an engine's abstract-input functions in its module)
     input_shardings,
     lower_programs,
     payload_spec,
 )
+from rl_trainer_bench.engine.shared_state import StateFamily, first_difference
 
 log = logging.getLogger(__name__)
 
@@ -75,16 +78,30 @@ _COMPILED: dict[tuple, dict[str, Any]] = {}
 class JaxEngine:
     """The built-in MoE GRPO engine; satisfies `contract.Engine` and its optional methods."""
 
-    def __init__(self, config: EngineConfig, devices: Sequence[jax.Device] | None = None):
+    def __init__(
+        self,
+        config: EngineConfig,
+        devices: Sequence[jax.Device] | None = None,
+        *,
+        family: StateFamily | None = None,
+    ):
+        """`family`: the engines whose training state this one shares (`share_state` passes it);
+        without one the engine allocates its own, from the config's seed."""
         check_config(config)
         self.config = config
         self.mesh = sharding.make_mesh(config.mesh, devices)
         self.platform = programs.platform_of(self.mesh)
         self.methods = programs.resolved_methods(config, self.platform)
-        shardings = programs.state_shardings(config, self.mesh)
-        initial = jax.jit(programs.initial_state, static_argnums=0, out_shardings=shardings)
-        self._state: TrainState = initial(config)
-        self._train_step = 0
+        if family is None:
+            shardings = programs.state_shardings(config, self.mesh)
+            initial = jax.jit(programs.initial_state, static_argnums=0, out_shardings=shardings)
+            self._state: TrainState | None = initial(config)
+            self._train_step = 0
+            self._family = StateFamily(self)
+        else:  # no state of its own until it takes the family's (`take_shared_state`)
+            self._family = family
+            self._state = None
+            self._train_step = family.holder._train_step
         self._spec: dict[str, jax.ShapeDtypeStruct] | None = None
         self._compiled: dict[str, Any] = {}
         self._pending: _Pending | None = None
@@ -143,6 +160,7 @@ class JaxEngine:
                     "fwd_bwd(prepared input) before compile(example): compile first"
                 )
             self.compile(batch)
+        self._family.check_holds(self)
         inputs = self._device_inputs(batch)
         overflow = self._run("fwd_bwd", inputs)
         previous = self._pending
@@ -152,6 +170,7 @@ class JaxEngine:
 
     def update(self) -> int:
         """Settle the last micro-batch (a host read of its overflow flag), then apply the step."""
+        self._family.check_holds(self)
         if self._pending is not None:
             self._settle(self._pending)
             self._pending = None
@@ -176,6 +195,32 @@ class JaxEngine:
         if clear_cache:
             self._metrics = None
         return out
+
+    # -- one state for several engines ---------------------------------------------------------
+
+    def share_state(self, config: EngineConfig) -> JaxEngine:
+        """An engine running `config`'s programs on this engine's training state, allocating none.
+
+        Refused (StateMismatch) unless `config`'s abstract state, laid out on its mesh over these
+        devices, is this engine's leaf for leaf: shape, dtype and sharding.
+        """
+        check_config(config)
+        mesh = sharding.make_mesh(config.mesh, list(self.mesh.devices.flat))
+        difference = first_difference(
+            abstract_state(self.config, self.mesh), abstract_state(config, mesh)
+        )
+        if difference is not None:
+            raise StateMismatch(difference)
+        return JaxEngine(config, list(self.mesh.devices.flat), family=self._family)
+
+    def take_shared_state(self) -> None:
+        """Take the training state (and its update count) from the engine of the family that
+        stepped last: its arrays are the live ones, this engine's own were donated since."""
+        holder = self._family.holder
+        if holder is not self:
+            self._state, self._train_step = holder._state, holder._train_step
+            holder._state = None  # one reference to the state: the holder's
+            self._family.holder = self
 
     # -- staging -------------------------------------------------------------------------------
 
@@ -220,6 +265,7 @@ class JaxEngine:
 
     def parameter_digest(self) -> str:
         """sha256 over every parameter's bytes, in name order: equal digests mean identical weights."""
+        self._family.check_holds(self)
         digest = hashlib.sha256()
         for name in sorted(self._state.params):
             digest.update(name.encode())
@@ -258,7 +304,7 @@ class JaxEngine:
             "dropless_compute": self.methods.dropless_compute,
             "remat_policy": self.config.model.remat_policy,
             "dtype": self.config.model.dtype,
-            "parameters": int(sum(p.size for p in jax.tree.leaves(self._state.params))),
+            "parameters": sum(math.prod(s) for s in parameter_shapes(self.config.model).values()),
             "active_parameters_per_token": flops.active_parameters(self.config),
             "ragged_buffer_factor": self.config.moe.ragged_buffer_factor,
             "retry_when_tokens_dropped": self.config.moe.retry_when_tokens_dropped,

@@ -82,7 +82,8 @@ from rl_trainer_bench.engine import (
     tunix_grpo,
 )
 from rl_trainer_bench.engine.config import EngineConfig
-from rl_trainer_bench.engine.contract import ContractError, Payload, PreparedInput
+from rl_trainer_bench.engine.contract import ContractError, Payload, PreparedInput, StateMismatch
+from rl_trainer_bench.engine.shared_state import StateFamily, first_difference
 
 KERNELS = ("fwd_bwd", "fwd_bwd_accum", "update")
 # MaxText's own loss (the adapter's own calls) takes the model's logits whole.
@@ -116,6 +117,9 @@ class MaxTextApi:
     abstract_engine_type: type
     state_avals: Callable[[Any], tuple[Any, Any]]
     xla_options: Callable[[Any], dict[str, str]]
+    # (source, target) live engines: target's training state becomes source's arrays (no copy,
+    # its own dropped) and its train step source's (`MaxTextEngine.take_shared_state`).
+    adopt_state: Callable[[Any, Any], None]
 
 
 def load_maxtext() -> MaxTextApi:
@@ -156,6 +160,7 @@ def load_maxtext() -> MaxTextApi:
         abstract_engine_type=maxtext_engine_compile.AbstractMaxTextEngine,
         state_avals=_nnx_state_avals,
         xla_options=lambda config: max_utils.parse_libtpu_flags_to_dict(config.compile_xla_flags),
+        adopt_state=_adopt_nnx_state,
     )
 
 
@@ -165,6 +170,18 @@ def _nnx_state_avals(engine: Any) -> tuple[Any, Any]:
     from flax import nnx
 
     return nnx.state(engine.model, nnx.Param), nnx.state(engine.optimizer)
+
+
+def _adopt_nnx_state(source: Any, target: Any) -> None:
+    """Target's NNX train state (model and optimizer) set to source's arrays through its public
+    `state`, then its cached pure copy of them re-read: MaxText keeps that cache across steps
+    and offers no public way to refresh it short of its setters, which drop the compiled
+    kernels (so the next step would compile), hence the one private call `_refresh_pure_state`."""
+    from flax import nnx
+
+    nnx.update(target.state, nnx.state(source.state))
+    target._refresh_pure_state()
+    target.train_step = source.train_step
 
 
 def _build_config(words: Sequence[str]) -> Any:
@@ -280,6 +297,7 @@ class MaxTextEngine:
         self._compiled = False
         self._staged: list[PreparedMaxTextInput] = []
         self._tokens = 0
+        self._family = StateFamily(self)
 
     def _own_folder(self) -> str:
         """A folder for MaxText's files when the caller gave none (an engine built outside the
@@ -305,6 +323,7 @@ class MaxTextEngine:
         return times.per_program()
 
     def fwd_bwd(self, batch: Payload | PreparedInput) -> None:
+        self._family.check_holds(self)
         if isinstance(batch, PreparedMaxTextInput):
             self._tokens += batch.tokens
             self.calls.fwd_bwd(batch)
@@ -324,6 +343,36 @@ class MaxTextEngine:
         if out and clear_cache:
             self._tokens = 0
         return out
+
+    # -- one state for several engines ---------------------------------------------------------
+
+    def share_state(self, config: EngineConfig) -> MaxTextEngine:
+        """An adapter over another MaxText engine, built for `config`, training this one's state.
+
+        MaxText builds its engine with weights and Adam moments of its own; the new engine's
+        parameters and optimizer state are compared with the holder's leaf for leaf (shape,
+        dtype, sharding: StateMismatch naming the first difference) and then replaced by the
+        holder's arrays, before anything compiles. Its own are freed then: two states are on the
+        device only while it is built, beside no program.
+        """
+        sibling = type(self)(config)
+        holder = self._family.holder
+        difference = first_difference(
+            self.api.state_avals(holder.engine), sibling.api.state_avals(sibling.engine)
+        )
+        if difference is not None:
+            raise StateMismatch(difference)
+        sibling._family = self._family
+        sibling.take_shared_state()
+        return sibling
+
+    def take_shared_state(self) -> None:
+        """Take the training state from the engine of the family that stepped last (its arrays
+        are the live ones: this engine's were donated to its `update` since)."""
+        holder = self._family.holder
+        if holder is not self:
+            self.api.adopt_state(holder.engine, self.engine)
+            self._family.holder = self
 
     # -- staging (MaxText has none; built from the engine's own input mapping) -----------------
 

@@ -40,7 +40,7 @@ def test_default_ab_runs_six_blocks_on_one_bench_scored_by_block(tmp_path, capsy
     starts with `on`, and `off`, named first, is still the baseline."""
     out = tmp_path / "out"
     benches = Benches()
-    assert run_ab(["--steps", "1", "--schedule-seed", "1", "--out", str(out)], benches) == 0
+    assert run_ab(["--steps", "2", "--schedule-seed", "1", "--out", str(out)], benches) == 0
     assert len(benches.made) == 1
     report = json.loads((out / "ab.json").read_text())
     labels = [a["label"] for a in report["arms"]]
@@ -105,8 +105,12 @@ def test_mirrored_ab_runs_four_arms_on_one_bench_and_writes_the_report(tmp_path,
     report = json.loads((out / "ab.json").read_text())
     assert report["mode"] == "same-process"
     assert [a["label"] for a in report["arms"]] == ["off", "on", "on'", "off'"]
-    assert [len(a["records"]) for a in report["arms"]] == [4, 4, 4, 4]
-    assert [a["stages"] for a in report["arms"]] == [0, 3, 3, 0]
+    # Every turn is scored from its first step: the one bench warmed once, up front, 2 steps
+    # (a boundary staged as `on` stages, and one plain step)
+    assert [len(a["records"]) for a in report["arms"]] == [3, 3, 3, 3]
+    assert {r["warmup"] for a in report["arms"] for r in a["records"]} == {False}
+    assert [a["stages"] for a in report["arms"]] == [0, 2, 2, 0]
+    assert report["warmup_steps_total"] == 2
     assert {c["status"] for c in report["checks"]} == {"PASS"}
     assert report["verdict"] in ("FASTER", "SLOWER", "NO-EFFECT", "NOISY")
     assert report["score"]["noise_floor_s"] is not None
@@ -124,7 +128,8 @@ def test_mirrored_ab_runs_four_arms_on_one_bench_and_writes_the_report(tmp_path,
     assert "run order: off, on, on', off' (every setting centred" in printed
     assert "verdict: " in printed and "rule: " in printed
     assert "design: separate arms, run order off, on, on', off'" in printed
-    assert "arm off' (4/4): step 4 of 4 (scored)" in printed
+    assert "arm off' (4/4): step 3 of 3 (scored)" in printed
+    assert "3 scored step(s) per arm, 2 warm-up step(s) in all, up front (bench1 2)" in printed
     pytest.importorskip("matplotlib")
     assert (out / "ab.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -29,13 +29,15 @@ class EngineConfigs:
 
     def __init__(self):
         self.engine_configs = []
+        self.benches = []
 
     def __call__(self, config, log):
         def engine(engine_config):
             self.engine_configs.append(engine_config)
             return StandInEngine()
 
-        return Bench(config, log, engine_factory=engine, pool=stand_in_pool(3))
+        self.benches.append(Bench(config, log, engine_factory=engine, pool=stand_in_pool(3)))
+        return self.benches[-1]
 
 
 def test_the_readmes_engine_key_arms_run_each_on_its_own_engine_config(tmp_path):
@@ -44,8 +46,10 @@ def test_the_readmes_engine_key_arms_run_each_on_its_own_engine_config(tmp_path)
     argv = ["--arms", arms, "--steps", "1", "--schedule-seed", "0"]  # seed 0: base runs first
     code = run_ab([*argv, "--out", str(tmp_path / "ab")], benches)
     assert code == 0
-    factors = [c.moe.ragged_buffer_factor for c in benches.engine_configs]
-    assert factors == [1.25, 2.0]  # two programs, one bench each, in the arms' order
+    # two programs, one bench each, in the arms' order: the first bench's engine is built, the
+    # second is built over its state (share_state) for the second config
+    assert [c.moe.ragged_buffer_factor for c in benches.engine_configs] == [1.25]
+    assert benches.benches[1].engine.config.moe.ragged_buffer_factor == 2.0
     report = json.loads((tmp_path / "ab" / "ab.json").read_text())
     assert report["arm_knobs"]["wide"]["ENGINE_FLAGS"] == "ragged_buffer_factor=2"
 
@@ -106,7 +110,7 @@ def test_ctrl_c_over_an_earlier_complete_run_moves_it_aside_whole(tmp_path, caps
     assert run_ab([*argv, "--out", str(out)]) == 0
     earlier = _files(out)
     assert {"ab.json", "ab.txt", "ab.log", "arm1-off.jsonl"} <= set(earlier)
-    engine = InterruptedEngine(at=3)  # the second arm's first step
+    engine = InterruptedEngine(at=4)  # after 2 warm-up steps and arm off's 1: arm on's first step
 
     def make_bench(config, log):
         return Bench(config, log, engine_factory=lambda _: engine, pool=stand_in_pool(3))

@@ -419,3 +419,36 @@ def test_a_folder_the_engine_made_for_maxtexts_files_goes_with_it(tmp_path):
     del engine
     gc.collect()
     assert given.is_dir()
+
+
+def test_an_engine_for_another_maxtext_key_trains_the_first_engines_state():
+    """share_state over maxtext 0.2.5's surface: the sibling (its own MaxText engine, built for
+    another MaxText key) takes the first engine's weights and moments, not a copy; an update on
+    one is the other's once it takes the state back (its train step too); a config whose
+    weights have other shapes (another vocabulary) is refused naming the first such leaf."""
+    from rl_trainer_bench.config.engine_keys import engine_config_from
+    from rl_trainer_bench.engine.contract import StateMismatch
+
+    config = small_engine_config()
+    keyed, _ = engine_config_from(PRESETS["cpu-tiny-qwen3.5"], "", "maxtext.remat_policy=minimal")
+    minimal = small_engine_config(trainer_maxtext_keys=keyed.trainer_maxtext_keys)
+    first = StandInMaxTextEngine(config)
+    sibling = first.share_state(minimal)
+    assert sibling.maxtext_config.remat_policy == "minimal"
+    assert sibling.engine._params is first.engine._params  # the same arrays, not a copy
+    payload = example_payloads_for(config, 1)[0]
+    first.compile(payload)
+    sibling.compile(payload)
+    with pytest.raises(ContractError, match="call take_shared_state"):
+        first.fwd_bwd(payload)
+    sibling.fwd_bwd(payload)
+    assert sibling.update() == 1
+    first.take_shared_state()
+    assert first.train_step == 1 and first.engine._params is sibling.engine._params
+    first.fwd_bwd(payload)
+    assert first.update() == 2
+    other_vocabulary = dataclasses.replace(
+        config, model=dataclasses.replace(config.model, vocab_size=64)
+    )
+    with pytest.raises(StateMismatch, match=r"\['embed'\] has shape \[128, .*needs \[64, "):
+        first.share_state(other_vocabulary)
