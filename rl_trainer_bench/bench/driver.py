@@ -230,15 +230,7 @@ class Bench:
         it closes) in place of `stage`: an interleaved A/B switches settings at the boundaries.
         `companions` are files written beside the results with the first step (`ResultsWriter`).
         """
-        if self.worker is None or self.pool is None:
-            raise RuntimeError("Bench.run before Bench.setup")
-        boundaries = warmup_steps + steps - 1
-        if boundary_stages is not None and len(boundary_stages) != boundaries:
-            raise ValueError(f"{len(boundary_stages)} boundary stages for {boundaries} boundaries")
-        per_boundary = list(boundary_stages) if boundary_stages is not None else []
-        refuse_unrunnable_stages(self.config.worker, {stage, *per_boundary})
-        for each in {stage, *per_boundary}:
-            self.refuse_unsupported(each)
+        per_boundary = self._checked_stages(stage, warmup_steps + steps - 1, boundary_stages)
         take_state = optional(self.engine, "take_shared_state")
         if take_state is not None:  # off the clock: the state another Bench's engine left
             take_state()
@@ -273,6 +265,21 @@ class Bench:
             param_digest=str(digest()) if digest is not None else None,
             stages_at=[s.enabled for s in per_boundary] if boundary_stages is not None else None,
         )
+
+    def _checked_stages(
+        self, stage: StageConfig, boundaries: int, boundary_stages: Sequence[StageConfig] | None
+    ) -> list[StageConfig]:
+        """The per-boundary stages ([]: `stage` at every boundary), each refused before any step
+        when the worker or the engine cannot run it."""
+        if self.worker is None or self.pool is None:
+            raise RuntimeError("Bench.run before Bench.setup")
+        if boundary_stages is not None and len(boundary_stages) != boundaries:
+            raise ValueError(f"{len(boundary_stages)} boundary stages for {boundaries} boundaries")
+        per_boundary = list(boundary_stages) if boundary_stages is not None else []
+        refuse_unrunnable_stages(self.config.worker, {stage, *per_boundary})
+        for each in {stage, *per_boundary}:
+            self.refuse_unsupported(each)
+        return per_boundary
 
     def close(self) -> None:
         self._compile_listener.close()
