@@ -64,8 +64,8 @@ def main() -> int:
 def lower(config) -> int:
     import jax
 
-    from rl_trainer_bench.engine.programs import lower_programs
-    from rl_trainer_bench.engine.sharding import make_mesh
+    from rl_trainer_bench.engine.builtin.programs import lower_programs
+    from rl_trainer_bench.engine.builtin.sharding import make_mesh
 
     mesh = make_mesh(config.mesh, jax.devices()[: config.mesh.size])
     before = len(jax.live_arrays())
@@ -83,7 +83,7 @@ def compare_expert_compute(config) -> int:
     import jax
     import jax.numpy as jnp
 
-    from rl_trainer_bench.engine import moe
+    from rl_trainer_bench.engine.builtin import moe
     from rl_trainer_bench.engine.config import expert_capacity
 
     m = config.model
@@ -122,8 +122,8 @@ def time_steps(config, steps: int, micro_steps: int) -> int:
     import jax
 
     from rl_trainer_bench.accelerators import chip_for_device_kind
+    from rl_trainer_bench.engine.builtin.jax_engine import JaxEngine
     from rl_trainer_bench.engine.contract import example_payloads_for
-    from rl_trainer_bench.engine.jax_engine import JaxEngine
 
     engine = JaxEngine(config, jax.devices()[: config.mesh.size])
     payloads = example_payloads_for(config, micro_steps, segment_len=min(config.seq_len, 2048))

@@ -3,7 +3,7 @@ device memory the compiled GRPO loss's forward-backward takes each way.
 
 The model is maxtext 0.2.5's, built as the MaxText adapter builds it (its words, its mesh), in the
 route-replaying call MaxText's engine under Tunix's driver hands Tunix's loss
-(`tunix_grpo.ReplayingCall`: `maxtext_head` finds the split). Tunix's own `algo_core.grpo_loss_fn`
+(`tunix_grpo.ReplayingCall`: `maxtext.head` finds the split). Tunix's own `algo_core.grpo_loss_fn`
 then runs once with `compute_logps_chunk_size=CHUNK` (its chunked pass: `skip_lm_head`, then the
 head on CHUNK tokens at a time under remat) and once with 0 (the full [B, T, V] logits, what the
 pod ran before the split). It prints the per-token log-probs' and the gradients' largest
@@ -25,10 +25,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.engine import cpu_lowerings, maxtext_aot, maxtext_head, tunix_grpo
 from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.engine.contract import example_payloads_for
-from rl_trainer_bench.engine.maxtext_adapter import load_maxtext
+from rl_trainer_bench.engine.maxtext import aot as maxtext_aot
+from rl_trainer_bench.engine.maxtext import cpu_lowerings, tunix_grpo
+from rl_trainer_bench.engine.maxtext import head as maxtext_head
+from rl_trainer_bench.engine.maxtext.adapter import load_maxtext
 
 MIB = 1024**2
 

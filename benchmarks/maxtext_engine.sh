@@ -50,8 +50,8 @@ STEPS=${STEPS:-8}
 BENCH_PRESETS=${BENCH_PRESETS:-cpu-tiny-dense cpu-tiny-qwen3.5}
 MOE_ENGINE_FLAGS=${MOE_ENGINE_FLAGS-mesh_fsdp=4 mesh_context=2 mesh_expert=1}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-MAXTEXT=rl_trainer_bench.engine.maxtext_adapter:MaxTextEngine
-BUILT_IN=rl_trainer_bench.engine.jax_engine:JaxEngine
+MAXTEXT=rl_trainer_bench.engine.maxtext.adapter:MaxTextEngine
+BUILT_IN=rl_trainer_bench.engine.builtin.jax_engine:JaxEngine
 
 if [ ! -d "$TUNIX_DIR/tunix/experimental" ]; then
     echo "maxtext_engine.sh: TUNIX_DIR=$TUNIX_DIR has no tunix/experimental: give a Tunix checkout" >&2

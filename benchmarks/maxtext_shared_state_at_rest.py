@@ -17,9 +17,9 @@ import jax
 
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.engine.maxtext_adapter import MaxTextEngine
+from rl_trainer_bench.engine.maxtext.adapter import MaxTextEngine
 
-SPEC = "rl_trainer_bench.engine.maxtext_adapter:MaxTextEngine"
+SPEC = "rl_trainer_bench.engine.maxtext.adapter:MaxTextEngine"
 MESH = "mesh_fsdp=4 mesh_context=2 mesh_expert=1"
 
 

@@ -86,8 +86,8 @@ COMMANDS: list[Command] = [
     Command(
         "hlo-overlap",
         "Summarize the collectives of an HLO text file or a compiled preset and what hides them.",
-        "rl_trainer_bench.preflight.hlo_overlap_command:add_arguments",
-        "rl_trainer_bench.preflight.hlo_overlap_command:run",
+        "rl_trainer_bench.preflight.hlo.command:add_arguments",
+        "rl_trainer_bench.preflight.hlo.command:run",
     ),
     Command(
         "config-diff",

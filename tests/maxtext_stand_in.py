@@ -52,9 +52,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl_trainer_bench.engine import maxtext_aot
-from rl_trainer_bench.engine.maxtext_adapter import MaxTextApi, MaxTextEngine
-from rl_trainer_bench.engine.tunix_grpo import ReplayingCall, TunixApi
+from rl_trainer_bench.engine.maxtext import aot as maxtext_aot
+from rl_trainer_bench.engine.maxtext.adapter import MaxTextApi, MaxTextEngine
+from rl_trainer_bench.engine.maxtext.tunix_grpo import ReplayingCall, TunixApi
 
 KERNEL_NAMES = ("fwd_bwd", "fwd_bwd_accum", "update")
 EMPTY_METRICS_BUFFER_ID = -1

@@ -39,7 +39,7 @@ class _Stop:
 
 # In place of the built-in engine class it must sit in that engine's module, where `aot` looks up
 # the lowering functions it compiles from.
-_Stop.__module__ = "rl_trainer_bench.engine.jax_engine"
+_Stop.__module__ = "rl_trainer_bench.engine.builtin.jax_engine"
 
 
 DEVICE_WORK = (
@@ -47,7 +47,7 @@ DEVICE_WORK = (
     "rl_trainer_bench.preflight.aot.check.compile_programs",
     "rl_trainer_bench.payload.engine_numerics.check_numerics",
     "rl_trainer_bench.preflight.check_engine.check_engine",
-    "rl_trainer_bench.engine.jax_engine.JaxEngine",
+    "rl_trainer_bench.engine.builtin.jax_engine.JaxEngine",
 )
 
 

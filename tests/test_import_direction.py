@@ -61,7 +61,7 @@ EVERYONES = "rl_trainer_bench.errors"
 
 
 def table_room(module: str) -> str:
-    """The room's name in the page's table: `engine/` for rl_trainer_bench.engine.model, `top
+    """The room's name in the page's table: `engine/` for rl_trainer_bench.engine.builtin.model, `top
     level` for the package's own modules (`cli`, `io`), which read one another freely."""
     parts = module.split(".")
     return f"{parts[1]}/" if len(parts) > 2 else "top level"
@@ -203,13 +203,13 @@ def test_the_checks_catch_an_arrow_the_wrong_way_and_a_circle():
     ranks = rule_ranks("Imports point one way: `bench` → (`payload`, `config`) → `engine`.\n")
     assert ranks == {"bench": 2, "payload": 1, "config": 1, "engine": 0}
     graph = {
-        "rl_trainer_bench.engine.model": {"rl_trainer_bench.bench.step"},
+        "rl_trainer_bench.engine.builtin.model": {"rl_trainer_bench.bench.step"},
         "rl_trainer_bench.payload.build": {"rl_trainer_bench.config.knobs"},
         "rl_trainer_bench.bench.a": {"rl_trainer_bench.bench.b"},
         "rl_trainer_bench.bench.b": {"rl_trainer_bench.bench.a", "rl_trainer_bench.engine.x"},
     }
     assert violations(ranks, graph) == [
-        "rl_trainer_bench.engine.model -> rl_trainer_bench.bench.step: engine may not import bench",
+        "rl_trainer_bench.engine.builtin.model -> rl_trainer_bench.bench.step: engine may not import bench",
         "rl_trainer_bench.payload.build -> rl_trainer_bench.config.knobs: payload may not import config",
     ]
     assert cycles(graph) == [

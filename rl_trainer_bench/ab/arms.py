@@ -40,7 +40,7 @@ from rl_trainer_bench.config.trainer_maxtext import (
     VARIABLE_KEYS,
 )
 from rl_trainer_bench.engine.config import EngineConfig
-from rl_trainer_bench.engine.maxtext_keys import HELD_KEYS, known_keys
+from rl_trainer_bench.engine.maxtext.keys import HELD_KEYS, known_keys
 from rl_trainer_bench.errors import UserError
 
 # Knobs the A/B itself owns: every arm must run the same steps, or the exact checks mean nothing.

@@ -7,7 +7,7 @@ otherwise), the check of the trainer's keys (bench/maxtext_check.py) and the los
 engine times a MaxText trainer (ENGINE set, or a model MaxText's engine cannot time here), the plan
 says plainly that the program is not the trainer's and what differs: the kernels, the MoE
 exchange and, for the built-in engine, the ratio of FLOPs it executes to the model's, from the
-shape arithmetic of the pool's first micro-batch (engine/program_flops.py).
+shape arithmetic of the pool's first micro-batch (engine/builtin/program_flops.py).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from rl_trainer_bench.config.trainer_maxtext import (
     marked_from_flags,
     maxtext_fates,
 )
-from rl_trainer_bench.engine import tunix_grpo
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
-from rl_trainer_bench.engine.maxtext_keys import HELD_KEYS
+from rl_trainer_bench.engine.maxtext import tunix_grpo
+from rl_trainer_bench.engine.maxtext.keys import HELD_KEYS
 from rl_trainer_bench.errors import ConfigError
 
 # MaxText keys that choose a kernel, and MaxText keys that shape the MoE exchange: the trainer's
@@ -62,7 +62,9 @@ TUNIX_LOSS = (
     " routes replayed) through Tunix's TrainerWorker around MaxText's training engine, as a"
     " Tunix trainer with --trainer_backend=maxtext runs it"
 )
-BUILT_IN_LOSS = "the built-in GRPO surrogate with its chunked log-prob pass (engine/loss.py)"
+BUILT_IN_LOSS = (
+    "the built-in GRPO surrogate with its chunked log-prob pass (engine/builtin/loss.py)"
+)
 
 Facts = tuple[tuple[str, str], ...]
 
@@ -216,7 +218,7 @@ def _exchange(engine: EngineConfig, keys: dict[str, str]) -> str:
 def _flops(config: BenchConfig, engine: EngineConfig) -> str:
     if config.engine != BUILT_IN:
         return "not known to the bench: that engine's program is its own"
-    from rl_trainer_bench.engine.program_flops import builtin_fwd_bwd_flops
+    from rl_trainer_bench.engine.builtin.program_flops import builtin_fwd_bwd_flops
     from rl_trainer_bench.payload.build import first_segment_ids
     from rl_trainer_bench.payload.routing_profile import load_profile
 

@@ -3,7 +3,7 @@
 MaxText validates its config when it builds it, which in a run is after the pod has started and
 the runtime has come up; a key the image's MaxText refuses (maxtext 0.2.5 has no
 `retry_when_tokens_dropped`) would then cost a pod start and end in a banner of log lines. The
-plan builds the same config the adapter builds (`engine/maxtext_keys.py`: the table's keys, the
+plan builds the same config the adapter builds (`engine/maxtext/keys.py`: the table's keys, the
 platform's, the held ones, then the trainer's keys last) through MaxText's own validation, with
 no device, wherever MaxText is importable: in the pod (its plan runs before the runtime starts)
 and in `run --plan` on a host with MaxText. A refusal is one line naming the key and MaxText's
@@ -25,8 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rl_trainer_bench.config.trainer_maxtext import EXTRA_FLAGS_VARIABLE
-from rl_trainer_bench.engine import maxtext_config, maxtext_keys
 from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.maxtext import config as maxtext_config
+from rl_trainer_bench.engine.maxtext import keys as maxtext_keys
 from rl_trainer_bench.errors import ConfigError
 
 _ACCEPTED, _REFUSED = "accepted", "refused"  # the child's verdict, first word of its last line
@@ -131,7 +132,7 @@ def check_trainer_keys(
             maxtext_keys.platform_keys(engine, platform),
         )
     except maxtext_keys.NotTaken as why:
-        raise ConfigError(f"ENGINE=...maxtext_adapter:MaxTextEngine: {why}") from None
+        raise ConfigError(f"ENGINE=...maxtext.adapter:MaxTextEngine: {why}") from None
     if maxtext_config.refusal(builder.build, builder.refused, args.words) is None:
         return (
             f"maxtext {builder.version} built its config from {len(args.words)} keys (the trainer's"

@@ -45,7 +45,6 @@ from rl_trainer_bench.config.trainer_maxtext import (
     other_meaning,
 )
 from rl_trainer_bench.config.value_sources import ENGINE_DEFAULT, PRESET, ValueSource
-from rl_trainer_bench.engine import maxtext_keys, tunix_grpo
 from rl_trainer_bench.engine.config import (
     EngineConfig,
     config_problems,
@@ -53,7 +52,9 @@ from rl_trainer_bench.engine.config import (
     value_at,
 )
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
-from rl_trainer_bench.engine.tunix_grpo import MAXTEXT as MAXTEXT_OWN_DRIVER
+from rl_trainer_bench.engine.maxtext import keys as maxtext_keys
+from rl_trainer_bench.engine.maxtext import tunix_grpo
+from rl_trainer_bench.engine.maxtext.tunix_grpo import MAXTEXT as MAXTEXT_OWN_DRIVER
 from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.units import human_bytes
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from rl_trainer_bench.bench import maxtext_check
 from rl_trainer_bench.bench.runtime import uses_pathways
 from rl_trainer_bench.config.knobs import BenchConfig
-from rl_trainer_bench.engine import tunix_grpo
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.factory import MAXTEXT
+from rl_trainer_bench.engine.maxtext import tunix_grpo
 from rl_trainer_bench.errors import ConfigError
 
 PLAN_FILE = "resolved-plan.json"  # in the pod's code folder, beside the package

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from rl_trainer_bench.engine.builtin.parameters import parameter_shapes
 from rl_trainer_bench.engine.config import EngineConfig
-from rl_trainer_bench.engine.parameters import parameter_shapes
 
 ITEM_BYTES = {"float32": 4, "bfloat16": 2}
 # The margin a program's device peak should leave free, as a fraction of the device's memory: room

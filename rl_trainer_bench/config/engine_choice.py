@@ -3,7 +3,7 @@
 A team renders the bench to time *its* trainer. When the trainer's command runs MaxText (its
 `--trainer_backend=maxtext` flag, or MaxText keys in `MAXTEXT_EXTRA_FLAGS` when it names no
 backend), the engine that runs the trainer's program is MaxText's, behind the adapter
-(`engine/maxtext_adapter.py`), built from the MaxText in the trainer's image with the trainer's
+(`engine/maxtext/adapter.py`), built from the MaxText in the trainer's image with the trainer's
 keys. Otherwise, and for a model MaxText's engine cannot time here, it is the built-in engine.
 `ENGINE` (a `module:Class`, or `builtin` / `maxtext`) always wins. Whatever is chosen, the choice
 carries its reason, which the plan prints. Nothing here imports JAX or MaxText.
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 
 from rl_trainer_bench.config.engine_keys import parse_trainer_command
 from rl_trainer_bench.config.trainer_maxtext import EXTRA_FLAGS_VARIABLE
-from rl_trainer_bench.engine import maxtext_keys
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
+from rl_trainer_bench.engine.maxtext import keys as maxtext_keys
 
 BACKEND_FLAG = "trainer_backend"
 # MaxText's engine logs a step's metrics during the next step's first fwd_bwd, and its first log

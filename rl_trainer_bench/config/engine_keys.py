@@ -22,7 +22,7 @@ from rl_trainer_bench.engine.config import (
     with_value_at,
 )
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
-from rl_trainer_bench.engine.maxtext_keys import DEFAULTED_IN_MAXTEXT
+from rl_trainer_bench.engine.maxtext.keys import DEFAULTED_IN_MAXTEXT
 from rl_trainer_bench.errors import ConfigError
 
 

@@ -36,7 +36,7 @@ from rl_trainer_bench.config.presets import PRESETS, Preset, preset, preset_for_
 from rl_trainer_bench.config.step_shape import LENGTH_FLAGS, StepShape, launcher_step_shape
 from rl_trainer_bench.engine.config import GPU_PLATFORMS
 from rl_trainer_bench.engine.factory import BUILT_IN, ENGINE_NAMES
-from rl_trainer_bench.engine.tunix_grpo import AUTO, MAXTEXT, MAXTEXT_DRIVERS, TUNIX
+from rl_trainer_bench.engine.maxtext.tunix_grpo import AUTO, MAXTEXT, MAXTEXT_DRIVERS, TUNIX
 from rl_trainer_bench.errors import ConfigError
 
 _ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)

@@ -67,7 +67,7 @@ KNOWN: Mapping[str, tuple[str, str]] = {
         NOT_REPRODUCED,
         "chooses the output head of Tunix's chunked log-prob pass; this engine has no such pass:"
         " the built-in engine computes log-probs on each device's own tokens with the head"
-        " gathered once per device (engine/loss.py), and MaxText's engine scores with MaxText's"
+        " gathered once per device (engine/builtin/loss.py), and MaxText's engine scores with MaxText's"
         " own loss under MAXTEXT_DRIVER=maxtext",
     ),
     "PREFUSE_MOE_WEIGHTS": (

@@ -246,7 +246,7 @@ def _held_tensors(keys: Sequence[tuple[str, str]]) -> list[str]:
 def maxtext_fates(keys: Sequence[tuple[str, str]], held: Collection[str]) -> list[TrainerKey]:
     """Each trainer key's fate on MaxText's engine: passed to MaxText unchanged, in order (a key
     set again later is overridden, as MaxText keeps the last), or held by the bench (`held`:
-    where MaxText writes, loads and traces; `engine/maxtext_keys.py`)."""
+    where MaxText writes, loads and traces; `engine/maxtext/keys.py`)."""
     last = {key: index for index, (key, _) in enumerate(keys)}
     return [
         TrainerKey(

@@ -1,7 +1,7 @@
 """What a program is lowered for without building an engine: one micro-batch's shapes and the
 platform of the mesh.
 
-Both the built-in engine's programs (`programs`) and MaxText's AOT path (`maxtext_aot`) lower from
+Both the built-in engine's programs (`programs`) and MaxText's AOT path (`maxtext.aot`) lower from
 these. They live apart from `programs` so that MaxText's adapter, whose module carries the AOT
 functions `aot` looks for, does not pull the built-in engine's model into a MaxText pod's code
 bundle (`code_digest.code_files`), which must stay under kubectl's 262,144-byte manifest limit.

@@ -288,7 +288,7 @@ class EngineConfig:
     # applies them (last wins). The built-in engine maps those it has an equivalent for; an engine
     # built on MaxText passes them all to MaxText, last.
     trainer_maxtext_keys: tuple[tuple[str, str], ...] = ()
-    # What drives MaxText's engine (MAXTEXT_DRIVER, engine/tunix_grpo.py): Tunix's TrainerWorker
+    # What drives MaxText's engine (MAXTEXT_DRIVER, engine/maxtext/tunix_grpo.py): Tunix's TrainerWorker
     # and GRPO loss, the MaxText adapter's own calls, or `auto` (Tunix's where importable). Read
     # by the MaxText adapter only; the driver sets it from the knob.
     maxtext_driver: str = "auto"

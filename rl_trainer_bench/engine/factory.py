@@ -16,8 +16,8 @@ from rl_trainer_bench import user_code
 # Light on purpose: the knob table (and so every command's parser) reads BUILT_IN from here, and a
 # parser must not pay for numpy or JAX; the contract is imported where an engine is built.
 
-BUILT_IN = "rl_trainer_bench.engine.jax_engine:JaxEngine"
-MAXTEXT = "rl_trainer_bench.engine.maxtext_adapter:MaxTextEngine"
+BUILT_IN = "rl_trainer_bench.engine.builtin.jax_engine:JaxEngine"
+MAXTEXT = "rl_trainer_bench.engine.maxtext.adapter:MaxTextEngine"
 # Short names ENGINE also takes: `builtin` (CPU, CI, teams without MaxText) and `maxtext`.
 ENGINE_NAMES = {"builtin": BUILT_IN, "maxtext": MAXTEXT}
 

@@ -188,7 +188,7 @@ def payload_warnings(payload: Payload, engine: EngineConfig) -> list[str]:
     """What is allowed but worth knowing: non-finite values where the loss never reads them.
 
     A payload from elsewhere may hold -inf log-probs on prompt tokens; the engine masks them before
-    any exponent (`engine/loss.py`), so they are harmless, but an adapter that misaligns the
+    any exponent (`engine/builtin/loss.py`), so they are harmless, but an adapter that misaligns the
     completion mask would move them into the loss.
     """
     if _check_shapes(payload, engine):

@@ -151,9 +151,9 @@ def run_engine(config: EngineConfig, payload: Payload) -> NumericsRun:
     import jax
     import jax.numpy as jnp
 
-    from rl_trainer_bench.engine import loss, model, sharding
+    from rl_trainer_bench.engine.builtin import loss, model, sharding
+    from rl_trainer_bench.engine.builtin.programs import resolved_methods
     from rl_trainer_bench.engine.factory import BUILT_IN, engine_class
-    from rl_trainer_bench.engine.programs import resolved_methods
 
     devices = jax.devices("cpu")[:1]
     engine = engine_class(BUILT_IN)(config, devices=devices)

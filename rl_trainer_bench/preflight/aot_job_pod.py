@@ -32,8 +32,8 @@ from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.engine.factory import MAXTEXT
 from rl_trainer_bench.errors import UserError, run_guarded
 from rl_trainer_bench.io import write_text_atomically
-from rl_trainer_bench.preflight import hlo_overlap_command
 from rl_trainer_bench.preflight.aot import command as aot_command
+from rl_trainer_bench.preflight.hlo import command as hlo_overlap_command
 
 PROG = "aot job"
 MODULE = "rl_trainer_bench.preflight.aot_job_pod"  # what the job's script and children run

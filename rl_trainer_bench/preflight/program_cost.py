@@ -30,8 +30,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from rl_trainer_bench.preflight.hlo_counts import FlopCounter, execution_counts
-from rl_trainer_bench.preflight.hlo_parse import HloModule, Instruction, parse_hlo
+from rl_trainer_bench.preflight.hlo.counts import FlopCounter, execution_counts
+from rl_trainer_bench.preflight.hlo.parse import HloModule, Instruction, parse_hlo
 
 # Instructions that neither compute nor move bytes of their own; control flow is counted through
 # the computations it runs.

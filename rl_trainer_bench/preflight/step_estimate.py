@@ -222,8 +222,8 @@ def micro_batch_facts(config, profile, seed: int) -> MicroBatchFacts:
     """Build the bench's first micro-batch (index 0 of `seed`) and read its replay chance and model
     FLOPs (`profile`: a `routing_profile.RoutingProfile`); with retry off or a buffer that never
     drops there is no replay to predict."""
-    from rl_trainer_bench.engine.flops import micro_batch_flops
-    from rl_trainer_bench.engine.programs import replays_possible
+    from rl_trainer_bench.engine.builtin.flops import micro_batch_flops
+    from rl_trainer_bench.engine.builtin.programs import replays_possible
     from rl_trainer_bench.payload import build
 
     replays = replays_possible(config)

@@ -125,12 +125,14 @@ def test_bad_arms_are_refused_with_the_fix(text, message):
 
 def test_well_formed_arms_keep_their_values_whole():
     arms = ab_arms.parse_arms(
-        "base:ENGINE=rl_trainer_bench.engine.jax_engine:JaxEngine,"
+        "base:ENGINE=rl_trainer_bench.engine.builtin.jax_engine:JaxEngine,"
         "t:TRAINER_ARGV=MAXTEXT_EXTRA_FLAGS=remat_policy=full python -m app.trainer --mesh_fsdp=2,"
         "maxtext.remat_policy=minimal",
         run_orders.WRITTEN,
     )
-    assert arms[0].driver_knobs == {"ENGINE": "rl_trainer_bench.engine.jax_engine:JaxEngine"}
+    assert arms[0].driver_knobs == {
+        "ENGINE": "rl_trainer_bench.engine.builtin.jax_engine:JaxEngine"
+    }
     assert arms[1].driver_knobs == {
         "TRAINER_ARGV": "MAXTEXT_EXTRA_FLAGS=remat_policy=full python -m app.trainer --mesh_fsdp=2"
     }

@@ -275,7 +275,9 @@ def test_from_logs_without_ruler_lines_is_refused(tmp_path):
 
 @pytest.mark.slow
 def test_cpu_tiny_ab_with_the_real_engine(tmp_path):
-    pytest.importorskip("rl_trainer_bench.engine.jax_engine", reason="the JAX engine is not built")
+    pytest.importorskip(
+        "rl_trainer_bench.engine.builtin.jax_engine", reason="the JAX engine is not built"
+    )
     pytest.importorskip("rl_trainer_bench.payload.build", reason="the payload builder is not built")
     out = tmp_path / "out"
     code = cli.main(["ab", "--steps", "2", "--blocks", "3", "--out", str(out)])

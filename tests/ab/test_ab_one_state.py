@@ -20,10 +20,10 @@ from rl_trainer_bench import cli
 from rl_trainer_bench.ab import command as ab
 from rl_trainer_bench.bench.driver import Bench
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.engine import programs, sharding
+from rl_trainer_bench.engine.builtin import programs, sharding
+from rl_trainer_bench.engine.builtin.jax_engine import JaxEngine
 from rl_trainer_bench.engine.contract import StateMismatch, example_payloads_for
 from rl_trainer_bench.engine.factory import BUILT_IN
-from rl_trainer_bench.engine.jax_engine import JaxEngine
 from rl_trainer_bench.errors import UserError
 
 # Two settings of an engine key that changes the forward-backward program, not the state.

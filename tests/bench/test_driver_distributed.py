@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("rl_trainer_bench.engine.jax_engine")
+pytest.importorskip("rl_trainer_bench.engine.builtin.jax_engine")
 pytest.importorskip("rl_trainer_bench.payload.build")
 
 REPO = Path(__file__).resolve().parents[2]

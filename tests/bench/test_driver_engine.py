@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-pytest.importorskip("rl_trainer_bench.engine.jax_engine")
+pytest.importorskip("rl_trainer_bench.engine.builtin.jax_engine")
 pytest.importorskip("rl_trainer_bench.payload.build")
 
 from rl_trainer_bench.bench import step_line

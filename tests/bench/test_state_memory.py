@@ -14,7 +14,8 @@ from rl_trainer_bench.bench import plan
 from rl_trainer_bench.bench.state_memory import state_memory
 from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.presets import preset
-from rl_trainer_bench.engine import programs, residency, sharding
+from rl_trainer_bench.engine import residency
+from rl_trainer_bench.engine.builtin import programs, sharding
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
 
 REPO = Path(__file__).resolve().parents[2]

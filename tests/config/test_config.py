@@ -117,7 +117,7 @@ def test_every_choice_key_lists_its_fields_literal_choices():
 
 
 def test_engine_choices_and_model_tables_agree():
-    from rl_trainer_bench.engine import model, moe
+    from rl_trainer_bench.engine.builtin import model, moe
     from rl_trainer_bench.engine.config import DroplessCompute, ExpertCompute, RematPolicy, choices
 
     assert {*model.REMAT_POLICIES, "none"} == set(choices(RematPolicy))

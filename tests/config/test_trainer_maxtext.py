@@ -149,8 +149,8 @@ def test_a_trainers_unset_policy_is_left_to_its_maxtext_not_taken_from_the_prese
     trainer whose command sets none of them runs its MaxText's defaults, so MaxText's engine gets
     no key for them, while a key the trainer sets is passed, and a cell with no trainer (no argv)
     is the preset's own."""
-    from rl_trainer_bench.engine import maxtext_keys
     from rl_trainer_bench.engine.factory import MAXTEXT
+    from rl_trainer_bench.engine.maxtext import keys as maxtext_keys
 
     preset = PRESETS["qwen3.5-397b-cell"]
     argv = "python3 -m tunix.cli.grpo_main --model_name=Qwen3.5-397B-A17B"

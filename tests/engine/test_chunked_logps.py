@@ -1,4 +1,4 @@
-"""Tunix's chunked log-prob pass on MaxText's model (engine/maxtext_head.py, ReplayingCall):
+"""Tunix's chunked log-prob pass on MaxText's model (engine/maxtext/head.py, ReplayingCall):
 the split into hidden states and an output head gives the full-logits log-probs and gradients,
 and the engine says which pass ran."""
 
@@ -21,9 +21,10 @@ from maxtext_stand_in import (
 )
 
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.engine import maxtext_head, tunix_grpo
 from rl_trainer_bench.engine.contract import example_payloads_for
-from rl_trainer_bench.engine.tunix_grpo import ReplayingCall
+from rl_trainer_bench.engine.maxtext import head as maxtext_head
+from rl_trainer_bench.engine.maxtext import tunix_grpo
+from rl_trainer_bench.engine.maxtext.tunix_grpo import ReplayingCall
 
 QWEN35 = PRESETS["cpu-tiny-qwen3.5"].engine
 

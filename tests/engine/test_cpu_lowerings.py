@@ -8,7 +8,7 @@ import sys
 
 CHILD = """
 import jax, jax.numpy as jnp, numpy as np
-from rl_trainer_bench.engine import cpu_lowerings
+from rl_trainer_bench.engine.maxtext import cpu_lowerings
 
 a = jnp.tril(jnp.ones((3, 4, 4))) + 3 * jnp.eye(4)
 b = jnp.arange(48.0).reshape(3, 4, 4)

@@ -15,12 +15,12 @@ import pytest
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import PRESETS
+from rl_trainer_bench.engine.builtin.flops import micro_batch_flops
+from rl_trainer_bench.engine.builtin.jax_engine import JaxEngine
+from rl_trainer_bench.engine.builtin.programs import abstract_state, lower_programs
+from rl_trainer_bench.engine.builtin.sharding import make_mesh
 from rl_trainer_bench.engine.config import MeshConfig, MoeConfig
 from rl_trainer_bench.engine.contract import ContractError, Engine, example_payload
-from rl_trainer_bench.engine.flops import micro_batch_flops
-from rl_trainer_bench.engine.jax_engine import JaxEngine
-from rl_trainer_bench.engine.programs import abstract_state, lower_programs
-from rl_trainer_bench.engine.sharding import make_mesh
 
 # cpu-tiny at buffer factor 1.0: random routes overflow now and then, forced ones always do.
 CONFIG = dataclasses.replace(
@@ -293,7 +293,7 @@ def test_train_step_moves_only_in_update_and_metrics_are_complete(compiled):
     assert metrics["mult_prob_error_max"] > 0 and metrics["grad_norm"] > 0
     assert engine.get_metrics() == metrics and engine.get_metrics() == {}
     # the run's header names the engine as the ENGINE knob does, not a second name
-    assert engine.info()["engine"] == "rl_trainer_bench.engine.jax_engine:JaxEngine"
+    assert engine.info()["engine"] == "rl_trainer_bench.engine.builtin.jax_engine:JaxEngine"
 
 
 def test_check_engine_command_passes_the_built_in_engine(compiled, capsys):
@@ -394,7 +394,8 @@ def test_the_backward_pass_reads_the_routing_rather_than_sorting_again():
 def test_an_offloaded_optimizer_state_rests_in_host_memory_and_trains_the_same(compiled):
     """optimizer_memory_host_offload: the state between programs is in pinned host memory, the
     report counts it there (nothing beside fwd_bwd), and two steps give the same parameters."""
-    from rl_trainer_bench.engine import programs, residency
+    from rl_trainer_bench.engine import residency
+    from rl_trainer_bench.engine.builtin import programs
 
     offload = dataclasses.replace(
         CONFIG, optimizer=dataclasses.replace(CONFIG.optimizer, memory_host_offload=True)

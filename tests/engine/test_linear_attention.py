@@ -13,12 +13,12 @@ from gdn_reference import recurrence
 from jax.sharding import NamedSharding, PartitionSpec
 
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.engine import sharding
+from rl_trainer_bench.engine.builtin import sharding
+from rl_trainer_bench.engine.builtin.gated_deltanet import context_delta_rule
+from rl_trainer_bench.engine.builtin.linear_attention import gated_delta_rule
+from rl_trainer_bench.engine.builtin.programs import check_config
 from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.engine.contract import ContractError
-from rl_trainer_bench.engine.gated_deltanet import context_delta_rule
-from rl_trainer_bench.engine.linear_attention import gated_delta_rule
-from rl_trainer_bench.engine.programs import check_config
 
 HEADS, KEY_DIM, VALUE_DIM = 2, 8, 6
 
@@ -203,7 +203,7 @@ def test_bad_layer_pattern_or_linear_shapes_are_refused_naming_the_field(changes
 def test_the_blocked_inverse_solves_like_xlas_triangular_solve_in_value_and_gradient(size):
     """Chunks of a power of two and not: the doubling blocks against XLA's triangular solve, and
     its own backward pass against autodiff of that solve."""
-    from rl_trainer_bench.engine.linear_attention import unit_lower_solve
+    from rl_trainer_bench.engine.builtin.linear_attention import unit_lower_solve
 
     keys = jax.random.split(jax.random.key(size), 3)
     strict = jnp.tril(jax.random.normal(keys[0], (3, 2, size, size)) * 0.3, -1)
@@ -233,7 +233,7 @@ def test_the_convolution_stops_at_segment_starts_across_context_shards():
     """Per device of the 2x2x2 mesh (T over 2 context shards), against taps summed per token:
     a segment that crosses the shard boundary reads the previous shard's tokens, one that starts
     there does not, and no token reads across a segment start or before its row."""
-    from rl_trainer_bench.engine.gated_deltanet import context_conv
+    from rl_trainer_bench.engine.builtin.gated_deltanet import context_conv
 
     rows, length, width, taps = 4, 12, 3, 4
     x = jax.random.normal(jax.random.key(4), (rows, length, width))

@@ -4,9 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rl_trainer_bench.engine import loss
+from rl_trainer_bench.engine.builtin import loss
+from rl_trainer_bench.engine.builtin.sharding import make_mesh
 from rl_trainer_bench.engine.config import LossConfig, MeshConfig
-from rl_trainer_bench.engine.sharding import make_mesh
 
 
 def test_chunked_logps_equal_unchunked_values_and_gradients():

@@ -34,7 +34,6 @@ from rl_trainer_bench.bench import step_line
 from rl_trainer_bench.bench.driver import Bench
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.engine import maxtext_keys, maxtext_metrics
 from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.engine.contract import (
     STAGING_METHODS,
@@ -43,8 +42,10 @@ from rl_trainer_bench.engine.contract import (
     example_payloads_for,
     missing_methods,
 )
-from rl_trainer_bench.engine.maxtext_adapter import PreparedMaxTextInput
-from rl_trainer_bench.engine.maxtext_payload import replay_payload_type, to_maxtext_payload
+from rl_trainer_bench.engine.maxtext import keys as maxtext_keys
+from rl_trainer_bench.engine.maxtext import metrics as maxtext_metrics
+from rl_trainer_bench.engine.maxtext.adapter import PreparedMaxTextInput
+from rl_trainer_bench.engine.maxtext.payload import replay_payload_type, to_maxtext_payload
 from rl_trainer_bench.engine.returns import check_engine
 
 QWEN35 = PRESETS["cpu-tiny-qwen3.5"].engine

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rl_trainer_bench.engine import moe
+from rl_trainer_bench.engine.builtin import moe
+from rl_trainer_bench.engine.builtin.sharding import make_mesh
 from rl_trainer_bench.engine.config import MeshConfig, expert_capacity
 from rl_trainer_bench.engine.contract import ContractError
-from rl_trainer_bench.engine.sharding import make_mesh
 
 
 def test_slots_are_taken_in_token_order_and_pairs_past_capacity_drop():

@@ -8,7 +8,7 @@ import jax
 import optax
 
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.engine.programs import state_shapes
+from rl_trainer_bench.engine.builtin.programs import state_shapes
 
 
 def _moments(mu_dtype: str):

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.engine.program_flops import builtin_fwd_bwd_flops
+from rl_trainer_bench.engine.builtin.program_flops import builtin_fwd_bwd_flops
 
 # cpu-tiny: full-attention layers, 8 experts, top-2, on 8 devices (checked below)
 CPU_TINY = PRESETS["cpu-tiny"].engine

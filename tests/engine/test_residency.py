@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.engine import programs, residency, sharding
+from rl_trainer_bench.engine import residency
+from rl_trainer_bench.engine.builtin import programs, sharding
 
 
 def test_only_tpu_programs_get_the_reservation_and_only_when_there_is_one():

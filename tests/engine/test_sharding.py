@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import AbstractMesh, AxisType
 
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.engine import programs, sharding
+from rl_trainer_bench.engine.builtin import programs, sharding
 
 CELL = PRESETS["qwen3.5-397b-cell"].engine
 

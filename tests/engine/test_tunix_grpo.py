@@ -23,7 +23,6 @@ from rl_trainer_bench.bench import engine_plan
 from rl_trainer_bench.bench.driver import Bench
 from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.engine import tunix_grpo
 from rl_trainer_bench.engine.contract import (
     STAGING_METHODS,
     ContractError,
@@ -31,6 +30,7 @@ from rl_trainer_bench.engine.contract import (
     example_payloads_for,
     missing_methods,
 )
+from rl_trainer_bench.engine.maxtext import tunix_grpo
 from rl_trainer_bench.engine.returns import check_engine
 from rl_trainer_bench.errors import ConfigError
 

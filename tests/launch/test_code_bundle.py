@@ -20,9 +20,9 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
 FILES = {
     "rl_trainer_bench/__init__.py": "",
     "rl_trainer_bench/bench/__init__.py": "",
-    "rl_trainer_bench/bench/driver.py": "def main():\n    from rl_trainer_bench.engine import model\n",
+    "rl_trainer_bench/bench/driver.py": "def main():\n    from rl_trainer_bench.engine.builtin import model\n",
     "rl_trainer_bench/engine/__init__.py": "",
-    "rl_trainer_bench/engine/model.py": "x = 1\n",
+    "rl_trainer_bench/engine/builtin/model.py": "x = 1\n",
     "rl_trainer_bench/launch/__init__.py": "",
     "rl_trainer_bench/launch/render.py": "import yaml\n",
     "rl_trainer_bench/payload/profiles/a.json": "{}",
@@ -43,14 +43,17 @@ def test_code_files_are_the_drivers_import_closure_data_and_driver_script_only(t
         "rl_trainer_bench/bench/__init__.py",
         "rl_trainer_bench/bench/driver.py",
         "rl_trainer_bench/engine/__init__.py",
-        "rl_trainer_bench/engine/model.py",
+        "rl_trainer_bench/engine/builtin/model.py",
         "rl_trainer_bench/payload/profiles/a.json",
     ]
 
 
 def test_this_checkout_bundles_what_the_driver_runs_and_not_the_render_time_tools():
     names = {p.relative_to(code_digest.default_root()).as_posix() for p in code_digest.code_files()}
-    assert {"rl_trainer_bench/bench/driver.py", "rl_trainer_bench/engine/jax_engine.py"} <= names
+    assert {
+        "rl_trainer_bench/bench/driver.py",
+        "rl_trainer_bench/engine/builtin/jax_engine.py",
+    } <= names
     assert {"rl_trainer_bench/payload/build.py", "rl_trainer_bench/code_digest.py"} <= names
     assert not {"rl_trainer_bench/launch/render.py", "rl_trainer_bench/cli.py"} & names
     assert not any(name.startswith("rl_trainer_bench/launch/") for name in names)
@@ -59,16 +62,20 @@ def test_this_checkout_bundles_what_the_driver_runs_and_not_the_render_time_tool
 def test_digest_changes_with_any_byte_or_name(tmp_path):
     root = _tree(tmp_path, FILES)
     first = code_digest.code_sha256(root)
-    (root / "rl_trainer_bench/engine/model.py").write_text("x = 2\n")
+    (root / "rl_trainer_bench/engine/builtin/model.py").write_text("x = 2\n")
     second = code_digest.code_sha256(root)
-    (root / "rl_trainer_bench/engine/model.py").rename(root / "rl_trainer_bench/engine/mode.py")
+    (root / "rl_trainer_bench/engine/builtin/model.py").rename(
+        root / "rl_trainer_bench/engine/mode.py"
+    )
     assert len({first, second, code_digest.code_sha256(root)}) == 3
 
 
 def test_bundle_is_reproducible_and_unpacks_to_the_same_digest(tmp_path):
     root = _tree(tmp_path / "src", FILES)
     archive = code_bundle.bundle(root)
-    os.utime(root / "rl_trainer_bench/engine/model.py", (1e9, 1e9))  # file times must not matter
+    os.utime(
+        root / "rl_trainer_bench/engine/builtin/model.py", (1e9, 1e9)
+    )  # file times must not matter
     assert code_bundle.bundle(root) == archive
     assert archive[:6] == b"\xfd7zXZ\0"  # xz, which records no time of bundling
     unpacked = tmp_path / "pod"
@@ -78,16 +85,16 @@ def test_bundle_is_reproducible_and_unpacks_to_the_same_digest(tmp_path):
 
 
 def test_the_named_engine_travels_with_the_pod_and_other_adapters_do_not():
-    adapter = "rl_trainer_bench/engine/maxtext_adapter.py"
+    adapter = "rl_trainer_bench/engine/maxtext/adapter.py"
     built_in = {
         p.relative_to(code_digest.default_root()).as_posix() for p in code_digest.code_files()
     }
     named = {
         p.relative_to(code_digest.default_root()).as_posix()
-        for p in code_digest.code_files(engine="rl_trainer_bench.engine.maxtext_adapter:Any")
+        for p in code_digest.code_files(engine="rl_trainer_bench.engine.maxtext.adapter:Any")
     }
-    assert "rl_trainer_bench/engine/jax_engine.py" in built_in and adapter not in built_in
+    assert "rl_trainer_bench/engine/builtin/jax_engine.py" in built_in and adapter not in built_in
     assert adapter in named
     assert code_digest.code_sha256() != code_digest.code_sha256(
-        engine="rl_trainer_bench.engine.maxtext_adapter:Any"
+        engine="rl_trainer_bench.engine.maxtext.adapter:Any"
     )

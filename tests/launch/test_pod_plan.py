@@ -69,7 +69,7 @@ def test_a_maxtext_trainers_pod_plans_from_the_code_and_environment_it_resolves(
     assert cli.main(["plan", str(bench)]) == 0
     lines = capfd.readouterr().out.splitlines()
     assert (
-        "plan: engine: rl_trainer_bench.engine.maxtext_adapter:MaxTextEngine (the trainer runs"
+        "plan: engine: rl_trainer_bench.engine.maxtext.adapter:MaxTextEngine (the trainer runs"
         " MaxText (--trainer_backend=maxtext): its own program)"
     ) in lines
     assert any(

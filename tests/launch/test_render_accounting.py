@@ -74,7 +74,7 @@ def test_config_diff_lists_the_benchs_substitutions(capsys, tmp_path):
     )
     substitutions = out[start + 1 :]
     assert substitutions[0] == (
-        "  engine: rl_trainer_bench.engine.jax_engine:JaxEngine runs in place of the trainer's"
+        "  engine: rl_trainer_bench.engine.builtin.jax_engine:JaxEngine runs in place of the trainer's"
         " own engine"
     )
     assert (

@@ -70,7 +70,7 @@ def test_the_pod_times_the_trainers_engine_and_embeds_its_code(
     # the embedded code is the chosen engine's closure: the adapter travels only with MaxText
     sha = bench["metadata"]["annotations"]["rl-trainer-bench/code-sha256"]
     assert sha == code_digest.code_sha256(engine=engine)
-    adapter = code_digest.default_root() / "rl_trainer_bench/engine/maxtext_adapter.py"
+    adapter = code_digest.default_root() / "rl_trainer_bench/engine/maxtext/adapter.py"
     assert (adapter in code_digest.code_files(engine=engine)) == (engine == MAXTEXT)
 
 

@@ -118,7 +118,7 @@ def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path
     # the trainer runs MaxText: the pod times MaxText's engine with the trainer's keys, from the
     # image's MaxText (not importable on this host, which the pod's plan says)
     assert (
-        "plan: engine: rl_trainer_bench.engine.maxtext_adapter:MaxTextEngine (the trainer runs"
+        "plan: engine: rl_trainer_bench.engine.maxtext.adapter:MaxTextEngine (the trainer runs"
         " MaxText (--trainer_backend=maxtext): its own program)"
     ) in lines
     assert "plan: maxtext: not importable here: the run needs maxtext and Tunix installed" in lines
@@ -151,10 +151,10 @@ def test_the_tpu7x_launch_timed_by_the_built_in_engine_says_it_is_not_the_traine
     result = _pod_plan(bench, tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert "plan: engine: rl_trainer_bench.engine.jax_engine:JaxEngine (ENGINE)" in lines
+    assert "plan: engine: rl_trainer_bench.engine.builtin.jax_engine:JaxEngine (ENGINE)" in lines
     assert (
         "plan: not the trainer's program: the trainer runs MaxText (--trainer_backend=maxtext);"
-        " this run times rl_trainer_bench.engine.jax_engine:JaxEngine, another program: its step"
+        " this run times rl_trainer_bench.engine.builtin.jax_engine:JaxEngine, another program: its step"
         " time is not the trainer's (unset ENGINE to time MaxText's engine)"
     ) in lines
     # the recipe's cp-as-ep rule spreads experts over context x expert = 4 x 2 shards
@@ -235,14 +235,14 @@ def test_the_render_summary_names_the_cell_the_pod_plans(capsys, tmp_path):
         " (the peak and the 5% margin)",
         # the trainer runs MaxText, but MaxText's engine has no route-replaying decoder for this
         # model: the built-in engine times it, and the summary says how its program differs
-        "render: engine: rl_trainer_bench.engine.jax_engine:JaxEngine (the trainer runs MaxText"
+        "render: engine: rl_trainer_bench.engine.builtin.jax_engine:JaxEngine (the trainer runs MaxText"
         " (MAXTEXT_EXTRA_FLAGS in its command), but MaxText's engine cannot time this model here:"
         " a routed MoE of plain full-attention layers has no MaxText 0.2.5 decoder that replays"
         " routes (forced routing: qwen3_5, mixtral, gemma4): time a Qwen3.5-shaped preset"
         " (layer_types with linear_attention) or a dense one)",
-        "render: loss: the built-in GRPO surrogate with its chunked log-prob pass (engine/loss.py)",
+        "render: loss: the built-in GRPO surrogate with its chunked log-prob pass (engine/builtin/loss.py)",
         "render: not the trainer's program: the trainer runs MaxText (MAXTEXT_EXTRA_FLAGS in its"
-        " command); this run times rl_trainer_bench.engine.jax_engine:JaxEngine, another program:"
+        " command); this run times rl_trainer_bench.engine.builtin.jax_engine:JaxEngine, another program:"
         " its step time is not the trainer's",
         "render: differs: kernels: the trainer's: MaxText's defaults for this model; this run's:"
         " XLA attention over query chunks, a capacity-padded einsum for the experts (a grouped"

@@ -11,7 +11,8 @@ import jax
 import pytest
 
 from rl_trainer_bench import accelerators, cli
-from rl_trainer_bench.engine import programs, residency
+from rl_trainer_bench.engine import residency
+from rl_trainer_bench.engine.builtin import programs
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight import compiler_flags, step_estimate
 from rl_trainer_bench.preflight.aot import check, depth, engine_module
@@ -337,7 +338,7 @@ def test_cpu_tiny_compiles_for_a_tpu_topology_from_this_host():
     The same compiled programs feed the overlap summary: it must read TPU HLO text too.
     """
     pytest.importorskip("libtpu")
-    from rl_trainer_bench.preflight.hlo_overlap import analyze_text
+    from rl_trainer_bench.preflight.hlo.overlap import analyze_text
 
     cell = check.resolve_cell("cpu-tiny", "v6e:2x4", engine_flags=FLAGS)
     compiled = list(aot_compile.compile_programs(cell.config, cell.mesh))

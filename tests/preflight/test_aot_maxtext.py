@@ -14,8 +14,8 @@ import pytest
 
 from rl_trainer_bench import accelerators, cli
 from rl_trainer_bench.config.presets import preset
-from rl_trainer_bench.engine import maxtext_aot
 from rl_trainer_bench.engine.contract import ContractError
+from rl_trainer_bench.engine.maxtext import aot as maxtext_aot
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight import step_estimate
 from rl_trainer_bench.preflight.aot import check, depth, engine_module

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.preflight import hlo_text
-from rl_trainer_bench.preflight.hlo_counts import execution_counts
-from rl_trainer_bench.preflight.hlo_overlap import analyze_file, analyze_text
-from rl_trainer_bench.preflight.hlo_overlap_report import format_report
-from rl_trainer_bench.preflight.hlo_parse import HloParseError, parse_hlo, parse_shape
-from rl_trainer_bench.preflight.hlo_replica_groups import mesh_partition, parse_mesh, replica_groups
+from rl_trainer_bench.preflight.hlo import text as hlo_text
+from rl_trainer_bench.preflight.hlo.counts import execution_counts
+from rl_trainer_bench.preflight.hlo.overlap import analyze_file, analyze_text
+from rl_trainer_bench.preflight.hlo.parse import HloParseError, parse_hlo, parse_shape
+from rl_trainer_bench.preflight.hlo.replica_groups import mesh_partition, parse_mesh, replica_groups
+from rl_trainer_bench.preflight.hlo.report import format_report
 
 TESTDATA = Path(__file__).resolve().parents[1] / "testdata"
 MESH = {"fsdp": 2, "context": 2, "expert": 2}

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import pytest
 
 from rl_trainer_bench.preflight import program_cost
-from rl_trainer_bench.preflight.hlo_parse import parse_hlo
+from rl_trainer_bench.preflight.hlo.parse import parse_hlo
 
 LAYERS = 6
 X = jax.ShapeDtypeStruct((128, 256), jnp.float32)

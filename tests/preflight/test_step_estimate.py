@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rl_trainer_bench.config.presets import preset
-from rl_trainer_bench.engine.flops import micro_batch_flops
+from rl_trainer_bench.engine.builtin.flops import micro_batch_flops
 from rl_trainer_bench.payload import build
 from rl_trainer_bench.payload.routing_profile import load_profile
 from rl_trainer_bench.preflight import step_estimate

@@ -49,7 +49,8 @@ def state_bytes(
     """Per-device bytes of each part of the state that stays on the device (residency.STATE_PARTS)."""
     import jax
 
-    from rl_trainer_bench.engine import residency, sharding
+    from rl_trainer_bench.engine import residency
+    from rl_trainer_bench.engine.builtin import sharding
 
     engine = engine or aot_engine_module(BUILT_IN)
     batch = {
@@ -67,7 +68,7 @@ def state_bytes(
 
 def unsharded_state(config: EngineConfig, mesh, engine: ModuleType) -> list[tuple[str, int]]:
     """(leaf, bytes per device) of every state leaf that is not split over every device."""
-    from rl_trainer_bench.engine import sharding
+    from rl_trainer_bench.engine.builtin import sharding
 
     return sharding.unsharded_leaves(engine.abstract_state(config, mesh), mesh.size)
 
@@ -291,7 +292,7 @@ def assemble(
 
 
 def _mesh(config: EngineConfig, target: Target):
-    from rl_trainer_bench.engine import sharding
+    from rl_trainer_bench.engine.builtin import sharding
 
     return sharding.make_mesh(config.mesh, list(target.devices))
 

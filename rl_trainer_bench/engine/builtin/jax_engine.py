@@ -23,11 +23,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from rl_trainer_bench.engine import flops, programs, residency, sharding
-from rl_trainer_bench.engine.config import EngineConfig
-from rl_trainer_bench.engine.contract import ContractError, Payload, StateMismatch
-from rl_trainer_bench.engine.parameters import parameter_shapes
-from rl_trainer_bench.engine.programs import (
+from rl_trainer_bench.engine import residency
+from rl_trainer_bench.engine.builtin import flops, programs, sharding
+from rl_trainer_bench.engine.builtin.parameters import parameter_shapes
+from rl_trainer_bench.engine.builtin.programs import (
     Accumulated,
     TrainState,
     abstract_state,
@@ -39,6 +38,8 @@ from rl_trainer_bench.engine.programs import (
     lower_programs,
     payload_spec,
 )
+from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.contract import ContractError, Payload, StateMismatch
 from rl_trainer_bench.engine.shared_state import StateFamily, first_difference
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from rl_trainer_bench.engine import sharding
+from rl_trainer_bench.engine.builtin import sharding
+from rl_trainer_bench.engine.builtin.model import merge_chunks, split_chunks
 from rl_trainer_bench.engine.config import LossConfig
-from rl_trainer_bench.engine.model import merge_chunks, split_chunks
 
 
 def next_token_targets(input_ids, segment_ids):

@@ -37,9 +37,12 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from rl_trainer_bench.engine import abstract_inputs, maxtext_config, maxtext_keys, maxtext_payload
+from rl_trainer_bench.engine import abstract_inputs
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError
+from rl_trainer_bench.engine.maxtext import config as maxtext_config
+from rl_trainer_bench.engine.maxtext import keys as maxtext_keys
+from rl_trainer_bench.engine.maxtext import payload as maxtext_payload
 
 # `api` below is the adapter's MaxTextApi (maxtext_adapter imports this module, not the reverse).
 MaxTextApi = Any
@@ -77,7 +80,7 @@ def maxtext_args(
             {**maxtext_keys.platform_keys(config, platform), **(target if aot else {})},
         )
     except maxtext_keys.NotTaken as why:
-        raise ContractError(f"ENGINE=...maxtext_adapter:MaxTextEngine: {why}") from why
+        raise ContractError(f"ENGINE=...maxtext.adapter:MaxTextEngine: {why}") from why
 
 
 def refuse_unsplit_batch(api: MaxTextApi, config: EngineConfig, maxtext_config: Any, mesh) -> None:

@@ -16,8 +16,8 @@ import dataclasses
 
 import numpy as np
 
+from rl_trainer_bench.engine.builtin.flops import causal_pairs, micro_batch_flops
 from rl_trainer_bench.engine.config import DROPLESS, EngineConfig, expert_capacity, tokens_per_group
-from rl_trainer_bench.engine.flops import causal_pairs, micro_batch_flops
 
 
 @dataclasses.dataclass(frozen=True)

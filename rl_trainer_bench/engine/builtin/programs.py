@@ -18,8 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl_trainer_bench.engine import model, moe, residency, sharding
+from rl_trainer_bench.engine import residency
 from rl_trainer_bench.engine.abstract_inputs import payload_spec, platform_of
+from rl_trainer_bench.engine.builtin import model, moe, sharding
+from rl_trainer_bench.engine.builtin.loss import micro_batch_loss
 from rl_trainer_bench.engine.config import (
     DROPLESS,
     EngineConfig,
@@ -28,7 +30,6 @@ from rl_trainer_bench.engine.config import (
     replays_possible,
 )
 from rl_trainer_bench.engine.contract import ContractError, Payload
-from rl_trainer_bench.engine.loss import micro_batch_loss
 
 
 class StepStat(NamedTuple):

@@ -10,7 +10,7 @@ instruction over several lines, writes `//` comments inside a body, spaces insid
 (`u32[1, 2]`) and before a layout. This reader accepts all of them and refuses anything else with
 the line number, so a truncated or foreign file never yields a silent summary. It reads one module:
 a second `HloModule` header or two computations of one name are refused, never half-read
-(`hlo_text` splits a file of several modules first).
+(`hlo.text` splits a file of several modules first).
 """
 
 from __future__ import annotations

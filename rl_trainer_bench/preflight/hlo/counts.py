@@ -1,6 +1,6 @@
 """How often each computation of an HLO module runs, and the matmul FLOPs of an instruction.
 
-XLA's own cost analysis counts a loop body once; the collective-overlap summary (`hlo_overlap`)
+XLA's own cost analysis counts a loop body once; the collective-overlap summary (`hlo.overlap`)
 and the loop-counted cost (`program_cost`) both need every computation counted as often as it
 runs, with trip counts read from the text (TPU text drops XLA's `known_trip_count` record).
 """
@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from rl_trainer_bench.preflight.hlo_parse import Computation, HloModule, HloParseError, Instruction
+from rl_trainer_bench.preflight.hlo.parse import Computation, HloModule, HloParseError, Instruction
 
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 

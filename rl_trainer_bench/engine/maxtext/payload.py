@@ -1,7 +1,7 @@
 """The bench's micro-batch as MaxText's engine takes it: Tunix's payload, then MaxText's loss inputs.
 
 Shared by the adapter, which converts real micro-batches (masks: the adapter's docstring), and by
-the AOT path (`maxtext_aot`), which needs the same mapping as shapes only: a 397B micro-batch's
+the AOT path (`maxtext.aot`), which needs the same mapping as shapes only: a 397B micro-batch's
 routes alone are 5 GB, so the abstract one is built from zero-stride arrays and mapped under
 `jax.eval_shape`, allocating nothing of that size.
 """
@@ -15,9 +15,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from rl_trainer_bench.engine import maxtext_metrics
 from rl_trainer_bench.engine.contract import Payload
-from rl_trainer_bench.engine.tunix_grpo import token_aligned
+from rl_trainer_bench.engine.maxtext import metrics as maxtext_metrics
+from rl_trainer_bench.engine.maxtext.tunix_grpo import token_aligned
 
 
 def replay_payload_type(payload_type: type) -> type:

@@ -28,9 +28,9 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from rl_trainer_bench.engine.builtin.parameters import PARAMETERS
 from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.engine.contract import ContractError
-from rl_trainer_bench.engine.parameters import PARAMETERS
 
 AXES = ("fsdp", "context", "expert")
 ROWS = ("fsdp", "expert")  # mesh axes that split the rows (B) of a micro-batch

@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from rl_trainer_bench.engine import sharding
+from rl_trainer_bench.engine.builtin import sharding
+from rl_trainer_bench.engine.builtin.linear_attention import from_previous_shard, gated_delta_rule
+from rl_trainer_bench.engine.builtin.norms import rms_normalized
 from rl_trainer_bench.engine.config import ModelConfig
-from rl_trainer_bench.engine.linear_attention import from_previous_shard, gated_delta_rule
-from rl_trainer_bench.engine.norms import rms_normalized
 
 # q, k and v share one projection matmul and one convolution: their weights side by side.
 QKV = (("gdn_wq", "gdn_conv_q"), ("gdn_wk", "gdn_conv_k"), ("gdn_wv", "gdn_conv_v"))

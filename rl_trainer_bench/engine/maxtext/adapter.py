@@ -5,7 +5,7 @@ not its details, and this adapter supplies exactly the difference, nothing else:
 
 - **Config.** MaxText's own model config for the bench model's family (Qwen3.5: `qwen3.5-397b-a17b`,
   decoder `qwen3_5`), with the engine config's shapes, mesh, batch and optimizer translated by one
-  table (`maxtext_keys`), then the trainer's own MaxText keys unchanged and last, as Tunix applies
+  table (`maxtext.keys`), then the trainer's own MaxText keys unchanged and last, as Tunix applies
   them. What MaxText does not take, what the trainer's keys replaced and which of them the bench
   held is in `info()`, which the bench logs before the compile.
 - **Mesh.** The engine config's fsdp x context x expert are MaxText's `ici_*` axes; MaxText then
@@ -35,7 +35,7 @@ not its details, and this adapter supplies exactly the difference, nothing else:
   `fwd_bwd_accum`, `update` and `eval` by name, everything else (the eager ops of the input
   mapping) as `eager_ops`.
 - **Metrics.** MaxText's on-device `MetricsBuffer` becomes host values under the ruler's keys
-  (`maxtext_metrics`). Drops are counted only where MaxText measures them; replays and the
+  (`maxtext.metrics`). Drops are counted only where MaxText measures them; replays and the
   probability error never are, and read None (not measured), never 0.
 - **Files.** MaxText's profiler is off (PROFILE_STEPS traces through the bench's own window,
   which records MaxText's programs too) and everything MaxText writes (TensorBoard events) goes
@@ -70,19 +70,16 @@ from typing import Any
 import jax
 import numpy as np
 
-from rl_trainer_bench.engine import (
-    compile_events,
-    cpu_lowerings,
-    maxtext_aot,
-    maxtext_config,
-    maxtext_head,
-    maxtext_keys,
-    maxtext_metrics,
-    maxtext_payload,
-    tunix_grpo,
-)
+from rl_trainer_bench.engine import compile_events
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload, PreparedInput, StateMismatch
+from rl_trainer_bench.engine.maxtext import aot as maxtext_aot
+from rl_trainer_bench.engine.maxtext import config as maxtext_config
+from rl_trainer_bench.engine.maxtext import cpu_lowerings, tunix_grpo
+from rl_trainer_bench.engine.maxtext import head as maxtext_head
+from rl_trainer_bench.engine.maxtext import keys as maxtext_keys
+from rl_trainer_bench.engine.maxtext import metrics as maxtext_metrics
+from rl_trainer_bench.engine.maxtext import payload as maxtext_payload
 from rl_trainer_bench.engine.shared_state import StateFamily, first_difference
 
 KERNELS = ("fwd_bwd", "fwd_bwd_accum", "update")
@@ -137,7 +134,7 @@ def load_maxtext() -> MaxTextApi:
             from maxtext.utils import max_utils, maxtext_utils, sharding
     except ImportError as error:
         raise ContractError(
-            f"ENGINE=...maxtext_adapter:MaxTextEngine needs maxtext and Tunix importable ({error}):"
+            f"ENGINE=...maxtext.adapter:MaxTextEngine needs maxtext and Tunix importable ({error}):"
             " build the side environment of benchmarks/maxtext_engine.sh"
         ) from error
 

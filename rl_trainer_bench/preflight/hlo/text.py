@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Callable
 
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight.hlo_parse import HloModule, HloParseError, parse_hlo
+from rl_trainer_bench.preflight.hlo.parse import HloModule, HloParseError, parse_hlo
 
 _MODULE_HEADER = re.compile(r"^HloModule\s", re.MULTILINE)
 _GZIP_MAGIC = b"\x1f\x8b"

@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from rl_trainer_bench.engine import sharding
+from rl_trainer_bench.engine.builtin import sharding
+from rl_trainer_bench.engine.builtin.sharding import EXPERT_AXIS
 from rl_trainer_bench.engine.config import (
     DROPLESS,
     DroplessCompute,
@@ -30,7 +31,6 @@ from rl_trainer_bench.engine.config import (
     expert_capacity,
 )
 from rl_trainer_bench.engine.contract import ContractError
-from rl_trainer_bench.engine.sharding import EXPERT_AXIS
 
 # The layouts themselves; "auto" picks one of them per platform.
 EXPERT_COMPUTE_CHOICES = tuple(c for c in choices(ExpertCompute) if c != "auto")

@@ -5,7 +5,7 @@ Tunix's `TrainerWorker` (`tunix/experimental/worker/trainer_worker.py`) with Tun
 `algo_core.grpo_loss_fn`, set as the public distributed GRPO example sets it: `with_loss_fn(loss,
 has_aux=True)` and an input hook returning `train_example`, `algo_config`, `pad_id`, `eos_id`.
 This module holds what the MaxText adapter needs to do the same (how MaxText's model splits into
-hidden states and an output head is `maxtext_head`'s):
+hidden states and an output head is `maxtext.head`'s):
 
 - **Driver choice** (`MAXTEXT_DRIVERS`, `choose`): `tunix` when the worker and the loss import,
   `maxtext` (the adapter's own calls and MaxText's router-replay loss) otherwise, or as asked.
@@ -42,9 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from rl_trainer_bench.engine import maxtext_head
 from rl_trainer_bench.engine.config import LossConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload
+from rl_trainer_bench.engine.maxtext import head as maxtext_head
 
 TUNIX = "tunix"  # Tunix's TrainerWorker and GRPO loss
 MAXTEXT = "maxtext"  # the adapter's own calls with MaxText's router-replay loss
@@ -245,7 +245,7 @@ def model_input(algo_config: Any) -> Callable[[RoutedExample], dict[str, Any]]:
 
 def grpo_loss(api: TunixApi, wrapped: bool, split: str, chunked: ChunkedPass) -> Callable[..., Any]:
     """Tunix's GRPO loss on the engine's model, routes replayed, its log-probs through the pass
-    `chunked` says (`split`: the model's head split, `maxtext_head`)."""
+    `chunked` says (`split`: the model's head split, `maxtext.head`)."""
 
     def loss(model, train_example, algo_config, pad_id, eos_id, routed_experts=None):
         return api.grpo_loss_fn(
@@ -263,7 +263,7 @@ def grpo_loss(api: TunixApi, wrapped: bool, split: str, chunked: ChunkedPass) ->
 class ReplayingCall:
     """Tunix's model call `(tokens, positions, cache, attention_mask, segment_ids, skip_lm_head)`
     over MaxText's model with the rollout's routes forced, and `compute_final_logits`, so that
-    Tunix's chunked pass can run on it (`maxtext_head`: the model's own split, or its decoder's).
+    Tunix's chunked pass can run on it (`maxtext.head`: the model's own split, or its decoder's).
     """
 
     def __init__(self, model: Any, routes: Any, wrapped: bool, split: str):

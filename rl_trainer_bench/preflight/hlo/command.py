@@ -18,9 +18,9 @@ from rl_trainer_bench.preflight.aot.check import compiled_texts
 from rl_trainer_bench.preflight.aot.command import add_target_arguments
 from rl_trainer_bench.preflight.aot.targets import LOCAL
 from rl_trainer_bench.preflight.compiler_flags import compiler_flags
-from rl_trainer_bench.preflight.hlo_overlap import analyze_file, analyze_text
-from rl_trainer_bench.preflight.hlo_overlap_report import format_report
-from rl_trainer_bench.preflight.hlo_replica_groups import parse_mesh
+from rl_trainer_bench.preflight.hlo.overlap import analyze_file, analyze_text
+from rl_trainer_bench.preflight.hlo.replica_groups import parse_mesh
+from rl_trainer_bench.preflight.hlo.report import format_report
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 
 

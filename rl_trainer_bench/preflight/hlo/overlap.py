@@ -13,10 +13,10 @@ bytes that move, and how much of that has compute beside it. It reads CPU, GPU a
 alike; collectives in a loop body count once per known trip, and those in a fusion's computation
 (TPU programs fuse collectives with compute) once per run of the fusion, exposed, since XLA does
 not schedule the inside of a fusion. A file of several modules gets one
-report per module (`hlo_text`); an async collective XLA made synchronous (a converted op, or a GPU
+report per module (`hlo.text`); an async collective XLA made synchronous (a converted op, or a GPU
 pair whose backend config says `is_sync`) counts as exposed. The report's rows and their text form
-are `hlo_overlap_report`, the groups' mesh axes `hlo_replica_groups`, the command
-`hlo_overlap_command`.
+are `hlo.report`, the groups' mesh axes `hlo.replica_groups`, the command
+`hlo.command`.
 """
 
 from __future__ import annotations
@@ -27,24 +27,24 @@ import re
 from collections.abc import Mapping
 
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight.hlo_counts import (
+from rl_trainer_bench.preflight.hlo.counts import (
     FlopCounter,
     control_flow_runs,
     execution_counts,
 )
-from rl_trainer_bench.preflight.hlo_overlap_report import (
-    Collective,
-    OverlapReport,
-    summarize,
-)
-from rl_trainer_bench.preflight.hlo_parse import (
+from rl_trainer_bench.preflight.hlo.parse import (
     Computation,
     HloModule,
     Instruction,
     parse_hlo,
 )
-from rl_trainer_bench.preflight.hlo_replica_groups import groups_and_axes
-from rl_trainer_bench.preflight.hlo_text import read_modules
+from rl_trainer_bench.preflight.hlo.replica_groups import groups_and_axes
+from rl_trainer_bench.preflight.hlo.report import (
+    Collective,
+    OverlapReport,
+    summarize,
+)
+from rl_trainer_bench.preflight.hlo.text import read_modules
 
 KINDS = (
     "all-gather",

@@ -20,9 +20,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rl_trainer_bench.engine import gated_deltanet, moe, parameters, sharding
+from rl_trainer_bench.engine.builtin import gated_deltanet, moe, parameters, sharding
+from rl_trainer_bench.engine.builtin.norms import rms_norm
 from rl_trainer_bench.engine.config import GPU_PLATFORMS, ModelConfig
-from rl_trainer_bench.engine.norms import rms_norm
 
 # What each `RematPolicy` saves; "none" runs the layer without a checkpoint.
 REMAT_POLICIES = {

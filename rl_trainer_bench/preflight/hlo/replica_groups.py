@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight.hlo_parse import HloModule, Instruction
+from rl_trainer_bench.preflight.hlo.parse import HloModule, Instruction
 
 
 def groups_and_axes(
