@@ -37,10 +37,20 @@ SHARED_STATE_NOTE = (
 )
 
 
+def bench_order(plan: ArmPlan) -> list[str]:
+    """The benches in the order they are built: the baseline's (the setting --arms names first)
+    first, so its engine allocates the state and a refusal names the pair as --arms writes it,
+    whichever way the drawn turns run them."""
+    return sorted(
+        plan.bench_configs,
+        key=lambda name: plan.baseline not in {arm.setting for arm in plan.arms_of(name)},
+    )
+
+
 def refuse_other_engines(plan: ArmPlan) -> None:
     """UserError, before any engine is built, when an arm names another engine than the first
     bench's: another engine holds another state."""
-    first_bench, *others = plan.bench_configs
+    first_bench, *others = bench_order(plan)
     engine = plan.bench_configs[first_bench].engine
     for name in others:
         if plan.bench_configs[name].engine != engine:
@@ -52,7 +62,7 @@ def refuse_other_engines(plan: ArmPlan) -> None:
 def state_refusal(plan: ArmPlan, bench: str, why: str) -> UserError:
     """The one line refusing the arms of `bench`, whose programs need another training state
     than the first bench's (`why` says which part, and how it differs)."""
-    first = plan.arms_of(next(iter(plan.bench_configs)))[0]
+    first = plan.arms_of(bench_order(plan)[0])[0]
     arm = plan.arms_of(bench)[0]
     keys = [f"{k}={v}" for k, v in arm.program_knobs if (k, v) not in first.program_knobs]
     return UserError(

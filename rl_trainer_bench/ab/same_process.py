@@ -205,7 +205,8 @@ def _built_benches(
     """One Bench per group, built with every stage its arms run, every one after the first over
     the first's training state: refused here, before any compile."""
     benches: dict[str, Any] = {}
-    for name, bench_config in plan.bench_configs.items():
+    for name in one_state.bench_order(plan):
+        bench_config = plan.bench_configs[name]
         arms = plan.arms_of(name)
         settings = ", ".join(dict.fromkeys(a.setting for a in arms))
         progress.say(f"setting up {name} (arms {settings}): pool, engine")

@@ -31,7 +31,7 @@ TWO_PROGRAMS = "narrow:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2"
 
 
 def run_ab(argv, make_bench):
-    args = cli.build_parser().parse_args(["ab", *argv])
+    args = cli.build_parser(["ab"]).parse_args(["ab", *argv])
     return ab.run(args, make_bench=make_bench)
 
 
