@@ -8,6 +8,7 @@ import shlex
 import subprocess
 import sys
 
+import pytest
 import yaml
 from reference_data import launch_render
 from render_helpers import FIXTURE, exports
@@ -42,15 +43,23 @@ def test_plan_prints_the_pods_plan_from_its_code_and_environment(tmp_path, capfd
     assert lines[-1] == "plan: ok: every knob is valid; nothing ran on a device"
 
 
-def test_an_edited_manifest_is_refused_naming_the_annotation(tmp_path, capfd):
+@pytest.mark.parametrize(
+    ("annotation", "said"),
+    [
+        (CODE_SHA_ANNOTATION, "embedded code has sha256"),
+        (PLAN_SHA_ANNOTATION, "embedded plan has sha256"),
+    ],
+)
+def test_an_edited_manifest_is_refused_naming_the_annotation(tmp_path, capfd, annotation, said):
+    """The embedded code and the embedded plan are each checked against their annotation."""
     bench = _rendered(tmp_path)
     text = bench.read_text()
-    sha = text.split(f"{CODE_SHA_ANNOTATION}: ", 1)[1].split()[0]
+    sha = text.split(f"{annotation}: ", 1)[1].split()[0]
     bench.write_text(text.replace(sha, "a" * 64))
     capfd.readouterr()
     assert cli.main(["plan", str(bench)]) == 2
     err = capfd.readouterr().err
-    assert err.count("\n") == 1 and "the manifest was edited after rendering" in err
+    assert err.count("\n") == 1 and said in err and "the manifest was edited after rendering" in err
 
 
 def test_a_file_without_a_bench_jobset_is_refused(capfd):
@@ -157,17 +166,6 @@ def test_a_pod_whose_environment_differs_from_the_render_refuses_naming_the_line
     (line,) = [x for x in pod.stderr.splitlines() if "differs from the rendered plan" in x]
     assert "rendered 'plan: step: micro_steps=4 steps=7" in line
     assert "the pod's 'plan: step: micro_steps=4 steps=9" in line
-
-
-def test_an_edited_embedded_plan_is_refused_naming_the_annotation(tmp_path, capfd):
-    bench = _rendered(tmp_path)
-    text = bench.read_text()
-    sha = text.split(f"{PLAN_SHA_ANNOTATION}: ", 1)[1].split()[0]
-    bench.write_text(text.replace(sha, "b" * 64))
-    capfd.readouterr()
-    assert cli.main(["plan", str(bench)]) == 2
-    err = capfd.readouterr().err
-    assert err.count("\n") == 1 and "embedded plan has sha256" in err
 
 
 def test_what_only_the_image_answers_is_printed_as_checked_in_the_pod_and_checked_there(
