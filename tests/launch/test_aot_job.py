@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -66,9 +67,9 @@ def _run_script(job: dict, tmp_path: Path, site: Path | None, **env: str):
     """The job's client command as the pod runs it, `python` being this interpreter."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    stub = bin_dir / "python"
-    stub.write_text(f'#!/bin/bash\nexec {sys.executable} "$@"\n')
-    stub.chmod(0o755)
+    interpreter = bin_dir / "python"
+    interpreter.write_text(f'#!/bin/bash\nexec {shlex.quote(sys.executable)} "$@"\n')
+    interpreter.chmod(0o755)
     environment = {
         **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         "PATH": f"{bin_dir}:{os.environ['PATH']}",

@@ -99,9 +99,9 @@ def test_an_empty_file_is_refused_asking_for_a_rendered_jobset(tmp_path, capfd):
 def _python_on_path(folder) -> dict[str, str]:
     """A `python` and `python3` on PATH that are this interpreter, as the trainer's image has."""
     for name in ("python", "python3"):
-        stub = folder / name
-        stub.write_text(f'#!/bin/bash\nexec {shlex.quote(sys.executable)} "$@"\n')
-        stub.chmod(0o755)
+        interpreter = folder / name
+        interpreter.write_text(f'#!/bin/bash\nexec {shlex.quote(sys.executable)} "$@"\n')
+        interpreter.chmod(0o755)
     return {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}"}
 
 
