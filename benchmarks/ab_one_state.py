@@ -9,6 +9,9 @@ in all, its bench count, its exact checks and its verdict. The A/B's own code is
 the same script measures any checkout (PYTHONPATH) of the package. On a CPU host the "devices"
 are host memory, and the figure is the arrays' bytes, not the process's RSS. The sampler starts
 JAX before the A/B does, so the preset's host devices are given in XLA_FLAGS (8 for cpu-tiny).
+On an accelerator whose allocator keeps statistics (a GPU), the line also gives the first
+device's `memory_stats()` at the end: `bytes_in_use` and `peak_bytes_in_use`, which count the
+programs' temporaries as well as the live arrays.
 
 Run one A/B whose two settings are one bench (the same knobs) for one arm's bytes, then the same
 A/B with two settings of different programs: with one state their peaks agree; with a state per
@@ -66,6 +69,7 @@ def main(argv: list[str]) -> int:
     with LiveBytes() as live:
         code = cli.main(command)
     report = json.loads((out / "ab.json").read_text())
+    allocator = jax.local_devices()[0].memory_stats() or {}
     print(
         json.dumps(
             {
@@ -73,10 +77,12 @@ def main(argv: list[str]) -> int:
                 "exit": code,
                 "peak_live_bytes": live.peak,
                 "last_live_bytes": live.last,
+                "device_bytes_in_use": allocator.get("bytes_in_use"),
+                "device_peak_bytes_in_use": allocator.get("peak_bytes_in_use"),
                 "warmup_steps_total": report.get("warmup_steps_total"),
-                "benches": len(report["compile_s"]),
-                "checks": {c["name"]: c["status"] for c in report["checks"]},
-                "verdict": report["verdict"],
+                "benches": len(report.get("compile_s", {})),  # an interrupted A/B has none
+                "checks": {c["name"]: c["status"] for c in report.get("checks", [])},
+                "verdict": report.get("verdict"),
                 "wall_s": round(time.time() - started, 1),
             }
         )

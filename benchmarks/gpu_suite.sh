@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The accelerator results in one run: the gpu-small engine step and MFU, then the main job's A/B
-# (STAGE_BEFORE_UPDATE off, on, on', off') on gpu-small with each stage's hidden fraction.
+# The accelerator results in one run: the gpu-small engine step and MFU; the main job's A/B
+# (STAGE_BEFORE_UPDATE off, on) at the accelerator's default design, with each stage's hidden
+# fraction; and the device bytes of a same-process A/B whose two settings compile two programs
+# over one training state, beside the main A/B's one program (`benchmarks/ab_one_state.py`).
 #
 # On one NVIDIA H200 (JAX with CUDA, no internet), from the repository root:
 #     OUT=/some/folder benchmarks/gpu_suite.sh
 # Everything it keeps lands in $OUT, at most 8 files: env.txt, engine_step.txt, ab.txt, ab.json,
-# ab.png, ab.log, suite.log. Budget: under 8 minutes in all (each part has its own time limit).
+# ab.log, one_state.jsonl, two_programs.log, suite.log. Budget: under 9 minutes in all (each part
+# has its own time limit).
 #
 # Dry run on any CPU (cpu-tiny, 8 host devices, a temporary OUT unless one is given):
 #     benchmarks/gpu_suite.sh --cpu        (or DRY_RUN=1 benchmarks/gpu_suite.sh)
@@ -19,8 +22,9 @@ fi
 if [[ "$mode" == cpu ]]; then
   PRESET=cpu-tiny
   STEPS="${STEPS:-3}"
-  export JAX_PLATFORMS=cpu
+  export JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=8
   OUT="${OUT:-$(mktemp -d -t gpu_suite_dry.XXXXXX)}"
+  LIMIT_SCALE="${LIMIT_SCALE:-3}"  # a 2-core CPU compiles and steps far slower than the GPU
 else
   PRESET=gpu-small
   STEPS="${STEPS:-6}"
@@ -40,7 +44,7 @@ say() { echo "[gpu_suite $(date -u +%H:%M:%S)] $*" | tee -a "$log"; }
 
 # part NAME LIMIT_S OUTPUT_FILE COMMAND...: run with a time limit, keep its output, remember failures.
 part() {
-  local name=$1 limit=$2 output=$3
+  local name=$1 limit=$(($2 * ${LIMIT_SCALE:-1})) output=$3
   shift 3
   say "$name: $* (limit ${limit}s)"
   local started=$SECONDS
@@ -76,24 +80,37 @@ PY
 } >"$OUT/env.txt" 2>&1
 
 if [[ -f benchmarks/engine_step.py ]]; then
-  part engine_step 150 "$OUT/engine_step.txt" "$PYTHON" benchmarks/engine_step.py --preset "$PRESET"
+  part engine_step 110 "$OUT/engine_step.txt" "$PYTHON" benchmarks/engine_step.py --preset "$PRESET"
 else
   say "engine_step: benchmarks/engine_step.py is not in this tree; skipped"
 fi
 
 # The A/B writes ab.json, ab.png, ab.txt, ab.log and one results file per arm into a scratch
-# folder; only the report files come back (the arms' records are all inside ab.json).
+# folder; only the report files come back (the arms' records are all inside ab.json). It runs
+# under the live-bytes sampler: one bench, so its figure is one arm's bytes. On the accelerator it
+# takes the platform's default design (no --steps); the CPU dry run keeps it short.
 scratch=$(mktemp -d -t gpu_suite_ab.XXXXXX)
-part ab 330 "$scratch/terminal.txt" "$PYTHON" -m rl_trainer_bench.cli ab --preset "$PRESET" \
-  --arms off,on --steps "$STEPS" --out "$scratch/ab"
-for file in ab.json ab.png ab.txt ab.log; do
+design=()
+[[ "$mode" == cpu ]] && design=(--steps "$STEPS" --blocks 3)
+part ab 250 "$scratch/terminal.txt" "$PYTHON" benchmarks/ab_one_state.py one-program ab \
+  --preset "$PRESET" --arms off,on "${design[@]}" --out "$scratch/ab"
+for file in ab.json ab.txt ab.log; do
   [[ -f "$scratch/ab/$file" ]] && cp "$scratch/ab/$file" "$OUT/$file"
 done
+grep -h '^{"label"' "$scratch/terminal.txt" >>"$OUT/one_state.jsonl"
 if [[ -f "$scratch/ab/ab.txt" ]]; then
   grep -E '^(delta|verdict|noise floor)' "$scratch/ab/ab.txt" | sed 's/^/  /' | tee -a "$log"
 else
   cp "$scratch/terminal.txt" "$OUT/ab.log"  # no report: keep what the command printed
 fi
+
+# Two settings of different programs (the ragged buffer's size) over one training state: its
+# live bytes should be the one-program A/B's, where a state per bench would add a whole state.
+part two_programs 170 "$OUT/two_programs.log" "$PYTHON" benchmarks/ab_one_state.py two-programs \
+  ab --preset "$PRESET" --arms "narrow:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2" \
+  --order written --steps 1 --out "$scratch/two"
+grep -h '^{"label"' "$OUT/two_programs.log" >>"$OUT/one_state.jsonl"
+cat "$OUT/one_state.jsonl" | tee -a "$log"
 rm -rf "$scratch"
 
 say "done: worst exit $worst; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
