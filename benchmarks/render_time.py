@@ -53,7 +53,7 @@ def main() -> None:
             seconds.append(time.perf_counter() - start)
         stored = stored_annotation_bytes(yaml.safe_load(result.yaml))
         label = name + (
-            f" (ENGINE={knobs.engine}, AB_ARMS={knobs.ab_arms})" if knobs.ab_arms else ""
+            f" (ENGINE={knobs.passed('ENGINE')}, AB_ARMS={knobs.ab_arms})" if knobs.ab_arms else ""
         )
         print(
             f"{label}: median {statistics.median(seconds) * 1e3:.1f} ms "

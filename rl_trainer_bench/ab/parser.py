@@ -12,7 +12,14 @@ from pathlib import Path
 from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.config import values
-from rl_trainer_bench.config.knobs import DRIVER_KNOBS, MAX_SEED, MAX_STEPS, add_preset_flag
+from rl_trainer_bench.config.knobs import (
+    AB,
+    DRIVER_KNOBS,
+    MAX_SEED,
+    add_knob_flags,
+    add_preset_flag,
+    knobs_of,
+)
 from rl_trainer_bench.errors import ConfigError
 
 DESIGN_ARMS, DESIGN_INTERLEAVED = "arms", "interleaved"
@@ -21,6 +28,14 @@ DESIGN_ARMS, DESIGN_INTERLEAVED = "arms", "interleaved"
 DEFAULT_STEPS = {DESIGN_ARMS: 3, DESIGN_INTERLEAVED: 8}
 MAX_BLOCKS = 1000
 BUDGET_FORMS = "N scored steps per setting (e.g. 12) or M minutes of the pod's time (e.g. 45min)"
+# What the knobs `ab` takes as its own flags (`knobs_of(AB)`) mean for an A/B; each row says the
+# rest: its help, its grammar and what `ab` does when the flag is not given.
+_KNOB_NOTES = {
+    "STEPS": f"; per turn of the {run_orders.BLOCKS} order (1 on an accelerator, 3 on the"
+    f" CPU), per arm of another order ({DEFAULT_STEPS[DESIGN_ARMS]}); interleaved: pairs of scored"
+    f" steps, rounded up to even ({DEFAULT_STEPS[DESIGN_INTERLEAVED]})",
+    "WARMUP_STEPS": "; per bench, once before the first scored turn, never scored",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,20 +109,7 @@ def _add_length_arguments(parser: argparse.ArgumentParser) -> None:
         " (0.15%%), or a prior run's pod log or results.jsonl (default: --step-time's prior run,"
         " else the platform's, stated as assumed)",
     )
-    parser.add_argument(
-        "--steps",
-        type=_step_count,
-        help=f"scored steps per arm: per turn of the {run_orders.BLOCKS} order (default: 1 on an"
-        f" accelerator, 3 on the CPU), per arm of another order (default"
-        f" {DEFAULT_STEPS[DESIGN_ARMS]}); interleaved: pairs of scored steps, rounded up to even"
-        f" (default {DEFAULT_STEPS[DESIGN_INTERLEAVED]})",
-    )
-    parser.add_argument(
-        "--warmup-steps",
-        type=_step_count,
-        help="warm-up steps per bench, once before the first scored turn, never scored (default: the most any arm's engine"
-        " needs: 2 with MaxText's, else 1)",
-    )
+    add_knob_flags(parser, knobs_of(AB), _KNOB_NOTES, command=AB)
 
 
 def _add_knob_arguments(parser: argparse.ArgumentParser) -> None:
@@ -183,6 +185,4 @@ def _whole_number(name: str, minimum: int, maximum: int, shown_maximum: str):
 
 
 _seed = _whole_number("seed", 0, MAX_SEED, "2^64-1")
-# An A/B holds every record of every arm in memory, so step counts are bounded like the knobs'.
-_step_count = _whole_number("steps", 1, MAX_STEPS, f"{MAX_STEPS:,}")
 _block_count = _whole_number("blocks", run_orders.MIN_BLOCKS, MAX_BLOCKS, f"{MAX_BLOCKS:,}")

@@ -1,10 +1,16 @@
-"""Driver knobs: one table (name, default, parser, help, field) that every entry point reads.
+"""Driver knobs: one table (name, default, parser, formatter, help, surfaces) that every entry point reads.
 
-The driver (`BenchConfig.from_env`), `bench_driver.py`'s environment, the `rl-trainer-bench run`
-flags and the renderer's pass-through knobs (`rl_trainer_bench.launch.knobs`) all read `KNOBS`,
-so a knob's default, accepted forms and help are written once. `BenchConfig`'s defaults, its
-`from_env` and its `describe` are derived from the table: adding a knob is adding a row and the
-typed `BenchConfig` field it names.
+Each row is one knob everywhere: the driver reads it from its environment (`BenchConfig.from_env`)
+and `rl-trainer-bench run` takes it as a flag (`--micro-steps` for MICRO_STEPS); `surfaces` names
+the other commands that take it (`render`, which passes it through to the pod's driver; `ab`; `aot`),
+and `command_defaults` what it is there when unset, where that differs from the row's default. Those
+commands' knob flags, the renderer's pass-through knobs and the names it reserves in the pod's
+environment are all generated from the rows (`launch/knobs.py`, `ab/parser.py`,
+`preflight/aot/command.py`), so a knob's default, accepted forms and help are written once.
+`format` is `parse`'s inverse: the one way a typed value becomes text again, used where text must
+cross a process boundary (the pod's environment the renderer writes).
+`BenchConfig`'s defaults, its `from_env` and its `describe` are derived from the table: adding a
+knob is adding a row and the typed `BenchConfig` field it names (docs/commands.md, "Adding a knob").
 Errors are `ConfigError`s whose one-line message names the knob, the value and what is allowed,
 because a pod's log is often the only place a user sees them.
 
@@ -58,12 +64,24 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+# The commands that take a knob besides the driver's environment and `run`, which take every row.
+RENDER = "render"  # passed through to the pod's driver
+AB = "ab"  # a flag of `ab`, the same for every arm
+AOT = "aot"
+SURFACES = (RENDER, AB, AOT)
+
+
 @dataclasses.dataclass(frozen=True)
 class Knob:
-    """One driver knob: its environment name, default text, parser, help and BenchConfig field.
+    """One driver knob: its environment name, default text, parser and formatter, help, the
+    commands that take it and its BenchConfig field.
 
     `default` is the text the knob has when unset; "" means the knob reads as `unset`, for knobs
-    whose value follows from others (MICRO_STEPS from the preset), which their help says.
+    whose value follows from others (MICRO_STEPS from the preset), which `unset_help` says.
+    `format` writes a value as text that `parse` reads back as the same value.
+    `surfaces` names the commands of SURFACES that take the knob; `command_defaults` what the
+    knob is in one of them when its flag is not given, where that is not the row's default (the
+    command then resolves it: `ab`'s warm-up is the longest any arm's engine needs).
     `field` is the BenchConfig field it sets (default: the name in lower case); the three STAGE_*
     knobs set one field together (`StageConfig.from_env`). `shown` writes the field's value for
     the start-of-run config line (`BenchConfig.describe`); None leaves the knob off that line.
@@ -73,6 +91,10 @@ class Knob:
     default: str
     parse: Callable[[str, str], Any]  # (knob name, text) -> value, or ConfigError
     help: str
+    format: Callable[[Any], str] = str  # value -> text that `parse` reads back as the value
+    unset_help: str = ""  # what an unset knob means, where `default` gives no text
+    surfaces: frozenset[str] = frozenset()
+    command_defaults: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
     field: str = ""
     unset: Any = None  # the value when neither the environment nor `default` gives text
     shown: Callable[[Any], str] | None = _shown
@@ -91,6 +113,15 @@ class Knob:
         """The knob's value in `env` (empty or unset: its default; no default: None)."""
         text = env.get(self.name, "").strip() or self.default
         return self.parse(self.name, text) if text else self.unset
+
+    def default_note(self, command: str = "") -> str:
+        """' (default ...)' for the help of `command`'s flag: its own default where the row
+        declares one, else the row's; '' where neither is said."""
+        if command in self.command_defaults:
+            return f" (default: {self.command_defaults[command]})"
+        if self.unset_help:
+            return f" (default: {self.unset_help})"
+        return f" (default {self.default})" if self.default else ""
 
 
 # Bounds of the count knobs: far above any run worth timing, far below what exhausts the host's
@@ -159,42 +190,62 @@ def _slice(name: str, text: str) -> TpuSlice:
         raise ConfigError(f"{name}: {error}") from None
 
 
+# What an unset WARMUP_STEPS is: the engine's (`engine_warmup_steps`).
+_ENGINE_WARMUP = (
+    f"{MAXTEXT_WARMUP_STEPS} for MaxText's, which compiles its metric ops in the step after the"
+    " first; else 1"
+)
+
 KNOBS: tuple[Knob, ...] = (
     Knob(
         "PRESET",
         "",
         _preset,
-        f"preset name (default: the preset of the model TRAINER_ARGV names, else {DEFAULT_PRESET})",
+        "preset name",
+        format=lambda chosen: chosen.name,
+        unset_help=f"the preset of the model TRAINER_ARGV names, else {DEFAULT_PRESET}",
         shown=lambda chosen: chosen.name,
     ),
-    Knob("STEPS", "5", _between(1, MAX_STEPS), f"scored steps, 1..{MAX_STEPS:,}"),
+    Knob(
+        "STEPS",
+        "5",
+        _between(1, MAX_STEPS),
+        f"scored steps, 1..{MAX_STEPS:,}",
+        surfaces=frozenset({RENDER, AB}),
+        command_defaults={AB: "the order's, as listed"},
+    ),
     Knob(
         "WARMUP_STEPS",
         "",
         _between(1, MAX_STEPS),
-        f"warm-up steps before the scored ones, 1..{MAX_STEPS:,} (default: the engine's:"
-        f" {MAXTEXT_WARMUP_STEPS} for MaxText's, which compiles its metric ops in the step after"
-        " the first; else 1)",
+        f"warm-up steps before the scored ones, 1..{MAX_STEPS:,}",
+        unset_help=f"the engine's: {_ENGINE_WARMUP}",
+        surfaces=frozenset({AB}),
+        command_defaults={AB: f"the most any arm's engine needs: {_ENGINE_WARMUP}"},
     ),
     Knob(
         "MICRO_STEPS",
         "",
         _between(1, MAX_MICRO_STEPS),
-        f"fwd_bwd calls per step, 1..{MAX_MICRO_STEPS:,} (default: the launcher's, from"
-        " ORCH_ARGV and TRAINER_ARGV, where they give prompts, generations and rows per step;"
-        " else the preset's)",
+        f"fwd_bwd calls per step, 1..{MAX_MICRO_STEPS:,}",
+        unset_help="the launcher's, from ORCH_ARGV and TRAINER_ARGV, where they give prompts,"
+        " generations and rows per step; else the preset's",
+        surfaces=frozenset({RENDER, AOT}),
     ),
     Knob(
         "DISTINCT_MICRO_BATCHES",
         "",
         _between(1, MAX_MICRO_STEPS + 1),
-        f"micro-batches in the pool, 1..{MAX_MICRO_STEPS + 1:,} (default MICRO_STEPS + 1)",
+        f"micro-batches in the pool, 1..{MAX_MICRO_STEPS + 1:,}",
+        unset_help="MICRO_STEPS + 1",
     ),
     Knob(
         "STAGE_BEFORE_UPDATE",
         "off",
         values.switch,
         "on|off (or 1|0)",
+        format=values.format_switch,
+        surfaces=frozenset({AOT}),
         field="stage",
         shown=lambda stage: stage.describe(),
     ),
@@ -203,6 +254,7 @@ KNOBS: tuple[Knob, ...] = (
         "off",
         values.switch,
         "on|off (exclusive with STAGE_BEFORE_UPDATE)",
+        format=values.format_switch,
         field="stage",
         shown=None,  # STAGE_BEFORE_UPDATE's row shows the stage
     ),
@@ -218,9 +270,11 @@ KNOBS: tuple[Knob, ...] = (
         "PROFILE_STEPS",
         "",
         values.step_window,
-        f"steps to trace with jax.profiler: {values.STEP_WINDOW_FORMS}, warm-up steps first"
-        " (default: none)",
-        shown=lambda window: "-" if window is None else "{}:{}".format(*window),
+        f"steps to trace with jax.profiler: {values.STEP_WINDOW_FORMS}, warm-up steps first",
+        format=values.format_step_window,
+        unset_help="none",
+        surfaces=frozenset({RENDER}),
+        shown=lambda window: "-" if window is None else values.format_step_window(window),
     ),
     Knob("RESULTS_DIR", "bench_results", lambda name, text: Path(text), "folder for results"),
     Knob(
@@ -228,17 +282,35 @@ KNOBS: tuple[Knob, ...] = (
         "",
         _results_uri,
         "where RESULTS_DIR is copied as the run goes and when it ends, for results that"
-        " outlive the pod: a gs:// folder or a folder on a mounted durable volume (the renderer"
-        " sets it from the trainer's output directory; default: no copy)",
+        " outlive the pod: a gs:// folder or a folder on a mounted durable volume",
+        unset_help="no copy",
+        surfaces=frozenset({RENDER}),
+        command_defaults={RENDER: "under the trainer's durable output folder, if it has one"},
     ),
-    Knob("ROUTING_PROFILE", "", _text, "routing profile JSON path (default: the shipped one)"),
-    Knob("SEED", "0", _between(0, MAX_SEED), "seed of the micro-batch pool, 0..2^64-1"),
+    Knob(
+        "ROUTING_PROFILE",
+        "",
+        _text,
+        "routing profile JSON path",
+        unset_help="the shipped one",
+        surfaces=frozenset({AOT}),
+    ),
+    Knob(
+        "SEED",
+        "0",
+        _between(0, MAX_SEED),
+        "seed of the micro-batch pool, 0..2^64-1",
+        surfaces=frozenset({AOT}),
+    ),
     Knob(
         "TRAINER_ARGV",
         "",
         values.shell_words,
         "the trainer's command, shell words: NAME=value words before its flags carry its MaxText"
         " keys (MAXTEXT_EXTRA_FLAGS, REMAT_POLICY, NUM_MOE_TOKEN_CHUNKS, ...), its flags engine keys",
+        format=values.shell_join,
+        surfaces=frozenset({RENDER, AOT}),
+        command_defaults={RENDER: "the trainer's own, from its container"},
         unset=(),
     ),
     Knob(
@@ -246,6 +318,7 @@ KNOBS: tuple[Knob, ...] = (
         "",
         _engine_flags,
         "key=value engine keys, separated by spaces or commas (quotes and {...} kept whole)",
+        surfaces=frozenset({RENDER, AOT}),
         unset="",
     ),
     Knob(
@@ -253,6 +326,9 @@ KNOBS: tuple[Knob, ...] = (
         "",
         values.shell_words,
         "the orchestrator's argv, shell words (micro-batch rows and lengths)",
+        format=values.shell_join,
+        surfaces=frozenset({RENDER}),
+        command_defaults={RENDER: "the orchestrator's, from its JobSet if present"},
         unset=(),
     ),
     Knob("WORKER", "separate", _one_of(WORKER_CHOICES), "separate|fused"),
@@ -261,8 +337,9 @@ KNOBS: tuple[Knob, ...] = (
         "",
         lambda name, text: engine_spec(text, name),
         "module:Class of the engine to time, built as Class(engine_config), or builtin|maxtext;"
-        " in a pod its package must be in the trainer's image (default: MaxText's engine when the"
-        " trainer runs MaxText, else the built-in one)",
+        " in a pod its package must be in the trainer's image",
+        unset_help="MaxText's engine when the trainer runs MaxText, else the built-in one",
+        surfaces=frozenset({RENDER, AOT}),
     ),
     Knob(
         "MAXTEXT_DRIVER",
@@ -276,8 +353,11 @@ KNOBS: tuple[Knob, ...] = (
         "TRAINER_SLICE",
         "",
         _slice,
-        "the TPU slice the run is for, e.g. v5p:4x8x8 (the renderer sets it); the plan checks the"
-        " mesh against it, not against the machine it runs on",
+        "the TPU slice the run is for, e.g. v5p:4x8x8; the plan checks the mesh against it, not"
+        " against the machine it runs on",
+        format=lambda tpu_slice: tpu_slice.name,
+        surfaces=frozenset({RENDER}),
+        command_defaults={RENDER: "the trainer's"},
         shown=None,
     ),
     Knob(
@@ -286,6 +366,7 @@ KNOBS: tuple[Knob, ...] = (
         values.switch,
         "1: validate everything, print the resolved cell and exit before any device work"
         " (flag: --plan)",
+        format=values.format_switch,
         shown=None,
     ),
 )
@@ -302,40 +383,52 @@ def knob_default(name: str) -> Any:
     return DRIVER_KNOBS[name].read({})
 
 
+def knobs_of(surface: str) -> tuple[str, ...]:
+    """The knobs whose rows say `surface` (one of SURFACES) takes them, in table order."""
+    return tuple(knob.name for knob in KNOBS if surface in knob.surfaces)
+
+
 def add_driver_knob_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per driver knob, named after it (`--micro-steps` for MICRO_STEPS)."""
     for knob in KNOBS:
-        default = f" (default {knob.default})" if knob.default else ""
-        parser.add_argument(knob.flag, dest=knob.name, metavar="VALUE", help=knob.help + default)
+        parser.add_argument(
+            knob.flag, dest=knob.name, metavar="VALUE", help=knob.help + knob.default_note()
+        )
     parser.add_argument(
         "--plan", dest="PLAN_ONLY", action="store_const", const="1", help="the same as PLAN_ONLY=1"
     )
 
 
 def add_knob_flags(
-    parser: argparse.ArgumentParser, names: Iterable[str], notes: Mapping[str, str] | None = None
+    parser: argparse.ArgumentParser,
+    names: Iterable[str],
+    notes: Mapping[str, str] | None = None,
+    command: str = "",
 ) -> None:
     """The flags of a command that takes knobs `names` as flags of its own (`check-engine`, `aot`,
-    `payload`): each declared by its row, with its spelling (`--engine-flags` for ENGINE_FLAGS),
-    help, default and parser, so its value is the row's (a bad one is argparse's one line, exit
-    2). `notes` ends a knob's help with what it means to that command."""
+    `ab`, `payload`): each declared by its row, with its spelling (`--engine-flags` for
+    ENGINE_FLAGS), help, default and parser, so its value is the row's (a bad one is argparse's
+    one line, exit 2). `notes` ends a knob's help with what it means to that command. Where the
+    row gives `command` a default of its own, the flag's default is None: the command resolves it."""
     for name in names:
         knob = DRIVER_KNOBS[name]
-        shown = f" (default {knob.default})" if knob.default else ""
+        default = None if command in knob.command_defaults else knob.read({})
         parser.add_argument(
             knob.flag,
             dest=knob.name.lower(),
-            type=_flag_parser(knob),
-            default=knob.read({}),
+            type=_flag_parser(knob, default),
+            default=default,
             metavar=knob.name,
-            help=knob.help + (notes or {}).get(name, "") + shown,
+            help=knob.help + (notes or {}).get(name, "") + knob.default_note(command),
         )
 
 
-def _flag_parser(knob: Knob) -> Callable[[str], Any]:
+def _flag_parser(knob: Knob, default: Any) -> Callable[[str], Any]:
+    """The row's parser as an argparse type; an empty value is the flag's default."""
+
     def parse(text: str) -> Any:
         try:
-            return knob.parse(knob.flag, text) if text.strip() else knob.read({})
+            return knob.parse(knob.flag, text) if text.strip() else default
         except ConfigError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
 

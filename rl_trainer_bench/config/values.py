@@ -20,6 +20,7 @@ REAL_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?
 _SWITCH = {"on": True, "off": False, "1": True, "0": False}
 _STEP_WINDOW = re.compile(r"([0-9]+)(?:\s*[:-]\s*([0-9]+))?", re.ASCII)
 STEP_WINDOW_FORMS = "N, A:B or A-B (one inclusive window of step indices)"
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+\Z")
 # Longer digit strings are not numbers anyone means, and int() refuses past 4,300 digits with a
 # ValueError of its own: refused here first, as the knob's one line.
 MAX_DIGITS = 100
@@ -64,6 +65,38 @@ def shell_words(name: str, text: str) -> tuple[str, ...]:
         raise ConfigError(
             f"{name}={text!r} does not parse as shell words ({error}); fix its quoting"
         ) from None
+
+
+def shell_quote(word: str) -> str:
+    """`word` as one word that bash and `shell_words` both read back literally.
+
+    Like `shlex.quote`, but a word holding single quotes is double-quoted with `\\` and `"`
+    escaped, which reads far better than shlex's `'"'"'` chains in a manifest someone reviews;
+    a word that also holds `$` or a backquote keeps shlex's form, since inside double quotes bash
+    would expand those unless escaped and `shlex` keeps the escaping backslash.
+    """
+    if word and _SAFE_WORD.match(word):
+        return word
+    if "'" not in word:
+        return f"'{word}'"
+    if "$" in word or "`" in word:
+        return shlex.quote(word)
+    return '"' + re.sub(r'([\\"])', r"\\\1", word) + '"'
+
+
+def shell_join(words: Sequence[str]) -> str:
+    """The inverse of `shell_words`: shell_words(name, shell_join(w)) == tuple(w)."""
+    return " ".join(shell_quote(word) for word in words)
+
+
+def format_switch(value: bool) -> str:
+    """The inverse of `switch`."""
+    return "on" if value else "off"
+
+
+def format_step_window(window: tuple[int, int]) -> str:
+    """The inverse of `step_window`: `A:B`."""
+    return "{}:{}".format(*window)
 
 
 def step_window(name: str, text: str) -> tuple[int, int]:

@@ -168,7 +168,7 @@ def _job_environment(
         if key not in (AB_ARMS, "RESULTS_URI", "BENCH_CODE_SHA256", "RESULTS_DIR")
     }
     environment["RESULTS_DIR"] = RESULTS_DIR
-    results = _results_uri(trainer, launch, knobs.results_uri, name)
+    results = _results_uri(trainer, launch, knobs.passed("RESULTS_URI"), name)
     if results is not None:
         environment["RESULTS_URI"] = results[0]
     return environment, results

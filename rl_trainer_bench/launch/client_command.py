@@ -17,6 +17,7 @@ import shlex
 from collections.abc import Iterator, Mapping, Sequence
 
 from rl_trainer_bench.config.trainer_maxtext import CARRYING_VARIABLES
+from rl_trainer_bench.config.values import shell_join
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.dry_run import client_container
 
@@ -24,7 +25,6 @@ _ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 _INTERPRETER = re.compile(r"^(?:.*/)?python[0-9.]*\Z")
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
 _COMMAND_SEPARATORS = ";&|()"
-_SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+\Z")
 _REDIRECTION = re.compile(r"^(?:\d*(?:>>?|<)|&>>?)(?:&\d+|&-)?\S*\Z")
 _KEYWORDS = frozenset({"then", "do", "else", "{", "!", "time", "exec"})
 
@@ -93,23 +93,6 @@ def client_argv(jobset: Mapping) -> str:
     if "TRAINER_ARGV" in parsed.env:
         return parsed.env["TRAINER_ARGV"]
     return shell_join(trainer_command_words(parsed))
-
-
-def shell_quote(word: str) -> str:
-    """`word` as one bash word that bash reads back literally (no expansion of any kind).
-
-    Like `shlex.quote`, but a word holding single quotes is double-quoted with `\\ $ ` "` escaped,
-    which reads far better than shlex's `'"'"'` chains in a manifest someone reviews.
-    """
-    if word and _SAFE_WORD.match(word):
-        return word
-    if "'" not in word:
-        return f"'{word}'"
-    return '"' + re.sub(r'([\\$`"])', r"\\\1", word) + '"'
-
-
-def shell_join(words: Sequence[str]) -> str:
-    return " ".join(shell_quote(word) for word in words)
 
 
 def merge_flags(existing: str, overrides: str, knob: str) -> str:

@@ -3,11 +3,12 @@
 `render_bench.sh` reads each knob from its environment variable, `render_bench.py` and
 `rl-trainer-bench render` from the flag spelled in lower case with dashes; both go through
 `RenderKnobs.from_strings`, so a value means the same thing whichever way it arrives, and a bad
-one is refused before any input is read. The knobs the renderer passes through to the pod (STEPS,
-MICRO_STEPS, PROFILE_STEPS, TRAINER_ARGV, ORCH_ARGV, ENGINE_FLAGS) are parsed, and their help is
-read, from the driver's own table (`rl_trainer_bench.config.knobs.KNOBS`): whatever the renderer
-accepts, the pod's driver accepts with the same meaning. This module imports no YAML, schema or
-JAX, so building the command line stays cheap.
+one is refused before any input is read. The knobs the renderer passes through to the pod are the
+rows of the driver's own table that say so (`rl_trainer_bench.config.knobs.KNOBS`, surface
+`render`): their flags, help, parser, typed value, the text the pod gets (the row's formatter) and
+the names DRIVER_ENV may not set all come from those rows, so whatever the renderer accepts, the
+pod's driver accepts with the same meaning, and a knob the renderer passes through is one row.
+This module imports no YAML, schema or JAX, so building the command line stays cheap.
 """
 
 from __future__ import annotations
@@ -17,10 +18,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.config import values
-from rl_trainer_bench.config.engine_keys import parse_engine_flags
-from rl_trainer_bench.config.knobs import DRIVER_KNOBS, refuse_misspelt_knobs
+from rl_trainer_bench.config.knobs import DRIVER_KNOBS, RENDER, knobs_of, refuse_misspelt_knobs
 from rl_trainer_bench.config.trainer_env import TRAINER_ENV_VARIABLE
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.pod_script import AB_ARMS, CODE_DIR_VARIABLE
@@ -34,6 +33,8 @@ AB_DESIGN_KNOBS = (
     "AB_AOT_REPORT",
     "AB_SCHEDULE_SEED",
 )
+# The driver's knobs the renderer passes through to the pod, as their rows say.
+PASS_THROUGH = knobs_of(RENDER)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +42,7 @@ class RenderKnob:
     """One render knob: `render_bench.sh` reads ENV, `render_bench.py` and `render` take --flag."""
 
     env: str
-    help: str = ""  # empty for a pass-through knob: the driver's help
+    help: str = ""  # empty for a pass-through knob: the driver's row says it
 
     @property
     def flag(self) -> str:
@@ -53,7 +54,10 @@ class RenderKnob:
 
     @property
     def description(self) -> str:
-        return self.help or f"passed to the pod's driver: {DRIVER_KNOBS[self.env].help}"
+        if self.help:
+            return self.help
+        knob = DRIVER_KNOBS[self.env]
+        return f"passed to the pod's driver: {knob.help}{knob.default_note(RENDER)}"
 
 
 RENDER_KNOBS: tuple[RenderKnob, ...] = (
@@ -68,8 +72,6 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
         "BENCH_NAME",
         "the bench JobSet's name (default: the trainer's + '-bench', shortened to fit)",
     ),
-    RenderKnob("ENGINE_FLAGS"),
-    RenderKnob("ENGINE"),
     RenderKnob(
         "LIBTPU_FLAGS",
         "--flag=value words for every container that compiles, set in every place each reads"
@@ -77,19 +79,7 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
         " the LIBTPU_INIT_ARGS in any of their env (given ones win); a value that starts with"
         " '--' may follow the flag as its own word",
     ),
-    RenderKnob(
-        "TRAINER_ARGV",
-        "the trainer's command, replacing its own (shell words: NAME=value words carrying MaxText"
-        " keys, e.g. MAXTEXT_EXTRA_FLAGS, then flags; default: those of its command)",
-    ),
-    RenderKnob(
-        "ORCH_ARGV", "the orchestrator's flags (default: from the orchestrator JobSet if present)"
-    ),
-    RenderKnob("TRAINER_SLICE", "the slice to bench on, e.g. tpu7x:4x4x8 (default: the trainer's)"),
-    RenderKnob("PROFILE_STEPS"),
-    RenderKnob("RESULTS_URI"),
-    RenderKnob("STEPS"),
-    RenderKnob("MICRO_STEPS"),
+    *(RenderKnob(name) for name in PASS_THROUGH),
     RenderKnob("MAX_RESTARTS", "the bench JobSet's failurePolicy.maxRestarts (default 0)"),
     RenderKnob(
         "AB_ARMS",
@@ -143,19 +133,11 @@ _RESERVED_ENV = frozenset(
         "BENCH_CODE_SHA256",
         "PYTHONPATH",
         CODE_DIR_VARIABLE,
-        "TRAINER_ARGV",
-        "ORCH_ARGV",
-        "ENGINE_FLAGS",
-        "ENGINE",
-        "PROFILE_STEPS",
-        "STEPS",
-        "MICRO_STEPS",
         "LIBTPU_INIT_ARGS",
-        "TRAINER_SLICE",
         TRAINER_ENV_VARIABLE,
         AB_ARMS,
         *AB_DESIGN_KNOBS,
-        "RESULTS_URI",
+        *PASS_THROUGH,
     }
 )
 
@@ -167,16 +149,10 @@ class RenderKnobs:
     launch_render: str = "-"
     trainer_jobset: str | None = None
     name: str | None = None
-    engine_flags: tuple[tuple[str, str], ...] = ()
-    engine: str | None = None  # module:Class; None: the built-in engine
     libtpu_flags: str = ""
-    trainer_argv: tuple[str, ...] | None = None
-    orch_argv: tuple[str, ...] | None = None
-    trainer_slice: TpuSlice | None = None
-    profile_steps: tuple[int, int] | None = None
-    results_uri: str | None = None  # None: under the trainer's output folder, if it has one
-    steps: int | None = None
-    micro_steps: int | None = None
+    # (driver knob, its value as the driver's row parses it) of each pass-through knob given, in
+    # the table's order: `passed` reads one, `driver_environment` writes them for the pod.
+    pass_through: tuple[tuple[str, Any], ...] = ()
     max_restarts: int = 0
     ab_arms: str | None = None  # the arms of a same-pod A/B (`ab --arms`); None: one bench run
     ab_design: tuple[tuple[str, str], ...] = ()  # (AB_BUDGET ..., text) given for its design
@@ -184,6 +160,11 @@ class RenderKnobs:
     output: str | None = None
     aot_job: str | None = None  # where to write the AOT JobSet; None: not rendered
     aot_node_selector: tuple[tuple[str, str], ...] = ()  # (): the AOT job's default pool
+
+    def passed(self, knob: str) -> Any:
+        """Pass-through knob `knob`'s value; None when not given ('keep the trainer's', or
+        'let the driver default')."""
+        return dict(self.pass_through).get(knob)
 
     @classmethod
     def from_strings(cls, strings: Mapping[str, str | None]) -> RenderKnobs:
@@ -196,16 +177,12 @@ class RenderKnobs:
             launch_render=given.get("launch_render", "-"),
             trainer_jobset=given.get("trainer_jobset"),
             name=given.get("bench_name"),
-            engine_flags=tuple(parse_engine_flags(given.get("engine_flags", "")).items()),
-            engine=_driver_value(given, "ENGINE"),
             libtpu_flags=given.get("libtpu_flags", ""),
-            trainer_argv=_driver_value(given, "TRAINER_ARGV"),
-            orch_argv=_driver_value(given, "ORCH_ARGV"),
-            trainer_slice=_driver_value(given, "TRAINER_SLICE"),
-            profile_steps=_driver_value(given, "PROFILE_STEPS"),
-            results_uri=_driver_value(given, "RESULTS_URI"),
-            steps=_driver_value(given, "STEPS"),
-            micro_steps=_driver_value(given, "MICRO_STEPS"),
+            pass_through=tuple(
+                (name, DRIVER_KNOBS[name].read({name: given[name.lower()]}))
+                for name in PASS_THROUGH
+                if name.lower() in given
+            ),
             max_restarts=values.whole_number("MAX_RESTARTS", given.get("max_restarts", "0"), 0),
             ab_arms=given.get("ab_arms"),
             ab_design=_ab_design(given),
@@ -226,11 +203,6 @@ def _ab_design(given: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 def _knob_list() -> str:
     return ", ".join(knob.env for knob in RENDER_KNOBS)
-
-
-def _driver_value(given: Mapping[str, str], knob: str) -> Any:
-    """A pass-through knob's value, parsed by the driver's own parser (None when not given)."""
-    return DRIVER_KNOBS[knob].read({knob: given[knob.lower()]}) if knob.lower() in given else None
 
 
 def _pairs(text: str, knob: str, key_pattern: re.Pattern, key_kind: str) -> dict[str, str]:

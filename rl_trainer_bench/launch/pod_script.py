@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rl_trainer_bench.bench.plan_document import CODE_DIR_VARIABLE
-from rl_trainer_bench.launch.client_command import shell_quote
+from rl_trainer_bench.config.values import shell_quote
 
 # `$0` of the script: what `ps` and the shell's own messages call it.
 SCRIPT_NAME = "rl-trainer-bench-pod"

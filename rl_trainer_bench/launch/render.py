@@ -27,8 +27,7 @@ from rl_trainer_bench import code_digest
 from rl_trainer_bench.accelerators import TPU_CHIPS, TpuSlice
 from rl_trainer_bench.bench import plan, plan_document
 from rl_trainer_bench.bench.plan import Plan
-from rl_trainer_bench.config.engine_keys import format_engine_flags
-from rl_trainer_bench.config.knobs import refuse_misspelt_knobs
+from rl_trainer_bench.config.knobs import DRIVER_KNOBS, refuse_misspelt_knobs
 from rl_trainer_bench.config.presets import MODEL_FLAGS
 from rl_trainer_bench.config.trainer_env import OFF_THE_STEP, PLUMBING, TRAINER_ENV_VARIABLE
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
@@ -45,7 +44,6 @@ from rl_trainer_bench.launch.client_command import (
     ClientCommand,
     merge_flags,
     read_client_command,
-    shell_join,
     trainer_command_words,
 )
 from rl_trainer_bench.launch.compile_flags import CompilingContainer
@@ -64,7 +62,7 @@ from rl_trainer_bench.launch.dry_run import (
     read_documents,
     replicated_jobs,
 )
-from rl_trainer_bench.launch.knobs import RENDER_KNOBS, RenderKnobs
+from rl_trainer_bench.launch.knobs import PASS_THROUGH, RENDER_KNOBS, RenderKnobs
 from rl_trainer_bench.launch.names import bench_name, rename_text
 from rl_trainer_bench.launch.pod_script import AB_ARMS, SCRIPT_NAME, bench_script
 
@@ -127,8 +125,8 @@ def render_with_plan(
     rename_references(bench, jobset_name(trainer), new_name)
     spec = bench.setdefault("spec", {})
     spec["failurePolicy"] = {**(spec.get("failurePolicy") or {}), "maxRestarts": knobs.max_restarts}
-    if knobs.trainer_slice is not None:
-        apply_slice(bench, knobs.trainer_slice)
+    if knobs.passed("TRAINER_SLICE") is not None:
+        apply_slice(bench, knobs.passed("TRAINER_SLICE"))
     libtpu_words = compile_flags.knob_words(knobs.libtpu_flags)
     compile_flags.apply_everywhere(bench, libtpu_words)
     same_pod_ab = knobs.ab_arms is not None
@@ -185,7 +183,11 @@ def _provenance(
         CODE_SHA_ANNOTATION: sha,
         PLAN_SHA_ANNOTATION: hashlib.sha256(resolved_json.encode()).hexdigest(),
         TRAINER_ANNOTATION: trainer,
-        **({SLICE_ANNOTATION: knobs.trainer_slice.name} if knobs.trainer_slice else {}),
+        **(
+            {SLICE_ANNOTATION: tpu_slice.name}
+            if (tpu_slice := knobs.passed("TRAINER_SLICE"))
+            else {}
+        ),
         **({LIBTPU_FLAGS_ANNOTATION: shlex.join(libtpu_words)} if libtpu_words else {}),
     }
 
@@ -348,12 +350,12 @@ def driver_environment(
 ) -> dict[str, str]:
     """What the driver's process sees: the trainer's environment, DRIVER_ENV, then the bench knobs.
 
-    TRAINER_SLICE tells the pod the slice it is rendered for (the knob's, else the trainer's), so
-    its plan checks the mesh against that slice wherever the plan runs. LIBTPU_FLAGS is merged
-    into the script's LIBTPU_INIT_ARGS, or else into `container_libtpu` (the client container's
-    `env` value), which the export replaces: its flags are kept, not dropped.
+    The pass-through knobs are written by their rows' formatters, from the knob's value, else the
+    trainer's (its command, its orchestrator's, its slice): TRAINER_SLICE tells the pod the slice
+    it is rendered for, so its plan checks the mesh against that slice wherever the plan runs.
+    LIBTPU_FLAGS is merged into the script's LIBTPU_INIT_ARGS, or else into `container_libtpu`
+    (the client container's `env` value), which the export replaces: its flags are kept.
     """
-    tpu_slice = knobs.trainer_slice or trainer_slice
     environment = {"BENCH_CODE_SHA256": sha, **launch.env}
     if knobs.libtpu_flags or "LIBTPU_INIT_ARGS" in environment:
         environment["LIBTPU_INIT_ARGS"] = merge_flags(
@@ -362,24 +364,17 @@ def driver_environment(
             "LIBTPU_FLAGS",
         )
     environment.update(knobs.driver_env)
-    trainer_argv = (
-        trainer_command_words(launch) if knobs.trainer_argv is None else list(knobs.trainer_argv)
-    )
-    environment["TRAINER_ARGV"] = shell_join(trainer_argv)
-    orch = list(knobs.orch_argv) if knobs.orch_argv is not None else orch_argv
-    optional = {
-        "ORCH_ARGV": None if orch is None else shell_join(orch),
-        "ENGINE_FLAGS": format_engine_flags(knobs.engine_flags) or None,
-        "ENGINE": knobs.engine,
-        "STEPS": knobs.steps,
-        "MICRO_STEPS": knobs.micro_steps,
-        "TRAINER_SLICE": None if tpu_slice is None else tpu_slice.name,
-        "RESULTS_URI": knobs.results_uri,
-        "PROFILE_STEPS": None
-        if knobs.profile_steps is None
-        else "{}:{}".format(*knobs.profile_steps),
+    trainers = {
+        "TRAINER_ARGV": tuple(trainer_command_words(launch)),
+        "ORCH_ARGV": None if orch_argv is None else tuple(orch_argv),
+        "TRAINER_SLICE": trainer_slice,
     }
-    environment.update({key: str(value) for key, value in optional.items() if value is not None})
+    for name in PASS_THROUGH:
+        value = knobs.passed(name)
+        if value is None:
+            value = trainers.get(name)
+        if value is not None:
+            environment[name] = DRIVER_KNOBS[name].format(value)
     return environment
 
 

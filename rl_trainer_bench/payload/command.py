@@ -27,7 +27,7 @@ from rl_trainer_bench.payload import (
 from rl_trainer_bench.payload.build import build_calibrated
 from rl_trainer_bench.payload.digests import payload_digest
 from rl_trainer_bench.payload.npz import save_npz
-from rl_trainer_bench.payload.packing import PackingLayout
+from rl_trainer_bench.payload.packing import DEFAULT_NUM_GENERATIONS, PackingLayout
 
 
 def _add_micro_batch_source(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +42,12 @@ def _add_micro_batch_source(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-response-length", type=int, help="orchestrator argv: packing layout from it"
     )
-    parser.add_argument("--num-generations", type=int, default=16, help="sequences per GRPO group")
+    parser.add_argument(
+        "--num-generations",
+        type=int,
+        default=DEFAULT_NUM_GENERATIONS,
+        help=f"sequences per GRPO group (default {DEFAULT_NUM_GENERATIONS})",
+    )
     parser.add_argument("--pad-rows", type=int, default=0, help="rows that are all padding")
 
 

@@ -21,6 +21,8 @@ from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.payload.errors import ProfileError
 
 SEGMENT_ALIGN = 64  # packed sequences start on multiples of this where the row allows it
+# Sequences per GRPO group where the orchestrator's argv does not say (its --num_generations).
+DEFAULT_NUM_GENERATIONS = 16
 
 
 def _check_quantiles(name: str, values: Sequence[float], low: float, high: float) -> None:
@@ -87,7 +89,7 @@ class PackingLayout:
         max_prompt_length: int,
         max_response_length: int,
         *,
-        num_generations: int = 16,
+        num_generations: int = DEFAULT_NUM_GENERATIONS,
         pad_rows: int = 0,
     ) -> PackingLayout:
         """The layout an orchestrator with these argv values produces, under stated assumptions.
@@ -144,7 +146,7 @@ def layout_from_orchestrator_argv(engine: EngineConfig, argv: Sequence[str]) -> 
     """The packing layout of the orchestrator whose argv is `argv` (ORCH_ARGV).
 
     Reads `--max_prompt_length` and `--max_response_length` (both required), `--num_generations`
-    (default 16) and `--pad_rows` (default 0); the micro-batch's rows and length stay the engine's.
+    (default DEFAULT_NUM_GENERATIONS) and `--pad_rows` (default 0); the micro-batch's rows and length stay the engine's.
     """
     flags = parse_trainer_argv(list(argv))
     missing = [k for k in ("max_prompt_length", "max_response_length") if k not in flags]
@@ -152,18 +154,13 @@ def layout_from_orchestrator_argv(engine: EngineConfig, argv: Sequence[str]) -> 
         raise UserError(
             f"ORCH_ARGV lacks --{' and --'.join(missing)}: the packing layout needs both lengths"
         )
-    values = {}
-    for key, default in (
-        ("max_prompt_length", None),
-        ("max_response_length", None),
-        ("num_generations", "16"),
-        ("pad_rows", "0"),
-    ):
-        text = flags.get(key, default)
-        try:
-            values[key] = int(text)
-        except ValueError:
-            raise UserError(f"ORCH_ARGV --{key}={text!r}: write a whole number") from None
+    values = {"num_generations": DEFAULT_NUM_GENERATIONS, "pad_rows": 0}
+    for key in ("max_prompt_length", "max_response_length", "num_generations", "pad_rows"):
+        if key in flags:
+            try:
+                values[key] = int(flags[key])
+            except ValueError:
+                raise UserError(f"ORCH_ARGV --{key}={flags[key]!r}: write a whole number") from None
     return PackingLayout.from_orchestrator(
         engine.micro_batch_rows,
         engine.seq_len,

@@ -6,6 +6,7 @@ import pytest
 import yaml
 from render_helpers import FIXTURE, exports, render_fixture
 
+from rl_trainer_bench.config.engine_keys import parse_engine_flags
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.diff import diff, unexpected
 from rl_trainer_bench.launch.dry_run import find_trainer, read_documents
@@ -105,9 +106,10 @@ def test_trainer_argv_knob_replaces_the_parsed_flags():
     assert shlex.split(env["TRAINER_ARGV"]) == [*argv.split(), "--x=a b"]
 
 
-def test_engine_flags_are_passed_in_order_and_the_last_one_wins():
-    env = exports(render_fixture(engine_flags="a=1 b=2 a=3"))
-    assert shlex.split(env["ENGINE_FLAGS"]) == ["b=2", "a=3"]
+def test_engine_flags_reach_the_pod_as_given_and_the_last_one_wins():
+    env = exports(render_fixture(engine_flags=" a=1,b=2 a=3 "))
+    assert env["ENGINE_FLAGS"] == "a=1,b=2 a=3"
+    assert parse_engine_flags(env["ENGINE_FLAGS"]) == {"a": "3", "b": "2"}
 
 
 def test_libtpu_flags_merge_keeping_unrelated_and_overriding_given():

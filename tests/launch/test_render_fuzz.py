@@ -8,8 +8,8 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 from render_helpers import FIXTURE
 
+from rl_trainer_bench.config.values import shell_quote
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.launch.client_command import shell_quote
 from rl_trainer_bench.launch.knobs import RenderKnobs
 from rl_trainer_bench.launch.render import render
 from rl_trainer_bench.launch.validate import jobset_problems

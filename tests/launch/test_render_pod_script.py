@@ -24,7 +24,7 @@ ADVERSARIAL = {
 
 
 def _driver_env() -> str:
-    from rl_trainer_bench.launch.client_command import shell_join
+    from rl_trainer_bench.config.values import shell_join
 
     return shell_join([f"{key}={value}" for key, value in ADVERSARIAL.items()])
 

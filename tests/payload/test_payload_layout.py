@@ -7,11 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.payload.build import build_micro_batch
 from rl_trainer_bench.payload.checks import check_payload
 from rl_trainer_bench.payload.errors import ProfileError
-from rl_trainer_bench.payload.packing import SEGMENT_ALIGN, PackingLayout
+from rl_trainer_bench.payload.packing import (
+    SEGMENT_ALIGN,
+    PackingLayout,
+    layout_from_orchestrator_argv,
+)
 from rl_trainer_bench.payload.routing_profile import RoutingProfile
 
 TINY = preset("cpu-tiny").engine
@@ -116,6 +121,15 @@ def test_orchestrator_argv_gives_a_layout_of_whole_sequences():
     assert layout.prompt_fraction[0] < 4096 / 65_536 < layout.prompt_fraction[-1]
     short = PackingLayout.from_orchestrator(8, 8192, 512, 128)
     assert short.segments_per_row[-1] == 25.0  # 8192 tokens / a mean sequence of 320
+
+
+def test_a_group_is_16_sequences_wherever_the_orchestrator_does_not_say():
+    argv = ["--max_prompt_length=512", "--max_response_length=128"]
+    assert layout_from_orchestrator_argv(TINY, argv).group_size == 16
+    assert layout_from_orchestrator_argv(TINY, [*argv, "--num_generations=4"]).group_size == 4
+    assert PackingLayout.from_orchestrator(8, 8192, 512, 128).group_size == 16
+    parser = cli.build_parser(["payload"])
+    assert parser.parse_args(["payload", "--out", "x.npz"]).num_generations == 16
 
 
 @pytest.mark.parametrize(

@@ -96,7 +96,7 @@ def test_rendered_bench_jobset_reads_trainer_argv_and_engine_flags(tmp_path):
     from rl_trainer_bench.launch.knobs import RenderKnobs
     from rl_trainer_bench.launch.render import render
 
-    knobs = RenderKnobs(engine_flags=(("beta", "0.04"),))
+    knobs = RenderKnobs.from_strings({"engine_flags": "beta=0.04"})
     bench = tmp_path / "bench.yaml"
     bench.write_text(render(TRAINER_397B.read_text(), str(TRAINER_397B), knobs))
     result = diff(read_side(str(TRAINER_397B)), read_side(str(bench)))

@@ -16,11 +16,7 @@ from pathlib import Path
 from rl_trainer_bench import accelerators
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM
 from rl_trainer_bench.config.engine_choice import choose_engine
-from rl_trainer_bench.config.knobs import (
-    ENGINE_KNOBS,
-    add_knob_flags,
-    add_preset_flag,
-)
+from rl_trainer_bench.config.knobs import AOT, add_knob_flags, add_preset_flag, knobs_of
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.io import check_output_file, write_text_atomically
 from rl_trainer_bench.preflight.aot.ab_check import ProgramSet, format_ab_check, run_ab_check
@@ -48,8 +44,8 @@ def add_target_arguments(parser) -> None:
     )
 
 
-# The driver's knobs `aot` takes as flags, each declared by its row of the knob table.
-AOT_KNOBS = (*ENGINE_KNOBS, "STAGE_BEFORE_UPDATE", "MICRO_STEPS", "ROUTING_PROFILE", "SEED")
+# The driver's knobs `aot` takes as flags: the rows of the knob table that say so.
+AOT_KNOBS = knobs_of(AOT)
 _NOTES = {
     "ENGINE": "; aot needs an engine whose module lowers its programs from abstract inputs",
     "STAGE_BEFORE_UPDATE": ": count the staged micro-batch beside the dropless replay and update",
