@@ -19,8 +19,9 @@
 #       (same micro-batch digests, same loss denominators, one stage per boundary).
 #    a'. The adapter's own calls (MAXTEXT_DRIVER=maxtext, MaxText's router-replay loss) and Tunix's
 #       as two arms of one `ab`: the same loss denominators, the step times side by side.
-#    b. The built-in engine and MaxText's as two arms of one `ab` on the same micro-batches: step
-#       times side by side, the ratio measured in one process.
+#    b. The built-in engine and MaxText's on the same micro-batches, each `run` in a process of its
+#       own (two engines hold two training states, which one `ab` refuses), the two logs scored
+#       cross-pod by `ab --from-logs`: step times side by side, no shared noise floor.
 #    c. MaxText `run` with staging off, then on, each in a fresh process (an A/B's arms share one
 #       training engine, so their losses follow each other): the per-step losses must be
 #       bit-identical (compared as written in results.jsonl).
@@ -104,10 +105,16 @@ for preset in $BENCH_PRESETS; do
     bench ab --preset "$preset" --engine "$MAXTEXT" \
         --arms "own:MAXTEXT_DRIVER=maxtext,tunix:MAXTEXT_DRIVER=tunix,own,tunix" \
         --steps "$STEPS" "${ab_flags[@]}" --out "$out/own-vs-tunix" || status=$?
-    echo "== $preset: the built-in engine and MaxText's, same micro-batches, one process"
-    bench ab --preset "$preset" --knob MAXTEXT_DRIVER=tunix \
-        --arms "builtin:ENGINE=$BUILT_IN,maxtext:ENGINE=$MAXTEXT,builtin,maxtext" \
-        --steps "$STEPS" "${ab_flags[@]}" --out "$out/builtin-vs-maxtext" || status=$?
+    echo "== $preset: the built-in engine and MaxText's, same micro-batches, a process each"
+    for engine in builtin maxtext; do
+        spec=$BUILT_IN
+        [ "$engine" = maxtext ] && spec=$MAXTEXT
+        bench run --preset "$preset" --engine "$spec" --maxtext-driver tunix --steps "$STEPS" \
+            "${run_flags[@]}" --results-dir "$out/cross-$engine" >"$out/cross-$engine.log" \
+            || status=$?
+    done
+    bench ab --from-logs "builtin=$out/cross-builtin.log" "maxtext=$out/cross-maxtext.log" \
+        --out "$out/builtin-vs-maxtext" || status=$?
     echo "== $preset: MaxText off, then on, in fresh processes: the same losses"
     for stage in off on; do
         bench run --preset "$preset" --engine "$MAXTEXT" --maxtext-driver tunix \

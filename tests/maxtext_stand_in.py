@@ -873,20 +873,33 @@ class AbstractMaxTextEngine(MaxTextTrainingEngine):
         super().__init__(training_config, mesh=mesh)
 
     def _build_state(self) -> tuple[Any, Any]:
-        def state():
-            params = _init_params(self._config)
-            return params, self._tx.init(params)
-
-        return jax.tree.map(
-            lambda aval: jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=self._replicated),
-            jax.eval_shape(state),
-        )
+        return _traced_state(self)
 
     def fwd_bwd(self, payload, **kwargs: Any) -> None:
         raise RuntimeError("AbstractMaxTextEngine.fwd_bwd() needs real weights")
 
     def update(self, **kwargs: Any) -> int:
         raise RuntimeError("AbstractMaxTextEngine.update() needs real weights")
+
+
+def _traced_state(engine: MaxTextTrainingEngine) -> tuple[Any, Any]:
+    """As AbstractMaxTextEngine traces it: the weights and moments as shapes on the mesh."""
+
+    def state():
+        params = _init_params(engine._config)
+        return params, engine._tx.init(params)
+
+    return jax.tree.map(
+        lambda aval: jax.ShapeDtypeStruct(aval.shape, aval.dtype, sharding=engine._replicated),
+        jax.eval_shape(state),
+    )
+
+
+class ShapesBuiltTrainingEngine(MaxTextTrainingEngine):
+    """The adapter's `shapes_engine_type` over the stand-in: the state traced, as the abstract
+    engine's, and everything else the running engine's."""
+
+    _build_state = _traced_state
 
 
 def _state_avals(engine: MaxTextTrainingEngine) -> tuple[Any, Any]:
@@ -898,6 +911,11 @@ def _adopt_state(source: MaxTextTrainingEngine, target: MaxTextTrainingEngine) -
     the source's arrays (its own dropped), its train step the source's (through the setter)."""
     target._params, target._opt_state = source._params, source._opt_state
     target.train_step = source.train_step
+
+
+def _release_state(engine: MaxTextTrainingEngine) -> None:
+    """As the adapter's `release_state`: the engine's weights and moments become their shapes."""
+    engine._params, engine._opt_state = jax.tree.map(_to_aval, (engine._params, engine._opt_state))
 
 
 def _xla_options(config: HyperParameters) -> dict[str, str]:
@@ -1133,6 +1151,8 @@ STAND_IN_API = MaxTextApi(
     state_avals=_state_avals,
     xla_options=_xla_options,
     adopt_state=_adopt_state,
+    release_state=_release_state,
+    shapes_engine_type=ShapesBuiltTrainingEngine,
 )
 
 

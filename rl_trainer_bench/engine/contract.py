@@ -65,7 +65,9 @@ OPTIONAL_METHODS: Mapping[str, str] = {
     "differs in a shape, dtype or sharding. A same-process A/B's arms then hold one state",
     "take_shared_state": "take_shared_state() -> None: the bench calls it, off the clock, before "
     "an engine of a `share_state` family runs steps: the engine takes the state the family's last "
-    "stepped engine left, so its next step starts from there (an engine with share_state has it)",
+    "stepped engine left, so its next step starts from there, and that engine then holds no "
+    "reference to any of the state's arrays (only the engine that steps keeps them alive; "
+    "check-engine counts the bytes). An engine with share_state has it",
 }
 # Engine methods STAGE_BEFORE_UPDATE and STAGE_AFTER_UPDATE need.
 STAGING_METHODS = ("prepare_fwd_bwd_input", "wait_for_device")

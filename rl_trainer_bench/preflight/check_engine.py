@@ -37,9 +37,17 @@ def run(args: argparse.Namespace) -> int:
     start_for_preset(cell.host_devices)  # cpu-tiny's 2x2x2 mesh needs its 8 host devices
     if unapplied:
         print(f"check-engine: keys not applied by the built-in engine: {', '.join(unapplied)}")
+    from rl_trainer_bench.engine.sharing_check import check_sharing, live_bytes  # JAX
+
+    before = live_bytes()
     engine = engine_type(config)
+    state_bytes = live_bytes() - before  # what the engine allocated: its training state
     payloads = example_payloads_for(config, 2, prefix="check")
     failures = check_engine(engine, payloads)
+    if not failures:  # the state is shared only by an engine that steps as the contract says
+        sharing = check_sharing(engine, config, payloads, state_bytes)
+        print(f"check-engine: {sharing.measured}")
+        failures = sharing.failures
     for failure in failures:
         print(f"check-engine: FAIL {failure}")
     if failures:

@@ -308,7 +308,48 @@ def test_check_engine_command_passes_the_built_in_engine(compiled, capsys):
         ]
     )
     assert code == 0, capsys.readouterr()
-    assert "conforms" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "conforms" in out
+    # cpu-tiny's state (5,359,120 bytes of parameters and moments, BENCHMARKS.md's 5.36 MB, and
+    # a few scalars) trained by a second engine, then the first again, with nothing copied: the
+    # bytes beside the first engine's stay within a few scalars
+    measured = re.search(
+        r"check-engine: share_state: a second engine over the state \(([\d,]+) bytes\) stepped,"
+        r" then the first again; live arrays beside the first engine's: ([+-][\d,]+) bytes once"
+        r" built, ([+-][\d,]+) after its step, ([+-][\d,]+) after the first's",
+        out,
+    )
+    assert measured, out
+    state, *growth = (int(figure.replace(",", "")) for figure in measured.groups())
+    assert 5_359_120 <= state <= 5_359_120 + 64
+    assert all(abs(grown) <= 1024 for grown in growth), growth
+
+
+def test_check_engine_fails_a_share_state_that_allocates_a_state(compiled, capsys, monkeypatch):
+    """An engine whose share_state builds an engine with a state of its own: check-engine names
+    share_state (a whole state more) and take_shared_state (its update does not continue the
+    first engine's state)."""
+    monkeypatch.setattr(JaxEngine, "share_state", lambda self, config: JaxEngine(config))
+    code = cli.main(
+        [
+            "check-engine",
+            "--preset",
+            "cpu-tiny",
+            "--engine-flags",
+            "ragged_buffer_factor=1.0 expert_compute=einsum",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 1
+    assert re.search(
+        r"check-engine: FAIL share_state: building the second engine added 5,359,1\d\d bytes"
+        r" \(100% of the state's 5,359,1\d\d\) to the live arrays: it allocated a state of its own",
+        out,
+    ), out
+    assert (
+        "check-engine: FAIL take_shared_state: the second engine's update returned train step 1,"
+        " not 3"
+    ) in out
 
 
 @pytest.mark.parametrize(

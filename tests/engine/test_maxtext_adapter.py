@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import weakref
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 from maxtext_stand_in import (
@@ -422,34 +424,99 @@ def test_a_folder_the_engine_made_for_maxtexts_files_goes_with_it(tmp_path):
     assert given.is_dir()
 
 
+def minimal_remat_config():
+    """The small cell with one more MaxText key, one that changes a program, not the state."""
+    from rl_trainer_bench.config.engine_keys import engine_config_from
+
+    keyed, _ = engine_config_from(PRESETS["cpu-tiny-qwen3.5"], "", "maxtext.remat_policy=minimal")
+    return small_engine_config(trainer_maxtext_keys=keyed.trainer_maxtext_keys)
+
+
+def state_leaves(adapter) -> list:
+    """The leaves of the weights and moments MaxText's engine under `adapter` holds."""
+    return jax.tree.leaves(STAND_IN_API.state_avals(adapter.engine))
+
+
 def test_an_engine_for_another_maxtext_key_trains_the_first_engines_state():
     """share_state over maxtext 0.2.5's surface: the sibling (its own MaxText engine, built for
     another MaxText key) takes the first engine's weights and moments, not a copy; an update on
     one is the other's once it takes the state back (its train step too); a config whose
     weights have other shapes (another vocabulary) is refused naming the first such leaf."""
-    from rl_trainer_bench.config.engine_keys import engine_config_from
     from rl_trainer_bench.engine.contract import StateMismatch
 
     config = small_engine_config()
-    keyed, _ = engine_config_from(PRESETS["cpu-tiny-qwen3.5"], "", "maxtext.remat_policy=minimal")
-    minimal = small_engine_config(trainer_maxtext_keys=keyed.trainer_maxtext_keys)
     first = StandInMaxTextEngine(config)
-    sibling = first.share_state(minimal)
+    given = state_leaves(first)
+    sibling = first.share_state(minimal_remat_config())
     assert sibling.maxtext_config.remat_policy == "minimal"
-    assert sibling.engine._params is first.engine._params  # the same arrays, not a copy
+    assert all(a is b for a, b in zip(state_leaves(sibling), given, strict=True))  # not a copy
     payload = example_payloads_for(config, 1)[0]
-    first.compile(payload)
     sibling.compile(payload)
+    first.compile(payload)
     with pytest.raises(ContractError, match="call take_shared_state"):
-        first.fwd_bwd(payload)
-    sibling.fwd_bwd(payload)
-    assert sibling.update() == 1
-    first.take_shared_state()
-    assert first.train_step == 1 and first.engine._params is sibling.engine._params
+        sibling.fwd_bwd(payload)
     first.fwd_bwd(payload)
-    assert first.update() == 2
+    assert first.update() == 1
+    sibling.take_shared_state()
+    assert sibling.train_step == 1
+    sibling.fwd_bwd(payload)
+    assert sibling.update() == 2
+    first.take_shared_state()
+    assert first.train_step == 2
     other_vocabulary = dataclasses.replace(
         config, model=dataclasses.replace(config.model, vocab_size=64)
     )
     with pytest.raises(StateMismatch, match=r"\['embed'\] has shape \[128, .*needs \[64, "):
         first.share_state(other_vocabulary)
+
+
+def test_only_the_engine_that_took_the_state_holds_its_arrays():
+    """Once another engine of its family takes the state, the giving engine holds none of it:
+    its weights and moments are shapes, so every array it handed over is freed when the taker's
+    update replaces it (the stand-in's update donates nothing, as MaxText's leaves a leaf it
+    cannot alias). Both ways: the first engine gives, then takes back and the sibling gives."""
+    config = small_engine_config()
+    payload = example_payloads_for(config, 1)[0]
+    first = StandInMaxTextEngine(config)
+    handed = [weakref.ref(leaf) for leaf in state_leaves(first)]
+    sibling = first.share_state(minimal_remat_config())
+    assert not any(isinstance(leaf, jax.Array) for leaf in state_leaves(first))
+    sibling.compile(payload)
+    sibling.fwd_bwd(payload)
+    sibling.update()
+    gc.collect()
+    assert [ref for ref in handed if ref() is not None] == []
+    handed = [weakref.ref(leaf) for leaf in state_leaves(sibling)]
+    first.take_shared_state()
+    assert not any(isinstance(leaf, jax.Array) for leaf in state_leaves(sibling))
+    first.compile(payload)
+    first.fwd_bwd(payload)
+    assert first.update() == 2
+    gc.collect()
+    assert [ref for ref in handed if ref() is not None] == []
+
+
+def test_an_engine_over_another_state_allocates_none_and_compiles_holding_it(monkeypatch):
+    """The sibling's MaxText engine is built with its state as shapes (its weights are made
+    only under tracing, never allocated), and an engine that compiles takes the family's
+    state first (MaxText compiles against the arrays it holds)."""
+    import maxtext_stand_in
+
+    made = []
+    init_params = maxtext_stand_in._init_params
+
+    def recording(config):
+        params = init_params(config)
+        made.append(not isinstance(params["embed"], jax.core.Tracer))
+        return params
+
+    monkeypatch.setattr(maxtext_stand_in, "_init_params", recording)
+    first = StandInMaxTextEngine(small_engine_config())
+    assert made == [True]
+    sibling = first.share_state(minimal_remat_config())
+    assert made == [True, False]
+    payload = example_payloads_for(first.config, 1)[0]
+    first.compile(payload)
+    assert first._family.holder is first
+    sibling.compile(payload)
+    assert sibling._family.holder is sibling

@@ -28,6 +28,7 @@ def test_check_engine_passes_the_template(template, capsys):
     assert cli.main(["check-engine", "--engine", SPEC]) == 0
     out = capsys.readouterr().out
     assert f"check-engine: {SPEC} conforms to the engine contract (cpu-tiny)" in out
+    assert "check-engine: no share_state: an A/B whose arms change this engine's programs" in out
     assert "FAIL" not in out
 
 

@@ -117,6 +117,12 @@ class MaxTextApi:
     # (source, target) live engines: target's training state becomes source's arrays (no copy,
     # its own dropped) and its train step source's (`MaxTextEngine.take_shared_state`).
     adopt_state: Callable[[Any, Any], None]
+    # (engine) whose state another engine adopted: each of its state's leaves becomes its shape,
+    # so the engine that took the state is the only holder of its arrays.
+    release_state: Callable[[Any], None]
+    # MaxText's engine, called as `engine_type`, with its training state built as shapes (no
+    # weights or moments allocated): it runs once `adopt_state` has given it arrays.
+    shapes_engine_type: type
 
 
 def load_maxtext() -> MaxTextApi:
@@ -158,15 +164,26 @@ def load_maxtext() -> MaxTextApi:
         state_avals=_nnx_state_avals,
         xla_options=lambda config: max_utils.parse_libtpu_flags_to_dict(config.compile_xla_flags),
         adopt_state=_adopt_nnx_state,
+        release_state=_release_nnx_state,
+        shapes_engine_type=_shapes_engine_type(
+            maxtext_engine.MaxTextTrainingEngine, maxtext_engine_compile.AbstractMaxTextEngine
+        ),
     )
 
 
 def _nnx_state_avals(engine: Any) -> tuple[Any, Any]:
-    """An NNX MaxText engine's parameters and optimizer state (ShapeDtypeStructs in an abstract
-    engine), read through its public `model` and `optimizer`."""
+    """An NNX MaxText engine's parameters and optimizer state as its programs take them (read
+    through its public `model` and `optimizer`): each leaf a ShapeDtypeStruct on the sharding
+    MaxText commits it to before it compiles (its `_mesh_sharding`: a leaf off its mesh, such
+    as the optimizer's step count allocated under no mesh, goes replicated onto it)."""
     from flax import nnx
 
-    return nnx.state(engine.model, nnx.Param), nnx.state(engine.optimizer)
+    def as_taken(leaf: Any) -> Any:
+        if not hasattr(leaf, "shape"):
+            return leaf
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=engine._mesh_sharding(leaf))
+
+    return jax.tree.map(as_taken, (nnx.state(engine.model, nnx.Param), nnx.state(engine.optimizer)))
 
 
 def _adopt_nnx_state(source: Any, target: Any) -> None:
@@ -179,6 +196,57 @@ def _adopt_nnx_state(source: Any, target: Any) -> None:
     nnx.update(target.state, nnx.state(source.state))
     target._refresh_pure_state()
     target.train_step = source.train_step
+
+
+def _release_nnx_state(engine: Any) -> None:
+    """Every variable of the engine's NNX train state set to its shape, then its cached pure copy
+    re-read (`_refresh_pure_state`, as in `_adopt_nnx_state`): neither keeps an array alive.
+    Without this the engine that gave its state away keeps its variables and its cache pointing
+    at the arrays it handed over; the taker's `update` donates only what aliases an output, so
+    the rest (a parameter-sized tree on the CPU) outlives the step that replaced it."""
+    from flax import nnx
+
+    nnx.update(engine.state, jax.tree.map(_shape_of, nnx.state(engine.state)))
+    engine._refresh_pure_state()
+
+
+def _shape_of(leaf: Any) -> Any:
+    if not isinstance(leaf, jax.Array):
+        return leaf
+    return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)
+
+
+def _shapes_engine_type(engine_type: type, abstract_type: type) -> type:
+    """`engine_type` with its model and train state built as `abstract_type` (MaxText's
+    AbstractMaxTextEngine) builds them, traced rather than allocated, and everything else,
+    running included, as `engine_type`'s: an engine built to take another's state never holds
+    a state of its own, so building it adds no state to the device. Wrapped in Tunix's adapter
+    when asked, as `from_pretrained` wraps the model it loads."""
+
+    def build_model(self: Any, wrap_with_tunix_adapter: bool, tokenizer_pad_id: int | None) -> Any:
+        model = abstract_type._build_model(self, False, None)
+        if not wrap_with_tunix_adapter:
+            return model
+        from maxtext.integration.tunix.tunix_adapter import TunixMaxTextAdapter
+
+        with self._mesh:
+            wrapped = TunixMaxTextAdapter(
+                base_model=model,
+                use_no_op_mappings="maxtext_config" in self._config.vllm_additional_config,
+                pad_id=tokenizer_pad_id,
+            )
+        wrapped.config = None
+        return wrapped
+
+    return type(
+        f"ShapesBuilt{engine_type.__name__}",
+        (engine_type,),
+        {
+            "_build_model": build_model,
+            "_build_optimizer": abstract_type._build_optimizer,
+            "_trace_train_state": abstract_type._trace_train_state,
+        },
+    )
 
 
 def _build_config(words: Sequence[str]) -> Any:
@@ -262,9 +330,14 @@ class MaxTextEngine:
     load_api: Callable[[], MaxTextApi] = staticmethod(load_maxtext)
     load_tunix: Callable[[], tunix_grpo.TunixApi] = staticmethod(tunix_grpo.load_tunix)
 
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, family: StateFamily | None = None):
+        """`family`: the engines whose training state this one trains (`share_state` passes it);
+        MaxText's engine is then built with its state as shapes, and takes the family's arrays
+        (`take_shared_state`) instead of allocating its own."""
         self.config = config
         self.api = type(self).load_api()
+        self._family = StateFamily(self) if family is None else family
+        self._engine_type = self.api.engine_type if family is None else self.api.shapes_engine_type
         # MaxText's Gated DeltaNet hangs in jaxlib's CPU LAPACK solve; see cpu_lowerings.
         self.host_lowerings = (
             cpu_lowerings.use_xla_triangular_solve() if jax.default_backend() == "cpu" else "-"
@@ -294,7 +367,6 @@ class MaxTextEngine:
         self._compiled = False
         self._staged: list[PreparedMaxTextInput] = []
         self._tokens = 0
-        self._family = StateFamily(self)
 
     def _own_folder(self) -> str:
         """A folder for MaxText's files when the caller gave none (an engine built outside the
@@ -311,7 +383,12 @@ class MaxTextEngine:
         return self.engine.train_step
 
     def compile(self, example: Payload) -> dict[str, float]:
-        """Compile MaxText's kernels for micro-batches shaped like `example`; seconds per program."""
+        """Compile MaxText's kernels for micro-batches shaped like `example`; seconds per program.
+
+        MaxText compiles against the arrays it holds (it first commits each leaf to its mesh),
+        so an engine of a `share_state` family takes the family's state before it compiles.
+        """
+        self.take_shared_state()
         times = _CompileTimes()
         with times.installed():
             self.calls.compile(_ShapesOf(self._convert(example).payload))
@@ -346,29 +423,29 @@ class MaxTextEngine:
     def share_state(self, config: EngineConfig) -> MaxTextEngine:
         """An adapter over another MaxText engine, built for `config`, training this one's state.
 
-        MaxText builds its engine with weights and Adam moments of its own; the new engine's
-        parameters and optimizer state are compared with the holder's leaf for leaf (shape,
-        dtype, sharding: StateMismatch naming the first difference) and then replaced by the
-        holder's arrays, before anything compiles. Its own are freed then: two states are on the
-        device only while it is built, beside no program.
+        The new MaxText engine is built with its weights and Adam moments as shapes (nothing
+        allocated, `shapes_engine_type`); they are compared with the holder's leaf for leaf
+        (shape, dtype, sharding: StateMismatch naming the first difference), then the new
+        engine takes the holder's arrays, before anything compiles: one state on the device
+        throughout.
         """
-        sibling = type(self)(config)
-        holder = self._family.holder
+        sibling = type(self)(config, family=self._family)
         difference = first_difference(
-            self.api.state_avals(holder.engine), sibling.api.state_avals(sibling.engine)
+            self.api.state_avals(self._family.holder.engine),
+            sibling.api.state_avals(sibling.engine),
         )
         if difference is not None:
             raise StateMismatch(difference)
-        sibling._family = self._family
         sibling.take_shared_state()
         return sibling
 
     def take_shared_state(self) -> None:
-        """Take the training state from the engine of the family that stepped last (its arrays
-        are the live ones: this engine's were donated to its `update` since)."""
+        """Take the training state from the engine of the family that stepped last, which then
+        holds none of it (`release_state`): only the engine that steps holds the arrays."""
         holder = self._family.holder
         if holder is not self:
             self.api.adopt_state(holder.engine, self.engine)
+            self.api.release_state(holder.engine)
             self._family.holder = self
 
     # -- staging (MaxText has none; built from the engine's own input mapping) -----------------
@@ -438,7 +515,7 @@ class MaxTextEngine:
         """MaxText's engine with its router-replay loss, called by the adapter itself."""
         self._input_fn = self.api.gen_model_input_fn
         engine = maxtext_payload.with_router_replay(
-            self.api.engine_type(self.maxtext_config, mesh=self.mesh),
+            self._engine_type(self.maxtext_config, mesh=self.mesh),
             self.api,
             self.maxtext_config,
             input_fn=self._model_input,
@@ -453,7 +530,7 @@ class MaxTextEngine:
         self._input_fn = tunix_grpo.model_input(
             tunix_grpo.grpo_config(self.tunix, self.config.loss)
         )
-        engine = self.api.engine_type(
+        engine = self._engine_type(
             self.maxtext_config,
             mesh=self.mesh,
             wrap_with_tunix_adapter=self._wrapped,
