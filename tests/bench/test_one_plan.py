@@ -28,7 +28,12 @@ def test_only_the_plans_builder_resolves_an_engine_config_from_the_knobs():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             name = getattr(node, "id", None) or getattr(node, "attr", None)
-            if isinstance(node, ast.Name | ast.Attribute) and name == "engine_config_from":
+            if isinstance(node, ast.alias):  # imported, under any name
+                name = node.name
+            if (
+                isinstance(node, ast.Name | ast.Attribute | ast.alias)
+                and name == "engine_config_from"
+            ):
                 callers.add(path.relative_to(PACKAGE).as_posix())
     assert callers == RESOLVERS
 
