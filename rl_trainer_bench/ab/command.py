@@ -33,9 +33,11 @@ def run(
     planned: ArmPlan | None = None,
 ) -> int:
     """The `ab` command: 0 when every exact check passed, 1 when one failed (verdict FAIL).
-    `planned`: the arms' plans resolved already (a same-pod A/B's, as its pod printed them)."""
+    `planned`: the arms' plans resolved already (a same-pod A/B's, as its pod printed them),
+    from `args` completed then: completing them again would size a budget twice and refuse it."""
     started = time.time()
-    complete(args)
+    if planned is None:
+        complete(args)
     if not 0 < args.min_effect < 100:
         raise UserError(f"--min-effect {args.min_effect}: give a percent between 0 and 100")
     predictions, sources = _predictions(args)

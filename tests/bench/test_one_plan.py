@@ -62,6 +62,7 @@ def test_each_arm_of_a_pods_ab_runs_the_engine_config_its_printed_plan_lists(tmp
     env = {
         "AB_ARMS": "base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2",
         "STEPS": "1",
+        "AB_BUDGET": "6",  # sized once, when the pod plans its A/B, not again when it runs it
         "RESULTS_DIR": str(tmp_path / "ab"),
         "AB_SCHEDULE_SEED": "0",
     }
