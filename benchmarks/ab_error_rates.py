@@ -85,8 +85,14 @@ def one_ab(design: str, arms: str, engine: Callable[[], StandInEngine], steps: i
         argv += [*DESIGNS[design], "--schedule-seed", str(seed), "--out", str(out)]
         args = cli.build_parser(["ab"]).parse_args(argv)
 
-        def make_bench(config, log):
-            return Bench(config, log, engine_factory=lambda _: engine(), pool=stand_in_pool(3))
+        def make_bench(plan, log):
+            return Bench(
+                plan.config,
+                log,
+                engine_config=plan.engine,
+                engine_factory=lambda _: engine(),
+                pool=stand_in_pool(3),
+            )
 
         with contextlib.redirect_stdout(io.StringIO()):
             code = ab.run(args, make_bench=make_bench)

@@ -96,17 +96,18 @@ class SharedBench:
         self.arm = 0  # arms started so far in it
         self.slow_s = 0.0
 
-    def factory(self, bench_config, log):
+    def factory(self, plan, log):
         from rl_trainer_bench.bench.driver import Bench
 
         self.log = log
         if self.bench is None and self.stand_in_call_ms is None:
-            self.bench = Bench(bench_config, lambda line: self.log(line))
+            self.bench = Bench(plan.config, lambda line: self.log(line), engine_config=plan.engine)
         elif self.bench is None:
             work = cpu_work(self.stand_in_call_ms)
             self.bench = Bench(
-                bench_config,
+                plan.config,
                 lambda line: self.log(line),
+                engine_config=plan.engine,
                 engine_factory=lambda _: TimedEngine(work),
                 pool=stand_in_pool(3),
             )

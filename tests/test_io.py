@@ -192,7 +192,7 @@ def test_run_and_ab_refuse_a_device_node_among_their_files_before_any_work(tmp_p
     argv = ["ab", "--steps", "1", "--schedule-seed", "1", "--out", str(out)]
     args = cli.build_parser([argv[0]]).parse_args(argv)
     with pytest.raises(UserError, match=r"arm2-off\.jsonl is a character device"):
-        ab_command.run(args, make_bench=lambda config, log: _work_started())  # before any bench
+        ab_command.run(args, make_bench=lambda plan, log: _work_started())  # before any bench
     assert (out / "arm2-off.jsonl").is_symlink() and DEVICE.is_char_device()
 
 

@@ -304,15 +304,13 @@ def _rate(share: float) -> str:
     return "under 0.001%" if share < 1e-5 else f"{100 * share:.2g}%"
 
 
-def planned_lines(args: argparse.Namespace, program_sets: int) -> list[str]:
+def planned_lines(args: argparse.Namespace, program_sets: int, warmup_steps: int) -> list[str]:
     """The design's lines once the arms are planned (`program_sets` compiled apart, warmed
-    args.warmup_steps each); a run the budget does not size has its steps per arm."""
+    `warmup_steps` each, the arms' plan's); a run the budget does not size has its steps per arm."""
     design = args.budget_design
     if design is None:
-        return [f"A/B design: {args.steps} scored and {args.warmup_steps} warm-up steps per arm"]
-    return dataclasses.replace(
-        design, warmup_steps=args.warmup_steps, program_sets=program_sets
-    ).lines()
+        return [f"A/B design: {args.steps} scored and {warmup_steps} warm-up steps per arm"]
+    return dataclasses.replace(design, warmup_steps=warmup_steps, program_sets=program_sets).lines()
 
 
 def size(args: argparse.Namespace) -> Design | None:

@@ -19,22 +19,31 @@ from rl_trainer_bench.ab import budget
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab.cross_pod import cross_pod
 from rl_trainer_bench.ab.parser import DEFAULT_STEPS
+from rl_trainer_bench.ab.plan import ArmPlan
 from rl_trainer_bench.ab.same_process import BenchFactory, same_process
 from rl_trainer_bench.errors import UserError
 
 SEED_BITS = 32  # a drawn seed short enough to read back and type
 
 
-def run(args: argparse.Namespace, *, make_bench: BenchFactory | None = None) -> int:
-    """The `ab` command: 0 when every exact check passed, 1 when one failed (verdict FAIL)."""
+def run(
+    args: argparse.Namespace,
+    *,
+    make_bench: BenchFactory | None = None,
+    planned: ArmPlan | None = None,
+) -> int:
+    """The `ab` command: 0 when every exact check passed, 1 when one failed (verdict FAIL).
+    `planned`: the arms' plans resolved already (a same-pod A/B's, as its pod printed them),
+    from `args` completed then: completing them again would size a budget twice and refuse it."""
     started = time.time()
-    complete(args)
+    if planned is None:
+        complete(args)
     if not 0 < args.min_effect < 100:
         raise UserError(f"--min-effect {args.min_effect}: give a percent between 0 and 100")
     predictions, sources = _predictions(args)
     if args.from_logs:
         return cross_pod(args, predictions, sources, started)
-    return same_process(args, predictions, sources, started, make_bench)
+    return same_process(args, predictions, sources, started, make_bench, planned)
 
 
 def complete(args: argparse.Namespace) -> argparse.Namespace:

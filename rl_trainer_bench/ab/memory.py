@@ -21,7 +21,6 @@ from rl_trainer_bench.ab.budget import Figure, parse_figure
 from rl_trainer_bench.ab.plan import ArmPlan
 from rl_trainer_bench.bench.micro_batch_memory import micro_batch_bytes
 from rl_trainer_bench.bench.state_memory import state_memory
-from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
 from rl_trainer_bench.units import human_bytes
@@ -30,15 +29,10 @@ AOT_REPORT = "AB_AOT_REPORT"
 
 
 def memory_line(arm_plan: ArmPlan, arms: str, aot_peak: str | None = None) -> str:
-    """The A/B's per-device memory as far as the plan knows it, against the slice's device; its
-    peak from `aot --ab-arms` where `aot_peak` (AB_AOT_REPORT's figure, `aot_report_peak`) gives
-    it."""
-    engines = {
-        name: engine_config_from(
-            arm_plan.preset, config.trainer_argv, config.engine_flags, engine=config.engine
-        )[0]
-        for name, config in arm_plan.bench_configs.items()
-    }
+    """The A/B's per-device memory as far as the plan knows it (each bench's state from its arm's
+    resolved engine config), against the slice's device; its peak from `aot --ab-arms` where
+    `aot_peak` (AB_AOT_REPORT's figure, `aot_report_peak`) gives it."""
+    engines = {name: plan.engine for name, plan in arm_plan.bench_plans.items()}
     states = {name: state_memory(engine).on_device for name, engine in engines.items()}
     largest = max(states, key=states.__getitem__)
     staging = [arm.setting for arm in arm_plan.arms if arm_plan.stages[arm.label].enabled]

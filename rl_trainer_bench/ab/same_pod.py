@@ -14,6 +14,7 @@ process: `arms.check_key` refuses it and names the cross-pod way (one pod per se
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -55,8 +56,9 @@ _NOT_SHARED = frozenset({*RESERVED_KNOBS, "PLAN_ONLY"})
 
 def ab_arguments(env: Mapping[str, str]) -> argparse.Namespace:
     """The `ab` command's arguments for the pod's environment: its arms from AB_ARMS, the preset
-    the pod's plan chooses, STEPS and WARMUP_STEPS per arm, RESULTS_DIR as the report's folder, and
-    every other driver knob the pod has (TRAINER_ARGV, ENGINE_FLAGS, ...) for every arm."""
+    the pod's plan chooses, STEPS per arm as the environment writes it (unset: the A/B's default),
+    the warm-up the pod's knobs resolve to, RESULTS_DIR as the report's folder, and every other
+    driver knob the pod has (TRAINER_ARGV, ENGINE_FLAGS, ...) for every arm."""
     config = bench_plan.environment_config(env)
     words = [
         "--preset",
@@ -65,12 +67,8 @@ def ab_arguments(env: Mapping[str, str]) -> argparse.Namespace:
         env[AB_ARMS],
         "--out",
         str(config.results_dir),
-        "--warmup-steps",
-        str(config.warmup_steps),
     ]
-    if env.get("STEPS", "").strip():
-        words += ["--steps", str(config.steps)]
-    for name, flag in DESIGN_KNOBS.items():
+    for name, flag in {"STEPS": "--steps", **DESIGN_KNOBS}.items():
         if env.get(name, "").strip():
             words += [flag, env[name]]
     shared = [name for name in DRIVER_KNOBS if name not in _NOT_SHARED and env.get(name, "")]
@@ -79,24 +77,38 @@ def ab_arguments(env: Mapping[str, str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="same-pod A/B", exit_on_error=False)
     ab_parser.add_arguments(parser)
     try:
-        return ab_command.complete(parser.parse_args(words))
+        # the pod's warm-up as its plan resolves it (WARMUP_STEPS, else its engine's), typed
+        pod_warmup = argparse.Namespace(warmup_steps=config.warmup_steps)
+        return ab_command.complete(parser.parse_args(words, pod_warmup))
     except argparse.ArgumentError as error:
         raise UserError(f"{AB_ARMS}: {error}") from None
 
 
-def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
-    """What the pod's A/B will do, validated as the pod validates it (every arm's plan): its arms
-    and what each changes, its order, its design with its cost and what it resolves, its device
-    memory; for the pod's host only `on_this_host` (the renderer plans for another machine)."""
+def plan_lines(
+    env: Mapping[str, str], pod: bench_plan.Plan, on_this_host: bool = False
+) -> list[str]:
+    """What the pod's A/B will do, validated as the pod validates it (every arm's plan, each
+    arm's engine config against `pod`'s, the pod's plan printed above): its arms and what each
+    changes, its order, its design with its cost and what it resolves, its device memory; for the
+    pod's host only `on_this_host` (the renderer plans for another machine)."""
     args = ab_arguments(env)
-    arm_plan = plan_arms(args, args.out, on_this_host)
+    return _ab_lines(env, args, plan_arms(args, args.out, on_this_host), pod)
+
+
+def _ab_lines(
+    env: Mapping[str, str], args: argparse.Namespace, arm_plan: ArmPlan, pod: bench_plan.Plan
+) -> list[str]:
     ran = dict.fromkeys(arm.setting for arm in arm_plan.arms)
     settings = [arm_plan.baseline, *(setting for setting in ran if setting != arm_plan.baseline)]
     first = {arm.setting: arm for arm in reversed(arm_plan.arms)}
     lines = [
         f"same-pod A/B of {', '.join(settings)} (AB_ARMS), one process (python -m"
         f" {SAME_POD_MODULE}), one training state for every arm, each bench compiled and warmed once, up front",
-        *(f"A/B arm {setting}: {first[setting].describe()}" for setting in settings),
+        *(
+            f"A/B arm {setting}: {first[setting].describe()}; engine config:"
+            f" {arm_plan.engine_config_line(setting, pod.engine)}"
+            for setting in settings
+        ),
         f"{order_line(arm_plan.arms)}; these turns are schedule seed {args.schedule_seed}'s"
         + (
             f" ({SCHEDULE_SEED}): the pod runs them"
@@ -104,7 +116,7 @@ def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
             else ", and the pod's run draws its own"
         ),
     ]
-    lines += budget.planned_lines(args, len(arm_plan.bench_configs))
+    lines += budget.planned_lines(args, len(arm_plan.bench_plans), arm_plan.warmup_steps)
     lines.append(ab_memory.memory_line(arm_plan, args.arms, env.get(ab_memory.AOT_REPORT)))
     lines.append(
         "same-pod A/B: scored as `ab` scores its arms (docs/commands.md, A/B runs); the exact"
@@ -115,8 +127,9 @@ def plan_lines(env: Mapping[str, str], on_this_host: bool = False) -> list[str]:
 
 def setting_knobs(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
     """Each setting of the pod's A/B once, the first --arms names first: the knobs it sets over
-    the pod's, its engine keys joined to the pod's ENGINE_FLAGS as its arms' Bench gets them
-    (`ab/plan.arm_env`); validated as the pod validates its arms. The AOT job compiles each."""
+    the pod's, its engine keys joined to the pod's ENGINE_FLAGS as its arm's plan was resolved
+    from them (`ab/plan.arm_knobs`); validated as the pod validates its arms. The AOT job
+    compiles each."""
     args = ab_arguments(env)
     arm_plan = plan_arms(args, args.out, on_this_host=False)
     firsts = {arm.setting: arm for arm in arm_plan.arms if arm.occurrence == 0}
@@ -124,29 +137,42 @@ def setting_knobs(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
     for setting in [arm_plan.baseline, *(s for s in firsts if s != arm_plan.baseline)]:
         arm = firsts[setting]
         knobs = dict(arm.driver_knobs)
-        engine_flags = arm_plan.envs[arm.label].get("ENGINE_FLAGS")
+        engine_flags = arm_plan.knobs[arm.label].get("ENGINE_FLAGS")
         if engine_flags is not None:
             knobs["ENGINE_FLAGS"] = engine_flags
         settings[setting] = knobs
     return settings
 
 
-def pod_plan(env: Mapping[str, str]) -> list[str]:
-    """The pod's plan as it prints it: the bench's, then the A/B's, and in a rendered pod the
-    rendered plan checked against this pod's own and its image (`plan_document.executed`)."""
+@dataclasses.dataclass(frozen=True)
+class PodAb:
+    """The pod's A/B as planned once: its arguments, its arms' plans (each resolved once, and
+    what its benches are built from) and the plan's lines as the pod printed and checked them."""
+
+    args: argparse.Namespace
+    arms: ArmPlan
+    lines: list[str]
+
+
+def pod_plan(env: Mapping[str, str]) -> PodAb:
+    """The pod's plan as it prints it: the bench's, then the A/B's with each arm's resolved
+    engine config, and in a rendered pod the rendered plan checked against this pod's own, every
+    arm re-resolved here, and its image (`plan_document.executed`)."""
     config = bench_plan.environment_config(env)
     rendered = plan_document.embedded(env.get(plan_document.CODE_DIR_VARIABLE))
     planned_elsewhere = config.trainer_slice is not None
     resolved = bench_plan.resolve(config, env=env, rendering=rendered is not None)
-    ab_lines = plan_lines(env, on_this_host=not planned_elsewhere and rendered is None)
+    args = ab_arguments(env)
+    on_this_host = not planned_elsewhere and rendered is None
+    arm_plan = plan_arms(args, args.out, on_this_host)
     lines = plan_document.with_lines(
         resolved.lines(same_pod_ab=True),
-        [f"{bench_plan.PLAN_PREFIX} {line}" for line in ab_lines],
+        [f"{bench_plan.PLAN_PREFIX} {line}" for line in _ab_lines(env, args, arm_plan, resolved)],
     )
-    if rendered is None:
-        return lines
-    checked = plan_document.executed(rendered, lines, resolved.engine, config, env)
-    return checked.printed(bench_plan.PLAN_PREFIX)
+    if rendered is not None:
+        checked = plan_document.executed(rendered, lines, resolved.engine, config, env)
+        lines = checked.printed(bench_plan.PLAN_PREFIX)
+    return PodAb(args, arm_plan, lines)
 
 
 def _keys_checked_in_pod(arm_plan: ArmPlan, settings: list[str]) -> list[str]:
@@ -164,13 +190,14 @@ def _keys_checked_in_pod(arm_plan: ArmPlan, settings: list[str]) -> list[str]:
 
 
 def run(env: Mapping[str, str]) -> int:
-    """The pod's A/B (PLAN_ONLY=1: the bench's plan and the A/B's, then exit)."""
-    lines = pod_plan(env)
+    """The pod's A/B (PLAN_ONLY=1: the bench's plan and the A/B's, then exit): the arms run as
+    planned, from the plans whose lines it printed."""
+    planned = pod_plan(env)
+    lines = planned.lines
     if DRIVER_KNOBS["PLAN_ONLY"].read(env):
         for line in lines:
             print(line, flush=True)
         return 0
-    args = ab_arguments(env)
     config = bench_plan.environment_config(env)
     digest = code_sha256(engine=config.engine, same_pod_ab=True)
     print(f"{LOG_PREFIX} code sha256={digest}", flush=True)
@@ -184,7 +211,7 @@ def run(env: Mapping[str, str]) -> int:
         )
     # every arm's records outlive the pod as the run goes, and the report when it ends
     with copying(config.results_dir, config.results_uri, lambda line: print(line, flush=True)):
-        return ab_command.run(args)
+        return ab_command.run(planned.args, planned=planned.arms)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:

@@ -32,6 +32,7 @@ from rl_trainer_bench.ab.report_files import (
     move_earlier_ab_aside,
     write_verdict,
 )
+from rl_trainer_bench.bench.plan import Plan
 from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.engine.contract import StateMismatch
@@ -47,8 +48,8 @@ def _results_name(index: int, arm: ArmSpec) -> str:
     return f"arm{index}-{arm.setting}.jsonl"
 
 
-# Builds a Bench from its config and a log callable: the driver's, or a stand-in in tests.
-BenchFactory = Callable[[config.BenchConfig, Callable[[str], None]], Any]
+# Builds a Bench from its arm's plan and a log callable: the driver's, or a stand-in in tests.
+BenchFactory = Callable[[Plan, Callable[[str], None]], Any]
 
 
 def same_process(
@@ -57,11 +58,13 @@ def same_process(
     sources: list[dict[str, Any]],
     started: float,
     make_bench: BenchFactory | None,
+    planned: ArmPlan | None = None,
 ) -> int:
     """Every bench built (and every refusal made) before any compiles, then compiled, then the
-    arms in order; Ctrl-C writes the arms that finished, marked incomplete."""
+    arms in order; Ctrl-C writes the arms that finished, marked incomplete. `planned`: the arms'
+    plans made already (a same-pod A/B's, printed and checked), else resolved here."""
     out = args.out if args.out is not None else fresh_name()
-    plan = plan_arms(args, out)
+    plan = planned if planned is not None else plan_arms(args, out)
     schedule = interleaved_schedule(args, plan)
     ab_predict.check_settings(predictions, dict.fromkeys(a.setting for a in plan.arms))
     check_writable_folder(out, "--out")
@@ -75,7 +78,7 @@ def same_process(
         try:
             if schedule is None:
                 progress.say(order_line(plan.arms))
-                for line in budget.planned_lines(args, len(plan.bench_configs)):
+                for line in budget.planned_lines(args, len(plan.bench_plans), plan.warmup_steps):
                     progress.say(line)
             else:
                 progress.say(f"design: interleaved boundaries, {schedule.describe()}")
@@ -86,7 +89,7 @@ def same_process(
             benches = _built_benches(plan, make_bench or _driver_bench, progress, cleanup)
             _start_writing(out, progress)  # every refusal is behind us: now files may change
             compile_s = {name: _compiled(name, bench, progress) for name, bench in benches.items()}
-            warm = one_state.warm_ups(plan, args.warmup_steps) if schedule is None else []
+            warm = one_state.warm_ups(plan, plan.warmup_steps) if schedule is None else []
             for each in warm:
                 _warm_up(benches[each.bench], each, progress)
             if schedule is not None:
@@ -135,7 +138,7 @@ def interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.
     return interleave.make_schedule(
         (baseline.setting, other.setting),
         pairs=args.steps,
-        warmup_steps=args.warmup_steps,
+        warmup_steps=plan.warmup_steps,
         seed=args.schedule_seed,
     )
 
@@ -206,11 +209,10 @@ def _built_benches(
     the first's training state: refused here, before any compile."""
     benches: dict[str, Any] = {}
     for name in one_state.bench_order(plan):
-        bench_config = plan.bench_configs[name]
         arms = plan.arms_of(name)
         settings = ", ".join(dict.fromkeys(a.setting for a in arms))
         progress.say(f"setting up {name} (arms {settings}): pool, engine")
-        benches[name] = make_bench(bench_config, progress.log)
+        benches[name] = make_bench(plan.bench_plans[name], progress.log)
         cleanup.callback(benches[name].close)
         state_of = next(iter(benches.values())) if len(benches) > 1 else None
         try:
@@ -253,7 +255,7 @@ def _report_same_process(
     )
     extra: dict[str, Any] = {
         "compile_s": compile_s,
-        "arm_knobs": plan.envs,
+        "arm_knobs": plan.knobs,
         "bench_groups": plan.groups,
         "training_state": one_state.SHARED_STATE_NOTE,
         "warmup_steps_total": schedule.warmup_steps
@@ -270,7 +272,7 @@ def _report_same_process(
         title,
         out,
         runs,
-        _settings(args),
+        _settings(args, plan),
         machine,
         extra,
         predictions,
@@ -283,7 +285,7 @@ def _report_same_process(
     )
 
 
-def _settings(args: argparse.Namespace) -> dict[str, Any]:
+def _settings(args: argparse.Namespace, plan: ArmPlan) -> dict[str, Any]:
     return {
         "preset": args.preset,
         "arms": args.arms,
@@ -292,7 +294,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         "design": args.design,
         "schedule_seed": args.schedule_seed,
         "steps": args.steps,
-        "warmup_steps": args.warmup_steps,
+        "warmup_steps": plan.warmup_steps,
         "budget": args.budget,
         "step_time": args.step_time,
         "step_noise": args.step_noise,
@@ -318,10 +320,10 @@ def _interrupted(
         started_unix=started,
         finished_unix=time.time(),
         interrupted=where,
-        settings=_settings(args),
+        settings=_settings(args, plan),
         runs=runs,
         machine=ab_report.host_machine(),
-        extra={"arm_knobs": plan.envs, "bench_groups": plan.groups},
+        extra={"arm_knobs": plan.knobs, "bench_groups": plan.groups},
     )
     ab_report.write_json(out / "ab.json", content)
     print(
@@ -333,10 +335,11 @@ def _interrupted(
     return interrupts.exit_code(interrupt)
 
 
-def _driver_bench(bench_config: config.BenchConfig, log: Callable[[str], None]) -> Any:
+def _driver_bench(plan: Plan, log: Callable[[str], None]) -> Any:
+    """The driver's Bench of one arm's plan, built from the engine config that plan resolved."""
     from rl_trainer_bench.bench.driver import Bench  # imports JAX: only once the runtime started
 
-    return Bench(bench_config, log)
+    return Bench(plan.config, log, engine_config=plan.engine)
 
 
 def _devices() -> dict[str, Any]:

@@ -25,7 +25,7 @@ import jax
 from rl_trainer_bench import interrupts
 from rl_trainer_bench.accelerators import chip_for_device_kind
 from rl_trainer_bench.bench import results_file, step_line, step_summary
-from rl_trainer_bench.bench.plan import refuse_unrunnable_stages
+from rl_trainer_bench.bench.plan import refuse_unrunnable_stages, resolve
 from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.bench.step import (
     ArmSettings,
@@ -72,8 +72,8 @@ class Bench:
         engine_config: EngineConfig | None = None,
     ):
         self.config = config
-        # The plan's engine config (`bench/plan.py`), so the run builds what the plan printed;
-        # None: resolved here from the knobs (the A/B's arms, tests).
+        # The plan's engine config (`bench/plan.py`), so the run builds what the plan printed
+        # (a run's, an A/B arm's); None: a Bench built apart from a run resolves its own plan.
         self._planned_engine = engine_config
         self.log = log
         self._engine_factory = engine_factory
@@ -104,9 +104,7 @@ class Bench:
         refuse_unrunnable_stages(self.config.worker, (self.config.stage, *stages))
         # Files an engine writes of its own (MaxText's events) go inside the results folder.
         engine_config = dataclasses.replace(
-            self._engine_config(),
-            output_dir=str(self.config.results_dir / "engine"),
-            maxtext_driver=self.config.maxtext_driver,
+            self._engine_config(), output_dir=str(self.config.results_dir / "engine")
         )
         factory = self._engine_factory or engine_class(self.config.engine)  # import it first
         payloads = self._build_pool(engine_config)
@@ -163,22 +161,17 @@ class Bench:
             )
 
     def _engine_config(self) -> EngineConfig:
-        """The preset's engine config with TRAINER_ARGV and ENGINE_FLAGS applied; logs what is not."""
+        """The plan's engine config: the one given, else the plan of this Bench's knobs resolved
+        here (a Bench built apart from a run, as tests and benchmarks build one); logs the keys
+        that plan does not apply."""
         if self._planned_engine is not None:
             return self._planned_engine
-        if not self.config.trainer_argv and not self.config.engine_flags:
-            return self.config.preset.engine_for(self.config.engine)
-        from rl_trainer_bench.config.engine_keys import engine_config_from
-
-        engine_config, unapplied = engine_config_from(
-            self.config.preset,
-            trainer_argv=self.config.trainer_argv,
-            engine_flags=self.config.engine_flags,
-            engine=self.config.engine,
-        )
-        if unapplied:
-            self.log(f"{step_line.LOG_PREFIX} engine keys not applied: {' '.join(unapplied)}")
-        return engine_config
+        resolved = resolve(self.config, rendering=True)
+        if resolved.unapplied:
+            self.log(
+                f"{step_line.LOG_PREFIX} engine keys not applied: {' '.join(resolved.unapplied)}"
+            )
+        return resolved.engine
 
     def _build_pool(self, engine_config: EngineConfig) -> list[Payload]:
         if self._given_pool is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.bench import engine_plan, micro_batch_memory, results_copy
@@ -371,11 +372,15 @@ def resolve(
     environment of the process that will run (the pod's, when rendering), from which the plan
     names the runtime it starts. `rendering`: the plan is made for a pod whose image is not this
     host's, so MaxText is not looked for here.
+
+    The one resolver of a run's engine config: every command that builds or compiles an engine
+    (the pod, `run`, `ab`'s arms, `aot`, `check-engine`) takes it from the Plan this returns.
     """
     refuse_unrunnable_stages(config.worker, [config.stage])
     engine, unapplied = engine_config_from(
         config.preset, config.trainer_argv, config.engine_flags, engine=config.engine
     )
+    engine = dataclasses.replace(engine, maxtext_driver=config.maxtext_driver)
     refuse_engine_config_problems(engine, config.preset.name)
     _check_slice(engine, config.trainer_slice)
     micro_batch_memory.refuse_oversized(
@@ -415,6 +420,14 @@ def _environment_fates(
     }
     tunix_loss = config.engine == MAXTEXT and config.maxtext_driver != MAXTEXT_OWN_DRIVER
     return trainer_env.environment_fates(env, engine_values, tunix_loss)
+
+
+def command_plan(**given: Any) -> Plan:
+    """The plan of a command that takes its knobs as flags, already typed (`aot`, `check-engine`:
+    BenchConfig fields, the preset among them), resolved as a run's is. The command builds or
+    compiles the engine itself, which meets the image's MaxText there, so the plan does not look
+    for it (`rendering`)."""
+    return resolve(BenchConfig.from_env({}, **given), rendering=True)
 
 
 def refuse_engine_config_problems(engine: EngineConfig, preset_name: str) -> None:

@@ -599,10 +599,14 @@ class BenchConfig:
         return self.warmup_steps + self.steps
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> BenchConfig:
-        """Validate every knob in `env` (host work only: nothing here touches a device)."""
+    def from_env(cls, env: Mapping[str, str], **given: Any) -> BenchConfig:
+        """Validate every knob in `env` (host work only: nothing here touches a device), with
+        `given` fields (already typed: a command's parsed flags, an A/B's own steps) over the
+        knobs', so what follows from them (preset, engine, micro-steps) follows from them alike."""
         refuse_misspelt_knobs(env, "the knobs")
         fields = {knob.dest: knob.read(env) for knob in KNOBS if knob.dest != "stage"}
+        stage = given.pop("stage", None) or StageConfig.from_env(env)
+        fields.update(given)
         trainer_flags = parse_trainer_argv(fields["trainer_argv"])
         fields["preset"], source = _chosen_preset(fields["preset"], trainer_flags)
         fields["orch_argv"] = _with_lengths(fields["orch_argv"], trainer_flags)
@@ -620,7 +624,7 @@ class BenchConfig:
         )
         return cls(
             **fields,
-            stage=StageConfig.from_env(env),
+            stage=stage,
             preset_source=source,
             engine_source=choice.source,
         )

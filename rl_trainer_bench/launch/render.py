@@ -83,10 +83,10 @@ LIBTPU_FLAGS_ANNOTATION = ANNOTATION_PREFIX + "libtpu-flags"
 # ----------------------------------------------------------------------------------------------
 
 
-# The same-pod A/B's own check of a pod's environment (`ab/same_pod.plan_lines`): the lines that
-# say what the pod's A/B will do, or UserError. The `render` command passes it in; this room
-# cannot import the A/B's.
-PodCheck = Callable[[Mapping[str, str]], list[str]]
+# The same-pod A/B's own check of a pod's environment and plan (`ab/same_pod.plan_lines`): the
+# lines that say what the pod's A/B will do, or UserError. The `render` command passes it in; this
+# room cannot import the A/B's.
+PodCheck = Callable[[Mapping[str, str], Plan], list[str]]
 
 
 def render(text: str, source: str, knobs: RenderKnobs, check_pod: PodCheck | None = None) -> str:
@@ -146,7 +146,7 @@ def render_with_plan(
     sha = code_digest.code_sha256(engine=engine, same_pod_ab=same_pod_ab)
     environment["BENCH_CODE_SHA256"] = sha
     pod_env = pod_environment(container, environment)
-    ab_lines = _same_pod_ab_lines(pod_env, check_pod)
+    ab_lines = _same_pod_ab_lines(pod_env, pod_plan, check_pod)
     resolved = _resolved_plan(pod_plan, pod_env, libtpu_words, knobs.ab_arms, ab_lines)
     resolved_json = resolved.to_json()
     _replace_client_command(
@@ -272,14 +272,16 @@ def trainer_output(trainer: Mapping, launch: ClientCommand) -> tuple[str, str] |
     )
 
 
-def _same_pod_ab_lines(pod_env: Mapping[str, str], check_pod: PodCheck | None) -> tuple[str, ...]:
+def _same_pod_ab_lines(
+    pod_env: Mapping[str, str], pod_plan: Plan, check_pod: PodCheck | None
+) -> tuple[str, ...]:
     """The same-pod A/B's check of the pod's environment, when AB_ARMS asks for one."""
     if AB_ARMS not in pod_env:
         return ()
     if check_pod is None:
         raise RuntimeError("AB_ARMS given but no same-pod A/B check: pass check_pod to render")
     try:
-        return tuple(check_pod(pod_env))
+        return tuple(check_pod(pod_env, pod_plan))
     except UserError as error:
         raise UserError(f"the bench pod's A/B would refuse its knobs: {error}") from None
 

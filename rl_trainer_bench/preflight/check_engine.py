@@ -1,18 +1,15 @@
 """`rl-trainer-bench check-engine`: run the engine contract's conformance checks on an engine.
 
 Another engine (e.g. an adapter around MaxText's) is named as `module:Class`; it is built the way
-the built-in one is, `Class(engine_config)`, from the preset and the same engine keys, so a check
-exercises exactly what a bench run would.
+the built-in one is, `Class(engine_config)`, from the engine config of the plan a run of the same
+knobs resolves (`bench/plan.command_plan`), so a check exercises exactly what a bench run would.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
-from rl_trainer_bench.bench.plan import refuse_engine_config_problems
-from rl_trainer_bench.config.engine_choice import choose_engine
-from rl_trainer_bench.config.engine_keys import engine_config_from
+from rl_trainer_bench.bench.plan import command_plan
 from rl_trainer_bench.config.knobs import ENGINE_KNOBS, add_knob_flags, add_preset_flag
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.contract import example_payloads_for
@@ -26,17 +23,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    cell = preset(args.preset)
-    spec = choose_engine(args.engine, args.trainer_argv, cell.engine).spec
-    config, unapplied = engine_config_from(cell, args.trainer_argv, args.engine_flags, spec)
-    config = dataclasses.replace(config, maxtext_driver=args.maxtext_driver)
-    refuse_engine_config_problems(config, cell.name)
+    plan = command_plan(
+        preset=preset(args.preset),
+        engine=args.engine,
+        trainer_argv=args.trainer_argv,
+        engine_flags=args.engine_flags,
+        maxtext_driver=args.maxtext_driver,
+    )
+    spec, config = plan.config.engine, plan.engine
     engine_type = engine_class(spec, knob="--engine")  # a bad name is refused before JAX starts
     from rl_trainer_bench.bench.distributed import start_for_preset  # JAX: not for --help
 
-    start_for_preset(cell.host_devices)  # cpu-tiny's 2x2x2 mesh needs its 8 host devices
-    if unapplied:
-        print(f"check-engine: keys not applied by the built-in engine: {', '.join(unapplied)}")
+    start_for_preset(plan.config.preset.host_devices)  # cpu-tiny's 2x2x2 mesh: 8 host devices
+    if plan.unapplied:
+        print(f"check-engine: keys not applied by the built-in engine: {', '.join(plan.unapplied)}")
     from rl_trainer_bench.engine.sharing_check import check_sharing, live_bytes  # JAX
 
     before = live_bytes()

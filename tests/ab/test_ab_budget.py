@@ -97,8 +97,8 @@ def test_a_minutes_budget_pays_the_warmups_then_buys_blocks(tmp_path):
     )
     assert (args.blocks, args.steps) == (5, 1)
     plan = plan_arms(args, tmp_path, on_this_host=False)  # the built-in engine: 1 warm-up step
-    assert args.warmup_steps == 1
-    design = budget.planned_lines(args, len(plan.bench_configs))
+    assert plan.warmup_steps == 1 and args.warmup_steps is None  # the plan's, args untouched
+    design = budget.planned_lines(args, len(plan.bench_configs), plan.warmup_steps)
     assert design[1] == (
         "A/B pod time: 21 steps x 100 s = 35.0 min (ESTIMATE; step time: given by --step-time),"
         " plus start-up and compiles"

@@ -21,11 +21,18 @@ class Benches:
         self.made = []
         self.make_engine = make_engine
 
-    def __call__(self, config, log):
+    def __call__(self, plan, log):
+        config = plan.config
         pool = stand_in_pool(3)
         if config.seed:  # another seed, other micro-batches, as the real pool builder does
             pool.reverse()
-        bench = Bench(config, log, engine_factory=lambda _: self.make_engine(), pool=pool)
+        bench = Bench(
+            config,
+            log,
+            engine_config=plan.engine,
+            engine_factory=lambda _: self.make_engine(),
+            pool=pool,
+        )
         self.made.append(config)
         return bench
 
@@ -74,7 +81,7 @@ class Drawn(Exception):
     """Raised in place of building a Bench: the layout seed has been drawn by then."""
 
 
-def _refuse_bench(config, log):
+def _refuse_bench(plan, log):
     raise Drawn
 
 
@@ -202,11 +209,12 @@ def test_prediction_about_a_missing_setting_is_refused_before_any_output(tmp_pat
 
 def _driver_log(path, stage, seed="0"):
     """One pod's log: a Bench run alone, its lines as the driver prints them."""
+    from rl_trainer_bench.bench.plan import resolve
     from rl_trainer_bench.config.knobs import BenchConfig
 
     config = BenchConfig.from_env({"STEPS": "4", "STAGE_BEFORE_UPDATE": stage, "SEED": seed})
     lines = []
-    bench = Benches()(config, lines.append)
+    bench = Benches()(resolve(config), lines.append)
     bench.setup()
     bench.run(steps=config.steps, stage=config.stage)
     bench.close()
@@ -294,11 +302,9 @@ def test_arms_warm_up_as_long_as_the_slowest_engine_among_them_needs(tmp_path):
     arms = "builtin:ENGINE=builtin,maxtext:ENGINE=maxtext"
     args = cli.build_parser(["ab"]).parse_args(["ab", "--arms", arms, "--out", str(tmp_path)])
     plan = plan_arms(ab.complete(args), tmp_path)
-    assert args.warmup_steps == 2
+    assert plan.warmup_steps == 2 and args.warmup_steps is None  # the plan's; args untouched
     assert [c.warmup_steps for c in plan.bench_configs.values()] == [2, 2]
     given = cli.build_parser(["ab"]).parse_args(["ab", "--arms", arms, "--warmup-steps", "1"])
-    plan_arms(ab.complete(given), tmp_path)
-    assert given.warmup_steps == 1
+    assert plan_arms(ab.complete(given), tmp_path).warmup_steps == 1
     plain = cli.build_parser(["ab"]).parse_args(["ab", "--out", str(tmp_path)])
-    plan_arms(ab.complete(plain), tmp_path)
-    assert plain.warmup_steps == 1
+    assert plan_arms(ab.complete(plain), tmp_path).warmup_steps == 1

@@ -41,8 +41,8 @@ class KeptBenches:
     def __init__(self):
         self.benches = []
 
-    def __call__(self, config, log):
-        self.benches.append(Bench(config, log))
+    def __call__(self, plan, log):
+        self.benches.append(Bench(plan.config, log, engine_config=plan.engine))
         return self.benches[-1]
 
 
@@ -145,12 +145,18 @@ class StandInBenches:
         self.engines = []
         self.make_engine = make_engine
 
-    def __call__(self, config, log):
+    def __call__(self, plan, log):
         def engine(_):
             self.engines.append(self.make_engine())
             return self.engines[-1]
 
-        return Bench(config, log, engine_factory=engine, pool=stand_in_pool(3))
+        return Bench(
+            plan.config,
+            log,
+            engine_config=plan.engine,
+            engine_factory=engine,
+            pool=stand_in_pool(3),
+        )
 
 
 def test_every_bench_warms_up_once_and_each_turn_scores_from_its_first_step(tmp_path):

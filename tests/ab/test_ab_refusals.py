@@ -35,11 +35,11 @@ class EnginesWithoutStaging(Benches):
         super().__init__()
         self.engines = []
 
-    def __call__(self, config, log):
+    def __call__(self, plan, log):
         engine = StandInEngine(staging=False)
         self.engines.append(engine)
-        self.made.append(config)
-        return Bench(config, log, engine_factory=lambda _: engine, pool=stand_in_pool(3))
+        self.made.append(plan.config)
+        return Bench(plan.config, log, engine_factory=lambda _: engine, pool=stand_in_pool(3))
 
 
 def test_fused_worker_arms_staging_before_update_are_refused_before_any_bench(tmp_path):
@@ -98,8 +98,8 @@ def test_ctrl_c_writes_the_finished_arms_marked_incomplete_and_one_line(tmp_path
     # 5th is arm on's first step
     engine = InterruptedEngine(at=5)
 
-    def make_bench(config, log):
-        return Bench(config, log, engine_factory=lambda _: engine, pool=stand_in_pool(3))
+    def make_bench(plan, log):
+        return Bench(plan.config, log, engine_factory=lambda _: engine, pool=stand_in_pool(3))
 
     try:
         code = run_ab(["--steps", "2", "--schedule-seed", "0", "--out", str(out)], make_bench)

@@ -31,12 +31,20 @@ class EngineConfigs:
         self.engine_configs = []
         self.benches = []
 
-    def __call__(self, config, log):
+    def __call__(self, plan, log):
         def engine(engine_config):
             self.engine_configs.append(engine_config)
             return StandInEngine()
 
-        self.benches.append(Bench(config, log, engine_factory=engine, pool=stand_in_pool(3)))
+        self.benches.append(
+            Bench(
+                plan.config,
+                log,
+                engine_config=plan.engine,
+                engine_factory=engine,
+                pool=stand_in_pool(3),
+            )
+        )
         return self.benches[-1]
 
 
@@ -89,7 +97,7 @@ def test_what_ab_would_ignore_or_choke_on_is_refused_in_one_line(
     from rl_trainer_bench import cli
     from rl_trainer_bench.ab import same_process
 
-    def no_bench(config, log):
+    def no_bench(plan, log):
         raise AssertionError("a bench was built: the refusal came too late")
 
     monkeypatch.setattr(same_process, "_driver_bench", no_bench)
@@ -112,8 +120,8 @@ def test_ctrl_c_over_an_earlier_complete_run_moves_it_aside_whole(tmp_path, caps
     assert {"ab.json", "ab.txt", "ab.log", "arm1-off.jsonl"} <= set(earlier)
     engine = InterruptedEngine(at=4)  # after 2 warm-up steps and arm off's 1: arm on's first step
 
-    def make_bench(config, log):
-        return Bench(config, log, engine_factory=lambda _: engine, pool=stand_in_pool(3))
+    def make_bench(plan, log):
+        return Bench(plan.config, log, engine_factory=lambda _: engine, pool=stand_in_pool(3))
 
     assert run_ab([*argv, "--out", str(out)], make_bench) == 130
     capsys.readouterr()

@@ -220,8 +220,8 @@ def test_plan_of_a_same_pod_ab_prints_the_ab_not_the_plain_benchs_steps(tmp_path
     assert (
         "plan: step: micro_steps=4 worker=separate; steps, warm-ups and stages: the A/B's" in lines
     )
-    assert "plan: A/B arm off: STAGE_BEFORE_UPDATE=off" in lines
-    assert "plan: A/B arm on: STAGE_BEFORE_UPDATE=on" in lines
+    assert "plan: A/B arm off: STAGE_BEFORE_UPDATE=off; engine config: the plan's above" in lines
+    assert "plan: A/B arm on: STAGE_BEFORE_UPDATE=on; engine config: the plan's above" in lines
     assert any(line.startswith("plan: run order: ") for line in lines)
     # 25 min of 100.15 s steps: 14 steps, less 2 warm-ups at most, 6 per setting: 3 blocks of
     # 1-step turns; the built-in engine warms its one program set for 1 step: 13 steps in all

@@ -58,9 +58,12 @@ def test_the_render_says_what_the_pods_ab_will_do():
     assert first.startswith(
         "same-pod A/B of base, wide (AB_ARMS), one process (python -m rl_trainer_bench.ab.same_pod)"
     )
+    # each arm's engine config as its own plan resolves it, against the bench's plan above: the
+    # fixture's preset runs ragged_buffer_factor=1.25 already
     assert (base, wide) == (
-        "A/B arm base: ragged_buffer_factor=1.25",
-        "A/B arm wide: ragged_buffer_factor=2",
+        "A/B arm base: ragged_buffer_factor=1.25; engine config: the plan's above",
+        "A/B arm wide: ragged_buffer_factor=2; engine config: the plan's above with"
+        " moe.ragged_buffer_factor=2.0",
     )
     assert order.startswith("run order: ")
     assert "(6 blocks, each balanced: a drift linear within a block cancels in it" in order

@@ -5,7 +5,7 @@ The arms of a same-pod A/B share one state on the device, each arm's programs co
 (`ab/aot_arms.py` finds the program sets, with the knobs each arm runs), so the device holds one
 state beside whichever arm's program runs: the A/B's peak is the largest of the arms' peaks, each
 one state plus that arm's program, never a sum over arms. Each set is checked as a plain `aot`
-checks its cell (`check.run_check`), and the A/B passes only when every set fits with the margin.
+checks its cell (`check.check_cell`, on the set's resolved plan), and the A/B passes only when every set fits with the margin.
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ import argparse
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 
-from rl_trainer_bench.config.engine_choice import choose_engine
-from rl_trainer_bench.config.knobs import DRIVER_KNOBS
-from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.config.knobs import DRIVER_KNOBS, StageConfig
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight.aot.check import resolve_cell, run_check
+from rl_trainer_bench.preflight.aot.check import Cell, check_cell, resolve_cell
 from rl_trainer_bench.preflight.aot.report import AotReport, format_report
 from rl_trainer_bench.units import human_bytes
 
@@ -66,48 +64,40 @@ def run_ab_check(
     args: argparse.Namespace, sets: Sequence[ProgramSet], progress: Callable[[str], None]
 ) -> AbCheck:
     """Each program set compiled and checked as `aot` checks one cell, its knobs over `args`';
-    every set's cell resolved first, so a set the engine config refuses is refused before the
+    every set's cell resolved (its plan) first, so a set the plan refuses is refused before the
     minutes of the first set's compiles."""
-    cells = [(settings, knobs, _cell_knobs(args, knobs)) for settings, knobs in sets]
-    for settings, _, cell in cells:
+    cells = []
+    for settings, knobs in sets:
         try:
-            resolve_cell(
-                args.preset, args.target, cell["trainer_argv"], cell["engine_flags"], cell["engine"]
-            )
+            cells.append((settings, knobs, _cell(args, knobs)))
         except UserError as error:
             raise UserError(f"--ab-arms: arm(s) {', '.join(settings)}: {error}") from None
     checks = []
     for settings, knobs, cell in cells:
         progress(f"aot: A/B program set of {', '.join(settings)}")
-        report = run_check(
-            args.preset,
-            args.target,
-            **cell,
-            layers=args.layers,
-            progress=progress,
-            routing_profile=args.routing_profile,
-            seed=args.seed,
-            min_headroom=args.min_headroom / 100,
-        )
+        report = check_cell(cell, args.layers, progress, args.min_headroom / 100)
         checks.append(ArmCheck(tuple(settings), dict(knobs), report))
     return AbCheck(args.ab_arms, tuple(checks))
 
 
-def _cell_knobs(args: argparse.Namespace, knobs: Mapping[str, str]) -> dict:
-    """`run_check`'s keyword arguments for one program set: its knobs, else `aot`'s own flags."""
-    trainer_argv = DRIVER_KNOBS["TRAINER_ARGV"].read(knobs) or args.trainer_argv
-    engine = DRIVER_KNOBS["ENGINE"].read(knobs) or args.engine
+def _cell(args: argparse.Namespace, knobs: Mapping[str, str]) -> Cell:
+    """One program set's cell and plan: its knobs (text, as its arm runs them), else `aot`'s own
+    flags."""
 
     def knob(name: str, default):
         return default if name not in knobs else DRIVER_KNOBS[name].read(knobs)
 
-    return {
-        "trainer_argv": trainer_argv,
-        "engine_flags": knobs.get("ENGINE_FLAGS", ""),
-        "stage_before_update": knob("STAGE_BEFORE_UPDATE", args.stage_before_update),
-        "micro_steps": knob("MICRO_STEPS", args.micro_steps),
-        "engine": choose_engine(engine, trainer_argv, preset(args.preset).engine).spec,
-    }
+    return resolve_cell(
+        args.preset,
+        args.target,
+        DRIVER_KNOBS["TRAINER_ARGV"].read(knobs) or args.trainer_argv,
+        knobs.get("ENGINE_FLAGS", ""),
+        DRIVER_KNOBS["ENGINE"].read(knobs) or args.engine,
+        stage=StageConfig(before_update=knob("STAGE_BEFORE_UPDATE", args.stage_before_update)),
+        micro_steps=knob("MICRO_STEPS", args.micro_steps),
+        routing_profile=args.routing_profile,
+        seed=args.seed,
+    )
 
 
 def format_ab_check(check: AbCheck) -> str:

@@ -17,9 +17,11 @@ from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
-from rl_trainer_bench.bench.plan import refuse_engine_config_problems
+from rl_trainer_bench.bench.plan import Plan, command_plan
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM
-from rl_trainer_bench.config.engine_keys import engine_config_from
+from rl_trainer_bench.config import values
+from rl_trainer_bench.config.engine_keys import ENGINE_KEYS
+from rl_trainer_bench.config.knobs import StageConfig
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import aot_optional
@@ -39,7 +41,8 @@ from rl_trainer_bench.preflight.aot.targets import LOCAL, Target, resolve_target
 from rl_trainer_bench.preflight.compiler_flags import compiler_flags
 from rl_trainer_bench.units import human_bytes
 
-# MICRO_STEPS left unset: predict the step at the preset's micro-steps.
+# MICRO_STEPS left unset: predict the step at the plan's micro-steps (the launcher's, else the
+# preset's).
 PRESET_MICRO_STEPS = None
 
 
@@ -75,16 +78,23 @@ def unsharded_state(config: EngineConfig, mesh, engine: ModuleType) -> list[tupl
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-    """A preset with its knobs applied, and the mesh it is compiled for."""
+    """A preset with its knobs applied (its plan), and the mesh it is compiled for."""
 
-    preset: str
-    config: EngineConfig
-    unapplied_keys: list[str]
+    plan: Plan  # the run's plan, resolved once: its knobs and the engine config they build
+    config: EngineConfig  # the plan's, less the trainer keys the engine refuses
     target: Target
     mesh: Any
     note: str = ""  # how the mesh was fitted to the target, when it was
     # The trainer's engine keys the engine refused, {key=value: why}: compiled without them.
     refused_keys: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def preset(self) -> str:
+        return self.plan.config.preset.name
+
+    @property
+    def unapplied_keys(self) -> list[str]:
+        return list(self.plan.unapplied)
 
     @property
     def mesh_sizes(self) -> dict[str, int]:
@@ -96,19 +106,34 @@ def resolve_cell(
     target_name: str,
     trainer_argv: str | Sequence[str] = "",
     engine_flags: str = "",
-    engine: str = BUILT_IN,
+    engine: str | None = BUILT_IN,
+    **knobs: Any,
 ) -> Cell:
-    """The preset's engine config with TRAINER_ARGV and ENGINE_FLAGS applied, on the target's mesh."""
+    """The cell's plan (`bench/plan.command_plan`: the preset with TRAINER_ARGV and ENGINE_FLAGS
+    applied, as a run resolves it; `knobs`: more of its fields, e.g. micro_steps) on the target's
+    mesh. `engine` None: the engine the trainer's command chooses, as a run's."""
     cell = preset(preset_name)
-    config, unapplied = engine_config_from(cell, trainer_argv, engine_flags, engine)
     target = resolve_target(target_name, cell.host_devices if target_name == LOCAL else 0)
-    note = ""
-    if config.mesh == cell.engine.mesh and config.mesh.size != len(target.devices):
-        config, note = _fit_fsdp(config, len(target.devices), target.name)
-    refuse_engine_config_problems(config, cell.name)
-    mesh = _mesh(config, target)
-    config, refused = _without_refused_keys(config, aot_engine_module(engine), mesh)
-    return Cell(cell.name, config, unapplied, target, mesh, note, refused)
+    fitted, note = _fit_fsdp(cell.engine, len(target.devices), target.name)
+    plan = command_plan(
+        preset=dataclasses.replace(cell, engine=fitted),
+        trainer_argv=values.shell_words("TRAINER_ARGV", trainer_argv)
+        if isinstance(trainer_argv, str)
+        else tuple(trainer_argv),
+        engine_flags=engine_flags,
+        engine=engine,
+        **knobs,
+    )
+    mesh_given = not any(
+        ENGINE_KEYS[value.key].target.startswith("mesh.") for value in plan.preset_values
+    )
+    if mesh_given or plan.engine.mesh != fitted.mesh:
+        note = ""
+    mesh = _mesh(plan.engine, target)
+    config, refused = _without_refused_keys(
+        plan.engine, aot_engine_module(plan.config.engine), mesh
+    )
+    return Cell(plan, config, target, mesh, note, refused)
 
 
 def _without_refused_keys(
@@ -131,12 +156,12 @@ def _without_refused_keys(
 def _fit_fsdp(config: EngineConfig, devices: int, target: str) -> tuple[EngineConfig, str]:
     """The preset's mesh on a target of another size: keep context and expert, refit fsdp.
 
-    Only when the user set no mesh key; the report says so. Otherwise make_mesh refuses the
-    mismatch with the keys to set.
+    Used only where the user sets no mesh key (`resolve_cell`); the report says so. Otherwise
+    make_mesh refuses the mismatch with the keys to set.
     """
     mesh = config.mesh
     inner = mesh.context * mesh.expert
-    if devices % inner:
+    if mesh.size == devices or devices % inner:
         return config, ""
     fitted = dataclasses.replace(mesh, fsdp=devices // inner)
     note = (
@@ -155,26 +180,47 @@ def run_check(
     stage_before_update: bool = False,
     layers: int = FULL_DEPTH,
     progress: Callable[[str], None] = lambda line: None,
-    engine: str = BUILT_IN,
+    engine: str | None = BUILT_IN,
     micro_steps: int | None = PRESET_MICRO_STEPS,
     routing_profile: str | None = None,
     seed: int = 0,
     min_headroom: float = MIN_HEADROOM,
 ) -> AotReport:
     """Compile the preset's programs for the target and build the memory report, with the
-    predicted step of `micro_steps` (PRESET_MICRO_STEPS: the preset's) micro-batches where the chip is known.
+    predicted step of `micro_steps` micro-batches where the chip is known (PRESET_MICRO_STEPS:
+    the plan's, the launcher's count where TRAINER_ARGV gives it, else the preset's).
 
     `progress` gets one line per compiled program: a full-size compile takes minutes.
     `min_headroom`: the fraction of a device's memory the peak must leave free for the margin.
     """
-    module = aot_engine_module(engine)
-    from rl_trainer_bench.payload.routing_profile import load_profile
-
     if seed < 0:
         raise UserError(f"--seed / SEED={seed}: expected 0 or more")
-    # a bad file is refused before minutes of compiling
-    profile = load_profile(routing_profile, preset(preset_name).routing_profile)
-    cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags, engine)
+    cell = resolve_cell(  # a bad routing profile is refused here, before minutes of compiling
+        preset_name,
+        target_name,
+        trainer_argv,
+        engine_flags,
+        engine,
+        stage=StageConfig(before_update=stage_before_update),
+        micro_steps=micro_steps,
+        routing_profile=routing_profile,
+        seed=seed,
+    )
+    return check_cell(cell, layers, progress, min_headroom)
+
+
+def check_cell(
+    cell: Cell,
+    layers: int = FULL_DEPTH,
+    progress: Callable[[str], None] = lambda line: None,
+    min_headroom: float = MIN_HEADROOM,
+) -> AotReport:
+    """`run_check` of a resolved cell: its plan's engine config compiled, its stage counted and
+    its micro-steps, routing profile and seed in the predicted step."""
+    from rl_trainer_bench.payload.routing_profile import load_profile
+
+    config = cell.plan.config
+    module = aot_engine_module(config.engine)
     full_depth = cell.config.model.num_layers
     depths = depths_to_compile(full_depth, layers, len(cell.config.model.layer_types))
     started = time.perf_counter()
@@ -187,10 +233,10 @@ def run_check(
         measured.append(rows)
     programs = measured[0] if len(depths) == 1 else extrapolate(measured, depths, full_depth)
     seconds = time.perf_counter() - started
-    report = assemble(cell, programs, depths, stage_before_update, seconds, module)
+    report = assemble(cell, programs, depths, config.stage.before_update, seconds, module)
     report.host_peak_bytes = host_peak_bytes()
     report.min_headroom = min_headroom
-    report.engine = engine
+    report.engine = config.engine
     report.compiler_flags = compiler_flags(cell.target.name != LOCAL)
     if report.roofline is None:
         report.step_note = (
@@ -198,10 +244,9 @@ def run_check(
         )
     else:
         progress("aot: building micro-batch 0 for the replay chance and the model FLOPs")
-        facts = step_estimate.micro_batch_facts(cell.config, profile, seed)
-        if micro_steps is PRESET_MICRO_STEPS:
-            micro_steps = preset(cell.preset).micro_steps
-        report.step = predict_step(report, micro_steps, facts)
+        profile = load_profile(config.routing_profile, config.preset.routing_profile)
+        facts = step_estimate.micro_batch_facts(cell.config, profile, config.seed)
+        report.step = predict_step(report, config.micro_steps, facts)
     return report
 
 
@@ -312,8 +357,8 @@ def compiled_texts(
     MaxText keys `fwd_bwd` compiles and `fwd_bwd_accum` does not fit, each after a long compile,
     and the one that compiled is still worth its report.
     """
-    module = aot_engine_module(engine)
     cell = resolve_cell(preset_name, target_name, trainer_argv, engine_flags, engine)
+    module = aot_engine_module(cell.plan.config.engine)
     model = cell.config.model
     depths_to_compile(model.num_layers, layers, len(model.layer_types))  # refuses a bad --layers
     config = cell.config if layers == FULL_DEPTH else with_layers(cell.config, layers)

@@ -15,9 +15,7 @@ from pathlib import Path
 
 from rl_trainer_bench import accelerators
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM
-from rl_trainer_bench.config.engine_choice import choose_engine
 from rl_trainer_bench.config.knobs import AOT, add_knob_flags, add_preset_flag, knobs_of
-from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.io import check_output_file, write_text_atomically
 from rl_trainer_bench.preflight.aot.ab_check import ProgramSet, format_ab_check, run_ab_check
 from rl_trainer_bench.preflight.aot.check import run_check
@@ -98,7 +96,6 @@ def run(args, program_sets: Sequence[ProgramSet] | None = None) -> int:
             check = run_ab_check(args, program_sets, _progress)
         _write(args, check.to_json(), format_ab_check(check))
         return 0 if not check.refused else 1
-    choice = choose_engine(args.engine, args.trainer_argv, preset(args.preset).engine)
     with quiet_libtpu():
         report = run_check(
             args.preset,
@@ -111,7 +108,7 @@ def run(args, program_sets: Sequence[ProgramSet] | None = None) -> int:
             micro_steps=args.micro_steps,
             routing_profile=args.routing_profile,
             seed=args.seed,
-            engine=choice.spec,
+            engine=args.engine,
             min_headroom=args.min_headroom / 100,
         )
     _write(args, report.to_json(), format_report(report))
