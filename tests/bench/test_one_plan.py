@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import types
 from pathlib import Path
 
 from stand_in_engine import ConfiguredStandInEngine, StandInEngine, stand_in_pool
@@ -12,6 +13,7 @@ from rl_trainer_bench import cli
 from rl_trainer_bench.ab import command as ab_command
 from rl_trainer_bench.ab import same_pod
 from rl_trainer_bench.bench.driver import Bench
+from rl_trainer_bench.engine import sharing_check
 from rl_trainer_bench.preflight import check_engine
 from rl_trainer_bench.preflight.aot import check
 
@@ -50,6 +52,8 @@ def test_aot_compiles_the_plans_micro_steps_and_fits_the_mesh_before_resolving()
 def test_check_engine_builds_the_plans_engine_config(monkeypatch, capsys):
     # the stand-in is built as check-engine builds any engine; its conformance is not the point
     monkeypatch.setattr(check_engine, "check_engine", lambda engine, payloads: [])
+    passed = types.SimpleNamespace(measured="sharing not checked here", failures=[])
+    monkeypatch.setattr(sharing_check, "check_sharing", lambda *args: passed)
     built = len(ConfiguredStandInEngine.built_with)
     argv = ["check-engine", "--engine", STAND_IN, "--maxtext-driver", "maxtext"]
     assert cli.main([*argv, "--engine-flags", "ragged_buffer_factor=2"]) == 0
