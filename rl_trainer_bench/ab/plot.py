@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.io import write_atomically
 
 

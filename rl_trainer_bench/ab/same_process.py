@@ -32,7 +32,7 @@ from rl_trainer_bench.ab.report_files import (
     move_earlier_ab_aside,
     write_verdict,
 )
-from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.engine.contract import StateMismatch
 from rl_trainer_bench.errors import UserError

@@ -33,7 +33,7 @@ import numpy as np
 from rl_trainer_bench.ab import drift as ab_drift
 from rl_trainer_bench.ab import interleave
 from rl_trainer_bench.ab import order as run_orders
-from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.units import milliseconds
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from rl_trainer_bench.bench import plan_document, results_copy
-from rl_trainer_bench.bench.step_line import LOG_PREFIX
+from rl_trainer_bench.bench.step_record import LOG_PREFIX
 from rl_trainer_bench.config.knobs import BenchConfig, add_driver_knob_arguments, driver_knobs
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError, run_guarded
