@@ -340,7 +340,7 @@ def _driver_bench(bench_config: config.BenchConfig, log: Callable[[str], None]) 
 
 
 def _devices() -> dict[str, Any]:
-    import jax
+    import jax  # JAX: `render` reads this module, for the same-pod A/B's check, without it
 
     devices = jax.devices()
     return {

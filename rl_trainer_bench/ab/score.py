@@ -291,7 +291,7 @@ def _block_mean(
 def t_interval(differences: Sequence[float]) -> tuple[float, float, float]:
     """The mean of independent differences and its CONFIDENCE interval by Student's t: the right
     width for a handful of units, where a bootstrap over them is far too narrow."""
-    from scipy import stats  # a dependency of JAX's; imported here, where it is needed
+    from scipy import stats  # comes with JAX: `render` reads this module on a python with neither
 
     x = np.asarray(differences, dtype=np.float64)
     mean = float(np.mean(x))

@@ -25,6 +25,7 @@ import jax
 from rl_trainer_bench import interrupts
 from rl_trainer_bench.accelerators import chip_for_device_kind
 from rl_trainer_bench.bench import results_file, step_record
+from rl_trainer_bench.bench.distributed import initialize_runtime
 from rl_trainer_bench.bench.plan import refuse_unrunnable_stages
 from rl_trainer_bench.bench.step import (
     ArmSettings,
@@ -36,6 +37,8 @@ from rl_trainer_bench.bench.step import (
 )
 from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.bench.worker import TrainerWorker
+from rl_trainer_bench.code_digest import code_sha256
+from rl_trainer_bench.config.engine_keys import engine_config_from
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.engine import returns
 from rl_trainer_bench.engine.config import EngineConfig
@@ -49,6 +52,8 @@ from rl_trainer_bench.engine.contract import (
 )
 from rl_trainer_bench.engine.factory import engine_class
 from rl_trainer_bench.errors import ConfigError
+from rl_trainer_bench.payload import build as payload
+from rl_trainer_bench.payload import routing_profile
 
 EngineFactory = Callable[[EngineConfig], Engine]
 
@@ -168,8 +173,6 @@ class Bench:
             return self._planned_engine
         if not self.config.trainer_argv and not self.config.engine_flags:
             return self.config.preset.engine_for(self.config.engine)
-        from rl_trainer_bench.config.engine_keys import engine_config_from
-
         engine_config, unapplied = engine_config_from(
             self.config.preset,
             trainer_argv=self.config.trainer_argv,
@@ -183,9 +186,6 @@ class Bench:
     def _build_pool(self, engine_config: EngineConfig) -> list[Payload]:
         if self._given_pool is not None:
             return list(self._given_pool)
-        from rl_trainer_bench.payload import build as payload
-        from rl_trainer_bench.payload import routing_profile
-
         layout = (
             payload.layout_from_orchestrator_argv(engine_config, self.config.orch_argv)
             if self.config.orch_argv
@@ -307,9 +307,6 @@ def run_planned(
 
     Returns the exit code: 1 when a scored step recompiled or a step's metrics were not finite.
     """
-    from rl_trainer_bench.bench.distributed import initialize_runtime
-    from rl_trainer_bench.code_digest import code_sha256
-
     log(initialize_runtime(env, config.preset.host_devices))
     log(f"{step_record.LOG_PREFIX} config {_describe(config.describe())}")
     log(f"{step_record.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")

@@ -125,6 +125,7 @@ def load_maxtext() -> MaxTextApi:
         # maxtext prints its optional dependencies' stubs on import: to stderr, not into a report
         # on stdout (`aot --json`).
         with contextlib.redirect_stdout(sys.stderr):
+            # optional: maxtext is installed in MaxText's own environment alone
             from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
             from maxtext.training_engine import (
                 abstract_engine,
@@ -164,7 +165,7 @@ def load_maxtext() -> MaxTextApi:
 def _nnx_state_avals(engine: Any) -> tuple[Any, Any]:
     """An NNX MaxText engine's parameters and optimizer state (ShapeDtypeStructs in an abstract
     engine), read through its public `model` and `optimizer`."""
-    from flax import nnx
+    from flax import nnx  # MaxText's dependency: absent where MaxText is
 
     return nnx.state(engine.model, nnx.Param), nnx.state(engine.optimizer)
 
@@ -174,7 +175,7 @@ def _adopt_nnx_state(source: Any, target: Any) -> None:
     `state`, then its cached pure copy of them re-read: MaxText keeps that cache across steps
     and offers no public way to refresh it short of its setters, which drop the compiled
     kernels (so the next step would compile), hence the one private call `_refresh_pure_state`."""
-    from flax import nnx
+    from flax import nnx  # MaxText's dependency: absent where MaxText is
 
     nnx.update(target.state, nnx.state(source.state))
     target._refresh_pure_state()
