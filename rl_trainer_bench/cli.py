@@ -113,6 +113,7 @@ COMMANDS: list[Command] = [
 def aot_command(args: argparse.Namespace) -> int:
     """`aot`, with --ab-arms' program sets found by the A/B's own code (the preflight room cannot
     import the A/B's); imported when the command runs, so no other command pays for them."""
+    # the table's rule: a command's modules load only when it is the command named
     from rl_trainer_bench.ab.aot_arms import program_sets
     from rl_trainer_bench.preflight.aot.command import run
 

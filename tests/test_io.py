@@ -130,8 +130,8 @@ def test_payload_and_profile_routing_on_a_full_disk_exit_2_with_one_line(
 WRITERS = [
     (["payload", "--out", "DEVICE.npz"], "rl_trainer_bench.payload.command:build_calibrated"),
     (["profile-routing", "DUMP", "--out", "DEVICE"], "rl_trainer_bench.payload.command:np.load"),
-    (["aot", "--output", "DEVICE"], "rl_trainer_bench.preflight.aot.command:run_check"),
-    (["aot", "--output", "UNDER_A_FILE"], "rl_trainer_bench.preflight.aot.command:run_check"),
+    (["aot", "--output", "DEVICE"], "rl_trainer_bench.preflight.aot.check:run_check"),
+    (["aot", "--output", "UNDER_A_FILE"], "rl_trainer_bench.preflight.aot.check:run_check"),
     (
         ["render", "--launch-render", "LAUNCH", "--output", "DEVICE"],
         "rl_trainer_bench.launch.render:_read_input",

@@ -37,9 +37,9 @@ from rl_trainer_bench.ab import resolution
 from rl_trainer_bench.ab.parser import BUDGET_FORMS, DESIGN_ARMS
 from rl_trainer_bench.ab.plan import base_knobs
 from rl_trainer_bench.ab.score import CONFIDENCE
-from rl_trainer_bench.bench import step_line
+from rl_trainer_bench.bench import step_record
 from rl_trainer_bench.bench.results_file import read_results
-from rl_trainer_bench.bench.ruler import StepRecord
+from rl_trainer_bench.bench.step_record import StepRecord
 from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.config.engine_choice import MAXTEXT_WARMUP_STEPS
 from rl_trainer_bench.errors import ConfigError, UserError
@@ -175,7 +175,7 @@ def _from_file(path: Path, name: str) -> tuple[Figure, Figure | None]:
     if path.suffix != ".jsonl" and text.lstrip().startswith("{"):
         return _aot_estimate(text, path, name), None
     try:
-        records = read_results(path) if path.suffix == ".jsonl" else step_line.parse(text).records
+        records = read_results(path) if path.suffix == ".jsonl" else step_record.parse(text).records
     except (KeyError, TypeError, ValueError):
         records = []
     scored = [r for r in records if not r.warmup]

@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 
-from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.bench.step_record import ArmRun
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 

@@ -10,8 +10,8 @@ from typing import Any
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
 from rl_trainer_bench.ab.report_files import fresh_name, move_earlier_ab_aside, write_verdict
-from rl_trainer_bench.bench import step_line
-from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.bench import step_record
+from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_writable_folder, read_user_text
 
@@ -23,13 +23,13 @@ def _arm_from_log(spec: str, taken: Sequence[str]) -> tuple[ArmRun, list[str]]:
     label = name if sep else path.stem
     if label in taken:
         raise UserError(f"--from-logs: two logs are named {label!r}; write NAME=LOG for each")
-    parsed = step_line.parse(read_user_text(path, "--from-logs"))
+    parsed = step_record.parse(read_user_text(path, "--from-logs"))
     records = parsed.records
     if parsed.malformed:
         print(f"{path}: {len(parsed.malformed)} ruler line(s) did not read back; see ab.json")
     if not records:
         raise UserError(
-            f"--from-logs {path}: no {step_line.LOG_PREFIX} step lines in it; pass a bench log"
+            f"--from-logs {path}: no {step_record.LOG_PREFIX} step lines in it; pass a bench log"
         )
     arms_in_log = sorted({r.arm for r in records if r.arm})
     if len(arms_in_log) > 1:

@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.bench.step_record import ArmRun
 
 
 @dataclasses.dataclass(frozen=True)

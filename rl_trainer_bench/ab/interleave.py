@@ -28,7 +28,7 @@ import random
 from collections.abc import Sequence
 
 from rl_trainer_bench.ab.arms import ArmSpec
-from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.errors import UserError
 
 DESIGN = "interleaved boundaries"  # as the report names it

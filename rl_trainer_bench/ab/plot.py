@@ -12,13 +12,13 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.io import write_atomically
 
 
 def missing_reason() -> str | None:
     """Why no plot can be drawn here, or None when matplotlib is importable."""
-    try:
+    try:  # matplotlib: optional (the [plot] extra); the report is written without it
         import matplotlib  # noqa: F401
     except ImportError:
         return "matplotlib is not installed (install the [plot] extra for ab.png)"
@@ -32,10 +32,10 @@ def write_plot(runs: Sequence[ArmRun], path: Path, title: str) -> None:
     setting, so a drift across the run, the blocks of a long A/B and a setting's repeats read at a
     glance however many arms there are (a legend per arm stops being readable past a handful).
     """
-    import matplotlib
+    import matplotlib  # optional (the [plot] extra): the report is written without it
 
     matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
+    from matplotlib import pyplot as plt  # after the backend is chosen: pyplot reads it on import
 
     figure, (steps_axis, first_axis) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     colours = {}

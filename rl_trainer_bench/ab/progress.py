@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from rl_trainer_bench.bench import step_line
+from rl_trainer_bench.bench import step_record
 from rl_trainer_bench.io import refuse_special_file
 from rl_trainer_bench.units import milliseconds
 
@@ -60,15 +60,15 @@ class Progress:
 
     def log(self, line: str) -> None:
         self._write(line)
-        if f"{step_line.LOG_PREFIX} step=" in line:
+        if f"{step_record.LOG_PREFIX} step=" in line:
             self._step += 1
-            record = step_line.parse_line(line)
+            record = step_record.parse_line(line)
             kind = "warm-up" if record.warmup else "scored"
             self._echo(
                 f"[ab {time.time() - self._started:6.1f}s] arm {self._arm}: step {self._step} of "
                 f"{self._total} ({kind}) {milliseconds(record.step_s, '.1f')} ms"
             )
-        elif not self._arm or line.startswith(step_line.LOG_PREFIX):
+        elif not self._arm or line.startswith(step_record.LOG_PREFIX):
             self._echo(line)
 
     def _write(self, line: str) -> None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rl_trainer_bench import __version__
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab.checks import FAIL, CheckResult, failed
-from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.io import write_text_atomically
 from rl_trainer_bench.units import milliseconds
 

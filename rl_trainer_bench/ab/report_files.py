@@ -17,7 +17,7 @@ from rl_trainer_bench.ab import plot as ab_plot
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
 from rl_trainer_bench.ab import score as ab_score
-from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.io import move_earlier_run_aside, write_text_atomically
 
 

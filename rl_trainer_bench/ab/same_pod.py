@@ -29,7 +29,7 @@ from rl_trainer_bench.ab.same_process import order_line
 from rl_trainer_bench.bench import plan as bench_plan
 from rl_trainer_bench.bench import plan_document
 from rl_trainer_bench.bench.results_copy import copying
-from rl_trainer_bench.bench.step_line import LOG_PREFIX
+from rl_trainer_bench.bench.step_record import LOG_PREFIX
 from rl_trainer_bench.code_digest import code_sha256
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS
 from rl_trainer_bench.engine.contract import ContractError

@@ -33,7 +33,7 @@ from rl_trainer_bench.ab.report_files import (
     write_verdict,
 )
 from rl_trainer_bench.bench.plan import Plan
-from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.engine.contract import StateMismatch
 from rl_trainer_bench.errors import UserError
@@ -343,7 +343,7 @@ def _driver_bench(plan: Plan, log: Callable[[str], None]) -> Any:
 
 
 def _devices() -> dict[str, Any]:
-    import jax
+    import jax  # JAX: `render` reads this module, for the same-pod A/B's check, without it
 
     devices = jax.devices()
     return {

@@ -33,7 +33,7 @@ import numpy as np
 from rl_trainer_bench.ab import drift as ab_drift
 from rl_trainer_bench.ab import interleave
 from rl_trainer_bench.ab import order as run_orders
-from rl_trainer_bench.bench.ruler import ArmRun
+from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.units import milliseconds
 
@@ -291,7 +291,7 @@ def _block_mean(
 def t_interval(differences: Sequence[float]) -> tuple[float, float, float]:
     """The mean of independent differences and its CONFIDENCE interval by Student's t: the right
     width for a handful of units, where a bootstrap over them is far too narrow."""
-    from scipy import stats  # a dependency of JAX's; imported here, where it is needed
+    from scipy import stats  # comes with JAX: `render` reads this module on a python with neither
 
     x = np.asarray(differences, dtype=np.float64)
     mean = float(np.mean(x))

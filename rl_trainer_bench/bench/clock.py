@@ -1,9 +1,10 @@
 """The host clock of one step: when it started and ended, and a span around each trainer call in it.
 
-The step loop wraps each call it times in `clock.span(name)`; the ruler turns the spans into the
-step's figures (`ruler.step_record`). Keeping the stamps here, apart from the loop, keeps the loop
-readable as the trainer's calls and keeps the arithmetic in the ruler, where it is tested without a
-device. This module imports nothing heavy: the ruler, which the A/B command's parser loads, reads it.
+The step loop wraps each call it times in `clock.span(name)`; the step record turns the spans into
+the step's figures (`step_record.from_measurements`). Keeping the stamps here, apart from the loop,
+keeps the loop readable as the trainer's calls and keeps the arithmetic in the step record, where
+it is tested without a device. This module imports nothing heavy: the step record, which reads it,
+is read by commands that never load JAX (`ab --from-logs`, the A/B's budget).
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ import jax
 
 from rl_trainer_bench import interrupts
 from rl_trainer_bench.accelerators import chip_for_device_kind
-from rl_trainer_bench.bench import results_file, step_line, step_summary
+from rl_trainer_bench.bench import results_file, step_record
+from rl_trainer_bench.bench.distributed import initialize_runtime
 from rl_trainer_bench.bench.plan import refuse_unrunnable_stages, resolve
-from rl_trainer_bench.bench.ruler import ArmRun
 from rl_trainer_bench.bench.step import (
     ArmSettings,
     CompileWatch,
@@ -35,7 +35,9 @@ from rl_trainer_bench.bench.step import (
     StepLoop,
     stage_knob,
 )
+from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.bench.worker import TrainerWorker
+from rl_trainer_bench.code_digest import code_sha256
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.engine import returns
 from rl_trainer_bench.engine.config import EngineConfig
@@ -49,6 +51,8 @@ from rl_trainer_bench.engine.contract import (
 )
 from rl_trainer_bench.engine.factory import engine_class
 from rl_trainer_bench.errors import ConfigError
+from rl_trainer_bench.payload import build as payload
+from rl_trainer_bench.payload import routing_profile
 
 EngineFactory = Callable[[EngineConfig], Engine]
 
@@ -111,7 +115,7 @@ class Bench:
         self.engine = factory(engine_config) if state_of is None else state_of.shared(engine_config)
         returns.refuse_incomplete(self.engine)
         self.worker = TrainerWorker(self.engine, fused=self.config.worker == "fused")
-        self.log(f"{step_line.LOG_PREFIX} worker {_describe(self.worker.info())}")
+        self.log(f"{step_record.LOG_PREFIX} worker {_describe(self.worker.info())}")
         for stage in (self.config.stage, *stages):
             self.refuse_unsupported(stage)
         self.pool = MicroBatchPool(payloads, self.engine, self.config.micro_steps)
@@ -126,14 +130,14 @@ class Bench:
         loaded 2-core CPU), so a line says it has started before it does.
         """
         self.log(
-            f"{step_line.LOG_PREFIX} compiling the engine's programs for {self.config.preset.name}"
+            f"{step_record.LOG_PREFIX} compiling the engine's programs for {self.config.preset.name}"
             " on the first micro-batch (once, before the first step; tens of seconds to minutes"
             " on a CPU, more for a large cell)"
         )
         compile_s = returns.compile_seconds(self.engine.compile(self.pool.entries[0].payload))
         interrupts.check()  # a Ctrl-C during the compile may have been swallowed inside it
         for program, seconds in compile_s.items():
-            self.log(f"{step_line.LOG_PREFIX} compile program={program} seconds={seconds:.3f}")
+            self.log(f"{step_record.LOG_PREFIX} compile program={program} seconds={seconds:.3f}")
         self._compile_listener.enter_context(self.compiles.installed())
         return compile_s
 
@@ -146,7 +150,7 @@ class Bench:
                 f"{type(self.engine).__name__} has no share_state, so no other config's programs"
                 " can run on its training state"
             )
-        self.log(f"{step_line.LOG_PREFIX} engine built over the training state of another bench")
+        self.log(f"{step_record.LOG_PREFIX} engine built over the training state of another bench")
         return share(engine_config)
 
     def refuse_unsupported(self, stage: StageConfig) -> None:
@@ -169,16 +173,13 @@ class Bench:
         resolved = resolve(self.config, rendering=True)
         if resolved.unapplied:
             self.log(
-                f"{step_line.LOG_PREFIX} engine keys not applied: {' '.join(resolved.unapplied)}"
+                f"{step_record.LOG_PREFIX} engine keys not applied: {' '.join(resolved.unapplied)}"
             )
         return resolved.engine
 
     def _build_pool(self, engine_config: EngineConfig) -> list[Payload]:
         if self._given_pool is not None:
             return list(self._given_pool)
-        from rl_trainer_bench.payload import build as payload
-        from rl_trainer_bench.payload import routing_profile
-
         layout = (
             payload.layout_from_orchestrator_argv(engine_config, self.config.orch_argv)
             if self.config.orch_argv
@@ -195,10 +196,10 @@ class Bench:
             )
             if index == 0 and built.calibration is not None:
                 for line in built.calibration.format().splitlines():
-                    self.log(f"{step_line.LOG_PREFIX} calibration {line}")
+                    self.log(f"{step_record.LOG_PREFIX} calibration {line}")
             pool.append(built.payload)
         self.log(
-            f"{step_line.LOG_PREFIX} pool micro_batches={len(pool)}"
+            f"{step_record.LOG_PREFIX} pool micro_batches={len(pool)}"
             f" bytes_each={pool[0].nbytes} seconds={time.perf_counter() - started:.3f}"
         )
         return pool
@@ -240,10 +241,10 @@ class Bench:
             for step in range(loop.total_steps):
                 interrupts.check()  # one swallowed by library code stops the run at a boundary
                 record = loop.run_step(step)
-                self.log(step_line.format_line(record))
+                self.log(step_record.format_line(record))
                 if record.staged is not None:
                     knob = stage_knob(loop.staging.stage_of(step))
-                    self.log(step_line.stage_line(knob, record))
+                    self.log(step_record.stage_line(knob, record))
                 if writer:
                     writer.write(record)
         digest = optional(self.engine, "parameter_digest")
@@ -300,12 +301,9 @@ def run_planned(
 
     Returns the exit code: 1 when a scored step recompiled or a step's metrics were not finite.
     """
-    from rl_trainer_bench.bench.distributed import initialize_runtime
-    from rl_trainer_bench.code_digest import code_sha256
-
     log(initialize_runtime(env, config.preset.host_devices))
-    log(f"{step_line.LOG_PREFIX} config {_describe(config.describe())}")
-    log(f"{step_line.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")
+    log(f"{step_record.LOG_PREFIX} config {_describe(config.describe())}")
+    log(f"{step_record.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")
     results = config.results_dir / "results.jsonl"
     bench = Bench(config, log, engine_config=engine_config)
     try:
@@ -319,14 +317,14 @@ def run_planned(
         )
     finally:
         bench.close()
-    log(step_summary.summary(result.records))
+    log(step_record.summary(result.records))
     log(
-        f"{step_line.LOG_PREFIX} final param_digest={result.param_digest or '-'}"
+        f"{step_record.LOG_PREFIX} final param_digest={result.param_digest or '-'}"
         f" updates={result.updates} stages={result.stages} results={results}"
     )
     failures = _failures(result)
     for failure in failures:
-        log(f"{step_line.LOG_PREFIX} FAILED: {failure}")
+        log(f"{step_record.LOG_PREFIX} FAILED: {failure}")
     return 1 if failures else 0
 
 

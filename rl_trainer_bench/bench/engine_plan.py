@@ -30,11 +30,15 @@ from rl_trainer_bench.config.trainer_maxtext import (
     marked_from_flags,
     maxtext_fates,
 )
+from rl_trainer_bench.engine.builtin.program_flops import builtin_fwd_bwd_flops
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
 from rl_trainer_bench.engine.maxtext import tunix_grpo
 from rl_trainer_bench.engine.maxtext.keys import HELD_KEYS
 from rl_trainer_bench.errors import ConfigError
+from rl_trainer_bench.payload.build import first_segment_ids
+from rl_trainer_bench.payload.packing import layout_from_orchestrator_argv
+from rl_trainer_bench.payload.routing_profile import load_profile
 
 # MaxText keys that choose a kernel, and MaxText keys that shape the MoE exchange: the trainer's
 # values are quoted where another engine times it.
@@ -218,15 +222,9 @@ def _exchange(engine: EngineConfig, keys: dict[str, str]) -> str:
 def _flops(config: BenchConfig, engine: EngineConfig) -> str:
     if config.engine != BUILT_IN:
         return "not known to the bench: that engine's program is its own"
-    from rl_trainer_bench.engine.builtin.program_flops import builtin_fwd_bwd_flops
-    from rl_trainer_bench.payload.build import first_segment_ids
-    from rl_trainer_bench.payload.routing_profile import load_profile
-
     profile = load_profile(config.routing_profile, config.preset.routing_profile)
     layout = None
     if config.orch_argv:
-        from rl_trainer_bench.payload.packing import layout_from_orchestrator_argv
-
         layout = layout_from_orchestrator_argv(engine, config.orch_argv)
     flops = builtin_fwd_bwd_flops(engine, first_segment_ids(engine, profile, config.seed, layout))
     parts = [f"experts {flops.expert_ratio:.2f}x the routed work"]

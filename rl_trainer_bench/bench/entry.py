@@ -12,8 +12,8 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from rl_trainer_bench.bench import plan_document, results_copy
-from rl_trainer_bench.bench.step_line import LOG_PREFIX
+from rl_trainer_bench.bench import micro_batch_memory, plan, plan_document, results_copy
+from rl_trainer_bench.bench.step_record import LOG_PREFIX
 from rl_trainer_bench.config.knobs import BenchConfig, add_driver_knob_arguments, driver_knobs
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError, run_guarded
@@ -28,13 +28,10 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
     there, having printed it. An earlier results file is moved aside only when the run's first
     step is written.
     """
-    from rl_trainer_bench.bench import plan
-    from rl_trainer_bench.bench.micro_batch_memory import host_memory_bytes
-
     # A plan for a TRAINER_SLICE may run on any host (the renderer's, a laptop): this host's memory
     # says nothing of the pod's there, so only a run, or a plan for this machine, checks it.
     planned_elsewhere = config.plan_only and config.trainer_slice is not None
-    host_bytes = None if planned_elsewhere else host_memory_bytes()
+    host_bytes = None if planned_elsewhere else micro_batch_memory.host_memory_bytes()
     rendered = plan_document.embedded(env.get(plan_document.CODE_DIR_VARIABLE))
     resolved = plan.resolve(config, host_bytes, env, rendering=rendered is not None)
     lines = resolved.lines()

@@ -57,6 +57,13 @@ from rl_trainer_bench.engine.maxtext import keys as maxtext_keys
 from rl_trainer_bench.engine.maxtext import tunix_grpo
 from rl_trainer_bench.engine.maxtext.tunix_grpo import MAXTEXT as MAXTEXT_OWN_DRIVER
 from rl_trainer_bench.errors import ConfigError
+from rl_trainer_bench.payload.packing import layout_from_orchestrator_argv
+from rl_trainer_bench.payload.replay_forecast import (
+    BUILT_IN_BUFFER,
+    MAXTEXT_BUFFER,
+    predicted_replay,
+)
+from rl_trainer_bench.payload.routing_profile import load_profile
 from rl_trainer_bench.units import human_bytes
 
 PLAN_PREFIX = "plan:"
@@ -482,13 +489,6 @@ def _replay(config: BenchConfig, engine: EngineConfig) -> str:
     """The MoE settings and what the routing profile forecasts at them: how often a micro-batch
     overflows a buffer and is replayed dropless (each replay is one more forward-backward), in
     the buffer of the engine that runs (MaxText's per shard, the built-in engine's per expert)."""
-    from rl_trainer_bench.payload.replay_forecast import (
-        BUILT_IN_BUFFER,
-        MAXTEXT_BUFFER,
-        predicted_replay,
-    )
-    from rl_trainer_bench.payload.routing_profile import load_profile
-
     moe = engine.moe
     buffer_keys = {
         "moe.ragged_buffer_factor": ("ragged_buffer_factor", f"{moe.ragged_buffer_factor:g}"),
@@ -552,8 +552,6 @@ def _replays_per_step(probability: float, micro_steps: int) -> str:
 def _layout(engine: EngineConfig, orch_argv: tuple[str, ...]) -> str:
     if not orch_argv:
         return "the routing profile's layout"
-    from rl_trainer_bench.payload.packing import layout_from_orchestrator_argv
-
     layout = layout_from_orchestrator_argv(engine, orch_argv)
     return (
         f"from ORCH_ARGV, up to {int(layout.segments_per_row[-1])} sequences per row,"

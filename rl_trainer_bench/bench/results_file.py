@@ -9,8 +9,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
-from rl_trainer_bench.bench.ruler import StepRecord
-from rl_trainer_bench.bench.step_line import LOG_PREFIX
+from rl_trainer_bench.bench.step_record import LOG_PREFIX, StepRecord
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import move_earlier_run_aside, refuse_special_file, write_text_atomically
 

@@ -2,7 +2,7 @@
 
 `StepLoop.run_step` is that loop and nothing else; what the bench adds to it sits in small parts
 beside it, each named where the loop uses it:
-- `StepClock` spans (clock.py) around each timed call; the ruler builds the step's record from them;
+- `StepClock` spans (clock.py) around each timed call; step_record.py builds the step's record from them;
 - `Staging`: the next step's first micro-batch copied at one issue point of the step, the device
   waited for at one, the prepared input handed to the `fwd_bwd` that trains it;
 - `ProgramTimeline`: each program's completion marker stamped when ready, off the host's path;
@@ -23,10 +23,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from rl_trainer_bench.bench import ruler, step_line
+from rl_trainer_bench.bench import step_record
 from rl_trainer_bench.bench.clock import StepClock
 from rl_trainer_bench.bench.device_timeline import DeviceTimeline
-from rl_trainer_bench.bench.ruler import StepRecord
+from rl_trainer_bench.bench.step_record import StepRecord
 from rl_trainer_bench.bench.worker import TrainerWorker
 from rl_trainer_bench.config.knobs import StageConfig
 from rl_trainer_bench.engine import compile_events
@@ -187,13 +187,15 @@ class ProgramTimeline:
         if self._timeline:
             self._timeline.watch(label, self._marker())
 
-    def stamps(self, step: int, calls: int, copy_ready: float | None) -> ruler.DeviceStamps | None:
+    def stamps(
+        self, step: int, calls: int, copy_ready: float | None
+    ) -> step_record.DeviceStamps | None:
         """Step `step`'s ready stamps, read after its clock stopped (None: no completion markers)."""
         if not self._timeline:
             return None
         ready = [self._timeline.ready(f"{step}/fwd_bwd/{index}") for index in range(calls)]
         update = self._timeline.ready(f"{step}/update")
-        stamps = ruler.DeviceStamps(ready, update, self._previous_ready, copy_ready)
+        stamps = step_record.DeviceStamps(ready, update, self._previous_ready, copy_ready)
         self._previous_ready = update
         return stamps
 
@@ -296,7 +298,7 @@ class StepLoop:
         first = self.pool.first_of(0)
         if self.settings.warmup_steps == 0 and self.staging.lead_in(first):
             self.log(
-                f"{step_line.LOG_PREFIX} stage lead_in={first.name} (off the clock: the first"
+                f"{step_record.LOG_PREFIX} stage lead_in={first.name} (off the clock: the first"
                 " step is scored, its input staged as a boundary would have)"
             )
         return self
@@ -344,9 +346,11 @@ class StepLoop:
         scored = step >= self.settings.warmup_steps
         if scored and compiled:
             self.recompiles.extend(compiled)
-            self.log(f"{step_line.LOG_PREFIX} RECOMPILE step={step} programs={','.join(compiled)}")
+            self.log(
+                f"{step_record.LOG_PREFIX} RECOMPILE step={step} programs={','.join(compiled)}"
+            )
         flops = [b.flops for b in batches]
-        inputs = ruler.StepInputs(
+        inputs = step_record.StepInputs(
             step=step,
             warmup=not scored,
             arm=self.settings.arm,
@@ -360,7 +364,7 @@ class StepLoop:
         )
         copy_ready = self.staging.copy_ready(step) if staged else None
         device = self.programs.stamps(step, len(batches), copy_ready)
-        record = ruler.step_record(
+        record = step_record.from_measurements(
             inputs, clock, device, metrics, recompiles=len(compiled) if scored else 0
         )
         self.records.append(record)

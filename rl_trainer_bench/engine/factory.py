@@ -12,9 +12,7 @@ import importlib
 import inspect
 
 from rl_trainer_bench import user_code
-
-# Light on purpose: the knob table (and so every command's parser) reads BUILT_IN from here, and a
-# parser must not pay for numpy or JAX; the contract is imported where an engine is built.
+from rl_trainer_bench.engine.contract import CONSTRUCTOR, ContractError, constructor_problem
 
 BUILT_IN = "rl_trainer_bench.engine.builtin.jax_engine:JaxEngine"
 MAXTEXT = "rl_trainer_bench.engine.maxtext.adapter:MaxTextEngine"
@@ -24,8 +22,6 @@ ENGINE_NAMES = {"builtin": BUILT_IN, "maxtext": MAXTEXT}
 
 def engine_class(spec: str, knob: str = "ENGINE") -> type:
     """The class `spec` (`module:Class`) names; a ContractError naming `knob` when it cannot be had."""
-    from rl_trainer_bench.engine.contract import CONSTRUCTOR, ContractError, constructor_problem
-
     module_name, colon, class_name = spec.partition(":")
     if not colon or not module_name or not class_name:
         raise ContractError(f"{knob}={spec!r}: write module:Class, e.g. {BUILT_IN}")

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from rl_trainer_bench.engine import factory
 from rl_trainer_bench.engine.config import DROPLESS, EngineConfig, MeshConfig
 from rl_trainer_bench.engine.contract import Payload
 
@@ -153,10 +154,9 @@ def run_engine(config: EngineConfig, payload: Payload) -> NumericsRun:
 
     from rl_trainer_bench.engine.builtin import loss, model, sharding
     from rl_trainer_bench.engine.builtin.programs import resolved_methods
-    from rl_trainer_bench.engine.factory import BUILT_IN, engine_class
 
     devices = jax.devices("cpu")[:1]
-    engine = engine_class(BUILT_IN)(config, devices=devices)
+    engine = factory.engine_class(factory.BUILT_IN)(config, devices=devices)
     engine.compile(payload)
     engine.fwd_bwd(payload)
     engine.update()

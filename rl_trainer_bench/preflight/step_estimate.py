@@ -32,6 +32,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from rl_trainer_bench.engine.builtin.flops import micro_batch_flops
+from rl_trainer_bench.engine.config import replays_possible
+from rl_trainer_bench.payload import build
 from rl_trainer_bench.payload.expert_load import replay_probability
 
 ESTIMATE_BY = (
@@ -222,10 +225,6 @@ def micro_batch_facts(config, profile, seed: int) -> MicroBatchFacts:
     """Build the bench's first micro-batch (index 0 of `seed`) and read its replay chance and model
     FLOPs (`profile`: a `routing_profile.RoutingProfile`); with retry off or a buffer that never
     drops there is no replay to predict."""
-    from rl_trainer_bench.engine.builtin.flops import micro_batch_flops
-    from rl_trainer_bench.engine.builtin.programs import replays_possible
-    from rl_trainer_bench.payload import build
-
     replays = replays_possible(config)
     built = build.build_calibrated(config, profile, seed=seed, index=0, replay=replays)
     flops = micro_batch_flops(config, built.payload.segment_ids, count_remat=False)

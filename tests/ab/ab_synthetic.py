@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rl_trainer_bench.bench.ruler import ArmRun, StepRecord
+from rl_trainer_bench.bench.step_record import ArmRun, StepRecord
 
 MICRO_STEPS = 2
 

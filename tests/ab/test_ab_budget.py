@@ -15,7 +15,7 @@ from rl_trainer_bench import cli
 from rl_trainer_bench.ab import budget, resolution
 from rl_trainer_bench.ab import command as ab
 from rl_trainer_bench.ab.plan import plan_arms
-from rl_trainer_bench.bench.step_line import format_line
+from rl_trainer_bench.bench.step_record import format_line
 from rl_trainer_bench.errors import ConfigError, UserError
 
 

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("rl_trainer_bench.engine.builtin.jax_engine")
 pytest.importorskip("rl_trainer_bench.payload.build")
 
-from rl_trainer_bench.bench import step_line
+from rl_trainer_bench.bench import step_record
 from rl_trainer_bench.bench.driver import Bench
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.config.presets import PRESETS
@@ -54,7 +54,7 @@ def arms(request):
 def _lines(result):
     """Step lines without times or the staged name (which only the staged arms print)."""
     return [
-        step_line.without_times(step_line.format_line(dataclasses.replace(r, staged=None)))
+        step_record.without_times(step_record.format_line(dataclasses.replace(r, staged=None)))
         for r in result.records
     ]
 

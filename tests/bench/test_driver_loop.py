@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from stand_in_engine import StandInEngine, stand_in_pool
 
-from rl_trainer_bench.bench import results_file, step_line
+from rl_trainer_bench.bench import results_file, step_record
 from rl_trainer_bench.bench.driver import Bench
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.config.presets import PRESETS
@@ -126,7 +126,7 @@ def test_stage_is_consumed_by_next_first_fwd_bwd(stage):
 def test_staged_boundary_logs_one_line_after_the_step_line():
     _, result, lines = run_arm(BEFORE)
     step_lines = [
-        i for i, line in enumerate(lines) if line.startswith(f"{step_line.LOG_PREFIX} step=")
+        i for i, line in enumerate(lines) if line.startswith(f"{step_record.LOG_PREFIX} step=")
     ]
     stage_lines = [i for i, line in enumerate(lines) if line.startswith("STAGE_BEFORE_UPDATE ")]
     assert [i + 1 for i in step_lines[:-1]] == stage_lines
@@ -206,7 +206,7 @@ def test_each_arm_starts_at_pool_index_zero_and_counts_its_own_updates():
 def test_warmup_steps_are_flagged_and_step_lines_read_back():
     _, result, lines = run_arm(BEFORE)
     assert [r.warmup for r in result.records] == [True, False, False, False]
-    parsed = step_line.parse("\n".join(lines))
+    parsed = step_record.parse("\n".join(lines))
     assert parsed.malformed == []
     assert [r.micro_batches for r in parsed.records] == [r.micro_batches for r in result.records]
     assert [r.loss for r in parsed.records] == [r.loss for r in result.records]
@@ -334,5 +334,5 @@ def test_a_line_says_the_compile_has_started_before_it_does():
     compiled = next(i for i, line in enumerate(lines) if "compile program=" in line)
     assert started < compiled
     assert lines[started].startswith(
-        f"{step_line.LOG_PREFIX} compiling the engine's programs for cpu-tiny"
+        f"{step_record.LOG_PREFIX} compiling the engine's programs for cpu-tiny"
     )

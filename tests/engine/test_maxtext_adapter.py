@@ -32,7 +32,7 @@ from maxtext_stand_in import (
     router_replay_gen_model_input_fn,
 )
 
-from rl_trainer_bench.bench import step_line
+from rl_trainer_bench.bench import step_record
 from rl_trainer_bench.bench.driver import Bench
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.config.presets import PRESETS
@@ -375,9 +375,9 @@ def test_an_engine_built_outside_the_driver_writes_into_a_temporary_folder(tmp_p
 
 def test_unmeasured_drops_and_replays_are_shown_as_such(staged_and_plain):
     (plain, _), _ = staged_and_plain
-    line = step_line.format_line(plain.records[0])
+    line = step_record.format_line(plain.records[0])
     assert " overflow=- replays=- " in line
-    parsed = step_line.parse_line(line)
+    parsed = step_record.parse_line(line)
     assert (parsed.overflow_count, parsed.replay_count) == (None, None)
 
 

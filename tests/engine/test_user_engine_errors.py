@@ -108,7 +108,7 @@ def test_a_bug_in_the_bench_is_still_a_bug(tmp_path, monkeypatch, capsys):
     spec = _engine_module(
         tmp_path, monkeypatch, "user_engine_fine", "from bad_base import Base as Engine\n"
     )
-    monkeypatch.setattr(driver.step_line, "format_line", lambda record: 1 / 0)
+    monkeypatch.setattr(driver.step_record, "format_line", lambda record: 1 / 0)
     assert _run(tmp_path, spec) == 70
     assert "internal error, a bug in rl_trainer_bench" in capsys.readouterr().err
 

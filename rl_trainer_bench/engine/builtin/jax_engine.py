@@ -22,6 +22,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from rl_trainer_bench.engine import residency
 from rl_trainer_bench.engine.builtin import flops, programs, sharding
@@ -369,6 +370,4 @@ def _host_copy(array: jax.Array) -> np.ndarray:
     """The whole array on this host, also when it spans other processes' devices (multi-host)."""
     if array.is_fully_addressable:
         return np.asarray(jax.device_get(array))
-    from jax.experimental import multihost_utils
-
     return np.asarray(multihost_utils.process_allgather(array, tiled=True))

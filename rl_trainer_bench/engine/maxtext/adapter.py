@@ -131,6 +131,7 @@ def load_maxtext() -> MaxTextApi:
         # maxtext prints its optional dependencies' stubs on import: to stderr, not into a report
         # on stdout (`aot --json`).
         with contextlib.redirect_stdout(sys.stderr):
+            # optional: maxtext is installed in MaxText's own environment alone
             from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
             from maxtext.training_engine import (
                 abstract_engine,
@@ -176,7 +177,7 @@ def _nnx_state_avals(engine: Any) -> tuple[Any, Any]:
     through its public `model` and `optimizer`): each leaf a ShapeDtypeStruct on the sharding
     MaxText commits it to before it compiles (its `_mesh_sharding`: a leaf off its mesh, such
     as the optimizer's step count allocated under no mesh, goes replicated onto it)."""
-    from flax import nnx
+    from flax import nnx  # MaxText's dependency: absent where MaxText is
 
     def as_taken(leaf: Any) -> Any:
         if not hasattr(leaf, "shape"):
@@ -191,7 +192,7 @@ def _adopt_nnx_state(source: Any, target: Any) -> None:
     `state`, then its cached pure copy of them re-read: MaxText keeps that cache across steps
     and offers no public way to refresh it short of its setters, which drop the compiled
     kernels (so the next step would compile), hence the one private call `_refresh_pure_state`."""
-    from flax import nnx
+    from flax import nnx  # MaxText's dependency: absent where MaxText is
 
     nnx.update(target.state, nnx.state(source.state))
     target._refresh_pure_state()

@@ -9,10 +9,13 @@ MaxText can import the module (and the plan can say that the check runs in the p
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.resources
 import importlib.util
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import yaml
 
 # How the adapter prefixes MaxText's message when it refuses a config (`refusal` takes it off).
 REFUSED_PREFIX = "MaxText refused the config built for this cell: "
@@ -35,10 +38,6 @@ def installed_version() -> str:
 
 def shipped_model_config(name: str) -> Mapping[str, Any]:
     """MaxText's model config `name` as shipped in the package ({} for `default`: base.yml's)."""
-    import importlib.resources
-
-    import yaml
-
     if name == "default":
         return {}
     shipped = importlib.resources.files("maxtext.configs") / "models" / f"{name}.yml"
@@ -51,7 +50,7 @@ def build_config(words: Sequence[str]) -> Any:
     Through MaxText's private `_initialize_pydantic`: the public `initialize` reports a key it
     refuses as a banner of log lines and exits the process; here the refusal is MaxTextRefused.
     """
-    from maxtext.configs import pyconfig
+    from maxtext.configs import pyconfig  # optional: in MaxText's own environment alone
 
     try:
         return pyconfig.HyperParameters(pyconfig._initialize_pydantic(["", *words]))

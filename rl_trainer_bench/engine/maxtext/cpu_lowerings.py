@@ -21,6 +21,7 @@ XLA_TRIANGULAR_SOLVE = "triangular_solve=xla-hlo"  # what the adapter's info lin
 
 def use_xla_triangular_solve() -> str:
     """Lower `triangular_solve` on the CPU as jax lowers it elsewhere; returns what was done."""
+    # JAX's private modules: a JAX that moved them fails only the run that asks for this lowering
     from jax._src.interpreters import mlir
     from jax._src.lax import linalg
 

@@ -175,6 +175,7 @@ def choose(driver: str, load: Callable[[], TunixApi]) -> tuple[TunixApi | None, 
 
 def load_tunix() -> TunixApi:
     """The installed Tunix's worker, loss, example and config types (ImportError when absent)."""
+    # Tunix: optional, and the knob table reads this module on every command
     from tunix.experimental.worker.trainer_worker import TrainerWorker
     from tunix.rl.algo_core import grpo_loss_fn
     from tunix.rl.common import TrainExample
@@ -315,7 +316,7 @@ class ReplayingCall:
 
 def _replaying_call() -> Callable[[Any, Any, bool, str], Any]:
     """`ReplayingCall` as the nnx module Tunix's pass splits and merges, the routes a Variable."""
-    from flax import nnx
+    from flax import nnx  # Tunix's and MaxText's dependency: absent where they are
 
     class ReplayingTunixCall(ReplayingCall, nnx.Module):
         def __init__(self, model: Any, routes: Any, wrapped: bool, split: str):

@@ -12,10 +12,13 @@ labelled as this tool's estimate, never as a measurement.
 from __future__ import annotations
 
 import dataclasses
+import resource
 import time
 from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import Any
+
+import jax
 
 from rl_trainer_bench.bench.plan import Plan, command_plan
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM
@@ -23,10 +26,14 @@ from rl_trainer_bench.config import values
 from rl_trainer_bench.config.engine_keys import ENGINE_KEYS
 from rl_trainer_bench.config.knobs import StageConfig
 from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.engine import residency
+from rl_trainer_bench.engine.abstract_inputs import platform_of
+from rl_trainer_bench.engine.builtin import sharding
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import aot_optional
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.payload.routing_profile import load_profile
 from rl_trainer_bench.preflight import program_cost, step_estimate
 from rl_trainer_bench.preflight.aot.compile import ProgramMemory, compile_programs
 from rl_trainer_bench.preflight.aot.depth import (
@@ -50,11 +57,6 @@ def state_bytes(
     config: EngineConfig, mesh, stage_before_update: bool, engine: ModuleType | None = None
 ) -> dict[str, int]:
     """Per-device bytes of each part of the state that stays on the device (residency.STATE_PARTS)."""
-    import jax
-
-    from rl_trainer_bench.engine import residency
-    from rl_trainer_bench.engine.builtin import sharding
-
     engine = engine or aot_engine_module(BUILT_IN)
     batch = {
         name: jax.ShapeDtypeStruct(
@@ -71,8 +73,6 @@ def state_bytes(
 
 def unsharded_state(config: EngineConfig, mesh, engine: ModuleType) -> list[tuple[str, int]]:
     """(leaf, bytes per device) of every state leaf that is not split over every device."""
-    from rl_trainer_bench.engine.builtin import sharding
-
     return sharding.unsharded_leaves(engine.abstract_state(config, mesh), mesh.size)
 
 
@@ -141,8 +141,6 @@ def _without_refused_keys(
 ) -> tuple[EngineConfig, dict[str, str]]:
     """The config without the trainer's keys the engine refuses (`trainer_keys_refused`), and
     those keys with the engine's reason; the report lists them."""
-    from rl_trainer_bench.engine.abstract_inputs import platform_of
-
     refuse = aot_optional(engine, "trainer_keys_refused")
     if not callable(refuse) or not config.trainer_maxtext_keys:
         return config, {}
@@ -217,7 +215,6 @@ def check_cell(
 ) -> AotReport:
     """`run_check` of a resolved cell: its plan's engine config compiled, its stage counted and
     its micro-steps, routing profile and seed in the predicted step."""
-    from rl_trainer_bench.payload.routing_profile import load_profile
 
     config = cell.plan.config
     module = aot_engine_module(config.engine)
@@ -265,8 +262,6 @@ def _progress_status(row: ProgramMemory) -> str:
 
 def host_peak_bytes() -> int:
     """This process's peak resident memory so far (Linux reports it in KiB)."""
-    import resource
-
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
@@ -300,8 +295,6 @@ def assemble(
     engine: ModuleType | None = None,
 ) -> AotReport:
     """The report from compiled rows: each program gets the state beside it."""
-    from rl_trainer_bench.engine import residency
-
     engine = engine or aot_engine_module(BUILT_IN)
     state = state_bytes(cell.config, cell.mesh, stage_before_update, engine)
     table = beside_table(engine)
@@ -337,8 +330,6 @@ def assemble(
 
 
 def _mesh(config: EngineConfig, target: Target):
-    from rl_trainer_bench.engine.builtin import sharding
-
     return sharding.make_mesh(config.mesh, list(target.devices))
 
 
@@ -373,10 +364,8 @@ def program_mesh(compiled) -> dict[str, int]:
     """The axes of the mesh a compiled program's arguments are laid out on, major to minor: an
     engine may lay its programs out on a mesh of its own (MaxText's twelve axes, most of them of
     size 1, which no collective spans and which are left out)."""
-    import jax
-
-    for sharding in jax.tree.leaves(compiled.input_shardings):
-        if isinstance(sharding, jax.sharding.NamedSharding):
-            shape = dict(sharding.mesh.shape)
+    for placement in jax.tree.leaves(compiled.input_shardings):
+        if isinstance(placement, jax.sharding.NamedSharding):
+            shape = dict(placement.mesh.shape)
             return {axis: size for axis, size in shape.items() if size > 1} or shape
     return {}

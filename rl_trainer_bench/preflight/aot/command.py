@@ -1,7 +1,8 @@
 """`rl-trainer-bench aot`: compile each engine program ahead of time and add up device memory.
 
-Light at import time: `cli` imports this module to build its parser; JAX is imported when the
-command runs. libtpu's start-up noise on a CPU host is kept off the screen (`quiet_stderr`).
+Light at import time: `cli` imports this module to build its parser; the modules that compile,
+and JAX with them, are imported when the command runs. libtpu's start-up noise on a CPU host is
+kept off the screen (`quiet_stderr`).
 """
 
 from __future__ import annotations
@@ -12,34 +13,16 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rl_trainer_bench import accelerators
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM
-from rl_trainer_bench.config.knobs import AOT, add_knob_flags, add_preset_flag, knobs_of
+from rl_trainer_bench.config.knobs import AOT, add_knob_flags, knobs_of
 from rl_trainer_bench.io import check_output_file, write_text_atomically
-from rl_trainer_bench.preflight.aot.ab_check import ProgramSet, format_ab_check, run_ab_check
-from rl_trainer_bench.preflight.aot.check import run_check
-from rl_trainer_bench.preflight.aot.depth import FULL_DEPTH
-from rl_trainer_bench.preflight.aot.report import format_report
-from rl_trainer_bench.preflight.aot.targets import LOCAL
+from rl_trainer_bench.preflight.aot.arguments import add_target_arguments
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 
-
-def add_target_arguments(parser) -> None:
-    """Arguments shared with `hlo-overlap`: which cell, compiled for which devices."""
-    add_preset_flag(parser, "the cell to compile")
-    parser.add_argument(
-        "--target",
-        default=LOCAL,
-        help=f"'local' (this process's devices) or a TPU slice: {accelerators.known_slice_forms()}",
-    )
-    parser.add_argument(
-        "--layers",
-        type=int,
-        default=FULL_DEPTH,
-        help="compile at N and 2N layers and extrapolate to the preset's depth"
-        f" ({FULL_DEPTH}: full depth)",
-    )
+if TYPE_CHECKING:
+    from rl_trainer_bench.preflight.aot.ab_check import ProgramSet
 
 
 # The driver's knobs `aot` takes as flags: the rows of the knob table that say so.
@@ -89,6 +72,11 @@ def run(args, program_sets: Sequence[ProgramSet] | None = None) -> int:
     """Exit 0 when the cell fits with the margin free, 1 when it does not (or a program failed),
     2 for bad input; with `program_sets` (--ab-arms' program sets, found by the A/B's own code),
     every set checked and the A/B refused when one does not fit."""
+    # JAX from here on: `aot --help`, and `aot` on a python without it, answer before it loads
+    from rl_trainer_bench.preflight.aot.ab_check import format_ab_check, run_ab_check
+    from rl_trainer_bench.preflight.aot.check import run_check
+    from rl_trainer_bench.preflight.aot.report import format_report
+
     if args.output is not None:
         check_output_file(args.output, "--output")  # before the compiles, which take minutes
     if program_sets is not None:

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
+from rl_trainer_bench.engine import residency
+from rl_trainer_bench.engine.abstract_inputs import platform_of
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import aot_optional
 from rl_trainer_bench.engine.factory import BUILT_IN
@@ -182,9 +184,6 @@ def compile_plan(
 
 def program_options(config: EngineConfig, mesh, engine: ModuleType) -> dict[str, dict]:
     """{program: the XLA options its engine compiles it with} (compile_plan)."""
-    from rl_trainer_bench.engine import residency
-    from rl_trainer_bench.engine.abstract_inputs import platform_of
-
     given = aot_optional(engine, "compiler_options")
     if callable(given):
         return dict(given(config, mesh))

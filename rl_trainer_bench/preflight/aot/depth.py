@@ -10,10 +10,8 @@ import dataclasses
 
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.preflight.aot.arguments import FULL_DEPTH
 from rl_trainer_bench.preflight.aot.compile import COST_FIELDS, MEMORY_FIELDS, ProgramMemory
-
-# `--layers 0` / `AOT_LAYERS=0`: compile the preset's full depth, extrapolating nothing.
-FULL_DEPTH = 0
 
 
 def depths_to_compile(full_depth: int, layers: int, block: int = 1) -> list[int]:

@@ -10,15 +10,15 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from rl_trainer_bench.engine import residency
 from rl_trainer_bench.engine.contract import AOT_FUNCTIONS, aot_optional, missing_methods
+from rl_trainer_bench.engine.factory import engine_class
 from rl_trainer_bench.errors import UserError
 
 
 def aot_engine_module(spec: str) -> ModuleType:
     """The module of the engine `spec` names, when it can lower its programs from abstract inputs;
     else a UserError saying which of AOT_FUNCTIONS it lacks."""
-    from rl_trainer_bench.engine.factory import engine_class
-
     module = sys.modules[engine_class(spec).__module__]
     missing = missing_methods(module, AOT_FUNCTIONS)
     if missing:
@@ -33,6 +33,4 @@ def aot_engine_module(spec: str) -> ModuleType:
 def beside_table(engine: ModuleType | None) -> Any:
     """Which state parts sit beside each program: the engine module's BESIDE, else the built-in
     engine's (`residency.BESIDE`)."""
-    from rl_trainer_bench.engine import residency
-
     return aot_optional(engine, "BESIDE") or residency.BESIDE

@@ -12,11 +12,13 @@ import dataclasses
 import os
 from typing import Any
 
+import jax
+from jax.experimental import topologies
+
 from rl_trainer_bench import accelerators
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.preflight.aot.arguments import LOCAL
 from rl_trainer_bench.preflight.aot.compile import first_line
-
-LOCAL = "local"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +55,6 @@ def resolve_target(name: str, wanted_devices: int = 0) -> Target:
 
 
 def _local_target(wanted_devices: int) -> Target:
-    import jax
-
     if wanted_devices and jax.config.jax_platforms in (None, "", "cpu"):
         # A preset that runs on host CPU devices needs them before JAX starts its backend.
         with contextlib.suppress(RuntimeError):
@@ -89,8 +89,6 @@ def _host_memory() -> int:
 
 
 def _topology_target(tpu_slice: accelerators.TpuSlice) -> Target:
-    import jax
-
     if not os.environ.get("JAX_PLATFORMS"):
         # This host has no TPU: keep JAX's own backend on the CPU while libtpu compiles.
         with contextlib.suppress(RuntimeError):
@@ -100,8 +98,6 @@ def _topology_target(tpu_slice: accelerators.TpuSlice) -> Target:
     # "INVALID_ARGUMENT: PjRtCompiler must be constructed with a Client" and compiled anyway.
     jax.config.update("jax_enable_compilation_cache", False)
     try:
-        from jax.experimental import topologies
-
         topology = topologies.get_topology_desc(tpu_slice.name, "tpu")
     except Exception as error:  # libtpu absent, mismatched or busy: JAX raises several types here
         fix = (

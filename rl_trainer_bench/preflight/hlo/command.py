@@ -14,9 +14,7 @@ from rl_trainer_bench.config.knobs import ENGINE_KNOBS, add_knob_flags
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, write_text_atomically
-from rl_trainer_bench.preflight.aot.check import compiled_texts
-from rl_trainer_bench.preflight.aot.command import add_target_arguments
-from rl_trainer_bench.preflight.aot.targets import LOCAL
+from rl_trainer_bench.preflight.aot.arguments import LOCAL, add_target_arguments
 from rl_trainer_bench.preflight.compiler_flags import compiler_flags
 from rl_trainer_bench.preflight.hlo.overlap import analyze_file, analyze_text
 from rl_trainer_bench.preflight.hlo.replica_groups import parse_mesh
@@ -78,6 +76,9 @@ def compiled_reports(args) -> int:
     """The report of each program of the preset, printed as soon as it is compiled (the text
     form: a full-depth compile takes minutes a program); a program that does not compile is named
     with its error, on stdout among the reports and on stderr, and the others still run."""
+    # JAX from here on: `hlo-overlap --help`, and a FILE's report, answer without it
+    from rl_trainer_bench.preflight.aot.check import compiled_texts
+
     choice = choose_engine(args.engine, args.trainer_argv, preset(args.preset).engine)
     texts = compiled_texts(
         args.preset,
