@@ -205,7 +205,7 @@ def _release_nnx_state(engine: Any) -> None:
     Without this the engine that gave its state away keeps its variables and its cache pointing
     at the arrays it handed over; the taker's `update` donates only what aliases an output, so
     the rest (a parameter-sized tree on the CPU) outlives the step that replaced it."""
-    from flax import nnx
+    from flax import nnx  # MaxText's dependency: absent where MaxText is
 
     nnx.update(engine.state, jax.tree.map(_shape_of, nnx.state(engine.state)))
     engine._refresh_pure_state()
@@ -228,7 +228,9 @@ def _shapes_engine_type(engine_type: type, abstract_type: type) -> type:
         model = abstract_type._build_model(self, False, None)
         if not wrap_with_tunix_adapter:
             return model
-        from maxtext.integration.tunix.tunix_adapter import TunixMaxTextAdapter
+        from maxtext.integration.tunix.tunix_adapter import (
+            TunixMaxTextAdapter,
+        )  # the trainer image's MaxText: optional
 
         with self._mesh:
             wrapped = TunixMaxTextAdapter(
