@@ -82,9 +82,12 @@ def test_an_engine_key_knob_reaches_every_arm(tmp_path):
         (["--arms", "a:no_such_key=1,b:no_such_key=2"], "no_such_key, which is not an engine key"),
         (
             ["--design", "interleaved", "--steps", "99999999999999999999"],
-            "argument --steps: '99999999999999999999': give a whole number from 1 to 100,000",
+            "argument --steps: --steps=99999999999999999999 is too large: use an integer <= 100,000",
         ),
-        (["--warmup-steps", "100001"], "give a whole number from 1 to 100,000"),
+        (
+            ["--warmup-steps", "100001"],
+            "--warmup-steps=100001 is too large: use an integer <= 100,000",
+        ),
         (["--schedule-seed", "-1"], "argument --schedule-seed: '-1': give a whole number"),
         (["--blocks", "2"], "argument --blocks: '2': give a whole number from 3 to 1,000"),
         (["--order", "mirrored", "--blocks", "4"], "--blocks 4 sets the blocks of --order blocks"),
