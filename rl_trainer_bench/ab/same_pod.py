@@ -50,6 +50,12 @@ DESIGN_KNOBS = {
     "AB_STEP_NOISE": "--step-noise",
     "AB_SCHEDULE_SEED": "--schedule-seed",
 }
+# The environment variable a pod's `ab` flag comes from, to name it in a refusal.
+_POD_KNOB_OF_FLAG = {
+    "--arms": AB_ARMS,
+    "--steps": "STEPS",
+    **{flag: name for name, flag in DESIGN_KNOBS.items()},
+}
 # Driver knobs that say how to run, not what every arm runs.
 _NOT_SHARED = frozenset({*RESERVED_KNOBS, "PLAN_ONLY"})
 
@@ -60,6 +66,8 @@ def ab_arguments(env: Mapping[str, str]) -> argparse.Namespace:
     the warm-up the pod's knobs resolve to, RESULTS_DIR as the report's folder, and every other
     driver knob the pod has (TRAINER_ARGV, ENGINE_FLAGS, ...) for every arm."""
     config = bench_plan.environment_config(env)
+    if env.get("AB_BUDGET", "").strip():  # refused under the pod's name for it, not ab's flag
+        budget.parse_budget(env["AB_BUDGET"], "AB_BUDGET")
     words = [
         "--preset",
         config.preset.name,
@@ -81,7 +89,8 @@ def ab_arguments(env: Mapping[str, str]) -> argparse.Namespace:
         pod_warmup = argparse.Namespace(warmup_steps=config.warmup_steps)
         return ab_command.complete(parser.parse_args(words, pod_warmup))
     except argparse.ArgumentError as error:
-        raise UserError(f"{AB_ARMS}: {error}") from None
+        knob = _POD_KNOB_OF_FLAG.get(error.argument_name or "")
+        raise UserError(f"{knob}: {error.message}" if knob else f"{AB_ARMS}: {error}") from None
 
 
 def plan_lines(

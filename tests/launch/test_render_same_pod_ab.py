@@ -130,6 +130,16 @@ def test_an_arm_the_pod_would_refuse_is_refused_at_render():
         _render(ab_arms="a:no_such_key=1,b:ragged_buffer_factor=2")
 
 
+@pytest.mark.parametrize(
+    ("knob", "text"),
+    [("ab_schedule_seed", "-1"), ("ab_budget", "0"), ("ab_schedule_seed", "0x10")],
+)
+def test_a_design_knob_the_pod_would_refuse_is_named_as_the_render_takes_it(knob, text):
+    # the pod's `ab` reads these as its flags; the user wrote the render's knob, so that is named
+    with pytest.raises(UserError, match=rf": {knob.upper()}(: |=)'{text}'"):
+        _render(ab_arms="off,on", **{knob: text})
+
+
 def test_the_pods_knobs_are_every_arms(tmp_path):
     env = {
         "AB_ARMS": "off,on",
