@@ -25,7 +25,6 @@ bench the second holds a whole state more.
 
 from __future__ import annotations
 
-import gc
 import json
 import sys
 import threading
@@ -37,6 +36,7 @@ import jax
 from rl_trainer_bench import cli
 from rl_trainer_bench.ab import command as ab
 from rl_trainer_bench.bench.driver import Bench
+from rl_trainer_bench.engine.sharing_check import live_bytes as rest_bytes
 
 SAMPLE_S = 0.2
 
@@ -50,12 +50,6 @@ class KeptBenches:
     def __call__(self, config: object, log: object) -> Bench:
         self.benches.append(Bench(config, log))
         return self.benches[-1]
-
-
-def rest_bytes() -> int:
-    """The bytes of every live array, after a collection."""
-    gc.collect()
-    return sum(array.nbytes for array in jax.live_arrays() if not array.is_deleted())
 
 
 class LiveBytes:
