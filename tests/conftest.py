@@ -13,6 +13,11 @@ Whatever the tests, the package and the subprocesses they start put in the tempo
 what it made there fails the run at its end (`_the_temporary_folder_is_left_empty`). pytest's own
 `tmp_path` folders and the XLA cache sit beside it, and the whole session folder is removed at exit,
 so a run leaves nothing behind in the machine's temporary folder.
+
+Under pytest-xdist (`-n 2`, README's test command) this module runs first in the controlling
+process, whose environment the workers inherit: every worker compiles into the one session cache,
+and its own session folder is made inside the controller's `tmp/`, checked by the worker and
+removed with the controller's folder.
 """
 
 import atexit
