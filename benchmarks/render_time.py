@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from rl_trainer_bench.ab.same_pod import plan_lines
+from rl_trainer_bench.ab.render_command import plan_for_render
 from rl_trainer_bench.launch.apply_size import stored_annotation_bytes
 from rl_trainer_bench.launch.knobs import RenderKnobs
 from rl_trainer_bench.launch.render import render_with_plan
@@ -49,7 +49,7 @@ def main() -> None:
         seconds = []
         for _ in range(repeats):
             start = time.perf_counter()
-            result = render_with_plan(text, name, knobs, plan_lines)
+            result = render_with_plan(text, name, knobs, plan_for_render)
             seconds.append(time.perf_counter() - start)
         stored = stored_annotation_bytes(yaml.safe_load(result.yaml))
         label = name + (

@@ -93,15 +93,27 @@ def ab_arguments(env: Mapping[str, str]) -> argparse.Namespace:
         raise UserError(f"{knob}: {error.message}" if knob else f"{AB_ARMS}: {error}") from None
 
 
-def plan_lines(
-    env: Mapping[str, str], pod: bench_plan.Plan, on_this_host: bool = False
-) -> list[str]:
-    """What the pod's A/B will do, validated as the pod validates it (every arm's plan, each
-    arm's engine config against `pod`'s, the pod's plan printed above): its arms and what each
+@dataclasses.dataclass(frozen=True)
+class PodAb:
+    """A same-pod A/B planned once, from a pod's environment and its resolved plan: its
+    arguments, its arms' plans (each resolved once, and what its benches are built from), and the
+    lines that print it: the A/B's own where the renderer plans it (`plan_ab`), the pod's whole
+    plan as it printed and checked it where the pod does (`pod_plan`). What the renderer and the
+    AOT job say of the A/B comes from one of these, so neither plans the arms again."""
+
+    args: argparse.Namespace
+    arms: ArmPlan
+    lines: list[str]
+
+
+def plan_ab(env: Mapping[str, str], pod: bench_plan.Plan, on_this_host: bool = False) -> PodAb:
+    """The pod's A/B, validated as the pod validates it (every arm's plan, each arm's engine
+    config against `pod`'s, the pod's plan printed above), with its lines: its arms and what each
     changes, its order, its design with its cost and what it resolves, its device memory; for the
     pod's host only `on_this_host` (the renderer plans for another machine)."""
     args = ab_arguments(env)
-    return _ab_lines(env, args, plan_arms(args, args.out, on_this_host), pod)
+    arm_plan = plan_arms(args, args.out, on_this_host)
+    return PodAb(args, arm_plan, _ab_lines(env, args, arm_plan, pod))
 
 
 def _ab_lines(
@@ -134,35 +146,6 @@ def _ab_lines(
     return [*lines, *_keys_checked_in_pod(arm_plan, settings)]
 
 
-def setting_knobs(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """Each setting of the pod's A/B once, the first --arms names first: the knobs it sets over
-    the pod's, its engine keys joined to the pod's ENGINE_FLAGS as its arm's plan was resolved
-    from them (`ab/plan.arm_knobs`); validated as the pod validates its arms. The AOT job
-    compiles each."""
-    args = ab_arguments(env)
-    arm_plan = plan_arms(args, args.out, on_this_host=False)
-    firsts = {arm.setting: arm for arm in arm_plan.arms if arm.occurrence == 0}
-    settings = {}
-    for setting in [arm_plan.baseline, *(s for s in firsts if s != arm_plan.baseline)]:
-        arm = firsts[setting]
-        knobs = dict(arm.driver_knobs)
-        engine_flags = arm_plan.knobs[arm.label].get("ENGINE_FLAGS")
-        if engine_flags is not None:
-            knobs["ENGINE_FLAGS"] = engine_flags
-        settings[setting] = knobs
-    return settings
-
-
-@dataclasses.dataclass(frozen=True)
-class PodAb:
-    """The pod's A/B as planned once: its arguments, its arms' plans (each resolved once, and
-    what its benches are built from) and the plan's lines as the pod printed and checked them."""
-
-    args: argparse.Namespace
-    arms: ArmPlan
-    lines: list[str]
-
-
 def pod_plan(env: Mapping[str, str]) -> PodAb:
     """The pod's plan as it prints it: the bench's, then the A/B's with each arm's resolved
     engine config, and in a rendered pod the rendered plan checked against this pod's own, every
@@ -171,17 +154,14 @@ def pod_plan(env: Mapping[str, str]) -> PodAb:
     rendered = plan_document.embedded(env.get(plan_document.CODE_DIR_VARIABLE))
     planned_elsewhere = config.trainer_slice is not None
     resolved = bench_plan.resolve(config, env=env, rendering=rendered is not None)
-    args = ab_arguments(env)
-    on_this_host = not planned_elsewhere and rendered is None
-    arm_plan = plan_arms(args, args.out, on_this_host)
+    ab = plan_ab(env, resolved, on_this_host=not planned_elsewhere and rendered is None)
     lines = plan_document.with_lines(
-        resolved.lines(same_pod_ab=True),
-        [f"{bench_plan.PLAN_PREFIX} {line}" for line in _ab_lines(env, args, arm_plan, resolved)],
+        resolved.lines(same_pod_ab=True), [f"{bench_plan.PLAN_PREFIX} {line}" for line in ab.lines]
     )
     if rendered is not None:
         checked = plan_document.executed(rendered, lines, resolved.engine, config, env)
         lines = checked.printed(bench_plan.PLAN_PREFIX)
-    return PodAb(args, arm_plan, lines)
+    return dataclasses.replace(ab, lines=lines)
 
 
 def _keys_checked_in_pod(arm_plan: ArmPlan, settings: list[str]) -> list[str]:

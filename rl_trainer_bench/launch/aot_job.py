@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import yaml
 
@@ -51,6 +51,7 @@ from rl_trainer_bench.launch.render import (
     SLICE_ANNOTATION,
     TRAINER_ANNOTATION,
     Rendered,
+    SamePodAb,
     command_words,
     dump_yaml,
     pod_environment,
@@ -58,7 +59,7 @@ from rl_trainer_bench.launch.render import (
 )
 
 ENTRY_MODULE = "rl_trainer_bench.preflight.aot_job_pod"
-RUNS_VARIABLE = "AOT_RUNS"  # the pod's table of runs (`aot_job_pod.RUNS_VARIABLE`)
+AB_VARIABLE = "AOT_AB"  # the same-pod A/B the pod compiles (`aot_job_pod.AB_VARIABLE`)
 JOB_SUFFIX = "-aot"
 REPLICATED_JOB = "aot"
 CONTAINER = "aot"
@@ -85,20 +86,13 @@ KEPT_POD_FIELDS = (
 )
 KEPT_CONTAINER_FIELDS = ("image", "imagePullPolicy", "envFrom", "workingDir")
 
-# The same-pod A/B's settings for a pod environment: {setting: the knobs it sets over the pod's}
-# (`ab/same_pod.setting_knobs`). The `render` command passes it in; this room cannot import it.
-ArmSettings = Callable[[Mapping[str, str]], Mapping[str, Mapping[str, str]]]
-
 
 def render_aot_job(
-    text: str,
-    source: str,
-    knobs: RenderKnobs,
-    bench: Rendered,
-    arm_settings: ArmSettings | None = None,
+    text: str, source: str, knobs: RenderKnobs, bench: Rendered
 ) -> tuple[str, list[str]]:
     """The AOT JobSet of a launch render, with the bench's knobs (`bench`: the bench rendered
-    from the same launch and knobs), and its summary lines; validated, or UserError."""
+    from the same launch and knobs, its same-pod A/B planned with it), and its summary lines;
+    validated, or UserError."""
     trainer = find_trainer(read_documents(text, source), source, knobs.trainer_jobset)
     exports = bench_exports(bench)
     client = client_container(trainer)
@@ -119,11 +113,8 @@ def render_aot_job(
     name = bench_name(jobset, None, JOB_SUFFIX)
     jobset["metadata"]["name"] = name
     environment, results = _job_environment(trainer, client, launch, knobs, exports, name)
-    if AB_ARMS in exports:
-        if arm_settings is None:
-            raise RuntimeError("AB_ARMS given but no arm settings: pass arm_settings")
-        settings = arm_settings(pod_environment(client, exports))
-        environment[RUNS_VARIABLE] = json.dumps(settings, separators=(",", ":"))
+    if bench.ab is not None:
+        environment[AB_VARIABLE] = same_pod_ab_table(pod_environment(client, exports), bench.ab)
     engine = bench.plan.config.engine
     sha = code_digest.code_sha256(engine=engine, aot_job=True)
     environment["BENCH_CODE_SHA256"] = sha
@@ -150,6 +141,22 @@ def bench_exports(bench: Rendered) -> dict[str, str]:
     script = command_words(client_container(yaml.safe_load(bench.yaml)))
     exports = read_client_command(script).env
     return {k: v for k, v in exports.items() if k not in (CODE_DIR_VARIABLE, "PYTHONPATH")}
+
+
+def same_pod_ab_table(pod_env: Mapping[str, str], ab: SamePodAb) -> str:
+    """AOT_AB: the A/B's arms, the ENGINE_FLAGS its program sets are composed over (the pod's,
+    which the A/B was planned from), and each program set (its settings, the knobs it sets over
+    the pod's) as the render planned them, so the pod's `aot --ab-arms` compiles what the A/B
+    runs without planning it again."""
+    table = {
+        "arms": pod_env[AB_ARMS],
+        "engine_flags": pod_env.get("ENGINE_FLAGS", ""),
+        "program_sets": [
+            {"settings": list(settings), "knobs": dict(set_knobs)}
+            for settings, set_knobs in ab.program_sets
+        ],
+    }
+    return json.dumps(table, separators=(",", ":"))
 
 
 def _job_environment(
@@ -286,6 +293,16 @@ def _results_uri(
     return results_location.results_uri(location, name), source
 
 
+def _ab_compiles(program_sets: list[dict]) -> str:
+    """What the job compiles of a same-pod A/B, as the A/B runs it."""
+    sets = "; ".join("+".join(item["settings"]) for item in program_sets)
+    return (
+        f"the same-pod A/B as it runs: one `aot --ab-arms` (one state for every arm, each program"
+        f" set compiled beside it: {sets}), whose report and exit code are the A/B's fit verdict,"
+        " and hlo-overlap once per program set (sets it compiles alike, once)"
+    )
+
+
 def _summary(
     jobset: Mapping, environment: Mapping[str, str], results: tuple[str, str] | None
 ) -> list[str]:
@@ -295,7 +312,7 @@ def _summary(
     selector = " ".join(f"{k}={v}" for k, v in spec["nodeSelector"].items())
     resources = container["resources"]
     flags = environment.get("LIBTPU_INIT_ARGS")
-    runs = json.loads(environment[RUNS_VARIABLE]) if RUNS_VARIABLE in environment else None
+    ab = json.loads(environment[AB_VARIABLE]) if AB_VARIABLE in environment else None
     lines = [
         f"aot job: JobSet {name}: aot and hlo-overlap for {environment['TRAINER_SLICE']} in the"
         f" trainer's image {container.get('image', '(none)')}, JAX_PLATFORMS=cpu, no"
@@ -308,9 +325,8 @@ def _summary(
         + (f"LIBTPU_INIT_ARGS={flags}" if flags else "none (libtpu's defaults)"),
         "aot job: compiles "
         + (
-            f"each setting of AB_ARMS ({', '.join(runs)}; settings whose flags aot and"
-            " hlo-overlap read alike compile once)"
-            if runs
+            _ab_compiles(ab["program_sets"])
+            if ab
             else "the trainer's programs (TRAINER_ARGV, ENGINE_FLAGS)"
         )
         + "; the pod says first which MaxText and libtpu it compiles with, and refuses in one"

@@ -18,8 +18,9 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import yaml
 
@@ -83,15 +84,27 @@ LIBTPU_FLAGS_ANNOTATION = ANNOTATION_PREFIX + "libtpu-flags"
 # ----------------------------------------------------------------------------------------------
 
 
-# The same-pod A/B's own check of a pod's environment and plan (`ab/same_pod.plan_lines`): the
-# lines that say what the pod's A/B will do, or UserError. The `render` command passes it in; this
-# room cannot import the A/B's.
-PodCheck = Callable[[Mapping[str, str], Plan], list[str]]
+class SamePodAb(Protocol):
+    """A same-pod A/B planned once (`ab/same_pod.plan_ab`), from the pod's environment and its
+    resolved plan: what the render prints of it, and the program sets the AOT job compiles."""
+
+    @property
+    def lines(self) -> Sequence[str]:
+        """What the pod's A/B will do: its arms, order, design, memory."""
+
+    @property
+    def program_sets(self) -> Sequence[tuple[Sequence[str], Mapping[str, str]]]:
+        """(the settings that compile it, its knobs) of each distinct program set of its arms."""
 
 
-def render(text: str, source: str, knobs: RenderKnobs, check_pod: PodCheck | None = None) -> str:
+# The same-pod A/B's own planning of a pod's environment and plan (`ab/same_pod.plan_ab`), or
+# UserError. The `render` command passes it in; this room cannot import the A/B's.
+AbPlanner = Callable[[Mapping[str, str], Plan], SamePodAb]
+
+
+def render(text: str, source: str, knobs: RenderKnobs, plan_ab: AbPlanner | None = None) -> str:
     """The bench JobSet's YAML for a launch render; validated, or UserError."""
-    return render_with_plan(text, source, knobs, check_pod).yaml
+    return render_with_plan(text, source, knobs, plan_ab).yaml
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +116,7 @@ class Rendered:
     plan: Plan
     trainer_flags: tuple[CompilingContainer, ...]
     bench_flags: tuple[CompilingContainer, ...]
-    ab_lines: tuple[str, ...] = ()  # what a same-pod A/B (AB_ARMS) will do
+    ab: SamePodAb | None = None  # the same-pod A/B (AB_ARMS), planned once
     results_source: str = ""  # what chose RESULTS_URI ("": nothing; results stay in the pod)
     # The orchestrator's environment (its container's literal `env`, then its script's).
     orchestrator_env: tuple[tuple[str, str], ...] = ()
@@ -111,9 +124,14 @@ class Rendered:
     # The plan embedded in the pod's code bundle: what `plan BENCH.yaml` prints, the pod checks.
     document: plan_document.PlanDocument | None = None
 
+    @property
+    def ab_lines(self) -> tuple[str, ...]:
+        """What a same-pod A/B (AB_ARMS) will do; () without one."""
+        return () if self.ab is None else tuple(self.ab.lines)
+
 
 def render_with_plan(
-    text: str, source: str, knobs: RenderKnobs, check_pod: PodCheck | None = None
+    text: str, source: str, knobs: RenderKnobs, plan_ab: AbPlanner | None = None
 ) -> Rendered:
     """Render the bench JobSet of a launch render, with its plan and its containers' flags."""
     documents = read_documents(text, source)
@@ -146,8 +164,8 @@ def render_with_plan(
     sha = code_digest.code_sha256(engine=engine, same_pod_ab=same_pod_ab)
     environment["BENCH_CODE_SHA256"] = sha
     pod_env = pod_environment(container, environment)
-    ab_lines = _same_pod_ab_lines(pod_env, pod_plan, check_pod)
-    resolved = _resolved_plan(pod_plan, pod_env, libtpu_words, knobs.ab_arms, ab_lines)
+    ab = _same_pod_ab(pod_env, pod_plan, plan_ab)
+    resolved = _resolved_plan(pod_plan, pod_env, libtpu_words, knobs.ab_arms, ab)
     resolved_json = resolved.to_json()
     _replace_client_command(
         container, launch, environment, engine, jobset_name(trainer), resolved_json
@@ -164,7 +182,7 @@ def render_with_plan(
         pod_plan,
         tuple(compile_flags.compiling_containers(trainer, launch.env, names)),
         tuple(compile_flags.compiling_containers(bench, environment, names)),
-        ab_lines,
+        ab,
         results_source,
         _orchestrator_environment(documents, launch),
         results_location.preemption_line(
@@ -197,11 +215,12 @@ def _resolved_plan(
     pod_env: Mapping[str, str],
     libtpu_words: list[str],
     ab_arms: str | None,
-    ab_lines: tuple[str, ...],
+    ab: SamePodAb | None,
 ) -> plan_document.PlanDocument:
     """The plan embedded beside the pod's code: the lines `plan BENCH.yaml` prints and the pod
     compares its own with, what the pod checks in its image, and what it substitutes."""
     libtpu = shlex.join(libtpu_words)
+    ab_lines = () if ab is None else tuple(ab.lines)
     return plan_document.document(
         plan_document.with_lines(
             pod_plan.lines(same_pod_ab=bool(ab_lines)),
@@ -272,16 +291,16 @@ def trainer_output(trainer: Mapping, launch: ClientCommand) -> tuple[str, str] |
     )
 
 
-def _same_pod_ab_lines(
-    pod_env: Mapping[str, str], pod_plan: Plan, check_pod: PodCheck | None
-) -> tuple[str, ...]:
-    """The same-pod A/B's check of the pod's environment, when AB_ARMS asks for one."""
+def _same_pod_ab(
+    pod_env: Mapping[str, str], pod_plan: Plan, plan_ab: AbPlanner | None
+) -> SamePodAb | None:
+    """The same-pod A/B planned from the pod's environment, once, when AB_ARMS asks for one."""
     if AB_ARMS not in pod_env:
-        return ()
-    if check_pod is None:
-        raise RuntimeError("AB_ARMS given but no same-pod A/B check: pass check_pod to render")
+        return None
+    if plan_ab is None:
+        raise RuntimeError("AB_ARMS given but no same-pod A/B planner: pass plan_ab to render")
     try:
-        return tuple(check_pod(pod_env, pod_plan))
+        return plan_ab(pod_env, pod_plan)
     except UserError as error:
         raise UserError(f"the bench pod's A/B would refuse its knobs: {error}") from None
 
@@ -505,16 +524,16 @@ AotJobRenderer = Callable[[str, str, RenderKnobs, Rendered], tuple[str, list[str
 
 
 def run(
-    args, check_pod: PodCheck | None = None, render_aot_job: AotJobRenderer | None = None
+    args, plan_ab: AbPlanner | None = None, render_aot_job: AotJobRenderer | None = None
 ) -> int:
-    """The `render` command; `check_pod` checks a same-pod A/B's arms (AB_ARMS), `render_aot_job`
-    renders the AOT job (AOT_JOB)."""
+    """The `render` command; `plan_ab` plans a same-pod A/B (AB_ARMS), once, `render_aot_job`
+    renders the AOT job (AOT_JOB) from the render, that plan included."""
     # render_bench.sh passes on only the knobs it knows; a misspelt one would vanish silently.
     refuse_misspelt_knobs(os.environ, "the environment", [knob.env for knob in RENDER_KNOBS])
     knobs = RenderKnobs.from_strings({knob.dest: getattr(args, knob.dest) for knob in RENDER_KNOBS})
     _check_outputs(knobs)
     source, text = _read_input(knobs.launch_render)
-    result = render_with_plan(text, source, knobs, check_pod)
+    result = render_with_plan(text, source, knobs, plan_ab)
     rendered, pod_plan = result.yaml, result.plan
     aot_job = _aot_job(text, source, knobs, result, render_aot_job)  # before anything is written
     if knobs.output is None:

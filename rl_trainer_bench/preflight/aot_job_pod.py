@@ -9,7 +9,10 @@ compile with and refuses in one line when the image lacks them, before any of th
 take half an hour; PLAN_ONLY=1 ends there, with every command it would run checked by that
 command's own parser. Each command runs in a child process of its own: libtpu allows one per
 host, and a child returns its host memory (about 18 GiB for the 397B cell) before the next starts.
-The reports go to RESULTS_DIR and are copied to RESULTS_URI when the job ends, whatever ended it.
+A same-pod A/B is compiled as it runs: its arms share one state and each arm's programs run beside
+it, so `aot` runs once, as `aot --ab-arms` over the program sets the renderer planned (AOT_AB), and
+its report and exit status are the A/B's verdict (the largest program set beside the one state);
+`hlo-overlap` runs once per program set, not per setting. The reports go to RESULTS_DIR and are copied to RESULTS_URI when the job ends, whatever ended it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rl_trainer_bench.bench.results_copy import copying
 from rl_trainer_bench.code_digest import code_sha256
@@ -35,13 +39,19 @@ from rl_trainer_bench.io import write_text_atomically
 from rl_trainer_bench.preflight.aot import command as aot_command
 from rl_trainer_bench.preflight.hlo import command as hlo_overlap_command
 
+if TYPE_CHECKING:
+    from rl_trainer_bench.preflight.aot.ab_check import ProgramSet
+
 PROG = "aot job"
 MODULE = "rl_trainer_bench.preflight.aot_job_pod"  # what the job's script and children run
 PREFIX = "[AotJob]"
-# {run name: {KNOB: value}}: each run's knobs over the pod's (each setting of an A/B's arms, as the
-# renderer resolved them: `ab/same_pod.setting_knobs`). Unset: one run of the pod's own knobs.
-RUNS_VARIABLE = "AOT_RUNS"
-TRAINER_RUN = "trainer"
+# The same-pod A/B the job compiles, as the renderer planned it (`launch/aot_job.py`): JSON
+# {"arms": AB_ARMS, "engine_flags": the pod's ENGINE_FLAGS, "program_sets": [{"settings": [NAME],
+# "knobs": {KNOB: text}}]}, the program sets `aot --ab-arms` of those arms over those flags
+# compiles (`ab/aot_arms.program_sets`). Unset: the trainer's programs, once.
+AB_VARIABLE = "AOT_AB"
+TRAINER_RUN = "trainer"  # the run of the trainer's programs, without an A/B
+AB_RUN = "ab-arms"  # the A/B's one `aot --ab-arms` (no setting's name has a '-')
 SUMMARY_FILE = "aot-job.txt"
 
 
@@ -154,76 +164,142 @@ def _package_path(name: str) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
-def run_knobs(env: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """{run name: its knobs}: the pod's, overridden by each AOT_RUNS entry; UserError when
-    AOT_RUNS is not such a mapping."""
-    text = env.get(RUNS_VARIABLE, "").strip()
+@dataclasses.dataclass(frozen=True)
+class RenderedAb:
+    """A same-pod A/B as the renderer planned it (AOT_AB): its arms, the ENGINE_FLAGS its program
+    sets are composed over, and each program set: (the settings that compile it, its knobs)."""
+
+    arms: str
+    engine_flags: str
+    program_sets: tuple[tuple[tuple[str, ...], dict[str, str]], ...]
+
+
+def rendered_ab(env: Mapping[str, str]) -> RenderedAb | None:
+    """AB_VARIABLE's A/B, None when unset; UserError when it is not the table the renderer
+    writes."""
+    text = env.get(AB_VARIABLE, "").strip()
     if not text:
-        return {TRAINER_RUN: dict(env)}
+        return None
     try:
-        runs = json.loads(text)
+        table = json.loads(text)
     except json.JSONDecodeError as error:
-        raise UserError(f"{RUNS_VARIABLE}: not JSON ({error}); render the job again") from None
+        raise UserError(f"{AB_VARIABLE}: not JSON ({error}); render the job again") from None
+    if not isinstance(table, dict):
+        table = {}
+    sets = table.get("program_sets")
     if not (
-        isinstance(runs, dict)
-        and runs
-        and all(isinstance(knobs, dict) for knobs in runs.values())
-        and all(isinstance(v, str) for knobs in runs.values() for v in knobs.values())
+        isinstance(table.get("arms"), str)
+        and isinstance(table.get("engine_flags"), str)
+        and isinstance(sets, list)
+        and sets
+        and all(_is_program_set(item) for item in sets)
     ):
         raise UserError(
-            f"{RUNS_VARIABLE}: expected a JSON object of run name -> {{KNOB: text}};"
-            " render the job again"
+            f"{AB_VARIABLE}: expected a JSON object of arms, engine_flags and program_sets"
+            " ([{settings: [NAME], knobs: {KNOB: text}}]); render the job again"
         )
-    return {name: {**env, **knobs} for name, knobs in runs.items()}
+    return RenderedAb(
+        table["arms"],
+        table["engine_flags"],
+        tuple((tuple(item["settings"]), dict(item["knobs"])) for item in sets),
+    )
+
+
+def _is_program_set(item: object) -> bool:
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("settings"), list)
+        and bool(item["settings"])
+        and all(isinstance(name, str) for name in item["settings"])
+        and isinstance(item.get("knobs"), dict)
+        and all(isinstance(v, str) for v in item["knobs"].values())
+    )
 
 
 def planned_compiles(env: Mapping[str, str], results_dir: Path) -> tuple[list[Compile], bool]:
-    """Each run's `aot` and `hlo-overlap`, their flags checked by the commands' own parsers, and
-    whether any compiles MaxText's programs; UserError for a knob either would refuse. Runs whose
-    flags the commands read alike (settings that differ only in knobs neither takes, such as
-    STAGE_AFTER_UPDATE, or in a value spelt two ways) compile the same programs, so they compile
-    once, under their names joined by '+'."""
-    flags_by_meaning: dict[str, tuple[tuple[str, ...], ...]] = {}
-    names: dict[str, list[str]] = {}
-    needs_maxtext = False
-    for name, knobs in run_knobs(env).items():
-        config = BenchConfig.from_env(knobs)
-        needs_maxtext |= config.engine == MAXTEXT
-        flags = _run_flags(config, knobs)
-        meaning = repr(
-            [sorted(vars(_parse(c, f)).items()) for c, f in zip(COMMANDS, flags, strict=True)]
+    """Every command the job runs, its flags checked by the command's own parser, and whether any
+    compiles MaxText's programs; UserError for a knob either would refuse. Without an A/B: `aot`
+    and `hlo-overlap` of the pod's knobs. With one (AOT_AB): one `aot --ab-arms`, which compiles
+    every program set beside the one state the A/B's arms share and gives the A/B's verdict, then
+    `hlo-overlap` once per program set; sets whose flags hlo-overlap reads alike (they differ
+    only in knobs it does not take, such as STAGE_BEFORE_UPDATE, which changes what `aot`
+    counts but no program) compile once, under their names joined by '+'."""
+    config = BenchConfig.from_env(env)
+    ab = rendered_ab(env)
+    if ab is None:
+        return [
+            _compile_of(TRAINER_RUN, command, _command_flags(command, config, env), results_dir)
+            for command in COMMANDS
+        ], config.engine == MAXTEXT
+    if ab.engine_flags.strip() != config.engine_flags.strip():
+        raise UserError(
+            f"{AB_VARIABLE}: its program sets were composed over ENGINE_FLAGS={ab.engine_flags!r},"
+            f" and this pod has ENGINE_FLAGS={config.engine_flags!r}: the manifest was edited"
+            " after rendering; render it again"
         )
+    ab_flags = (*_command_flags("aot", config, env), f"--ab-arms={ab.arms}")
+    compiles = [_compile_of(AB_RUN, "aot", ab_flags, results_dir)]
+    needs_maxtext = config.engine == MAXTEXT
+    flags_by_meaning: dict[str, tuple[str, ...]] = {}
+    names: dict[str, list[str]] = {}
+    for settings, set_knobs in ab.program_sets:
+        knobs = {**env, **set_knobs}
+        set_config = BenchConfig.from_env(knobs)
+        needs_maxtext |= set_config.engine == MAXTEXT
+        flags = _command_flags("hlo-overlap", set_config, knobs)
+        meaning = repr(sorted(vars(_parse("hlo-overlap", flags)).items()))
         flags_by_meaning.setdefault(meaning, flags)
-        names.setdefault(meaning, []).append(name)
-    compiles = []
-    for meaning, flags in flags_by_meaning.items():
-        name = "+".join(names[meaning])
-        for command, words in zip(COMMANDS, flags, strict=True):
-            report = results_dir / f"{command}-{name}.txt"
-            argv = (*words, f"--output={report.with_suffix('.json')}")
-            compiles.append(Compile(name, command, argv, report))
+        names.setdefault(meaning, []).extend(settings)
+    compiles += [
+        _compile_of("+".join(names[meaning]), "hlo-overlap", flags, results_dir)
+        for meaning, flags in flags_by_meaning.items()
+    ]
     return compiles, needs_maxtext
 
 
-def _run_flags(config: BenchConfig, knobs: Mapping[str, str]) -> tuple[tuple[str, ...], ...]:
-    """Each command's flags for one run: the cell, the trainer's slice, the knobs it takes."""
+def _compile_of(run: str, command: str, flags: Sequence[str], results_dir: Path) -> Compile:
+    """`command` of run `run`, its flags checked by its parser, its reports under `results_dir`."""
+    report = results_dir / f"{command}-{run}.txt"
+    argv = (*flags, f"--output={report.with_suffix('.json')}")
+    _parse(command, argv)
+    return Compile(run, command, argv, report)
+
+
+def _command_flags(command: str, config: BenchConfig, knobs: Mapping[str, str]) -> tuple[str, ...]:
+    """`command`'s flags for `knobs`: the cell, the trainer's slice, the knobs it takes."""
     if config.trainer_slice is None:
         raise UserError(
             "TRAINER_SLICE is not set: the AOT job compiles for the trainer's slice; set it"
             " (e.g. TRAINER_SLICE=tpu7x:4x4x8), as the renderer does"
         )
-    return tuple(
-        (
-            f"--preset={config.preset.name}",
-            f"--target={config.trainer_slice.name}",
-            *(
-                f"{DRIVER_KNOBS[knob].flag}={knobs[knob]}"
-                for knob in command.knobs
-                if knobs.get(knob, "").strip()
-            ),
-        )
-        for command in COMMANDS.values()
+    return (
+        f"--preset={config.preset.name}",
+        f"--target={config.trainer_slice.name}",
+        *(
+            f"{DRIVER_KNOBS[knob].flag}={knobs[knob]}"
+            for knob in COMMANDS[command].knobs
+            if knobs.get(knob, "").strip()
+        ),
     )
+
+
+def ab_program_sets(args: argparse.Namespace, env: Mapping[str, str]) -> list[ProgramSet]:
+    """The program sets of `aot --ab-arms` in this job: AOT_AB's, which the renderer found with
+    the A/B's own code (this room cannot import it) for exactly these arms over these
+    ENGINE_FLAGS; UserError when AOT_AB is missing or was found for others."""
+    ab = rendered_ab(env)
+    if ab is None:
+        raise UserError(
+            f"aot --ab-arms in the AOT job compiles the program sets the renderer found"
+            f" ({AB_VARIABLE}), and this pod has none: render the job again"
+        )
+    if ab.arms != args.ab_arms or ab.engine_flags.strip() != (args.engine_flags or "").strip():
+        raise UserError(
+            f"aot --ab-arms={args.ab_arms!r} --engine-flags={args.engine_flags or ''!r}:"
+            f" {AB_VARIABLE}'s program sets were found for --ab-arms={ab.arms!r}"
+            f" --engine-flags={ab.engine_flags!r}; render the job again"
+        )
+    return list(ab.program_sets)
 
 
 def _parse(command: str, argv: Sequence[str]) -> argparse.Namespace:
@@ -279,7 +355,7 @@ def run(env: Mapping[str, str], log: Callable[[str], None]) -> int:
         try:
             for item in compiles:
                 log(f"{PREFIX} run {item.run}: {item.command} starts")
-                codes[item] = _compile(item, log)
+                codes[item] = _compile(item, env, log)
                 log(f"{PREFIX} run {item.run}: {item.command} exit {codes[item]}")
         finally:
             summary = [
@@ -299,12 +375,14 @@ def _results_line(config: BenchConfig) -> str:
     return f"{config.results_dir}, copied when the job ends to {config.results_uri}/<UTC time>/"
 
 
-def _compile(item: Compile, log: Callable[[str], None]) -> int:
-    """One command in a child process; its report (stdout) into the log and `item.report`."""
+def _compile(item: Compile, env: Mapping[str, str], log: Callable[[str], None]) -> int:
+    """One command in a child process with the job's environment (AOT_AB among it); its report
+    (stdout) into the log and `item.report`."""
     child = subprocess.Popen(
         [sys.executable, "-m", MODULE, item.command, *item.argv],
         stdout=subprocess.PIPE,
         text=True,
+        env=dict(env),
     )
     lines = []
     try:
@@ -320,6 +398,14 @@ def _compile(item: Compile, log: Callable[[str], None]) -> int:
         write_text_atomically(item.report, "".join(lines))
 
 
+def _run_command(command: str, words: Sequence[str], env: Mapping[str, str]) -> int:
+    """One of COMMANDS, a child of the job; `aot --ab-arms` with the program sets AOT_AB holds."""
+    args = _parse(command, words)
+    if command == "aot" and args.ab_arms is not None:
+        return aot_command.run(args, ab_program_sets(args, env))
+    return COMMANDS[command].run(args)
+
+
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     """The pod's entry, knobs from the environment; `COMMAND ARGS` runs one of COMMANDS (the
     job's child processes)."""
@@ -329,7 +415,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         command, words = argv[0], argv[1:]
         return run_guarded(
             f"rl-trainer-bench {command}",
-            lambda: COMMANDS[command].run(_parse(command, words)),
+            lambda: _run_command(command, words, env),
             (UserError, ContractError),
         )
 

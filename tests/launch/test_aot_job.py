@@ -5,6 +5,7 @@ its run and the copy of its reports."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shlex
 import subprocess
@@ -13,14 +14,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from render_helpers import FIXTURE, tpu7x_trainer_launch
+from render_helpers import FIXTURE, exports, tpu7x_trainer_launch
 
 from rl_trainer_bench import cli
+from rl_trainer_bench.ab import render_command
 from rl_trainer_bench.launch.apply_size import stored_annotation_bytes
 from rl_trainer_bench.launch.client_command import read_client_command
 from rl_trainer_bench.launch.validate import jobset_problems
+from rl_trainer_bench.preflight import aot_job_pod
 
 ARMS = "base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2"
+MAXTEXT_ARMS = "full:maxtext.remat_policy=full,minimal:maxtext.remat_policy=minimal"
 RECIPE_RESULTS = "gs://atwigg-trellis-europe-west4-dev/maxtext/benchuser/rl-trainer-bench"
 
 
@@ -125,7 +129,7 @@ def test_the_job_runs_in_the_trainers_image_on_a_cpu_node(tmp_path):
     assert exports["TRAINER_SLICE"] == "v5p:2x2x2"
     assert exports["LIBTPU_INIT_ARGS"] == "--xla_a=1 --xla_b=true"
     assert "--model_name=Qwen3-30B-A3B" in exports["TRAINER_ARGV"]
-    assert "AB_ARMS" not in exports and "AOT_RUNS" not in exports
+    assert "AB_ARMS" not in exports and "AOT_AB" not in exports
     assert "exec python -m rl_trainer_bench.preflight.aot_job_pod" in container["command"][2]
 
 
@@ -255,22 +259,97 @@ def test_the_built_in_engine_needs_no_maxtext(tmp_path):
     assert not any("maxtext" in line for line in _lines(result) if "compiles with" in line)
 
 
-def test_each_setting_of_the_arms_compiles_once(tmp_path):
+def _runs(result) -> list[tuple[str, str]]:
+    """(run, command) of each command the job's plan names, in its order."""
+    return [
+        (line.split()[2].rstrip(":"), line.split()[3])
+        for line in _lines(result)
+        if line.startswith("[AotJob] run ")
+    ]
+
+
+def test_a_same_pod_ab_is_compiled_as_it_runs(tmp_path):
+    """Two arms of a MaxText key: one `aot --ab-arms` over the pod's knobs (its verdict is the
+    A/B's: one state beside each program set), and hlo-overlap once per program set, each with
+    the arm's key over the pod's ENGINE_FLAGS; not an `aot` per setting."""
+    _, job = _render(tmp_path, _tpu7x_launch(tmp_path), f"--ab-arms={MAXTEXT_ARMS}")
     site = tmp_path / "site"
+    _installed(site, "maxtext", "9.1.2")
     _installed(site, "libtpu", "0.0.77")
-    _, job = _render(tmp_path, FIXTURE, f"--ab-arms={ARMS}")
     result = _run_script(job, tmp_path, site, PLAN_ONLY="1")
     assert result.returncode == 0, result.stderr
-    aot_runs = [line for line in _lines(result) if " aot --" in line]
-    assert [line.split()[2] for line in aot_runs] == ["base:", "wide:"]
-    assert 'ragged_buffer_factor=1.25"' in aot_runs[0]
-    assert 'ragged_buffer_factor=2"' in aot_runs[1]
-    # off and after differ in STAGE_AFTER_UPDATE alone, which aot does not take: one compile.
+    assert _runs(result) == [
+        ("ab-arms", "aot"),
+        ("full", "hlo-overlap"),
+        ("minimal", "hlo-overlap"),
+    ]
+    aot, full, minimal = [line for line in _lines(result) if line.startswith("[AotJob] run ")]
+    assert f'--ab-arms="{MAXTEXT_ARMS}"' in aot
+    assert '--preset="qwen3.5-397b-cell" --target="tpu7x:4x4x8"' in aot
+    assert "use_gdn_kernel=true" in aot and "--engine-flags" not in aot
+    assert aot.endswith('--output="aot_results/aot-ab-arms.json"')
+    assert '--engine-flags="maxtext.remat_policy=full"' in full
+    assert '--engine-flags="maxtext.remat_policy=minimal"' in minimal
+    assert "use_gdn_kernel=true" in minimal
+
+
+def test_settings_that_compile_alike_share_a_program_set(tmp_path):
+    """off and after differ in STAGE_AFTER_UPDATE alone: one program set; on stages the
+    micro-batch, which `aot` counts and hlo-overlap's programs do not change: its own set in the
+    `aot --ab-arms`, the same hlo-overlap."""
+    site = tmp_path / "site"
+    _installed(site, "libtpu", "0.0.77")
     _, job = _render(tmp_path, FIXTURE, "--ab-arms=off,on,after")
+    table = json.loads(_exports(job)["AOT_AB"])
+    assert [item["settings"] for item in table["program_sets"]] == [["off", "after"], ["on"]]
+    assert table["program_sets"][1]["knobs"] == {"STAGE_BEFORE_UPDATE": "on"}
     result = _run_script(job, tmp_path, site, PLAN_ONLY="1")
-    aot_runs = [line for line in _lines(result) if " aot --" in line]
-    assert [line.split()[2] for line in aot_runs] == ["off+after:", "on:"]
-    assert "--stage-before-update=" in aot_runs[1]
+    assert result.returncode == 0, result.stderr
+    assert _runs(result) == [("ab-arms", "aot"), ("off+after+on", "hlo-overlap")]
+
+
+def test_the_render_plans_the_ab_once_and_the_job_compiles_its_printed_arms(
+    tmp_path, capsys, monkeypatch
+):
+    calls, planner = [], render_command.plan_for_render
+
+    def counted(env, pod):
+        calls.append(env["AB_ARMS"])
+        return planner(env, pod)
+
+    monkeypatch.setattr(render_command, "plan_for_render", counted)
+    code, job = _render(tmp_path, _tpu7x_launch(tmp_path), f"--ab-arms={MAXTEXT_ARMS}")
+    assert code == 0
+    assert calls == [MAXTEXT_ARMS]
+    printed = [
+        line.split()[3].rstrip(":")
+        for line in capsys.readouterr().err.splitlines()
+        if line.startswith("render: A/B arm ")
+    ]
+    table = json.loads(_exports(job)["AOT_AB"])
+    compiled = [name for item in table["program_sets"] for name in item["settings"]]
+    assert printed == compiled == ["full", "minimal"]
+    bench = yaml.safe_load((tmp_path / "bench.yaml").read_text())
+    assert table["arms"] == exports(bench)["AB_ARMS"]
+
+
+def test_an_aot_ab_arms_child_compiles_only_the_rendered_program_sets(capsys):
+    """The pod's `aot --ab-arms` takes AOT_AB's program sets, found by the A/B's own code for
+    these arms over these ENGINE_FLAGS: without it, or for other arms, one line, exit 2."""
+    argv = ["aot", "--preset=cpu-tiny", "--target=v5p:2x2x2", "--ab-arms=off,on"]
+    table = {
+        "arms": "off,after",
+        "engine_flags": "",
+        "program_sets": [{"settings": ["off", "after"], "knobs": {}}],
+    }
+    for env, named in [
+        ({}, "AOT_AB), and this pod has none"),
+        ({"AOT_AB": json.dumps(table)}, "found for --ab-arms='off,after'"),
+        ({"AOT_AB": "[]"}, "AOT_AB: expected a JSON object"),
+    ]:
+        assert aot_job_pod.main(argv, env) == 2
+        (error,) = capsys.readouterr().err.strip().splitlines()
+        assert named in error, error
 
 
 def test_a_job_whose_code_was_edited_is_refused(tmp_path):

@@ -19,7 +19,8 @@ from render_helpers import FIXTURE, client_command, client_script, exports
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.ab import budget
-from rl_trainer_bench.ab.same_pod import ab_arguments, plan_lines
+from rl_trainer_bench.ab.render_command import plan_for_render
+from rl_trainer_bench.ab.same_pod import ab_arguments
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.apply_size import stored_annotation_bytes
 from rl_trainer_bench.launch.knobs import RenderKnobs
@@ -30,7 +31,7 @@ ARMS = "base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2"
 
 def _render(**knobs: str) -> dict:
     return yaml.safe_load(
-        render(FIXTURE.read_text(), "f", RenderKnobs.from_strings(knobs), check_pod=plan_lines)
+        render(FIXTURE.read_text(), "f", RenderKnobs.from_strings(knobs), plan_ab=plan_for_render)
     )
 
 
@@ -52,7 +53,7 @@ def test_the_pod_runs_the_same_pod_ab_entry_with_its_code():
 
 def test_the_render_says_what_the_pods_ab_will_do():
     rendered = render_with_plan(
-        FIXTURE.read_text(), "f", RenderKnobs.from_strings({"ab_arms": ARMS}), plan_lines
+        FIXTURE.read_text(), "f", RenderKnobs.from_strings({"ab_arms": ARMS}), plan_for_render
     )
     first, base, wide, order, design, *_ = rendered.ab_lines
     assert first.startswith(
@@ -113,7 +114,7 @@ def test_the_summary_says_which_arm_keys_only_the_pods_maxtext_checks():
         FIXTURE.read_text(),
         "f",
         RenderKnobs.from_strings({**knobs, "engine": "maxtext"}),
-        plan_lines,
+        plan_for_render,
     )
     assert rendered.ab_lines[-2:] == (
         "same-pod A/B: arm tuned: MaxText keys not_a_key=1 (in none of the bench's tables):"
@@ -195,7 +196,7 @@ def test_the_397b_pods_ab_is_planned_for_the_pods_host_and_fits_kubectl_apply():
     # machine that renders; and the manifest, with the A/B's code, stays under the 262,144 bytes
     # of annotations `kubectl apply` keeps.
     path = launch_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
-    text = render(path.read_text(), path.name, RenderKnobs(ab_arms="off,on"), plan_lines)
+    text = render(path.read_text(), path.name, RenderKnobs(ab_arms="off,on"), plan_for_render)
     assert stored_annotation_bytes(yaml.safe_load(text)) < 262_144
     assert yaml.safe_load(text)["metadata"]["name"] == "benchuser-train-bench"
 
@@ -204,7 +205,7 @@ def test_the_ab_holds_one_state_for_arms_of_two_program_sets():
     """base and wide compile two program sets against one state: the A/B's memory line counts the
     plain bench's state once, and names the command that compiles both sets for the slice."""
     rendered = render_with_plan(
-        FIXTURE.read_text(), "f", RenderKnobs.from_strings({"ab_arms": ARMS}), plan_lines
+        FIXTURE.read_text(), "f", RenderKnobs.from_strings({"ab_arms": ARMS}), plan_for_render
     )
     state = re.search(r"state on the device (\S+ \S+) per device", rendered.plan.device_memory())
     (memory,) = [line for line in rendered.ab_lines if line.startswith("A/B device memory: ")]

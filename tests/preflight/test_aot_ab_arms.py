@@ -32,6 +32,18 @@ def test_arms_compile_one_program_set_per_distinct_compiled_knobs():
     ]
 
 
+def test_settings_that_write_one_program_two_ways_share_its_set():
+    # off writes STAGE_BEFORE_UPDATE=off, after leaves it at its default (off); keys in another
+    # order, or one overridden by a later word, are the same keys
+    assert program_sets("off,on,after", "") == [
+        (("off", "after"), {"STAGE_BEFORE_UPDATE": "off"}),
+        (("on",), {"STAGE_BEFORE_UPDATE": "on"}),
+    ]
+    arms = "a:ENGINE_FLAGS=ragged_buffer_factor=2 beta=0.04,b:ragged_buffer_factor=2,c:beta=0.1"
+    sets = program_sets(arms, "beta=0.04")
+    assert [settings for settings, _ in sets] == [("a", "b"), ("c",)]
+
+
 def test_an_arm_the_engine_config_refuses_is_refused_before_any_compile(capsys):
     code = cli.main(
         [
