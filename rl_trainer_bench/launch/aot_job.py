@@ -340,7 +340,7 @@ def _summary(
         )
     else:
         lines.append(
-            f"aot job: results: copied when it ends to {results[0]}/<UTC time>/ (RESULTS_URI"
+            f"aot job: results: copied as it goes and when it ends to {results[0]}/<UTC time>/ (RESULTS_URI"
             f" from {results[1]})"
         )
     image = str(container.get("image", ""))

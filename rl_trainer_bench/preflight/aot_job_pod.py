@@ -372,7 +372,7 @@ def _results_line(config: BenchConfig) -> str:
             f"{config.results_dir} on the pod's disk, lost with the pod: set RESULTS_URI to a"
             " gs:// folder or a mounted volume; the reports are in the log too"
         )
-    return f"{config.results_dir}, copied when the job ends to {config.results_uri}/<UTC time>/"
+    return f"{config.results_dir}, copied as the job goes and when it ends to {config.results_uri}/<UTC time>/"
 
 
 def _compile(item: Compile, env: Mapping[str, str], log: Callable[[str], None]) -> int:

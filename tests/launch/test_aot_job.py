@@ -386,6 +386,33 @@ def test_the_job_runs_every_command_and_copies_its_reports(tmp_path):
     assert "[AotJob] run trainer: hlo-overlap exit 2" in result.stdout
 
 
+def test_the_ab_job_runs_one_aot_of_the_rendered_program_sets(tmp_path):
+    """The A/B's job, run: its one `aot` child checks the A/B with the program sets the render
+    planned (it names the first set's arm in its refusal: no TPU topology here), then one
+    hlo-overlap per set; a report for each and the summary, copied to RESULTS_URI."""
+    destination = tmp_path / "results"
+    destination.mkdir()
+    _, job = _render(tmp_path, FIXTURE, f"--ab-arms={ARMS}")
+    site = tmp_path / "site"
+    _installed(site, "libtpu", "0.0.77")
+    result = _run_script(job, tmp_path, site, RESULTS_URI=str(destination))
+    assert result.returncode == 2, result.stderr
+    assert "rl-trainer-bench aot: --ab-arms: arm(s) base: --target v5p:2x2x2: " in result.stderr
+    (copied,) = destination.iterdir()
+    assert sorted(path.name for path in copied.iterdir()) == [
+        "aot-ab-arms.txt",
+        "aot-job.txt",
+        "hlo-overlap-base.txt",
+        "hlo-overlap-wide.txt",
+    ]
+    summary = (copied / "aot-job.txt").read_text().splitlines()
+    assert [line.split(":")[0] for line in summary[-3:]] == [
+        "run ab-arms",
+        "run base",
+        "run wide",
+    ]
+
+
 def test_plan_runs_the_jobs_own_plan_only_mode(tmp_path, capfd):
     _render(tmp_path)
     code = cli.main(["plan", str(tmp_path / "aot.yaml")])
