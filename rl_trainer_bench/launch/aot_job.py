@@ -6,7 +6,7 @@ among them, and compiles a `fwd_bwd` with 110 GiB of temporaries without them) o
 the same DRY_RUN and knobs as the bench, one JobSet that compiles the trainer's programs where
 its code is: the trainer's client image, environment, imagePullSecrets and service account, the
 knobs the bench pod gets (the trainer's argv and MaxText keys, ENGINE_FLAGS, LIBTPU_INIT_ARGS, the
-A/B's settings), on a CPU node (AOT_NODE_SELECTOR) with JAX_PLATFORMS=cpu and no TPU requested:
+A/B's program sets, as `aot --ab-arms` compiles them), on a CPU node (AOT_NODE_SELECTOR) with JAX_PLATFORMS=cpu and no TPU requested:
 `aot` compiles the slice's topology from a CPU host. Its pod runs `preflight/aot_job_pod.py` from
 code embedded as the bench pod's is (`code_bundle`), and copies its reports under the trainer's
 output folder.
@@ -299,7 +299,7 @@ def _ab_compiles(program_sets: list[dict]) -> str:
     return (
         f"the same-pod A/B as it runs: one `aot --ab-arms` (one state for every arm, each program"
         f" set compiled beside it: {sets}), whose report and exit code are the A/B's fit verdict,"
-        " and hlo-overlap once per program set (sets it compiles alike, once)"
+        " and hlo-overlap once per program set (sets whose flags it reads alike, once)"
     )
 
 

@@ -321,11 +321,16 @@ def test_the_render_plans_the_ab_once_and_the_job_compiles_its_printed_arms(
     code, job = _render(tmp_path, _tpu7x_launch(tmp_path), f"--ab-arms={MAXTEXT_ARMS}")
     assert code == 0
     assert calls == [MAXTEXT_ARMS]
+    err = capsys.readouterr().err
     printed = [
         line.split()[3].rstrip(":")
-        for line in capsys.readouterr().err.splitlines()
+        for line in err.splitlines()
         if line.startswith("render: A/B arm ")
     ]
+    assert (
+        "render: aot job: compiles the same-pod A/B as it runs: one `aot --ab-arms` (one state for"
+        " every arm, each program set compiled beside it: full; minimal)"
+    ) in err
     table = json.loads(_exports(job)["AOT_AB"])
     compiled = [name for item in table["program_sets"] for name in item["settings"]]
     assert printed == compiled == ["full", "minimal"]
