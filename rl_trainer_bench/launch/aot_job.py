@@ -6,8 +6,8 @@ among them, and compiles a `fwd_bwd` with 110 GiB of temporaries without them) o
 the same DRY_RUN and knobs as the bench, one JobSet that compiles the trainer's programs where
 its code is: the trainer's client image, environment, imagePullSecrets and service account, the
 knobs the bench pod gets (the trainer's argv and MaxText keys, ENGINE_FLAGS, LIBTPU_INIT_ARGS, the
-A/B's program sets, as `aot --ab-arms` compiles them), on a CPU node (AOT_NODE_SELECTOR) with JAX_PLATFORMS=cpu and no TPU requested:
-`aot` compiles the slice's topology from a CPU host. Its pod runs `preflight/aot_job_pod.py` from
+A/B's program sets, as `aot --ab-arms` compiles them), on a CPU node (AOT_NODE_SELECTOR) with
+JAX_PLATFORMS=cpu and no TPU requested: `aot` compiles the slice's topology from a CPU host. Its pod runs `preflight/aot_job_pod.py` from
 code embedded as the bench pod's is (`code_bundle`), and copies its reports under the trainer's
 output folder.
 
@@ -340,8 +340,8 @@ def _summary(
         )
     else:
         lines.append(
-            f"aot job: results: copied as it goes and when it ends to {results[0]}/<UTC time>/ (RESULTS_URI"
-            f" from {results[1]})"
+            f"aot job: results: copied as it goes and when it ends to {results[0]}/<UTC time>/"
+            f" (RESULTS_URI from {results[1]})"
         )
     image = str(container.get("image", ""))
     if "@sha256:" not in image:

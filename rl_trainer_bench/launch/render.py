@@ -85,8 +85,9 @@ LIBTPU_FLAGS_ANNOTATION = ANNOTATION_PREFIX + "libtpu-flags"
 
 
 class SamePodAb(Protocol):
-    """A same-pod A/B planned once (`ab/same_pod.plan_ab`), from the pod's environment and its
-    resolved plan: what the render prints of it, and the program sets the AOT job compiles."""
+    """A same-pod A/B planned once (`ab/render_command.plan_for_render`), from the pod's
+    environment and its resolved plan: what the render prints of it, and the program sets the AOT
+    job compiles."""
 
     @property
     def lines(self) -> Sequence[str]:
@@ -97,8 +98,9 @@ class SamePodAb(Protocol):
         """(the settings that compile it, its knobs) of each distinct program set of its arms."""
 
 
-# The same-pod A/B's own planning of a pod's environment and plan (`ab/same_pod.plan_ab`), or
-# UserError. The `render` command passes it in; this room cannot import the A/B's.
+# The same-pod A/B's own planning of a pod's environment and plan
+# (`ab/render_command.plan_for_render`), or UserError. The `render` command passes it in; this
+# room cannot import the A/B's.
 AbPlanner = Callable[[Mapping[str, str], Plan], SamePodAb]
 
 

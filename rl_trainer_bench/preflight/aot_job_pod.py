@@ -12,7 +12,8 @@ host, and a child returns its host memory (about 18 GiB for the 397B cell) befor
 A same-pod A/B is compiled as it runs: its arms share one state and each arm's programs run beside
 it, so `aot` runs once, as `aot --ab-arms` over the program sets the renderer planned (AOT_AB), and
 its report and exit status are the A/B's verdict (the largest program set beside the one state);
-`hlo-overlap` runs once per program set, not per setting. The reports go to RESULTS_DIR and are copied to RESULTS_URI when the job ends, whatever ended it.
+`hlo-overlap` runs once per program set, not per setting. The reports go to RESULTS_DIR and are
+copied to RESULTS_URI as the job goes and when it ends, whatever ended it.
 """
 
 from __future__ import annotations
@@ -372,7 +373,10 @@ def _results_line(config: BenchConfig) -> str:
             f"{config.results_dir} on the pod's disk, lost with the pod: set RESULTS_URI to a"
             " gs:// folder or a mounted volume; the reports are in the log too"
         )
-    return f"{config.results_dir}, copied as the job goes and when it ends to {config.results_uri}/<UTC time>/"
+    return (
+        f"{config.results_dir}, copied as the job goes and when it ends to"
+        f" {config.results_uri}/<UTC time>/"
+    )
 
 
 def _compile(item: Compile, env: Mapping[str, str], log: Callable[[str], None]) -> int:
