@@ -151,15 +151,15 @@ def test_the_pods_knobs_are_every_arms(tmp_path):
         "RESULTS_DIR": str(tmp_path / "r"),
         "JAX_PLATFORMS": "proxy,cpu",
     }
-    args = ab_arguments(env)
-    assert (args.preset, args.arms, args.steps, args.blocks, str(args.out)) == (
+    args, run = ab_arguments(env)
+    assert (args.preset, args.arms, run.steps, run.blocks, str(args.out)) == (
         "qwen3-30b-a3b-cell",
         "off,on",
         3,
         3,  # 18 scored steps per setting in turns of 3: two turns a block
         str(tmp_path / "r"),
     )
-    assert args.budget_design.step_time == budget.Figure(42.0, "a prior pod")
+    assert run.design.step_time == budget.Figure(42.0, "a prior pod")
     assert args.knob == [
         "TRAINER_ARGV=--model_name=Qwen3-30B-A3B --mesh_fsdp=8",
         "ENGINE_FLAGS=beta=0.04",
