@@ -160,6 +160,9 @@ def test_the_pods_knobs_are_every_arms(tmp_path):
         str(tmp_path / "r"),
     )
     assert run.design.step_time == budget.Figure(42.0, "a prior pod")
+    # the flags as the pod's environment gives them; what they leave open is the run's
+    assert (args.steps, args.blocks, args.min_effect, args.schedule_seed) == (3, None, None, None)
+    assert (run.min_effect, 0 <= run.schedule_seed < 2**32) == (0.5, True)
     assert args.knob == [
         "TRAINER_ARGV=--model_name=Qwen3-30B-A3B --mesh_fsdp=8",
         "ENGINE_FLAGS=beta=0.04",
