@@ -198,6 +198,18 @@ def check_key(key: str, where: str) -> None:
         _check_engine_key(key, where)
 
 
+def base_knobs(pairs: Sequence[str]) -> dict[str, str]:
+    """The knobs `--knob KEY=V` gives every arm, each key checked as an arm's own would be."""
+    knobs: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not value:
+            raise UserError(f"--knob {pair!r}: write KEY=VALUE, e.g. --knob MICRO_STEPS=4")
+        check_key(key, "--knob")
+        knobs[key] = value
+    return knobs
+
+
 def _check_engine_key(key: str, where: str) -> None:
     """An engine key must be one of ENGINE_KEYS, or `maxtext.KEY` naming one MaxText key the
     bench passes on (a held key would leave the arm a silent copy of the others)."""

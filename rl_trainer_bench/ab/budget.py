@@ -34,8 +34,8 @@ import numpy as np
 from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab import resolution
-from rl_trainer_bench.ab.parser import BUDGET_FORMS, DESIGN_ARMS
-from rl_trainer_bench.ab.plan import base_knobs
+from rl_trainer_bench.ab.arms import base_knobs
+from rl_trainer_bench.ab.parser import BUDGET_FORMS, DEFAULT_STEPS, DESIGN_ARMS
 from rl_trainer_bench.ab.score import CONFIDENCE
 from rl_trainer_bench.bench import step_record
 from rl_trainer_bench.bench.results_file import read_results
@@ -304,24 +304,40 @@ def _rate(share: float) -> str:
     return "under 0.001%" if share < 1e-5 else f"{100 * share:.2g}%"
 
 
-def planned_lines(args: argparse.Namespace, program_sets: int, warmup_steps: int) -> list[str]:
-    """The design's lines once the arms are planned (`program_sets` compiled apart, warmed
-    `warmup_steps` each, the arms' plan's); a run the budget does not size has its steps per arm."""
-    design = args.budget_design
-    if design is None:
-        return [f"A/B design: {args.steps} scored and {warmup_steps} warm-up steps per arm"]
-    return dataclasses.replace(design, warmup_steps=warmup_steps, program_sets=program_sets).lines()
+@dataclasses.dataclass(frozen=True)
+class AbRun:
+    """What an A/B run does, resolved once from the user's flags (which stay as parsed): the
+    design its budget buys, the steps, blocks and min effect the flags leave to the run's
+    platform and design, and the schedule seed. Every part of the A/B (its arms' plan, the
+    same-process run, the cross-pod score, a same-pod pod's printed plan) reads it, so what is
+    printed before the run is what the run does."""
+
+    design: Design | None  # None: the budget sizes nothing (interleaved, another order, logs)
+    steps: int  # scored steps per turn of an arm (interleaved: pairs of scored steps)
+    blocks: int | None  # of the blocks order; None where the order has none and --blocks is unset
+    min_effect: float  # percent of the baseline's median step
+    schedule_seed: int  # the layout of the blocks' turns, or the interleaved schedule
+
+    def planned_lines(self, program_sets: int, warmup_steps: int) -> list[str]:
+        """The design's lines once the arms are planned (`program_sets` compiled apart, warmed
+        `warmup_steps` each, the arms' plan's); a run the budget does not size has its steps per
+        arm."""
+        if self.design is None:
+            return [f"A/B design: {self.steps} scored and {warmup_steps} warm-up steps per arm"]
+        warmed = dataclasses.replace(
+            self.design, warmup_steps=warmup_steps, program_sets=program_sets
+        )
+        return warmed.lines()
 
 
-def size(args: argparse.Namespace) -> Design | None:
-    """The blocks design of `args` from its budget, knobs and platform, with args.steps,
-    args.blocks and args.min_effect set from it; None (args untouched but the min effect) for a
-    run the budget does not size (interleaved, another order, scored logs)."""
+def size(args: argparse.Namespace, schedule_seed: int) -> AbRun:
+    """The run `args` asks for, sized from its budget, knobs and platform: the blocks design the
+    budget buys with its blocks and turns, or for a run the budget does not size (interleaved,
+    another order, scored logs) the steps its design takes by default. `args` is only read."""
     preset = config.preset(args.preset)
     base = base_knobs(args.knob)
     platform = platform_of(preset, base)
-    if args.min_effect is None:
-        args.min_effect = platform.min_effect_pct
+    min_effect = platform.min_effect_pct if args.min_effect is None else args.min_effect
     step_time, noise = _sources(args, platform)
     written = ab_arms.parse_arms(args.arms, run_orders.WRITTEN)
     order = args.order or run_orders.default_order([arm.setting for arm in written])
@@ -331,21 +347,23 @@ def size(args: argparse.Namespace) -> Design | None:
                 f"--budget sizes the {run_orders.BLOCKS} order of separate arms; this run is not"
                 " one: drop --budget and set --steps"
             )
-        return None
+        steps = DEFAULT_STEPS[args.design] if args.steps is None else args.steps
+        return AbRun(None, steps, args.blocks, min_effect, schedule_seed)
     settings = tuple(dict.fromkeys(arm.setting for arm in written))
     program_sets = len({arm.program_knobs for arm in written})
     turn = args.steps or platform.turn_steps
     budget, source = _budget(args, platform)
+    blocks = args.blocks
     if budget is None:
-        args.blocks = args.blocks or run_orders.DEFAULT_BLOCKS
+        blocks = blocks or run_orders.DEFAULT_BLOCKS
     else:
         per_setting = _scored_per_setting(budget, step_time, len(settings), program_sets, args)
-        if args.blocks is None:
-            args.blocks = _blocks(per_setting, turn, source)
+        if blocks is None:
+            blocks = _blocks(per_setting, turn, source)
         else:  # --budget with --blocks: the turns take what the budget leaves
-            turn = max(1, per_setting // (2 * args.blocks))
-    args.steps = turn
-    return Design(settings, args.blocks, turn, budget, source, step_time, noise, args.min_effect)
+            turn = max(1, per_setting // (2 * blocks))
+    design = Design(settings, blocks, turn, budget, source, step_time, noise, min_effect)
+    return AbRun(design, turn, blocks, min_effect, schedule_seed)
 
 
 def _sources(args: argparse.Namespace, platform: Platform) -> tuple[Figure | None, Figure]:

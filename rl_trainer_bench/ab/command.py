@@ -17,8 +17,8 @@ import time
 
 from rl_trainer_bench.ab import budget
 from rl_trainer_bench.ab import predict as ab_predict
+from rl_trainer_bench.ab.budget import AbRun
 from rl_trainer_bench.ab.cross_pod import cross_pod
-from rl_trainer_bench.ab.parser import DEFAULT_STEPS
 from rl_trainer_bench.ab.plan import ArmPlan
 from rl_trainer_bench.ab.same_process import BenchFactory, same_process
 from rl_trainer_bench.errors import UserError
@@ -33,31 +33,26 @@ def run(
     planned: ArmPlan | None = None,
 ) -> int:
     """The `ab` command: 0 when every exact check passed, 1 when one failed (verdict FAIL).
-    `planned`: the arms' plans resolved already (a same-pod A/B's, as its pod printed them),
-    from `args` completed then: completing them again would size a budget twice and refuse it."""
+    `planned`: the arms' plans resolved already (a same-pod A/B's, as its pod printed them), with
+    the run they were resolved for: resolving it again would size a budget twice and refuse it."""
     started = time.time()
-    if planned is None:
-        complete(args)
-    if not 0 < args.min_effect < 100:
-        raise UserError(f"--min-effect {args.min_effect}: give a percent between 0 and 100")
+    resolved = complete(args) if planned is None else planned.run
+    if not 0 < resolved.min_effect < 100:
+        raise UserError(f"--min-effect {resolved.min_effect}: give a percent between 0 and 100")
     predictions, sources = _predictions(args)
     if args.from_logs:
-        return cross_pod(args, predictions, sources, started)
-    return same_process(args, predictions, sources, started, make_bench, planned)
+        return cross_pod(args, resolved, predictions, sources, started)
+    return same_process(args, resolved, predictions, sources, started, make_bench, planned)
 
 
-def complete(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with the defaults that depend on the run: the blocks and turns its budget buys on its
-    platform (`budget.size`, kept as args.budget_design; None where the budget sizes nothing), the
+def complete(args: argparse.Namespace) -> AbRun:
+    """The run `args` asks for, with the defaults that depend on it: the blocks and turns its
+    budget buys on its platform (`budget.size`; no design where the budget sizes nothing), the
     min effect, the scored steps per arm of another design, and a fresh schedule seed (a new
     layout for every run, so no load is locked to one setting; the seed is recorded with the
-    settings)."""
-    args.budget_design = budget.size(args)
-    if args.steps is None:
-        args.steps = DEFAULT_STEPS[args.design]
-    if args.schedule_seed is None:
-        args.schedule_seed = secrets.randbits(SEED_BITS)
-    return args
+    settings). `args` stays the flags as parsed."""
+    seed = secrets.randbits(SEED_BITS) if args.schedule_seed is None else args.schedule_seed
+    return budget.size(args, seed)
 
 
 def _predictions(args: argparse.Namespace) -> tuple[list[ab_predict.Prediction], list[dict]]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
+from rl_trainer_bench.ab.budget import AbRun
 from rl_trainer_bench.ab.report_files import fresh_name, move_earlier_ab_aside, write_verdict
 from rl_trainer_bench.bench import step_record
 from rl_trainer_bench.bench.step_record import ArmRun
@@ -49,6 +50,7 @@ def _arm_from_log(spec: str, taken: Sequence[str]) -> tuple[ArmRun, list[str]]:
 
 def cross_pod(
     args: argparse.Namespace,
+    resolved: AbRun,
     predictions: list[ab_predict.Prediction],
     sources: list[dict[str, Any]],
     started: float,
@@ -70,7 +72,7 @@ def cross_pod(
     title = (
         f"A/B across pods from logs ({', '.join(r.source for r in runs)}): no shared noise floor"
     )
-    settings = {"from_logs": list(args.from_logs), "min_effect_pct": args.min_effect}
+    settings = {"from_logs": list(args.from_logs), "min_effect_pct": resolved.min_effect}
     machine = {"records_from": "logs of separate runs", "scored_on": ab_report.host_machine()}
     return write_verdict(
         "cross-pod",
@@ -84,5 +86,5 @@ def cross_pod(
         sources,
         started,
         cross_pod=True,
-        min_effect_pct=args.min_effect,
+        min_effect_pct=resolved.min_effect,
     )

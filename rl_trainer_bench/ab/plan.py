@@ -5,19 +5,21 @@ resolves its own (`bench/plan.resolve`); its bench is built from that plan's eng
 same-pod A/B prints what each plan's engine config is. Arms that change only run-time knobs share
 one compiled Bench; an arm that changes a program gets its own. Every refusal a worker or the
 engine config would make is made here, so no arm runs before a later one is refused. Nothing here
-writes into the command's arguments: the warm-up the arms share is the plan's.
+writes into the command's arguments: the run's steps, blocks and seed come resolved (`AbRun`), and
+the warm-up the arms share is the plan's.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab import order as run_orders
-from rl_trainer_bench.ab.arms import ArmSpec
+from rl_trainer_bench.ab.arms import ArmSpec, base_knobs
+from rl_trainer_bench.ab.budget import AbRun
 from rl_trainer_bench.bench import plan as bench_plan
 from rl_trainer_bench.bench.micro_batch_memory import host_memory_bytes
 from rl_trainer_bench.bench.plan import DEFAULT_IN_IMAGE
@@ -34,7 +36,8 @@ ENGINE_FLAGS = "ENGINE_FLAGS"
 @dataclasses.dataclass(frozen=True)
 class ArmPlan:
     """Every arm's resolved plan, built before any device work: each setting's knobs resolved
-    once (`bench/plan.resolve`), and its bench built from that plan's engine config."""
+    once (`bench/plan.resolve`), and its bench built from that plan's engine config; with the
+    run it was laid out for, so whoever runs the plan runs that run's steps and seed."""
 
     preset: config.Preset
     arms: list[ArmSpec]
@@ -43,6 +46,7 @@ class ArmPlan:
     groups: dict[str, str]  # arm label -> bench name; arms that share programs share a bench
     baseline: str  # the setting --arms names first; the blocks order may run another one first
     warmup_steps: int  # every arm's: --warmup-steps, else the longest its engines need
+    run: AbRun  # the steps per turn, blocks and schedule seed the arms were laid out with
 
     def arms_of(self, bench: str) -> list[ArmSpec]:
         return [arm for arm in self.arms if self.groups[arm.label] == bench]
@@ -92,20 +96,22 @@ def engine_changes(base: EngineConfig, changed: EngineConfig) -> list[str]:
     return words
 
 
-def plan_arms(args: argparse.Namespace, out: Path, on_this_host: bool = True) -> ArmPlan:
-    """Parse the arms and resolve each setting's plan once, the A/B's steps, warm-ups and folder
-    over its knobs; raises UserError/ConfigError on bad input, including every arm a worker cannot
-    run (so no arm runs before a later one is refused). `on_this_host` False plans for another
-    machine (a rendered pod): this host's memory says nothing of the pod's there, so the
-    micro-batch pool is not judged against it."""
+def plan_arms(
+    args: argparse.Namespace, run: AbRun, out: Path, on_this_host: bool = True
+) -> ArmPlan:
+    """Parse the arms and resolve each setting's plan once, `run`'s steps, the A/B's warm-ups and
+    folder over its knobs; raises UserError/ConfigError on bad input, including every arm a
+    worker cannot run (so no arm runs before a later one is refused). `on_this_host` False plans
+    for another machine (a rendered pod): this host's memory says nothing of the pod's there, so
+    the micro-batch pool is not judged against it."""
     preset = config.preset(args.preset)
-    arms = ab_arms.parse_arms(args.arms, args.order, args.blocks, args.schedule_seed)
+    arms = ab_arms.parse_arms(args.arms, args.order, run.blocks, run.schedule_seed)
     base = base_knobs(args.knob)
     knobs = {arm.label: {"PRESET": preset.name, **arm_knobs(base, arm)} for arm in arms}
     firsts = {arm.setting: arm.label for arm in arms if arm.occurrence == 0}
     configs = {
         setting: config.BenchConfig.from_env(
-            knobs[label], steps=args.steps, warmup_steps=args.warmup_steps, results_dir=out
+            knobs[label], steps=run.steps, warmup_steps=args.warmup_steps, results_dir=out
         )
         for setting, label in firsts.items()
     }
@@ -128,7 +134,7 @@ def plan_arms(args: argparse.Namespace, out: Path, on_this_host: bool = True) ->
         names.setdefault(arm.program_knobs, f"bench{len(names) + 1}")
     groups = {arm.label: names[arm.program_knobs] for arm in arms}
     baseline = ab_arms.parse_arms(args.arms, run_orders.WRITTEN)[0].setting
-    return ArmPlan(preset, arms, knobs, plans, groups, baseline, warmup_steps)
+    return ArmPlan(preset, arms, knobs, plans, groups, baseline, warmup_steps, run)
 
 
 def arm_knobs(base: Mapping[str, str], arm: ArmSpec) -> dict[str, str]:
@@ -171,14 +177,3 @@ def _resolve_as_run_does(
             "fix the key names (see `rl-trainer-bench ab --help`)"
         )
     return resolved
-
-
-def base_knobs(pairs: Sequence[str]) -> dict[str, str]:
-    knobs: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key or not value:
-            raise UserError(f"--knob {pair!r}: write KEY=VALUE, e.g. --knob MICRO_STEPS=4")
-        ab_arms.check_key(key, "--knob")
-        knobs[key] = value
-    return knobs

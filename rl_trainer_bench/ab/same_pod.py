@@ -24,6 +24,7 @@ from rl_trainer_bench.ab import command as ab_command
 from rl_trainer_bench.ab import memory as ab_memory
 from rl_trainer_bench.ab import parser as ab_parser
 from rl_trainer_bench.ab.arms import RESERVED_KNOBS, maxtext_keys_checked_in_pod
+from rl_trainer_bench.ab.budget import AbRun
 from rl_trainer_bench.ab.plan import ArmPlan, plan_arms
 from rl_trainer_bench.ab.same_process import order_line
 from rl_trainer_bench.bench import plan as bench_plan
@@ -60,11 +61,12 @@ _POD_KNOB_OF_FLAG = {
 _NOT_SHARED = frozenset({*RESERVED_KNOBS, "PLAN_ONLY"})
 
 
-def ab_arguments(env: Mapping[str, str]) -> argparse.Namespace:
-    """The `ab` command's arguments for the pod's environment: its arms from AB_ARMS, the preset
-    the pod's plan chooses, STEPS per arm as the environment writes it (unset: the A/B's default),
-    the warm-up the pod's knobs resolve to, RESULTS_DIR as the report's folder, and every other
-    driver knob the pod has (TRAINER_ARGV, ENGINE_FLAGS, ...) for every arm."""
+def ab_arguments(env: Mapping[str, str]) -> tuple[argparse.Namespace, AbRun]:
+    """The `ab` command's arguments for the pod's environment, and the run they resolve to: its
+    arms from AB_ARMS, the preset the pod's plan chooses, STEPS per arm as the environment writes
+    it (unset: the A/B's default), the warm-up the pod's knobs resolve to, RESULTS_DIR as the
+    report's folder, and every other driver knob the pod has (TRAINER_ARGV, ENGINE_FLAGS, ...)
+    for every arm."""
     config = bench_plan.environment_config(env)
     if env.get("AB_BUDGET", "").strip():  # refused under the pod's name for it, not ab's flag
         budget.parse_budget(env["AB_BUDGET"], "AB_BUDGET")
@@ -87,7 +89,8 @@ def ab_arguments(env: Mapping[str, str]) -> argparse.Namespace:
     try:
         # the pod's warm-up as its plan resolves it (WARMUP_STEPS, else its engine's), typed
         pod_warmup = argparse.Namespace(warmup_steps=config.warmup_steps)
-        return ab_command.complete(parser.parse_args(words, pod_warmup))
+        args = parser.parse_args(words, pod_warmup)
+        return args, ab_command.complete(args)
     except argparse.ArgumentError as error:
         knob = _POD_KNOB_OF_FLAG.get(error.argument_name or "")
         raise UserError(f"{knob}: {error.message}" if knob else f"{AB_ARMS}: {error}") from None
@@ -96,10 +99,11 @@ def ab_arguments(env: Mapping[str, str]) -> argparse.Namespace:
 @dataclasses.dataclass(frozen=True)
 class PodAb:
     """A same-pod A/B planned once, from a pod's environment and its resolved plan: its
-    arguments, its arms' plans (each resolved once, and what its benches are built from), and the
-    lines that print it: the A/B's own where the renderer plans it (`plan_ab`), the pod's whole
-    plan as it printed and checked it where the pod does (`pod_plan`). What the renderer and the
-    AOT job say of the A/B comes from one of these, so neither plans the arms again."""
+    arguments as parsed, its arms' plans (each resolved once, what its benches are built from,
+    with the run they were laid out for: `arms.run`), and the lines that print it: the A/B's own
+    where the renderer plans it (`plan_ab`), the pod's whole plan as it printed and checked it
+    where the pod does (`pod_plan`). What the renderer and the AOT job say of the A/B comes from
+    one of these, so neither plans the arms again."""
 
     args: argparse.Namespace
     arms: ArmPlan
@@ -111,8 +115,8 @@ def plan_ab(env: Mapping[str, str], pod: bench_plan.Plan, on_this_host: bool = F
     config against `pod`'s, the pod's plan printed above), with its lines: its arms and what each
     changes, its order, its design with its cost and what it resolves, its device memory; for the
     pod's host only `on_this_host` (the renderer plans for another machine)."""
-    args = ab_arguments(env)
-    arm_plan = plan_arms(args, args.out, on_this_host)
+    args, run = ab_arguments(env)
+    arm_plan = plan_arms(args, run, args.out, on_this_host)
     return PodAb(args, arm_plan, _ab_lines(env, args, arm_plan, pod))
 
 
@@ -130,14 +134,15 @@ def _ab_lines(
             f" {arm_plan.engine_config_line(setting, pod.engine)}"
             for setting in settings
         ),
-        f"{order_line(arm_plan.arms)}; these turns are schedule seed {args.schedule_seed}'s"
+        f"{order_line(arm_plan.arms)}; these turns are schedule seed"
+        f" {arm_plan.run.schedule_seed}'s"
         + (
             f" ({SCHEDULE_SEED}): the pod runs them"
             if env.get(SCHEDULE_SEED, "").strip()
             else ", and the pod's run draws its own"
         ),
     ]
-    lines += budget.planned_lines(args, len(arm_plan.bench_plans), arm_plan.warmup_steps)
+    lines += arm_plan.run.planned_lines(len(arm_plan.bench_plans), arm_plan.warmup_steps)
     lines.append(ab_memory.memory_line(arm_plan, args.arms, env.get(ab_memory.AOT_REPORT)))
     lines.append(
         "same-pod A/B: scored as `ab` scores its arms (docs/commands.md, A/B runs); the exact"

@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from rl_trainer_bench import interrupts
-from rl_trainer_bench.ab import budget, interleave, one_state
+from rl_trainer_bench.ab import interleave, one_state
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
-from rl_trainer_bench.ab.arms import ArmSpec
+from rl_trainer_bench.ab.arms import ArmSpec, base_knobs
+from rl_trainer_bench.ab.budget import AbRun
 from rl_trainer_bench.ab.parser import DESIGN_INTERLEAVED
-from rl_trainer_bench.ab.plan import ArmPlan, base_knobs, plan_arms
+from rl_trainer_bench.ab.plan import ArmPlan, plan_arms
 from rl_trainer_bench.ab.progress import Progress
 from rl_trainer_bench.ab.report_files import (
     AB_REPORT_FILES,
@@ -54,6 +55,7 @@ BenchFactory = Callable[[Plan, Callable[[str], None]], Any]
 
 def same_process(
     args: argparse.Namespace,
+    resolved: AbRun,
     predictions: list[ab_predict.Prediction],
     sources: list[dict[str, Any]],
     started: float,
@@ -62,9 +64,9 @@ def same_process(
 ) -> int:
     """Every bench built (and every refusal made) before any compiles, then compiled, then the
     arms in order; Ctrl-C writes the arms that finished, marked incomplete. `planned`: the arms'
-    plans made already (a same-pod A/B's, printed and checked), else resolved here."""
+    plans made already for `resolved` (a same-pod A/B's, printed and checked), else made here."""
     out = args.out if args.out is not None else fresh_name()
-    plan = planned if planned is not None else plan_arms(args, out)
+    plan = planned if planned is not None else plan_arms(args, resolved, out)
     schedule = interleaved_schedule(args, plan)
     ab_predict.check_settings(predictions, dict.fromkeys(a.setting for a in plan.arms))
     check_writable_folder(out, "--out")
@@ -78,7 +80,7 @@ def same_process(
         try:
             if schedule is None:
                 progress.say(order_line(plan.arms))
-                for line in budget.planned_lines(args, len(plan.bench_plans), plan.warmup_steps):
+                for line in plan.run.planned_lines(len(plan.bench_plans), plan.warmup_steps):
                     progress.say(line)
             else:
                 progress.say(f"design: interleaved boundaries, {schedule.describe()}")
@@ -97,7 +99,7 @@ def same_process(
                 runs.append(_run_interleaved(bench, plan, schedule, out, progress))
             for index, arm in enumerate(plan.arms if schedule is None else [], 1):
                 bench = benches[plan.groups[arm.label]]
-                runs.append(_run_arm(bench, plan, arm, index, args, out, progress))
+                runs.append(_run_arm(bench, plan, arm, index, out, progress))
             progress.say("arms done; scoring")
         except KeyboardInterrupt as interrupt:
             if not progress.keeps_log:
@@ -119,7 +121,8 @@ def _start_writing(out: Path, progress: Progress) -> None:
 
 
 def interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.Schedule | None:
-    """The interleaved design's schedule (None for separate arms); refuses arms it cannot switch."""
+    """The interleaved design's schedule (None for separate arms), of the steps and seed the plan's
+    run resolved; refuses arms it cannot switch."""
     if args.design != DESIGN_INTERLEAVED:
         return None
     if args.order is not None:
@@ -137,9 +140,9 @@ def interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.
         baseline, other = other, baseline
     return interleave.make_schedule(
         (baseline.setting, other.setting),
-        pairs=args.steps,
+        pairs=plan.run.steps,
         warmup_steps=plan.warmup_steps,
-        seed=args.schedule_seed,
+        seed=plan.run.schedule_seed,
     )
 
 
@@ -173,15 +176,14 @@ def _run_arm(
     plan: ArmPlan,
     arm: ArmSpec,
     index: int,
-    args: argparse.Namespace,
     out: Path,
     progress: Progress,
 ) -> ArmRun:
     """One turn of an arm, the `index`-th of the plan (1-based), on its group's bench, named as
     planned: every step scored (the bench was warmed up front)."""
-    progress.start_arm(f"{arm.label} ({index}/{len(plan.arms)})", args.steps)
+    progress.start_arm(f"{arm.label} ({index}/{len(plan.arms)})", plan.run.steps)
     result = bench.run(
-        steps=args.steps,
+        steps=plan.run.steps,
         stage=plan.stages[arm.label],
         arm=arm.label,
         warmup_steps=0,
@@ -244,9 +246,10 @@ def _report_same_process(
     machine = {**ab_report.host_machine(), **_devices()}
     turns = run_orders.orientations([arm.setting for arm in plan.arms], plan.baseline)
     if schedule is None:
-        design = f"{args.steps} scored step(s) per arm, {one_state.warm_up_line(warm)}"
+        design = f"{plan.run.steps} scored step(s) per arm, {one_state.warm_up_line(warm)}"
         if turns is not None:
-            design += f", blocks {' '.join(turns)} (drawn from schedule seed {args.schedule_seed})"
+            seed = plan.run.schedule_seed
+            design += f", blocks {' '.join(turns)} (drawn from schedule seed {seed})"
     else:
         design = f"interleaved, {schedule.describe()}"
     title = (
@@ -279,27 +282,30 @@ def _report_same_process(
         sources,
         started,
         cross_pod=False,
-        min_effect_pct=args.min_effect,
+        min_effect_pct=plan.run.min_effect,
         schedule=schedule,
         baseline=plan.baseline,
     )
 
 
 def _settings(args: argparse.Namespace, plan: ArmPlan) -> dict[str, Any]:
+    """The run's settings as ab.json records them: the flags as given, the values the run
+    resolved for those it left to it."""
+    run = plan.run
     return {
         "preset": args.preset,
         "arms": args.arms,
         "order": args.order,
-        "blocks": args.blocks,
+        "blocks": run.blocks,
         "design": args.design,
-        "schedule_seed": args.schedule_seed,
-        "steps": args.steps,
+        "schedule_seed": run.schedule_seed,
+        "steps": run.steps,
         "warmup_steps": plan.warmup_steps,
         "budget": args.budget,
         "step_time": args.step_time,
         "step_noise": args.step_noise,
         "knobs": base_knobs(args.knob),
-        "min_effect_pct": args.min_effect,
+        "min_effect_pct": run.min_effect,
     }
 
 

@@ -2,11 +2,13 @@
 
 Each row is one knob everywhere: the driver reads it from its environment (`BenchConfig.from_env`)
 and `rl-trainer-bench run` takes it as a flag (`--micro-steps` for MICRO_STEPS); `surfaces` names
-the other commands that take it (`render`, which passes it through to the pod's driver; `ab`; `aot`),
-and `command_defaults` what it is there when unset, where that differs from the row's default. Those
-commands' knob flags, the renderer's pass-through knobs and the names it reserves in the pod's
-environment are all generated from the rows (`launch/knobs.py`, `ab/parser.py`,
-`preflight/aot/command.py`), so a knob's default, accepted forms and help are written once.
+the other commands that take it (`render`, which passes it through to the pod's driver; `ab`; `aot`;
+`check-engine`; `hlo-overlap`; `payload` and `check`), and `command_defaults` what it is there when
+unset, where that differs from the row's default. Those commands' knob flags, the renderer's
+pass-through knobs and the names it reserves in the pod's environment are all generated from the
+rows (`knobs_of`: `launch/knobs.py`, `ab/parser.py`, `preflight/aot/command.py`,
+`preflight/check_engine.py`, `preflight/hlo/command.py`, `payload/command.py`), so a knob's
+default, accepted forms and help are written once, and a command takes a knob by one row's word.
 `format` is `parse`'s inverse: the one way a typed value becomes text again, used where text must
 cross a process boundary (the pod's environment the renderer writes).
 `BenchConfig`'s defaults, its `from_env` and its `describe` are derived from the table: adding a
@@ -67,8 +69,12 @@ def _shown(value: Any) -> str:
 # The commands that take a knob besides the driver's environment and `run`, which take every row.
 RENDER = "render"  # passed through to the pod's driver
 AB = "ab"  # a flag of `ab`, the same for every arm
-AOT = "aot"
-SURFACES = (RENDER, AB, AOT)
+AOT = "aot"  # a flag of the compile, and of the AOT job's `aot` runs
+CHECK_ENGINE = "check-engine"
+HLO_OVERLAP = "hlo-overlap"  # a flag of the compile, and of the AOT job's `hlo-overlap` runs
+PAYLOAD = "payload"
+CHECK = "check"  # the CPU checks of a built micro-batch
+SURFACES = (RENDER, AB, AOT, CHECK_ENGINE, HLO_OVERLAP, PAYLOAD, CHECK)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,14 +299,14 @@ KNOBS: tuple[Knob, ...] = (
         _text,
         "routing profile JSON path",
         unset_help="the shipped one",
-        surfaces=frozenset({AOT}),
+        surfaces=frozenset({AOT, PAYLOAD, CHECK}),
     ),
     Knob(
         "SEED",
         "0",
         _between(0, MAX_SEED),
         "seed of the micro-batch pool, 0..2^64-1",
-        surfaces=frozenset({AOT}),
+        surfaces=frozenset({AOT, PAYLOAD, CHECK}),
     ),
     Knob(
         "TRAINER_ARGV",
@@ -309,7 +315,7 @@ KNOBS: tuple[Knob, ...] = (
         "the trainer's command, shell words: NAME=value words before its flags carry its MaxText"
         " keys (MAXTEXT_EXTRA_FLAGS, REMAT_POLICY, NUM_MOE_TOKEN_CHUNKS, ...), its flags engine keys",
         format=values.shell_join,
-        surfaces=frozenset({RENDER, AOT}),
+        surfaces=frozenset({RENDER, AOT, CHECK_ENGINE, HLO_OVERLAP}),
         command_defaults={RENDER: "the trainer's own, from its container"},
         unset=(),
     ),
@@ -318,7 +324,7 @@ KNOBS: tuple[Knob, ...] = (
         "",
         _engine_flags,
         "key=value engine keys, separated by spaces or commas (quotes and {...} kept whole)",
-        surfaces=frozenset({RENDER, AOT}),
+        surfaces=frozenset({RENDER, AOT, CHECK_ENGINE, HLO_OVERLAP}),
         unset="",
     ),
     Knob(
@@ -339,7 +345,7 @@ KNOBS: tuple[Knob, ...] = (
         "module:Class of the engine to time, built as Class(engine_config), or builtin|maxtext;"
         " in a pod its package must be in the trainer's image",
         unset_help="MaxText's engine when the trainer runs MaxText, else the built-in one",
-        surfaces=frozenset({RENDER, AOT}),
+        surfaces=frozenset({RENDER, AOT, CHECK_ENGINE, HLO_OVERLAP}),
     ),
     Knob(
         "MAXTEXT_DRIVER",
@@ -348,6 +354,7 @@ KNOBS: tuple[Knob, ...] = (
         f"{'|'.join(MAXTEXT_DRIVERS)}: what drives MaxText's engine: {TUNIX} = Tunix's"
         f" TrainerWorker with Tunix's GRPO loss, {MAXTEXT} = the adapter's own calls with"
         f" MaxText's router-replay loss, {AUTO} = {TUNIX} where Tunix's worker and loss import",
+        surfaces=frozenset({CHECK_ENGINE}),
     ),
     Knob(
         "TRAINER_SLICE",
@@ -373,9 +380,6 @@ KNOBS: tuple[Knob, ...] = (
 DRIVER_KNOBS: Mapping[str, Knob] = {knob.name: knob for knob in KNOBS}
 # The knobs that decide the stage (one BenchConfig field, `stage`), as the table says.
 STAGE_KNOBS: tuple[str, ...] = tuple(knob.name for knob in KNOBS if knob.dest == "stage")
-# The knobs that say which engine runs with which keys: every command that builds or compiles an
-# engine takes them as the same flags (`add_knob_flags`).
-ENGINE_KNOBS = ("ENGINE", "TRAINER_ARGV", "ENGINE_FLAGS")
 
 
 def knob_default(name: str) -> Any:

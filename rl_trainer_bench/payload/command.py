@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from rl_trainer_bench.config.knobs import add_knob_flags, add_preset_flag
+from rl_trainer_bench.config.knobs import CHECK, PAYLOAD, add_knob_flags, add_preset_flag, knobs_of
 from rl_trainer_bench.config.presets import preset as find_preset
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.errors import UserError
@@ -30,9 +30,11 @@ from rl_trainer_bench.payload.npz import save_npz
 from rl_trainer_bench.payload.packing import DEFAULT_NUM_GENERATIONS, PackingLayout
 
 
-def _add_micro_batch_source(parser: argparse.ArgumentParser) -> None:
+def _add_micro_batch_source(parser: argparse.ArgumentParser, command: str) -> None:
+    """The flags that say which micro-batch `command` (`payload` or `check`) builds: the cell,
+    the knobs the table gives `command`, and the packing layout."""
     add_preset_flag(parser, "shapes of the micro-batch")
-    add_knob_flags(parser, ("ROUTING_PROFILE", "SEED"))
+    add_knob_flags(parser, knobs_of(command))
     parser.add_argument(
         "--index", type=int, default=0, help="micro-batch index (distinct content per index)"
     )
@@ -52,7 +54,7 @@ def _add_micro_batch_source(parser: argparse.ArgumentParser) -> None:
 
 
 def add_payload_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_micro_batch_source(parser)
+    _add_micro_batch_source(parser, PAYLOAD)
     parser.add_argument(
         "--out", required=True, metavar="FILE.npz", help="where to write the micro-batch"
     )
@@ -74,7 +76,7 @@ def add_profile_routing_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_check_arguments(parser: argparse.ArgumentParser) -> None:
-    _add_micro_batch_source(parser)
+    _add_micro_batch_source(parser, CHECK)
     parser.add_argument(
         "--payload", metavar="FILE.npz", help="check this micro-batch instead of building one"
     )

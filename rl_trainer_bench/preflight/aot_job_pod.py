@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from rl_trainer_bench.bench.results_copy import copying
 from rl_trainer_bench.code_digest import code_sha256
-from rl_trainer_bench.config.knobs import DRIVER_KNOBS, ENGINE_KNOBS, BenchConfig
+from rl_trainer_bench.config.knobs import DRIVER_KNOBS, BenchConfig
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.engine.factory import MAXTEXT
 from rl_trainer_bench.errors import UserError, run_guarded
@@ -69,7 +69,9 @@ class Command:
 COMMANDS: Mapping[str, Command] = {
     "aot": Command(aot_command.add_arguments, aot_command.run, aot_command.AOT_KNOBS),
     "hlo-overlap": Command(
-        hlo_overlap_command.add_arguments, hlo_overlap_command.run, ENGINE_KNOBS
+        hlo_overlap_command.add_arguments,
+        hlo_overlap_command.run,
+        hlo_overlap_command.HLO_OVERLAP_KNOBS,
     ),
 }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from rl_trainer_bench.bench.plan import command_plan
-from rl_trainer_bench.config.knobs import ENGINE_KNOBS, add_knob_flags, add_preset_flag
+from rl_trainer_bench.config.knobs import CHECK_ENGINE, add_knob_flags, add_preset_flag, knobs_of
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.contract import example_payloads_for
 from rl_trainer_bench.engine.factory import engine_class
@@ -19,7 +19,7 @@ from rl_trainer_bench.engine.returns import check_engine
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_preset_flag(parser, "shapes and mesh")
-    add_knob_flags(parser, (*ENGINE_KNOBS, "MAXTEXT_DRIVER"))
+    add_knob_flags(parser, knobs_of(CHECK_ENGINE))
 
 
 def run(args: argparse.Namespace) -> int:

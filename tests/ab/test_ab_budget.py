@@ -3,6 +3,7 @@ the verdict's own rule (ab/resolution.py, ab/budget.py)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -19,9 +20,12 @@ from rl_trainer_bench.bench.step_record import format_line
 from rl_trainer_bench.errors import ConfigError, UserError
 
 
-def _args(*argv: str):
-    args = cli.build_parser(["ab"]).parse_args(["ab", *argv])
-    return ab.complete(args)
+def _parsed(*argv: str):
+    return cli.build_parser(["ab"]).parse_args(["ab", *argv])
+
+
+def _run(*argv: str):
+    return ab.complete(_parsed(*argv))
 
 
 @pytest.mark.parametrize("df", [1, 2, 3, 5, 11, 40])
@@ -69,23 +73,52 @@ def test_the_seeds_case_resolves_a_1_percent_effect_in_12_steps_per_setting():
     assert smallest == pytest.approx(0.5785, abs=0.001)
     # at the assumed 0.3% noise too, a 1% effect is found in at least 9 runs of 10
     assert resolution.smallest_effect(0.3, 6, 1, 0.5) < 1.0
-    args = _args("--preset", "qwen3.5-397b-cell", "--arms", "off,on", "--step-noise", "0.15%")
-    design = args.budget_design
+    run = _run("--preset", "qwen3.5-397b-cell", "--arms", "off,on", "--step-noise", "0.15%")
+    design = run.design
     assert (design.blocks, design.turn_steps, design.scored_per_setting) == (6, 1, 12)
-    assert (args.blocks, args.steps, args.min_effect) == (6, 1, 0.5)
+    assert (run.blocks, run.steps, run.min_effect) == (6, 1, 0.5)
     assert design.smallest_effect_pct() == pytest.approx(0.5785, abs=0.001)
 
 
 def test_the_cpus_default_is_six_blocks_of_three_step_turns():
-    args = _args("--arms", "off,on")
-    assert (args.blocks, args.steps, args.min_effect) == (6, 3, 2.0)
-    assert args.budget_design.budget is None
+    run = _run("--arms", "off,on")
+    assert (run.blocks, run.steps, run.min_effect) == (6, 3, 2.0)
+    assert run.design.budget is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # 30 scored steps per setting in 1-step turns (an accelerator's): 15 blocks
+        (["--preset", "qwen3.5-397b-cell", "--budget", "30"], (True, 1, 15, 0.5)),
+        # 120 scored steps per setting over 4 given blocks, two turns a block: turns of 15
+        (["--preset", "qwen3.5-397b-cell", "--budget", "120", "--blocks", "4"], (True, 15, 4, 0.5)),
+        # interleaved: no budget design, 8 pairs by default, no blocks, the given min effect
+        (["--design", "interleaved", "--min-effect", "1.5"], (False, 8, None, 1.5)),
+        # another order: its 3 steps per arm, the given blocks kept, the CPU's min effect
+        (["--order", "mirrored", "--blocks", "3"], (False, 3, 3, 2.0)),
+    ],
+)
+def test_the_run_is_resolved_apart_from_the_flags_which_stay_as_parsed(argv, expected):
+    args = _parsed(*argv, "--schedule-seed", "11")
+    given = copy.deepcopy(vars(args))
+    run = ab.complete(args)
+    assert vars(args) == given  # nothing written into the flags
+    assert (run.design is not None, run.steps, run.blocks, run.min_effect) == expected
+    assert run.schedule_seed == 11
+    if run.design is not None:  # the design prints the blocks and turns the run runs
+        assert (run.design.blocks, run.design.turn_steps) == (run.blocks, run.steps)
+    unseeded = _parsed(*argv)
+    before = copy.deepcopy(vars(unseeded))
+    assert budget.size(unseeded, 5).schedule_seed == 5 and vars(unseeded) == before
+    assert 0 <= ab.complete(unseeded).schedule_seed < 2**32  # drawn into the run only
+    assert vars(unseeded) == before
 
 
 def test_a_minutes_budget_pays_the_warmups_then_buys_blocks(tmp_path):
     # 41 min of 100 s steps: 24 steps, less 2 warm-ups (one program set, the most any engine
     # needs) leaves 22, 11 per setting: 5 blocks of 1-step turns
-    args = _args(
+    args = _parsed(
         "--preset",
         "qwen3.5-397b-cell",
         "--arms",
@@ -95,10 +128,11 @@ def test_a_minutes_budget_pays_the_warmups_then_buys_blocks(tmp_path):
         "--step-time",
         "100",
     )
-    assert (args.blocks, args.steps) == (5, 1)
-    plan = plan_arms(args, tmp_path, on_this_host=False)  # the built-in engine: 1 warm-up step
+    run = ab.complete(args)
+    assert (run.blocks, run.steps) == (5, 1)
+    plan = plan_arms(args, run, tmp_path, on_this_host=False)  # the built-in engine: 1 warm-up
     assert plan.warmup_steps == 1 and args.warmup_steps is None  # the plan's, args untouched
-    design = budget.planned_lines(args, len(plan.bench_configs), plan.warmup_steps)
+    design = run.planned_lines(len(plan.bench_configs), plan.warmup_steps)
     assert design[1] == (
         "A/B pod time: 21 steps x 100 s = 35.0 min (ESTIMATE; step time: given by --step-time),"
         " plus start-up and compiles"
@@ -107,13 +141,13 @@ def test_a_minutes_budget_pays_the_warmups_then_buys_blocks(tmp_path):
 
 def test_a_budget_too_small_for_three_blocks_is_refused_naming_the_need():
     with pytest.raises(UserError, match=r"buys 4 scored steps per setting: 2 block\(s\) of 1-step"):
-        _args("--preset", "qwen3.5-397b-cell", "--budget", "4")
+        _run("--preset", "qwen3.5-397b-cell", "--budget", "4")
     with pytest.raises(UserError, match="needs a step time"):
-        _args("--preset", "qwen3.5-397b-cell", "--budget", "30min")
+        _run("--preset", "qwen3.5-397b-cell", "--budget", "30min")
     with pytest.raises(UserError, match="--budget sizes the blocks order"):
-        _args("--budget", "12", "--design", "interleaved")
+        _run("--budget", "12", "--design", "interleaved")
     with pytest.raises(ConfigError, match="--budget='12 hours'"):
-        _args("--budget", "12 hours")
+        _run("--budget", "12 hours")
 
 
 def test_step_time_and_noise_come_from_a_prior_runs_log(tmp_path):

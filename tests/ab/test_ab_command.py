@@ -89,17 +89,15 @@ def test_each_run_draws_its_own_layout_seed_unless_given_one(tmp_path):
     seeds = []
     for _ in range(3):
         args = cli.build_parser(["ab"]).parse_args(["ab", "--out", str(tmp_path / "out")])
-        assert args.schedule_seed is None
+        seeds.append(ab.complete(args).schedule_seed)
         with pytest.raises(Drawn):
             ab.run(args, make_bench=_refuse_bench)
-        seeds.append(args.schedule_seed)
+        assert args.schedule_seed is None  # drawn into the run, the flags left as parsed
     assert len(set(seeds)) == 3 and all(0 <= s < 2**32 for s in seeds)
     args = cli.build_parser(["ab"]).parse_args(
         ["ab", "--schedule-seed", "7", "--out", str(tmp_path)]
     )
-    with pytest.raises(Drawn):
-        ab.run(args, make_bench=_refuse_bench)
-    assert args.schedule_seed == 7
+    assert ab.complete(args).schedule_seed == 7
 
 
 def test_mirrored_ab_runs_four_arms_on_one_bench_and_writes_the_report(tmp_path, capsys):
@@ -301,10 +299,10 @@ def test_arms_warm_up_as_long_as_the_slowest_engine_among_them_needs(tmp_path):
 
     arms = "builtin:ENGINE=builtin,maxtext:ENGINE=maxtext"
     args = cli.build_parser(["ab"]).parse_args(["ab", "--arms", arms, "--out", str(tmp_path)])
-    plan = plan_arms(ab.complete(args), tmp_path)
+    plan = plan_arms(args, ab.complete(args), tmp_path)
     assert plan.warmup_steps == 2 and args.warmup_steps is None  # the plan's; args untouched
     assert [c.warmup_steps for c in plan.bench_configs.values()] == [2, 2]
     given = cli.build_parser(["ab"]).parse_args(["ab", "--arms", arms, "--warmup-steps", "1"])
-    assert plan_arms(ab.complete(given), tmp_path).warmup_steps == 1
+    assert plan_arms(given, ab.complete(given), tmp_path).warmup_steps == 1
     plain = cli.build_parser(["ab"]).parse_args(["ab", "--out", str(tmp_path)])
-    assert plan_arms(ab.complete(plain), tmp_path).warmup_steps == 1
+    assert plan_arms(plain, ab.complete(plain), tmp_path).warmup_steps == 1

@@ -100,9 +100,9 @@ def test_an_arms_refused_keys_are_named_as_the_arms(stand_in_maxtext, tmp_path):
     words = ["ab", "--preset", "cpu-tiny-qwen3.5", "--out", str(tmp_path), "--engine", "maxtext"]
     words += ["--arms", "base:maxtext.remat_policy=minimal,tuned:maxtext.gdn=remat"]
     words += ["--knob", f"TRAINER_ARGV={argv}", "--knob", "TRAINER_SLICE=v5p:2x2x2"]
-    args = ab_command.complete(cli.build_parser(["ab"]).parse_args(words))
+    args = cli.build_parser(["ab"]).parse_args(words)
     with pytest.raises(ConfigError) as raised:
-        plan_arms(args, tmp_path, on_this_host=False)
+        plan_arms(args, ab_command.complete(args), tmp_path, on_this_host=False)
     assert str(raised.value).startswith(
         "--arms: arm tuned: this host's maxtext 0.2.5-stand-in refuses 1 of the MaxText keys set"
         " as maxtext.KEY in ENGINE_FLAGS (where an A/B arm's keys go), not the trainer's: gdn=remat"

@@ -16,17 +16,23 @@ from rl_trainer_bench.accelerators import TPU_CHIPS, TpuSlice
 from rl_trainer_bench.config.knobs import (
     AB,
     AOT,
+    CHECK,
+    CHECK_ENGINE,
     DRIVER_KNOBS,
+    HLO_OVERLAP,
     KNOBS,
+    PAYLOAD,
     RENDER,
     SURFACES,
     driver_knobs,
+    knobs_of,
 )
 from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.client_command import ClientCommand
 from rl_trainer_bench.launch.knobs import RENDER_KNOBS, RenderKnobs
 from rl_trainer_bench.launch.render import driver_environment
+from rl_trainer_bench.preflight import aot_job_pod
 
 V5P = next(chip for chip in TPU_CHIPS if chip.name == "v5p")
 BUILT_IN = "rl_trainer_bench.engine.builtin.jax_engine:JaxEngine"
@@ -124,15 +130,39 @@ def test_run_takes_every_row_and_the_driver_reads_every_row():
 
 # --preset is every cell command's own flag (`add_preset_flag`); ab's --engine is its shorthand
 # for --knob ENGINE=... (every arm's knobs), not the row's flag.
-_OWN_FLAGS = {"aot": {"--preset"}, "ab": {"--preset", "--engine"}}
+_OWN_FLAGS = {AB: {"--preset", "--engine"}}
+# The knob flags each command takes, written out: a row that loses a command's surface, or a
+# command that stops reading the table, drops a flag from this list's command.
+_TAKEN = {
+    AB: {"--steps", "--warmup-steps"},
+    AOT: {
+        "--micro-steps",
+        "--stage-before-update",
+        "--routing-profile",
+        "--seed",
+        "--trainer-argv",
+        "--engine-flags",
+        "--engine",
+    },
+    CHECK_ENGINE: {"--trainer-argv", "--engine-flags", "--engine", "--maxtext-driver"},
+    HLO_OVERLAP: {"--trainer-argv", "--engine-flags", "--engine"},
+    PAYLOAD: {"--routing-profile", "--seed"},
+    CHECK: {"--routing-profile", "--seed"},
+}
+_COMMANDS = [surface for surface in SURFACES if surface != RENDER]
 
 
-@pytest.mark.parametrize("command", [AB, AOT])
-def test_ab_and_aot_take_exactly_the_rows_that_declare_them_with_the_rows_help_and_defaults(
+def test_every_command_surface_is_written_out_here():
+    assert set(_TAKEN) == set(_COMMANDS)
+
+
+@pytest.mark.parametrize("command", _COMMANDS)
+def test_each_command_takes_exactly_the_rows_that_declare_it_with_the_rows_help_and_defaults(
     command,
 ):
     flags = _knob_flags(command)
-    assert set(flags) - _OWN_FLAGS[command] == _declaring(command)
+    taken = set(flags) - _OWN_FLAGS.get(command, {"--preset"})
+    assert taken == _declaring(command) == _TAKEN[command]
     for knob in (k for k in KNOBS if command in k.surfaces):
         action = flags[knob.flag]
         assert action.help.startswith(knob.help), knob.name
@@ -141,6 +171,13 @@ def test_ab_and_aot_take_exactly_the_rows_that_declare_them_with_the_rows_help_a
             assert action.help.endswith(f"(default: {knob.command_defaults[command]})")
         else:
             assert action.default == knob.read({})
+
+
+def test_the_aot_job_passes_each_command_the_knob_flags_its_parser_takes():
+    for name, command in aot_job_pod.COMMANDS.items():
+        flags = {DRIVER_KNOBS[knob].flag for knob in command.knobs}
+        assert command.knobs == knobs_of(name)
+        assert flags == set(_knob_flags(name)) - {"--preset"} == _TAKEN[name]
 
 
 def test_abs_warm_up_default_is_the_rows():

@@ -104,7 +104,7 @@ def _ab_args(tmp_path, arms: str, engine: str | None = None) -> argparse.Namespa
 
 def test_ab_arms_with_different_engines_get_their_own_benches(tmp_path):
     args = _ab_args(tmp_path, f"mine:ENGINE={STAND_IN},builtin:ENGINE={BUILT_IN},mine,builtin")
-    plan = ab_plan.plan_arms(args, tmp_path / "ab")
+    plan = ab_plan.plan_arms(args, ab_command.complete(args), tmp_path / "ab")
     assert (
         plan.groups["mine"] != plan.groups["builtin"]
         and plan.groups["mine"] == plan.groups["mine'"]
@@ -114,7 +114,8 @@ def test_ab_arms_with_different_engines_get_their_own_benches(tmp_path):
 
 
 def test_ab_engine_flag_sets_every_arm(tmp_path):
-    plan = ab_plan.plan_arms(_ab_args(tmp_path, "off,on", STAND_IN), tmp_path / "ab")
+    args = _ab_args(tmp_path, "off,on", STAND_IN)
+    plan = ab_plan.plan_arms(args, ab_command.complete(args), tmp_path / "ab")
     assert {c.engine for c in plan.bench_configs.values()} == {STAND_IN}
 
 

@@ -152,15 +152,18 @@ def test_the_pods_knobs_are_every_arms(tmp_path):
         "RESULTS_DIR": str(tmp_path / "r"),
         "JAX_PLATFORMS": "proxy,cpu",
     }
-    args = ab_arguments(env)
-    assert (args.preset, args.arms, args.steps, args.blocks, str(args.out)) == (
+    args, run = ab_arguments(env)
+    assert (args.preset, args.arms, run.steps, run.blocks, str(args.out)) == (
         "qwen3-30b-a3b-cell",
         "off,on",
         3,
         3,  # 18 scored steps per setting in turns of 3: two turns a block
         str(tmp_path / "r"),
     )
-    assert args.budget_design.step_time == budget.Figure(42.0, "a prior pod")
+    assert run.design.step_time == budget.Figure(42.0, "a prior pod")
+    # the flags as the pod's environment gives them; what they leave open is the run's
+    assert (args.steps, args.blocks, args.min_effect, args.schedule_seed) == (3, None, None, None)
+    assert (run.min_effect, 0 <= run.schedule_seed < 2**32) == (0.5, True)
     assert args.knob == [
         "TRAINER_ARGV=--model_name=Qwen3-30B-A3B --mesh_fsdp=8",
         "ENGINE_FLAGS=beta=0.04",

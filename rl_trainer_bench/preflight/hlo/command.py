@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from rl_trainer_bench.config.engine_choice import choose_engine
-from rl_trainer_bench.config.knobs import ENGINE_KNOBS, add_knob_flags
+from rl_trainer_bench.config.knobs import HLO_OVERLAP, add_knob_flags, knobs_of
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, write_text_atomically
@@ -20,6 +20,9 @@ from rl_trainer_bench.preflight.hlo.overlap import analyze_file, analyze_text
 from rl_trainer_bench.preflight.hlo.replica_groups import parse_mesh
 from rl_trainer_bench.preflight.hlo.report import format_report
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
+
+# The driver's knobs `hlo-overlap` takes as flags: the rows of the knob table that say so.
+HLO_OVERLAP_KNOBS = knobs_of(HLO_OVERLAP)
 
 
 def add_arguments(parser) -> None:
@@ -41,7 +44,8 @@ def add_arguments(parser) -> None:
         "--summary-only", action="store_true", help="leave out the per-collective rows"
     )
     add_target_arguments(parser)
-    add_knob_flags(parser, ENGINE_KNOBS, {"ENGINE": "; its programs are compiled as aot does"})
+    notes = {"ENGINE": "; its programs are compiled as aot does"}
+    add_knob_flags(parser, HLO_OVERLAP_KNOBS, notes)
 
 
 def run(args) -> int:
