@@ -1,6 +1,6 @@
 """Test session set-up: 8 host CPU devices, so mesh and sharding tests run as 2x2x2 on any machine;
-one XLA compilation cache for the session; and a temporary folder of the session's own, which must
-be empty when the session ends.
+CPU code generation at its quickest; one XLA compilation cache for the session; and a temporary
+folder of the session's own, which must be empty when the session ends.
 
 XLA reads the device count when JAX first initializes its backend, so it is set here, before any
 test module imports JAX. Many tests (and the drivers some of them start as subprocesses) compile
@@ -39,7 +39,12 @@ tempfile.tempdir = str(TEMPORARY)  # this process: `tempfile` caches the folder 
 os.environ["JAX_PLATFORMS"] = "cpu"
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
-    os.environ["XLA_FLAGS"] = f"{_flags} --xla_force_host_platform_device_count=8".strip()
+    _flags = f"{_flags} --xla_force_host_platform_device_count=8"
+if "xla_backend_optimization_level" not in _flags:
+    # The tests' programs compile for seconds and run for milliseconds: LLVM's code generation
+    # at its lowest level leaves XLA's HLO passes (what the HLO and AOT tests read) as they are.
+    _flags = f"{_flags} --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+os.environ["XLA_FLAGS"] = _flags.strip()
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     (SESSION_FOLDER / "xla-cache").mkdir()  # there before the drivers the tests start share it
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(SESSION_FOLDER / "xla-cache")

@@ -22,6 +22,7 @@ pytest.importorskip("rl_trainer_bench.payload.build")
 REPO = Path(__file__).resolve().parents[2]
 # The session's compilation cache (conftest.py): the three drivers compile the same programs.
 SHARED_CACHE = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")
+DEVICE_COUNT = "xla_force_host_platform_device_count"
 KNOBS = {
     "PRESET": "cpu-tiny",
     "STEPS": "2",
@@ -39,13 +40,20 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _session_xla_flags() -> list[str]:
+    """The session's compiler flags (conftest.py) but its device count: the drivers compile as
+    the in-process tests do, and so share their cache entries."""
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    return [flag for flag in flags if not flag.startswith(f"--{DEVICE_COUNT}=")]
+
+
 def _driver(results: Path, devices: int, extra: dict[str, str]) -> subprocess.Popen:
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "PYTHONPATH": str(REPO),
         "JAX_PLATFORMS": "cpu",
         **{k: v for k, v in os.environ.items() if k in SHARED_CACHE},
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "XLA_FLAGS": " ".join([*_session_xla_flags(), f"--{DEVICE_COUNT}={devices}"]),
         "RESULTS_DIR": str(results),
         **KNOBS,
         **extra,
