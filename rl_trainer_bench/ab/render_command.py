@@ -44,11 +44,11 @@ def plan_for_render(env: Mapping[str, str], pod: Plan) -> RenderedAb:
 
 def run(args: argparse.Namespace) -> int:
     """`render`, with the A/B's step-time, noise and aot sources read here: the pod gets their
-    figures, each with its source named."""
+    figures, each with its source named, in the knobs the renderer writes (the user's flags stay
+    as parsed)."""
     if args.ab_arms:  # without AB_ARMS the knobs' own check refuses them
-        args.ab_step_time, args.ab_step_noise = resolved_sources(
-            args.ab_step_time, args.ab_step_noise
-        )
-        if args.ab_aot_report:
-            args.ab_aot_report = aot_report_peak(args.ab_aot_report, args.ab_arms)
+        step_time, noise = resolved_sources(args.ab_step_time, args.ab_step_noise)
+        report = args.ab_aot_report and aot_report_peak(args.ab_aot_report, args.ab_arms)
+        sourced = {"ab_step_time": step_time, "ab_step_noise": noise, "ab_aot_report": report}
+        args = argparse.Namespace(**{**vars(args), **sourced})
     return render.run(args, plan_ab=plan_for_render, render_aot_job=render_aot_job)

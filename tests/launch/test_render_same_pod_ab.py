@@ -214,3 +214,24 @@ def test_the_ab_holds_one_state_for_arms_of_two_program_sets():
     (memory,) = [line for line in rendered.ab_lines if line.startswith("A/B device memory: ")]
     assert memory.startswith(f"A/B device memory: one state for every arm, {state[1]} per device")
     assert f"--target v5p:2x2x2 --ab-arms '{ARMS}'" in memory
+
+
+def test_the_render_reads_the_step_time_file_into_the_pods_knob_leaving_its_flags_as_parsed(
+    tmp_path,
+):
+    """A step-time source file (here aot's report) is read on the rendering machine, as the pod
+    has no copy of it: the pod's AB_STEP_TIME is its figure with the file named, and the render's
+    own flags keep the path."""
+    from rl_trainer_bench.ab import render_command
+
+    prior = tmp_path / "aot.json"
+    prior.write_text('{"time_estimate": {"step_seconds": 100.0}}')
+    out = tmp_path / "bench.yaml"
+    argv = ["render", "--launch-render", str(FIXTURE), "--output", str(out)]
+    argv += ["--ab-arms", "off,on", "--ab-step-time", str(prior)]
+    args = cli.build_parser(argv).parse_args(argv)
+    parsed = dict(vars(args))
+    assert render_command.run(args) == 0
+    assert vars(args) == parsed
+    step_time = exports(yaml.safe_load(out.read_text()))["AB_STEP_TIME"]
+    assert step_time == f"100s (aot's roofline ESTIMATE in {prior}, not a measurement)"
