@@ -1,7 +1,8 @@
 """The bench code a rendered pod runs, and its digest: which files, and one sha256 over them.
 
 The pod must run exactly the code that rendered it. The renderer computes this digest and embeds
-the files (`launch/code_bundle.py`); the driver computes it again at start, inside the pod, from
+the files (`launch/code_bundle.py`), each in the form the pod gets (`shipped`: the same program on
+the same lines, without comments and inner docstrings); the driver computes it again at start, inside the pod, from
 the unpacked files: equal digests prove the pod ran the rendered code. This module imports no JAX
 and nothing of the renderer, so the driver's import closure (the code the pod embeds) stays small.
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
+import tokenize
 from pathlib import Path
 
 from rl_trainer_bench.engine.factory import BUILT_IN
@@ -139,8 +142,60 @@ def code_sha256(
     root = default_root() if root is None else root
     digest = hashlib.sha256()
     for path in code_files(root, engine, same_pod_ab, aot_job):
-        data = path.read_bytes()
+        data = shipped(path)
         name = path.relative_to(root).as_posix().encode()
         digest.update(b"%d:%s\0%d:" % (len(name), name, len(data)))
         digest.update(data)
     return digest.hexdigest()
+
+
+def shipped(path: Path) -> bytes:
+    """`path`'s bytes as the pod gets them: a Python module without its comments and its
+    functions' and classes' docstrings, other files as they are.
+
+    They are a quarter of the code's xz (184 KB -> 137 KB for a same-pod A/B of the built-in
+    engine), and the archive rides in the manifest, whose annotations `kubectl apply` caps at
+    262,144 bytes. Each docstring is left as `""` and the lines it took are left blank, so every
+    statement keeps its line number in a pod's traceback, and module docstrings stay (commands
+    print theirs). Applying it twice gives the same bytes, so the digest the pod takes of what it
+    unpacked equals the renderer's of the checkout."""
+    data = path.read_bytes()
+    if path.suffix != ".py":
+        return data
+    lines = data.splitlines(keepends=True)
+    for first, last, start, end in _docstring_spans(data):
+        if lines[last - 1][end:].strip() != b"":
+            continue  # code after the closing quotes on its line: left as written
+        newline = lines[last - 1][len(lines[last - 1].rstrip(b"\r\n")) :]
+        lines[first - 1] = lines[first - 1][:start] + b'""' + newline
+        for number in range(first, last):
+            lines[number] = newline
+    return _without_comments(b"".join(lines).decode()).encode()
+
+
+def _docstring_spans(source: bytes) -> list[tuple[int, int, int, int]]:
+    """(first line, last line, start byte, end byte) of each function's and class's docstring."""
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            first = node.body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                spans.append(
+                    (first.lineno, first.end_lineno, first.col_offset, first.end_col_offset)
+                )
+    return spans
+
+
+def _without_comments(source: str) -> str:
+    lines = source.splitlines(keepends=True)
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            number, column = token.start
+            line = lines[number - 1]
+            newline = line[len(line.rstrip("\r\n")) :]
+            lines[number - 1] = line[:column].rstrip() + newline
+    return "".join(lines)

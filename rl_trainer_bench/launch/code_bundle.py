@@ -25,7 +25,7 @@ import tarfile
 from pathlib import Path
 
 from rl_trainer_bench.bench.plan_document import PLAN_FILE
-from rl_trainer_bench.code_digest import code_files, default_root
+from rl_trainer_bench.code_digest import code_files, default_root, shipped
 from rl_trainer_bench.engine.factory import BUILT_IN
 
 
@@ -36,12 +36,13 @@ def bundle(
     resolved_plan: str | None = None,
     aot_job: bool = False,
 ) -> bytes:
-    """A reproducible tar.xz of `code_files(root, engine, same_pod_ab, aot_job)`, paths relative
-    to `root`, and the resolved plan's document (`bench/plan_document.py`) beside them when given:
-    it rides in the archive, where xz packs it with the code, not in the manifest's text."""
+    """A reproducible tar.xz of `code_files(root, engine, same_pod_ab, aot_job)` as the pod gets
+    them (`code_digest.shipped`), paths relative to `root`, and the resolved plan's document
+    (`bench/plan_document.py`) beside them when given: it rides in the archive, where xz packs it
+    with the code, not in the manifest's text."""
     root = default_root() if root is None else root
     files = [
-        (path.relative_to(root).as_posix(), path.read_bytes())
+        (path.relative_to(root).as_posix(), shipped(path))
         for path in code_files(root, engine, same_pod_ab, aot_job)
     ]
     if resolved_plan is not None:

@@ -1,8 +1,10 @@
 """The embedded bench code: which files, a digest that survives the trip into the pod, reproducibility."""
 
+import ast
 import io
 import os
 import tarfile
+import tokenize
 from pathlib import Path
 
 from rl_trainer_bench import code_digest
@@ -98,3 +100,81 @@ def test_the_named_engine_travels_with_the_pod_and_other_adapters_do_not():
     assert code_digest.code_sha256() != code_digest.code_sha256(
         engine="rl_trainer_bench.engine.maxtext.adapter:Any"
     )
+
+
+def test_the_pod_gets_each_module_without_comments_and_docstrings_line_for_line(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        '"""The module\'s docstring stays: commands print it."""\n'
+        "\n"
+        "X = 1  # a comment\n"
+        "# a comment line\n"
+        "def f(a):\n"
+        '    """Two lines\n'
+        '    of docstring, with a # in it."""\n'
+        "    return a + 1\n"
+        "class C:\n"
+        '    """Élan."""\n'
+        "    def g(self): return '# not a comment'\n"
+        'def h(): """kept: code follows on its line"""; return 2\n'
+    )
+    assert code_digest.shipped(module).decode() == (
+        '"""The module\'s docstring stays: commands print it."""\n'
+        "\n"
+        "X = 1\n"
+        "\n"
+        "def f(a):\n"
+        '    ""\n'
+        "\n"
+        "    return a + 1\n"
+        "class C:\n"
+        '    ""\n'
+        "    def g(self): return '# not a comment'\n"
+        'def h(): """kept: code follows on its line"""; return 2\n'
+    )
+    data = tmp_path / "profile.json"
+    data.write_text('{"# kept": 1}\n')
+    assert code_digest.shipped(data) == data.read_bytes()
+
+
+class _BlankDocstrings(ast.NodeTransformer):
+    """Functions' and classes' docstrings as "", the rest of the tree as it is."""
+
+    def _blank(self, node):
+        self.generic_visit(node)
+        first = node.body[0]
+        docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+        if docstring and isinstance(first.value.value, str):
+            first.value.value = ""
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _blank
+
+
+def _statement_places(tree: ast.AST) -> list[tuple[str, int, int]]:
+    return [
+        (type(n).__name__, n.lineno, n.col_offset)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.stmt)
+    ]
+
+
+def test_every_shipped_module_is_the_same_program_on_the_same_lines():
+    """Each module of a same-pod A/B pod with MaxText's adapter (the largest closure) parses to
+    the checkout's tree with docstrings blanked, keeps its lines, and ships again unchanged."""
+    root = code_digest.default_root()
+    engine = "rl_trainer_bench.engine.maxtext.adapter:MaxTextEngine"
+    modules = [
+        p for p in code_digest.code_files(root, engine, same_pod_ab=True) if p.suffix == ".py"
+    ]
+    assert len(modules) > 50
+    for path in modules:
+        source, shipped = path.read_bytes(), code_digest.shipped(path)
+        tree, shipped_tree = ast.parse(source), ast.parse(shipped)
+        assert ast.dump(shipped_tree) == ast.dump(_BlankDocstrings().visit(tree)), path
+        assert _statement_places(shipped_tree) == _statement_places(tree), path
+        assert shipped.count(b"\n") == source.count(b"\n"), path
+        assert b"#" not in shipped or all(
+            token.type != tokenize.COMMENT
+            for token in tokenize.tokenize(io.BytesIO(shipped).readline)
+        ), path
