@@ -194,12 +194,14 @@ def test_the_rendered_pods_own_code_plans_its_ab(tmp_path):
     assert any(line.startswith("plan: same-pod A/B of base, wide (AB_ARMS)") for line in lines)
 
 
-def test_the_397b_pods_ab_is_planned_for_the_pods_host_and_fits_kubectl_apply():
+@pytest.mark.parametrize("engine", ["", "builtin"])  # the trainer's MaxText; the larger closure
+def test_the_397b_pods_ab_is_planned_for_the_pods_host_and_fits_kubectl_apply(engine):
     # The 397B pool needs about 24 GiB of host memory: judged on the pod's host, never on the
     # machine that renders; and the manifest, with the A/B's code, stays under the 262,144 bytes
     # of annotations `kubectl apply` keeps.
     path = launch_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
-    text = render(path.read_text(), path.name, RenderKnobs(ab_arms="off,on"), plan_for_render)
+    knobs = RenderKnobs.from_strings({"ab_arms": "off,on", "engine": engine})
+    text = render(path.read_text(), path.name, knobs, plan_for_render)
     assert stored_annotation_bytes(yaml.safe_load(text)) < 262_144
     assert yaml.safe_load(text)["metadata"]["name"] == "benchuser-train-bench"
 
