@@ -15,6 +15,7 @@ package: the client command must stay under the kernel's limit on one exec argum
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import io
 import tokenize
@@ -160,8 +161,13 @@ def shipped(path: Path) -> bytes:
     print theirs). Applying it twice gives the same bytes, so the digest the pod takes of what it
     unpacked equals the renderer's of the checkout."""
     data = path.read_bytes()
-    if path.suffix != ".py":
-        return data
+    return _shipped_module(data) if path.suffix == ".py" else data
+
+
+@functools.lru_cache(maxsize=1024)
+def _shipped_module(data: bytes) -> bytes:
+    """`shipped` of a module's bytes, kept by content: a process that renders many times (the
+    tests, `render-diff`) parses each module once, not once a render (0.4-0.8 s a bundle)."""
     lines = data.splitlines(keepends=True)
     for first, last, start, end in _docstring_spans(data):
         if lines[last - 1][end:].strip() != b"":
