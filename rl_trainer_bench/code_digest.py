@@ -197,7 +197,10 @@ def _docstring_spans(source: bytes) -> list[tuple[int, int, int, int]]:
 
 
 def _without_comments(source: str) -> str:
-    lines = source.splitlines(keepends=True)
+    """`source` without its comments. Its lines are the tokenizer's, split at newlines only:
+    `str.splitlines` also splits at a form feed or U+2028, which a string or a comment may hold,
+    and would then edit the wrong line."""
+    lines = io.StringIO(source).readlines()
     for token in tokenize.generate_tokens(io.StringIO(source).readline):
         if token.type == tokenize.COMMENT:
             number, column = token.start

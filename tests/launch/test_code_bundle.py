@@ -117,6 +117,8 @@ def test_the_pod_gets_each_module_without_comments_and_docstrings_line_for_line(
         '    """Élan."""\n'
         "    def g(self): return '# not a comment'\n"
         'def h(): """kept: code follows on its line"""; return 2\n'
+        "S = '\f\u2028'  # a form feed and a line separator inside a string\n"
+        "T = 2  # the line after them\n"
     )
     assert code_digest.shipped(module).decode() == (
         '"""The module\'s docstring stays: commands print it."""\n'
@@ -131,6 +133,8 @@ def test_the_pod_gets_each_module_without_comments_and_docstrings_line_for_line(
         '    ""\n'
         "    def g(self): return '# not a comment'\n"
         'def h(): """kept: code follows on its line"""; return 2\n'
+        "S = '\f\u2028'\n"
+        "T = 2\n"
     )
     data = tmp_path / "profile.json"
     data.write_text('{"# kept": 1}\n')
