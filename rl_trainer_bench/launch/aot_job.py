@@ -1,15 +1,16 @@
 """Launch render ──► AOT JobSet: `aot` and `hlo-overlap` for the trainer's slice, in its own image.
 
 The trainer's exact MaxText and libtpu are in the trainer's image; the host that renders may have
-another MaxText (maxtext 0.2.5 refuses five of the 397B recipe's keys, its Gated DeltaNet kernel's
-among them, and compiles a `fwd_bwd` with 110 GiB of temporaries without them) or none. So the renderer can also render, from
-the same DRY_RUN and knobs as the bench, one JobSet that compiles the trainer's programs where
-its code is: the trainer's client image, environment, imagePullSecrets and service account, the
-knobs the bench pod gets (the trainer's argv and MaxText keys, ENGINE_FLAGS, LIBTPU_INIT_ARGS, the
-A/B's program sets, as `aot --ab-arms` compiles them), on a CPU node (AOT_NODE_SELECTOR) with
-JAX_PLATFORMS=cpu and no TPU requested: `aot` compiles the slice's topology from a CPU host. Its pod runs `preflight/aot_job_pod.py` from
-code embedded as the bench pod's is (`code_bundle`), and copies its reports under the trainer's
-output folder.
+another MaxText (maxtext 0.2.5 refuses five of the 397B recipe's keys, its Gated DeltaNet
+kernel's among them, and compiles a `fwd_bwd` with 110 GiB of temporaries without them) or none.
+So the renderer can also render, from the same DRY_RUN and knobs as the bench, one JobSet that
+compiles the trainer's programs where its code is: the trainer's client image, environment,
+imagePullSecrets and service account, the knobs the bench pod gets (the trainer's argv and
+MaxText keys, ENGINE_FLAGS, LIBTPU_INIT_ARGS, the A/B's program sets, as `aot --ab-arms` compiles
+them), on a CPU node (AOT_NODE_SELECTOR) with JAX_PLATFORMS=cpu and no TPU requested: `aot`
+compiles the slice's topology from a CPU host. Its pod runs `preflight/aot_job_pod.py` from code
+embedded as the bench pod's is (`code_bundle`), and copies its reports under the trainer's output
+folder.
 
 A JobSet of one replicated job rather than a bare Job: it is checked by the same schema, list keys
 and name budgets as the bench (`validate.check`, `rl-trainer-bench validate`), and the trainer's

@@ -366,19 +366,27 @@ def test_a_job_whose_code_was_edited_is_refused(tmp_path):
     assert "the manifest was edited after rendering" in result.stderr
 
 
+def _run_job_copying_its_reports(tmp_path: Path, *flags: str):
+    """The fixture's job (rendered with `flags`) run here with a stand-in libtpu and RESULTS_URI
+    a local folder (the fixture's trainer has no durable output: the pod is told one): its result
+    and the one folder its reports were copied to."""
+    destination = tmp_path / "results"
+    destination.mkdir()
+    _, job = _render(tmp_path, FIXTURE, *flags)
+    site = tmp_path / "site"
+    _installed(site, "libtpu", "0.0.77")
+    result = _run_script(job, tmp_path, site, RESULTS_URI=str(destination))
+    (copied,) = destination.iterdir()
+    return result, copied
+
+
 def test_the_job_runs_every_command_and_copies_its_reports(tmp_path):
     """Without a real libtpu here no TPU topology can be built: each compile fails with its one
     line, the job still runs every command, writes each report and its summary, copies them to
     RESULTS_URI and exits with the commands' worst status."""
-    destination = tmp_path / "results"
-    destination.mkdir()
-    _, job = _render(tmp_path)  # the fixture's trainer has no durable output: the pod is told one
-    site = tmp_path / "site"
-    _installed(site, "libtpu", "0.0.77")
-    result = _run_script(job, tmp_path, site, RESULTS_URI=str(destination))
+    result, copied = _run_job_copying_its_reports(tmp_path)
     assert result.returncode == 2, result.stderr
     assert "cannot build the TPU topology on this host" in result.stderr
-    (copied,) = destination.iterdir()
     files = sorted(path.name for path in copied.iterdir())
     assert files == [
         "aot-job.txt",
@@ -395,15 +403,9 @@ def test_the_ab_job_runs_one_aot_of_the_rendered_program_sets(tmp_path):
     """The A/B's job, run: its one `aot` child checks the A/B with the program sets the render
     planned (it names the first set's arm in its refusal: no TPU topology here), then one
     hlo-overlap per set; a report for each and the summary, copied to RESULTS_URI."""
-    destination = tmp_path / "results"
-    destination.mkdir()
-    _, job = _render(tmp_path, FIXTURE, f"--ab-arms={ARMS}")
-    site = tmp_path / "site"
-    _installed(site, "libtpu", "0.0.77")
-    result = _run_script(job, tmp_path, site, RESULTS_URI=str(destination))
+    result, copied = _run_job_copying_its_reports(tmp_path, f"--ab-arms={ARMS}")
     assert result.returncode == 2, result.stderr
     assert "rl-trainer-bench aot: --ab-arms: arm(s) base: --target v5p:2x2x2: " in result.stderr
-    (copied,) = destination.iterdir()
     assert sorted(path.name for path in copied.iterdir()) == [
         "aot-ab-arms.txt",
         "aot-job.txt",
