@@ -1,10 +1,12 @@
 """Exact checks across A/B arms: did every arm train the same thing, the same way?
 
 A time difference means something only if the arms did the same work: the same micro-batches in the
-same order, the same loss denominators, one update per step, one stage per boundary where staging is
-on, no compile inside a scored step, and finite training metrics in every step. These are equalities, not statistics, so any failure makes
-the whole A/B FAIL whatever the times say. Each check reports what it compared and, on failure, the
-first place the arms parted.
+same order, the same loss denominators, one update per step, one stage at every boundary where
+staging is on (every scored step of a staged setting included), no compile inside a scored step,
+and finite training metrics in every step. These are equalities, not statistics, so any failure
+makes the whole A/B FAIL whatever the times say. Each check reports what it compared and, on
+failure, the first place the arms parted; a check with nothing to compare never passes (it fails,
+or is SKIP where the inputs do not carry what it needs).
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ def same_loss_denominators(runs: Sequence[ArmRun]) -> CheckResult:
     name = "same loss denominators per step"
     reference = runs[0]
     expected = [r.loss_denominator for r in reference.records]
+    if not expected:
+        return CheckResult(name, FAIL, f"{reference.label} recorded no steps")
     for run in runs[1:]:
         got = [r.loss_denominator for r in run.records]
         if len(got) != len(expected):
@@ -99,17 +103,28 @@ def same_updates(runs: Sequence[ArmRun]) -> CheckResult:
                 f"{run.label} applied {run.updates} updates in {len(run.records)} steps",
             )
     counts = {run.updates for run in runs}
+    if counts == {0}:
+        return CheckResult(name, FAIL, "no arm applied an update")
     if len(counts) > 1:
         return CheckResult(name, FAIL, ", ".join(f"{r.label}: {r.updates}" for r in runs))
     return CheckResult(name, PASS, f"{counts.pop()} updates in every arm, one per step")
 
 
 def one_stage_per_boundary(runs: Sequence[ArmRun]) -> CheckResult:
-    """Each boundary that should stage stages exactly the next step's first micro-batch; the others
-    stage nothing (a staged arm stages at every boundary, an interleaved run where its schedule says)."""
+    """Each boundary set to stage stages exactly the next step's first micro-batch, the others
+    stage nothing; every step closes with a boundary, an arm's last included (its stage, for a step
+    the arm does not train, must be there all the same). So every scored step of a staged setting
+    timed its stage: a verdict on a setting that acts at the boundary has seen it act. Arms none
+    of which stages at a scored step leave nothing to check: SKIP, never PASS."""
     name = "one stage per boundary in staged arms"
     for run in runs:
         expected = run.stages_expected()
+        if len(expected) != len(run.records):
+            return CheckResult(
+                name,
+                FAIL,
+                f"{run.label}: {len(expected)} boundary settings for {len(run.records)} steps",
+            )
         stages = run.stages
         if stages is None:
             stages = sum(r.staged is not None for r in run.records)
@@ -121,8 +136,15 @@ def one_stage_per_boundary(runs: Sequence[ArmRun]) -> CheckResult:
                 f"{kind} arm {run.label}: {stages} stages over {len(expected)} boundaries, "
                 f"expected {sum(expected)}",
             )
-        for step, following, should in zip(run.records, run.records[1:], expected, strict=False):
-            if should and step.staged != following.micro_batches[0]:
+        for index, (step, should) in enumerate(zip(run.records, expected, strict=True)):
+            following = run.records[index + 1] if index + 1 < len(run.records) else None
+            if should and step.staged is None:
+                return CheckResult(
+                    name,
+                    FAIL,
+                    f"{run.label} step {step.step} staged nothing at a boundary set to stage",
+                )
+            if should and following is not None and step.staged != following.micro_batches[0]:
                 return CheckResult(
                     name,
                     FAIL,
@@ -135,11 +157,23 @@ def one_stage_per_boundary(runs: Sequence[ArmRun]) -> CheckResult:
                     FAIL,
                     f"{run.label} step {step.step} staged at a boundary set to not stage",
                 )
-    staged = [run.label for run in runs if any(run.stages_expected())]
+    staged = {
+        run.label: sum(
+            should
+            for record, should in zip(run.records, run.stages_expected(), strict=True)
+            if not record.warmup
+        )
+        for run in runs
+    }
+    staged = {label: count for label, count in staged.items() if count}
+    if not staged:
+        return CheckResult(name, SKIP, "no arm stages at a scored step: nothing to check")
     return CheckResult(
         name,
         PASS,
-        f"staged arms {', '.join(staged) or '(none)'}: one stage at every boundary set to stage",
+        "every scored step of a staged setting closed with one stage ("
+        + ", ".join(f"{label}: {count}" for label, count in staged.items())
+        + "); none at a boundary set to not stage",
     )
 
 
@@ -147,6 +181,8 @@ def no_scored_recompiles(runs: Sequence[ArmRun]) -> CheckResult:
     """No program compiles during a scored step (a compile there would be timed as step time)."""
     name = "no recompiles in scored steps"
     for run in runs:
+        if not run.scored:
+            return CheckResult(name, FAIL, f"{run.label} scored no step")
         programs = list(run.recompiles or [])
         steps = [r.step for r in run.scored if r.recompiles]
         if programs or steps:
@@ -170,6 +206,8 @@ def finite_metrics(runs: Sequence[ArmRun]) -> CheckResult:
                     FAIL,
                     f"{run.label} step {record.step}: {', '.join(record.non_finite)} not finite",
                 )
+    if not any(run.records for run in runs):
+        return CheckResult(name, FAIL, "no arm recorded a step")
     return CheckResult(name, PASS, f"{sum(len(r.records) for r in runs)} steps, all finite")
 
 

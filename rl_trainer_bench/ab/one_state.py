@@ -74,7 +74,7 @@ def state_refusal(plan: ArmPlan, bench: str, why: str) -> UserError:
 
 @dataclasses.dataclass(frozen=True)
 class WarmUp:
-    """One Bench's warm-up: its steps, and the stage of each boundary between them."""
+    """One Bench's warm-up: its steps, and the stage of the boundary closing each."""
 
     bench: str
     steps: int
@@ -95,7 +95,7 @@ def warm_ups(plan: ArmPlan, warmup_steps: int) -> list[WarmUp]:
             )
         )
         steps = max(warmup_steps, len(staged) + 1)
-        rest = steps - 1 - len(staged)
+        rest = steps - len(staged)
         boundaries = staged + [staged[-1] if staged else StageConfig()] * rest
         out.append(WarmUp(bench, steps, boundaries))
     return out

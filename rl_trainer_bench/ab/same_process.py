@@ -155,8 +155,10 @@ def order_line(arms: Sequence[ArmSpec]) -> str:
 def _run_interleaved(
     bench: Any, plan: ArmPlan, schedule: interleave.Schedule, out: Path, progress: Progress
 ) -> ArmRun:
-    """One run whose boundaries take the schedule's settings: the interleaved design."""
+    """One run whose boundaries take the schedule's settings: the interleaved design. The run's
+    last step, never scored, closes with the setting of the boundary before it."""
     stage_of = {arm.setting: plan.stages[arm.label] for arm in plan.arms}
+    closing = [*schedule.boundaries, schedule.boundaries[-1]]
     progress.start_arm(INTERLEAVED_LABEL, schedule.total_steps)
     result = bench.run(
         steps=schedule.total_steps - schedule.warmup_steps,
@@ -164,7 +166,7 @@ def _run_interleaved(
         arm=INTERLEAVED_LABEL,
         warmup_steps=schedule.warmup_steps,
         results_path=out / INTERLEAVED_FILE,
-        boundary_stages=[stage_of[setting] for setting in schedule.boundaries],
+        boundary_stages=[stage_of[setting] for setting in closing],
     )
     return dataclasses.replace(
         result, setting=INTERLEAVED_LABEL, source=plan.groups[plan.arms[0].label]

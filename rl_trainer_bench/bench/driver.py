@@ -220,11 +220,11 @@ class Bench:
         """Warm-up then `steps` scored steps, starting at pool index 0 (every arm trains the same
         micro-batches in the same order); one ruler line and one JSON line per step.
 
-        `boundary_stages`, one per step but the last, gives each boundary its own stage (by the step
-        it closes) in place of `stage`: an interleaved A/B switches settings at the boundaries.
+        `boundary_stages`, one per step, gives each boundary its own stage (by the step it closes,
+        the last step's included) in place of `stage`: an interleaved A/B switches settings at the boundaries.
         `companions` are files written beside the results with the first step (`ResultsWriter`).
         """
-        per_boundary = self._checked_stages(stage, warmup_steps + steps - 1, boundary_stages)
+        per_boundary = self._checked_stages(stage, warmup_steps + steps, boundary_stages)
         take_state = optional(self.engine, "take_shared_state")
         if take_state is not None:  # off the clock: the state another Bench's engine left
             take_state()

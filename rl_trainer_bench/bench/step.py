@@ -130,10 +130,10 @@ class Staging:
             return AFTER_UPDATE, AFTER_UPDATE
         return None, None
 
-    def at(self, point: str, upcoming: Payload | None, clock: StepClock, step: int) -> None:
-        """Staging's work at `point` of step `step`; nothing after the arm's last step."""
-        if upcoming is None:
-            return
+    def at(self, point: str, upcoming: Payload, clock: StepClock, step: int) -> None:
+        """Staging's work at `point` of step `step`. A run's last step stages too (the copy is
+        dropped when the run ends): a setting that acts at the boundary is then part of every
+        step it times, a one-step A/B turn's included."""
         issue_at, wait_at = self.points(step)
         if point == issue_at:
             with clock.span("stage", f"stage {upcoming.name}"):
@@ -164,6 +164,7 @@ class Staging:
         return self._copies.ready(f"{step}/stage") if self._copies else None
 
     def close(self) -> None:
+        self._prepared.clear()  # the last step's stage, for a step this run does not train
         if self._copies:
             self._copies.close()
 
@@ -309,7 +310,7 @@ class StepLoop:
 
     def run_step(self, step: int) -> StepRecord:
         batches = self.pool.for_step(step)
-        upcoming = self.pool.first_of(step + 1) if step + 1 < self.total_steps else None
+        upcoming = self.pool.first_of(step + 1)
         clock = StepClock(annotate=jax.profiler.TraceAnnotation)
         last = len(batches) - 1
         with self.profiler.around(step), self.compiles.during() as compiled, clock.running():
@@ -326,7 +327,7 @@ class StepLoop:
             self.programs.watch(f"{step}/update")
             self.staging.at(AFTER_UPDATE, upcoming, clock, step)
             metrics = self.worker.get_metrics()
-        staged = upcoming.name if upcoming is not None and self.staging.points(step)[0] else None
+        staged = upcoming.name if self.staging.points(step)[0] else None
         return self._record(step, batches, clock, compiled, metrics, staged)
 
     @property

@@ -107,14 +107,16 @@ class ArmRun:
     recompiles: list[str] | None = None  # programs compiled during scored steps (must be empty)
     param_digest: str | None = None  # parameters after the arm (None: the engine cannot say)
     source: str = ""  # where the records came from: a bench group or a log file
-    # Per boundary, by the step it closes: does it stage? None: every boundary as `staged` says
-    # (an interleaved A/B run switches setting at its boundaries).
+    # Per boundary, by the step it closes (every step closes one, the last included): does it
+    # stage? None: every boundary as `staged` says (an interleaved A/B run switches setting at its
+    # boundaries).
     stages_at: list[bool] | None = None
 
     def stages_expected(self) -> list[bool]:
-        """Whether each boundary (one per step but the last) should stage."""
-        boundaries = max(len(self.records) - 1, 0)
-        return list(self.stages_at) if self.stages_at is not None else [self.staged] * boundaries
+        """Whether each boundary (one per step, by the step it closes) should stage."""
+        if self.stages_at is not None:
+            return list(self.stages_at)
+        return [self.staged] * len(self.records)
 
     @property
     def scored(self) -> list[StepRecord]:

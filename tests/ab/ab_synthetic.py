@@ -52,7 +52,7 @@ def arm(
             i,
             t,
             warmup=i == 0,
-            staged=f"bench_{i + 1}_0" if staged and i + 1 < len(steps) else None,
+            staged=f"bench_{i + 1}_0" if staged else None,
         )
         for i, t in enumerate(steps)
     ]
@@ -62,7 +62,7 @@ def arm(
         staged=staged,
         records=records,
         updates=len(records),
-        stages=len(records) - 1 if staged else 0,
+        stages=len(records) if staged else 0,
         recompiles=[],
     )
 
@@ -130,15 +130,15 @@ def interleaved_run(
     boundary did not stage pays `unstaged_first_call_s` more (the schedule's first setting is
     taken as the one that does not stage)."""
     not_staging = schedule.settings[0]
+    closing = [*schedule.boundaries, schedule.boundaries[-1]]  # the last step's, as the run's
     records, clock = [], 0.0
     for step in range(schedule.total_steps):
-        opened_unstaged = step > 0 and schedule.boundaries[step - 1] == not_staging
+        opened_unstaged = step > 0 and closing[step - 1] == not_staging
         step_s = base_s + slope * clock + (unstaged_first_call_s if opened_unstaged else 0.0)
-        closing = schedule.boundaries[step] if step < len(schedule.boundaries) else not_staging
-        staged = f"bench_{step + 1}_0" if closing != not_staging else None
+        staged = f"bench_{step + 1}_0" if closing[step] != not_staging else None
         records.append(record(step, step_s, warmup=step < schedule.warmup_steps, staged=staged))
         clock += step_s
-    return interleaved_arm(records, [b != not_staging for b in schedule.boundaries])
+    return interleaved_arm(records, [b != not_staging for b in closing])
 
 
 def interleaved_arm(records, stages_at: list[bool]) -> ArmRun:

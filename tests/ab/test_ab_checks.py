@@ -3,7 +3,7 @@
 import dataclasses
 
 import pytest
-from ab_synthetic import off_on_off_on
+from ab_synthetic import arm, off_on_off_on
 
 from rl_trainer_bench.ab import checks as ab_checks
 
@@ -114,6 +114,57 @@ def test_stage_count_from_records_when_the_driver_count_is_unknown():
     assert _status(runs, ab_checks.one_stage_per_boundary) == ab_checks.PASS
     runs[1].records[1].staged = None
     assert _status(runs, ab_checks.one_stage_per_boundary) == ab_checks.FAIL
+
+
+def test_a_staged_arm_whose_last_step_staged_nothing_fails():
+    """A run that stages only between two of its own steps leaves its last step's stage out: at
+    one scored step per turn, the staged setting would never have been timed."""
+    runs = off_on_off_on(0.1, 0.09)
+    runs[1].records[-1].staged = None
+    runs[1].stages -= 1
+    result = ab_checks.one_stage_per_boundary(runs)
+    assert result.status == ab_checks.FAIL
+    assert "on: 20 stages over 21 boundaries, expected 21" in result.detail
+
+
+def test_one_step_turns_of_a_staged_setting_that_never_staged_fail():
+    runs = [arm("off", "off", [0.1]), arm("on", "on", [0.1], staged=True)]
+    for run in runs:
+        run.records = run.records[1:]  # a turn scored from its first step: no warm-up
+        run.updates = 1
+    runs[1].stages = 1
+    assert ab_checks.one_stage_per_boundary(runs).status == ab_checks.PASS
+    runs[1].records[0].staged, runs[1].stages = None, 0
+    result = ab_checks.one_stage_per_boundary(runs)
+    assert result.status == ab_checks.FAIL
+    assert result.detail == "staged arm on: 0 stages over 1 boundaries, expected 1"
+
+
+def test_arms_none_of_which_stages_are_skipped_never_passed():
+    runs = [arm("a", "a", [0.1, 0.1]), arm("b", "b", [0.1, 0.1])]
+    result = ab_checks.one_stage_per_boundary(runs)
+    assert result.status == ab_checks.SKIP
+    assert "no arm stages" in result.detail
+
+
+def test_a_staged_setting_staging_only_in_warm_up_steps_is_skipped_not_passed():
+    """Staging that never reached a scored step checked nothing the verdict speaks of."""
+    runs = [arm("off", "off", []), arm("on", "on", [], staged=True)]
+    assert ab_checks.one_stage_per_boundary(runs).status == ab_checks.SKIP
+
+
+def test_arms_with_nothing_scored_fail_the_checks_that_count_steps():
+    runs = [arm("off", "off", []), arm("on", "on", [])]
+    for run in runs:
+        run.records, run.updates = [], 0
+    for check in (
+        ab_checks.same_micro_batches,
+        ab_checks.same_loss_denominators,
+        ab_checks.same_updates,
+        ab_checks.no_scored_recompiles,
+        ab_checks.finite_metrics,
+    ):
+        assert check(runs).status == ab_checks.FAIL, check.__name__
 
 
 @pytest.mark.parametrize("where", ["arm", "record"])

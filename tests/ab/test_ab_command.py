@@ -53,7 +53,7 @@ def test_default_ab_runs_six_blocks_on_one_bench_scored_by_block(tmp_path, capsy
     labels = [a["label"] for a in report["arms"]]
     assert labels[:8] == ["on", "off", "off'", "on'", "off#3", "on#3", "on#4", "off#4"]
     assert len(labels) == 24
-    assert [a["stages"] for a in report["arms"][:4]] == [1, 0, 0, 1]
+    assert [a["stages"] for a in report["arms"][:4]] == [2, 0, 0, 2]  # one per scored step
     assert report["block_orientations"][:2] == ["BAAB", "ABBA"]
     assert report["settings"]["schedule_seed"] == 1
     score = report["score"]
@@ -114,7 +114,7 @@ def test_mirrored_ab_runs_four_arms_on_one_bench_and_writes_the_report(tmp_path,
     # (a boundary staged as `on` stages, and one plain step)
     assert [len(a["records"]) for a in report["arms"]] == [3, 3, 3, 3]
     assert {r["warmup"] for a in report["arms"] for r in a["records"]} == {False}
-    assert [a["stages"] for a in report["arms"]] == [0, 2, 2, 0]
+    assert [a["stages"] for a in report["arms"]] == [0, 3, 3, 0]  # one per scored step
     assert report["warmup_steps_total"] == 2
     assert {c["status"] for c in report["checks"]} == {"PASS"}
     assert report["verdict"] in ("FASTER", "SLOWER", "NO-EFFECT", "NOISY")
@@ -245,6 +245,23 @@ def test_from_logs_scores_two_pods_cross_pod(tmp_path, capsys):
     assert statuses["same micro-batch digests in the same order"] == "PASS"
     assert statuses["one stage per boundary in staged arms"] == "PASS"
     assert "cross-pod" in capsys.readouterr().out
+
+
+def test_a_one_step_turn_of_the_staged_setting_times_its_stage(tmp_path):
+    """At one scored step per turn (an accelerator's default) no boundary lies between two steps
+    of a turn: the staged arm's one step must stage all the same, and the check says so."""
+    out = tmp_path / "out"
+    assert run_ab(["--steps", "1", "--schedule-seed", "1", "--out", str(out)]) == 0
+    report = json.loads((out / "ab.json").read_text())
+    assert len(report["arms"]) == 24  # six blocks of four turns, ABBA or BAAB
+    for arm in report["arms"]:
+        staged = arm["label"].startswith("on")
+        (step,) = arm["records"]
+        assert arm["stages"] == (1 if staged else 0)
+        assert (step["staged"] is not None) == staged
+        assert (step["stage_s"] > 0) == staged
+    check = {c["name"]: c for c in report["checks"]}["one stage per boundary in staged arms"]
+    assert check["status"] == "PASS" and "on: 1" in check["detail"]
 
 
 def test_from_logs_of_pods_that_trained_other_data_fails(tmp_path):

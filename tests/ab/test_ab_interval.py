@@ -72,7 +72,8 @@ def _interleaved(differences):
         record(step, times[step], warmup=step < schedule.warmup_steps)
         for step in range(schedule.total_steps)
     ]
-    return interleaved_arm(records, [b == "on" for b in schedule.boundaries]), schedule
+    closing = [*schedule.boundaries, schedule.boundaries[-1]]
+    return interleaved_arm(records, [b == "on" for b in closing]), schedule
 
 
 def test_interleaved_interval_is_students_t_at_99_percent_over_units():

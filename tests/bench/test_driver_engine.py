@@ -67,14 +67,14 @@ def test_stage_on_and_off_end_bit_identical(arms):
         assert results[name].param_digest == off.param_digest, name
         assert _lines(results[name]) == _lines(off), name
         assert results[name].updates == off.updates == 3
-        assert results[name].stages == 2
+        assert results[name].stages == 3  # one per step, the last one's included
     if replays:
         assert sum(r.replay_count for r in off.records) > 0
 
 
 def test_stage_measures_a_hidden_fraction(arms):
     hidden = [r.stage_hidden for r in arms[1]["on"].records if r.staged]
-    assert len(hidden) == 2 and all(h is None or 0.0 <= h <= 1.0 for h in hidden)
+    assert len(hidden) == 3 and all(h is None or 0.0 <= h <= 1.0 for h in hidden)
 
 
 def test_no_recompiles_in_scored_steps(arms):

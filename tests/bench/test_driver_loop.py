@@ -86,14 +86,11 @@ def test_staging_trains_the_same_micro_batches_in_the_same_order(stage):
 def test_stage_before_update_prepares_and_waits_once_per_boundary_before_the_update(stage):
     engine, result, _ = run_arm(stage)
     calls = loop_calls(engine)
-    assert result.updates == 4 and result.stages == 3  # 4 steps, 3 boundaries
+    assert result.updates == 4 and result.stages == 4  # 4 steps, each closed by a boundary
     steps = _split_steps(calls)
     for step, step_calls in enumerate(steps):
         kinds = [c[0] for c in step_calls]
         assert kinds.count("update") == 1 and kinds.count("fwd_bwd") == 3
-        if step == len(steps) - 1:  # no boundary after the last step
-            assert "prepare" not in kinds and "wait" not in kinds
-            continue
         assert kinds.count("prepare") == 1 and kinds.count("wait") == 1
         assert step_calls[kinds.index("prepare")] == ("prepare", f"bench_{step + 1}_0")
         assert kinds.index("prepare") < kinds.index("wait") < kinds.index("update")
@@ -106,7 +103,7 @@ def test_stage_before_update_prepares_and_waits_once_per_boundary_before_the_upd
 
 def test_stage_after_update_prepares_right_after_the_update():
     engine, _, _ = run_arm(AFTER)
-    for step_calls in _split_steps(loop_calls(engine))[:-1]:
+    for step_calls in _split_steps(loop_calls(engine)):
         kinds = [c[0] for c in step_calls]
         assert kinds[kinds.index("update") + 1] == "prepare"
 
@@ -120,7 +117,7 @@ def test_stage_is_consumed_by_next_first_fwd_bwd(stage):
     prepared = [c[1] for c in fwd_bwds if c[2] == "prepared"]
     assert prepared == ["bench_1_0", "bench_2_0", "bench_3_0"]
     staged = [c[1] for c in loop_calls(engine) if c[0] == "prepare"]
-    assert staged == prepared
+    assert staged == [*prepared, "bench_4_0"]  # the last step stages the step after the arm
 
 
 def test_staged_boundary_logs_one_line_after_the_step_line():
@@ -129,11 +126,16 @@ def test_staged_boundary_logs_one_line_after_the_step_line():
         i for i, line in enumerate(lines) if line.startswith(f"{step_record.LOG_PREFIX} step=")
     ]
     stage_lines = [i for i, line in enumerate(lines) if line.startswith("STAGE_BEFORE_UPDATE ")]
-    assert [i + 1 for i in step_lines[:-1]] == stage_lines
+    assert [i + 1 for i in step_lines] == stage_lines
     first = lines[stage_lines[0]]
     assert first.startswith("STAGE_BEFORE_UPDATE step=0 staged=bench_1_0 stage_s=")
     assert "device_wait_s=" in first and "hidden=" in first
-    assert [r.staged for r in result.records] == ["bench_1_0", "bench_2_0", "bench_3_0", None]
+    assert [r.staged for r in result.records] == [
+        "bench_1_0",
+        "bench_2_0",
+        "bench_3_0",
+        "bench_4_0",
+    ]
 
 
 @pytest.mark.parametrize("staging", ["before", "after"])
