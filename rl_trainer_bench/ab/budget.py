@@ -277,8 +277,9 @@ class Design:
     def _time_line(self) -> str:
         if self.step_time is None:
             return (
-                "A/B pod time: unknown, no step-time source (give --step-time, AB_STEP_TIME in a"
-                " render: a prior run's log or results.jsonl, aot's JSON report, or seconds)"
+                "A/B pod time: unknown, no step-time source (give `ab --step-time`, `render"
+                " --ab-step-time` or AB_STEP_TIME: a prior run's log or results.jsonl, aot's JSON"
+                " report, or seconds)"
             )
         seconds = self.total_steps * self.step_time.value
         return (

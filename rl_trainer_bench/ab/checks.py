@@ -118,54 +118,15 @@ def one_stage_per_boundary(runs: Sequence[ArmRun]) -> CheckResult:
     of which stages at a scored step leave nothing to check: SKIP, never PASS."""
     name = "one stage per boundary in staged arms"
     for run in runs:
+        failure = _stage_failure(run)
+        if failure:
+            return CheckResult(name, FAIL, failure)
+    staged = {}
+    for run in runs:
         expected = run.stages_expected()
-        if len(expected) != len(run.records):
-            return CheckResult(
-                name,
-                FAIL,
-                f"{run.label}: {len(expected)} boundary settings for {len(run.records)} steps",
-            )
-        stages = run.stages
-        if stages is None:
-            stages = sum(r.staged is not None for r in run.records)
-        if stages != sum(expected):
-            kind = "staged" if run.staged else "unstaged"
-            return CheckResult(
-                name,
-                FAIL,
-                f"{kind} arm {run.label}: {stages} stages over {len(expected)} boundaries, "
-                f"expected {sum(expected)}",
-            )
-        for index, (step, should) in enumerate(zip(run.records, expected, strict=True)):
-            following = run.records[index + 1] if index + 1 < len(run.records) else None
-            if should and step.staged is None:
-                return CheckResult(
-                    name,
-                    FAIL,
-                    f"{run.label} step {step.step} staged nothing at a boundary set to stage",
-                )
-            if should and following is not None and step.staged != following.micro_batches[0]:
-                return CheckResult(
-                    name,
-                    FAIL,
-                    f"{run.label} step {step.step} staged {step.staged}, "
-                    f"but step {following.step} started with {following.micro_batches[0]}",
-                )
-            if not should and step.staged is not None:
-                return CheckResult(
-                    name,
-                    FAIL,
-                    f"{run.label} step {step.step} staged at a boundary set to not stage",
-                )
-    staged = {
-        run.label: sum(
-            should
-            for record, should in zip(run.records, run.stages_expected(), strict=True)
-            if not record.warmup
-        )
-        for run in runs
-    }
-    staged = {label: count for label, count in staged.items() if count}
+        count = sum(should for r, should in zip(run.records, expected, strict=True) if not r.warmup)
+        if count:
+            staged[run.label] = count
     if not staged:
         return CheckResult(name, SKIP, "no arm stages at a scored step: nothing to check")
     return CheckResult(
@@ -175,6 +136,34 @@ def one_stage_per_boundary(runs: Sequence[ArmRun]) -> CheckResult:
         + ", ".join(f"{label}: {count}" for label, count in staged.items())
         + "); none at a boundary set to not stage",
     )
+
+
+def _stage_failure(run: ArmRun) -> str:
+    """Where `run`'s stages part from its boundaries' settings ("": nowhere)."""
+    expected = run.stages_expected()
+    if len(expected) != len(run.records):
+        return f"{run.label}: {len(expected)} boundary settings for {len(run.records)} steps"
+    stages = run.stages
+    if stages is None:
+        stages = sum(r.staged is not None for r in run.records)
+    if stages != sum(expected):
+        kind = "staged" if run.staged else "unstaged"
+        return (
+            f"{kind} arm {run.label}: {stages} stages over {len(expected)} boundaries, "
+            f"expected {sum(expected)}"
+        )
+    for index, (step, should) in enumerate(zip(run.records, expected, strict=True)):
+        following = run.records[index + 1] if index + 1 < len(run.records) else None
+        if should and step.staged is None:
+            return f"{run.label} step {step.step} staged nothing at a boundary set to stage"
+        if should and following is not None and step.staged != following.micro_batches[0]:
+            return (
+                f"{run.label} step {step.step} staged {step.staged}, "
+                f"but step {following.step} started with {following.micro_batches[0]}"
+            )
+        if not should and step.staged is not None:
+            return f"{run.label} step {step.step} staged at a boundary set to not stage"
+    return ""
 
 
 def no_scored_recompiles(runs: Sequence[ArmRun]) -> CheckResult:

@@ -190,3 +190,15 @@ def test_a_resolved_figure_reads_back_with_its_source():
     assert budget.parse_step_time(figure.text("s")) == (figure, None)
     noise = budget.Figure(0.0015, "spread of consecutive steps of pod.log")
     assert budget.parse_step_noise(noise.text("%")) == noise
+
+
+def test_an_unknown_pod_time_names_a_flag_each_command_takes():
+    """The hint is printed by `ab`, `plan` and the render alike: each flag it names must parse."""
+    line = _run("--arms", "off,on").design.lines()[1]
+    assert "no step-time source" in line
+    assert "`ab --step-time`" in line and "`render --ab-step-time`" in line
+    assert _parsed("--step-time", "100s").step_time == "100s"
+    render = cli.build_parser(["render"]).parse_args(
+        ["render", "--launch-render", "x.yaml", "--ab-step-time", "100s"]
+    )
+    assert render.ab_step_time == "100s"
