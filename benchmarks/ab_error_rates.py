@@ -10,6 +10,8 @@ machine's own noise and drift under whatever else runs on it. Designs:
     block        --order block        off, on, off', on'
     mirrored     --order mirrored     off, on, on', off' (the default until 2026-12-03)
     interleaved  --design interleaved one run, boundaries switched on a seeded schedule
+    blocks       --order blocks --stop budget    6 blocks ABBA/BAAB, judged once (the CPU default)
+    sequential   --order blocks --stop settled   the same, stopped at the first settled look
 
 A/A: the two settings are the same (`off` against `same:STAGE_BEFORE_UPDATE=off`), so any FASTER
 or SLOWER is a false positive. Known effect: `off` against `on` with an engine whose first fwd_bwd
@@ -52,6 +54,8 @@ DESIGNS = {
     "block": ["--order", "block"],
     "mirrored": ["--order", "mirrored"],
     "interleaved": ["--design", "interleaved"],
+    "blocks": ["--order", "blocks", "--stop", "budget"],
+    "sequential": ["--order", "blocks", "--stop", "settled"],
 }
 AA_ARMS = "off,same:STAGE_BEFORE_UPDATE=off"
 EFFECT_ARMS = "off,on"
@@ -108,6 +112,7 @@ def one_ab(design: str, arms: str, engine: Callable[[], StandInEngine], steps: i
         "noise_floor_ms": (report["score"]["noise_floor_s"] or 0.0) * 1e3,
         "drift_moved_ms": report["score"]["drift"]["moved_s"] * 1e3,
         "baseline_median_ms": delta["baseline_median_s"] * 1e3,
+        "scored_steps": sum(not r["warmup"] for a in report["arms"] for r in a["records"]),
     }
 
 
@@ -195,6 +200,7 @@ def summarise(runs: list[dict], designs: list[str], delays: list[float]) -> dict
             "median_step_ms": float(np.median([r["baseline_median_ms"] for r in aa]))
             if aa
             else None,
+            "mean_scored_steps_aa": float(np.mean([r["scored_steps"] for r in aa])) if aa else None,
         }
     return out
 

@@ -2,7 +2,8 @@
 
 Memory and collective reports span bytes to hundreds of GiB; a fixed unit either hides the small
 rows (0.000G) or drowns the large ones in digits, so the unit follows the size. Step times are
-printed in milliseconds everywhere, in the precision the caller's table needs.
+printed in milliseconds everywhere, in the precision the caller's table needs; a confidence level
+in as many digits as it has (a sequential look's level is 99.64%, not 100%).
 """
 
 from __future__ import annotations
@@ -25,3 +26,8 @@ def milliseconds(seconds: float, spec: str = ".2f") -> str:
     """`seconds` as a number of milliseconds in the format `spec` (`"+.2f"` signs it, `".3g"`
     keeps three significant digits); the unit itself is left to the caller's text."""
     return format(seconds * 1e3, spec)
+
+
+def confidence_level(share: float) -> str:
+    """`0.99` as `99%`, `0.99642` as `99.64%`: four significant digits, no trailing zeros."""
+    return f"{100 * share:.4g}%"

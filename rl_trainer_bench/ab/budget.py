@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import itertools
 import json
 import math
@@ -33,10 +34,17 @@ import numpy as np
 
 from rl_trainer_bench.ab import arms as ab_arms
 from rl_trainer_bench.ab import order as run_orders
-from rl_trainer_bench.ab import resolution
+from rl_trainer_bench.ab import resolution, sequential_forecast
 from rl_trainer_bench.ab.arms import base_knobs
-from rl_trainer_bench.ab.parser import BUDGET_FORMS, DEFAULT_STEPS, DESIGN_ARMS
+from rl_trainer_bench.ab.parser import (
+    BUDGET_FORMS,
+    DEFAULT_STEPS,
+    DESIGN_ARMS,
+    STOP_BUDGET,
+    STOP_SETTLED,
+)
 from rl_trainer_bench.ab.score import CONFIDENCE
+from rl_trainer_bench.ab.sequential import Looks
 from rl_trainer_bench.bench import step_record
 from rl_trainer_bench.bench.results_file import read_results
 from rl_trainer_bench.bench.step_record import StepRecord
@@ -91,28 +99,33 @@ class Platform:
     turn_steps: int  # scored steps per turn
     min_effect_pct: float
     noise: Figure  # the step noise assumed where no prior run gives one
+    stop: str  # STOP_SETTLED or STOP_BUDGET: whether the blocks order stops when settled
 
 
 PLATFORMS = {
     # The CPU's milliseconds steps are cheap and noisy: 6 blocks of --steps turns (3 by default),
     # the earlier defaults, and the spread of the main job's run on the 2-core machine (README: a 99% interval of
-    # +-7 ms over 6 blocks of a 150 ms step is about 4% per step).
+    # +-7 ms over 6 blocks of a 150 ms step is about 4% per step). Its runs are seconds, so they
+    # take the whole budget: the fixed design's single look has the narrowest last interval.
     CPU: Platform(
         CPU,
         None,
         3,
         2.0,
         Figure(0.04, "ASSUMED: the 2-core development machine's main-job run"),
+        STOP_BUDGET,
     ),
     # A 128-chip step is ~100 s: 12 scored steps per setting in 6 blocks of 1-step turns; pods of
     # one slice agree within 0.1-0.2% and a same-pod A/B's steps scatter by about 0.15%, so the
-    # noise assumed is twice that.
+    # noise assumed is twice that. Its steps are what the A/B costs, so it stops when the verdict
+    # is settled (sequential.py): the budget is the most it spends.
     ACCELERATOR: Platform(
         ACCELERATOR,
         Budget(scored_steps=12),
         1,
         0.5,
         Figure(0.003, "ASSUMED: twice the ~0.15% of same-pod runs on one slice"),
+        STOP_SETTLED,
     ),
 }
 
@@ -235,6 +248,8 @@ class Design:
     min_effect_pct: float
     warmup_steps: int = 0  # per program set, once up front
     program_sets: int = 1  # arms whose programs differ: compiled and warmed apart
+    looks: Looks | None = None  # stops when settled (sequential.py); None: the whole budget
+    expected_effects: tuple[float, ...] = ()  # percent: the effects the plan forecasts
 
     @property
     def scored_per_setting(self) -> int:
@@ -262,16 +277,97 @@ class Design:
 
     def lines(self) -> list[str]:
         """The design, its cost and what it resolves, as the render, `plan` and `ab` print them."""
-        return [self._design_line(), self._time_line(), self._resolution_line()]
+        if self.looks is None:
+            return [self._design_line(), self._time_line(), self._resolution_line()]
+        return [
+            self._design_line(),
+            f"A/B stops when settled: {self.looks.rule()}",
+            self._expected_line(),
+            self._expected_time_line(),
+            self._sequential_resolution_line(),
+        ]
 
     def _design_line(self) -> str:
         settings = len(self.settings)
+        most = "" if self.looks is None else "at most "
         return (
-            f"A/B design: {self.blocks} blocks, each setting two turns of {self.turn_steps} scored"
-            f" step(s) per block: {self.scored_per_setting} scored steps per setting x {settings}"
-            f" settings = {settings * self.scored_per_setting}, and {self.warmups} warm-up steps"
-            f" ({self.warmup_steps} per program set x {self.program_sets}, once, up front);"
-            f" {self.total_steps} steps in all, by {self.budget_source}"
+            f"A/B design: {most}{self.blocks} blocks, each setting two turns of {self.turn_steps}"
+            f" scored step(s) per block: {most}{self.scored_per_setting} scored steps per setting"
+            f" x {settings} settings = {settings * self.scored_per_setting}, and {self.warmups}"
+            f" warm-up steps ({self.warmup_steps} per program set x {self.program_sets}, once, up"
+            f" front); {most}{self.total_steps} steps in all, by {self.budget_source}"
+        )
+
+    @functools.cached_property
+    def forecasts(self) -> list[sequential_forecast.Forecast]:
+        """The sequential design's simulated runs at no effect and at each expected effect (the
+        min effect when none is given)."""
+        assert self.looks is not None
+        effects = (0.0, *(self.expected_effects or (self.min_effect_pct,)))
+        return [
+            sequential_forecast.forecast(
+                self.looks, effect, 100 * self.noise.value, self.turn_steps, self.min_effect_pct
+            )
+            for effect in effects
+        ]
+
+    def steps_at(self, units: float) -> float:
+        """Steps in all (warm-ups included) of a run that stops after `units` half-blocks."""
+        return len(self.settings) * units * self.turn_steps + self.warmups
+
+    def _expected_line(self) -> str:
+        def at(forecast: sequential_forecast.Forecast) -> str:
+            found = (
+                f"NO-EFFECT in {_rate(forecast.no_effect)}"
+                if forecast.effect == 0
+                else f"claimed in {_rate(forecast.claimed)}"
+            )
+            where = (
+                "with no effect" if forecast.effect == 0 else f"at a {forecast.effect:g}% effect"
+            )
+            return (
+                f"{where}, {forecast.mean_units * self.turn_steps:.3g} scored steps per setting"
+                f" ({found})"
+            )
+
+        return (
+            f"A/B expected stop (ESTIMATE: {sequential_forecast.RUNS} simulated runs of"
+            f" independent normal steps at {_noise_text(self.noise)}): "
+            + "; ".join(at(each) for each in self.forecasts)
+            + f"; at most {self.scored_per_setting}"
+        )
+
+    def _expected_time_line(self) -> str:
+        shown = [
+            (
+                "no effect" if each.effect == 0 else f"{each.effect:g}%",
+                self.steps_at(each.mean_units),
+            )
+            for each in self.forecasts
+        ]
+        if self.step_time is None:
+            return self._time_line()
+        step = self.step_time.value
+        expected = ", ".join(
+            f"{steps:.3g} steps = {steps * step / 60:.1f} min at {name}" for name, steps in shown
+        )
+        return (
+            f"A/B pod time: expected {expected}; at most {self.total_steps} steps x {step:.4g} s ="
+            f" {self.total_steps * step / 60:.1f} min (ESTIMATE; step time:"
+            f" {self.step_time.source}), plus start-up and compiles"
+        )
+
+    def _sequential_resolution_line(self) -> str:
+        noise = 100 * self.noise.value
+        smallest = sequential_forecast.smallest_effect(
+            self.looks, noise, self.turn_steps, self.min_effect_pct
+        )
+        return (
+            f"A/B resolves: an effect of {smallest:.3g}% of the step or more is claimed in"
+            f" {resolution.RESOLVED:.0%} of simulated runs by the verdict's rule at each look's"
+            f" level (min effect {self.min_effect_pct:g}%), at {_noise_text(self.noise)}; with no"
+            f" effect an effect is claimed in {_rate(self.forecasts[0].claimed)} of them (at most"
+            f" {1 - CONFIDENCE:.0%} by the spending, a bound)"
         )
 
     def _time_line(self) -> str:
@@ -289,20 +385,25 @@ class Design:
         )
 
     def _resolution_line(self) -> str:
-        noise = f"{100 * self.noise.value:.3g}% step noise ({self.noise.source})"
         return (
             f"A/B resolves: an effect of {self.smallest_effect_pct():.3g}% of the step or more is"
             f" claimed in {resolution.RESOLVED:.0%} of runs by the verdict's rule ({CONFIDENCE:.0%}"
             f" t interval over {self.blocks} blocks, min effect {self.min_effect_pct:g}%), at"
-            f" {noise}; with no effect an effect is claimed in"
+            f" {_noise_text(self.noise)}; with no effect an effect is claimed in"
             f" {_rate(self.false_claim_rate())} of runs (independent steps; a drift linear within a"
             " block cancels)"
         )
 
 
+def _noise_text(noise: Figure) -> str:
+    return f"{100 * noise.value:.3g}% step noise ({noise.source})"
+
+
 def _rate(share: float) -> str:
     """A share of runs as a percent, a vanishing one as a bound on the printed digits."""
-    return "under 0.001%" if share < 1e-5 else f"{100 * share:.2g}%"
+    if share < 1e-5:
+        return "under 0.001%"
+    return f"{100 * share:.2g}%" if share < 0.1 else f"{100 * share:.0f}%"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,6 +419,11 @@ class AbRun:
     blocks: int | None  # of the blocks order; None where the order has none and --blocks is unset
     min_effect: float  # percent of the baseline's median step
     schedule_seed: int  # the layout of the blocks' turns, or the interleaved schedule
+
+    @property
+    def looks(self) -> Looks | None:
+        """The looks of a run that stops when settled; None for a run of its whole budget."""
+        return None if self.design is None else self.design.looks
 
     def planned_lines(self, program_sets: int, warmup_steps: int) -> list[str]:
         """The design's lines once the arms are planned (`program_sets` compiled apart, warmed
@@ -343,11 +449,12 @@ def size(args: argparse.Namespace, schedule_seed: int) -> AbRun:
     written = ab_arms.parse_arms(args.arms, run_orders.WRITTEN)
     order = args.order or run_orders.default_order([arm.setting for arm in written])
     if args.from_logs or args.design != DESIGN_ARMS or order != run_orders.BLOCKS:
-        if args.budget is not None:
-            raise UserError(
-                f"--budget sizes the {run_orders.BLOCKS} order of separate arms; this run is not"
-                " one: drop --budget and set --steps"
-            )
+        for flag, given in (("--budget", args.budget), ("--stop", args.stop)):
+            if given is not None:
+                raise UserError(
+                    f"{flag} sizes the {run_orders.BLOCKS} order of separate arms; this run is"
+                    f" not one: drop {flag} and set --steps"
+                )
         steps = DEFAULT_STEPS[args.design] if args.steps is None else args.steps
         return AbRun(None, steps, args.blocks, min_effect, schedule_seed)
     settings = tuple(dict.fromkeys(arm.setting for arm in written))
@@ -363,8 +470,29 @@ def size(args: argparse.Namespace, schedule_seed: int) -> AbRun:
             blocks = _blocks(per_setting, turn, source)
         else:  # --budget with --blocks: the turns take what the budget leaves
             turn = max(1, per_setting // (2 * blocks))
+    stop = args.stop or platform.stop
+    looks = Looks(2 * blocks) if stop == STOP_SETTLED else None
+    expected = parse_effects(args.expect_effect) if args.expect_effect else ()
     design = Design(settings, blocks, turn, budget, source, step_time, noise, min_effect)
+    design = dataclasses.replace(design, looks=looks, expected_effects=expected)
     return AbRun(design, turn, blocks, min_effect, schedule_seed)
+
+
+def parse_effects(text: str, name: str = "--expect-effect") -> tuple[float, ...]:
+    """`1` or `0.5,7.2`: percents of the step, each above 0 and below 100."""
+    effects = []
+    for word in text.split(","):
+        try:
+            effect = float(word.strip().removesuffix("%"))
+        except ValueError:
+            effect = -1.0
+        if not 0 < effect < 100:
+            raise ConfigError(
+                f"{name}={text!r}: give percents of the step above 0 and below 100, comma-separated"
+                " (e.g. 1,7.2)"
+            )
+        effects.append(effect)
+    return tuple(effects)
 
 
 def _sources(args: argparse.Namespace, platform: Platform) -> tuple[Figure | None, Figure]:

@@ -36,6 +36,8 @@ from rl_trainer_bench.errors import UserError
 
 DESIGN = "separate arms"  # the design these orders serve, as the report names it
 BLOCKED_DESIGN = f"{DESIGN} in blocks"  # the same, scored block by block (`blocks_of`)
+# The same, looked at as it runs and stopped when settled (sequential.py)
+SEQUENTIAL_DESIGN = f"{BLOCKED_DESIGN}, looked at after every half-block"
 BLOCKS, MIRRORED, BLOCK, WRITTEN = "blocks", "mirrored", "block", "written"
 DEFAULT_BLOCKS = 6
 MIN_BLOCKS = 3  # the fewest blocks an interval over blocks is scored from (two degrees of freedom)

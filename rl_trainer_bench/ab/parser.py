@@ -27,6 +27,9 @@ DESIGN_ARMS, DESIGN_INTERLEAVED = "arms", "interleaved"
 # turns and blocks come from the budget (budget.py).
 DEFAULT_STEPS = {DESIGN_ARMS: 3, DESIGN_INTERLEAVED: 8}
 MAX_BLOCKS = 1000
+# Whether the blocks order stops at the first look whose verdict is settled (sequential.py), or
+# runs its whole budget and judges once.
+STOP_SETTLED, STOP_BUDGET = "settled", "budget"
 BUDGET_FORMS = "N scored steps per setting (e.g. 12) or M minutes of the pod's time (e.g. 45min)"
 # What the knobs `ab` takes as its own flags (`knobs_of(AB)`) mean for an A/B; each row says the
 # rest: its help, its grammar and what `ab` does when the flag is not given.
@@ -108,6 +111,20 @@ def _add_length_arguments(parser: argparse.ArgumentParser) -> None:
         help="the step noise the smallest resolvable effect is reckoned at: a percent of the step"
         " (0.15%%), or a prior run's pod log or results.jsonl (default: --step-time's prior run,"
         " else the platform's, stated as assumed)",
+    )
+    parser.add_argument(
+        "--stop",
+        choices=[STOP_SETTLED, STOP_BUDGET],
+        help=f"{STOP_SETTLED}: the {run_orders.BLOCKS} order looks after every half-block and stops"
+        " at the first whose verdict is settled, its error rate spent over the looks; "
+        f"{STOP_BUDGET}: it runs the whole budget and judges once (default: {STOP_SETTLED} on an"
+        f" accelerator, {STOP_BUDGET} on the CPU)",
+    )
+    parser.add_argument(
+        "--expect-effect",
+        metavar="PCT[,PCT]",
+        help="effects, percent of the step, at which the plan forecasts a run that stops when"
+        " settled: its expected steps and pod time (default: the min effect)",
     )
     add_knob_flags(parser, knobs_of(AB), _KNOB_NOTES, command=AB)
 

@@ -24,7 +24,7 @@ from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab.checks import FAIL, CheckResult, failed
 from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.io import write_text_atomically
-from rl_trainer_bench.units import milliseconds
+from rl_trainer_bench.units import confidence_level, milliseconds
 
 if TYPE_CHECKING:  # the scorer needs numpy; this module stays light for the parser
     from rl_trainer_bench.ab.score import Score
@@ -58,8 +58,9 @@ def table(
             f"{setting}: median {milliseconds(spread.median_s)} ms over {spread.steps} steps (all its arms)"
         )
     if score.blocks:
+        unit = "half-blocks'" if score.looks else "blocks'"
         lines.append(
-            f"noise: the spread of the {len(score.blocks)} blocks' differences, in each delta's "
+            f"noise: the spread of the {len(score.blocks)} {unit} differences, in each delta's "
             "interval (no separate floor)"
         )
     elif score.noise:
@@ -75,9 +76,11 @@ def table(
     for delta in score.deltas:
         lines.append(
             f"delta {delta.name}: {milliseconds(delta.delta_s, _SIGNED_MS)} ms ({delta.percent(delta.delta_s):+.1f}%), "
-            f"{score.confidence:.0%} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms -> {delta.verdict}"
+            f"{confidence_level(score.confidence)} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms -> {delta.verdict}"
         )
         lines.append(f"  because {delta.reason}")
+    if score.stopping:
+        lines.append(f"stopping: {score.stopping}")
     lines += ["", *design_lines(runs, score)]
     lines += ["", "exact checks:"]
     lines += [f"  {c.status:<4} {c.name}: {c.detail}" for c in checks]
@@ -123,7 +126,8 @@ def design_lines(runs: Sequence[ArmRun], score: Score) -> list[str]:
     moved step time by more than the min effect over the run."""
     drift = score.drift
     separate = (
-        score.design in (run_orders.DESIGN, run_orders.BLOCKED_DESIGN) and not score.cross_pod
+        score.design in (run_orders.DESIGN, run_orders.BLOCKED_DESIGN, run_orders.SEQUENTIAL_DESIGN)
+        and not score.cross_pod
     )
     order = f", run order {', '.join(run.label for run in runs)}" if separate else ""
     lines = [f"design: {score.design}{order}: {score.drift_answer}"]

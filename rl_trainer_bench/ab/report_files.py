@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_trainer_bench.ab import checks as ab_checks
-from rl_trainer_bench.ab import interleave
+from rl_trainer_bench.ab import interleave, sequential
 from rl_trainer_bench.ab import plot as ab_plot
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
@@ -37,18 +37,11 @@ def write_verdict(
     min_effect_pct: float,
     schedule: interleave.Schedule | None = None,
     baseline: str | None = None,
+    looks: sequential.Looks | None = None,
 ) -> int:
     out.mkdir(parents=True, exist_ok=True)
     checks = ab_checks.exact_checks(runs)
-    if schedule is None:
-        score = ab_score.score(
-            runs, min_effect_pct=min_effect_pct, cross_pod=cross_pod, baseline=baseline
-        )
-        shown = runs
-    else:
-        (run,) = runs
-        score = ab_score.score_interleaved(run, schedule, min_effect_pct=min_effect_pct)
-        shown = interleave.paired_steps_by_setting(run, schedule)
+    score, shown = _scored(runs, cross_pod, min_effect_pct, schedule, baseline, looks)
     medians = {setting: spread.median_s for setting, spread in score.settings.items()}
     outcomes = ab_predict.outcomes(predictions, medians)
     for source in sources:
@@ -78,6 +71,28 @@ def write_verdict(
     ab_report.write_json(out / "ab.json", content)
     print(f"wrote {out / 'ab.json'}")
     return 1 if ab_checks.failed(checks) else 0
+
+
+def _scored(
+    runs: Sequence[ArmRun],
+    cross_pod: bool,
+    min_effect_pct: float,
+    schedule: interleave.Schedule | None,
+    baseline: str | None,
+    looks: sequential.Looks | None,
+) -> tuple[ab_score.Score, Sequence[ArmRun]]:
+    """The runs scored by their design, and the arms the report shows (an interleaved run's
+    steps split by setting)."""
+    if looks is not None and baseline is not None:
+        return sequential.score(runs, looks, min_effect_pct=min_effect_pct, baseline=baseline), runs
+    if schedule is None:
+        score = ab_score.score(
+            runs, min_effect_pct=min_effect_pct, cross_pod=cross_pod, baseline=baseline
+        )
+        return score, runs
+    (run,) = runs
+    score = ab_score.score_interleaved(run, schedule, min_effect_pct=min_effect_pct)
+    return score, interleave.paired_steps_by_setting(run, schedule)
 
 
 # What an A/B writes in its folder: an earlier run's files matching these are moved aside first.

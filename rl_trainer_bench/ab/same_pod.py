@@ -50,6 +50,8 @@ DESIGN_KNOBS = {
     "AB_STEP_TIME": "--step-time",
     "AB_STEP_NOISE": "--step-noise",
     "AB_SCHEDULE_SEED": "--schedule-seed",
+    "AB_STOP": "--stop",
+    "AB_EXPECT_EFFECT": "--expect-effect",
 }
 # The environment variable a pod's `ab` flag comes from, to name it in a refusal.
 _POD_KNOB_OF_FLAG = {
@@ -70,6 +72,8 @@ def ab_arguments(env: Mapping[str, str]) -> tuple[argparse.Namespace, AbRun]:
     config = bench_plan.environment_config(env)
     if env.get("AB_BUDGET", "").strip():  # refused under the pod's name for it, not ab's flag
         budget.parse_budget(env["AB_BUDGET"], "AB_BUDGET")
+    if env.get("AB_EXPECT_EFFECT", "").strip():
+        budget.parse_effects(env["AB_EXPECT_EFFECT"], "AB_EXPECT_EFFECT")
     words = [
         "--preset",
         config.preset.name,

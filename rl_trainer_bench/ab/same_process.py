@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_trainer_bench import interrupts
-from rl_trainer_bench.ab import interleave, one_state
+from rl_trainer_bench.ab import interleave, one_state, sequential
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
@@ -100,6 +100,8 @@ def same_process(
             for index, arm in enumerate(plan.arms if schedule is None else [], 1):
                 bench = benches[plan.groups[arm.label]]
                 runs.append(_run_arm(bench, plan, arm, index, out, progress))
+                if _settled(plan, runs, progress):
+                    break
             progress.say("arms done; scoring")
         except KeyboardInterrupt as interrupt:
             if not progress.keeps_log:
@@ -194,6 +196,19 @@ def _run_arm(
     return dataclasses.replace(result, setting=arm.setting, source=plan.groups[arm.label])
 
 
+def _settled(plan: ArmPlan, runs: Sequence[ArmRun], progress: Progress) -> bool:
+    """Whether a run that stops when settled stops here: after a half-block whose look settles
+    every verdict, or the budget's last look (sequential.py)."""
+    looks = plan.run.looks
+    if looks is None:
+        return False
+    look = sequential.look(runs, looks, plan.run.min_effect, plan.baseline)
+    if look is None:
+        return False
+    progress.say(look.line())
+    return look.settled
+
+
 def _warm_up(bench: Any, warm: one_state.WarmUp, progress: Progress) -> None:
     """The bench's warm-up steps, once, before any scored turn (their records are not scored)."""
     progress.start_arm(f"warm-up {warm.bench}", warm.steps)
@@ -268,7 +283,8 @@ def _report_same_process(
         else sum(w.steps for w in warm),
     }
     if schedule is None:
-        extra["run_order"] = [arm.label for arm in plan.arms]
+        extra["run_order"] = [run.label for run in runs]
+        extra["planned_run_order"] = [arm.label for arm in plan.arms]
         extra["block_orientations"] = turns
     else:
         extra["schedule"] = schedule.to_json()
@@ -287,6 +303,7 @@ def _report_same_process(
         min_effect_pct=plan.run.min_effect,
         schedule=schedule,
         baseline=plan.baseline,
+        looks=plan.run.looks,
     )
 
 
@@ -306,6 +323,8 @@ def _settings(args: argparse.Namespace, plan: ArmPlan) -> dict[str, Any]:
         "budget": args.budget,
         "step_time": args.step_time,
         "step_noise": args.step_noise,
+        "stop": "budget" if run.looks is None else "settled",
+        "looks_max_units": None if run.looks is None else run.looks.max_units,
         "knobs": base_knobs(args.knob),
         "min_effect_pct": run.min_effect,
     }

@@ -35,11 +35,12 @@ from rl_trainer_bench.ab import interleave
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.units import milliseconds
+from rl_trainer_bench.units import confidence_level, milliseconds
 
 FASTER, SLOWER, NO_EFFECT, NOISY = "FASTER", "SLOWER", "NO-EFFECT", "NOISY"
 SEPARATE_ARMS, INTERLEAVED = run_orders.DESIGN, interleave.DESIGN
 BLOCKED = run_orders.BLOCKED_DESIGN
+SEQUENTIAL = run_orders.SEQUENTIAL_DESIGN
 # 99%, not 95%: a 95% interval claims an effect in 1 of 20 runs of nothing changed by construction,
 # so a user's batch of A/As, or any bias left by a load, meets or exceeds 1 in 20; at 99% the
 # nominal rate is 1 in 100 and a residual bias has room below 1 in 20 (BENCHMARKS.md, "A/B false
@@ -105,9 +106,10 @@ class Delta:
         baseline_median_s: float,
         floor_s: float | None,
         min_effect_s: float,
+        confidence: float = CONFIDENCE,
     ) -> Delta:
         """The delta with its verdict, so every design decides by the one rule (`verdict`)."""
-        word, reason = verdict(delta_s, ci_low_s, ci_high_s, floor_s, min_effect_s)
+        word, reason = verdict(delta_s, ci_low_s, ci_high_s, floor_s, min_effect_s, confidence)
         return cls(setting, baseline, delta_s, ci_low_s, ci_high_s, baseline_median_s, word, reason)
 
     @property
@@ -134,10 +136,10 @@ class Score:
     blocks: list[list[str]] = dataclasses.field(default_factory=list)  # BLOCKED: arm labels
     # BLOCKED: each block's difference (setting minus baseline), by delta name: the interval's units
     block_differences_s: dict[str, list[float]] = dataclasses.field(default_factory=dict)
-
-    @property
-    def confidence(self) -> float:
-        return CONFIDENCE
+    confidence: float = CONFIDENCE  # of the deltas' intervals (a sequential look's: its own)
+    # A sequential run (sequential.py): every look taken, and the rule and where it stopped
+    looks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    stopping: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -152,7 +154,9 @@ class Score:
             "noise_floor_s": self.noise_floor_s,
             "min_effect_s": self.min_effect_s,
             "cross_pod": self.cross_pod,
-            "confidence": CONFIDENCE,
+            "confidence": self.confidence,
+            "looks": self.looks,
+            "stopping": self.stopping,
             "bootstrap": {"resamples": RESAMPLES, "stratified_by": "arm", "statistic": "median"},
             "deltas": [
                 {**dataclasses.asdict(d), "name": d.name, "delta_pct": d.percent(d.delta_s)}
@@ -172,20 +176,15 @@ def score(
 ) -> Score:
     """Score separate arms: every other setting against the baseline (None: the first to run); by
     blocks when the run order is made of balanced blocks (`score_blocks`)."""
-    times = _scored_times(runs)
-    by_setting = _labels_by_setting(runs, baseline)
-    arms = {label: Spread.of(t) for label, t in times.items()}
-    settings = {
-        s: Spread.of([x for lb in labels for x in times[lb]]) for s, labels in by_setting.items()
-    }
-    baseline, *others = by_setting
-    min_effect_s = min_effect_pct / 100.0 * settings[baseline].median_s
-    drift = ab_drift.measure(
-        ab_drift.timed_steps(runs, shared_clock=not cross_pod),
-        baseline=baseline,
-        shared_clock=not cross_pod,
-        min_effect_s=min_effect_s,
+    summary = summarise(runs, min_effect_pct, cross_pod, baseline)
+    times, by_setting, arms, settings = (
+        summary.times,
+        summary.by_setting,
+        summary.arms,
+        summary.settings,
     )
+    min_effect_s, drift = summary.min_effect_s, summary.drift
+    baseline, *others = by_setting
     blocks = None if cross_pod else run_orders.blocks_of([run.setting for run in runs])
     if blocks is not None:
         labelled = [[runs[i].label for i in block] for block in blocks]
@@ -211,6 +210,39 @@ def score(
         drift,
         _drift_answer(runs, cross_pod),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """What every design scores from: the scored steps by arm and by setting (baseline first),
+    their spreads, the min effect in seconds and the drift of the run."""
+
+    times: dict[str, list[float]]  # scored step seconds by arm label
+    by_setting: dict[str, list[str]]  # arm labels by setting, the baseline's first
+    arms: dict[str, Spread]
+    settings: dict[str, Spread]
+    min_effect_s: float
+    drift: ab_drift.Drift
+
+
+def summarise(
+    runs: Sequence[ArmRun], min_effect_pct: float, cross_pod: bool, baseline: str | None
+) -> Summary:
+    """The runs' spreads by arm and setting, the min effect and the drift (see `Summary`)."""
+    times = _scored_times(runs)
+    by_setting = _labels_by_setting(runs, baseline)
+    arms = {label: Spread.of(t) for label, t in times.items()}
+    settings = {
+        s: Spread.of([x for lb in labels for x in times[lb]]) for s, labels in by_setting.items()
+    }
+    min_effect_s = min_effect_pct / 100.0 * settings[next(iter(by_setting))].median_s
+    drift = ab_drift.measure(
+        ab_drift.timed_steps(runs, shared_clock=not cross_pod),
+        baseline=next(iter(by_setting)),
+        shared_clock=not cross_pod,
+        min_effect_s=min_effect_s,
+    )
+    return Summary(times, by_setting, arms, settings, min_effect_s, drift)
 
 
 def _bootstrapped_delta(
@@ -288,14 +320,16 @@ def _block_mean(
     return _mean_of_arm_medians(arms, [label for label in block if setting_of[label] == setting])
 
 
-def t_interval(differences: Sequence[float]) -> tuple[float, float, float]:
-    """The mean of independent differences and its CONFIDENCE interval by Student's t: the right
+def t_interval(
+    differences: Sequence[float], confidence: float = CONFIDENCE
+) -> tuple[float, float, float]:
+    """The mean of independent differences and its `confidence` interval by Student's t: the right
     width for a handful of units, where a bootstrap over them is far too narrow."""
     from scipy import stats  # comes with JAX: `render` reads this module on a python with neither
 
     x = np.asarray(differences, dtype=np.float64)
     mean = float(np.mean(x))
-    half_width = float(stats.t.ppf(0.5 + CONFIDENCE / 2, len(x) - 1) * stats.sem(x))
+    half_width = float(stats.t.ppf(0.5 + confidence / 2, len(x) - 1) * stats.sem(x))
     return mean, mean - half_width, mean + half_width
 
 
@@ -348,12 +382,17 @@ def _bootstrap_interval(
 
 
 def verdict(
-    delta_s: float, ci_low_s: float, ci_high_s: float, floor_s: float | None, min_effect_s: float
+    delta_s: float,
+    ci_low_s: float,
+    ci_high_s: float,
+    floor_s: float | None,
+    min_effect_s: float,
+    confidence: float = CONFIDENCE,
 ) -> tuple[str, str]:
     """The verdict word and the numbers that decided it (see `rule_text`)."""
     bar = min_effect_s if floor_s is None else floor_s
     bar_name = "min effect" if floor_s is None else "noise floor"
-    ci = f"{CONFIDENCE:.0%} CI [{milliseconds(ci_low_s, _RULE_MS)}, {milliseconds(ci_high_s, _RULE_MS)}] ms"
+    ci = f"{confidence_level(confidence)} CI [{milliseconds(ci_low_s, _RULE_MS)}, {milliseconds(ci_high_s, _RULE_MS)}] ms"
     if (ci_low_s > 0 or ci_high_s < 0) and abs(delta_s) > bar:
         word = FASTER if delta_s < 0 else SLOWER
         return (
@@ -379,7 +418,11 @@ def verdict(
 
 
 def rule_text(
-    floor_s: float | None, min_effect_s: float, cross_pod: bool, design: str = SEPARATE_ARMS
+    floor_s: float | None,
+    min_effect_s: float,
+    cross_pod: bool,
+    design: str = SEPARATE_ARMS,
+    confidence: float = CONFIDENCE,
 ) -> str:
     """The verdict rule, with this run's numbers, as printed beside the verdict."""
     if floor_s is None:
@@ -387,7 +430,7 @@ def rule_text(
             "cross-pod: no shared noise floor"
             if cross_pod
             else "the interval over blocks carries the noise"
-            if design == BLOCKED
+            if design in (BLOCKED, SEQUENTIAL)
             else "no repeated arm: no noise floor"
         )
         bar = f"min effect {milliseconds(min_effect_s, _RULE_MS)} ms (stands in for the noise floor; {why})"
@@ -395,7 +438,7 @@ def rule_text(
         bar = f"noise floor {milliseconds(floor_s, _RULE_MS)} ms"
     interval = _INTERVALS.get(design, "bootstrap CI of the delta (mean of arm medians)")
     return (
-        f"FASTER/SLOWER if the {CONFIDENCE:.0%} {interval} "
+        f"FASTER/SLOWER if the {confidence_level(confidence)} {interval} "
         f"excludes 0 and "
         f"|delta| > {bar}; NO-EFFECT if that bar and the CI lie within min effect "
         f"+-{milliseconds(min_effect_s, _RULE_MS)} ms; otherwise NOISY. Any failed exact check: FAIL."
@@ -406,6 +449,8 @@ _INTERVALS = {
     INTERLEAVED: "Student's t CI of the delta (mean over pairs of blocks of the paired difference)",
     BLOCKED: "Student's t CI of the delta (mean over blocks of each block's difference of arm "
     "medians)",
+    SEQUENTIAL: "Student's t CI of the stopping look (mean over half-blocks of each half-block's "
+    "difference of turn medians)",
 }
 
 

@@ -32,6 +32,8 @@ AB_DESIGN_KNOBS = (
     "AB_STEP_NOISE",
     "AB_AOT_REPORT",
     "AB_SCHEDULE_SEED",
+    "AB_STOP",
+    "AB_EXPECT_EFFECT",
 )
 # The driver's knobs the renderer passes through to the pod, as their rows say.
 PASS_THROUGH = knobs_of(RENDER)
@@ -97,6 +99,17 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
         "the seed of the same-pod A/B's turns, as `ab --schedule-seed`; default: drawn from the"
         " render's own inputs, so the run order the render and `plan` print is the pod's, and"
         " rendering again gives the same manifest (set another seed for another order)",
+    ),
+    RenderKnob(
+        "AB_STOP",
+        "whether the same-pod A/B stops at the first look whose verdict is settled (settled, the"
+        " default on a slice) or runs its whole budget (budget), as `ab --stop`",
+    ),
+    RenderKnob(
+        "AB_EXPECT_EFFECT",
+        "effects, percent of the step (e.g. 7.2 or 1,7.2), at which the render and `plan` forecast"
+        " the same-pod A/B's expected steps and pod time, as `ab --expect-effect` (default: the"
+        " min effect)",
     ),
     RenderKnob(
         "AB_STEP_TIME",

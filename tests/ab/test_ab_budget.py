@@ -118,22 +118,19 @@ def test_the_run_is_resolved_apart_from_the_flags_which_stay_as_parsed(argv, exp
 def test_a_minutes_budget_pays_the_warmups_then_buys_blocks(tmp_path):
     # 41 min of 100 s steps: 24 steps, less 2 warm-ups (one program set, the most any engine
     # needs) leaves 22, 11 per setting: 5 blocks of 1-step turns
-    args = _parsed(
-        "--preset",
-        "qwen3.5-397b-cell",
-        "--arms",
-        "off,on",
-        "--budget",
-        "41min",
-        "--step-time",
-        "100",
-    )
+    argv = ("--preset", "qwen3.5-397b-cell", "--arms", "off,on", "--budget", "41min")
+    args = _parsed(*argv, "--step-time", "100")
     run = ab.complete(args)
     assert (run.blocks, run.steps) == (5, 1)
     plan = plan_arms(args, run, tmp_path, on_this_host=False)  # the built-in engine: 1 warm-up
     assert plan.warmup_steps == 1 and args.warmup_steps is None  # the plan's, args untouched
     design = run.planned_lines(len(plan.bench_configs), plan.warmup_steps)
-    assert design[1] == (
+    assert design[3].endswith(
+        "; at most 21 steps x 100 s = 35.0 min (ESTIMATE; step time: given by --step-time),"
+        " plus start-up and compiles"
+    )
+    fixed = ab.complete(_parsed(*argv, "--step-time", "100", "--stop", "budget"))
+    assert fixed.planned_lines(len(plan.bench_configs), plan.warmup_steps)[1] == (
         "A/B pod time: 21 steps x 100 s = 35.0 min (ESTIMATE; step time: given by --step-time),"
         " plus start-up and compiles"
     )

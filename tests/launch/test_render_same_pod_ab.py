@@ -55,7 +55,7 @@ def test_the_render_says_what_the_pods_ab_will_do():
     rendered = render_with_plan(
         FIXTURE.read_text(), "f", RenderKnobs.from_strings({"ab_arms": ARMS}), plan_for_render
     )
-    first, base, wide, order, design, *_ = rendered.ab_lines
+    first, base, wide, order, design, stops, expected, *_ = rendered.ab_lines
     assert first.startswith(
         "same-pod A/B of base, wide (AB_ARMS), one process (python -m rl_trainer_bench.ab.same_pod)"
     )
@@ -74,10 +74,14 @@ def test_the_render_says_what_the_pods_ab_will_do():
     # on the fixture's v5p slice: the accelerator's budget, 6 blocks of 1-step turns; the
     # built-in engine warms each of the two program sets for 1 step, once
     assert design.startswith(
-        "A/B design: 6 blocks, each setting two turns of 1 scored step(s) per block: 12 scored"
-        " steps per setting x 2 settings = 24, and 2 warm-up steps (1 per program set x 2, once,"
-        " up front); 26 steps in all, by the accelerator's default budget"
+        "A/B design: at most 6 blocks, each setting two turns of 1 scored step(s) per block: at"
+        " most 12 scored steps per setting x 2 settings = 24, and 2 warm-up steps (1 per program"
+        " set x 2, once, up front); at most 26 steps in all, by the accelerator's default budget"
     )
+    # a slice's A/B stops when settled: the render prints the rule and what it expects to spend
+    assert stops.startswith("A/B stops when settled: looks after every half-block from the 3rd")
+    assert expected.startswith("A/B expected stop (ESTIMATE: 4000 simulated runs")
+    assert expected.endswith("; at most 12")
 
 
 def test_an_arm_that_sets_a_start_up_bound_knob_is_refused_naming_separate_pods(capsys, tmp_path):
