@@ -452,7 +452,7 @@ def size(args: argparse.Namespace, schedule_seed: int) -> AbRun:
         for flag, given in (("--budget", args.budget), ("--stop", args.stop)):
             if given is not None:
                 raise UserError(
-                    f"{flag} sizes the {run_orders.BLOCKS} order of separate arms; this run is"
+                    f"{flag} is for the {run_orders.BLOCKS} order of separate arms; this run is"
                     f" not one: drop {flag} and set --steps"
                 )
         steps = DEFAULT_STEPS[args.design] if args.steps is None else args.steps

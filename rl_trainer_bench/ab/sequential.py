@@ -204,8 +204,8 @@ def score(runs: Sequence[ArmRun], looks: Looks, *, min_effect_pct: float, baseli
     one (where the run stopped), or of the last."""
     summary = ab_score.summarise(runs, min_effect_pct, False, baseline)
     cuts = halves([run.setting for run in runs])
-    if cuts is None or len(cuts) < MIN_UNITS:
-        return ab_score.score(runs, min_effect_pct=min_effect_pct, baseline=baseline)
+    if cuts is None or len(cuts) < MIN_UNITS:  # the run loop stops only after a look
+        raise ValueError(f"{len(runs)} arms do not end a half-block after {MIN_UNITS} or more")
     taken = []
     for units in range(MIN_UNITS, len(cuts) + 1):
         taken.append(_judged(runs, cuts[:units], summary, looks))

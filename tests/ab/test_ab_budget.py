@@ -141,8 +141,12 @@ def test_a_budget_too_small_for_three_blocks_is_refused_naming_the_need():
         _run("--preset", "qwen3.5-397b-cell", "--budget", "4")
     with pytest.raises(UserError, match="needs a step time"):
         _run("--preset", "qwen3.5-397b-cell", "--budget", "30min")
-    with pytest.raises(UserError, match="--budget sizes the blocks order"):
+    with pytest.raises(UserError, match="--budget is for the blocks order"):
         _run("--budget", "12", "--design", "interleaved")
+    with pytest.raises(UserError, match="--stop is for the blocks order"):
+        _run("--stop", "settled", "--order", "mirrored")
+    with pytest.raises(ConfigError, match="--expect-effect='7,x'"):
+        _run("--preset", "qwen3.5-397b-cell", "--expect-effect", "7,x")
     with pytest.raises(ConfigError, match="--budget='12 hours'"):
         _run("--budget", "12 hours")
 

@@ -137,12 +137,23 @@ def test_an_arm_the_pod_would_refuse_is_refused_at_render():
 
 @pytest.mark.parametrize(
     ("knob", "text"),
-    [("ab_schedule_seed", "-1"), ("ab_budget", "0"), ("ab_schedule_seed", "0x10")],
+    [
+        ("ab_schedule_seed", "-1"),
+        ("ab_budget", "0"),
+        ("ab_schedule_seed", "0x10"),
+        ("ab_expect_effect", "0"),
+        ("ab_expect_effect", "1,x"),
+    ],
 )
 def test_a_design_knob_the_pod_would_refuse_is_named_as_the_render_takes_it(knob, text):
     # the pod's `ab` reads these as its flags; the user wrote the render's knob, so that is named
     with pytest.raises(UserError, match=rf": {knob.upper()}(: |=)'{text}'"):
         _render(ab_arms="off,on", **{knob: text})
+
+
+def test_a_stop_the_pod_does_not_know_is_named_as_the_render_takes_it():
+    with pytest.raises(UserError, match=r"AB_STOP: invalid choice: 'never'"):
+        _render(ab_arms="off,on", ab_stop="never")
 
 
 def test_the_pods_knobs_are_every_arms(tmp_path):
