@@ -14,7 +14,13 @@ from collections.abc import Mapping
 
 import jax
 
-from rl_trainer_bench.bench.runtime import MULTI_PROCESS, PATHWAYS, TPU_POD, runtime_for
+from rl_trainer_bench.bench.runtime import (
+    MULTI_PROCESS,
+    PATHWAYS,
+    TPU_POD,
+    forces_host_cpu,
+    runtime_for,
+)
 from rl_trainer_bench.errors import ConfigError
 
 
@@ -38,11 +44,17 @@ def initialize_runtime(env: Mapping[str, str], host_devices: int) -> str:
 
     The runtime is the one `runtime.runtime_for` names, which the plan printed before this runs.
     `host_devices` is the preset's CPU device count for the whole run (0: leave the host platform
-    alone); with several processes each one takes its share.
+    alone); with several processes each one takes its share. A host preset (e.g. cpu-tiny's 2x2x2
+    mesh) gets the CPU platform unless JAX_PLATFORMS chose one, in every command alike: on a host
+    with an accelerator JAX would otherwise pick the accelerator, whose devices the preset's mesh
+    was not made for.
     """
-    chosen = runtime_for(env)
+    chosen = runtime_for(env, host_devices)
     if chosen.kind == PATHWAYS:
         return _start_pathways(env)
+    if forces_host_cpu(env, host_devices):
+        with contextlib.suppress(RuntimeError):  # backends already up: keep what they are
+            jax.config.update("jax_platforms", "cpu")
     processes = process_count(env)
     _force_host_devices(host_devices // processes if host_devices else 0)
     if chosen.kind == MULTI_PROCESS:
@@ -58,7 +70,7 @@ def initialize_runtime(env: Mapping[str, str], host_devices: int) -> str:
     if chosen.kind == TPU_POD:
         jax.distributed.initialize()  # multi-host TPU: JAX detects the cluster from the pod
         return f"runtime: jax.distributed (TPU pod) process {jax.process_index()}"
-    return "runtime: single process"
+    return f"runtime: {chosen.describe()}"
 
 
 def _start_pathways(env: Mapping[str, str]) -> str:
@@ -81,15 +93,7 @@ def _start_pathways(env: Mapping[str, str]) -> str:
 
 
 def start_for_preset(host_devices: int) -> str:
-    """Start JAX as a preset asks, before anything touches a device; the line saying how.
-
-    A host preset (`host_devices` > 0, e.g. cpu-tiny's 2x2x2 mesh) gets the CPU platform with that
-    many devices unless the environment chose a platform or a device count; other presets start as
-    the environment says.
-    """
-    if host_devices and not os.environ.get("JAX_PLATFORMS"):
-        with contextlib.suppress(RuntimeError):  # backends already up: keep what they are
-            jax.config.update("jax_platforms", "cpu")
+    """Start JAX as a preset asks, in this process's environment (`initialize_runtime`)."""
     return initialize_runtime(os.environ, host_devices)
 
 

@@ -397,7 +397,7 @@ def resolve(
     layout = _layout(engine, config.orch_argv)
     differences = tuple(d for d in config.preset.differs_from_trainer if d.holds(engine))
     replay = _replay(config, engine)
-    runtime = None if env is None else runtime_for(env)
+    runtime = None if env is None else runtime_for(env, config.preset.host_devices)
     preset_values = value_sources.unset_values(
         config.preset, engine, config.trainer_argv, config.engine_flags
     )

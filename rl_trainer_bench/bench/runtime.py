@@ -45,8 +45,9 @@ def uses_pathways(env: Mapping[str, str]) -> bool:
     return "proxy" in platforms(env)
 
 
-def runtime_for(env: Mapping[str, str]) -> Runtime:
-    """The runtime `env` asks for, in the order the driver tries them."""
+def runtime_for(env: Mapping[str, str], host_devices: int = 0) -> Runtime:
+    """The runtime `env` asks for, in the order the driver tries them; one process of a host
+    preset (`host_devices` > 0) says that it runs on the host's CPU (`host_platform`)."""
     if uses_pathways(env):
         target = env.get("JAX_BACKEND_TARGET")
         return Runtime(
@@ -63,4 +64,24 @@ def runtime_for(env: Mapping[str, str]) -> Runtime:
     hosts = [host for host in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if host]
     if len(hosts) > 1:
         return Runtime(TPU_POD, f"jax.distributed over {len(hosts)} hosts of TPU_WORKER_HOSTNAMES")
-    return Runtime(SINGLE_PROCESS)
+    return Runtime(SINGLE_PROCESS, host_platform(env, host_devices))
+
+
+def forces_host_cpu(env: Mapping[str, str], host_devices: int) -> bool:
+    """Whether a host preset's run sets the CPU platform itself: JAX_PLATFORMS unset, so JAX
+    would otherwise pick an accelerator the preset's mesh was not made for."""
+    return host_devices > 0 and not platforms(env)
+
+
+def host_platform(env: Mapping[str, str], host_devices: int) -> str:
+    """Where a host preset's single process runs, in the words every command prints: on the
+    host's CPU, never on an accelerator of the host, which then stays idle ("" for a preset
+    that is not a host preset: the environment's platform, as JAX picks it)."""
+    if not host_devices:
+        return ""
+    if forces_host_cpu(env, host_devices):
+        return (
+            f"host CPU, {host_devices} devices: JAX_PLATFORMS=cpu for a host preset; an"
+            " accelerator of this host stays idle, a chip's own preset runs on it"
+        )
+    return f"a host preset's {host_devices} devices on JAX_PLATFORMS={env['JAX_PLATFORMS']}"

@@ -63,5 +63,13 @@ def test_the_plan_names_the_pathways_runtime_before_anything_runs(capsys):
 
 
 def test_the_plan_of_a_single_process_says_so(capsys):
-    assert entry.main([], {"PLAN_ONLY": "1"}) == 0
+    assert entry.main([], {"PLAN_ONLY": "1", "PRESET": "qwen3-30b-a3b-cell"}) == 0
     assert "plan: runtime: single process" in capsys.readouterr().out.splitlines()
+
+
+def test_the_plan_of_a_host_preset_says_it_runs_on_the_hosts_cpu(capsys):
+    assert entry.main([], {"PLAN_ONLY": "1"}) == 0  # cpu-tiny, the default
+    assert (
+        "plan: runtime: single process (host CPU, 8 devices: JAX_PLATFORMS=cpu for a host preset;"
+        " an accelerator of this host stays idle, a chip's own preset runs on it)"
+    ) in capsys.readouterr().out.splitlines()
