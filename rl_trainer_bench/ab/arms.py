@@ -23,16 +23,20 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import re
 from collections.abc import Mapping, Sequence
 
 from rl_trainer_bench.ab import order as run_orders
+from rl_trainer_bench.config import knobs
 from rl_trainer_bench.config.engine_keys import (
     ENGINE_KEYS,
     parse_engine_flags,
+    parse_trainer_argv,
     parse_trainer_command,
 )
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS, STAGE_KNOBS
+from rl_trainer_bench.config.presets import Preset, preset
 from rl_trainer_bench.config.trainer_maxtext import (
     APPLICABLE,
     FLAG_KEYS,
@@ -42,6 +46,7 @@ from rl_trainer_bench.config.trainer_maxtext import (
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.maxtext.keys import HELD_KEYS, known_keys
 from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.local_chips import usable_tpu
 
 # Knobs the A/B itself owns: every arm must run the same steps, or the exact checks mean nothing.
 RESERVED_KNOBS = {
@@ -196,6 +201,17 @@ def check_key(key: str, where: str) -> None:
         )
     if _ENGINE_KEY.fullmatch(key):
         _check_engine_key(key, where)
+
+
+def chosen_preset(preset_name: str | None, knob_pairs: Sequence[str]) -> tuple[Preset, str]:
+    """The preset every arm times, and what chose it: --preset, else the model a --knob
+    TRAINER_ARGV names, else this host's default (`presets.default_preset`: its one TPU chip's
+    preset, or the CPU's). A pod's A/B always names its preset (`same_pod.py`), so the chips
+    read here are this host's only where `ab` runs on it."""
+    if preset_name is not None:
+        return preset(preset_name), "--preset"
+    trainer = parse_trainer_argv(base_knobs(knob_pairs).get("TRAINER_ARGV", ""))
+    return knobs.chosen_preset(None, trainer, usable_tpu(os.environ))
 
 
 def base_knobs(pairs: Sequence[str]) -> dict[str, str]:

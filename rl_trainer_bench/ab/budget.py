@@ -441,7 +441,7 @@ def size(args: argparse.Namespace, schedule_seed: int) -> AbRun:
     """The run `args` asks for, sized from its budget, knobs and platform: the blocks design the
     budget buys with its blocks and turns, or for a run the budget does not size (interleaved,
     another order, scored logs) the steps its design takes by default. `args` is only read."""
-    preset = config.preset(args.preset)
+    preset, _ = ab_arms.chosen_preset(args.preset, args.knob)
     base = base_knobs(args.knob)
     platform = platform_of(preset, base)
     min_effect = platform.min_effect_pct if args.min_effect is None else args.min_effect

@@ -52,7 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_design_arguments(parser: argparse.ArgumentParser) -> None:
     """What is compared and how the runs are laid out: preset, arms, order, design, schedule."""
-    add_preset_flag(parser, "the cell every arm times")
+    add_preset_flag(
+        parser, "the cell every arm times (else the model a --knob TRAINER_ARGV names)", True
+    )
     parser.add_argument(
         "--arms",
         default=ab_arms.DEFAULT_ARMS,

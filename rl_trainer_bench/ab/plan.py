@@ -47,6 +47,7 @@ class ArmPlan:
     baseline: str  # the setting --arms names first; the blocks order may run another one first
     warmup_steps: int  # every arm's: --warmup-steps, else the longest its engines need
     run: AbRun  # the steps per turn, blocks and schedule seed the arms were laid out with
+    preset_source: str  # what chose the preset: --preset, a trainer flag, or this host's default
 
     def arms_of(self, bench: str) -> list[ArmSpec]:
         return [arm for arm in self.arms if self.groups[arm.label] == bench]
@@ -104,7 +105,7 @@ def plan_arms(
     worker cannot run (so no arm runs before a later one is refused). `on_this_host` False plans
     for another machine (a rendered pod): this host's memory says nothing of the pod's there, so
     the micro-batch pool is not judged against it."""
-    preset = config.preset(args.preset)
+    preset, preset_source = ab_arms.chosen_preset(args.preset, args.knob)
     arms = ab_arms.parse_arms(args.arms, args.order, run.blocks, run.schedule_seed)
     base = base_knobs(args.knob)
     knobs = {arm.label: {"PRESET": preset.name, **arm_knobs(base, arm)} for arm in arms}
@@ -134,7 +135,7 @@ def plan_arms(
         names.setdefault(arm.program_knobs, f"bench{len(names) + 1}")
     groups = {arm.label: names[arm.program_knobs] for arm in arms}
     baseline = ab_arms.parse_arms(args.arms, run_orders.WRITTEN)[0].setting
-    return ArmPlan(preset, arms, knobs, plans, groups, baseline, warmup_steps, run)
+    return ArmPlan(preset, arms, knobs, plans, groups, baseline, warmup_steps, run, preset_source)
 
 
 def arm_knobs(base: Mapping[str, str], arm: ArmSpec) -> dict[str, str]:

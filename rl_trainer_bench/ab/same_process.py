@@ -78,6 +78,7 @@ def same_process(
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(progress.close)
         try:
+            progress.say(f"preset: {plan.preset.name} (chosen by {plan.preset_source})")
             if schedule is None:
                 progress.say(order_line(plan.arms))
                 for line in plan.run.planned_lines(len(plan.bench_plans), plan.warmup_steps):
@@ -312,7 +313,8 @@ def _settings(args: argparse.Namespace, plan: ArmPlan) -> dict[str, Any]:
     resolved for those it left to it."""
     run = plan.run
     return {
-        "preset": args.preset,
+        "preset": plan.preset.name,
+        "preset_source": plan.preset_source,
         "arms": args.arms,
         "order": args.order,
         "blocks": run.blocks,

@@ -18,6 +18,7 @@ from rl_trainer_bench.config.knobs import BenchConfig, add_driver_knob_arguments
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError, run_guarded
 from rl_trainer_bench.io import check_writable_folder, refuse_special_file
+from rl_trainer_bench.local_chips import usable_tpu
 
 
 def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], None]) -> int:
@@ -61,7 +62,7 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
 
 def run_command(args: argparse.Namespace) -> int:
     """`rl-trainer-bench run`: knobs from the environment, overridden by flags."""
-    config = BenchConfig.from_env(driver_knobs(os.environ, args))
+    config = BenchConfig.from_env(driver_knobs(os.environ, args), tpu=usable_tpu(os.environ))
     return run_bench(config, os.environ, lambda line: print(line, flush=True))
 
 

@@ -40,15 +40,28 @@ from rl_trainer_bench.config.engine_choice import (
     engine_warmup_steps,
 )
 from rl_trainer_bench.config.engine_keys import parse_engine_flags, parse_trainer_argv
-from rl_trainer_bench.config.presets import PRESETS, Preset, preset, preset_for_model
+from rl_trainer_bench.config.presets import (
+    HOST_DEFAULT,
+    ONE_CHIP_PRESETS,
+    PRESETS,
+    Preset,
+    default_preset,
+    preset,
+    preset_for_model,
+)
 from rl_trainer_bench.config.step_shape import LENGTH_FLAGS, StepShape, launcher_step_shape
 from rl_trainer_bench.engine.config import GPU_PLATFORMS
 from rl_trainer_bench.engine.factory import BUILT_IN, ENGINE_NAMES
 from rl_trainer_bench.engine.maxtext.tunix_grpo import AUTO, MAXTEXT, MAXTEXT_DRIVERS, TUNIX
 from rl_trainer_bench.errors import ConfigError
+from rl_trainer_bench.local_chips import LocalTpu
 
 _ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
-DEFAULT_PRESET = "cpu-tiny"
+DEFAULT_PRESET = HOST_DEFAULT
+# What an unnamed preset is, as the help of PRESET and --preset says it
+CHIP_DEFAULT_NOTE = "on a host with one TPU chip its one-chip preset ({}), else {}".format(
+    ", ".join(f"{name} on {kind}" for kind, name in ONE_CHIP_PRESETS.items()), HOST_DEFAULT
+)
 # Where a run's micro_steps came from (`BenchConfig.micro_steps_source`).
 MICRO_STEPS_SOURCE = "MICRO_STEPS"
 LAUNCHER_SOURCE = "the launcher"
@@ -209,7 +222,7 @@ KNOBS: tuple[Knob, ...] = (
         _preset,
         "preset name",
         format=lambda chosen: chosen.name,
-        unset_help=f"the preset of the model TRAINER_ARGV names, else {DEFAULT_PRESET}",
+        unset_help=f"the preset of the model TRAINER_ARGV names, else {CHIP_DEFAULT_NOTE}",
         shown=lambda chosen: chosen.name,
     ),
     Knob(
@@ -439,12 +452,14 @@ def _flag_parser(knob: Knob, default: Any) -> Callable[[str], Any]:
     return parse
 
 
-def add_preset_flag(parser: argparse.ArgumentParser, what: str) -> None:
-    """`--preset` of the commands that build or compile one cell; unset, the default preset."""
+def add_preset_flag(parser: argparse.ArgumentParser, what: str, on_chip: bool = False) -> None:
+    """`--preset` of the commands that build or compile one cell; unset, the default preset, or
+    with `on_chip` (a command that times a cell on this host) None: the host's default
+    (`presets.default_preset`), resolved by the command."""
+    default = None if on_chip else DEFAULT_PRESET
+    shown = CHIP_DEFAULT_NOTE if on_chip else DEFAULT_PRESET
     parser.add_argument(
-        "--preset",
-        default=DEFAULT_PRESET,
-        help=f"{what}: one of {', '.join(PRESETS)} (default: {DEFAULT_PRESET})",
+        "--preset", default=default, help=f"{what}: one of {', '.join(PRESETS)} (default: {shown})"
     )
 
 
@@ -603,16 +618,20 @@ class BenchConfig:
         return self.warmup_steps + self.steps
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], **given: Any) -> BenchConfig:
+    def from_env(
+        cls, env: Mapping[str, str], *, tpu: LocalTpu | None = None, **given: Any
+    ) -> BenchConfig:
         """Validate every knob in `env` (host work only: nothing here touches a device), with
         `given` fields (already typed: a command's parsed flags, an A/B's own steps) over the
-        knobs', so what follows from them (preset, engine, micro-steps) follows from them alike."""
+        knobs', so what follows from them (preset, engine, micro-steps) follows from them alike.
+        `tpu`: the usable TPU chips of the host the run is on, where that is this host (a
+        command's, not a rendered pod's), for the default preset."""
         refuse_misspelt_knobs(env, "the knobs")
         fields = {knob.dest: knob.read(env) for knob in KNOBS if knob.dest != "stage"}
         stage = given.pop("stage", None) or StageConfig.from_env(env)
         fields.update(given)
         trainer_flags = parse_trainer_argv(fields["trainer_argv"])
-        fields["preset"], source = _chosen_preset(fields["preset"], trainer_flags)
+        fields["preset"], source = chosen_preset(fields["preset"], trainer_flags, tpu)
         fields["orch_argv"] = _with_lengths(fields["orch_argv"], trainer_flags)
         choice = choose_engine(fields["engine"], fields["trainer_argv"], fields["preset"].engine)
         fields["engine"] = choice.spec
@@ -651,14 +670,18 @@ class BenchConfig:
         }
 
 
-def _chosen_preset(given: Preset | None, trainer_flags: Mapping[str, str]) -> tuple[Preset, str]:
-    """PRESET when set, else the preset of the model the trainer's flags name, else the default."""
+def chosen_preset(
+    given: Preset | None, trainer_flags: Mapping[str, str], tpu: LocalTpu | None = None
+) -> tuple[Preset, str]:
+    """PRESET when set, else the preset of the model the trainer's flags name, else the default
+    (`presets.default_preset`): a one-chip preset where `tpu` (a command run on this host: its
+    usable chips) has one, else the host's."""
     if given is not None:
         return given, "PRESET"
     mapped = preset_for_model(trainer_flags)
     if mapped is not None:
         return mapped
-    return PRESETS[DEFAULT_PRESET], "default"
+    return default_preset(tpu)
 
 
 def _micro_steps(given: int | None, shape: StepShape) -> tuple[int | None, str]:

@@ -25,6 +25,7 @@ from rl_trainer_bench.engine.config import (
 )
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError
+from rl_trainer_bench.local_chips import LocalTpu
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +89,31 @@ _TRAINER_KEYS_SECTION = "At the trainer's keys: the public tpu7x recipe"
 # Qwen3.5's repeating block (full_attention_interval=4): three Gated DeltaNet layers, then one
 # gated full-attention layer.
 _QWEN35_BLOCK = ("linear_attention",) * 3 + ("full_attention",)
+
+# A Qwen3.5 block MoE that fills one H200 (gpu-small), and the stem of the one-chip TPU cells.
+_GPU_SMALL = EngineConfig(
+    model=ModelConfig(
+        vocab_size=32_768,
+        d_model=2048,
+        num_layers=12,
+        num_heads=16,
+        num_kv_heads=4,
+        head_dim=128,
+        num_experts=64,
+        top_k=4,
+        expert_ffn_dim=1024,
+        shared_expert_ffn_dim=0,
+        attention_output_gate=True,
+        layer_types=_QWEN35_BLOCK,
+        linear_num_key_heads=8,
+        linear_num_value_heads=16,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+    ),
+    mesh=MeshConfig(),
+    micro_batch_rows=8,
+    seq_len=8192,
+)
 
 PRESETS: Mapping[str, Preset] = {
     preset.name: preset
@@ -200,32 +226,27 @@ PRESETS: Mapping[str, Preset] = {
         ),
         Preset(
             name="gpu-small",
-            engine=EngineConfig(
-                model=ModelConfig(
-                    vocab_size=32_768,
-                    d_model=2048,
-                    num_layers=12,
-                    num_heads=16,
-                    num_kv_heads=4,
-                    head_dim=128,
-                    num_experts=64,
-                    top_k=4,
-                    expert_ffn_dim=1024,
-                    shared_expert_ffn_dim=0,
-                    attention_output_gate=True,
-                    layer_types=_QWEN35_BLOCK,
-                    linear_num_key_heads=8,
-                    linear_num_value_heads=16,
-                    linear_key_head_dim=128,
-                    linear_value_head_dim=128,
-                ),
-                mesh=MeshConfig(),
-                micro_batch_rows=8,
-                seq_len=8192,
-            ),
+            engine=_GPU_SMALL,
             micro_steps=4,
             host_devices=0,
             purpose="fills one H200 for about a second per micro-batch",
+        ),
+        Preset(
+            # gpu-small cut to one TPU v5e chip: the cell that ran `run` and `ab` there for
+            # minutes on 2026-12-05 (602M parameters, 8.97 GiB of state; BENCHMARKS.md).
+            name="tpu-v5e-1",
+            engine=dataclasses.replace(
+                _GPU_SMALL,
+                model=dataclasses.replace(_GPU_SMALL.model, num_layers=4, num_experts=16),
+                micro_batch_rows=4,
+                seq_len=4096,
+            ),
+            micro_steps=4,
+            host_devices=0,
+            purpose="one TPU v5e chip (15.75 GiB): gpu-small's Qwen3.5 block cut to 4 layers (one"
+            " block), 16 experts and 4 rows of 4,096 tokens, hidden 2048 (the 397B cell's 4096 does"
+            " not fit one chip beside its Adam state); no shared expert; ran on a v5e chip,"
+            " its headroom not yet measured there",
         ),
         Preset(
             # Qwen3.5-397B-A17B's public shapes (model card of Qwen/Qwen3.5-397B-A17B on Hugging
@@ -343,6 +364,28 @@ PRESETS: Mapping[str, Preset] = {
         ),
     )
 }
+
+# The preset of a host with one TPU chip of each kind (the chip table's names): what `run` and
+# `ab` time there when no preset is named (`default_preset`).
+ONE_CHIP_PRESETS: Mapping[str, str] = {"v5e": "tpu-v5e-1"}
+
+# The preset a command runs when nothing names one, on a host without a chip of ONE_CHIP_PRESETS.
+HOST_DEFAULT = "cpu-tiny"
+
+
+def default_preset(tpu: LocalTpu | None) -> tuple[Preset, str]:
+    """The preset of a command on this host that names none, and why: with one TPU chip JAX may
+    use (`local_chips.usable_tpu`) of a kind with a one-chip preset, that preset, so the main
+    job times the chip; else HOST_DEFAULT, on the host's CPU."""
+    if tpu is not None and tpu.chips == 1 and tpu.kind in ONE_CHIP_PRESETS:
+        return PRESETS[ONE_CHIP_PRESETS[tpu.kind]], f"default: {tpu.describe()}"
+    if tpu is not None:
+        return PRESETS[HOST_DEFAULT], (
+            f"default: {tpu.describe()}, and no preset for them: the host's CPU; give PRESET"
+            " (--preset) and a mesh for the chips"
+        )
+    return PRESETS[HOST_DEFAULT], "default"
+
 
 # The trainer flags that name the model, in the order they are trusted.
 MODEL_FLAGS = ("model_name", "maxtext_model_name", "model_id")

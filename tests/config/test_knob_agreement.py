@@ -266,8 +266,12 @@ def test_a_flag_named_after_a_knob_is_declared_by_its_row_in_every_command():
 
 
 def test_every_preset_flag_has_the_one_default():
+    """The commands that time a cell on this host (run, ab) leave it unset, for the host's
+    default (its one TPU chip's preset, else cpu-tiny); the others default to cpu-tiny."""
     presets = [(c, a) for c, flag, a in _subcommand_flags() if flag == "--preset"]
     assert {c for c, _ in presets} >= {"payload", "check", "check-engine", "aot", "ab", "run"}
     for command, action in presets:
-        expected = None if command == "run" else "cpu-tiny"
+        expected = None if command in ("run", "ab") else "cpu-tiny"
         assert action.default == expected, command
+        if command in ("run", "ab"):
+            assert "one TPU chip its one-chip preset (tpu-v5e-1 on v5e)" in action.help

@@ -15,7 +15,7 @@ from rl_trainer_bench.engine import residency
 from rl_trainer_bench.engine.builtin import programs
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight import compiler_flags, step_estimate
-from rl_trainer_bench.preflight.aot import check, depth, engine_module
+from rl_trainer_bench.preflight.aot import check, depth, engine_module, targets
 from rl_trainer_bench.preflight.aot import compile as aot_compile
 from rl_trainer_bench.preflight.aot import report as aot_report
 from rl_trainer_bench.units import human_bytes
@@ -354,6 +354,30 @@ def test_cpu_tiny_compiles_for_a_tpu_topology_from_this_host():
     overlap = analyze_text(program.as_text(), name, cell.mesh_sizes)
     assert overlap.total.bytes > 0
     assert all(c.group_size > 0 for c in overlap.collectives)
+
+
+@pytest.mark.parametrize(
+    ("name", "bounds"),
+    [
+        ("v5e:1x1", {"chips_per_host_bounds": (1, 1, 1)}),
+        ("v6e:2x1", {"chips_per_host_bounds": (2, 1, 1)}),
+        ("v5e:2x2", {}),
+        ("v6e:2x4", {}),
+        ("v5p:2x2x1", {}),
+        ("tpu7x:4x4x8", {}),
+    ],
+)
+def test_a_slice_smaller_than_a_host_is_its_own_host(name, bounds):
+    """libtpu refused v5e:1x1 at its default 2x2x1 host; a one-chip slice is its one host."""
+    assert targets.host_bounds(accelerators.parse_slice(name)) == bounds
+
+
+@pytest.mark.tpu_aot
+def test_a_one_chip_slice_builds_its_topology_from_this_host():
+    pytest.importorskip("libtpu")
+    for name, kind in (("v5e:1x1", "TPU v5 lite"), ("v6e:1x1", "TPU v6 lite")):
+        target = targets.resolve_target(name)
+        assert (len(target.devices), target.device_kind) == (1, kind)
 
 
 def test_tpu_target_without_libtpu_says_how_to_install(capsys):

@@ -88,6 +88,17 @@ def _host_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def host_bounds(tpu_slice: accelerators.TpuSlice) -> dict[str, tuple[int, ...]]:
+    """libtpu's host shape for a slice smaller than a host (v5e:1x1, v6e:2x1): the slice is its
+    one host. libtpu's default host is 2x2x1 chips, which it refuses to cut smaller ("Topology
+    layout "v5e:1x1" is not divisible by ... chips_per_host_bounds "2x2x1""); larger slices keep
+    the default."""
+    if tpu_slice.num_chips >= tpu_slice.chip.chips_per_host:
+        return {}
+    dims = [int(d) for d in tpu_slice.topology.split("x")]
+    return {"chips_per_host_bounds": (*dims, *[1] * (3 - len(dims)))}
+
+
 def _topology_target(tpu_slice: accelerators.TpuSlice) -> Target:
     if not os.environ.get("JAX_PLATFORMS"):
         # This host has no TPU: keep JAX's own backend on the CPU while libtpu compiles.
@@ -98,7 +109,7 @@ def _topology_target(tpu_slice: accelerators.TpuSlice) -> Target:
     # "INVALID_ARGUMENT: PjRtCompiler must be constructed with a Client" and compiled anyway.
     jax.config.update("jax_enable_compilation_cache", False)
     try:
-        topology = topologies.get_topology_desc(tpu_slice.name, "tpu")
+        topology = topologies.get_topology_desc(tpu_slice.name, "tpu", **host_bounds(tpu_slice))
     except Exception as error:  # libtpu absent, mismatched or busy: JAX raises several types here
         fix = (
             "another process holds libtpu: wait for it, or set ALLOW_MULTIPLE_LIBTPU_LOAD=1"
