@@ -35,6 +35,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from rl_trainer_bench.ab import resolution
 from rl_trainer_bench.ab import score as ab_score
 from rl_trainer_bench.ab.score import CONFIDENCE, FASTER, NO_EFFECT, SLOWER, Delta, Score
 from rl_trainer_bench.bench.step_record import ArmRun
@@ -103,6 +106,15 @@ class Look:
     deltas: list[Delta]
     last: bool  # the budget's last look: the run stops here whatever the verdict
     differences_s: dict[str, list[float]]  # each half-block's difference, by delta name
+    # The step noise the look measured, a fraction of the baseline's median step: the spread of
+    # its half-blocks' differences over what one step's noise gives them (`step_noise`)
+    noise: float
+
+    def noise_text(self) -> str:
+        return (
+            f"step noise measured {100 * self.noise:.3g}% of the step (the spread of"
+            f" {self.units} half-blocks' differences; the next plan's --step-noise)"
+        )
 
     @property
     def settled(self) -> bool:
@@ -129,13 +141,15 @@ class Look:
         )
         return (
             f"look after half-block {self.units} ({confidence_level(self.confidence)} CI):"
-            f" {intervals}; {'stops' if self.settled else 'goes on'}"
+            f" {intervals}; step noise {100 * self.noise:.3g}%;"
+            f" {'stops' if self.settled else 'goes on'}"
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "units": self.units,
             "confidence": self.confidence,
+            "step_noise": self.noise,
             "settled": self.settled,
             "deltas": {
                 d.name: {
@@ -189,7 +203,19 @@ def _judged(
             )
         )
         differences[deltas[-1].name] = unit_s
-    return Look(units, confidence, deltas, units >= looks.max_units, differences)
+    turn_steps = len(runs[0].scored)
+    noise = step_noise(differences, turn_steps, summary.settings[baseline].median_s)
+    return Look(units, confidence, deltas, units >= looks.max_units, differences, noise)
+
+
+def step_noise(differences_s: dict[str, list[float]], turn_steps: int, step_s: float) -> float:
+    """One step's noise, a fraction of `step_s`, from the half-blocks' differences: each is the
+    difference of two turn medians of `turn_steps` steps, whose variance is 2 v_n sigma^2
+    (resolution.median_variance), so sigma is their pooled spread over sqrt(2 v_n). What the
+    plan's forecast takes as its step noise, measured by the run itself."""
+    spreads = [float(np.var(units, ddof=1)) for units in differences_s.values()]
+    pooled = math.sqrt(sum(spreads) / len(spreads))
+    return pooled / math.sqrt(2 * resolution.median_variance(turn_steps)) / step_s
 
 
 def _turn_median(
@@ -230,7 +256,7 @@ def score(runs: Sequence[ArmRun], looks: Looks, *, min_effect_pct: float, baseli
         stop.confidence,
         [each.to_json() for each in taken],
         f"{looks.rule()}. Stopped at the look after half-block {stop.units} of"
-        f" {looks.max_units}: {stop.why()}",
+        f" {looks.max_units}: {stop.why()}; {stop.noise_text()}",
     )
 
 
