@@ -57,7 +57,8 @@ def test_jax_platforms_that_leave_tpus_out_hide_the_chips(tmp_path):
         (LocalTpu("v5e", 1), "tpu-v5e-1", "default: 1 TPU v5e chip on this host"),
         (None, "cpu-tiny", "default"),
         (LocalTpu("v5e", 4), "cpu-tiny", "default: 4 TPU v5e chips on this host, and no preset"),
-        (LocalTpu("v6e", 1), "cpu-tiny", "default: 1 TPU v6e chip on this host, and no preset"),
+        (LocalTpu("v6e", 1), "tpu-v6e-1", "default: 1 TPU v6e chip on this host"),
+        (LocalTpu("v5p", 1), "cpu-tiny", "default: 1 TPU v5p chip on this host, and no preset"),
     ],
 )
 def test_the_default_preset_is_the_one_chips_own(tpu, name, why):

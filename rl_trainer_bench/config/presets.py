@@ -90,6 +90,35 @@ _TRAINER_KEYS_SECTION = "At the trainer's keys: the public tpu7x recipe"
 # gated full-attention layer.
 _QWEN35_BLOCK = ("linear_attention",) * 3 + ("full_attention",)
 
+# Qwen3.5-397B-A17B's public shapes (model card of Qwen/Qwen3.5-397B-A17B on Hugging Face): 60
+# layers as 15 x (3 Gated DeltaNet + 1 gated full attention), hidden 4096; full attention 32 query
+# / 2 KV heads of 256; linear attention 16 QK / 64 V heads of 128; 512 experts, 10 routed + 1
+# shared, of 1024; vocabulary 248,320. The 4-tap convolution and the attention output gate
+# (linear_conv_kernel_dim=4, attn_output_gate=true) are from the public config.json files of the
+# Qwen3.5 family (qwen3_5 model type), which this model shares.
+_QWEN35_397B = ModelConfig(
+    vocab_size=248_320,
+    d_model=4096,
+    num_layers=60,
+    num_heads=32,
+    num_kv_heads=2,
+    head_dim=256,
+    num_experts=512,
+    top_k=10,
+    expert_ffn_dim=1024,
+    shared_expert_ffn_dim=1024,
+    attention_output_gate=True,
+    layer_types=_QWEN35_BLOCK,
+    linear_num_key_heads=16,
+    linear_num_value_heads=64,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    linear_conv_kernel_dim=4,
+    # [B, H, chunk, T] float32 logits per device: 2 GiB at 256 for 65,536-token rows, 8 GiB at
+    # the engine default of 1024 (BENCHMARKS.md, fit table).
+    attention_chunk_size=256,
+)
+
 # A Qwen3.5 block MoE that fills one H200 (gpu-small), and the stem of the one-chip TPU cells.
 _GPU_SMALL = EngineConfig(
     model=ModelConfig(
@@ -249,37 +278,34 @@ PRESETS: Mapping[str, Preset] = {
             " its headroom not yet measured there",
         ),
         Preset(
-            # Qwen3.5-397B-A17B's public shapes (model card of Qwen/Qwen3.5-397B-A17B on Hugging
-            # Face): 60 layers as 15 x (3 Gated DeltaNet + 1 gated full attention), hidden 4096;
-            # full attention 32 query / 2 KV heads of 256; linear attention 16 QK / 64 V heads of
-            # 128; 512 experts, 10 routed + 1 shared, of 1024; vocabulary 248,320. The 4-tap
-            # convolution and the attention output gate (linear_conv_kernel_dim=4,
-            # attn_output_gate=true) are from the public config.json files of the Qwen3.5 family
-            # (qwen3_5 model type), which this model shares.
+            # The 397B cell's shapes cut to one TPU v6e chip: one Qwen3.5 block, its hidden size
+            # and head shapes, 6 of its experts with the shared one, a 32,768-token vocabulary
+            # (its 248,320 would be 2 billion parameters of embedding and head alone). At 8
+            # experts and 4 rows `aot --target v6e:1x1` gave a peak of 37.1 GiB, at 2 rows 32.36.
+            name="tpu-v6e-1",
+            engine=EngineConfig(
+                model=dataclasses.replace(
+                    _QWEN35_397B, vocab_size=32_768, num_layers=4, num_experts=6, top_k=2
+                ),
+                mesh=MeshConfig(),
+                micro_batch_rows=2,
+                seq_len=4096,
+                # Adam's first moment in bfloat16, as the public tpu7x recipe's mu_dtype
+                optimizer=OptimizerConfig(mu_dtype="bfloat16"),
+            ),
+            micro_steps=4,
+            host_devices=0,
+            purpose="one TPU v6e chip (32 GiB): the 397B cell's hidden size, head shapes and"
+            " shared expert in one Qwen3.5 block (4 layers), cut to 6 experts (top 2), a"
+            " 32,768-token vocabulary and 2 rows of 4,096 tokens, Adam's mu in bfloat16 as the"
+            " tpu7x recipe's; sized by `aot --target v6e:1x1` from a CPU host, not yet run on a"
+            " v6e chip",
+        ),
+        Preset(
+            # Qwen3.5-397B-A17B's public shapes (_QWEN35_397B) on the public tpu7x recipe's mesh.
             name="qwen3.5-397b-cell",
             engine=EngineConfig(
-                model=ModelConfig(
-                    vocab_size=248_320,
-                    d_model=4096,
-                    num_layers=60,
-                    num_heads=32,
-                    num_kv_heads=2,
-                    head_dim=256,
-                    num_experts=512,
-                    top_k=10,
-                    expert_ffn_dim=1024,
-                    shared_expert_ffn_dim=1024,
-                    attention_output_gate=True,
-                    layer_types=_QWEN35_BLOCK,
-                    linear_num_key_heads=16,
-                    linear_num_value_heads=64,
-                    linear_key_head_dim=128,
-                    linear_value_head_dim=128,
-                    linear_conv_kernel_dim=4,
-                    # [B, H, chunk, T] float32 logits per device: 2 GiB at 256 for 65,536-token
-                    # rows, 8 GiB at the engine default of 1024 (BENCHMARKS.md, fit table).
-                    attention_chunk_size=256,
-                ),
+                model=_QWEN35_397B,
                 mesh=MeshConfig(fsdp=32, context=4, expert=2),
                 micro_batch_rows=64,
                 seq_len=65_536,
@@ -367,7 +393,7 @@ PRESETS: Mapping[str, Preset] = {
 
 # The preset of a host with one TPU chip of each kind (the chip table's names): what `run` and
 # `ab` time there when no preset is named (`default_preset`).
-ONE_CHIP_PRESETS: Mapping[str, str] = {"v5e": "tpu-v5e-1"}
+ONE_CHIP_PRESETS: Mapping[str, str] = {"v5e": "tpu-v5e-1", "v6e": "tpu-v6e-1"}
 
 # The preset a command runs when nothing names one, on a host without a chip of ONE_CHIP_PRESETS.
 HOST_DEFAULT = "cpu-tiny"

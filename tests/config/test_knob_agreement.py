@@ -274,4 +274,6 @@ def test_every_preset_flag_has_the_one_default():
         expected = None if command in ("run", "ab") else "cpu-tiny"
         assert action.default == expected, command
         if command in ("run", "ab"):
-            assert "one TPU chip its one-chip preset (tpu-v5e-1 on v5e)" in action.help
+            assert "one TPU chip its one-chip preset (tpu-v5e-1 on v5e, tpu-v6e-1 on v6e)" in (
+                action.help
+            )
