@@ -14,6 +14,8 @@ from scipy import stats
 from stand_in_engine import TimedEngine, drifting_sleep
 from test_ab_command import Benches, run_ab
 
+from rl_trainer_bench import cli
+from rl_trainer_bench.ab import command as ab
 from rl_trainer_bench.ab import sequential, sequential_forecast
 from rl_trainer_bench.ab.sequential import Looks
 
@@ -182,3 +184,17 @@ def test_a_look_measures_the_step_noise_the_plan_takes():
     assert look.noise == pytest.approx(0.01, rel=0.08)
     assert look.to_json()["step_noise"] == look.noise
     assert "step noise 1" in look.line() or "step noise 0.9" in look.line()
+
+
+def test_the_plan_expects_the_seeds_switch_called_in_three_steps_a_setting():
+    """The seeds' case on the 397B slice: a 107.7 s step, 0.15% noise, their 7.2% switch. The
+    plan's forecast is the goal's figure: 3 scored steps per setting, 8 steps with 2 warm-ups."""
+    argv = ["--preset", "qwen3.5-397b-cell", "--arms", "off,on", "--step-time", "107.7s"]
+    args = cli.build_parser(["ab"]).parse_args(
+        ["ab", *argv, "--step-noise", "0.15%", "--expect-effect", "7.2"]
+    )
+    lines = ab.complete(args).planned_lines(1, 2)
+    expected = next(line for line in lines if line.startswith("A/B expected stop"))
+    assert "at a 7.2% effect, 3 scored steps per setting (claimed in 100%); at most 12" in expected
+    pod_time = next(line for line in lines if line.startswith("A/B pod time"))
+    assert "8 steps = 14.4 min at 7.2%; at most 26 steps x 107.7 s = 46.7 min" in pod_time
