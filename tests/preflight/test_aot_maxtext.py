@@ -134,7 +134,10 @@ def test_hlo_overlap_reports_the_programs_that_compile_and_names_the_one_that_di
     assert cli.main([*command, "--output", str(output)]) == 1
     out, err = capsys.readouterr()
     failure = "program fwd_bwd_accum did not compile for local: INVALID_ARGUMENT: No such compile"
-    assert err.startswith(f"rl-trainer-bench hlo-overlap: {failure}") and len(err.splitlines()) == 1
+    # MaxText's own notices go to stderr while its engine is built, the first time a process
+    # builds it (`test_aot_json_on_stdout_is_the_report_alone`); the bench's is one line
+    (line,) = [line for line in err.splitlines() if not line.startswith("[NO-OP]")]
+    assert line.startswith(f"rl-trainer-bench hlo-overlap: {failure}")
     flags = {"XLA_FLAGS": os.environ["XLA_FLAGS"]}  # what this process's devices were made with
     written = json.loads(output.read_text())
     assert [r["program"] for r in written] == ["fwd_bwd", "update"]
