@@ -47,7 +47,7 @@ def local_tpu(devices: Path | None = None) -> LocalTpu | None:
             if vendor.read_text().strip() != GOOGLE_VENDOR_ID:
                 continue
             kind = TPU_DEVICE_IDS.get((vendor.parent / "device").read_text().strip())
-        except OSError:  # a device that went away, or a file this user may not read
+        except (OSError, ValueError):  # gone, unreadable, or not text: not a chip to time
             continue
         if kind is not None:
             kinds[kind] += 1
@@ -57,10 +57,17 @@ def local_tpu(devices: Path | None = None) -> LocalTpu | None:
     return LocalTpu(kind, chips)
 
 
+def jax_platforms(env: Mapping[str, str]) -> list[str]:
+    """JAX_PLATFORMS' entries, lower case, in order ([] when unset: JAX picks)."""
+    return [
+        entry.strip().lower() for entry in env.get("JAX_PLATFORMS", "").split(",") if entry.strip()
+    ]
+
+
 def usable_tpu(env: Mapping[str, str], devices: Path | None = None) -> LocalTpu | None:
     """This host's TPU chips where JAX may use them: JAX_PLATFORMS (in `env`) unset or naming
     `tpu`; None where it leaves TPUs out (`cpu`: the user keeps JAX off the chip)."""
-    platforms = [p.strip().lower() for p in env.get("JAX_PLATFORMS", "").split(",") if p.strip()]
+    platforms = jax_platforms(env)
     if platforms and "tpu" not in platforms:
         return None
     return local_tpu(devices)

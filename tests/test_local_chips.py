@@ -38,6 +38,13 @@ def test_a_host_without_tpu_chips_or_without_a_pci_tree_has_none(tmp_path):
     assert local_tpu(tmp_path / "absent") is None
 
 
+def test_an_unreadable_or_binary_device_file_is_not_a_chip(tmp_path):
+    root = _pci(tmp_path, (GOOGLE, V5E), (GOOGLE, V5E))
+    (root / "0000:00:00.0" / "vendor").write_bytes(b"\xff\xfe\x00binary")
+    (root / "0000:00:01.0" / "device").unlink()
+    assert local_tpu(root) is None
+
+
 def test_four_v6e_chips(tmp_path):
     root = _pci(tmp_path, *[(GOOGLE, V6E)] * 4)
     assert local_tpu(root) == LocalTpu("v6e", 4)

@@ -63,7 +63,7 @@ def t_quantile(p: float, df: int) -> float:
         low *= 2
     while t_cdf(high, df) < p:
         high *= 2
-    for _ in range(200):
+    while high - low > 1e-13 * max(1.0, abs(low), abs(high)):  # to double precision, ~50 steps
         middle = (low + high) / 2
         if t_cdf(middle, df) < p:
             low = middle

@@ -79,7 +79,7 @@ class Looks:
         """The stopping rule as the plan and the report print it."""
         first, last = self.units[0], self.units[-1]
         return (
-            f"looks after every half-block from the {first}rd to the {last}th; look k's interval"
+            f"looks after every half-block, from half-block {first} to {last}; look k's interval"
             f" at 1 - a_k, a_k the increments of {SPENDING}, t = k/{last} (Lan-DeMets, Pocock"
             f" type: {confidence_level(self.confidence(first))} at the first look,"
             f" {confidence_level(self.confidence(last))} at the last; 1% spent in all); stops at"
@@ -93,8 +93,9 @@ def halves(settings_in_run_order: Sequence[str]) -> list[range] | None:
     be cut so."""
     count = len(set(settings_in_run_order))
     cuts = [range(start, start + count) for start in range(0, len(settings_in_run_order), count)]
+    # a short last cut holds fewer settings than `count`, so it fails this too
     whole = all(len(set(settings_in_run_order[c.start : c.stop])) == count for c in cuts)
-    return cuts if whole and len(settings_in_run_order) % count == 0 else None
+    return cuts if whole else None
 
 
 @dataclasses.dataclass(frozen=True)

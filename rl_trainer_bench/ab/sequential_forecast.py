@@ -43,20 +43,22 @@ def stops(units: np.ndarray, looks: Looks, min_effect: float) -> tuple[np.ndarra
     runs = units.shape[0]
     stop = np.full(runs, looks.max_units)
     verdict = np.full(runs, NOISY)
-    done = np.zeros(runs, dtype=bool)
     sums, squares = np.cumsum(units, axis=1), np.cumsum(units * units, axis=1)
+    going = np.arange(runs)  # the runs not stopped yet: a look reads only theirs
     for n in looks.units:
-        mean = sums[:, n - 1] / n
-        spread = np.sqrt(np.maximum(squares[:, n - 1] - n * mean * mean, 0.0) / (n - 1))
+        mean = sums[going, n - 1] / n
+        spread = np.sqrt(np.maximum(squares[going, n - 1] - n * mean * mean, 0.0) / (n - 1))
         half_width = _t(looks, n) * spread / math.sqrt(n)
         low, high = mean - half_width, mean + half_width
         claimed = ((low > 0) | (high < 0)) & (np.abs(mean) > min_effect)
         quiet = ~claimed & (low >= -min_effect) & (high <= min_effect)
-        now = ~done & (claimed | quiet | (n == looks.max_units))
-        verdict[now & claimed] = CLAIMED
-        verdict[now & quiet] = NO_EFFECT
-        stop[now] = n
-        done |= now
+        now = claimed | quiet | (n == looks.max_units)
+        verdict[going[now & claimed]] = CLAIMED
+        verdict[going[now & quiet]] = NO_EFFECT
+        stop[going[now]] = n
+        going = going[~now]
+        if going.size == 0:  # every run has stopped: later looks change nothing
+            break
     return stop, verdict
 
 

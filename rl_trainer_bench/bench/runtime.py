@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from rl_trainer_bench.local_chips import jax_platforms
+
 PATHWAYS = "pathways"
 MULTI_PROCESS = "multi-process"
 TPU_POD = "multi-host TPU"
@@ -33,16 +35,9 @@ class Runtime:
         return f"{self.kind} ({self.detail})" if self.detail else self.kind
 
 
-def platforms(env: Mapping[str, str]) -> list[str]:
-    """JAX_PLATFORMS' entries, lower case, in order ([] when unset: JAX picks)."""
-    return [
-        entry.strip().lower() for entry in env.get("JAX_PLATFORMS", "").split(",") if entry.strip()
-    ]
-
-
 def uses_pathways(env: Mapping[str, str]) -> bool:
     """Whether the process runs under Pathways: `proxy` among JAX_PLATFORMS' entries."""
-    return "proxy" in platforms(env)
+    return "proxy" in jax_platforms(env)
 
 
 def runtime_for(env: Mapping[str, str], host_devices: int = 0) -> Runtime:
@@ -70,7 +65,7 @@ def runtime_for(env: Mapping[str, str], host_devices: int = 0) -> Runtime:
 def forces_host_cpu(env: Mapping[str, str], host_devices: int) -> bool:
     """Whether a host preset's run sets the CPU platform itself: JAX_PLATFORMS unset, so JAX
     would otherwise pick an accelerator the preset's mesh was not made for."""
-    return host_devices > 0 and not platforms(env)
+    return host_devices > 0 and not jax_platforms(env)
 
 
 def host_platform(env: Mapping[str, str], host_devices: int) -> str:

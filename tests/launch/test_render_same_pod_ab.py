@@ -79,7 +79,9 @@ def test_the_render_says_what_the_pods_ab_will_do():
         " set x 2, once, up front); at most 26 steps in all, by the accelerator's default budget"
     )
     # a slice's A/B stops when settled: the render prints the rule and what it expects to spend
-    assert stops.startswith("A/B stops when settled: looks after every half-block from the 3rd")
+    assert stops.startswith(
+        "A/B stops when settled: looks after every half-block, from half-block 3 to 12"
+    )
     assert expected.startswith("A/B expected stop (ESTIMATE: 4000 simulated runs")
     assert expected.endswith("; at most 12")
 
