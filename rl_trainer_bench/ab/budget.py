@@ -338,19 +338,16 @@ class Design:
         )
 
     def _expected_time_line(self) -> str:
-        shown = [
-            (
-                "no effect" if each.effect == 0 else f"{each.effect:g}%",
-                self.steps_at(each.mean_units),
-            )
-            for each in self.forecasts
-        ]
         if self.step_time is None:
             return self._time_line()
         step = self.step_time.value
-        expected = ", ".join(
-            f"{steps:.3g} steps = {steps * step / 60:.1f} min at {name}" for name, steps in shown
-        )
+
+        def at(forecast: sequential_forecast.Forecast) -> str:
+            steps = self.steps_at(forecast.mean_units)
+            name = "no effect" if forecast.effect == 0 else f"{forecast.effect:g}%"
+            return f"{steps:.3g} steps = {steps * step / 60:.1f} min at {name}"
+
+        expected = ", ".join(at(each) for each in self.forecasts)
         return (
             f"A/B pod time: expected {expected}; at most {self.total_steps} steps x {step:.4g} s ="
             f" {self.total_steps * step / 60:.1f} min (ESTIMATE; step time:"

@@ -24,7 +24,7 @@ from rl_trainer_bench.ab import predict as ab_predict
 from rl_trainer_bench.ab import report as ab_report
 from rl_trainer_bench.ab.arms import ArmSpec, base_knobs
 from rl_trainer_bench.ab.budget import AbRun
-from rl_trainer_bench.ab.parser import DESIGN_INTERLEAVED
+from rl_trainer_bench.ab.parser import DESIGN_INTERLEAVED, STOP_BUDGET, STOP_SETTLED
 from rl_trainer_bench.ab.plan import ArmPlan, plan_arms
 from rl_trainer_bench.ab.progress import Progress
 from rl_trainer_bench.ab.report_files import (
@@ -325,7 +325,7 @@ def _settings(args: argparse.Namespace, plan: ArmPlan) -> dict[str, Any]:
         "budget": args.budget,
         "step_time": args.step_time,
         "step_noise": args.step_noise,
-        "stop": "budget" if run.looks is None else "settled",
+        "stop": STOP_BUDGET if run.looks is None else STOP_SETTLED,
         "looks_max_units": None if run.looks is None else run.looks.max_units,
         "knobs": base_knobs(args.knob),
         "min_effect_pct": run.min_effect,
