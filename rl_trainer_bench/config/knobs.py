@@ -57,10 +57,11 @@ from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.local_chips import LocalTpu
 
 _ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
-DEFAULT_PRESET = HOST_DEFAULT
 # What an unnamed preset is, as the help of PRESET and --preset says it
-CHIP_DEFAULT_NOTE = "on a host with one TPU chip its one-chip preset ({}), else {}".format(
-    ", ".join(f"{name} on {kind}" for kind, name in ONE_CHIP_PRESETS.items()), HOST_DEFAULT
+CHIP_DEFAULT_NOTE = (
+    "for `run` and `ab` on a host with one TPU chip its one-chip preset ({}), else {}".format(
+        ", ".join(f"{name} on {kind}" for kind, name in ONE_CHIP_PRESETS.items()), HOST_DEFAULT
+    )
 )
 # Where a run's micro_steps came from (`BenchConfig.micro_steps_source`).
 MICRO_STEPS_SOURCE = "MICRO_STEPS"
@@ -456,8 +457,8 @@ def add_preset_flag(parser: argparse.ArgumentParser, what: str, on_chip: bool = 
     """`--preset` of the commands that build or compile one cell; unset, the default preset, or
     with `on_chip` (a command that times a cell on this host) None: the host's default
     (`presets.default_preset`), resolved by the command."""
-    default = None if on_chip else DEFAULT_PRESET
-    shown = CHIP_DEFAULT_NOTE if on_chip else DEFAULT_PRESET
+    default = None if on_chip else HOST_DEFAULT
+    shown = CHIP_DEFAULT_NOTE if on_chip else HOST_DEFAULT
     parser.add_argument(
         "--preset", default=default, help=f"{what}: one of {', '.join(PRESETS)} (default: {shown})"
     )
