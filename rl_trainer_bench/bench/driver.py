@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -22,9 +24,9 @@ from typing import Any
 
 import jax
 
-from rl_trainer_bench import interrupts
+from rl_trainer_bench import interrupts, io
 from rl_trainer_bench.accelerators import chip_for_device_kind
-from rl_trainer_bench.bench import results_file, step_record
+from rl_trainer_bench.bench import device_peak, results_file, step_record
 from rl_trainer_bench.bench.distributed import initialize_runtime
 from rl_trainer_bench.bench.plan import refuse_unrunnable_stages, resolve
 from rl_trainer_bench.bench.step import (
@@ -53,6 +55,7 @@ from rl_trainer_bench.engine.factory import engine_class
 from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.payload import build as payload
 from rl_trainer_bench.payload import routing_profile
+from rl_trainer_bench.units import human_bytes
 
 EngineFactory = Callable[[EngineConfig], Engine]
 
@@ -260,6 +263,26 @@ class Bench:
             stages_at=[s.enabled for s in per_boundary] if boundary_stages is not None else None,
         )
 
+    def measure_peak(self, stage: StageConfig, first_step: int) -> device_peak.PeakMeasurement:
+        """MEASURE_PEAK: probe steps of `stage` from step `first_step` on (after the scored ones,
+        off their record) beside fillers on each of this process's devices (`device_peak`)."""
+        devices = jax.local_devices()
+        steps = itertools.count(first_step)
+        settings = ArmSettings("peak", 0, 1, self._devices, self._peak_flops)
+        no_trace = ProfilerWindow(None, self.config.results_dir / "profile")
+        loop = StepLoop(
+            self.worker, self.pool, stage, self.compiles, no_trace, settings, lambda line: None
+        )
+        with loop:
+            memory = device_peak.device_memory(devices)
+            probes, stopped = device_peak.bisect(
+                lambda nbytes: device_peak.probe(
+                    devices, nbytes, lambda: loop.run_step(next(steps))
+                ),
+                memory.free,
+            )
+        return device_peak.PeakMeasurement(memory, tuple(probes), stopped)
+
     def _checked_stages(
         self, stage: StageConfig, boundaries: int, boundary_stages: Sequence[StageConfig] | None
     ) -> list[StageConfig]:
@@ -302,6 +325,7 @@ def run_planned(
     Returns the exit code: 1 when a scored step recompiled or a step's metrics were not finite.
     """
     log(initialize_runtime(env, config.preset.host_devices))
+    refuse_unmeasurable_peak(config)
     log(f"{step_record.LOG_PREFIX} config {_describe(config.describe())}")
     log(f"{step_record.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")
     results = config.results_dir / "results.jsonl"
@@ -315,6 +339,8 @@ def run_planned(
             results_path=results,
             companions=companions,
         )
+        if config.measure_peak:
+            _report_peak(bench, config, log, first_step=config.warmup_steps + config.steps)
     finally:
         bench.close()
     log(step_record.summary(result.records))
@@ -326,6 +352,43 @@ def run_planned(
     for failure in failures:
         log(f"{step_record.LOG_PREFIX} FAILED: {failure}")
     return 1 if failures else 0
+
+
+def refuse_unmeasurable_peak(config: BenchConfig) -> None:
+    """MEASURE_PEAK=on refused before the compile where it cannot measure: devices with no memory
+    limit (the host CPU's), or more than one process (a probe's failure would be one process's,
+    and the others would wait in its collectives)."""
+    if not config.measure_peak:
+        return
+    if jax.process_count() > 1:
+        raise ConfigError(
+            f"MEASURE_PEAK=on probes one process's devices, and this run has"
+            f" {jax.process_count()} processes: measure on one host's slice, or set MEASURE_PEAK=off"
+        )
+    device_peak.device_memory(jax.local_devices())
+
+
+def _report_peak(bench: Bench, config: BenchConfig, log: Callable[[str], None], first_step: int):
+    """The measured peak, aot's sum for the same compiled programs beside it, and both in
+    RESULTS_DIR/device_peak.json."""
+    measured = bench.measure_peak(config.stage, first_step)
+    log(f"{step_record.LOG_PREFIX} {measured.describe()}")
+    footprint = optional(bench.engine, "program_memory")
+    programs = footprint() if footprint is not None else {}
+    if programs:
+        sums = ", ".join(f"{name} {human_bytes(p['peak'])}" for name, p in programs.items())
+        log(
+            f"{step_record.LOG_PREFIX} aot's peak of the same compiled programs (argument + output"
+            f" - alias + temp + the state beside), ESTIMATE: {sums}"
+        )
+    document = {
+        "measured": measured.as_dict(),
+        "aot_model": programs,
+        "stage": config.stage.describe(),
+    }
+    io.write_text_atomically(
+        config.results_dir / "device_peak.json", json.dumps(document, indent=1) + "\n"
+    )
 
 
 def _failures(result: ArmRun) -> list[str]:

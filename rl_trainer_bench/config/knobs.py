@@ -296,6 +296,15 @@ KNOBS: tuple[Knob, ...] = (
         surfaces=frozenset({RENDER}),
         shown=lambda window: "-" if window is None else values.format_step_window(window),
     ),
+    Knob(
+        "MEASURE_PEAK",
+        "off",
+        values.switch,
+        "on|off (or 1|0): after the scored steps, measure one step's device peak by the largest"
+        " filler allocation beside which it still runs (an accelerator's; a few more steps)",
+        format=values.format_switch,
+        shown=values.format_switch,
+    ),
     Knob("RESULTS_DIR", "bench_results", lambda name, text: Path(text), "folder for results"),
     Knob(
         "RESULTS_URI",
@@ -586,6 +595,7 @@ class BenchConfig:
     stage: StageConfig = StageConfig()
     # An inclusive step range, or None.
     profile_steps: tuple[int, int] | None = dataclasses.field(default=knob_default("PROFILE_STEPS"))
+    measure_peak: bool = dataclasses.field(default=knob_default("MEASURE_PEAK"))
     results_dir: Path = dataclasses.field(default=knob_default("RESULTS_DIR"))
     results_uri: str | None = dataclasses.field(default=knob_default("RESULTS_URI"))
     routing_profile: str | None = dataclasses.field(default=knob_default("ROUTING_PROFILE"))

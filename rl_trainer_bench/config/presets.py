@@ -274,8 +274,10 @@ PRESETS: Mapping[str, Preset] = {
             host_devices=0,
             purpose="one TPU v5e chip (15.75 GiB): gpu-small's Qwen3.5 block cut to 4 layers (one"
             " block), 16 experts and 4 rows of 4,096 tokens, hidden 2048 (the 397B cell's 4096 does"
-            " not fit one chip beside its Adam state); no shared expert; ran on a v5e chip,"
-            " its headroom not yet measured there",
+            " not fit one chip beside its Adam state); no shared expert; MoE buffers at the"
+            " engine's factor 1.25 (every micro-batch replays), not the seeds' 2.75 with 2 token"
+            " chunks (no replay), which aot puts at 17.92 GiB against 16.96: which fits waits for"
+            " the chip's measured peak (MEASURE_PEAK); ran on a v5e chip, headroom not yet measured",
         ),
         Preset(
             # The 397B cell's shapes cut to one TPU v6e chip: one Qwen3.5 block, its hidden size

@@ -90,6 +90,24 @@ def beside(
     return sum(state[part] for part in table[program])
 
 
+def compiled_footprint(analysis: Any, beside_bytes: int) -> dict[str, int]:
+    """A compiled program's `memory_analysis` per device as `aot` reads it, with `beside`: the
+    state beside it. `peak` is aot's sum (preflight/aot/compile.py): argument + output - alias +
+    temp + beside; the code's bytes are shown apart, as aot shows them."""
+    figures = {
+        "argument": int(analysis.argument_size_in_bytes),
+        "output": int(analysis.output_size_in_bytes),
+        "alias": int(analysis.alias_size_in_bytes),
+        "temp": int(analysis.temp_size_in_bytes),
+        "code": int(analysis.generated_code_size_in_bytes),
+        "beside": beside_bytes,
+    }
+    figures["peak"] = (
+        figures["argument"] + figures["output"] - figures["alias"] + figures["temp"] + beside_bytes
+    )
+    return figures
+
+
 def compile_options(platform: str, reserved_bytes: int) -> dict[str, str]:
     """XLA options that plan a program around `reserved_bytes` per device held by others.
 

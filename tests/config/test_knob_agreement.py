@@ -212,6 +212,7 @@ def test_the_config_line_names_every_logged_knob_in_table_order():
         "DISTINCT_MICRO_BATCHES",
         "STAGE",
         "PROFILE_STEPS",
+        "MEASURE_PEAK",
         "RESULTS_DIR",
         "RESULTS_URI",
         "ROUTING_PROFILE",

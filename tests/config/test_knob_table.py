@@ -52,6 +52,7 @@ SAMPLES = {
     "STAGE_AFTER_UPDATE": [(True, "on")],
     "STAGE_ISSUE": [("before_last", "before_last")],
     "PROFILE_STEPS": [((3, 3), "3:3"), ((0, 12), "0:12")],
+    "MEASURE_PEAK": [(True, "on"), (False, "off")],
     "RESULTS_DIR": [(Path("out/bench results"), "out/bench results")],
     "RESULTS_URI": [
         ("gs://bucket/runs/a b", "gs://bucket/runs/a b"),
@@ -211,6 +212,7 @@ def test_driver_env_may_set_the_knobs_the_renderer_does_not_pass_through():
         "STAGE_BEFORE_UPDATE",
         "STAGE_AFTER_UPDATE",
         "STAGE_ISSUE",
+        "MEASURE_PEAK",
         "RESULTS_DIR",
         "ROUTING_PROFILE",
         "SEED",

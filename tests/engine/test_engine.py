@@ -459,3 +459,21 @@ def test_an_offloaded_optimizer_state_rests_in_host_memory_and_trains_the_same(c
     resident = programs.state_beside(CONFIG, mesh)
     assert state["opt_state"] == 0 and state["host_memory"] == resident["opt_state"] > 0
     assert residency.beside("fwd_bwd", state) == 0
+
+
+def test_program_memory_is_aots_peak_of_the_same_programs(compiled):
+    """MEASURE_PEAK prints the engine's figures as aot's peak: the same sum aot's own rows make,
+    for the programs the run compiled."""
+    from rl_trainer_bench.engine import residency
+    from rl_trainer_bench.preflight.aot.check import state_bytes
+    from rl_trainer_bench.preflight.aot.compile import compile_programs
+
+    engine = fresh_engine(compiled)
+    figures = engine.program_memory()
+    state = state_bytes(CONFIG, engine.mesh, stage_before_update=True)
+    rows = {name: row for name, _, row in compile_programs(CONFIG, engine.mesh)}
+    assert set(figures) == set(rows) == {"fwd_bwd", "fwd_bwd_dropless", "update"}
+    for name, row in rows.items():
+        assert figures[name]["temp"] == row.temp
+        assert figures[name]["beside"] == residency.beside(name, state) > 0
+        assert figures[name]["peak"] == row.resident + residency.beside(name, state)

@@ -283,6 +283,15 @@ class JaxEngine:
         denominator = max(float(stats["loss_denominator"]), 1.0)
         return {name: np.asarray(g) / denominator for name, g in grad_sum.items()}
 
+    def program_memory(self) -> dict[str, dict[str, int]]:
+        """Each compiled program's device bytes as XLA gives them and the state beside it, the
+        figures `aot` sums into a program's peak (the reservation it was compiled with)."""
+        reserved = programs.compile_reservations(self.config, self.mesh)
+        return {
+            name: residency.compiled_footprint(compiled.memory_analysis(), reserved[name])
+            for name, compiled in self._compiled.items()
+        }
+
     def model_flops(self, payload: Payload, count_remat: bool = False) -> float:
         """Model FLOPs of one micro-batch (docs/engine.md): real tokens only, padding excluded.
 

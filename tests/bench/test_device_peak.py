@@ -1,0 +1,119 @@
+"""MEASURE_PEAK: the bisection's bracket, what counts as a load that did not fit, the host CPU's
+refusal, and probes on real host devices (a real RESOURCE_EXHAUSTED from an allocation too large)."""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from rl_trainer_bench.bench import device_peak
+from rl_trainer_bench.bench.device_peak import DeviceMemory, PeakMeasurement, Probe
+from rl_trainer_bench.errors import ConfigError
+
+MIB = 1024**2
+GIB = 1024**3
+# The TPU runtime's own words for a program whose temporaries did not fit (tpu-v5e-facts.md)
+TPU_LOAD_FAILURE = (
+    "RESOURCE_EXHAUSTED: RuntimeProgramAllocationFailure: Error loading program 'jit_f':"
+    " Attempting to reserve 4.00G at the bottom of memory. That was not possible. There are"
+    " 3.61G free, 0B reserved"
+)
+
+
+def device_that_needs(limit, in_use, need, calls):
+    """A step that runs when the filler leaves it `need` bytes: the device's rule, written out."""
+
+    def try_filler(filler):
+        calls.append(filler)
+        return Probe(filler, ran=in_use + filler + need <= limit, program="jit_step")
+
+    return try_filler
+
+
+@pytest.mark.parametrize("need", [1, 700 * MIB, int(5.3 * GIB), 6 * GIB + 17])
+def test_bisection_brackets_the_step_need_to_its_resolution(need):
+    limit, in_use = 16 * GIB, 9 * GIB
+    calls = []
+    probes, stopped = device_peak.bisect(
+        device_that_needs(limit, in_use, need, calls), limit - in_use, resolution=64 * MIB
+    )
+    measured = PeakMeasurement(DeviceMemory(limit, in_use), tuple(probes), stopped)
+    assert stopped == ""
+    assert measured.peak_more_than < in_use + need <= measured.peak_at_most
+    assert measured.peak_at_most - measured.peak_more_than <= 64 * MIB
+    assert measured.failed_program == "jit_step"
+    assert calls[0] == 7 * GIB  # the whole free memory first: is there any limit at all?
+    assert len(calls) <= 9  # log2(7 GiB / 64 MiB) + 1
+
+
+def test_a_step_that_needs_nothing_more_runs_beside_all_the_free_memory():
+    calls = []
+    probes, _ = device_peak.bisect(device_that_needs(16 * GIB, 9 * GIB, 0, calls), 7 * GIB)
+    measured = PeakMeasurement(DeviceMemory(16 * GIB, 9 * GIB), tuple(probes))
+    assert calls == [7 * GIB]
+    assert measured.peak_at_most == 9 * GIB and measured.peak_more_than is None
+    assert "ran beside every filler up to the free 7.00 GiB" in measured.describe()
+
+
+def test_another_error_ends_the_search_with_the_bracket_it_has():
+    def try_filler(filler):
+        if filler < 4 * GIB:
+            raise jax.errors.JaxRuntimeError("INTERNAL: the device was lost")
+        return Probe(filler, ran=False, program="jit_update")
+
+    probes, stopped = device_peak.bisect(try_filler, 8 * GIB)
+    measured = PeakMeasurement(DeviceMemory(16 * GIB, 8 * GIB), tuple(probes), stopped)
+    assert "raised INTERNAL: the device was lost" in stopped
+    assert (measured.peak_more_than, measured.peak_at_most) == (12 * GIB, 16 * GIB)
+    assert "stopped early" in measured.describe()
+
+
+def test_the_tpu_runtimes_load_failure_names_its_program():
+    assert device_peak.failed_load(jax.errors.JaxRuntimeError(TPU_LOAD_FAILURE)) == "jit_f"
+    assert device_peak.failed_load(RuntimeError("RESOURCE_EXHAUSTED: out of memory")) == ""
+    assert device_peak.failed_load(RuntimeError("INTERNAL: a kernel faulted")) is None
+
+
+def test_a_probe_on_host_devices_tells_a_load_that_did_not_fit_from_a_filler_that_did_not():
+    devices = jax.local_devices()[:2]
+
+    def allocates(nbytes):
+        return lambda: jnp.zeros((nbytes,), jnp.uint8).block_until_ready()
+
+    assert device_peak.probe(devices, MIB, allocates(MIB)) == Probe(MIB, ran=True)
+    too_much = 2**48  # 256 TiB: the host's allocator refuses it with RESOURCE_EXHAUSTED
+    assert device_peak.probe(devices, MIB, allocates(too_much)) == Probe(MIB, False, "a program")
+    assert device_peak.probe(devices, too_much, allocates(MIB)) == Probe(
+        too_much, False, device_peak.FILLER
+    )
+
+
+def test_a_probe_lets_any_other_error_through():
+    def faults():
+        raise jax.errors.JaxRuntimeError("INTERNAL: a kernel faulted")
+
+    with pytest.raises(jax.errors.JaxRuntimeError, match="faulted"):
+        device_peak.probe(jax.local_devices()[:1], MIB, faults)
+
+
+def test_host_cpu_devices_are_refused_in_one_line_naming_the_knob():
+    with pytest.raises(ConfigError, match=r"MEASURE_PEAK=on .* cpu devices report none"):
+        device_peak.device_memory(jax.devices("cpu"))
+
+
+def test_run_refuses_it_on_the_host_cpu_before_compiling_and_writes_nothing(tmp_path):
+    results = tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "rl_trainer_bench.cli", "run", "--measure-peak", "on"],
+        capture_output=True,
+        text=True,
+        env={"RESULTS_DIR": str(results), "PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"},
+        timeout=300,
+    )
+    assert done.returncode != 0
+    error = done.stderr.strip().splitlines()[-1]
+    assert "MEASURE_PEAK=on" in error and "set MEASURE_PEAK=off" in error
+    assert "compiling" not in done.stdout
+    assert not results.exists()

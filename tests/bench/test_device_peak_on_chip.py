@@ -1,0 +1,50 @@
+"""MEASURE_PEAK on a TPU chip: the one-chip preset's step, bisected beside fillers, gives a bracket
+of the resolution's width inside the chip's limit, beside aot's sum for the same programs.
+
+The test session keeps JAX on the host CPU, so the run is a subprocess with the chip's platform;
+on a host without a TPU chip it is skipped. Run it alone (one process can hold the chip):
+    python -m pytest -m tpu_chip -p no:xdist tests/bench/test_device_peak_on_chip.py
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rl_trainer_bench import local_chips
+from rl_trainer_bench.bench.device_peak import RESOLUTION
+from rl_trainer_bench.config.presets import ONE_CHIP_PRESETS
+
+CHIP = local_chips.local_tpu()
+pytestmark = [
+    pytest.mark.tpu_chip,
+    pytest.mark.skipif(
+        CHIP is None or CHIP.chips != 1 or CHIP.kind not in ONE_CHIP_PRESETS,
+        reason="needs one TPU chip of a kind with a one-chip preset on this host",
+    ),
+]
+
+
+def test_the_one_chip_preset_measures_its_step_peak_on_the_chip(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    env["RESULTS_DIR"] = str(tmp_path / "results")
+    command = ["run", "--steps", "1", "--warmup-steps", "1", "--measure-peak", "on"]
+    done = subprocess.run(
+        [sys.executable, "-m", "rl_trainer_bench.cli", *command],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "device peak of one step, MEASURED" in done.stdout
+    peak = json.loads((tmp_path / "results" / "device_peak.json").read_text())
+    measured = peak["measured"]
+    assert measured["stopped"] is None
+    assert measured["peak_more_than"] is not None  # the chip's limit bounds every step
+    assert measured["in_use_before"] <= measured["peak_more_than"] < measured["peak_at_most"]
+    assert measured["peak_at_most"] - measured["peak_more_than"] <= RESOLUTION
+    assert measured["peak_at_most"] <= measured["limit"]
+    assert set(peak["aot_model"]) >= {"fwd_bwd", "update"}
