@@ -1,5 +1,7 @@
 """MEASURE_PEAK: the bisection's bracket, what counts as a load that did not fit, the host CPU's
-refusal, and probes on real host devices (a real RESOURCE_EXHAUSTED from an allocation too large)."""
+refusal, probes on real host devices (a real RESOURCE_EXHAUSTED from an allocation too large), and
+the driver's probe steps on a device whose limit the stand-in engine emulates (the host CPU has
+none)."""
 
 import subprocess
 import sys
@@ -7,11 +9,17 @@ import sys
 import jax
 import jax.numpy as jnp
 import pytest
+from stand_in_engine import StandInEngine, stand_in_pool
 
 from rl_trainer_bench.bench import device_peak
 from rl_trainer_bench.bench.device_peak import DeviceMemory, PeakMeasurement, Probe
+from rl_trainer_bench.bench.driver import Bench
+from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
+from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.errors import ConfigError
 
+OFF = StageConfig()
+BEFORE = StageConfig(before_update=True, issue="after_last")
 MIB = 1024**2
 GIB = 1024**3
 # The TPU runtime's own words for a program whose temporaries did not fit (tpu-v5e-facts.md)
@@ -117,3 +125,57 @@ def test_run_refuses_it_on_the_host_cpu_before_compiling_and_writes_nothing(tmp_
     assert "MEASURE_PEAK=on" in error and "set MEASURE_PEAK=off" in error
     assert "compiling" not in done.stdout
     assert not results.exists()
+
+
+class LimitedDeviceEngine(StandInEngine):
+    """The stand-in engine on a device with a memory limit, emulated: its `fwd_bwd` needs `need`
+    bytes beside what is live on the first host device (the real filler arrays among them), and
+    fails to load as the TPU runtime words it when they are not there."""
+
+    def __init__(self, limit, need):
+        super().__init__()
+        self.limit, self.need = limit, need
+
+    def fwd_bwd(self, batch):
+        if live_bytes_on_first_device() + self.need > self.limit:
+            raise jax.errors.JaxRuntimeError(TPU_LOAD_FAILURE.replace("jit_f", "jit_fwd_bwd"))
+        super().fwd_bwd(batch)
+
+
+def live_bytes_on_first_device():
+    first = jax.local_devices()[0]
+    return sum(
+        shard.data.nbytes
+        for array in jax.live_arrays()
+        for shard in array.addressable_shards
+        if shard.device == first
+    )
+
+
+@pytest.mark.parametrize("stage", [OFF, BEFORE], ids=["stage off", "stage on"])
+def test_the_driver_brackets_an_emulated_devices_step_through_its_own_loop(monkeypatch, stage):
+    in_use, need = live_bytes_on_first_device(), 100 * MIB
+    limit = in_use + 256 * MIB
+    monkeypatch.setattr(
+        device_peak,
+        "device_memory",
+        lambda devices: DeviceMemory(limit, live_bytes_on_first_device()),
+    )
+    engine = LimitedDeviceEngine(limit, need)
+    config = BenchConfig(
+        preset=PRESETS["cpu-tiny"], steps=2, micro_steps=2, distinct_micro_batches=3
+    )
+    bench = Bench(config, lambda line: None, engine_factory=lambda _: engine, pool=stand_in_pool(3))
+    bench.setup()
+    try:
+        result = bench.run(steps=2, stage=stage)
+        updates = engine.calls.count(("update",))
+        measured = bench.measure_peak(stage, first_step=3)
+    finally:
+        bench.close()
+    assert measured.stopped == "" and measured.failed_program == "jit_fwd_bwd"
+    assert measured.peak_more_than < in_use + need <= measured.peak_at_most
+    assert measured.peak_at_most - measured.peak_more_than <= device_peak.RESOLUTION
+    assert len(result.records) == 3  # the probes are not the run's steps
+    # the probes that ran were whole steps, update included
+    assert engine.calls.count(("update",)) > updates
