@@ -11,6 +11,8 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
+import numpy as np
+
 from rl_trainer_bench.preflight.hlo.parse import Computation, HloModule, HloParseError, Instruction
 
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
@@ -152,8 +154,8 @@ class FlopCounter:
             lhs = by_name.get(instruction.operands[0]) if instruction.operands else None
             return 2.0 * _elements(instruction) * _contracted(instruction, lhs)
         if opcode == "convolution":
-            rhs = by_name.get(instruction.operands[1]) if len(instruction.operands) > 1 else None
-            return 2.0 * _elements(instruction) * _kernel_reduction(instruction, rhs)
+            lhs, rhs = (by_name.get(o) for o in (*instruction.operands, "", "")[:2])
+            return 2.0 * _elements(instruction) * _kernel_reduction(instruction, lhs, rhs)
         if opcode == "while":
             body = instruction.attribute("body")
             trips = trip_count(instruction, self._callers[instruction.name], self._module)
@@ -183,13 +185,74 @@ def _contracted(dot: Instruction, lhs: Instruction | None) -> int:
     return math.prod(shape[i] for i in indices)
 
 
-def _kernel_reduction(convolution: Instruction, rhs: Instruction | None) -> int:
-    """Kernel elements per output element: all kernel dims except the output feature one."""
+def _kernel_reduction(
+    convolution: Instruction, lhs: Instruction | None, rhs: Instruction | None
+) -> float:
+    """Kernel elements that meet a real input element, per output element: every kernel dim but
+    the output feature one, each spatial dim counted by its taps that land on the input rather
+    than on its padding or between its dilated elements (averaged over the output positions).
+
+    TPU compilers write a batched matmul as a convolution whose batch dims are spatial dims that
+    every output element meets once: a base-dilated window (`size=64 stride=63 lhs_dilate=64`) or
+    a window over padding (`size=16 pad=15_15` on an input of 1). Counting the whole window there
+    counted a Gated DeltaNet chunk's matmul 4,096 times over (BENCHMARKS.md, "The FLOP count of a
+    TPU batched matmul").
+    """
     labels = convolution.attribute("dim_labels")
     if rhs is None or not rhs.arrays or not labels or "_" not in labels:
         return 1
-    kernel_labels = labels.split("_")[1].split("->")[0]
+    lhs_labels, rest = labels.split("_", 1)
+    kernel_labels = rest.split("->")[0]
     shape = rhs.arrays[0].dims
     if len(kernel_labels) != len(shape):
         return 1
-    return math.prod(size for label, size in zip(kernel_labels, shape, strict=True) if label != "o")
+    inputs = dict(zip(lhs_labels, lhs.arrays[0].dims, strict=False)) if lhs and lhs.arrays else {}
+    windows = _window(convolution.attribute("window") or "")
+    reduction = 1.0
+    for label, size in zip(kernel_labels, shape, strict=True):
+        if label.isdigit() and label in inputs and int(label) < len(windows):
+            reduction *= _taps_on_input(inputs[label], windows[int(label)])
+        elif label != "o":
+            reduction *= size
+    return reduction
+
+
+def _window(text: str) -> list[dict[str, tuple[int, ...]]]:
+    """Each spatial dim's window fields from `window={size=AxB stride=.. pad=lo_hixlo_hi ..}`."""
+    fields = dict(re.findall(r"(\w+)=([\d_x]+)", text))
+    sizes = [int(v) for v in fields.get("size", "").split("x") if v]
+
+    def per_dim(key: str, default: tuple[int, ...]) -> list[tuple[int, ...]]:
+        if key not in fields:
+            return [default] * len(sizes)
+        return [tuple(int(v) for v in part.split("_")) for part in fields[key].split("x")]
+
+    columns = {
+        "size": [(k,) for k in sizes],
+        "stride": per_dim("stride", (1,)),
+        "pad": per_dim("pad", (0, 0)),
+        "lhs_dilate": per_dim("lhs_dilate", (1,)),
+        "rhs_dilate": per_dim("rhs_dilate", (1,)),
+    }
+    return [{key: column[i] for key, column in columns.items()} for i in range(len(sizes))]
+
+
+def _taps_on_input(length: int, window: Mapping[str, tuple[int, ...]]) -> float:
+    """Mean number of a window's taps that land on one of `length` real input elements."""
+    (size,), (stride,), (low, high) = window["size"], window["stride"], window["pad"]
+    (base,), (spread,) = window["lhs_dilate"], window["rhs_dilate"]
+    extent = (length - 1) * base + 1  # the dilated input
+    outputs = (extent + low + high - ((size - 1) * spread + 1)) // stride + 1
+    if outputs <= 0:
+        return 0.0
+    if outputs * size > _MAX_WINDOW_PAIRS:  # too many to list: the window's density instead
+        return max(1.0, size / base)
+    position = (
+        np.arange(outputs)[:, None] * stride + np.arange(size)[None, :] * spread - low
+    )  # each tap's place in the dilated input
+    real = (position >= 0) & (position < extent) & (position % base == 0)
+    return float(real.sum()) / outputs
+
+
+# Output positions x taps of one spatial dim beyond which the taps are not listed one by one.
+_MAX_WINDOW_PAIRS = 1 << 24

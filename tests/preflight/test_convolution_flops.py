@@ -1,0 +1,91 @@
+"""The FLOPs of a convolution as TPU compilers write a batched matmul: each batch dim a spatial dim
+that every output element meets once (base-dilated, or a window over padding), counted by the taps
+that land on the input, against counts written here and against XLA's own cost analysis."""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_trainer_bench.preflight.hlo.counts import FlopCounter
+from rl_trainer_bench.preflight.hlo.parse import parse_hlo
+
+
+def flops_of(lhs: str, rhs: str, out: str, attributes: str) -> float:
+    """The FLOPs of one convolution of an `lhs` and an `rhs` parameter into `out`."""
+    text = f"""HloModule m
+
+ENTRY %main (p0: {lhs}, p1: {rhs}) -> {out} {{
+  %p0 = {lhs} parameter(0)
+  %p1 = {rhs} parameter(1)
+  ROOT %conv = {out} convolution(%p0, %p1), {attributes}
+}}
+"""
+    module = parse_hlo(text)
+    (entry,) = module.computations.values()
+    return FlopCounter(module).of_instruction(entry.instructions[-1], entry.by_name())
+
+
+def test_a_base_dilated_batched_matmul_counts_its_contraction_once_per_batch():
+    # A Gated DeltaNet chunk's matmul as libtpu wrote it for v5e: batch (64, 4, 16) as spatial
+    # dims, [64 x 256] x [256 x 64] per batch element
+    flops = flops_of(
+        "f32[64,4,16,64,256]",
+        "bf16[64,4,16,64,256]",
+        "bf16[64,4,16,64,64]",
+        "window={size=64x4x16 stride=63x3x15 lhs_dilate=64x4x16}, dim_labels=012bf_012oi->012bf",
+    )
+    assert flops == 2 * (64 * 4 * 16) * 64 * 64 * 256
+
+
+def test_a_window_over_padding_counts_the_one_tap_on_the_input():
+    # A projection [4 x 4096, 2048] x [2048, 16 x 128] as libtpu wrote it: the 16 heads a window
+    # of 16 over an input of 1 padded by 15 on each side
+    flops = flops_of(
+        "bf16[4,4096,2048,1]",
+        "bf16[2048,16,128,1]",
+        "bf16[4,4096,16,128]",
+        "window={size=1x16 pad=0_0x15_15 rhs_reversal=0x1}, dim_labels=0bf1_i1o0->0b1f",
+    )
+    assert flops == 2 * (4 * 4096) * 2048 * (16 * 128)
+
+
+def test_a_padded_convolution_counts_only_the_taps_inside_the_input():
+    # length 10, window 3, "same" padding: 8 outputs see 3 taps, the 2 edge outputs see 2
+    flops = flops_of(
+        "f32[1,10,4]",
+        "f32[3,4,5]",
+        "f32[1,10,5]",
+        "window={size=3 pad=1_1}, dim_labels=b0f_0io->b0f",
+    )
+    assert flops == 2 * 5 * 4 * (8 * 3 + 2 * 2)
+
+
+def test_a_strided_and_window_dilated_convolution():
+    # length 9, window 2 dilated by 3 (taps 0 and 3), stride 2, no padding: outputs at 0, 2, 4
+    flops = flops_of(
+        "f32[1,9,1]",
+        "f32[2,1,1]",
+        "f32[1,3,1]",
+        "window={size=2 stride=2 rhs_dilate=3}, dim_labels=b0f_0io->b0f",
+    )
+    assert flops == 2 * 3 * 2
+
+
+@pytest.mark.tpu_aot
+def test_the_count_of_a_batched_einsum_compiled_for_a_tpu_is_xlas_own():
+    """Needs the [tpu-aot] extra: libtpu compiles the einsum for v5e:1x1 from this host."""
+    pytest.importorskip("libtpu")
+    import jax
+    import jax.numpy as jnp
+
+    from rl_trainer_bench.preflight import program_cost
+    from rl_trainer_bench.preflight.aot.targets import resolve_target
+
+    device = resolve_target("v5e:1x1").devices[0]
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    q = jax.ShapeDtypeStruct((64, 4, 16, 64, 128), jnp.bfloat16, sharding=sharding)
+    k = jax.ShapeDtypeStruct((64, 4, 16, 64, 128), jnp.bfloat16, sharding=sharding)
+    compiled = jax.jit(lambda q, k: jnp.einsum("abhid,abhjd->abhij", q, k)).lower(q, k).compile()
+    counted = program_cost.loop_counts(parse_hlo(compiled.as_text())).flops_once
+    assert counted == 2 * (64 * 4 * 16) * 64 * 64 * 128
+    assert counted == pytest.approx(compiled.cost_analysis()["flops"], rel=0.01)
