@@ -28,7 +28,7 @@ roofline is 0.90x XLA's figure for every loop-free program).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from rl_trainer_bench.preflight.hlo.counts import FlopCounter, execution_counts
 from rl_trainer_bench.preflight.hlo.parse import HloModule, Instruction, parse_hlo
@@ -76,21 +76,40 @@ class LoopCounts:
         return self.bytes_run / self.bytes_once if self.bytes_once else 1.0
 
 
-def loop_counts(module: HloModule) -> LoopCounts:
-    """Walk every computation reached through control flow: its own cost, once and times run."""
+@dataclasses.dataclass(frozen=True)
+class InstructionCost:
+    """One instruction of a control-flow computation: its matmul FLOPs and bytes per execution,
+    and how many times the program runs it."""
+
+    instruction: Instruction
+    times: int
+    flops: float
+    bytes: int
+
+
+def instruction_costs(module: HloModule) -> Iterator[InstructionCost]:
+    """Every instruction of every computation reached through control flow, with its cost (a
+    loop's body is a computation of its own here, so a `while` counts nothing itself)."""
     flop_counter = FlopCounter(module)
     byte_counter = _ByteCounter(module)
-    totals = [0.0, 0.0, 0.0, 0.0]
     for name, times in execution_counts(module).items():
         computation = module.computations[name]
         by_name = computation.by_name()
-        flops = sum(
-            flop_counter.of_instruction(i, by_name)
-            for i in computation.instructions
-            if i.opcode != "while"  # its body is a computation of its own here
-        )
-        traffic = sum(byte_counter.of(i, by_name) for i in computation.instructions)
-        for index, value in enumerate((flops, flops * times, traffic, traffic * times)):
+        for instruction in computation.instructions:
+            flops = (
+                0.0
+                if instruction.opcode == "while"
+                else flop_counter.of_instruction(instruction, by_name)
+            )
+            yield InstructionCost(instruction, times, flops, byte_counter.of(instruction, by_name))
+
+
+def loop_counts(module: HloModule) -> LoopCounts:
+    """Walk every computation reached through control flow: its own cost, once and times run."""
+    totals = [0.0, 0.0, 0.0, 0.0]
+    for cost in instruction_costs(module):
+        values = (cost.flops, cost.flops * cost.times, cost.bytes, cost.bytes * cost.times)
+        for index, value in enumerate(values):
             totals[index] += value
     return LoopCounts(*totals)
 
