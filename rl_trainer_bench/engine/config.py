@@ -18,7 +18,7 @@ import typing
 from typing import Any, Literal
 
 RematPolicy = Literal["full", "minimal", "none"]
-AttentionImpl = Literal["auto", "xla", "cudnn"]
+AttentionImpl = Literal["auto", "xla", "cudnn", "splash"]
 ExpertCompute = Literal["auto", "einsum", "ragged_dot"]
 DroplessCompute = Literal["auto", "capacity", "ragged_dot", "gmm"]
 ComputeDtype = Literal["bfloat16", "float32"]
@@ -66,7 +66,10 @@ class ModelConfig:
     )
     attention: AttentionImpl = dataclasses.field(
         default="auto",
-        metadata=engine_key("attention kernel (auto: cudnn on GPU, query-chunked XLA elsewhere)"),
+        metadata=engine_key(
+            "attention kernel (auto: cudnn on GPU, query-chunked XLA elsewhere; splash: the Pallas"
+            " splash kernel, TPU only, mesh context 1)"
+        ),
     )
     attention_chunk_size: int = dataclasses.field(
         default=1024,
@@ -372,6 +375,11 @@ def _shape_problems(config: EngineConfig) -> list[str]:
         (m.num_layers % max(len(m.layer_types), 1) == 0, "num_layers", m.num_layers,
          f"a multiple of len(layer_types) = {len(m.layer_types)}"),
     ]  # fmt: skip
+    if m.attention == "splash":  # causal over the whole row, in the kernel's 128-token blocks
+        checks += [
+            (mesh.context == 1, "attention", m.attention, "xla with mesh context > 1 (splash: 1)"),
+            (seq % 128 == 0, "seq_len", seq, "a multiple of 128 for attention=splash"),
+        ]  # fmt: skip
     if "linear_attention" in m.layer_types:
         checks += [
             (min(m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,

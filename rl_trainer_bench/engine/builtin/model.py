@@ -15,6 +15,7 @@ F an expert's hidden width, C slots per expert buffer, N tokens per group (a dev
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -23,6 +24,7 @@ import jax.numpy as jnp
 from rl_trainer_bench.engine.builtin import gated_deltanet, moe, parameters, sharding
 from rl_trainer_bench.engine.builtin.norms import rms_norm
 from rl_trainer_bench.engine.config import GPU_PLATFORMS, ModelConfig
+from rl_trainer_bench.engine.contract import ContractError
 
 # What each `RematPolicy` saves; "none" runs the layer without a checkpoint.
 REMAT_POLICIES = {
@@ -126,8 +128,57 @@ def attention_cudnn(q, k, v, segments):
     return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=True, implementation="cudnn")
 
 
+def splash_attention(q, k, v, segments, interpret=False):
+    """Pallas' splash attention kernel for TPUs, causal within each packed segment, on each
+    device's rows (mesh context 1: the kernel's causal mask is static, so queries and keys are the
+    same whole rows). `interpret` runs the kernel in Pallas's interpreter, to check it off a TPU."""
+    return jax.shard_map(
+        functools.partial(local_splash_attention, interpret=interpret),
+        in_specs=(sharding.HEADS, sharding.HEADS, sharding.HEADS, sharding.TOKENS),
+        out_specs=sharding.HEADS,
+        check_vma=False,
+    )(q, k, v, segments)
+
+
+def local_splash_attention(q, k, v, segments, *, interpret=False):
+    """One device's rows through the kernel: grouped-query attention as one multi-query kernel per
+    key/value head, over its G query heads; the scores stay in the core's memory, where the XLA
+    path writes [B, KV, G, chunk, T] of them to HBM per query chunk."""
+    # Pallas' TPU kernels: imported for attention=splash alone, as moe's gmm
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernels
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
+
+    b, t, h, hd = q.shape
+    kv = k.shape[2]
+    block = math.gcd(t, 512)
+    sizes = {f"block_{n}": block for n in ("q", "kv", "kv_compute", "q_dkv", "kv_dkv")}
+    sizes |= {"block_kv_dkv_compute": block, "block_q_dq": block, "block_kv_dq": block}
+    kernel = kernels.make_splash_mqa_single_device(
+        masks.MultiHeadMask([masks.CausalMask((t, t))] * (h // kv)),
+        block_sizes=kernels.BlockSizes(**sizes),
+        interpret=interpret,
+    )
+
+    def one_head(queries, keys, values, row_segments):
+        return kernel(
+            queries, keys, values, segment_ids=kernels.SegmentIds(row_segments, row_segments)
+        )
+
+    queries = jnp.moveaxis(q.reshape(b, t, kv, h // kv, hd), 1, 3) * hd**-0.5  # [B, KV, G, T, hd]
+    keys, values = (jnp.moveaxis(a, 1, 2) for a in (k, v))  # [B, KV, T, hd]
+    per_row = jax.vmap(one_head, in_axes=(0, 0, 0, None))
+    out = jax.vmap(per_row)(queries, keys, values, segments)  # [B, KV, G, T, hd]
+    return jnp.moveaxis(out, 3, 1).reshape(b, t, h, hd).astype(q.dtype)
+
+
 def attention_method(choice: str, platform: str) -> str:
-    """Resolve `auto`: cuDNN flash attention on GPUs, query-chunked XLA elsewhere."""
+    """Resolve `auto`: cuDNN flash attention on GPUs, query-chunked XLA elsewhere; the splash
+    kernel is refused off a TPU."""
+    if choice == "splash" and platform != "tpu":
+        raise ContractError(
+            f"engine config attention=splash: the splash kernel runs on TPU only, and this mesh"
+            f" is on {platform}; use xla"
+        )
     if choice != "auto":
         return choice
     return "cudnn" if platform in GPU_PLATFORMS else "xla"
@@ -146,6 +197,8 @@ def attention(x, layer, positions, segments, config: ModelConfig, method: str):
     q, k = rotary(q, positions, config.rope_theta), rotary(k, positions, config.rope_theta)
     if method == "cudnn":
         out = attention_cudnn(q, k, v, segments)
+    elif method == "splash":
+        out = splash_attention(q, k, v, segments)
     else:
         out = context_attention(q, k, v, segments, config.attention_chunk_size)
     out = out * (segments != 0)[:, :, None, None].astype(dtype)  # padding contributes nothing

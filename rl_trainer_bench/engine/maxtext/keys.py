@@ -144,7 +144,13 @@ def _by(field: str, build: Callable[[EngineConfig], Mapping[str, Any]]) -> Trans
     return Translation(field, build)
 
 
-_ATTENTION = {"auto": "autoselected", "xla": "dot_product", "cudnn": "cudnn_flash_te"}
+# MaxText's `flash` on a TPU is the same Pallas splash kernel
+_ATTENTION = {
+    "auto": "autoselected",
+    "xla": "dot_product",
+    "cudnn": "cudnn_flash_te",
+    "splash": "flash",
+}
 
 TRANSLATIONS: tuple[Translation, ...] = (
     _same("model.vocab_size", "vocab_size"),
