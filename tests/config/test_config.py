@@ -147,7 +147,9 @@ def test_config_problems_judge_choices_minimums_and_shapes_in_one_place():
     tiny = PRESETS["cpu-tiny"].engine
     assert config_problems(tiny) == []
     bad_choice = dataclasses.replace(tiny, model=dataclasses.replace(tiny.model, attention="x"))
-    assert config_problems(bad_choice) == ["model.attention='x': must be one of auto, xla, cudnn"]
+    assert config_problems(bad_choice) == [
+        "model.attention='x': must be one of auto, xla, cudnn, splash"
+    ]
     bad_rows = dataclasses.replace(tiny, micro_batch_rows=3)
     assert config_problems(bad_rows) == [
         "micro_batch_rows=3: must be a positive multiple of mesh fsdp x expert = 4"

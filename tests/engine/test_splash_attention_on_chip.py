@@ -1,0 +1,58 @@
+"""attention=splash on a TPU chip: the compiled kernel (not its interpreter) against the XLA path,
+outputs and gradients in bfloat16 as the engine computes, within a stated tolerance.
+
+The test session keeps JAX on the host CPU, so the comparison runs in a subprocess on the chip; on a
+host without a TPU chip it is skipped. Run it alone (one process can hold the chip):
+    python -m pytest -m tpu_chip -p no:xdist tests/engine/test_splash_attention_on_chip.py
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rl_trainer_bench import local_chips
+
+pytestmark = [
+    pytest.mark.tpu_chip,
+    pytest.mark.skipif(local_chips.local_tpu() is None, reason="needs a TPU chip on this host"),
+]
+
+# bfloat16 inputs, float32 accumulation on both paths: the kernel's online softmax and the XLA
+# path's whole-row softmax round differently, by about bfloat16's precision
+TOLERANCE = 2e-2
+COMPARE = f"""
+import jax, jax.numpy as jnp, numpy as np
+from rl_trainer_bench.engine.builtin import model, sharding
+from rl_trainer_bench.engine.config import MeshConfig
+keys = jax.random.split(jax.random.key(0), 4)
+q = jax.random.normal(keys[0], (2, 1024, 16, 128), jnp.bfloat16)
+k = jax.random.normal(keys[1], (2, 1024, 4, 128), jnp.bfloat16)
+v = jax.random.normal(keys[2], (2, 1024, 4, 128), jnp.bfloat16)
+segments = np.ones((2, 1024), np.int32); segments[0, 300:] = 2; segments[1, 900:] = 0
+segments = jnp.asarray(segments)
+weights = jax.random.normal(keys[3], q.shape, jnp.float32)
+def grads(attend):
+    def loss(q, k, v):
+        out = attend(q, k, v, segments).astype(jnp.float32) * (segments != 0)[:, :, None, None]
+        return jnp.sum(out * weights), out
+    return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+mesh = sharding.make_mesh(MeshConfig(), jax.devices()[:1])
+with jax.set_mesh(mesh):
+    (_, want), want_grads = grads(lambda *a: model.context_attention(*a, chunk=256))
+    (_, got), got_grads = grads(model.splash_attention)
+for name, g, w in zip(("out", "q", "k", "v"), (got, *got_grads), (want, *want_grads)):
+    g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
+    error = np.max(np.abs(g - w)) / max(np.max(np.abs(w)), 1e-6)
+    print(name, error)
+    assert error < {TOLERANCE}, (name, error)
+"""
+
+
+def test_the_kernel_on_the_chip_agrees_with_the_xla_path():
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    done = subprocess.run(
+        [sys.executable, "-c", COMPARE], capture_output=True, text=True, env=env, timeout=900
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
