@@ -19,8 +19,9 @@ import argparse
 import json
 import sys
 
+from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight.aot.check import resolve_cell
-from rl_trainer_bench.preflight.aot.compile import compile_one, compile_plan
+from rl_trainer_bench.preflight.aot.compile import compile_one, planned_program
 from rl_trainer_bench.preflight.aot.depth import with_layers
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 
@@ -43,12 +44,10 @@ def main() -> int:
     with quiet_libtpu():
         cell = resolve_cell(args.preset, args.target, args.trainer_argv, args.engine_flags)
         config = with_layers(cell.config, args.layers) if args.layers else cell.config
-        plan = {
-            name: (lowered, options) for name, lowered, options in compile_plan(config, cell.mesh)
-        }
-        if args.program not in plan:
-            parser.error(f"--program {args.program}: the engine compiles {', '.join(plan)}")
-        lowered, options = plan[args.program]
+        try:
+            lowered, options = planned_program(config, cell.mesh, args.program)
+        except UserError as error:
+            parser.error(f"--program: {error}")
         _, row = compile_one(args.program, lowered, {**options, **extra})
     if not row.compiled:
         print(f"{args.program}: {row.error}", file=sys.stderr)

@@ -24,8 +24,9 @@ import sys
 from pathlib import Path
 
 from rl_trainer_bench.accelerators import chip_for_device_kind
+from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight.aot.check import resolve_cell
-from rl_trainer_bench.preflight.aot.compile import compile_one, compile_plan
+from rl_trainer_bench.preflight.aot.compile import compile_one, planned_program
 from rl_trainer_bench.preflight.hlo.parse import parse_hlo
 from rl_trainer_bench.preflight.program_cost import instruction_costs
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
@@ -96,13 +97,11 @@ def main() -> int:
     args = parser.parse_args()
     with quiet_libtpu():
         cell = resolve_cell(args.preset, args.target, "", args.engine_flags)
-        plan = {
-            name: (lowered, options)
-            for name, lowered, options in compile_plan(cell.config, cell.mesh)
-        }
-        if args.program not in plan:
-            parser.error(f"--program {args.program}: the engine compiles {', '.join(plan)}")
-        compiled, row = compile_one(args.program, *plan[args.program])
+        try:
+            planned = planned_program(cell.config, cell.mesh, args.program)
+        except UserError as error:
+            parser.error(f"--program: {error}")
+        compiled, row = compile_one(args.program, *planned)
     if compiled is None:
         print(f"{args.program}: {row.error}", file=sys.stderr)
         return 1

@@ -52,9 +52,7 @@ def initialize_runtime(env: Mapping[str, str], host_devices: int) -> str:
     chosen = runtime_for(env, host_devices)
     if chosen.kind == PATHWAYS:
         return _start_pathways(env)
-    if forces_host_cpu(env, host_devices):
-        with contextlib.suppress(RuntimeError):  # backends already up: keep what they are
-            jax.config.update("jax_platforms", "cpu")
+    take_host_cpu(env, host_devices)
     processes = process_count(env)
     _force_host_devices(host_devices // processes if host_devices else 0)
     if chosen.kind == MULTI_PROCESS:
@@ -71,6 +69,14 @@ def initialize_runtime(env: Mapping[str, str], host_devices: int) -> str:
         jax.distributed.initialize()  # multi-host TPU: JAX detects the cluster from the pod
         return f"runtime: jax.distributed (TPU pod) process {jax.process_index()}"
     return f"runtime: {chosen.describe()}"
+
+
+def take_host_cpu(env: Mapping[str, str], host_devices: int) -> None:
+    """Put JAX on the host's CPU for a host preset whose environment names no platform
+    (`runtime.forces_host_cpu`): every command that runs or compiles the preset here alike."""
+    if forces_host_cpu(env, host_devices):
+        with contextlib.suppress(RuntimeError):  # backends already up: keep what they are
+            jax.config.update("jax_platforms", "cpu")
 
 
 def _start_pathways(env: Mapping[str, str]) -> str:

@@ -273,13 +273,15 @@ class Bench:
         loop = StepLoop(
             self.worker, self.pool, stage, self.compiles, no_trace, settings, lambda line: None
         )
+
+        def probe_step() -> None:
+            interrupts.check()  # Ctrl-C and SIGTERM stop the probes at a step's start, as a run
+            loop.run_step(next(steps))
+
         with loop:
             memory = device_peak.device_memory(devices)
             probes, stopped = device_peak.bisect(
-                lambda nbytes: device_peak.probe(
-                    devices, nbytes, lambda: loop.run_step(next(steps))
-                ),
-                memory.free,
+                lambda nbytes: device_peak.probe(devices, nbytes, probe_step), memory.free
             )
         return device_peak.PeakMeasurement(memory, tuple(probes), stopped)
 
@@ -355,17 +357,10 @@ def run_planned(
 
 
 def refuse_unmeasurable_peak(config: BenchConfig) -> None:
-    """MEASURE_PEAK=on refused before the compile where it cannot measure: devices with no memory
-    limit (the host CPU's), or more than one process (a probe's failure would be one process's,
-    and the others would wait in its collectives)."""
-    if not config.measure_peak:
-        return
-    if jax.process_count() > 1:
-        raise ConfigError(
-            f"MEASURE_PEAK=on probes one process's devices, and this run has"
-            f" {jax.process_count()} processes: measure on one host's slice, or set MEASURE_PEAK=off"
-        )
-    device_peak.device_memory(jax.local_devices())
+    """MEASURE_PEAK=on refused before the compile on devices with no memory limit (the host
+    CPU's); a runtime of several processes or Pathways was refused by the plan already."""
+    if config.measure_peak:
+        device_peak.device_memory(jax.local_devices())
 
 
 def _report_peak(bench: Bench, config: BenchConfig, log: Callable[[str], None], first_step: int):

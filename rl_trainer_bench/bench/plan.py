@@ -16,7 +16,7 @@ from typing import Any
 
 from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.bench import engine_plan, micro_batch_memory, results_copy
-from rl_trainer_bench.bench.runtime import Runtime, runtime_for
+from rl_trainer_bench.bench.runtime import SINGLE_PROCESS, Runtime, runtime_for
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
 from rl_trainer_bench.config import trainer_env, value_sources
 from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, engine_config_from
@@ -398,6 +398,7 @@ def resolve(
     differences = tuple(d for d in config.preset.differs_from_trainer if d.holds(engine))
     replay = _replay(config, engine)
     runtime = None if env is None else runtime_for(env, config.preset.host_devices)
+    _refuse_unmeasurable_peak(config, runtime)
     preset_values = value_sources.unset_values(
         config.preset, engine, config.trainer_argv, config.engine_flags
     )
@@ -414,6 +415,17 @@ def resolve(
         preset_values=tuple(preset_values),
         environment=None if env is None else tuple(_environment_fates(env, config, engine)),
     )
+
+
+def _refuse_unmeasurable_peak(config: BenchConfig, runtime: Runtime | None) -> None:
+    """MEASURE_PEAK=on probes one process's own devices with fillers; under Pathways, or with
+    several processes, a probe's load failure would be one process's (or the proxy's) while the
+    others wait in its collectives, so the plan (and the render) refuses it there."""
+    if config.measure_peak and runtime is not None and runtime.kind != SINGLE_PROCESS:
+        raise ConfigError(
+            f"MEASURE_PEAK=on measures a single process's devices, and this run starts"
+            f" {runtime.describe()}: measure on one TPU VM's chips, or set MEASURE_PEAK=off"
+        )
 
 
 def _environment_fates(

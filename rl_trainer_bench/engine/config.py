@@ -377,7 +377,8 @@ def _shape_problems(config: EngineConfig) -> list[str]:
     ]  # fmt: skip
     if m.attention == "splash":  # causal over the whole row, in the kernel's 128-token blocks
         checks += [
-            (mesh.context == 1, "attention", m.attention, "xla with mesh context > 1 (splash: 1)"),
+            (mesh.context == 1, "attention", m.attention,
+             f"xla or auto with mesh context = {mesh.context} (splash needs whole rows: context 1)"),
             (seq % 128 == 0, "seq_len", seq, "a multiple of 128 for attention=splash"),
         ]  # fmt: skip
     if "linear_attention" in m.layer_types:

@@ -12,6 +12,7 @@ import pytest
 from stand_in_engine import StandInEngine, stand_in_pool
 
 from rl_trainer_bench.bench import device_peak
+from rl_trainer_bench.bench import plan as bench_plan
 from rl_trainer_bench.bench.device_peak import DeviceMemory, PeakMeasurement, Probe
 from rl_trainer_bench.bench.driver import Bench
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
@@ -179,3 +180,19 @@ def test_the_driver_brackets_an_emulated_devices_step_through_its_own_loop(monke
     assert len(result.records) == 3  # the probes are not the run's steps
     # the probes that ran were whole steps, update included
     assert engine.calls.count(("update",)) > updates
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"JAX_PLATFORMS": "proxy,cpu", "JAX_BACKEND_TARGET": "grpc://proxy:29000"},
+        {"JAX_COORDINATOR_ADDRESS": "host:1234", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0"},
+    ],
+    ids=["pathways", "two processes"],
+)
+def test_the_plan_refuses_it_where_a_probe_would_be_one_process_of_several(env):
+    """The render's plan too: a pod's own runtime is known before it starts."""
+    config = BenchConfig.from_env({"MEASURE_PEAK": "on", "PRESET": "qwen3.5-397b-cell"})
+    with pytest.raises(ConfigError, match=r"MEASURE_PEAK=on measures a single process's devices"):
+        bench_plan.resolve(config, env=env, rendering=True)
+    bench_plan.resolve(config, env={}, rendering=True)  # one process: left to the devices' check

@@ -182,6 +182,15 @@ def compile_plan(
     return [(name, lowered, options.get(name, {})) for name, lowered in lowered_programs.items()]
 
 
+def planned_program(config: EngineConfig, mesh, name: str) -> tuple[Any, dict]:
+    """One program of `compile_plan`, lowered, and its options; UserError naming the programs
+    the engine compiles when `name` is none of them."""
+    plan = {each: (lowered, options) for each, lowered, options in compile_plan(config, mesh)}
+    if name not in plan:
+        raise UserError(f"program {name!r}: the engine compiles {', '.join(plan)}")
+    return plan[name]
+
+
 def program_options(config: EngineConfig, mesh, engine: ModuleType) -> dict[str, dict]:
     """{program: the XLA options its engine compiles it with} (compile_plan)."""
     given = aot_optional(engine, "compiler_options")

@@ -16,7 +16,7 @@ import jax
 from jax.experimental import topologies
 
 from rl_trainer_bench import accelerators
-from rl_trainer_bench.bench.runtime import forces_host_cpu
+from rl_trainer_bench.bench.distributed import take_host_cpu
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight.aot.arguments import LOCAL
 from rl_trainer_bench.preflight.aot.compile import first_line
@@ -59,9 +59,7 @@ def _local_target(wanted_devices: int) -> Target:
     """This process's devices; a host preset's (`wanted_devices` > 0) on the host's CPU, as its
     run takes them (`runtime.forces_host_cpu`): on a host with an accelerator JAX would pick the
     accelerator, whose devices the preset's mesh was not made for."""
-    if forces_host_cpu(os.environ, wanted_devices):
-        with contextlib.suppress(RuntimeError):  # backends already up: keep what they are
-            jax.config.update("jax_platforms", "cpu")
+    take_host_cpu(os.environ, wanted_devices)
     if wanted_devices and jax.config.jax_platforms in (None, "", "cpu"):
         # A preset that runs on host CPU devices needs them before JAX starts its backend.
         with contextlib.suppress(RuntimeError):
