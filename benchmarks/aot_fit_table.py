@@ -75,7 +75,7 @@ def _gib(value: float | None) -> str:
 def memory_rows(run: dict) -> list[str]:
     report = run["report"]
     if report is None:
-        return [f"| {run['target']} | no report (exit {run['exit_status']}) | | | | | |"]
+        return [f"| {run['target']} | no report (exit {run['exit_status']}) | | | | | | | |"]
     memory = report["memory_bytes"]
     rows = []
     for program in report["programs"]:
@@ -89,11 +89,12 @@ def memory_rows(run: dict) -> list[str]:
                 f"{_gib(memory - program['peak'])} ({100 * (1 - program['peak'] / memory):.1f}%)"
             )
         rows.append(
-            f"| {run['target']} | {program['name']} | {peak} | {_gib(program.get('live_peak'))} |"
+            f"| {run['target']} | {program['name']} | {_gib(program['temp'])} |"
+            f" {_gib(program.get('temp_block'))} | {peak} | {_gib(program.get('live_peak'))} |"
             f" {headroom} | {program['compile_seconds']:.1f} s | |"
         )
     rows.append(
-        f"| {run['target']} | device peak | {_gib(report['peak_bytes'])} of {_gib(memory)} | |"
+        f"| {run['target']} | device peak | | | {_gib(report['peak_bytes'])} of {_gib(memory)} | |"
         f" {_gib(report['headroom_bytes'])}: {_verdict(report)} | {run['wall_seconds']:.0f} s"
         f" wall (exit {run['exit_status']}) | {_gib(report['host_peak_bytes'])} |"
     )
@@ -158,8 +159,11 @@ def main() -> int:
         )
         runs.append(run_slice(args.preset, target, trainer_argv, args.extra))
     Path(args.results).write_text(json.dumps(runs, indent=1) + "\n")
-    print("| slice | program | device peak | XLA live peak | headroom | compile | host peak |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        "| slice | program | temp_size | HBM temp block | device peak | XLA live peak | headroom"
+        " | compile | host peak |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for run in runs:
         print("\n".join(memory_rows(run)))
     print()

@@ -48,7 +48,8 @@ def main() -> int:
             lowered, options = planned_program(config, cell.mesh, args.program)
         except UserError as error:
             parser.error(f"--program: {error}")
-        _, row = compile_one(args.program, lowered, {**options, **extra})
+        platform = cell.target.devices[0].platform
+        _, row = compile_one(args.program, lowered, {**options, **extra}, platform)
     if not row.compiled:
         print(f"{args.program}: {row.error}", file=sys.stderr)
         return 1
@@ -60,6 +61,7 @@ def main() -> int:
         "output_gib": row.output / GIB,
         "alias_gib": row.alias / GIB,
         "temp_gib": row.temp / GIB,
+        "temp_block_gib": None if row.temp_block is None else row.temp_block / GIB,
         "resident_gib": row.resident / GIB,
         "live_peak_gib": None if row.live_peak is None else row.live_peak / GIB,
         "compile_seconds": row.compile_seconds,

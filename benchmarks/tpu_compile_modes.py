@@ -33,7 +33,7 @@ from rl_trainer_bench.preflight.aot import compile as aot_compile
 from rl_trainer_bench.preflight.aot.depth import with_layers
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 
-MEMORY_FIELDS = ("argument", "output", "alias", "temp", "generated_code")
+MEMORY_FIELDS = (*aot_compile.MEMORY_FIELDS, "temp_block")
 
 
 def compiler_option(text: str) -> tuple[str, object]:
@@ -68,9 +68,9 @@ def check_options(device, extra: dict) -> None:
         ) from error
 
 
-def compile_all(plan, extra: dict, concurrent_jobs: bool) -> list:
+def compile_all(plan, extra: dict, concurrent_jobs: bool, platform: str) -> list:
     """(compiled or None, row) per program of `plan`, in its order."""
-    jobs = [(name, lowered, {**options, **extra}) for name, lowered, options in plan]
+    jobs = [(name, lowered, {**options, **extra}, platform) for name, lowered, options in plan]
     if not concurrent_jobs:
         return [aot_compile.compile_one(*job) for job in jobs]
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:  # the compile drops the GIL
@@ -107,7 +107,12 @@ def main() -> None:
                 )
             plan = [job for job in plan if not wanted or job[0] in wanted]
             started = time.perf_counter()
-            results = compile_all(plan, dict(args.compiler_option), args.mode == "concurrent")
+            results = compile_all(
+                plan,
+                dict(args.compiler_option),
+                args.mode == "concurrent",
+                cell.target.devices[0].platform,
+            )
             wall = time.perf_counter() - started
     except (UserError, ContractError) as error:  # a bad preset, slice, depth or program: one line
         print(f"tpu_compile_modes: {error}", file=sys.stderr)

@@ -101,7 +101,7 @@ def main() -> int:
             planned = planned_program(cell.config, cell.mesh, args.program)
         except UserError as error:
             parser.error(f"--program: {error}")
-        compiled, row = compile_one(args.program, *planned)
+        compiled, row = compile_one(args.program, *planned, cell.target.devices[0].platform)
     if compiled is None:
         print(f"{args.program}: {row.error}", file=sys.stderr)
         return 1

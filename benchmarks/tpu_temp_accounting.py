@@ -7,8 +7,10 @@ cell's programs for a TPU target from this host, exactly as `aot` does, with XLA
 for that compile alone, and sets `temp_size_in_bytes` beside what the buffer assignment itself
 allocates: the one preallocated temporary block per memory space (HBM is color 0, the core's VMEM
 color 1, SMEM color 2), the thread-local and constant buffers, and XLA's own peak of live buffers.
-With `--probes` it does the same for three small programs (a layer loop under `scan` and
-`checkpoint`, the same layers unrolled, a sort and gather) whose shapes make any gap easy to read.
+With `--probes` it does the same for small programs whose shapes make any gap easy to read: a layer
+loop under `scan` and `checkpoint` (as it is, with twice the layers, with twice the tokens, twice
+in a row, and with three matmuls in its body), the same layers unrolled, a sort and gather;
+`--no-cell` compiles those alone.
 
 What a compile gives is what the compiler planned; which figure the chip's runtime reserves when it
 loads the program, only the chip can say (`tpu-v5e-facts.md`).
@@ -28,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 from rl_trainer_bench.engine import residency
+from rl_trainer_bench.engine.temp_block import dump_options
 from rl_trainer_bench.preflight.aot.check import resolve_cell, state_bytes
 from rl_trainer_bench.preflight.aot.compile import compile_plan
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
@@ -64,12 +67,7 @@ def buffer_assignment(folder: Path) -> dict[str, int]:
 
 def dumped_compile(lowered, options: dict, folder: Path):
     """`lowered` compiled with `options`, its XLA dump in `folder`: (compiled, memory_analysis)."""
-    dump = {
-        "xla_dump_to": str(folder),
-        "xla_dump_hlo_as_text": True,
-        "xla_dump_hlo_pass_re": "NONE_MATCH",  # the optimized module and its assignment only
-    }
-    compiled = lowered.compile(compiler_options={**options, **dump})
+    compiled = lowered.compile(compiler_options={**options, **dump_options(folder)})
     return compiled, compiled.memory_analysis()
 
 
@@ -112,7 +110,7 @@ def cell_programs(args, root: Path) -> list[dict]:
 
 
 def probe_programs(target: str, root: Path) -> list[dict]:
-    """Three small programs on the target's first device (see the module docstring)."""
+    """Small programs on the target's first device (see the module docstring)."""
     import jax
     import jax.numpy as jnp
 
@@ -124,12 +122,24 @@ def probe_programs(target: str, root: Path) -> list[dict]:
     def spec(shape, dtype=jnp.bfloat16):
         return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
-    def layers_scanned(w, x):
-        def loss(w):
-            h, _ = jax.lax.scan(jax.checkpoint(lambda h, wl: (jnp.tanh(h @ wl), None)), x, w)
-            return (h.astype(jnp.float32) ** 2).sum()
+    def scanned(h, w, body=lambda h, wl: jnp.tanh(h @ wl)):
+        h, _ = jax.lax.scan(jax.checkpoint(lambda h, wl: (body(h, wl), None)), h, w)
+        return h
 
-        return jax.grad(loss)(w)
+    def layers_scanned(w, x):
+        return jax.grad(lambda w: (scanned(x, w).astype(jnp.float32) ** 2).sum())(w)
+
+    def two_scans(w, v, x):
+        def loss(w, v):
+            return (scanned(scanned(x, w), v).astype(jnp.float32) ** 2).sum()
+
+        return jax.grad(loss, argnums=(0, 1))(w, v)
+
+    def three_matmul_body(w, x):
+        def body(h, wl):
+            return jnp.tanh(jnp.tanh(jnp.tanh(h @ wl) @ wl.T) @ wl)
+
+        return jax.grad(lambda w: (scanned(x, w, body).astype(jnp.float32) ** 2).sum())(w)
 
     def layers_unrolled(w, x):
         def loss(w):
@@ -146,6 +156,10 @@ def probe_programs(target: str, root: Path) -> list[dict]:
     weights, tokens = spec((8, 4096, 4096)), spec((16384, 4096))
     probes = {
         "probe_layers_scanned": (layers_scanned, (weights, tokens)),
+        "probe_scanned_16_layers": (layers_scanned, (spec((16, 4096, 4096)), tokens)),
+        "probe_scanned_2x_tokens": (layers_scanned, (weights, spec((32768, 4096)))),
+        "probe_two_scans": (two_scans, (weights, weights, tokens)),
+        "probe_three_matmul_body": (three_matmul_body, (weights, tokens)),
         "probe_layers_unrolled": (layers_unrolled, (weights, tokens)),
         "probe_sort_gather": (sort_gather, (spec((65536, 2048)), spec((65536,), jnp.int32))),
     }
@@ -180,15 +194,17 @@ def main() -> int:
     parser.add_argument("--target", default="v5e:1x1")
     parser.add_argument("--engine-flags", default="")
     parser.add_argument("--stage", action="store_true", help="count the staged micro-batch")
-    parser.add_argument("--probes", action="store_true", help="also the three small programs")
+    parser.add_argument("--probes", action="store_true", help="also the small programs")
+    parser.add_argument("--no-cell", action="store_true", help="the small programs alone")
     parser.add_argument("--output", type=Path, help="write the figures as JSON here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder, quiet_libtpu():
         root = Path(folder)
-        rows = cell_programs(args, root)
-        if args.probes:
+        rows = [] if args.no_cell else cell_programs(args, root)
+        if args.probes or args.no_cell:
             rows += probe_programs(args.target, root)
-    print(f"{args.preset} on {args.target}, engine flags {args.engine_flags or '-'}")
+    cell = "no cell" if args.no_cell else f"{args.preset}, engine flags {args.engine_flags or '-'}"
+    print(f"{cell} on {args.target}")
     print(table(rows))
     if args.output:
         args.output.write_text(json.dumps({"preset": args.preset, "rows": rows}, indent=1))

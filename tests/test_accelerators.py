@@ -48,3 +48,15 @@ def test_per_device_share_of_a_two_device_chip():
     tpu7x = chip_by_name("tpu7x")
     assert tpu7x.per_device(tpu7x.memory_bytes) == 96 * 1024**3
     assert chip_by_name("v5p").per_device(459e12) == 459e12
+
+
+def test_a_chips_device_memory_is_what_its_runtime_grants_where_measured():
+    """A v5e runtime grants a program 16,909,336,064 B of the chip's 16 GiB (bytes_limit, measured
+    on a chip): the fit of a v5e slice compiled from a CPU host is judged against that. A chip
+    not measured keeps its nameplate share."""
+    v5e, v6e, tpu7x = chip_by_name("v5e"), chip_by_name("v6e"), chip_by_name("tpu7x")
+    assert v5e.device_memory_bytes == 16_909_336_064
+    assert "bytes_limit, measured" in v5e.device_memory_source
+    assert v6e.device_memory_bytes == 32 * 1024**3
+    assert tpu7x.device_memory_bytes == 96 * 1024**3
+    assert tpu7x.device_memory_source == "tpu7x table, 2 device(s) per chip"

@@ -374,7 +374,8 @@ def _report_peak(bench: Bench, config: BenchConfig, log: Callable[[str], None], 
         sums = ", ".join(f"{name} {human_bytes(p['peak'])}" for name, p in programs.items())
         log(
             f"{step_record.LOG_PREFIX} aot's peak of the same compiled programs (argument + output"
-            f" - alias + temp + the state beside), ESTIMATE: {sums}"
+            f" - alias + temporaries + the state beside; the temporaries on TPU as the buffer"
+            f" assignment's HBM block), ESTIMATE: {sums}"
         )
     document = {
         "measured": measured.as_dict(),

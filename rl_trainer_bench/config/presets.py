@@ -262,22 +262,27 @@ PRESETS: Mapping[str, Preset] = {
         ),
         Preset(
             # gpu-small cut to one TPU v5e chip: the cell that ran `run` and `ab` there for
-            # minutes on 2026-12-05 (602M parameters, 8.97 GiB of state; BENCHMARKS.md).
+            # minutes on 2026-12-05 (602M parameters; BENCHMARKS.md), now with the production's
+            # MoE buffers and Adam's first moment in bfloat16, sized by aot's corrected peak.
             name="tpu-v5e-1",
             engine=dataclasses.replace(
                 _GPU_SMALL,
                 model=dataclasses.replace(_GPU_SMALL.model, num_layers=4, num_experts=16),
                 micro_batch_rows=4,
                 seq_len=4096,
+                # The seeds' run: factor 2.75 over 2 token groups, 0 drops and 0 replays there
+                moe=MoeConfig(ragged_buffer_factor=2.75, token_chunks=2),
+                # Adam's first moment in bfloat16, as the public tpu7x recipe's mu_dtype
+                optimizer=OptimizerConfig(mu_dtype="bfloat16"),
             ),
             micro_steps=4,
             host_devices=0,
             purpose="one TPU v5e chip (15.75 GiB): gpu-small's Qwen3.5 block cut to 4 layers (one"
-            " block), 16 experts and 4 rows of 4,096 tokens, hidden 2048 (the 397B cell's 4096 does"
-            " not fit one chip beside its Adam state); no shared expert; MoE buffers at the"
-            " engine's factor 1.25 (every micro-batch replays), not the seeds' 2.75 with 2 token"
-            " chunks (no replay), which aot puts at 17.92 GiB against 16.96: which fits waits for"
-            " the chip's measured peak (MEASURE_PEAK); ran on a v5e chip, headroom not yet measured",
+            " block), 16 experts (top 4) and 4 rows of 4,096 tokens, hidden 2048 (the 397B cell's"
+            " 4096 does not fit one chip beside its Adam state); the seeds' MoE buffers (factor"
+            " 2.75 over 2 token groups: no replay) and Adam's mu in bfloat16, as the tpu7x"
+            " recipe's; no shared expert (with one 1,024 wide, aot's peak leaves less than the"
+            " 5% margin); aot's peak 14.74 GiB (6.4% free), not yet measured on a chip",
         ),
         Preset(
             # The 397B cell's shapes cut to one TPU v6e chip: one Qwen3.5 block, its hidden size

@@ -60,8 +60,9 @@ OPTIONAL_METHODS: Mapping[str, str] = {
     "the step ruler's TFLOP/s and MFU",
     "info": "info() -> mapping: what the engine wants the log to say about itself",
     "program_memory": "program_memory() -> {program: {argument, output, alias, temp, code, "
-    "beside, peak}}: each compiled program's device bytes as XLA gives them and the state the "
-    "engine keeps beside it; MEASURE_PEAK=on prints their sum (aot's peak) beside the measured one",
+    "beside, peak, and temp_block where read}}: each compiled program's device bytes as XLA gives "
+    "them, its HBM temporary block where read (engine/temp_block.py) and the state the engine "
+    "keeps beside it; MEASURE_PEAK=on prints their sum (aot's peak) beside the measured one",
     "share_state": "share_state(config) -> Engine: an engine that runs `config`'s programs on "
     "this engine's training state (parameters, gradient sum, optimizer state), holding none of "
     "its own; raises StateMismatch, naming the first part that differs, when `config`'s state "

@@ -90,10 +90,14 @@ def beside(
     return sum(state[part] for part in table[program])
 
 
-def compiled_footprint(analysis: Any, beside_bytes: int) -> dict[str, int]:
+def compiled_footprint(
+    analysis: Any, beside_bytes: int, temp_block: int | None = None
+) -> dict[str, int]:
     """A compiled program's `memory_analysis` per device as `aot` reads it, with `beside`: the
-    state beside it. `peak` is aot's sum (preflight/aot/compile.py): argument + output - alias +
-    temp + beside; the code's bytes are shown apart, as aot shows them."""
+    state beside it, and `temp_block`: its HBM temporary block where it was read (engine/
+    temp_block.py). `peak` is aot's sum (preflight/aot/compile.py): argument + output - alias +
+    the temporaries (the block where read, else temp) + beside; the code's bytes are shown apart,
+    as aot shows them."""
     figures = {
         "argument": int(analysis.argument_size_in_bytes),
         "output": int(analysis.output_size_in_bytes),
@@ -102,8 +106,11 @@ def compiled_footprint(analysis: Any, beside_bytes: int) -> dict[str, int]:
         "code": int(analysis.generated_code_size_in_bytes),
         "beside": beside_bytes,
     }
+    if temp_block is not None:
+        figures["temp_block"] = temp_block
+    counted_temp = figures["temp"] if temp_block is None else temp_block
     figures["peak"] = (
-        figures["argument"] + figures["output"] - figures["alias"] + figures["temp"] + beside_bytes
+        figures["argument"] + figures["output"] - figures["alias"] + counted_temp + beside_bytes
     )
     return figures
 

@@ -42,6 +42,7 @@ from rl_trainer_bench.engine.builtin.programs import (
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload, StateMismatch
 from rl_trainer_bench.engine.shared_state import StateFamily, first_difference
+from rl_trainer_bench.engine.temp_block import compile_reading_block
 
 log = logging.getLogger(__name__)
 
@@ -285,12 +286,27 @@ class JaxEngine:
 
     def program_memory(self) -> dict[str, dict[str, int]]:
         """Each compiled program's device bytes as XLA gives them and the state beside it, the
-        figures `aot` sums into a program's peak (the reservation it was compiled with)."""
+        figures `aot` sums into a program's peak (the reservation it was compiled with).
+
+        On TPU each program is compiled once more, with XLA's dump, for its buffer assignment's
+        temporary block (engine/temp_block.py): the run's own compile writes no dump, so a
+        production run pays nothing for what only the measured peak reads.
+        """
+        if self._spec is None:
+            raise ContractError("program_memory before compile(example): compile first")
         reserved = programs.compile_reservations(self.config, self.mesh)
-        return {
-            name: residency.compiled_footprint(compiled.memory_analysis(), reserved[name])
-            for name, compiled in self._compiled.items()
-        }
+        lowered = (
+            lower_programs(self.config, self.mesh, self._spec) if self.platform == "tpu" else {}
+        )
+        figures = {}
+        for name, compiled in self._compiled.items():
+            block = None
+            if name in lowered:
+                options = residency.compile_options(self.platform, reserved[name])
+                _, block = compile_reading_block(lowered[name], options, self.platform)
+            analysis = compiled.memory_analysis()
+            figures[name] = residency.compiled_footprint(analysis, reserved[name], block)
+        return figures
 
     def model_flops(self, payload: Payload, count_remat: bool = False) -> float:
         """Model FLOPs of one micro-batch (docs/engine.md): real tokens only, padding excluded.

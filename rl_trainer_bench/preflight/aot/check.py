@@ -256,7 +256,7 @@ def _progress_status(row: ProgramMemory) -> str:
     return (
         f"compiled {seconds}: argument {human_bytes(row.argument)}, output"
         f" {human_bytes(row.output)} (aliased {human_bytes(row.alias)}), temp"
-        f" {human_bytes(row.temp)}, resident {human_bytes(row.resident)} per device"
+        f" {human_bytes(row.counted_temp)}, resident {human_bytes(row.resident)} per device"
     )
 
 

@@ -20,6 +20,7 @@ from rl_trainer_bench.engine.abstract_inputs import platform_of
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import aot_optional
 from rl_trainer_bench.engine.factory import BUILT_IN
+from rl_trainer_bench.engine.temp_block import compile_reading_block
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight import program_cost
 from rl_trainer_bench.preflight.aot.engine_module import aot_engine_module, beside_table
@@ -56,7 +57,11 @@ class ProgramMemory:
     argument: int = 0
     output: int = 0
     alias: int = 0
-    temp: int = 0
+    temp: int = 0  # XLA's temp_size_in_bytes
+    # On TPU, the HBM temporary block of XLA's buffer assignment, what loading the program
+    # allocates for its temporaries and what its peak counts (engine/temp_block.py); None where
+    # not read (off TPU, where `temp` is that allocation).
+    temp_block: int | None = None
     generated_code: int = 0
     beside: int = 0  # state not among its arguments (see residency.STATE_PARTS)
     # The optimizer state's part of `beside` (0 when it is in host memory).
@@ -81,8 +86,13 @@ class ProgramMemory:
     error: str = ""  # first line of a failure
 
     @property
+    def counted_temp(self) -> int:
+        """The temporaries' bytes the peak counts: the HBM block where it was read."""
+        return self.temp if self.temp_block is None else self.temp_block
+
+    @property
     def resident(self) -> int:
-        return self.argument + self.output - self.alias + self.temp
+        return self.argument + self.output - self.alias + self.counted_temp
 
     @property
     def peak(self) -> int:
@@ -93,8 +103,9 @@ class ProgramMemory:
         return not self.error
 
 
-def measure(compiled, name: str, seconds: float) -> ProgramMemory:
-    """Read XLA's memory and cost analyses of a compiled program."""
+def measure(compiled, name: str, seconds: float, temp_block: int | None = None) -> ProgramMemory:
+    """Read XLA's memory and cost analyses of a compiled program (`temp_block`: its HBM
+    temporary block where it was read)."""
     analysis = compiled.memory_analysis()
     cost = program_cost.cost_of(compiled)
     return ProgramMemory(
@@ -103,6 +114,7 @@ def measure(compiled, name: str, seconds: float) -> ProgramMemory:
         output=int(analysis.output_size_in_bytes),
         alias=int(analysis.alias_size_in_bytes),
         temp=int(analysis.temp_size_in_bytes),
+        temp_block=temp_block,
         generated_code=int(analysis.generated_code_size_in_bytes),
         live_peak=_live_peak(analysis),
         xla_flops=cost.xla_flops,
@@ -205,14 +217,14 @@ def program_options(config: EngineConfig, mesh, engine: ModuleType) -> dict[str,
     }
 
 
-def compile_one(name: str, lowered, options: dict) -> tuple[Any, ProgramMemory]:
-    """Compile one lowered program: (compiled or None, its report row)."""
+def compile_one(name: str, lowered, options: dict, platform: str) -> tuple[Any, ProgramMemory]:
+    """Compile one lowered program for `platform`: (compiled or None, its report row)."""
     start = time.perf_counter()
     try:
-        compiled = lowered.compile(compiler_options=options)
+        compiled, block = compile_reading_block(lowered, options, platform)
     except Exception as error:  # XLA raises XlaRuntimeError/ValueError: keep the others going
         return None, failed(name, error, time.perf_counter() - start)
-    return compiled, measure(compiled, name, time.perf_counter() - start)
+    return compiled, measure(compiled, name, time.perf_counter() - start, block)
 
 
 def compile_programs(
@@ -225,6 +237,7 @@ def compile_programs(
     cell's programs compiled at once on 2 cores were no faster than one after the other, and took
     a third more host memory (BENCHMARKS.md, "Where the compile time goes").
     """
+    platform = platform_of(mesh)
     for name, lowered, options in compile_plan(config, mesh, engine):
-        compiled, row = compile_one(name, lowered, options)
+        compiled, row = compile_one(name, lowered, options, platform)
         yield name, compiled, row

@@ -58,7 +58,9 @@ def extrapolate(
             setattr(row, field, scaled(getattr(a, field), getattr(b, field)))
         if a.xla_optimal_seconds is not None and b.xla_optimal_seconds is not None:
             row.xla_optimal_seconds = scaled(a.xla_optimal_seconds, b.xla_optimal_seconds)
-        if a.live_peak is not None and b.live_peak is not None:
-            row.live_peak = round(scaled(a.live_peak, b.live_peak))
+        for field in ("live_peak", "temp_block"):  # figures a backend may not give
+            low_value, high_value = getattr(a, field), getattr(b, field)
+            if low_value is not None and high_value is not None:
+                setattr(row, field, round(scaled(low_value, high_value)))
         rows.append(row)
     return rows

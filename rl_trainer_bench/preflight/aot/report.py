@@ -194,13 +194,14 @@ def _program_table(report: AotReport) -> list[str]:
             p.argument,
             p.output,
             p.alias,
-            p.temp,
+            p.counted_temp,
             p.generated_code,
             p.resident,
             p.beside,
             p.peak,
         )
         lines.append(f"{p.name:<18}" + "".join(f"{human_bytes(v):>12}" for v in values))
+    lines += _temp_note(report)
     live = [f"{p.name} {human_bytes(p.live_peak)}" for p in report.programs if p.live_peak]
     if live:
         lines.append(
@@ -210,6 +211,30 @@ def _program_table(report: AotReport) -> list[str]:
             " one block sized by how it packs them"
         )
     return lines
+
+
+def _temp_note(report: AotReport) -> list[str]:
+    """On TPU, the line that says `temp` is XLA's buffer assignment's HBM block, with XLA's
+    `temp_size_in_bytes` of each program where it is larger by more than a MiB, and the
+    programs whose block could not be read (no dump: a compile served from JAX's cache)."""
+    compiled = [p for p in report.programs if p.compiled]
+    if not report.device_kind.startswith("TPU") or not compiled:
+        return []
+    read = [p for p in compiled if p.temp_block is not None]
+    larger = [f"{p.name} {human_bytes(p.temp)}" for p in read if p.temp - p.temp_block > 2**20]
+    note = (
+        "temp: the HBM temporary block of XLA's buffer assignment, what loading the program"
+        " allocates (engine/temp_block.py)"
+    )
+    if larger:
+        note += "; XLA's temp_size_in_bytes, larger in loops and not counted: " + ", ".join(larger)
+    unread = [p.name for p in compiled if p.temp_block is None]
+    if unread:
+        note += (
+            f"; no buffer assignment for {', '.join(unread)} (XLA wrote no dump: a compile from"
+            " JAX's persistent cache?), temp_size_in_bytes counted there"
+        )
+    return [note]
 
 
 def _failure_detail(p: ProgramMemory) -> str:

@@ -73,7 +73,7 @@ def _local_target(wanted_devices: int) -> Target:
         # What JAX may allocate (on GPUs the preallocated fraction), not the chip's nameplate.
         memory, source = int(stats["bytes_limit"]), "the runtime's bytes_limit for this device"
     elif chip is not None:
-        memory, source = chip.device_memory_bytes, f"{chip.name} table"
+        memory, source = chip.device_memory_bytes, chip.device_memory_source
     elif device.platform == "cpu":
         memory = _host_memory() // len(devices)
         source = f"host memory shared by {len(devices)} CPU devices"
@@ -134,7 +134,7 @@ def _topology_target(tpu_slice: accelerators.TpuSlice) -> Target:
         )
     per_chip = tpu_slice.chip.devices_per_chip  # Ironwood shows each chip as two devices
     memory = tpu_slice.chip.device_memory_bytes
-    source = f"{tpu_slice.chip.name} table, {per_chip} device(s) per chip"
+    source = tpu_slice.chip.device_memory_source
     return Target(
         tpu_slice.name, devices, devices[0].device_kind, memory, source, tpu_slice.chip, per_chip
     )

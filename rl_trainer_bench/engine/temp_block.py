@@ -1,0 +1,60 @@
+"""The device-memory block XLA's buffer assignment allocates for a compiled TPU program's temporaries.
+
+Loading a program allocates its arguments' and outputs' buffers and one preallocated block per
+memory space for everything else; on TPU the HBM one is memory space (color) 0. For a program
+without a loop, `memory_analysis().temp_size_in_bytes` is that block to within kilobytes. For a
+program with a loop (`scan`, a `while`) libtpu's `temp_size` is larger by an amount no allocation
+of the assignment holds: 1.97 GiB in the one-chip v5e cell's fwd_bwd, which ran on a chip where its
+`temp_size` would not have fit beside the state (BENCHMARKS.md, "Where fwd_bwd's 7.99 GiB of
+`temp_size` lies"). So a TPU program's temporaries are counted as the block, read from the buffer
+assignment XLA writes when asked to dump the optimized module; the dump adds about 5% to a compile
+(same section).
+
+Only XLA's text dump carries the assignment: `memory_analysis()` leaves its serialized form empty on
+libtpu 0.10.2's JAX, and a compiled executable keeps its modules but not their assignment.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+_ALLOCATION = re.compile(r"^allocation \d+: size (\d+), (?:color (\d+), )?preallocated-temp\b")
+
+
+def hbm_temp_block(assignment_text: str) -> int | None:
+    """Bytes of the memory-space-0 (HBM) preallocated temporary block in one module's
+    `*-buffer-assignment.txt`; None when the assignment has none (a program with no temporaries
+    has a block of a few bytes, not none)."""
+    for line in assignment_text.splitlines():
+        match = _ALLOCATION.match(line)
+        if match and int(match.group(2) or 0) == 0:
+            return int(match.group(1))
+    return None
+
+
+def dump_options(folder: str | Path) -> dict[str, Any]:
+    """XLA options that dump the optimized module and its buffer assignment into `folder`, not a
+    file per compiler pass."""
+    return {
+        "xla_dump_to": str(folder),
+        "xla_dump_hlo_as_text": True,
+        "xla_dump_hlo_pass_re": "NONE_MATCH",
+    }
+
+
+def compile_reading_block(lowered: Any, options: dict[str, Any], platform: str):
+    """`lowered` compiled with `options`: (compiled, the HBM temporary block in bytes or None).
+
+    Off TPU the block is not read (None) and nothing is dumped: there `temp_size_in_bytes` is the
+    temporaries' allocation. A dump XLA did not write (a remote compile) also gives None.
+    """
+    if platform != "tpu":
+        return lowered.compile(compiler_options=options), None
+    with tempfile.TemporaryDirectory(prefix="xla-assignment-") as folder:
+        compiled = lowered.compile(compiler_options={**options, **dump_options(folder)})
+        assignments = sorted(Path(folder).glob("*after_optimizations-buffer-assignment.txt"))
+        block = hbm_temp_block(assignments[-1].read_text()) if assignments else None
+    return compiled, block
