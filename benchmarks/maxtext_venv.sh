@@ -1,5 +1,6 @@
-# The side environment MaxText's engine runs in, for benchmarks/maxtext_engine.sh and
-# benchmarks/maxtext_aot.sh (sourced: defines build_venv, which builds "$VENV" with "$PYTHON").
+# The side environment MaxText's engine runs in, for benchmarks/maxtext_engine.sh,
+# benchmarks/maxtext_aot.sh and benchmarks/maxtext_chip_wheels.sh (sourced: defines build_venv, which
+# builds "$VENV" with "$PYTHON", the pins it installs, and finish_venv, which puts maxtext in a venv).
 #
 # maxtext 0.2.5 from the package index with its import dependencies pinned one by one, jax 0.10.2,
 # flax 0.12.8. maxtext declares Python >= 3.12; on 3.11 it installs with --ignore-requires-python
@@ -10,24 +11,37 @@
 # index) is asked for, which stops MaxText's AbstractMaxTextEngine (the `aot` path) before it
 # traces anything: a variable whose sharding cannot be built there is returned without one.
 
+# The bench's own dependencies and the JAX stack maxtext 0.2.5 was checked with.
+BENCH_PINS=(jax==0.10.2 jaxlib==0.10.2 flax==0.12.8 optax==0.2.8 numpy==2.4.6
+    PyYAML==6.0.4 absl-py==2.5.1 jsonschema==4.26.0)
+# maxtext's import dependencies, added one by one until its training engine imports (no torch or
+# tensorflow needed); the JAX stack stays pinned (JAX_PINS) while they resolve.
+JAX_PINS=(jax==0.10.2 jaxlib==0.10.2 flax==0.12.8)
+MAXTEXT_DEPS=(omegaconf==2.4.0 packaging==26.4
+    pathwaysutils==0.1.13 Jinja2==3.1.6 aqtp==0.9.0 qwix==0.1.8 tokamax==0.0.12
+    huggingface_hub==2.4.0 transformers==5.24.0 grain==0.2.18 drjax==0.2.1
+    tiktoken==0.14.0 sentencepiece==0.2.3 sympy==1.14.0 google-metrax==0.2.4
+    perfetto==0.59.1 pandas==3.1.1 pillow==13.0.0 orbax-checkpoint==0.12.8 pydantic==2.14.4)
+MAXTEXT_PIN=maxtext==0.2.5
+
 build_venv() {
     "$PYTHON" -m venv "$VENV"
     local pip=("$VENV/bin/pip" install -q)
-    # The bench's own dependencies and the JAX stack maxtext 0.2.5 was checked with.
-    "${pip[@]}" jax==0.10.2 jaxlib==0.10.2 flax==0.12.8 optax==0.2.8 numpy==2.4.6 \
-        PyYAML==6.0.4 absl-py==2.5.1 jsonschema==4.26.0
-    # maxtext's import dependencies, added one by one until its training engine imports (no torch
-    # or tensorflow needed); the JAX stack stays pinned while they resolve.
-    printf 'jax==0.10.2\njaxlib==0.10.2\nflax==0.12.8\n' > "$VENV/jax-constraints.txt"
-    "${pip[@]}" -c "$VENV/jax-constraints.txt" omegaconf==2.4.0 packaging==26.4 \
-        pathwaysutils==0.1.13 Jinja2==3.1.6 aqtp==0.9.0 qwix==0.1.8 tokamax==0.0.12 \
-        huggingface_hub==2.4.0 transformers==5.24.0 grain==0.2.18 drjax==0.2.1 \
-        tiktoken==0.14.0 sentencepiece==0.2.3 sympy==1.14.0 google-metrax==0.2.4 \
-        perfetto==0.59.1 pandas==3.1.1 pillow==13.0.0 orbax-checkpoint==0.12.8 pydantic==2.14.4
-    "${pip[@]}" --no-deps --ignore-requires-python maxtext==0.2.5
+    "${pip[@]}" "${BENCH_PINS[@]}"
+    printf '%s\n' "${JAX_PINS[@]}" > "$VENV/jax-constraints.txt"
+    "${pip[@]}" -c "$VENV/jax-constraints.txt" "${MAXTEXT_DEPS[@]}"
+    finish_venv "$VENV"
+}
+
+# maxtext itself in venv $1 (without its declared dependencies: the pins above stand for them), the
+# 3.11 rewrite and the start-up hooks; extra pip options (an offline wheel folder) follow $1.
+finish_venv() {
+    local venv=$1
+    shift
+    "$venv/bin/pip" install -q "$@" --no-deps --ignore-requires-python "$MAXTEXT_PIN"
     local site
-    site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    if ! "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then
         sed -i -E 's/^type ([A-Za-z_][A-Za-z0-9_]*) *= */\1 = /' \
             "$site/maxtext/kernels/mhc/api.py" "$site/maxtext/kernels/mhc/common.py"
     fi
