@@ -56,6 +56,10 @@ download() {
 
 install() {
     local dir venv=${2:-/tmp/maxtext-chip-venv}
+    [ -d "$1" ] || {
+        echo "maxtext_chip_wheels.sh: install $1: no such folder; give the DIR of a download" >&2
+        exit 2
+    }
     dir=$(cd "$1" && pwd)
     [ -f "$dir/jax-constraints.txt" ] && [ -d "$dir/tunix-checkout/tunix" ] || {
         echo "maxtext_chip_wheels.sh: $dir holds no download (no jax-constraints.txt or tunix-checkout/): run" \

@@ -56,5 +56,7 @@ def compile_reading_block(lowered: Any, options: dict[str, Any], platform: str):
     with tempfile.TemporaryDirectory(prefix="xla-assignment-") as folder:
         compiled = lowered.compile(compiler_options={**options, **dump_options(folder)})
         assignments = sorted(Path(folder).glob("*after_optimizations-buffer-assignment.txt"))
-        block = hbm_temp_block(assignments[-1].read_text()) if assignments else None
+        # XLA's own text; undecodable bytes (a dump cut short by a full disk) match no line
+        text = assignments[-1].read_text(errors="replace") if assignments else ""
+        block = hbm_temp_block(text)
     return compiled, block
