@@ -97,7 +97,7 @@ def compare_expert_compute(config) -> int:
     )
     down = jax.random.normal(keys[3], (m.num_experts, m.expert_ffn_dim, m.d_model), dtype)
     flops = 3 * 3 * 2 * m.num_experts * slots * m.d_model * m.expert_ffn_dim  # fwd + bwd
-    for method in moe.EXPERT_COMPUTE_CHOICES:
+    for method in moe.BUFFER_EXPERT_COMPUTE:
         step = jax.jit(
             jax.grad(
                 lambda b, g, u, d, m=method: moe.experts_ffn(b, g, u, d, m).sum(), (0, 1, 2, 3)

@@ -31,7 +31,7 @@ from rl_trainer_bench.config.trainer_maxtext import (
     maxtext_fates,
 )
 from rl_trainer_bench.engine.builtin.program_flops import builtin_fwd_bwd_flops
-from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.config import SORTED_EXPERT_COMPUTE, EngineConfig
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
 from rl_trainer_bench.engine.maxtext import tunix_grpo
 from rl_trainer_bench.engine.maxtext.keys import HELD_KEYS
@@ -198,11 +198,17 @@ def _kernels(config: BenchConfig, engine: EngineConfig, keys: dict[str, str]) ->
         parts = ["XLA attention over query chunks"]
         if "linear_attention" in engine.model.layer_types:
             parts.append("the chunked Gated DeltaNet in XLA")
-        parts.append(
-            "a capacity-padded einsum for the experts (a grouped matmul only in the replay)"
-        )
+        parts.append(_expert_kernel(engine.moe.expert_compute))
         ours = ", ".join(parts)
     return f"the trainer's: {_quoted(keys, KERNEL_KEYS)}; this run's: {ours}"
+
+
+def _expert_kernel(expert_compute: str) -> str:
+    if expert_compute in SORTED_EXPERT_COMPUTE:
+        kernel = SORTED_EXPERT_COMPUTE[expert_compute]
+        return f"the routed pairs sorted by expert through {kernel}, drops as in E x C buffers"
+    matmul = "ragged_dot" if expert_compute == "ragged_dot" else "einsum"
+    return f"a capacity-padded {matmul} for the experts (a grouped matmul only in the replay)"
 
 
 def _exchange(engine: EngineConfig, keys: dict[str, str]) -> str:

@@ -263,26 +263,33 @@ PRESETS: Mapping[str, Preset] = {
         Preset(
             # gpu-small cut to one TPU v5e chip: the cell that ran `run` and `ab` there for
             # minutes on 2026-12-05 (602M parameters; BENCHMARKS.md), now with the production's
-            # MoE buffers and Adam's first moment in bfloat16, sized by aot's corrected peak.
+            # MoE buffers, a shared expert and Adam's first moment in bfloat16, sized by aot's
+            # corrected peak.
             name="tpu-v5e-1",
             engine=dataclasses.replace(
                 _GPU_SMALL,
-                model=dataclasses.replace(_GPU_SMALL.model, num_layers=4, num_experts=16),
+                model=dataclasses.replace(
+                    _GPU_SMALL.model, num_layers=4, num_experts=16, shared_expert_ffn_dim=1024
+                ),
                 micro_batch_rows=4,
                 seq_len=4096,
-                # The seeds' run: factor 2.75 over 2 token groups, 0 drops and 0 replays there
-                moe=MoeConfig(ragged_buffer_factor=2.75, token_chunks=2),
+                # The seeds' run: factor 2.75 over 2 token groups, 0 drops and 0 replays there;
+                # the kept pairs sorted through the TPU grouped-matmul kernel, not 2.75x the work
+                moe=MoeConfig(
+                    ragged_buffer_factor=2.75, token_chunks=2, expert_compute="sorted_gmm"
+                ),
                 # Adam's first moment in bfloat16, as the public tpu7x recipe's mu_dtype
                 optimizer=OptimizerConfig(mu_dtype="bfloat16"),
             ),
             micro_steps=4,
             host_devices=0,
             purpose="one TPU v5e chip (15.75 GiB): gpu-small's Qwen3.5 block cut to 4 layers (one"
-            " block), 16 experts (top 4) and 4 rows of 4,096 tokens, hidden 2048 (the 397B cell's"
-            " 4096 does not fit one chip beside its Adam state); the seeds' MoE buffers (factor"
-            " 2.75 over 2 token groups: no replay) and Adam's mu in bfloat16, as the tpu7x"
-            " recipe's; no shared expert (with one 1,024 wide, aot's peak leaves less than the"
-            " 5% margin); aot's peak 14.74 GiB (6.4% free), not yet measured on a chip",
+            " block), 16 experts (top 4) with a shared expert 1,024 wide, and 4 rows of 4,096"
+            " tokens, hidden 2048 (the 397B cell's 4096 does not fit one chip beside its Adam"
+            " state); the seeds' MoE buffers (factor 2.75 over 2 token groups: no replay), their"
+            " kept pairs sorted through the TPU grouped-matmul kernel (expert_compute=sorted_gmm,"
+            " the trainer's MaxText runs its own), and Adam's mu in bfloat16, as the tpu7x"
+            " recipe's; aot's peak 14.20 GiB (9.8% free), not yet measured on a chip",
         ),
         Preset(
             # The 397B cell's shapes cut to one TPU v6e chip: one Qwen3.5 block, its hidden size

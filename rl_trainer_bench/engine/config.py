@@ -19,8 +19,13 @@ from typing import Any, Literal
 
 RematPolicy = Literal["full", "minimal", "none"]
 AttentionImpl = Literal["auto", "xla", "cudnn", "splash"]
-ExpertCompute = Literal["auto", "einsum", "ragged_dot"]
+ExpertCompute = Literal["auto", "einsum", "ragged_dot", "sorted_ragged_dot", "sorted_gmm"]
 DroplessCompute = Literal["auto", "capacity", "ragged_dot", "gmm"]
+# The capacity program's token-sorted layouts and the grouped matmul each runs: the pairs that
+# keep a slot, sorted by expert, through the dropless program's code (`moe.local_sorted_ffn`), so
+# the matmuls run the kept pairs rather than every slot of E x C buffers (1/factor of the work
+# when nothing drops). MaxText's sparse_matmul path is of this kind (megablox on TPU).
+SORTED_EXPERT_COMPUTE = {"sorted_ragged_dot": "ragged_dot", "sorted_gmm": "gmm"}
 ComputeDtype = Literal["bfloat16", "float32"]
 MatmulPrecision = Literal["default", "high", "highest"]
 MomentDtype = Literal["float32", "bfloat16"]
@@ -153,7 +158,12 @@ class MoeConfig:
         default=True, metadata=engine_key("re-run a micro-batch dropless when a buffer overflowed")
     )
     expert_compute: ExpertCompute = dataclasses.field(
-        default="auto", metadata=engine_key("expert matmul layout (auto picks per chip)")
+        default="auto",
+        metadata=engine_key(
+            "the capacity program's expert layout: einsum or ragged_dot over E x C slot buffers,"
+            " or sorted_ragged_dot / sorted_gmm (the kept pairs sorted by expert and a grouped"
+            " matmul, the same drops; sorted_gmm on TPU only); auto picks per chip"
+        ),
     )
     dropless_compute: DroplessCompute = dataclasses.field(
         default="auto",

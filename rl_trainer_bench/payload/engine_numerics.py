@@ -93,6 +93,13 @@ def default_knobs(engine: EngineConfig) -> tuple[Knob, ...]:
             1e-5,
         ),
         Knob(
+            "moe.expert_compute=sorted_ragged_dot",
+            _with("moe", expert_compute="sorted_ragged_dot"),
+            1e-5,
+            1e-5,
+            1e-5,
+        ),
+        Knob(
             "moe.dropless_compute=ragged_dot",
             _with("moe", dropless_compute="ragged_dot"),
             1e-5,

@@ -238,26 +238,14 @@ def _kept_pairs(x, params, factor, chunks):
     return jnp.asarray(keep)
 
 
-@pytest.mark.parametrize(("factor", "chunks"), [(-1, 1), (-1, 2), (0.75, 1), (0.75, 2)])
-def test_expert_parallel_capacity_layer_equals_a_dense_reference_in_value_and_gradient(
-    mesh, factor, chunks
-):
-    """The shard_map layer (experts gathered over their model dim, buffers moved by all-to-all,
-    token chunks) against every expert computed densely on one device, drops included."""
+def _against_dense(mesh, factor, chunks, layer):
+    """`layer(x, params)` -> (out, overflow) on the 2x2x2 mesh against every expert computed
+    densely on one device with the capacity rule's drops (`_kept_pairs`), value and gradient."""
     x, params = _layer(seed=2)
     keep = _kept_pairs(x, params, factor, chunks)
 
     def sharded(x, params):
-        out, overflow = moe.moe_ffn(
-            x,
-            params,
-            jnp.ones(x.shape[:2], bool),
-            None,
-            top_k=K,
-            capacity_factor=factor,
-            token_chunks=chunks,
-            methods=("einsum", "capacity"),
-        )
+        out, overflow = layer(x, params)
         return jnp.sum(jnp.sin(out)), (out, overflow)
 
     def dense(x, params):
@@ -278,3 +266,47 @@ def test_expert_parallel_capacity_layer_equals_a_dense_reference_in_value_and_gr
         np.testing.assert_allclose(
             got_grads[1][name], want_leaf, rtol=1e-4, atol=1e-5, err_msg=name
         )
+
+
+@pytest.mark.parametrize("expert_compute", ["einsum", "sorted_ragged_dot"])
+@pytest.mark.parametrize(("factor", "chunks"), [(-1, 1), (-1, 2), (0.75, 1), (0.75, 2)])
+def test_expert_parallel_capacity_layer_equals_a_dense_reference_in_value_and_gradient(
+    mesh, factor, chunks, expert_compute
+):
+    """The shard_map layer (experts gathered over their model dim, buffers moved by all-to-all or
+    tokens gathered and sorted, token chunks) against every expert computed densely on one
+    device, drops included: the token-sorted capacity program drops what the buffers drop."""
+
+    def sharded(x, params):
+        return moe.moe_ffn(
+            x,
+            params,
+            jnp.ones(x.shape[:2], bool),
+            None,
+            top_k=K,
+            capacity_factor=factor,
+            token_chunks=chunks,
+            methods=(expert_compute, "capacity"),
+        )
+
+    _against_dense(mesh, factor, chunks, sharded)
+
+
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_tpu_kernel_capacity_layer_drops_what_the_buffers_drop(mesh, chunks):
+    """The capacity program through the TPU grouped-matmul kernel (Pallas's interpreter), at a
+    factor that drops pairs of this batch, against the dense reference."""
+    local = functools.partial(moe.local_sorted_ffn, method="gmm", factor=0.75, interpret=True)
+
+    def sharded(x, params):
+        experts, gates = moe.route(x, params["router"], K, jnp.ones(x.shape[:2], bool))
+        weights = tuple(params[n] for n in moe.EXPERT_WEIGHTS)
+        return moe.expert_parallel(local, x, experts, gates, weights, token_chunks=chunks)
+
+    _against_dense(mesh, 0.75, chunks, sharded)
+
+
+def test_tpu_kernel_for_the_capacity_program_is_refused_off_a_tpu():
+    with pytest.raises(ContractError, match=r"expert_compute=sorted_gmm: .* TPU only"):
+        moe.expert_compute_for("sorted_gmm", "cpu")
+    assert moe.expert_compute_for("sorted_gmm", "tpu") == "sorted_gmm"

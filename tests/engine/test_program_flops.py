@@ -43,3 +43,14 @@ def test_dropless_experts_run_the_routed_pairs_only():
     assert flops.expert_ratio == 1.0
     assert flops.attention_ratio == 2.0  # one whole-row segment: the square over its half
     assert 1.0 < flops.ratio < 2.0
+
+
+def test_token_sorted_capacity_program_runs_the_routed_pairs_not_the_slots():
+    config = _cell(1.5)
+    sorted_moe = dataclasses.replace(config.moe, expert_compute="sorted_ragged_dot")
+    ids = np.ones((config.micro_batch_rows, config.seq_len), np.int32)
+    padded = builtin_fwd_bwd_flops(config, ids)
+    flops = builtin_fwd_bwd_flops(dataclasses.replace(config, moe=sorted_moe), ids)
+    assert padded.expert_ratio == 1.5  # 8 tokens x 2 / 8 experts x 1.5 = 3 slots, no rounding
+    assert flops.expert_ratio == 1.0
+    assert flops.attention_ratio == padded.attention_ratio

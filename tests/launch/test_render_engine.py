@@ -115,3 +115,20 @@ print("jax imported:", "jax" in sys.modules)
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == "jax imported: False"
+
+
+@pytest.mark.parametrize(
+    ("flags", "kernel"),
+    [
+        ({}, "a capacity-padded einsum for the experts (a grouped matmul only in the replay)"),
+        (
+            {"engine_flags": "expert_compute=sorted_gmm"},
+            "the routed pairs sorted by expert through gmm, drops as in E x C buffers",
+        ),
+    ],
+)
+def test_the_kernels_line_names_the_built_in_experts_layout(flags, kernel):
+    text = _qwen35_fixture(backend_flag=True, extra_flags=False)
+    knobs = RenderKnobs.from_strings({"engine": "builtin", **flags})
+    facts = dict(render.render_with_plan(text, "fixture", knobs).plan.engine_facts)
+    assert facts["differs: kernels"].endswith(kernel)

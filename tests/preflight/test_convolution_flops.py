@@ -89,3 +89,61 @@ def test_the_count_of_a_batched_einsum_compiled_for_a_tpu_is_xlas_own():
     counted = program_cost.loop_counts(parse_hlo(compiled.as_text())).flops_once
     assert counted == 2 * (64 * 4 * 16) * 64 * 64 * 128
     assert counted == pytest.approx(compiled.cost_analysis()["flops"], rel=0.01)
+
+
+def test_a_tpu_kernel_counts_the_flops_it_states():
+    """A Pallas kernel's custom call as libtpu writes it (backend config abridged): its FLOPs are
+    the cost estimate it carries, which libtpu's cost analysis also counts; a custom call that
+    states none counts what it calls, here nothing."""
+    config = (
+        '{"custom_call_config":{"body":"TUzvUgE=","cost_estimate":{"flops":"4294967296",'
+        '"transcendentals":"0","bytes_accessed":"28311552"},"needs_layout_passes":true}}'
+    )
+    text = f"""HloModule m
+
+ENTRY %main (p0: bf16[4096,512], p1: bf16[8,512,1024]) -> bf16[4096,1024] {{
+  %p0 = bf16[4096,512] parameter(0)
+  %p1 = bf16[8,512,1024] parameter(1)
+  %plain = bf16[4096,1024] custom-call(%p0, %p1), custom_call_target="Sharding"
+  ROOT %gmm = bf16[4096,1024] custom-call(%p0, %p1), custom_call_target="tpu_custom_call", backend_config={config}
+}}
+"""
+    module = parse_hlo(text)
+    (entry,) = module.computations.values()
+    counter = FlopCounter(module)
+    plain, kernel = entry.instructions[-2:]
+    assert counter.of_instruction(kernel, entry.by_name()) == 2 * 4096 * 512 * 1024
+    assert counter.of_instruction(plain, entry.by_name()) == 0
+
+
+@pytest.mark.tpu_aot
+def test_a_tpu_kernel_in_a_loop_counts_once_per_trip():
+    """Needs the [tpu-aot] extra: the grouped-matmul kernel in a scan of 3, compiled for v5e:1x1;
+    once-counted it is libtpu's own figure, and the loop counts it three times."""
+    pytest.importorskip("libtpu")
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu.megablox import gmm
+
+    from rl_trainer_bench.preflight import program_cost
+    from rl_trainer_bench.preflight.aot.targets import resolve_target
+
+    sharding = jax.sharding.SingleDeviceSharding(resolve_target("v5e:1x1").devices[0])
+    m, k, groups = 4096, 512, 8
+
+    def scanned(x, weights, sizes):
+        def step(h, w):
+            return gmm(h, w, sizes, jnp.bfloat16, (512, 512, 512)), None
+
+        return jax.lax.scan(step, x, weights)[0]
+
+    shapes = (
+        jax.ShapeDtypeStruct((m, k), jnp.bfloat16, sharding=sharding),
+        jax.ShapeDtypeStruct((3, groups, k, k), jnp.bfloat16, sharding=sharding),
+        jax.ShapeDtypeStruct((groups,), jnp.int32, sharding=sharding),
+    )
+    compiled = jax.jit(scanned).lower(*shapes).compile()
+    counts = program_cost.loop_counts(parse_hlo(compiled.as_text()))
+    assert counts.flops_once == 2 * m * k * k
+    assert counts.flops_run == 3 * 2 * m * k * k
+    assert counts.flops_once == pytest.approx(compiled.cost_analysis()["flops"], rel=0.01)

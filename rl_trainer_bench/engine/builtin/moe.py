@@ -25,6 +25,7 @@ from rl_trainer_bench.engine.builtin import sharding
 from rl_trainer_bench.engine.builtin.sharding import EXPERT_AXIS
 from rl_trainer_bench.engine.config import (
     DROPLESS,
+    SORTED_EXPERT_COMPUTE,
     DroplessCompute,
     ExpertCompute,
     choices,
@@ -53,14 +54,26 @@ def _saved(*routing):
 
 
 # The faster expert-compute path per platform: gpu and cpu as measured (BENCHMARKS.md, "Engine
-# step"; `benchmarks/engine_step.py --compare-expert-compute`); tpu inferred (the padded batched
-# matmul maps onto the MXU without a grouped-matmul kernel); override with expert_compute.
+# step"; `benchmarks/engine_step.py --compare-expert-compute`, over the buffers); tpu the padded
+# einsum until a chip times it against sorted_gmm, which runs 1/factor of its matmul work (the
+# one-chip preset names sorted_gmm); override with expert_compute.
 FASTEST_EXPERT_COMPUTE = {"gpu": "einsum", "cuda": "einsum", "tpu": "einsum", "cpu": "einsum"}
 
 
+# The layouts over E x C slot buffers (`experts_ffn`).
+BUFFER_EXPERT_COMPUTE = tuple(c for c in EXPERT_COMPUTE_CHOICES if c not in SORTED_EXPERT_COMPUTE)
+
+
 def expert_compute_for(choice: str, platform: str) -> str:
-    """Resolve `auto` to the measured choice for `platform`."""
-    return FASTEST_EXPERT_COMPUTE.get(platform, "einsum") if choice == "auto" else choice
+    """Resolve `auto` to the measured choice for `platform`; the TPU kernel is refused elsewhere."""
+    if choice == "auto":
+        return FASTEST_EXPERT_COMPUTE.get(platform, "einsum")
+    if choice == "sorted_gmm" and platform != "tpu":
+        raise ContractError(
+            f"engine config expert_compute=sorted_gmm: the grouped-matmul kernel runs on TPU only,"
+            f" and this mesh is on {platform}; use sorted_ragged_dot, einsum or ragged_dot"
+        )
+    return choice
 
 
 # The grouped matmul of the dropless layout per platform: the Pallas kernel on TPU (it compiles for
@@ -233,13 +246,20 @@ def moe_ffn(x, params, valid, replayed, *, top_k, capacity_factor, token_chunks,
     still split as parameters (`sharding.parameter_spec`); valid: [B, T]; replayed: [B, T, K] or
     None; token_chunks: how many groups a device's tokens form, each with buffers of its own;
     methods: (expert compute, dropless compute) resolved. Dropless (capacity_factor DROPLESS) runs the
-    token-sorted layout unless the dropless compute is `capacity`.
+    token-sorted layout unless the dropless compute is `capacity`, which runs the capacity
+    program's layout at C = N; a sorted expert compute runs the capacity program token-sorted.
     """
     expert_compute, dropless_compute = methods
     experts, gates = route(x, params["router"], top_k, valid, replayed)
     weights = tuple(params[name] for name in EXPERT_WEIGHTS)
     if capacity_factor == DROPLESS and dropless_compute != "capacity":
         local = functools.partial(local_sorted_ffn, method=dropless_compute)
+    elif expert_compute in SORTED_EXPERT_COMPUTE:
+        local = functools.partial(
+            local_sorted_ffn,
+            method=SORTED_EXPERT_COMPUTE[expert_compute],
+            factor=capacity_factor,
+        )
     else:
         local = functools.partial(local_capacity_ffn, factor=capacity_factor, method=expert_compute)
     return expert_parallel(local, x, experts, gates, weights, token_chunks)
@@ -445,15 +465,27 @@ def _sorted_experts_backward(method, interpret, saved, grad):
 _sorted_experts.defvjp(_sorted_experts_forward, _sorted_experts_backward)
 
 
-def local_sorted_ffn(tokens, experts, gates, weights, *, method, interpret=False):
-    """One group of a device's tokens through the dropless layer (see `expert_parallel`).
+def local_sorted_ffn(tokens, experts, gates, weights, *, method, factor=DROPLESS, interpret=False):
+    """One group of a device's tokens through the token-sorted layer (see `expert_parallel`).
 
     Each device gathers the group's tokens from its expert-axis peers (A x N tokens, A the expert
     axis size), sorts their A x N x K pairs by its own experts, runs a grouped matmul, and sums the
     results back to the tokens' devices with one reduce-scatter over the expert axis. Its buffers
     are A x N x K rows, where the capacity layout at capacity N needs E x N slots.
     tokens [N, D], experts and gates [N, K]; weights: this device's experts, whole.
+
+    `factor` below DROPLESS's C = N applies the capacity layout's rule before the gather: in this
+    group, a pair past its expert's C slots (`expert_capacity`, slots taken in token order) drops
+    and raises the overflow flag, exactly as `local_capacity_ffn` drops it; the kept pairs run.
     """
+    overflow = jnp.zeros((), bool)
+    if factor != DROPLESS:
+        num_experts = weights[0].shape[0] * jax.lax.axis_size(EXPERT_AXIS)
+        slots = expert_capacity(tokens.shape[0], experts.shape[-1], num_experts, factor)
+        routed = experts >= 0
+        kept = routed & (slot_positions(experts, num_experts) < slots)
+        overflow = jnp.any(routed & ~kept)
+        experts = jnp.where(kept, experts, -1)
     tokens = jax.lax.all_gather(tokens, EXPERT_AXIS, axis=0, tiled=True)
     experts = jax.lax.all_gather(experts, EXPERT_AXIS, axis=0, tiled=True)
     gates = jax.lax.all_gather(gates, EXPERT_AXIS, axis=0, tiled=True)
@@ -462,4 +494,4 @@ def local_sorted_ffn(tokens, experts, gates, weights, *, method, interpret=False
     placed, sizes = sort_pairs(experts, first, num_local)
     partial = _sorted_experts(tokens, gates, tuple(weights), placed, sizes, method, interpret)
     mine = jax.lax.psum_scatter(partial, EXPERT_AXIS, scatter_dimension=0, tiled=True)
-    return mine.astype(tokens.dtype), jnp.zeros((), bool)
+    return mine.astype(tokens.dtype), overflow

@@ -4,7 +4,7 @@ The model FLOPs (`flops.micro_batch_flops`) count what a trainer's program needs
 token's routed experts and each segment's causal attention. The built-in engine executes more,
 by construction (docs/engine.md): its experts run a capacity-padded einsum, every slot of every
 expert's buffer, ceil(factor x N x K / E) per group of N device-local positions, padding
-positions included; and its attention scores every query against every key of its row (the
+positions included, unless the expert compute is token-sorted (the routed pairs alone); and its attention scores every query against every key of its row (the
 causal and segment masks are applied to the scores, no block is skipped). When a MaxText trainer
 is timed with the built-in engine, the plan states the ratio of the two from this shape
 arithmetic, so nobody reads the built-in engine's step time as the trainer's. Plain numpy.
@@ -17,7 +17,13 @@ import dataclasses
 import numpy as np
 
 from rl_trainer_bench.engine.builtin.flops import causal_pairs, micro_batch_flops
-from rl_trainer_bench.engine.config import DROPLESS, EngineConfig, expert_capacity, tokens_per_group
+from rl_trainer_bench.engine.config import (
+    DROPLESS,
+    SORTED_EXPERT_COMPUTE,
+    EngineConfig,
+    expert_capacity,
+    tokens_per_group,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +52,11 @@ def builtin_fwd_bwd_flops(config: EngineConfig, segment_ids: np.ndarray) -> Exec
     per_pair = 6.0 * 3 * m.d_model * m.expert_ffn_dim * m.num_layers
     routed = per_pair * real * m.top_k
     group = tokens_per_group(config)
-    if config.moe.ragged_buffer_factor == DROPLESS:
-        executed_experts = routed  # the token-sorted grouped matmul runs the routed pairs
+    sorted_layout = config.moe.expert_compute in SORTED_EXPERT_COMPUTE
+    if config.moe.ragged_buffer_factor == DROPLESS or sorted_layout:
+        # the token-sorted grouped matmul runs the routed pairs (fewer where pairs drop; the TPU
+        # kernel's row tiles shared by two experts run once per expert, which is not counted)
+        executed_experts = routed
     else:
         slots = expert_capacity(group, m.top_k, m.num_experts, config.moe.ragged_buffer_factor)
         executed_experts = per_pair * (rows * seq_len / group) * m.num_experts * slots

@@ -1,4 +1,5 @@
-"""How often each computation of an HLO module runs, and the matmul FLOPs of an instruction.
+"""How often each computation of an HLO module runs, and the matmul FLOPs of an instruction (a TPU
+kernel's by the count it states).
 
 XLA's own cost analysis counts a loop body once; the collective-overlap summary (`hlo.overlap`)
 and the loop-counted cost (`program_cost`) both need every computation counted as often as it
@@ -160,9 +161,23 @@ class FlopCounter:
             body = instruction.attribute("body")
             trips = trip_count(instruction, self._callers[instruction.name], self._module)
             return trips * self.of_computation(body.lstrip("%")) if body else 0
+        if opcode == "custom-call" and (kernel := _kernel_cost_flops(instruction)) is not None:
+            return kernel
         if opcode in ("fusion", "call", "async-start", "conditional", "custom-call"):
             return sum(self.of_computation(c) for c in instruction.called_computations())
         return 0.0
+
+
+# A Pallas TPU kernel's own FLOP count, which libtpu's cost analysis also takes: the
+# `pl.CostEstimate` its author wrote, carried in the custom call's backend config (the grouped
+# matmul `gmm` states 2 m k n).
+_KERNEL_FLOPS = re.compile(r'"cost_estimate":\{"flops":"(\d+)"')
+
+
+def _kernel_cost_flops(custom_call: Instruction) -> float | None:
+    """The FLOPs a TPU kernel's custom call states for itself, or None where it states none."""
+    found = _KERNEL_FLOPS.search(custom_call.attributes)
+    return float(found.group(1)) if found else None
 
 
 def _elements(instruction: Instruction) -> int:
