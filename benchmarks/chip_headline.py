@@ -5,7 +5,9 @@ the other (one process at a time can hold the chip):
   1. `run` with STAGE_BEFORE_UPDATE off, then on: scored steps traced with the profiler, then
      MEASURE_PEAK's bisection; the step's median time and MFU, the compile times, the measured peak
      beside aot's sum for the same programs, and the device's idle time at each step boundary read
-     from the trace's program line on the chip (not from host clocks);
+     from the trace's program line on the chip (not from host clocks); with XLA's dump of the
+     programs, the trace's op times by engine function (`trace_cost_by_source.md` in each run's
+     folder, `preflight/hlo/trace_ops.py`);
   2. `aot --target local` with the stage off and on: the predicted step and peak, and the host
      memory the compile took;
   3. `ab` at its defaults (README's main job): its verdict and its interval in % of the step.
@@ -14,6 +16,9 @@ BENCHMARKS.md). A host without a chip is refused unless `--allow-cpu` (the plumb
 no device line in the trace).
 
 Usage:  PYTHONPATH=. python benchmarks/chip_headline.py --out "$OUT"
+The cost table before the token-sorted experts, the padded einsum's (one more call, no A/B):
+        PYTHONPATH=. python benchmarks/chip_headline.py --out "$OUT/einsum" --skip-ab \
+            --engine-flags expert_compute=einsum
 """
 
 from __future__ import annotations
@@ -32,15 +37,25 @@ from pathlib import Path
 
 from rl_trainer_bench import local_chips
 from rl_trainer_bench.config.presets import ONE_CHIP_PRESETS
+from rl_trainer_bench.preflight.hlo.trace_ops import (
+    dumped_sources,
+    markdown_table,
+    op_events,
+    read_trace,
+    time_by_source,
+)
 
 GIB = 1024**3
 _COMPILE = re.compile(r"compile program=(\S+) seconds=([\d.]+)")
 STAGES = ("off", "on")
 
 
-def bench(args: list[str], out: Path, name: str) -> tuple[str, float]:
-    """`rl-trainer-bench ARGS` in a process of its own, its output kept as OUT/name.log."""
+def bench(args: list[str], out: Path, name: str, xla_flags: str = "") -> tuple[str, float]:
+    """`rl-trainer-bench ARGS` in a process of its own, its output kept as OUT/name.log; the
+    caller's XLA_FLAGS are dropped, `xla_flags` given instead."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    if xla_flags:
+        env["XLA_FLAGS"] = xla_flags
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "rl_trainer_bench.cli", *args],
@@ -87,15 +102,19 @@ def boundary_idle(trace_folder: Path) -> list[float]:
     return gaps
 
 
-def run_figures(out: Path, preset: str, stage: str, steps: int, measure: bool) -> dict:
-    """One `run` of the preset at `stage`, traced over its scored steps."""
+def run_figures(out: Path, preset: str, stage: str, steps: int, measure: bool, flags: str) -> dict:
+    """One `run` of the preset at `stage`, traced over its scored steps, its programs dumped by
+    XLA so the trace's op times are charged to the engine's functions."""
     folder = out / f"run-stage-{stage}"
     warmup = 2
     args = ["run", "--preset", preset, "--steps", str(steps), "--warmup-steps", str(warmup)]
     args += ["--stage-before-update", stage, "--results-dir", str(folder)]
     args += ["--profile-steps", f"{warmup}:{warmup + steps - 1}"]
-    args += ["--measure-peak", "on" if measure else "off"]
-    stdout, seconds = bench(args, out, folder.name)
+    args += ["--measure-peak", "on" if measure else "off", "--engine-flags", flags]
+    dump = f"--xla_dump_to={folder / 'hlo'} --xla_dump_hlo_as_text"
+    stdout, seconds = bench(args, out, folder.name, dump)
+    rows = time_by_source(op_events(read_trace(folder / "profile")), dumped_sources(folder / "hlo"))
+    (folder / "trace_cost_by_source.md").write_text(markdown_table(rows, steps, 25) + "\n")
     records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
     scored = [r for r in records if not r["warmup"]]
     peak_file = folder / "device_peak.json"
@@ -106,13 +125,15 @@ def run_figures(out: Path, preset: str, stage: str, steps: int, measure: bool) -
         "compile_s": {m.group(1): float(m.group(2)) for m in _COMPILE.finditer(stdout)},
         "device_peak": json.loads(peak_file.read_text()) if peak_file.exists() else None,
         "boundary_idle_s": boundary_idle(folder / "profile"),
+        "trace_cost_by_source": rows,
         "wall_s": seconds,
     }
 
 
-def aot_figures(out: Path, preset: str, stage: str) -> dict:
+def aot_figures(out: Path, preset: str, stage: str, flags: str) -> dict:
     report = out / f"aot-stage-{stage}.json"
     args = ["aot", "--preset", preset, "--target", "local", "--stage-before-update", stage]
+    args += ["--engine-flags", flags]
     bench([*args, "--output", str(report)], out, report.stem)
     figures = json.loads(report.read_text())
     estimate = figures.get("time_estimate") or {}
@@ -183,10 +204,11 @@ def table(figures: dict) -> str:
     )
     row("aot's host memory", lambda s: f"{aot[s]['host_peak_bytes'] / GIB:.2f} GiB")
     ab = figures["ab"]
-    rows.append(
-        f"| A/B (README's main job): verdict, interval | {ab['verdict']},"
-        f" +-{ab['ci_half_width_pct']:.3f}% of the step | |"
-    )
+    if ab:
+        rows.append(
+            f"| A/B (README's main job): verdict, interval | {ab['verdict']},"
+            f" +-{ab['ci_half_width_pct']:.3f}% of the step | |"
+        )
     return "\n".join(rows)
 
 
@@ -196,6 +218,14 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5, help="scored steps per run")
     parser.add_argument("--allow-cpu", action="store_true", help="run the plumbing on the CPU")
     parser.add_argument("--preset", help="default: the chip's one-chip preset")
+    parser.add_argument(
+        "--engine-flags",
+        default="",
+        help="ENGINE_FLAGS for run and aot, e.g. expert_compute=einsum for the padded layout",
+    )
+    parser.add_argument(
+        "--skip-ab", action="store_true", help="leave out the A/B (its preset is the same)"
+    )
     args = parser.parse_args()
     chip = local_chips.local_tpu()
     on_chip = chip is not None and chip.chips == 1 and chip.kind in ONE_CHIP_PRESETS
@@ -203,11 +233,19 @@ def main() -> int:
         parser.error("needs one TPU chip with a one-chip preset on this host (or --allow-cpu)")
     preset = args.preset or (ONE_CHIP_PRESETS[chip.kind] if on_chip else "cpu-tiny")
     args.out.mkdir(parents=True, exist_ok=True)
-    figures = {"preset": preset, "chip": chip.describe() if chip else None, "run": {}, "aot": {}}
+    figures = {
+        "preset": preset,
+        "engine_flags": args.engine_flags,
+        "chip": chip.describe() if chip else None,
+        "run": {},
+        "aot": {},
+    }
     for stage in STAGES:
-        figures["run"][stage] = run_figures(args.out, preset, stage, args.steps, on_chip)
-        figures["aot"][stage] = aot_figures(args.out, preset, stage)
-    figures["ab"] = ab_figures(args.out)
+        figures["run"][stage] = run_figures(
+            args.out, preset, stage, args.steps, on_chip, args.engine_flags
+        )
+        figures["aot"][stage] = aot_figures(args.out, preset, stage, args.engine_flags)
+    figures["ab"] = None if args.skip_ab else ab_figures(args.out)
     (args.out / "headline.json").write_text(json.dumps(figures, indent=1))
     (args.out / "headline.md").write_text(table(figures) + "\n")
     print(table(figures))

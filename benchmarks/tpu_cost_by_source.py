@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -28,45 +27,9 @@ from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight.aot.check import resolve_cell
 from rl_trainer_bench.preflight.aot.compile import compile_one, planned_program
 from rl_trainer_bench.preflight.hlo.parse import parse_hlo
+from rl_trainer_bench.preflight.hlo.sources import instruction_source, stack_tables
 from rl_trainer_bench.preflight.program_cost import instruction_costs
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
-
-PACKAGE = "rl_trainer_bench/"
-_TABLE_ROW = re.compile(r"^(\d+) (.*)$")
-_FIELD = re.compile(r"(\w+)=(\d+)")
-
-
-def stack_tables(text: str) -> dict[str, dict[int, str]]:
-    """The HLO text's FileNames, FunctionNames, FileLocations and StackFrames tables by id."""
-    tables: dict[str, dict[int, str]] = {}
-    current = None
-    for line in text.splitlines():
-        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
-            current = tables.setdefault(line, {})
-        elif current is not None and (row := _TABLE_ROW.match(line)):
-            current[int(row.group(1))] = row.group(2)
-        elif not line.strip() or line.startswith(("HloModule", "ENTRY", "%")):
-            current = None
-    return tables
-
-
-def source_of(frame_id: int, tables: dict[str, dict[int, str]]) -> str:
-    """`file.py:function` of the innermost frame of the stack that lies in the package."""
-    seen = set()
-    while frame_id in tables.get("StackFrames", {}) and frame_id not in seen:
-        seen.add(frame_id)
-        frame = dict((k, int(v)) for k, v in _FIELD.findall(tables["StackFrames"][frame_id]))
-        location = dict(
-            (k, int(v))
-            for k, v in _FIELD.findall(tables["FileLocations"][frame["file_location_id"]])
-        )
-        path = tables["FileNames"][location["file_name_id"]].strip('"')
-        if PACKAGE in path:
-            function = tables["FunctionNames"][location["function_name_id"]].strip('"')
-            return f"{Path(path).name}:{function}"
-        parent = frame["parent_frame_id"]
-        frame_id = parent if parent != frame_id else -1  # a root frame names itself
-    return "(no package frame)"
 
 
 def cost_by_source(text: str, peak_flops: float, bandwidth: float) -> list[dict]:
@@ -76,9 +39,7 @@ def cost_by_source(text: str, peak_flops: float, bandwidth: float) -> list[dict]
     for cost in instruction_costs(parse_hlo(text)):
         if not cost.flops and not cost.bytes:
             continue
-        frame = re.search(r"stack_frame_id=(\d+)", cost.instruction.attributes)
-        source = source_of(int(frame.group(1)), tables) if frame else "(no stack)"
-        row = totals[source]
+        row = totals[instruction_source(cost.instruction, tables)]
         row["flops"] += cost.flops * cost.times
         row["bytes"] += cost.bytes * cost.times
         row["seconds"] += cost.times * max(cost.flops / peak_flops, cost.bytes / bandwidth)

@@ -304,6 +304,10 @@ PRESETS: Mapping[str, Preset] = {
                 mesh=MeshConfig(),
                 micro_batch_rows=2,
                 seq_len=4096,
+                # The seeds' MoE buffers, their kept pairs through the TPU grouped-matmul kernel
+                moe=MoeConfig(
+                    ragged_buffer_factor=2.75, token_chunks=2, expert_compute="sorted_gmm"
+                ),
                 # Adam's first moment in bfloat16, as the public tpu7x recipe's mu_dtype
                 optimizer=OptimizerConfig(mu_dtype="bfloat16"),
             ),
@@ -311,9 +315,10 @@ PRESETS: Mapping[str, Preset] = {
             host_devices=0,
             purpose="one TPU v6e chip (32 GiB): the 397B cell's hidden size, head shapes and"
             " shared expert in one Qwen3.5 block (4 layers), cut to 6 experts (top 2), a"
-            " 32,768-token vocabulary and 2 rows of 4,096 tokens, Adam's mu in bfloat16 as the"
-            " tpu7x recipe's; sized by `aot --target v6e:1x1` from a CPU host, not yet run on a"
-            " v6e chip",
+            " 32,768-token vocabulary and 2 rows of 4,096 tokens; the seeds' MoE buffers (factor"
+            " 2.75 over 2 token groups) with their kept pairs through the TPU grouped-matmul"
+            " kernel, Adam's mu in bfloat16 as the tpu7x recipe's; aot's peak 24.10 GiB (24.7%"
+            " free) from a CPU host, not yet run on a v6e chip",
         ),
         Preset(
             # Qwen3.5-397B-A17B's public shapes (_QWEN35_397B) on the public tpu7x recipe's mesh.

@@ -349,20 +349,25 @@ def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tu
     replicated = sharding.named(mesh, sharding.REPLICATED)
     sums = (shardings.grad_sum, shardings.step_stats)
 
-    def fwd_bwd_at(factor):
+    def fwd_bwd_at(factor, name):
+        def program(params, grad_sum, stats, batch):
+            return programs.fwd_bwd(params, grad_sum, stats, batch, factor)
+
+        # The compiled module is named after the program (jit_fwd_bwd, jit_fwd_bwd_dropless), as
+        # a profiler trace and XLA's dump name it; two programs both `jit__lambda` are told
+        # apart by neither.
+        program.__name__ = program.__qualname__ = name
         return jax.jit(
-            lambda params, grad_sum, stats, batch: programs.fwd_bwd(
-                params, grad_sum, stats, batch, factor
-            ),
+            program,
             in_shardings=(shardings.params, *sums, input_shardings(mesh, spec)),
             out_shardings=Accumulated(*sums, replicated),
             donate_argnums=(1, 2),
         )
 
     arguments = (shapes.params, shapes.grad_sum, shapes.step_stats, spec)
-    jitted = {"fwd_bwd": (fwd_bwd_at(config.moe.ragged_buffer_factor), arguments)}
+    jitted = {"fwd_bwd": (fwd_bwd_at(config.moe.ragged_buffer_factor, "fwd_bwd"), arguments)}
     if replays_possible(config):
-        jitted["fwd_bwd_dropless"] = (fwd_bwd_at(DROPLESS), arguments)
+        jitted["fwd_bwd_dropless"] = (fwd_bwd_at(DROPLESS, "fwd_bwd_dropless"), arguments)
     jitted["update"] = (
         jax.jit(
             programs.update,

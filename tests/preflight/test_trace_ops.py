@@ -1,0 +1,117 @@
+"""A profiler trace's op times charged to the package functions the ops came from: a device's op
+line written out here (programs told apart by the line above it, a loop's op holding its body's),
+and a real trace of a compiled engine function on the host CPU."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+import jax
+import pytest
+
+from rl_trainer_bench.engine.builtin import moe
+from rl_trainer_bench.preflight.hlo import trace_ops
+
+
+def _span(tid, name, ts, dur, **args):
+    return {"ph": "X", "pid": 7, "tid": tid, "name": name, "ts": ts, "dur": dur, "args": args}
+
+
+def _write(folder, events):
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "vm.trace.json.gz", "wt") as trace:
+        json.dump({"traceEvents": events}, trace)
+
+
+def test_a_devices_ops_are_charged_by_program_with_a_loops_body_counted_once(tmp_path):
+    meta = [
+        {"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "/device:TPU:0"}},
+        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 1, "args": {"name": "XLA Modules"}},
+        {"ph": "M", "name": "thread_name", "pid": 7, "tid": 2, "args": {"name": "XLA Ops"}},
+        {"ph": "M", "name": "process_name", "pid": 9, "args": {"name": "/host:CPU"}},
+    ]
+    events = [
+        *meta,
+        _span(1, "jit_fwd_bwd(17)", 0, 100),
+        _span(1, "jit_update(18)", 100, 30),
+        _span(2, "fusion.1", 0, 40),
+        _span(2, "while.2", 40, 60),
+        _span(2, "convolution.3", 45, 40),  # the loop's body, inside while.2
+        _span(2, "fusion.1", 100, 30),  # the same op name in another program
+        # the host's runtime events are not the device's ops
+        {"ph": "X", "pid": 9, "tid": 3, "name": "x", "ts": 0, "dur": 500, "args": {"hlo_op": "x"}},
+    ]
+    _write(tmp_path / "profile", events)
+    sources = {
+        "jit_fwd_bwd": {
+            "fusion.1": "moe.py:a",
+            "while.2": "model.py:s",
+            "convolution.3": "moe.py:b",
+        },
+        "jit_update": {"fusion.1": "optimizer.py:c"},
+    }
+    rows = trace_ops.time_by_source(trace_ops.op_events(trace_ops.read_trace(tmp_path)), sources)
+    seconds = {row["source"]: round(row["seconds"] * 1e6, 6) for row in rows}
+    assert seconds == {"moe.py:a": 40, "moe.py:b": 40, "optimizer.py:c": 30, "model.py:s": 20}
+
+
+def test_on_the_host_cpu_the_first_devices_runtime_events_are_its_ops(tmp_path):
+    """Host devices run side by side, each op once per device: one device's events are the
+    step's ops; events that name no op (the Python thread's) are not ops."""
+    meta = [{"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "/host:CPU"}}]
+    events = [
+        *meta,
+        _span(1, "fusion.1", 0, 50, hlo_op="fusion.1", hlo_module="jit_f", device_ordinal="0"),
+        _span(2, "fusion.1", 0, 55, hlo_op="fusion.1", hlo_module="jit_f", device_ordinal="1"),
+        _span(1, "dot.2", 50, 20, hlo_op="dot.2", hlo_module="jit_f", device_ordinal="0"),
+        _span(3, "PjitFunction(f)", 0, 90),
+    ]
+    _write(tmp_path / "profile", events)
+    ops = trace_ops.op_events(trace_ops.read_trace(tmp_path))
+    assert [(op.op, round(op.seconds * 1e6, 6)) for op in ops] == [("fusion.1", 50), ("dot.2", 20)]
+
+
+def test_an_op_no_text_holds_is_charged_as_such_not_dropped():
+    ops = [trace_ops.OpEvent("jit_other", "fusion.9", 0.5)]
+    (row,) = trace_ops.time_by_source(ops, {"jit_fwd_bwd": {"fusion.9": "moe.py:a"}})
+    assert (row["source"], row["seconds"], row["events"]) == (trace_ops.NOT_IN_HLO, 0.5, 1)
+
+
+def test_a_missing_trace_is_named():
+    with pytest.raises(FileNotFoundError, match=r"no \*\.trace\.json\.gz under"):
+        trace_ops.read_trace(Path("/nonexistent-profile"))
+
+
+def test_a_real_host_trace_of_an_engine_function_is_charged_to_it(tmp_path):
+    keys = jax.random.split(jax.random.key(0), 4)
+    buffer = jax.random.normal(keys[0], (8, 64, 128))
+    gate, up = (jax.random.normal(k, (8, 128, 256)) for k in keys[1:3])
+    down = jax.random.normal(keys[3], (8, 256, 128))
+
+    def experts(buffer, gate, up, down):
+        return moe.experts_ffn(buffer, gate, up, down, "einsum")
+
+    compiled = jax.jit(experts).lower(buffer, gate, up, down).compile()
+    text = compiled.as_text()
+    (tmp_path / "hlo").mkdir()
+    (tmp_path / "hlo" / "module_0001.jit_experts.cpu_after_optimizations.txt").write_text(text)
+    jax.block_until_ready(compiled(buffer, gate, up, down))
+    jax.profiler.start_trace(str(tmp_path / "profile"))
+    started = time.perf_counter()
+    for _ in range(3):
+        jax.block_until_ready(compiled(buffer, gate, up, down))
+    wall = time.perf_counter() - started
+    jax.profiler.stop_trace()
+    ops = trace_ops.op_events(trace_ops.read_trace(tmp_path / "profile"))
+    rows = trace_ops.time_by_source(
+        [op for op in ops if op.module == "jit_experts"],
+        trace_ops.dumped_sources(tmp_path / "hlo"),
+    )
+    by_source = {row["source"]: row for row in rows}
+    assert trace_ops.NOT_IN_HLO not in by_source
+    assert by_source["moe.py:expert_matmul"]["seconds"] > 0
+    assert by_source["moe.py:expert_matmul"]["events"] % 3 == 0  # every op once per call
+    assert 0 < sum(row["seconds"] for row in rows) <= wall
