@@ -50,9 +50,12 @@ _COMPILE = re.compile(r"compile program=(\S+) seconds=([\d.]+)")
 STAGES = ("off", "on")
 
 
-def bench(args: list[str], out: Path, name: str, xla_flags: str = "") -> tuple[str, float]:
+def bench(
+    args: list[str], out: Path, name: str, xla_flags: str = "", allowed: tuple[int, ...] = (0, 1)
+) -> tuple[str, float]:
     """`rl-trainer-bench ARGS` in a process of its own, its output kept as OUT/name.log; the
-    caller's XLA_FLAGS are dropped, `xla_flags` given instead."""
+    caller's XLA_FLAGS are dropped, `xla_flags` given instead. An exit status not `allowed`
+    stops the script (aot exits 1 for DOES NOT FIT, which is a figure here)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     if xla_flags:
         env["XLA_FLAGS"] = xla_flags
@@ -66,7 +69,7 @@ def bench(args: list[str], out: Path, name: str, xla_flags: str = "") -> tuple[s
     )
     seconds = time.perf_counter() - started
     (out / f"{name}.log").write_text(done.stdout + done.stderr)
-    if done.returncode not in (0, 1):  # aot exits 1 for DOES NOT FIT, which is a figure here
+    if done.returncode not in allowed:
         raise SystemExit(f"{name}: exit {done.returncode}; see {out / name}.log")
     return done.stdout, seconds
 
