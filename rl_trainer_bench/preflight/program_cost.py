@@ -66,10 +66,19 @@ class LoopCounts:
     flops_run: float
     bytes_once: float
     bytes_run: float
+    # The part of the FLOPs that TPU kernels state for themselves (`pl.CostEstimate`)
+    kernel_once: float = 0.0
+    kernel_run: float = 0.0
 
     @property
     def flops_factor(self) -> float:
         return self.flops_run / self.flops_once if self.flops_once else 1.0
+
+    @property
+    def unstated_factor(self) -> float:
+        """The loop ratio of the FLOPs that no kernel states (XLA's own ops)."""
+        once = self.flops_once - self.kernel_once
+        return (self.flops_run - self.kernel_run) / once if once > 0 else 1.0
 
     @property
     def bytes_factor(self) -> float:
@@ -85,33 +94,36 @@ class InstructionCost:
     times: int
     flops: float
     bytes: int
+    kernel_flops: float = 0.0  # of `flops`, what TPU kernels state for themselves
 
 
 def instruction_costs(module: HloModule) -> Iterator[InstructionCost]:
     """Every instruction of every computation reached through control flow, with its cost (a
     loop's body is a computation of its own here, so a `while` counts nothing itself)."""
-    flop_counter = FlopCounter(module)
+    flop_counter, unstated_counter = FlopCounter(module), FlopCounter(module, kernels=False)
     byte_counter = _ByteCounter(module)
     for name, times in execution_counts(module).items():
         computation = module.computations[name]
         by_name = computation.by_name()
         for instruction in computation.instructions:
-            flops = (
-                0.0
-                if instruction.opcode == "while"
-                else flop_counter.of_instruction(instruction, by_name)
-            )
-            yield InstructionCost(instruction, times, flops, byte_counter.of(instruction, by_name))
+            flops = unstated = 0.0
+            if instruction.opcode != "while":
+                flops = flop_counter.of_instruction(instruction, by_name)
+                unstated = unstated_counter.of_instruction(instruction, by_name)
+            traffic = byte_counter.of(instruction, by_name)
+            yield InstructionCost(instruction, times, flops, traffic, flops - unstated)
 
 
 def loop_counts(module: HloModule) -> LoopCounts:
     """Walk every computation reached through control flow: its own cost, once and times run."""
-    totals = [0.0, 0.0, 0.0, 0.0]
+    totals = [0.0] * 6
     for cost in instruction_costs(module):
-        values = (cost.flops, cost.flops * cost.times, cost.bytes, cost.bytes * cost.times)
+        values = (cost.flops, cost.bytes, cost.kernel_flops)
         for index, value in enumerate(values):
-            totals[index] += value
-    return LoopCounts(*totals)
+            totals[2 * index] += value
+            totals[2 * index + 1] += value * cost.times
+    once, run, bytes_once, bytes_run, kernel_once, kernel_run = totals
+    return LoopCounts(once, run, bytes_once, bytes_run, kernel_once, kernel_run)
 
 
 class _ByteCounter:
@@ -255,6 +267,10 @@ class ProgramCost:
     xla_optimal_seconds: float | None  # XLA's own time estimate; None where it gives none
     flops: float  # loop bodies counted per trip
     bytes_accessed: float
+    # `flops` less what TPU kernels state for themselves: a kernel's statement may count more
+    # than it runs (the grouped matmul states 2 m k n for all m rows it is given, and runs the
+    # rows of its groups), so a lower bound counts XLA's own ops only
+    bound_flops: float = 0.0
 
 
 def roofline_seconds(
@@ -277,6 +293,7 @@ def cost_from(analysis: Mapping[str, float] | None, counts: LoopCounts) -> Progr
         xla_optimal_seconds=float(optimal) if optimal is not None and optimal > 0 else None,
         flops=flops * counts.flops_factor,
         bytes_accessed=traffic * counts.bytes_factor,
+        bound_flops=max(flops - counts.kernel_once, 0.0) * counts.unstated_factor,
     )
 
 

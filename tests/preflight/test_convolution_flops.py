@@ -147,3 +147,8 @@ def test_a_tpu_kernel_in_a_loop_counts_once_per_trip():
     assert counts.flops_once == 2 * m * k * k
     assert counts.flops_run == 3 * 2 * m * k * k
     assert counts.flops_once == pytest.approx(compiled.cost_analysis()["flops"], rel=0.01)
+    # the kernel's statement is in the estimate, not in the bound (XLA's own ops: a few FLOPs)
+    assert (counts.kernel_once, counts.kernel_run) == (2 * m * k * k, 3 * 2 * m * k * k)
+    cost = program_cost.cost_of(compiled)
+    assert cost.flops == pytest.approx(3 * 2 * m * k * k, rel=0.01)
+    assert cost.bound_flops < 1e-3 * cost.flops

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -90,6 +92,20 @@ def test_cost_keeps_xla_time_only_where_xla_gives_one():
         program_cost.LoopCounts(0, 0, 0, 0),
     )
     assert plain.xla_optimal_seconds == 2.5e-5 and (plain.flops, plain.bytes_accessed) == (1, 2)
+
+
+def test_the_bound_leaves_out_what_kernels_state_and_scales_the_rest_by_its_own_loops():
+    # 100 FLOPs by XLA's count, 40 of them a kernel's statement (once); the walk: 60 once of its
+    # own ops run 4x (240), the kernel's 40 run 2x (80)
+    counts = program_cost.LoopCounts(
+        flops_once=100, flops_run=320, bytes_once=1, bytes_run=1, kernel_once=40, kernel_run=80
+    )
+    cost = program_cost.cost_from({"flops": 110.0, "bytes accessed": 1.0}, counts)
+    assert cost.flops == 110.0 * 3.2
+    assert cost.bound_flops == (110.0 - 40) * 4  # XLA's own 70 (elementwise 10 included) x 4
+    no_kernel = dataclasses.replace(counts, kernel_once=0, kernel_run=0)
+    plain = program_cost.cost_from({"flops": 110.0, "bytes accessed": 1.0}, no_kernel)
+    assert plain.bound_flops == plain.flops == 110.0 * 3.2
 
 
 def test_roofline_is_the_slower_of_compute_and_memory():

@@ -273,7 +273,9 @@ def predict_step(
     return step_estimate.StepEstimate(
         micro_steps=micro_steps,
         program_seconds={p.name: p.roofline_seconds for p in report.programs},
-        compute_seconds={p.name: p.flops / peak if p.compiled else None for p in report.programs},
+        compute_seconds={
+            p.name: p.bound_flops / peak if p.compiled else None for p in report.programs
+        },
         # An engine without a replay program (MaxText's) never replays.
         replay_probability=facts.replay_probability
         if any(p.name == step_estimate.REPLAY for p in report.programs)

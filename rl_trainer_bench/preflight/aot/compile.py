@@ -28,7 +28,7 @@ from rl_trainer_bench.preflight.aot.engine_module import aot_engine_module, besi
 MEMORY_FIELDS = ("argument", "output", "alias", "temp", "generated_code")
 
 
-COST_FIELDS = ("xla_flops", "xla_bytes_accessed", "flops", "bytes_accessed")
+COST_FIELDS = ("xla_flops", "xla_bytes_accessed", "flops", "bytes_accessed", "bound_flops")
 
 
 _OOM_PATTERNS = (
@@ -78,6 +78,7 @@ class ProgramMemory:
     # ... and with loop bodies counted per trip (program_cost), and the roofline time from those.
     flops: float = 0.0
     bytes_accessed: float = 0.0
+    bound_flops: float = 0.0  # `flops` less TPU kernels' own statements (`program_cost`)
     roofline_seconds: float | None = None  # ESTIMATE; None without the chip's peak and bandwidth
     compile_seconds: float = 0.0
     out_of_memory: bool = False
@@ -122,6 +123,7 @@ def measure(compiled, name: str, seconds: float, temp_block: int | None = None) 
         xla_optimal_seconds=cost.xla_optimal_seconds,
         flops=cost.flops,
         bytes_accessed=cost.bytes_accessed,
+        bound_flops=cost.bound_flops,
         compile_seconds=seconds,
     )
 

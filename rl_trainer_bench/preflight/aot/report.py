@@ -388,4 +388,11 @@ def _bounds(report: AotReport, step: step_estimate.StepEstimate) -> list[str]:
         f"step, {step_estimate.BOUND}: {step_estimate.seconds_text(floor)} (fwd_bwd {fwd_bwd} at"
         f" {step.peak_flops_per_device / 1e12:.1f} TFLOP/s); so MFU at most {100 * ceiling:.1f}%"
     ]
+    stated = [p.name for p in report.programs if p.compiled and p.bound_flops < p.flops]
+    if stated:
+        lines.append(
+            f"  counting XLA's own ops only: the TPU kernels' FLOPs in {', '.join(stated)}, as"
+            " each kernel states them, are in the roofline but not in the bound (a kernel may"
+            " state more than it runs: the grouped matmul counts every row it is given)"
+        )
     return lines + step_estimate.public_comparison(report.preset, report.target, step)

@@ -126,10 +126,12 @@ def _constant(instruction: Instruction | None, by_name: Mapping[str, Instruction
 
 
 class FlopCounter:
-    """Matmul FLOPs of an instruction, descending into fusions, calls and loop bodies."""
+    """Matmul FLOPs of an instruction, descending into fusions, calls and loop bodies; a TPU
+    kernel's as it states them, unless `kernels` is False (then none of its own)."""
 
-    def __init__(self, module: HloModule) -> None:
+    def __init__(self, module: HloModule, kernels: bool = True) -> None:
         self._module = module
+        self._kernels = kernels
         self._memo: dict[str, float] = {}
         self._callers = {
             i.name: c
@@ -162,7 +164,7 @@ class FlopCounter:
             trips = trip_count(instruction, self._callers[instruction.name], self._module)
             return trips * self.of_computation(body.lstrip("%")) if body else 0
         if opcode == "custom-call" and (kernel := _kernel_cost_flops(instruction)) is not None:
-            return kernel
+            return kernel if self._kernels else 0.0
         if opcode in ("fusion", "call", "async-start", "conditional", "custom-call"):
             return sum(self.of_computation(c) for c in instruction.called_computations())
         return 0.0
