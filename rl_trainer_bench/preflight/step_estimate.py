@@ -22,7 +22,9 @@ Each program's time is the roofline of `program_cost`, max(FLOPs / peak, bytes /
 not a bound either way: the byte walk reads a loop body's operands once per trip, which counts
 traffic that stays in on-chip memory, and it leaves out collectives nothing hides. The compute
 term alone, the program's FLOPs at the chip's peak, is a lower bound on its time (no kernel runs
-above peak; FLOPs the walk cannot see, such as a custom kernel's, only lower it further); so the
+above peak); it counts XLA's own ops only, leaving out what a TPU kernel states for itself (a
+statement may count more than the kernel runs: the grouped matmul states every row it is given),
+which only lowers it further; so the
 step at compute speed without any replay is a lower bound on the step, and the MFU at that step an
 upper bound on the MFU. Those two are the only figures labelled bounds.
 """
