@@ -55,8 +55,8 @@ def _saved(*routing):
 
 # The faster expert-compute path per platform: gpu and cpu as measured (BENCHMARKS.md, "Engine
 # step"; `benchmarks/engine_step.py --compare-expert-compute`, over the buffers); tpu the padded
-# einsum until a chip times it against sorted_gmm, which runs 1/factor of its matmul work (the
-# one-chip preset names sorted_gmm); override with expert_compute.
+# einsum until a chip times it against sorted_gmm, which runs a third of its matmul work at factor
+# 2.75 (BENCHMARKS.md; the one-chip presets name sorted_gmm); override with expert_compute.
 FASTEST_EXPERT_COMPUTE = {"gpu": "einsum", "cuda": "einsum", "tpu": "einsum", "cpu": "einsum"}
 
 
@@ -474,7 +474,7 @@ def local_sorted_ffn(tokens, experts, gates, weights, *, method, factor=DROPLESS
     are A x N x K rows, where the capacity layout at capacity N needs E x N slots.
     tokens [N, D], experts and gates [N, K]; weights: this device's experts, whole.
 
-    `factor` below DROPLESS's C = N applies the capacity layout's rule before the gather: in this
+    A `factor` other than DROPLESS applies the capacity layout's rule before the gather: in this
     group, a pair past its expert's C slots (`expert_capacity`, slots taken in token order) drops
     and raises the overflow flag, exactly as `local_capacity_ffn` drops it; the kept pairs run.
     """
