@@ -8,7 +8,8 @@ answers from separate processes:
     extra): FITS or DOES NOT FIT, and the peak it predicts;
   - the chip's: `rl-trainer-bench run --preset P --steps 1 --warmup-steps 1 --engine-flags ...`:
     the step ran, or a program did not load (RESOURCE_EXHAUSTED), which is the chip's no.
-The sizes should straddle the limit (the preset's 4 rows fit by aot's model; some larger do not).
+The sizes should straddle the limit: on v5e aot puts the preset at 14.20 GiB with 4 rows, 14.96
+with 6, and 8 and 10 rows past the chip's 15.75 GiB (BENCHMARKS.md).
 `--aot-only` gives aot's half from a CPU host; `--from-aot FILE` reads it on the chip, so the
 chip's minutes go to the runs (about 2 minutes a size on a v5e: three compiles and two steps), and
 `--rows` splits the sweep over several calls. Writes OUT/sweep.json and OUT/sweep.md.
@@ -80,7 +81,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("chip_fit_sweep"))
     parser.add_argument("--preset", default="tpu-v5e-1")
     parser.add_argument("--target", default="local", help="aot's target (local on the chip)")
-    parser.add_argument("--rows", default="3,4,5,6,8", help="rows per micro-batch, comma-separated")
+    parser.add_argument("--rows", default="3,4,6,8,10", help="rows per micro-batch, comma-separated")
     parser.add_argument("--aot-only", action="store_true", help="aot's verdicts alone (CPU host)")
     parser.add_argument("--from-aot", type=Path, help="aot's verdicts from an earlier --aot-only")
     args = parser.parse_args()
