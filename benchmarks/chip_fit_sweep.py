@@ -81,7 +81,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("chip_fit_sweep"))
     parser.add_argument("--preset", default="tpu-v5e-1")
     parser.add_argument("--target", default="local", help="aot's target (local on the chip)")
-    parser.add_argument("--rows", default="3,4,6,8,10", help="rows per micro-batch, comma-separated")
+    parser.add_argument(
+        "--rows", default="3,4,6,8,10", help="rows per micro-batch, comma-separated"
+    )
     parser.add_argument("--aot-only", action="store_true", help="aot's verdicts alone (CPU host)")
     parser.add_argument("--from-aot", type=Path, help="aot's verdicts from an earlier --aot-only")
     args = parser.parse_args()
