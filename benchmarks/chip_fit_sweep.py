@@ -90,11 +90,16 @@ def main() -> int:
     try:
         sizes = [int(r) for r in args.rows.split(",")]
     except ValueError:
-        parser.error(f"--rows: give whole numbers separated by commas, not {args.rows!r}")
-    args.out.mkdir(parents=True, exist_ok=True)
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        parser.error(f"--rows: give whole numbers of 1 or more, comma-separated, not {args.rows!r}")
     known = {}
     if args.from_aot:
-        known = {s["rows"]: s for s in json.loads(args.from_aot.read_text())["sweep"]}
+        try:
+            known = {s["rows"]: s for s in json.loads(args.from_aot.read_text())["sweep"]}
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+            parser.error(f"--from-aot: not a sweep.json of --aot-only ({error})")
+    args.out.mkdir(parents=True, exist_ok=True)
     sweep = []
     for rows in sizes:
         size = known.get(rows) or {

@@ -24,7 +24,6 @@ The cost table before the token-sorted experts, the padded einsum's (one more ca
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
 import json
 import os
@@ -37,7 +36,9 @@ from pathlib import Path
 
 from rl_trainer_bench import local_chips
 from rl_trainer_bench.config.presets import ONE_CHIP_PRESETS
+from rl_trainer_bench.io import write_text_atomically
 from rl_trainer_bench.preflight.hlo.trace_ops import (
+    device_lines,
     dumped_sources,
     markdown_table,
     op_events,
@@ -74,30 +75,10 @@ def bench(
     return done.stdout, seconds
 
 
-def boundary_idle(trace_folder: Path) -> list[float]:
+def boundary_idle(events: list[dict]) -> list[float]:
     """Seconds between the end of each `update` program on the first device and the start of the
     next program there, from the profiler's Chrome trace (its per-device program line)."""
-    traces = sorted(trace_folder.rglob("*.trace.json.gz"))
-    if not traces:
-        return []
-    with gzip.open(traces[-1]) as trace:
-        events = json.load(trace)["traceEvents"]
-    names = {
-        (e["pid"], e.get("tid")): e["args"]["name"]
-        for e in events
-        if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name")
-    }
-    devices = sorted(pid for (pid, tid), n in names.items() if tid is None and "/device:" in n)
-    if not devices:
-        return []
-    line = [
-        e
-        for e in events
-        if e.get("ph") == "X"
-        and e["pid"] == devices[0]
-        and names.get((e["pid"], e.get("tid"))) == "XLA Modules"
-    ]
-    line.sort(key=lambda e: e["ts"])
+    line = device_lines(events).get("XLA Modules", [])
     gaps = []
     for done, following in itertools.pairwise(line):
         if "update" in done["name"]:
@@ -116,8 +97,11 @@ def run_figures(out: Path, preset: str, stage: str, steps: int, measure: bool, f
     args += ["--measure-peak", "on" if measure else "off", "--engine-flags", flags]
     dump = f"--xla_dump_to={folder / 'hlo'} --xla_dump_hlo_as_text"
     stdout, seconds = bench(args, out, folder.name, dump)
-    rows = time_by_source(op_events(read_trace(folder / "profile")), dumped_sources(folder / "hlo"))
-    (folder / "trace_cost_by_source.md").write_text(markdown_table(rows, steps, 25) + "\n")
+    events = read_trace(folder / "profile")
+    rows = time_by_source(op_events(events), dumped_sources(folder / "hlo"))
+    write_text_atomically(
+        folder / "trace_cost_by_source.md", markdown_table(rows, steps, 25) + "\n"
+    )
     records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
     scored = [r for r in records if not r["warmup"]]
     peak_file = folder / "device_peak.json"
@@ -127,7 +111,7 @@ def run_figures(out: Path, preset: str, stage: str, steps: int, measure: bool, f
         "replays": [r["replay_count"] for r in scored],
         "compile_s": {m.group(1): float(m.group(2)) for m in _COMPILE.finditer(stdout)},
         "device_peak": json.loads(peak_file.read_text()) if peak_file.exists() else None,
-        "boundary_idle_s": boundary_idle(folder / "profile"),
+        "boundary_idle_s": boundary_idle(events),
         "trace_cost_by_source": rows,
         "wall_s": seconds,
     }

@@ -20,7 +20,8 @@ import json
 import sys
 from pathlib import Path
 
-from rl_trainer_bench.io import write_text_atomically
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import check_output_file, write_text_atomically
 from rl_trainer_bench.preflight.hlo.trace_ops import (
     dumped_sources,
     markdown_table,
@@ -41,10 +42,18 @@ def main() -> int:
     if args.steps < 1:
         parser.error("--steps: give the number of traced steps, at least 1")
     try:
+        if args.output:
+            check_output_file(args.output, "--output")
+    except UserError as error:
+        parser.error(str(error))
+    try:
         ops = op_events(read_trace(args.trace))
-    except FileNotFoundError as error:
+    except (FileNotFoundError, ValueError) as error:
         parser.error(f"--trace: {error}")
-    sources = dumped_sources(args.hlo)
+    try:
+        sources = dumped_sources(args.hlo)
+    except (UserError, OSError) as error:
+        parser.error(f"--hlo: {str(error).splitlines()[0]}")
     if not sources:
         parser.error(f"--hlo: no *after_optimizations.txt under {args.hlo}: dump with XLA_FLAGS")
     rows = time_by_source(ops, sources)

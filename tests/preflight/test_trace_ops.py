@@ -13,6 +13,7 @@ import jax
 import pytest
 
 from rl_trainer_bench.engine.builtin import moe
+from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight.hlo import trace_ops
 
 
@@ -115,3 +116,36 @@ def test_a_real_host_trace_of_an_engine_function_is_charged_to_it(tmp_path):
     assert by_source["moe.py:expert_matmul"]["seconds"] > 0
     assert by_source["moe.py:expert_matmul"]["events"] % 3 == 0  # every op once per call
     assert 0 < sum(row["seconds"] for row in rows) <= wall
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",  # empty
+        b"\x00\xff\x13binary",  # not gzip
+        gzip.compress(b'{"traceEvents": [{"ph": "X"')[:-4],  # cut short
+        gzip.compress(b"[1, 2, 3]"),  # JSON of another shape
+        gzip.compress(b'{"traceEvents": "none"}'),
+    ],
+)
+def test_a_trace_that_is_not_one_is_refused_in_words(tmp_path, content):
+    (tmp_path / "vm.trace.json.gz").write_bytes(content)
+    with pytest.raises(ValueError, match=r"vm\.trace\.json\.gz: not a"):
+        trace_ops.read_trace(tmp_path)
+
+
+def test_malformed_events_are_left_out_and_no_ops_is_an_empty_list(tmp_path):
+    events = [1, "x", {"ph": "X", "pid": 1, "ts": "0", "dur": 5}, {"ph": "M", "pid": 1}]
+    _write(tmp_path / "profile", events)
+    kept = trace_ops.read_trace(tmp_path)
+    assert kept == []
+    assert trace_ops.op_events(kept) == []
+
+
+@pytest.mark.parametrize(
+    "text", ["", "\x00\x01 not hlo", "HloModule m\n\nENTRY %main () -> f32[] {\n"]
+)
+def test_a_dump_that_is_no_modules_text_is_refused_in_words(tmp_path, text):
+    (tmp_path / "module_1.jit_f.cpu_after_optimizations.txt").write_text(text)
+    with pytest.raises(UserError, match=r"module_1\.jit_f\.cpu_after_optimizations\.txt"):
+        trace_ops.dumped_sources(tmp_path)

@@ -4,8 +4,9 @@ The model FLOPs (`flops.micro_batch_flops`) count what a trainer's program needs
 token's routed experts and each segment's causal attention. The built-in engine executes more,
 by construction (docs/engine.md): its experts run a capacity-padded einsum, every slot of every
 expert's buffer, ceil(factor x N x K / E) per group of N device-local positions, padding
-positions included, unless the expert compute is token-sorted (the routed pairs alone); and its attention scores every query against every key of its row (the
-causal and segment masks are applied to the scores, no block is skipped). When a MaxText trainer
+positions included, unless the expert compute is token-sorted (the routed pairs alone); and its
+attention scores every query against every key of its row (the causal and segment masks are
+applied to the scores, no block is skipped). When a MaxText trainer
 is timed with the built-in engine, the plan states the ratio of the two from this shape
 arithmetic, so nobody reads the built-in engine's step time as the trainer's. Plain numpy.
 """

@@ -39,22 +39,26 @@ def stack_tables(text: str) -> dict[str, dict[int, str]]:
 
 
 def source_of(frame_id: int, tables: dict[str, dict[int, str]], package: str = PACKAGE) -> str:
-    """`file.py:function` of the innermost frame of the stack that lies in `package`."""
+    """`file.py:function` of the innermost frame of the stack that lies in `package`; a stack
+    the tables cannot follow (a dump cut short) reads as no package frame."""
     seen = set()
     frames = tables.get("StackFrames", {})
     while frame_id in frames and frame_id not in seen:
         seen.add(frame_id)
-        frame = {k: int(v) for k, v in _FIELD.findall(frames[frame_id])}
-        location = {
-            k: int(v) for k, v in _FIELD.findall(tables["FileLocations"][frame["file_location_id"]])
-        }
-        path = tables["FileNames"][location["file_name_id"]].strip('"')
-        if package in path:
-            function = tables["FunctionNames"][location["function_name_id"]].strip('"')
+        frame = _fields(frames[frame_id])
+        location = _fields(tables.get("FileLocations", {}).get(frame.get("file_location_id"), ""))
+        path = tables.get("FileNames", {}).get(location.get("file_name_id"), "").strip('"')
+        names = tables.get("FunctionNames", {})
+        function = names.get(location.get("function_name_id"), "").strip('"')
+        if package in path and function:
             return f"{Path(path).name}:{function}"
-        parent = frame["parent_frame_id"]
+        parent = frame.get("parent_frame_id", frame_id)
         frame_id = parent if parent != frame_id else -1  # a root frame names itself
     return NO_PACKAGE_FRAME
+
+
+def _fields(row: str) -> dict[str, int]:
+    return {k: int(v) for k, v in _FIELD.findall(row)}
 
 
 def instruction_source(

@@ -27,6 +27,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight.hlo.parse import parse_hlo
 from rl_trainer_bench.preflight.hlo.sources import op_sources
 
@@ -45,45 +46,84 @@ class OpEvent:
 
 
 def read_trace(folder: Path) -> list[dict]:
-    """The events of the newest `*.trace.json.gz` under `folder` (a profile folder)."""
+    """The events of the newest `*.trace.json.gz` under `folder` (a profile folder): the
+    metadata events that name processes and threads, and the spans with a place and a time.
+
+    Raises FileNotFoundError where there is none and ValueError where it is not such a trace
+    (empty, cut short, not gzip, not JSON, or JSON of another shape)."""
     traces = sorted(folder.rglob("*.trace.json.gz"))
     if not traces:
         raise FileNotFoundError(f"no *.trace.json.gz under {folder}: was the run profiled?")
-    with gzip.open(traces[-1]) as trace:
-        return json.load(trace)["traceEvents"]
+    try:
+        with gzip.open(traces[-1], "rt", encoding="utf-8") as trace:
+            events = json.load(trace).get("traceEvents")
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, AttributeError) as error:
+        raise ValueError(f"{traces[-1]}: not a gzipped Chrome trace ({error})") from None
+    if not isinstance(events, list):
+        raise ValueError(f"{traces[-1]}: not a Chrome trace (no traceEvents list)")
+    return [e for e in events if _well_formed(e)]
 
 
-def op_events(events: Iterable[dict]) -> list[OpEvent]:
-    """The op events of the first device's line, or the host runtime's where no device has one,
-    each with its own time: an op's span less the spans of the ops inside it (a loop's op holds
-    its body's), so no time is counted twice."""
+def _well_formed(event: object) -> bool:
+    if not isinstance(event, dict) or "pid" not in event:
+        return False
+    if event.get("ph") == "M":
+        return isinstance(event.get("args"), dict) and isinstance(event["args"].get("name"), str)
+    if event.get("ph") == "X":
+        numbers = (event.get("ts"), event.get("dur"))
+        return all(isinstance(n, (int, float)) for n in numbers) and isinstance(
+            event.get("args", {}), dict
+        )
+    return False
+
+
+def device_lines(events: Iterable[dict]) -> dict[str, list[dict]]:
+    """The first device's lines, by thread name ("XLA Modules", "XLA Ops", ...), each its spans
+    in time order; empty where no device process is in the trace (the host CPU's)."""
     events = list(events)
     names = {
         (e["pid"], e.get("tid")): e["args"]["name"]
         for e in events
         if e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name")
     }
-    spans = [e for e in events if e.get("ph") == "X"]
     devices = sorted(pid for (pid, tid), n in names.items() if tid is None and "/device:" in n)
-    for device in devices:
-        on_device = [e for e in spans if e["pid"] == device]
-        ops = [e for e in on_device if names.get((device, e.get("tid"))) == "XLA Ops"]
-        if ops:
-            modules = [e for e in on_device if names.get((device, e.get("tid"))) == "XLA Modules"]
-            return [
-                OpEvent(
-                    _module_around(op, modules), op.get("args", {}).get("hlo_op", op["name"]), own
-                )
-                for op, own in _own_seconds(ops)
-            ]
+    lines: dict[str, list[dict]] = defaultdict(list)
+    for e in events:
+        if devices and e.get("ph") == "X" and e["pid"] == devices[0]:
+            lines[names.get((e["pid"], e.get("tid")), "")].append(e)
+    return {name: sorted(line, key=lambda e: e["ts"]) for name, line in lines.items()}
+
+
+def op_events(events: Iterable[dict]) -> list[OpEvent]:
+    """The op events of the first device's "XLA Ops" line, or the host runtime's where the trace
+    has none, each with its own time: an op's span less the spans of the ops inside it (a loop's
+    op holds its body's), so no time is counted twice."""
+    events = list(events)
+    lines = device_lines(events)
+    if lines.get("XLA Ops"):
+        modules = lines.get("XLA Modules", [])
+        return [
+            OpEvent(
+                _module_around(op, modules),
+                str(op.get("args", {}).get("hlo_op", op.get("name"))),
+                own,
+            )
+            for op, own in _own_seconds(lines["XLA Ops"])
+        ]
+    spans = [e for e in events if e.get("ph") == "X"]
     ops = [e for e in spans if {"hlo_op", "hlo_module"} <= e.get("args", {}).keys()]
-    ordinals = {e["args"].get("device_ordinal", "") for e in ops}
-    first = min(ordinals, key=lambda o: (not o.isdigit(), int(o) if o.isdigit() else 0, o))
-    ops = [e for e in ops if e["args"].get("device_ordinal", "") == first]
+    if not ops:
+        return []
+    first = min((_ordinal(e) for e in ops), key=lambda o: (not o.isdigit(), len(o), o))
+    ops = [e for e in ops if _ordinal(e) == first]
     return [
-        OpEvent(op["args"]["hlo_module"], op["args"]["hlo_op"], own)
+        OpEvent(str(op["args"]["hlo_module"]), str(op["args"]["hlo_op"]), own)
         for op, own in _own_seconds(ops)
     ]
+
+
+def _ordinal(event: dict) -> str:
+    return str(event["args"].get("device_ordinal", ""))
 
 
 def _module_around(op: dict, modules: list[dict]) -> str:
@@ -91,9 +131,9 @@ def _module_around(op: dict, modules: list[dict]) -> str:
     the "XLA Modules" event whose span holds it, without the program id."""
     named = op.get("args", {}).get("hlo_module")
     if named is not None:
-        return named
+        return str(named)
     around = (m for m in modules if m["ts"] <= op["ts"] < m["ts"] + m["dur"])
-    return _PROGRAM_ID.sub("", next(around, {"name": ""})["name"])
+    return _PROGRAM_ID.sub("", str(next(around, {}).get("name", "")))
 
 
 def _own_seconds(ops: list[dict]) -> list[tuple[dict, float]]:
@@ -116,6 +156,7 @@ def _own_seconds(ops: list[dict]) -> list[tuple[dict, float]]:
 def dumped_sources(folder: Path) -> dict[str, dict[str, str]]:
     """{program name: {op name: source}} from every `*after_optimizations.txt` under `folder`.
 
+    A file that is no module's text is refused (UserError), as `parse_hlo` refuses one cut short.
     Two dumps of one program name are merged (a program compiled twice, as `MEASURE_PEAK`
     does, names its ops alike); programs that differ must differ in name, as the built-in
     engine's do (`jit_fwd_bwd`, `jit_fwd_bwd_dropless`, `jit_update`)."""
@@ -123,8 +164,9 @@ def dumped_sources(folder: Path) -> dict[str, dict[str, str]]:
     for path in sorted(folder.rglob("*after_optimizations.txt")):
         text = path.read_text(errors="replace")
         named = _MODULE_NAME.match(text)
-        if named:
-            sources[named.group(1)].update(op_sources(parse_hlo(text, str(path)), text))
+        if not named:
+            raise UserError(f"{path}: not an HLO module's text (no 'HloModule' line first)")
+        sources[named.group(1)].update(op_sources(parse_hlo(text, str(path)), text))
     return dict(sources)
 
 
