@@ -16,9 +16,10 @@ BENCHMARKS.md). A host without a chip is refused unless `--allow-cpu` (the plumb
 no device line in the trace).
 
 Usage:  PYTHONPATH=. python benchmarks/chip_headline.py --out "$OUT"
-The cost table before the token-sorted experts, the padded einsum's (one more call, no A/B):
-        PYTHONPATH=. python benchmarks/chip_headline.py --out "$OUT/einsum" --skip-ab \
-            --engine-flags expert_compute=einsum
+The cost table before the TPU kernels, the padded einsum's and XLA attention's (one more call,
+no A/B):
+        PYTHONPATH=. python benchmarks/chip_headline.py --out "$OUT/before" --skip-ab \
+            --engine-flags "expert_compute=einsum attention=xla"
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -104,7 +105,7 @@ def plan_arms(
     folder over its knobs; raises UserError/ConfigError on bad input, including every arm a
     worker cannot run (so no arm runs before a later one is refused). `on_this_host` False plans
     for another machine (a rendered pod): this host's memory says nothing of the pod's there, so
-    the micro-batch pool is not judged against it."""
+    the micro-batch pool is not judged against it, nor a runtime this host's environment names."""
     preset, preset_source = ab_arms.chosen_preset(args.preset, args.knob)
     arms = ab_arms.parse_arms(args.arms, args.order, run.blocks, run.schedule_seed)
     base = base_knobs(args.knob)
@@ -127,7 +128,8 @@ def plan_arms(
     for setting, arm_config in configs.items():
         arm_config = dataclasses.replace(arm_config, warmup_steps=warmup_steps)
         try:
-            plans[setting] = _resolve_as_run_does(arm_config, host_bytes)
+            env = {**os.environ, **knobs[firsts[setting]]} if on_this_host else None
+            plans[setting] = _resolve_as_run_does(arm_config, host_bytes, env)
         except ConfigError as error:  # say which arm's plan was refused (its keys, or the pod's)
             raise ConfigError(f"--arms: arm {setting}: {error}") from None
     names: dict[tuple[tuple[str, str], ...], str] = {}
@@ -163,13 +165,13 @@ def arm_knobs(base: Mapping[str, str], arm: ArmSpec) -> dict[str, str]:
 
 
 def _resolve_as_run_does(
-    bench_config: config.BenchConfig, host_bytes: int | None
+    bench_config: config.BenchConfig, host_bytes: int | None, env: Mapping[str, str] | None
 ) -> bench_plan.Plan:
     """The plan `run` makes of one bench (engine config, mesh, micro-batch memory), so an A/B
     refuses what `run` would before any arm; and an engine key of --arms/--knob that the engine
     does not apply is refused, since it would make an arm a silent copy of another (keys of a
     trainer's argv that the engine does not apply are expected, and listed by the run)."""
-    resolved = bench_plan.resolve(bench_config, host_bytes)
+    resolved = bench_plan.resolve(bench_config, host_bytes, env)
     given = parse_engine_flags(bench_config.engine_flags)
     unapplied = [key for key in resolved.unapplied if key in given]
     if unapplied:

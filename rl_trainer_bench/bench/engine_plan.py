@@ -195,12 +195,22 @@ def _kernels(config: BenchConfig, engine: EngineConfig, keys: dict[str, str]) ->
     if config.engine != BUILT_IN:
         ours = "that engine's own"
     else:
-        parts = ["XLA attention over query chunks"]
+        parts = [ATTENTION_KERNELS[engine.model.attention]]
         if "linear_attention" in engine.model.layer_types:
             parts.append("the chunked Gated DeltaNet in XLA")
         parts.append(_expert_kernel(engine.moe.expert_compute))
         ours = ", ".join(parts)
     return f"the trainer's: {_quoted(keys, KERNEL_KEYS)}; this run's: {ours}"
+
+
+# What each `attention` choice runs, as the plan says it beside a trainer's MaxText, on TPUs (where
+# `auto` is the XLA path).
+ATTENTION_KERNELS = {
+    "auto": "XLA attention over query chunks",
+    "xla": "XLA attention over query chunks",
+    "cudnn": "cuDNN's flash attention",
+    "splash": "Pallas' splash attention kernel",
+}
 
 
 def _expert_kernel(expert_compute: str) -> str:

@@ -16,7 +16,12 @@ from typing import Any
 
 from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.bench import engine_plan, micro_batch_memory, results_copy
-from rl_trainer_bench.bench.runtime import SINGLE_PROCESS, Runtime, runtime_for
+from rl_trainer_bench.bench.runtime import (
+    SINGLE_PROCESS,
+    Runtime,
+    runs_on_host_cpu,
+    runtime_for,
+)
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
 from rl_trainer_bench.config import trainer_env, value_sources
 from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, engine_config_from
@@ -50,6 +55,7 @@ from rl_trainer_bench.engine.config import (
     EngineConfig,
     config_problems,
     replays_possible,
+    tpu_kernel_refusal,
     value_at,
 )
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
@@ -399,6 +405,8 @@ def resolve(
     replay = _replay(config, engine)
     runtime = None if env is None else runtime_for(env, config.preset.host_devices)
     _refuse_unmeasurable_peak(config, runtime)
+    if runtime is not None and runs_on_host_cpu(env, config.preset.host_devices):
+        _refuse_tpu_kernels(engine, runtime)
     preset_values = value_sources.unset_values(
         config.preset, engine, config.trainer_argv, config.engine_flags
     )
@@ -426,6 +434,14 @@ def _refuse_unmeasurable_peak(config: BenchConfig, runtime: Runtime | None) -> N
             f"MEASURE_PEAK=on measures a single process's devices, and this run starts"
             f" {runtime.describe()}: measure on one TPU VM's chips, or set MEASURE_PEAK=off"
         )
+
+
+def _refuse_tpu_kernels(engine: EngineConfig, runtime: Runtime) -> None:
+    """A key naming a Pallas TPU kernel, in a run bound to the host's CPU: refused by the plan,
+    before the micro-batch pool is built, rather than by the engine once it is."""
+    refusal = tpu_kernel_refusal(engine, "the host's CPU")
+    if refusal:
+        raise ConfigError(f"{refusal} ({runtime.detail or 'JAX_PLATFORMS=cpu'})")
 
 
 def _environment_fates(

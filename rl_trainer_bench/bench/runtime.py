@@ -68,6 +68,12 @@ def forces_host_cpu(env: Mapping[str, str], host_devices: int) -> bool:
     return host_devices > 0 and not jax_platforms(env)
 
 
+def runs_on_host_cpu(env: Mapping[str, str], host_devices: int) -> bool:
+    """Whether the process is bound to the host's CPU before JAX starts: a host preset that sets
+    the platform itself, or JAX_PLATFORMS naming the CPU alone."""
+    return forces_host_cpu(env, host_devices) or jax_platforms(env) == ["cpu"]
+
+
 def host_platform(env: Mapping[str, str], host_devices: int) -> str:
     """Where a host preset's single process runs, in the words every command prints: on the
     host's CPU, never on an accelerator of the host, which then stays idle ("" for a preset

@@ -268,8 +268,13 @@ PRESETS: Mapping[str, Preset] = {
             name="tpu-v5e-1",
             engine=dataclasses.replace(
                 _GPU_SMALL,
+                # attention through Pallas' splash kernel, as the trainer's MaxText runs its flash
                 model=dataclasses.replace(
-                    _GPU_SMALL.model, num_layers=4, num_experts=16, shared_expert_ffn_dim=1024
+                    _GPU_SMALL.model,
+                    num_layers=4,
+                    num_experts=16,
+                    shared_expert_ffn_dim=1024,
+                    attention="splash",
                 ),
                 micro_batch_rows=4,
                 seq_len=4096,
@@ -288,8 +293,9 @@ PRESETS: Mapping[str, Preset] = {
             " tokens, hidden 2048 (the 397B cell's 4096 does not fit one chip beside its Adam"
             " state); the seeds' MoE buffers (factor 2.75 over 2 token groups: no replay), their"
             " kept pairs sorted through the TPU grouped-matmul kernel (expert_compute=sorted_gmm,"
-            " the trainer's MaxText runs its own), and Adam's mu in bfloat16, as the tpu7x"
-            " recipe's; aot's peak 14.20 GiB (9.8% free), not yet measured on a chip",
+            " the trainer's MaxText runs its own), attention through Pallas' splash kernel"
+            " (attention=splash), and Adam's mu in bfloat16, as the tpu7x recipe's; aot's peak"
+            " 14.20 GiB (9.8% free), not yet measured on a chip",
         ),
         Preset(
             # The 397B cell's shapes cut to one TPU v6e chip: one Qwen3.5 block, its hidden size
@@ -299,7 +305,12 @@ PRESETS: Mapping[str, Preset] = {
             name="tpu-v6e-1",
             engine=EngineConfig(
                 model=dataclasses.replace(
-                    _QWEN35_397B, vocab_size=32_768, num_layers=4, num_experts=6, top_k=2
+                    _QWEN35_397B,
+                    vocab_size=32_768,
+                    num_layers=4,
+                    num_experts=6,
+                    top_k=2,
+                    attention="splash",
                 ),
                 mesh=MeshConfig(),
                 micro_batch_rows=2,
@@ -317,8 +328,9 @@ PRESETS: Mapping[str, Preset] = {
             " shared expert in one Qwen3.5 block (4 layers), cut to 6 experts (top 2), a"
             " 32,768-token vocabulary and 2 rows of 4,096 tokens; the seeds' MoE buffers (factor"
             " 2.75 over 2 token groups) with their kept pairs through the TPU grouped-matmul"
-            " kernel, Adam's mu in bfloat16 as the tpu7x recipe's; aot's peak 24.10 GiB (24.7%"
-            " free) from a CPU host, not yet run on a v6e chip",
+            " kernel, attention through Pallas' splash kernel, Adam's mu in bfloat16 as the tpu7x"
+            " recipe's; aot's peak 23.80 GiB (25.6% free) from a CPU host, not yet run on a v6e"
+            " chip",
         ),
         Preset(
             # Qwen3.5-397B-A17B's public shapes (_QWEN35_397B) on the public tpu7x recipe's mesh.

@@ -33,6 +33,18 @@ Schedule = Literal["constant", "warmup_cosine_decay_schedule"]
 LAYER_TYPES = ("full_attention", "linear_attention")  # the mixers `layer_types` may name
 # The ragged_buffer_factor of a dropless MoE layer: every routed pair gets a slot.
 DROPLESS = -1
+# The Pallas TPU kernels a key may name, (dotted field, value, what runs elsewhere). They are
+# refused off a TPU (`tpu_kernel_refusal`): by the plan where the run's platform is known before
+# JAX starts (a host preset on the host's CPU), else by the engine as it resolves its methods.
+TPU_KERNELS = (
+    (
+        "moe.expert_compute",
+        "sorted_gmm",
+        "sorted_ragged_dot (the same layout), einsum or ragged_dot",
+    ),
+    ("moe.dropless_compute", "gmm", "ragged_dot or capacity"),
+    ("model.attention", "splash", "xla"),
+)
 # Platform names JAX gives a GPU backend (`jax.default_backend()`, a device's `platform`).
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 
@@ -337,6 +349,20 @@ def value_at(config: EngineConfig, path: str) -> Any:
     for part in path.split("."):
         config = getattr(config, part)
     return config
+
+
+def tpu_kernel_refusal(config: EngineConfig, platform: str) -> str | None:
+    """One line naming the first key of `config` whose TPU kernel cannot run on `platform`, and
+    what runs there instead (None: every key can)."""
+    if platform == "tpu":
+        return None
+    for path, value, elsewhere in TPU_KERNELS:
+        if value_at(config, path) == value:
+            return (
+                f"engine config {path.rsplit('.', 1)[-1]}={value}: a Pallas TPU kernel, and this"
+                f" run is on {platform}; use {elsewhere}, or a chip's preset on a TPU host"
+            )
+    return None
 
 
 def with_value_at(config: Any, path: str, value: Any) -> Any:

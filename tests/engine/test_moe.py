@@ -10,7 +10,6 @@ import pytest
 from rl_trainer_bench.engine.builtin import moe
 from rl_trainer_bench.engine.builtin.sharding import make_mesh
 from rl_trainer_bench.engine.config import MeshConfig, expert_capacity
-from rl_trainer_bench.engine.contract import ContractError
 
 
 def test_slots_are_taken_in_token_order_and_pairs_past_capacity_drop():
@@ -175,9 +174,7 @@ def test_pairs_sort_by_local_expert_in_token_order_and_the_rest_go_last():
     np.testing.assert_array_equal(placed.order[placed.position], np.arange(8))  # the inverse
 
 
-def test_tpu_kernel_is_refused_off_a_tpu():
-    with pytest.raises(ContractError, match=r"dropless_compute=gmm: .* TPU only"):
-        moe.dropless_compute_for("gmm", "cpu")
+def test_auto_picks_the_tpu_kernel_on_a_tpu_only():
     assert moe.dropless_compute_for("auto", "tpu") == "gmm"
     assert moe.dropless_compute_for("auto", "cpu") == "ragged_dot"
 
@@ -304,9 +301,3 @@ def test_tpu_kernel_capacity_layer_drops_what_the_buffers_drop(mesh, chunks):
         return moe.expert_parallel(local, x, experts, gates, weights, token_chunks=chunks)
 
     _against_dense(mesh, 0.75, chunks, sharded)
-
-
-def test_tpu_kernel_for_the_capacity_program_is_refused_off_a_tpu():
-    with pytest.raises(ContractError, match=r"expert_compute=sorted_gmm: .* TPU only"):
-        moe.expert_compute_for("sorted_gmm", "cpu")
-    assert moe.expert_compute_for("sorted_gmm", "tpu") == "sorted_gmm"

@@ -64,10 +64,7 @@ def test_the_kernel_gives_the_xla_paths_outputs_and_gradients_on_split_rows():
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=2e-4, rtol=1e-4, err_msg=name)
 
 
-def test_splash_is_refused_off_a_tpu_and_with_a_split_context():
-    with pytest.raises(ContractError, match=r"attention=splash: .* TPU only.* use xla"):
-        model.attention_method("splash", "cpu")
-    assert model.attention_method("splash", "tpu") == "splash"
+def test_splash_is_refused_with_a_split_context():
     cell = PRESETS["cpu-tiny"].engine
     splash = dataclasses.replace(cell, model=dataclasses.replace(cell.model, attention="splash"))
     with pytest.raises(

@@ -244,8 +244,10 @@ def test_extrapolation_is_linear_in_layers():
     deep = aot_compile.ProgramMemory(
         "fwd_bwd", argument=180, output=10, temp=1500, flops=9.0, bytes_accessed=8.0
     )
+    deep.unstated_kernels = ("splash_mqa_fwd",)
     (row,) = depth.extrapolate([[shallow], [deep]], [2, 4], 60)
     assert (row.argument, row.output, row.temp) == (100 + 40 * 58, 10, 1000 + 250 * 58)
+    assert row.unstated_kernels == ("splash_mqa_fwd",)
     assert row.flops == pytest.approx(5.0 + 2.0 * 58)
     assert row.bytes_accessed == pytest.approx(7.0 + 0.5 * 58)
     assert row.xla_optimal_seconds is None  # XLA gave no time at either depth
@@ -256,6 +258,27 @@ def test_extrapolation_is_linear_in_layers():
     peaks = [dataclasses.replace(r, live_peak=p) for r, p in ((shallow, 100), (deep, 150))]
     (row,) = depth.extrapolate([[peaks[0]], [peaks[1]]], [2, 4], 60)
     assert row.live_peak == 100 + 25 * 58
+
+
+def test_the_estimate_names_the_kernels_whose_work_it_does_not_count(compiled_cell):
+    """A TPU kernel that states no FLOPs (splash attention) is named under the bound; a program
+    without one adds no line."""
+    cell, _, rows = compiled_cell
+    on_v5e = dataclasses.replace(
+        cell, target=dataclasses.replace(cell.target, chip=accelerators.chip_by_name("v5e"))
+    )
+    facts = step_estimate.MicroBatchFacts(0.0, 3e8, "none: test")
+    line = "TPU kernels that state no FLOPs (splash_mqa_fwd, splash_mqa_dq): their work is in"
+    for kernels in ((), ("splash_mqa_fwd", "splash_mqa_dq")):
+        named = [
+            dataclasses.replace(r, unstated_kernels=kernels if r.name == "fwd_bwd" else ())
+            for r in rows
+        ]
+        report = check.assemble(on_v5e, named, [2], False, 1.0)
+        report.step = check.predict_step(report, 2, facts)
+        assert (line in aot_report.format_report(report)) == bool(kernels)
+        programs = json.loads(json.dumps(report.to_json()))["programs"]
+        assert programs[0]["unstated_kernels"] == list(kernels)
 
 
 def test_time_estimate_in_text_and_json_is_labelled_an_estimate(compiled_cell):

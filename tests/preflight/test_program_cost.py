@@ -127,3 +127,42 @@ def test_a_loop_step_counts_its_slice_and_its_update_not_the_stacks():
     entry = 8 * step  # the broadcast of the zero output stack
     scalars = 64 * 1024  # the loop counter's add and compare, 9 times each
     assert 8 * per_trip + entry <= counts.bytes_run < 8 * per_trip + entry + scalars
+
+
+def test_only_main_memory_bytes_count_and_an_async_slice_reads_its_slice():
+    """TPU forms (`tests/testdata/hlo_memory_spaces.hlo`): buffers in the core's VMEM (`S(1)`)
+    move no HBM bytes. One [1024, 256] float32 array each: the slice read from the HBM stack,
+    the prefetch's source read, the fusion's HBM result written, the eviction's HBM destination
+    written; the VMEM ends of each, and the fusion's two VMEM operands, count nothing."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "testdata" / "hlo_memory_spaces.hlo").read_text()
+    module = parse_hlo(text)
+    by_op = {cost.instruction.name: cost.bytes for cost in program_cost.instruction_costs(module)}
+    step = 1024 * 256 * 4
+    assert by_op == {
+        "stack": 0, "x": 0, "v": 0, "slicing": step, "sliced": 0, "step": 0,
+        "prefetching": step, "prefetched": 0, "sum": step, "evicting": step, "evicted": 0,
+        "out": 0,
+    }  # fmt: skip
+
+
+KERNEL_CALLS = """HloModule kernels
+
+ENTRY %main (x: f32[128,128]) -> (f32[128,128], f32[128,128], f32[128,128], f32[128,128]) {
+  %x = f32[128,128]{1,0} parameter(0)
+  %splash_fwd.3 = f32[128,128]{1,0} custom-call(%x), custom_call_target="tpu_custom_call", backend_config={"custom_call_config": {"body": "AAAA"}}
+  %gmm.1 = f32[128,128]{1,0} custom-call(%x), custom_call_target="tpu_custom_call", backend_config={"custom_call_config": {"body": "AAAA", "cost_estimate":{"flops":"4194304","transcendentals":"0","bytes_accessed":"196608"}}}
+  %splash_fwd.4 = f32[128,128]{1,0} custom-call(%x), custom_call_target="tpu_custom_call", backend_config={"custom_call_config": {"body": "AAAA"}}
+  %sharding = f32[128,128]{1,0} custom-call(%x), custom_call_target="Sharding"
+  ROOT %out = (f32[128,128]{1,0}, f32[128,128]{1,0}, f32[128,128]{1,0}, f32[128,128]{1,0}) tuple(%splash_fwd.3, %gmm.1, %splash_fwd.4, %sharding)
+}
+"""
+
+
+def test_kernels_that_state_no_flops_are_named_once():
+    """A TPU kernel's call without a cost statement is named (once, less XLA's `.N`); one that
+    states its FLOPs, and a custom call that is no TPU kernel, are not."""
+    counts = program_cost.loop_counts(parse_hlo(KERNEL_CALLS))
+    assert counts.unstated_kernels == ("splash_fwd",)
+    assert counts.kernel_once == 4194304

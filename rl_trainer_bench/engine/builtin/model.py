@@ -24,7 +24,6 @@ import jax.numpy as jnp
 from rl_trainer_bench.engine.builtin import gated_deltanet, moe, parameters, sharding
 from rl_trainer_bench.engine.builtin.norms import rms_norm
 from rl_trainer_bench.engine.config import GPU_PLATFORMS, ModelConfig
-from rl_trainer_bench.engine.contract import ContractError
 
 # What each `RematPolicy` saves; "none" runs the layer without a checkpoint.
 REMAT_POLICIES = {
@@ -172,13 +171,7 @@ def local_splash_attention(q, k, v, segments, *, interpret=False):
 
 
 def attention_method(choice: str, platform: str) -> str:
-    """Resolve `auto`: cuDNN flash attention on GPUs, query-chunked XLA elsewhere; the splash
-    kernel is refused off a TPU."""
-    if choice == "splash" and platform != "tpu":
-        raise ContractError(
-            f"engine config attention=splash: the splash kernel runs on TPU only, and this mesh"
-            f" is on {platform}; use xla"
-        )
+    """Resolve `auto`: cuDNN flash attention on GPUs, query-chunked XLA elsewhere."""
     if choice != "auto":
         return choice
     return "cudnn" if platform in GPU_PLATFORMS else "xla"

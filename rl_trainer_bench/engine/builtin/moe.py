@@ -31,7 +31,6 @@ from rl_trainer_bench.engine.config import (
     choices,
     expert_capacity,
 )
-from rl_trainer_bench.engine.contract import ContractError
 
 # The layouts themselves; "auto" picks one of them per platform.
 EXPERT_COMPUTE_CHOICES = tuple(c for c in choices(ExpertCompute) if c != "auto")
@@ -65,14 +64,9 @@ BUFFER_EXPERT_COMPUTE = tuple(c for c in EXPERT_COMPUTE_CHOICES if c not in SORT
 
 
 def expert_compute_for(choice: str, platform: str) -> str:
-    """Resolve `auto` to the measured choice for `platform`; the TPU kernel is refused elsewhere."""
+    """Resolve `auto` to the measured choice for `platform`."""
     if choice == "auto":
         return FASTEST_EXPERT_COMPUTE.get(platform, "einsum")
-    if choice == "sorted_gmm" and platform != "tpu":
-        raise ContractError(
-            f"engine config expert_compute=sorted_gmm: the grouped-matmul kernel runs on TPU only,"
-            f" and this mesh is on {platform}; use sorted_ragged_dot, einsum or ragged_dot"
-        )
     return choice
 
 
@@ -82,14 +76,9 @@ DROPLESS_COMPUTE = {"tpu": "gmm"}
 
 
 def dropless_compute_for(choice: str, platform: str) -> str:
-    """Resolve `auto` for `platform`; the TPU kernel is refused elsewhere."""
+    """Resolve `auto` for `platform`."""
     if choice == "auto":
         return DROPLESS_COMPUTE.get(platform, "ragged_dot")
-    if choice == "gmm" and platform != "tpu":
-        raise ContractError(
-            f"engine config dropless_compute=gmm: the grouped-matmul kernel runs on TPU only, and "
-            f"this mesh is on {platform}; use ragged_dot or capacity"
-        )
     return choice
 
 

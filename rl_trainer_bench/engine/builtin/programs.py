@@ -28,6 +28,7 @@ from rl_trainer_bench.engine.config import (
     OptimizerConfig,
     config_problems,
     replays_possible,
+    tpu_kernel_refusal,
 )
 from rl_trainer_bench.engine.contract import ContractError, Payload
 
@@ -170,7 +171,10 @@ class Methods(NamedTuple):
 
 
 def resolved_methods(config: EngineConfig, platform: str) -> Methods:
-    """Every `auto` choice resolved for `platform`."""
+    """Every `auto` choice resolved for `platform`; a TPU kernel is refused elsewhere."""
+    refusal = tpu_kernel_refusal(config, platform)
+    if refusal:
+        raise ContractError(refusal)
     return Methods(
         model.attention_method(config.model.attention, platform),
         moe.expert_compute_for(config.moe.expert_compute, platform),

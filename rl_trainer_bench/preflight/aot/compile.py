@@ -79,6 +79,7 @@ class ProgramMemory:
     flops: float = 0.0
     bytes_accessed: float = 0.0
     bound_flops: float = 0.0  # `flops` less TPU kernels' own statements (`program_cost`)
+    unstated_kernels: tuple[str, ...] = ()  # TPU kernels whose FLOPs neither counts
     roofline_seconds: float | None = None  # ESTIMATE; None without the chip's peak and bandwidth
     compile_seconds: float = 0.0
     out_of_memory: bool = False
@@ -124,6 +125,7 @@ def measure(compiled, name: str, seconds: float, temp_block: int | None = None) 
         flops=cost.flops,
         bytes_accessed=cost.bytes_accessed,
         bound_flops=cost.bound_flops,
+        unstated_kernels=cost.unstated_kernels,
         compile_seconds=seconds,
     )
 

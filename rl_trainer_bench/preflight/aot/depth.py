@@ -51,7 +51,11 @@ def extrapolate(
         def scaled(x: float, y: float) -> float:
             return x + (y - x) * (full_depth - low) / (high - low)
 
-        row = ProgramMemory(name=a.name, compile_seconds=a.compile_seconds + b.compile_seconds)
+        row = ProgramMemory(
+            name=a.name,
+            compile_seconds=a.compile_seconds + b.compile_seconds,
+            unstated_kernels=b.unstated_kernels,
+        )
         for field in MEMORY_FIELDS:
             setattr(row, field, round(scaled(getattr(a, field), getattr(b, field))))
         for field in COST_FIELDS:

@@ -395,4 +395,10 @@ def _bounds(report: AotReport, step: step_estimate.StepEstimate) -> list[str]:
             " each kernel states them, are in the roofline but not in the bound (a kernel may"
             " state more than it runs: the grouped matmul counts every row it is given)"
         )
+    unstated = {k: None for p in report.programs if p.compiled for k in p.unstated_kernels}
+    if unstated:
+        lines.append(
+            f"  TPU kernels that state no FLOPs ({', '.join(unstated)}): their work is in neither"
+            " the roofline's compute nor the bound (their bytes are in the roofline)"
+        )
     return lines + step_estimate.public_comparison(report.preset, report.target, step)

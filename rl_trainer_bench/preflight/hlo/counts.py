@@ -182,6 +182,21 @@ def _kernel_cost_flops(custom_call: Instruction) -> float | None:
     return float(found.group(1)) if found else None
 
 
+_TPU_KERNEL_TARGET = '"tpu_custom_call"'
+_CALL_NUMBER = re.compile(r"\.\d+$")
+
+
+def unstated_kernel(instruction: Instruction) -> str | None:
+    """The name of the TPU kernel this instruction calls when the kernel states no FLOPs (Pallas'
+    splash attention states none): neither XLA's count nor the walk sees its work; None for any
+    other instruction. The name is the call's, less XLA's `.N` suffix."""
+    if instruction.opcode != "custom-call" or _kernel_cost_flops(instruction) is not None:
+        return None
+    if instruction.attribute("custom_call_target") != _TPU_KERNEL_TARGET:
+        return None
+    return _CALL_NUMBER.sub("", instruction.name)
+
+
 def _elements(instruction: Instruction) -> int:
     return instruction.arrays[0].elements if instruction.arrays else 0
 

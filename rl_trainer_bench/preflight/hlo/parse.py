@@ -46,7 +46,10 @@ _BITS = {
     "token": 0,
 }
 _FP8 = re.compile(r"^f8e\w+$|^f4e2m1fn$|^f6e\w+$|^f8e8m0fnu$")
-_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
+# An array and its layout, if any: `f32[2,3]`, `bf16[8,128]{1,0:T(8,128)(2,1)S(1)}`.
+_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](?:\s*\{([^{}]*)\})?")
+# A layout's memory space, `S(n)`; an array whose layout names none is in space 0.
+_MEMORY_SPACE = re.compile(r"S\((\d+)\)")
 _COMMENT = re.compile(r"/\*.*?\*/")
 _INSTRUCTION = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*")
 _OPCODE = re.compile(r"\s*([a-z][\w\-]*)\(")
@@ -80,10 +83,13 @@ def is_element_type(name: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Array:
-    """One array of a shape: element type and dimensions (dynamic `<=N` dimensions count as N)."""
+    """One array of a shape: element type, dimensions (dynamic `<=N` dimensions count as N) and
+    the memory space its layout names: 0, the device's main memory (a TPU's HBM), unless the
+    layout says `S(n)` (on TPUs 1 is the core's VMEM, 2 its SMEM, 5 the host's pinned memory)."""
 
     dtype: str
     dims: tuple[int, ...]
+    memory_space: int = 0
 
     @property
     def elements(self) -> int:
@@ -116,6 +122,11 @@ class Instruction:
     @property
     def bytes(self) -> int:
         return sum(array.bytes for array in self.arrays)
+
+    @property
+    def main_memory_bytes(self) -> int:
+        """The bytes of its arrays in memory space 0 (a TPU's HBM; `Array.memory_space`)."""
+        return sum(array.bytes for array in self.arrays if array.memory_space == 0)
 
     def attribute(self, key: str) -> str | None:
         """The raw value of `key=...` (balanced over brackets and quotes), or None."""
@@ -181,10 +192,21 @@ def parse_shape(text: str) -> tuple[tuple[Array, ...], bool]:
     """The arrays of a shape string (`f32[2,3]{1,0}` or a tuple of them) and whether it is a tuple."""
     text = _COMMENT.sub("", text).strip()
     arrays = tuple(
-        Array(dtype, tuple(_dimension(d) for d in dims.split(",") if d.strip()))
-        for dtype, dims in _ARRAY.findall(text)  # layouts `{1,0:T(8,128)}` hold no brackets
+        Array(
+            dtype,
+            tuple(_dimension(d) for d in dims.split(",") if d.strip()),
+            _memory_space(layout),
+        )
+        for dtype, dims, layout in _ARRAY.findall(text)  # layouts hold no brackets
     )
     return arrays, text.startswith("(")
+
+
+def _memory_space(layout: str) -> int:
+    """The memory space a layout (`1,0:T(8,128)S(1)`) names after its colon; 0 where none."""
+    tiling = layout.partition(":")[2]
+    match = _MEMORY_SPACE.search(tiling)
+    return int(match.group(1)) if match else 0
 
 
 def _dimension(text: str) -> int:
