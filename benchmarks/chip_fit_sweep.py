@@ -8,8 +8,8 @@ answers from separate processes:
     extra): FITS or DOES NOT FIT, and the peak it predicts;
   - the chip's: `rl-trainer-bench run --preset P --steps 1 --warmup-steps 1 --engine-flags ...`:
     the step ran, or a program did not load (RESOURCE_EXHAUSTED), which is the chip's no.
-The sizes should straddle the limit: on v5e aot puts the preset at 14.20 GiB with 4 rows, 14.96
-with 6, and 8 and 10 rows past the chip's 15.75 GiB (BENCHMARKS.md).
+The sizes should straddle the limit: on v5e aot puts the preset at 14.20 GiB with 4 rows, 15.50
+with 7, and 8 rows past the chip's 15.75 GiB (BENCHMARKS.md).
 `--aot-only` gives aot's half from a CPU host; `--from-aot FILE` reads it on the chip, so the
 chip's minutes go to the runs (about 2 minutes a size on a v5e: three compiles and two steps), and
 `--rows` splits the sweep over several calls. Writes OUT/sweep.json and OUT/sweep.md.
@@ -17,7 +17,8 @@ chip's minutes go to the runs (about 2 minutes a size on a v5e: three compiles a
 Usage:
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/chip_fit_sweep.py \\
       --target v5e:1x1 --aot-only --out "$OUT"            # on a CPU host
-  PYTHONPATH=. python benchmarks/chip_fit_sweep.py --from-aot "$OUT/sweep.json" --out "$OUT"
+  PYTHONPATH=. python benchmarks/chip_fit_sweep.py --out "$OUT" \
+      --from-aot benchmarks/results/2026-12-06-chip-fit-sweep-aot-tpu-v5e-1-splash-v5e-1x1.json
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def main() -> int:
     parser.add_argument("--preset", default="tpu-v5e-1")
     parser.add_argument("--target", default="local", help="aot's target (local on the chip)")
     parser.add_argument(
-        "--rows", default="3,4,6,8,10", help="rows per micro-batch, comma-separated"
+        "--rows", default="3,4,5,6,7,8", help="rows per micro-batch, comma-separated"
     )
     parser.add_argument("--aot-only", action="store_true", help="aot's verdicts alone (CPU host)")
     parser.add_argument("--from-aot", type=Path, help="aot's verdicts from an earlier --aot-only")
@@ -96,9 +97,15 @@ def main() -> int:
     known = {}
     if args.from_aot:
         try:
-            known = {s["rows"]: s for s in json.loads(args.from_aot.read_text())["sweep"]}
+            earlier = json.loads(args.from_aot.read_text())
+            known = {s["rows"]: s for s in earlier["sweep"]}
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
             parser.error(f"--from-aot: not a sweep.json of --aot-only ({error})")
+        if earlier.get("preset") != args.preset:
+            parser.error(
+                f"--from-aot: its sweep is of preset {earlier.get('preset')!r}, not"
+                f" --preset {args.preset}: give the same preset"
+            )
     args.out.mkdir(parents=True, exist_ok=True)
     sweep = []
     for rows in sizes:
