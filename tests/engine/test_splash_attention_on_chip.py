@@ -1,5 +1,7 @@
 """attention=splash on a TPU chip: the compiled kernel (not its interpreter) against the XLA path,
-outputs and gradients in bfloat16 as the engine computes, within a stated tolerance.
+outputs and gradients in bfloat16 as the engine computes, within a stated tolerance, at the
+one-chip presets' attention shapes (rows of 4,096 tokens, 16 query heads over 4 key/value heads of
+128) over packed rows with padding.
 
 The test session keeps JAX on the host CPU, so the comparison runs in a subprocess on the chip; on a
 host without a TPU chip it is skipped. Run it alone (one process can hold the chip):
@@ -26,11 +28,16 @@ COMPARE = f"""
 import jax, jax.numpy as jnp, numpy as np
 from rl_trainer_bench.engine.builtin import model, sharding
 from rl_trainer_bench.engine.config import MeshConfig
+B, T = 4, 4096
 keys = jax.random.split(jax.random.key(0), 4)
-q = jax.random.normal(keys[0], (2, 1024, 16, 128), jnp.bfloat16)
-k = jax.random.normal(keys[1], (2, 1024, 4, 128), jnp.bfloat16)
-v = jax.random.normal(keys[2], (2, 1024, 4, 128), jnp.bfloat16)
-segments = np.ones((2, 1024), np.int32); segments[0, 300:] = 2; segments[1, 900:] = 0
+q = jax.random.normal(keys[0], (B, T, 16, 128), jnp.bfloat16)
+k = jax.random.normal(keys[1], (B, T, 4, 128), jnp.bfloat16)
+v = jax.random.normal(keys[2], (B, T, 4, 128), jnp.bfloat16)
+segments = np.ones((B, T), np.int32)
+segments[0, 1000:] = 2  # a second sequence inside a kernel block
+segments[1, 2048:] = 3  # ... at a block's first token
+segments[2, 3000:] = 0  # padding at the end
+segments[3] = np.repeat(np.arange(1, 17), T // 16)  # sixteen short sequences
 segments = jnp.asarray(segments)
 weights = jax.random.normal(keys[3], q.shape, jnp.float32)
 def grads(attend):
