@@ -31,7 +31,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 
 from rl_trainer_bench.preflight.hlo.counts import FlopCounter, execution_counts, unstated_kernel
-from rl_trainer_bench.preflight.hlo.parse import HloModule, Instruction, parse_hlo
+from rl_trainer_bench.preflight.hlo.parse import Array, HloModule, Instruction, parse_hlo
 
 # Instructions that neither compute nor move bytes of their own; control flow is counted through
 # the computations it runs.
@@ -137,11 +137,12 @@ class _ByteCounter:
     """Bytes an instruction reads from and writes to the device's main memory (a TPU's HBM), as
     XLA's cost analysis counts them for slices.
 
-    Only arrays in memory space 0 count (`Instruction.main_memory_bytes`): on TPUs XLA places
-    buffers in the core's VMEM (`S(1)` in their layout), prefetches into it with `copy-start`
-    and slices into it with `slice-start`, and an op reading or writing such a buffer moves no
-    HBM bytes for it; on the one-chip v5e cell's fwd_bwd a third of the bytes the walk counted
-    before were of that kind. A prefetch moves its source once, an eviction its destination.
+    In a TPU program (its layouts tiled) only arrays in memory space 0 count: XLA places buffers
+    in the core's VMEM (`S(1)` in their layout), prefetches into it with `copy-start` and slices
+    into it with `slice-start`, and an op reading or writing such a buffer moves no HBM bytes for
+    it; on the one-chip v5e cell's fwd_bwd a third of the bytes the walk counted before were of
+    that kind. A prefetch moves its source once, an eviction its destination. Elsewhere every
+    array counts: a GPU's memory space 1 holds collective buffers in its HBM.
 
     A (dynamic-)slice reads only its result's bytes of its operand, and a dynamic-update-slice
     writes only its update in place; the same holds for an asynchronous slice (`slice-start`),
@@ -154,27 +155,35 @@ class _ByteCounter:
 
     def __init__(self, module: HloModule) -> None:
         self._module = module
+        self._on_chip_spaces = any(
+            array.tiled
+            for computation in module.computations.values()
+            for instruction in computation.instructions
+            for array in instruction.arrays
+        )
+
+    def _main(self, *arrays: Array) -> int:
+        """The bytes of `arrays` in the device's main memory."""
+        return sum(a.bytes for a in arrays if not (self._on_chip_spaces and a.memory_space))
 
     def of(self, instruction: Instruction, by_name: Mapping[str, Instruction]) -> int:
         opcode = instruction.opcode
         if opcode in _NO_TRAFFIC or opcode.endswith("-done"):
             return 0  # an asynchronous op's bytes move at its start; its done hands the buffer on
         operands = [by_name.get(o) for o in instruction.operands]
-        sizes = [o.main_memory_bytes if o is not None else 0 for o in operands]
-        written = instruction.main_memory_bytes
+        sizes = [self._main(*o.arrays) if o is not None else 0 for o in operands]
+        written = self._main(*instruction.arrays)
         if opcode in _SLICES and sizes:
             sizes[0] = min(sizes[0], instruction.bytes)
         elif opcode == _ASYNC_SLICE and sizes:
             sliced = instruction.arrays[len(operands)]  # after the tuple of its operands
-            sizes[0] = min(sizes[0], sliced.bytes)
-            written = sliced.bytes if sliced.memory_space == 0 else 0
+            sizes[0], written = min(sizes[0], sliced.bytes), self._main(sliced)
         elif opcode == _UPDATE_SLICE and len(sizes) > 1:
             sizes[0], written = 0, sizes[1] if written else 0
         elif opcode == "fusion":
             sizes, written = self._fusion(instruction, sizes, written)
         elif opcode == _ASYNC_COPY and instruction.arrays:
-            destination = instruction.arrays[0]  # (destination, source, context)
-            written = destination.bytes if destination.memory_space == 0 else 0
+            written = self._main(instruction.arrays[0])  # (destination, source, context)
         elif opcode.endswith("-start"):
             written = sum(sizes)  # its tuple result aliases its operands; it moves them once
         return written + sum(sizes)

@@ -166,3 +166,16 @@ def test_kernels_that_state_no_flops_are_named_once():
     counts = program_cost.loop_counts(parse_hlo(KERNEL_CALLS))
     assert counts.unstated_kernels == ("splash_fwd",)
     assert counts.kernel_once == 4194304
+
+
+def test_without_tpu_tiling_every_memory_space_is_device_memory():
+    """The same forms without a tiling in their layouts (a GPU's, whose memory space 1 holds
+    collective buffers in its HBM): every array counts, the slices still as slices."""
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "testdata" / "hlo_memory_spaces.hlo").read_text()
+    module = parse_hlo(text.replace("T(8,128)", ""))
+    by_op = {cost.instruction.name: cost.bytes for cost in program_cost.instruction_costs(module)}
+    step = 1024 * 256 * 4
+    assert (by_op["slicing"], by_op["prefetching"]) == (2 * step, 2 * step)
+    assert (by_op["sum"], by_op["evicting"]) == (3 * step, 2 * step)

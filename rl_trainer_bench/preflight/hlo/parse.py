@@ -83,13 +83,15 @@ def is_element_type(name: str) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Array:
-    """One array of a shape: element type, dimensions (dynamic `<=N` dimensions count as N) and
-    the memory space its layout names: 0, the device's main memory (a TPU's HBM), unless the
-    layout says `S(n)` (on TPUs 1 is the core's VMEM, 2 its SMEM, 5 the host's pinned memory)."""
+    """One array of a shape: element type, dimensions (dynamic `<=N` dimensions count as N), the
+    memory space its layout names (`S(n)`, else 0) and whether the layout carries a tiling
+    (`T(8,128)`, as a TPU program's layouts do). On TPUs space 0 is HBM, 1 the core's VMEM, 2
+    its SMEM, 5 the host's pinned memory; a GPU's space 1 holds collective buffers in HBM."""
 
     dtype: str
     dims: tuple[int, ...]
     memory_space: int = 0
+    tiled: bool = False
 
     @property
     def elements(self) -> int:
@@ -122,11 +124,6 @@ class Instruction:
     @property
     def bytes(self) -> int:
         return sum(array.bytes for array in self.arrays)
-
-    @property
-    def main_memory_bytes(self) -> int:
-        """The bytes of its arrays in memory space 0 (a TPU's HBM; `Array.memory_space`)."""
-        return sum(array.bytes for array in self.arrays if array.memory_space == 0)
 
     def attribute(self, key: str) -> str | None:
         """The raw value of `key=...` (balanced over brackets and quotes), or None."""
@@ -196,6 +193,7 @@ def parse_shape(text: str) -> tuple[tuple[Array, ...], bool]:
             dtype,
             tuple(_dimension(d) for d in dims.split(",") if d.strip()),
             _memory_space(layout),
+            "T(" in layout.partition(":")[2],
         )
         for dtype, dims, layout in _ARRAY.findall(text)  # layouts hold no brackets
     )
