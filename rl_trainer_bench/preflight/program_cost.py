@@ -201,7 +201,7 @@ class _ByteCounter:
         for index, name in parameters.items():
             read = self._sliced_read(body, name)
             if index < len(sizes) and read is not None:
-                sizes[index] = min(sizes[index], read)
+                sizes[index] = read if sizes[index] else 0  # an on-chip operand: nothing
         by_name = body.by_name()
         for target, update in self._in_place_updates(body, by_name):
             index = int(target.literal)
