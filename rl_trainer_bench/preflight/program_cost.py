@@ -175,7 +175,7 @@ class _ByteCounter:
         written = self._main(*instruction.arrays)
         if opcode in _SLICES and sizes:
             sizes[0] = min(sizes[0], instruction.bytes)
-        elif opcode == _ASYNC_SLICE and sizes:
+        elif opcode == _ASYNC_SLICE and sizes and len(instruction.arrays) > len(operands):
             sliced = instruction.arrays[len(operands)]  # after the tuple of its operands
             sizes[0], written = min(sizes[0], sliced.bytes), self._main(sliced)
         elif opcode == _UPDATE_SLICE and len(sizes) > 1:

@@ -137,3 +137,10 @@ def test_the_kernels_line_names_the_built_in_kernels(flags, kernels):
     knobs = RenderKnobs.from_strings({"engine": "builtin", **flags})
     facts = dict(render.render_with_plan(text, "fixture", knobs).plan.engine_facts)
     assert facts["differs: kernels"].endswith(f"this run's: {kernels}")
+
+
+def test_the_kernels_line_knows_every_attention_choice():
+    from rl_trainer_bench.bench.engine_plan import ATTENTION_KERNELS
+    from rl_trainer_bench.engine.config import AttentionImpl, choices
+
+    assert set(ATTENTION_KERNELS) == set(choices(AttentionImpl))

@@ -179,3 +179,18 @@ def test_without_tpu_tiling_every_memory_space_is_device_memory():
     step = 1024 * 256 * 4
     assert (by_op["slicing"], by_op["prefetching"]) == (2 * step, 2 * step)
     assert (by_op["sum"], by_op["evicting"]) == (3 * step, 2 * step)
+
+
+def test_an_async_slice_without_its_slice_in_the_result_is_counted_as_any_start():
+    """Text no compiler writes (a `slice-start` whose result is its operand alone) is counted as
+    other asynchronous starts are, not read past its result's end."""
+    text = """HloModule odd
+
+ENTRY %main (x: f32[1024,256]) -> f32[1024,256] {
+  %x = f32[1024,256]{1,0:T(8,128)} parameter(0)
+  %s = (f32[1024,256]{1,0:T(8,128)}) slice-start(%x), slice={[0:1024], [0:256]}
+  ROOT %d = f32[1024,256]{1,0:T(8,128)} slice-done(%s)
+}
+"""
+    by_op = {c.instruction.name: c.bytes for c in program_cost.instruction_costs(parse_hlo(text))}
+    assert by_op["s"] == 2 * 1024 * 256 * 4
