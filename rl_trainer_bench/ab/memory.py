@@ -21,6 +21,7 @@ from rl_trainer_bench.ab.budget import Figure, parse_figure
 from rl_trainer_bench.ab.plan import ArmPlan
 from rl_trainer_bench.bench.micro_batch_memory import micro_batch_bytes
 from rl_trainer_bench.bench.state_memory import state_memory
+from rl_trainer_bench.config.values import shell_join
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
 from rl_trainer_bench.units import human_bytes
@@ -61,9 +62,16 @@ def memory_line(arm_plan: ArmPlan, arms: str, aot_peak: str | None = None) -> st
     return (
         f"A/B device memory: one state for every arm, {human_bytes(states[largest])} per device"
         f"{stage_text}, + the largest arm program's temporaries, known once compiled: the peak"
-        f"{device} and the fit: rl-trainer-bench aot --preset {arm_plan.preset.name} --target"
-        f" {target} --ab-arms '{arms}' with this TRAINER_ARGV and ENGINE_FLAGS (AB_AOT_REPORT"
-        " takes its --output)"
+        f"{device} and the fit: {aot_ab_command(arm_plan.preset.name, target, arms)} with this"
+        " TRAINER_ARGV and ENGINE_FLAGS (AB_AOT_REPORT takes its --output)"
+    )
+
+
+def aot_ab_command(preset: str, target: str, arms: str) -> str:
+    """The command line that compiles every arm's programs, as a shell reads it back: arms hold
+    any text an engine key's value may (quotes, `$`), so each word goes through `shell_join`."""
+    return shell_join(
+        ["rl-trainer-bench", "aot", "--preset", preset, "--target", target, "--ab-arms", arms]
     )
 
 

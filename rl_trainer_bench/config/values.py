@@ -67,8 +67,26 @@ def shell_words(name: str, text: str) -> tuple[str, ...]:
         ) from None
 
 
+def shell_writable(name: str, text: str) -> str:
+    """`text`, refused with ConfigError naming `name` when it holds a NUL byte.
+
+    The kernel reads each argument and environment string of a process up to its first NUL
+    (execve), so no quoting writes one into the pod's `bash -c` script or its environment: the
+    pod would not start, or would get a shortened value. Refused here, at the knob, instead.
+    """
+    position = text.find("\0")
+    if position >= 0:
+        excerpt = text[max(0, position - 20) : position + 21]
+        raise ConfigError(
+            f"{name}: a NUL byte at character {position} ({excerpt!r}) cannot be carried by a"
+            " command argument or an environment variable: remove it"
+        )
+    return text
+
+
 def shell_quote(word: str) -> str:
-    """`word` as one word that bash and `shell_words` both read back literally.
+    """`word` as one word that bash and `shell_words` both read back literally (a word without a
+    NUL byte: `shell_writable` refuses those).
 
     Like `shlex.quote`, but a word holding single quotes is double-quoted with `\\` and `"`
     escaped, which reads far better than shlex's `'"'"'` chains in a manifest someone reviews;

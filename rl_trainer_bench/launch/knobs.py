@@ -186,6 +186,8 @@ class RenderKnobs:
         if unknown:
             raise UserError(f"unknown knob {unknown[0]}: known knobs are {_knob_list()}")
         given = {key: value for key, value in strings.items() if value not in (None, "")}
+        for knob in RENDER_KNOBS:  # the pod's script and environment cannot carry a NUL byte
+            values.shell_writable(knob.env, given.get(knob.dest, ""))
         return cls(
             launch_render=given.get("launch_render", "-"),
             trainer_jobset=given.get("trainer_jobset"),

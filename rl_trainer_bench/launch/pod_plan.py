@@ -29,6 +29,7 @@ from pathlib import Path
 from rl_trainer_bench.bench import plan_document
 from rl_trainer_bench.code_digest import DRIVER_SCRIPT, code_sha256
 from rl_trainer_bench.config.knobs import BenchConfig
+from rl_trainer_bench.config.values import shell_writable
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import read_user_text
 from rl_trainer_bench.launch import aot_job
@@ -60,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
     # The pod's whole environment: its container's own `env` (where launchers set JAX_PLATFORMS),
     # then what the script exports, as the pod's driver sees it.
     environment = pod_environment(client_container(jobset), read_client_command(script).env)
+    for variable, value in environment.items():  # a literal `env` value no process can be given
+        shell_writable(f"JobSet {name}'s {variable}", value)
     expected = _annotations(jobset)[CODE_SHA_ANNOTATION]
     is_aot_job = _annotations(jobset).get(aot_job.JOB_ANNOTATION) == aot_job.JOB_KIND
     with tempfile.TemporaryDirectory(prefix="rl-trainer-bench-plan-") as folder:
@@ -199,6 +202,8 @@ def _client_script(jobset: Mapping, name: str) -> tuple[str, list[str]]:
         )
     if not all(isinstance(word, str) for word in words):
         raise UserError(f"JobSet {name}: its client command holds a word that is not a string")
+    for word in words:  # a NUL the pod cannot start with; base64 decoding would skip it here
+        shell_writable(f"JobSet {name}'s client command", word)
     return words[2], words[4:]
 
 

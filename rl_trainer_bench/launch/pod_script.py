@@ -4,7 +4,10 @@ It keeps the launcher's PID-1 wrapper behaviour (SIGTERM forwarded to the worklo
 so bash runs the trap promptly, core dumps off, start/end lines and the workload's exit code), and
 replaces the trainer's python line with the bench driver. Every value the driver receives is
 exported through `shell_quote`, so spaces, quotes, `$()` and backticks arrive literally and nothing
-the user typed is evaluated by the shell. The code travels base64-encoded as the script's
+the user typed is evaluated by the shell; a value holding a NUL byte, which no script or
+environment can carry, is refused naming its variable (`shell_writable`). Variable names need no
+quoting: each is a knob's, or an identifier the renderer's readers accepted (`DRIVER_ENV`'s names,
+the trainer script's `NAME=value` words). The code travels base64-encoded as the script's
 positional arguments (`code_bundle.bundle_parts`: one argument cannot hold it), which the shell
 passes on without expanding, and the trainer's interpreter unpacks it.
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rl_trainer_bench.bench.plan_document import CODE_DIR_VARIABLE
-from rl_trainer_bench.config.values import shell_quote
+from rl_trainer_bench.config.values import shell_quote, shell_writable
 
 # `$0` of the script: what `ps` and the shell's own messages call it.
 SCRIPT_NAME = "rl-trainer-bench-pod"
@@ -43,8 +46,10 @@ def bench_script(
     """The `bash -c` script of the bench's client container; its positional arguments are the
     code's base64 parts (`code_bundle.bundle_parts`). `entry_module` runs instead of the driver
     (the AOT job's pod, `launch/aot_job.py`)."""
+    shell_writable("the trainer's interpreter", interpreter)
     exports = "\n".join(
-        f"export {name}={shell_quote(value)}" for name, value in environment.items()
+        f"export {name}={shell_quote(shell_writable(name, value))}"
+        for name, value in environment.items()
     )
     driver = (
         f'"${CODE_DIR_VARIABLE}/bench_driver.py"' if has_driver_script else f"-m {DRIVER_MODULE}"
