@@ -102,12 +102,21 @@ EXPANSIONS = st.sampled_from(["$", "$(", "$(id)", "${HOME}", "$'", "$((1+1))", "
 # A word that mixes a quote with an expansion, in either order, amid drawn text: the words a
 # quoting rule for one of them alone gets wrong.
 MIXED = st.tuples(TEXT, QUOTES, EXPANSIONS, TEXT).flatmap(st.permutations).map("".join)
-# A word: drawn tokens or a mixture, sometimes after a leading dash (an option to whatever reads
-# it); the empty word is the shortest draw.
+# A word of characters `shell_quote` leaves bare but for one special token at either end: the
+# edge of the bare words, where a line break or a blank that a pattern lets through (`$` also
+# matches before a final line break) splits the word.
+NEAR_SAFE = st.builds(
+    lambda safe, special, first: special + safe if first else safe + special,
+    st.text(st.sampled_from("aZ09_@%+=:,./-"), min_size=1, max_size=8),
+    st.one_of(st.sampled_from(["\n", " ", "\t"]), st.sampled_from(SHELL_SPECIAL + CONSTRUCTS)),
+    st.booleans(),
+)
+# A word: drawn tokens, a mixture or a near-bare word, sometimes after a leading dash (an option
+# to whatever reads it); the empty word is the shortest draw.
 WORD = st.builds(
     lambda dash, text: ("-" if dash else "") + text,
     st.booleans(),
-    st.one_of(st.lists(TOKEN, max_size=12).map("".join), MIXED),
+    st.one_of(st.lists(TOKEN, max_size=12).map("".join), MIXED, NEAR_SAFE),
 )
 MIXTURES = [
     "it's $(echo pwned)",
@@ -121,6 +130,7 @@ MIXTURES = [
     "--x='$(id)'",
     "~",
     "a\nb'$c",
+    "word\n",
 ]
 # The properties draw more examples than the fuzz tests' default: each example is one bash run.
 QUOTING = settings(
