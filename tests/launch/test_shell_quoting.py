@@ -11,9 +11,10 @@ The functions that write a value into shell text, and how each is judged here:
   the pod's environment as `export NAME=VALUE` and the trainer's interpreter (a path) twice; the
   AOT job's script (`launch/aot_job._container`) is the same function with `entry_module`.
   `test_the_pod_script_gives_the_driver_every_value_as_written`, run through the script itself.
-- `launch/render.render` with `--aot-job`: both rendered client commands, DRIVER_ENV's values and
-  the TRAINER_ARGV knob's words in place, run as the pods run them.
-  `test_rendered_pods_receive_drawn_values_as_written`.
+- `launch/render.render` with `--aot-job`: both rendered client commands, run as the pods run
+  them with every special character and construct (alone, after a `'`, and the mixtures) as
+  DRIVER_ENV's values and in the TRAINER_ARGV knob's words (shell_join inside the export).
+  `test_rendered_pods_receive_every_value_as_written`.
 - `ab/memory.aot_ab_command`: the `aot --ab-arms ARMS` command the A/B's memory line names (arms
   hold any text an engine key's value may). `test_the_ab_compile_command_reads_back_in_bash`.
 
@@ -22,8 +23,11 @@ or identifiers DRIVER_ENV's and the trainer script's readers accepted), the trai
 in the script's first comment (the JobSet schema makes it a DNS name), `bench/plan.py`'s `aot
 --preset NAME --target SLICE` (a preset's and a slice's names, from the tables). Sites that
 quote with `shlex.join` for `shlex` or a reader rather than for bash: the start-of-run config line
-(`config/knobs._shown`), the libtpu-flags annotation and plan line (`launch/render.py`). The
-shell scripts `render_bench.sh` and `aot_bench.sh` pass values as array elements, never re-read.
+(`config/knobs._shown`), the libtpu-flags annotation and plan line (`launch/render.py`), and
+`launch/client_command.script_of` (a container's command read as a script, never run). Flag
+lists joined with spaces for libtpu's and XLA's own readers (`client_command.merge_flags`) reach
+the script as one value, through `shell_quote`. The shell scripts `render_bench.sh` and
+`aot_bench.sh` pass values as array elements, never re-read.
 
 A value holding a NUL byte cannot be written into a script or an environment at all (execve ends
 each string at one): it is refused in one line naming its knob or variable, before any output
