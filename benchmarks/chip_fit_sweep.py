@@ -4,7 +4,7 @@ beside the chip's own answer, size by size.
 For each size (rows per micro-batch of the one-chip preset, `train_micro_batch_size`), two
 answers from separate processes:
   - aot's: `rl-trainer-bench aot --preset P --target T --engine-flags train_micro_batch_size=R`
-    (T = `local` on the chip, or the chip's name, `v5e:1x1`, from a CPU host with the [tpu-aot]
+    (T = `local` on the chip, or the chip's name, `v5e:1x1`, from a CPU host with the [tpu]
     extra): FITS or DOES NOT FIT, and the peak it predicts;
   - the chip's: `rl-trainer-bench run --preset P --steps 1 --warmup-steps 1 --engine-flags ...`:
     the step ran, or a program did not load (RESOURCE_EXHAUSTED), which is the chip's no.
