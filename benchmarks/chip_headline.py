@@ -215,11 +215,15 @@ def ab_figures(out: Path) -> dict:
 
 
 def table(figures: dict) -> str:
-    """The Markdown rows BENCHMARKS.md takes: one per figure, STAGE off and on side by side."""
-    rows = ["| figure | STAGE off | STAGE on |", "| --- | --- | --- |"]
+    """The Markdown rows BENCHMARKS.md takes: one per figure, the stages run side by side."""
+    stages = list(figures.get("run", {})) or list(STAGES)
+    rows = [
+        "| figure | " + " | ".join(f"STAGE {stage}" for stage in stages) + " |",
+        "| --- |" + " --- |" * len(stages),
+    ]
 
     def row(label, read):
-        cells = [read(stage) for stage in STAGES]
+        cells = [read(stage) for stage in stages]
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
 
     ab = figures.get("ab")
@@ -245,6 +249,14 @@ def table(figures: dict) -> str:
     )
     row("device peak of a step (MEASURED bracket)", peak)
     row("peak by aot's model (ESTIMATE)", lambda s: f"{aot[s]['peak_bytes'] / GIB:.2f} GiB")
+
+    def same_programs(stage):
+        model = (run[stage]["device_peak"] or {}).get("aot_model")
+        if not model:
+            return "-"
+        return f"{max(p['peak'] for p in model.values()) / GIB:.2f} GiB"
+
+    row("aot's model of the run's own programs (device_peak.json, ESTIMATE)", same_programs)
     row(
         "device idle at the boundary (trace, median)",
         lambda s: (
@@ -274,7 +286,7 @@ def ab_row(ab: dict) -> str:
     return (
         f"| A/B (README's main job, `ab`): its preset line, verdict, interval |"
         f" `{ab['preset_line']}`; {ab['verdict']}, +-{ab['ci_half_width_pct']:.3f}% of the"
-        " step | |"
+        " step |"
     )
 
 
@@ -297,6 +309,13 @@ def main() -> int:
         "--ab-only",
         action="store_true",
         help="the A/B alone, added to the headline.json an earlier call wrote in --out, if any",
+    )
+    parser.add_argument(
+        "--stages",
+        choices=("off,on", "off", "on"),
+        metavar="off,on|off|on",
+        default="off,on",
+        help="STAGE_BEFORE_UPDATE of the runs (one per call keeps a call short)",
     )
     parser.add_argument(
         "--from-aot",
@@ -335,12 +354,11 @@ def main() -> int:
             "run": {},
             "aot": {},
         }
+        stages = args.stages.split(",")
         if args.from_aot:  # read before any run: a wrong file costs no chip time
-            figures["aot"] = {
-                stage: read_aot(report, preset, stage)
-                for stage, report in zip(STAGES, args.from_aot, strict=True)
-            }
-        for stage in STAGES:
+            reports = dict(zip(STAGES, args.from_aot, strict=True))
+            figures["aot"] = {stage: read_aot(reports[stage], preset, stage) for stage in stages}
+        for stage in stages:
             figures["run"][stage] = run_figures(
                 args.out, preset, stage, args.steps, on_chip, args.engine_flags
             )
