@@ -61,6 +61,7 @@ from rl_trainer_bench.preflight.hlo.trace_ops import (
 GIB = 1024**3
 _COMPILE = re.compile(r"compile program=(\S+) seconds=([\d.]+)")
 STAGES = ("off", "on")
+_PRESET_LINE = re.compile(r"\bpreset: \S+ \(chosen by ")
 
 
 CACHE_VARIABLE = "JAX_COMPILATION_CACHE_DIR"
@@ -105,6 +106,11 @@ def bench(
     return done.stdout, seconds, cached_programs() - before
 
 
+def preset_line(stdout: str) -> str:
+    """The line `run` and `ab` open with: which preset they time and what chose it."""
+    return next((line for line in stdout.splitlines() if _PRESET_LINE.search(line)), "")
+
+
 def compile_times(stdout: str, compiled_here: set[str]) -> dict[str, dict]:
     """The run's compile lines, each with whether it compiled (cold) or loaded from the cache."""
     cold = not os.environ.get(CACHE_VARIABLE)
@@ -128,19 +134,24 @@ def boundary_idle(events: list[dict]) -> list[float]:
     return gaps
 
 
-def run_figures(out: Path, preset: str, stage: str, steps: int, measure: bool, flags: str) -> dict:
-    """One `run` of the preset at `stage`, traced over its scored steps, its programs dumped by
-    XLA so the trace's op times are charged to the engine's functions."""
+def run_figures(
+    out: Path, preset: str | None, stage: str, steps: int, measure: bool, flags: str
+) -> dict:
+    """One `run` of `preset` (None: the one `run` chooses, as README's main job does) at `stage`,
+    traced over its scored steps, its programs dumped by XLA so the trace's op times are charged
+    to the engine's functions. A run whose programs came from the persistent cache dumps none:
+    its ops are charged by the dumps of the other stage's run in `out` (the same programs)."""
     folder = out / f"run-stage-{stage}"
     warmup = 2
-    args = ["run", "--preset", preset, "--steps", str(steps), "--warmup-steps", str(warmup)]
+    args = ["run", *(["--preset", preset] if preset else [])]
+    args += ["--steps", str(steps), "--warmup-steps", str(warmup)]
     args += ["--stage-before-update", stage, "--results-dir", str(folder)]
     args += ["--profile-steps", f"{warmup}:{warmup + steps - 1}"]
     args += ["--measure-peak", "on" if measure else "off", "--engine-flags", flags]
     dump = f"--xla_dump_to={folder / 'hlo'} --xla_dump_hlo_as_text"
     stdout, seconds, compiled_here = bench(args, out, folder.name, dump)
     events = read_trace(folder / "profile")
-    rows = time_by_source(op_events(events), dumped_sources(folder / "hlo"))
+    rows = time_by_source(op_events(events), dumped_sources(out))
     write_text_atomically(
         folder / "trace_cost_by_source.md", markdown_table(rows, steps, 25) + "\n"
     )
@@ -148,6 +159,7 @@ def run_figures(out: Path, preset: str, stage: str, steps: int, measure: bool, f
     scored = [r for r in records if not r["warmup"]]
     peak_file = folder / "device_peak.json"
     return {
+        "preset_line": preset_line(stdout),
         "step_s": statistics.median(r["step_s"] for r in scored),
         "mfu": statistics.median(r["mfu"] for r in scored) if scored[0]["mfu"] else None,
         "replays": [r["replay_count"] for r in scored],
@@ -204,7 +216,7 @@ def ab_figures(out: Path) -> dict:
     delta = report["score"]["deltas"][0]
     half = (delta["ci_high_s"] - delta["ci_low_s"]) / 2
     return {
-        "preset_line": next((line for line in stdout.splitlines() if "preset" in line), ""),
+        "preset_line": preset_line(stdout),
         "compiled_cold": sorted(compiled_here),
         "verdict": report["verdict"],
         "delta_pct": delta["delta_pct"],
@@ -239,6 +251,7 @@ def table(figures: dict) -> str:
         low = measured["peak_more_than"]
         return f"{(low or 0) / GIB:.2f} to {measured['peak_at_most'] / GIB:.2f} GiB"
 
+    row("the run's preset line", lambda s: f"`{run[s]['preset_line']}`")
     row("step (median, MEASURED)", lambda s: f"{run[s]['step_s']:.3f} s")
     row("MFU (MEASURED)", lambda s: f"{100 * run[s]['mfu']:.1f}%" if run[s]["mfu"] else "-")
     row(
@@ -295,7 +308,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "chip_headline")))
     parser.add_argument("--steps", type=int, default=5, help="scored steps per run")
     parser.add_argument("--allow-cpu", action="store_true", help="run the plumbing on the CPU")
-    parser.add_argument("--preset", help="default: the chip's one-chip preset")
+    parser.add_argument(
+        "--preset", help="default: the one `run` chooses (the chip's one-chip preset on a chip)"
+    )
     parser.add_argument(
         "--engine-flags",
         default="",
@@ -360,7 +375,7 @@ def main() -> int:
             figures["aot"] = {stage: read_aot(reports[stage], preset, stage) for stage in stages}
         for stage in stages:
             figures["run"][stage] = run_figures(
-                args.out, preset, stage, args.steps, on_chip, args.engine_flags
+                args.out, args.preset, stage, args.steps, on_chip, args.engine_flags
             )
             if not args.from_aot:
                 figures["aot"][stage] = aot_figures(args.out, preset, stage, args.engine_flags)

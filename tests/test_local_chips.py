@@ -9,6 +9,7 @@ import pytest
 from rl_trainer_bench import cli, local_chips
 from rl_trainer_bench.ab import command as ab
 from rl_trainer_bench.bench import entry
+from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.config.presets import default_preset
 from rl_trainer_bench.local_chips import LocalTpu, local_tpu, usable_tpu
 
@@ -156,6 +157,28 @@ def test_run_on_a_chip_host_plans_the_chips_preset(one_v5e_host, capsys):
         " can open, of 4 on its PCI bus)"
     ) in lines
     assert "plan: runtime: single process" in lines
+
+
+def test_run_says_which_preset_it_times_and_why_before_jax_starts(
+    one_v5e_host, monkeypatch, tmp_path
+):
+    """The line `run` prints first, then the runtime starts (not here: there is no chip)."""
+    from rl_trainer_bench.bench import driver
+
+    said = []
+
+    def no_chip_here(config, env, log, companions, engine):
+        said.append("runtime started")
+        return 0
+
+    monkeypatch.setattr(driver, "run_planned", no_chip_here)
+    config = BenchConfig.from_env({"RESULTS_DIR": str(tmp_path)}, tpu=usable_tpu({}))
+    assert entry.run_bench(config, {}, said.append) == 0
+    assert said == [
+        "preset: tpu-v5e-1 (chosen by default: 1 TPU v5e chip on this host that this process"
+        " can open, of 4 on its PCI bus)",
+        "runtime started",
+    ]
 
 
 def test_ab_on_a_chip_host_times_the_chips_preset_as_an_accelerator(one_v5e_host):
