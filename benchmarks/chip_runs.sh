@@ -3,7 +3,7 @@
 # one call runs the parts named, each writing OUT/<part>.log and OUT/<part>.tar.gz (logs, JSON,
 # tables; not XLA's dumps). Estimates for tpu-v5e-1 on one v5e chip (its three programs compile in
 # about 2 minutes cold, a step takes about 2 s, opening the chip 6 to 15 s; INFERRED from those):
-#   headline-off  ~5 min  chip_headline.py with STAGE off and MEASURE_PEAK: the preset's cold
+#   headline-off  ~5.5 min  chip_headline.py with STAGE off and MEASURE_PEAK: the preset's cold
 #                     compile, 7 traced steps, the bisection (about 8 probe steps), then the
 #                     dumping compile of aot's figures of the same programs (about 2 minutes);
 #                     aot's own figures from the CPU host's reports (benchmarks/results)
