@@ -10,7 +10,7 @@ The public figures are MaxText's, for this cell on 128 Ironwood chips (`tpu7x:4x
 micro-batch's fwd_bwd 10.945 s, 100.007 s per step with STAGE_BEFORE_UPDATE on (107.727 s off),
 MICRO_STEPS=9.
 
-Usage (needs the [tpu-aot] extra):
+Usage (needs the [tpu] extra):
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/aot_fit_table.py \\
       --slice tpu7x:4x4x8 --slice 'v5p:4x8x8=--mesh_fsdp=16 --mesh_context=8 ...'
 """

@@ -6,7 +6,7 @@ with the engine's own options plus `--option KEY=VALUE`, and prints XLA's argume
 and temp bytes, the resident sum, and XLA's peak of live buffers (`peak_memory_in_bytes`). One
 compile of the production cell's replay at full depth takes about 8 minutes on 2 cores.
 
-Usage (needs the [tpu-aot] extra):
+Usage (needs the [tpu] extra):
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/aot_one_program.py \\
       --target tpu7x:4x4x8 --trainer-argv "$(cat tests/testdata/tpu7x_recipe_trainer_argv.txt)" \\
       --engine-flags optimizer_memory_host_offload=false --program fwd_bwd_dropless \\

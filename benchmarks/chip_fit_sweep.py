@@ -4,7 +4,7 @@ beside the chip's own answer, size by size.
 For each size (rows per micro-batch of the one-chip preset, `train_micro_batch_size`), two
 answers from separate processes:
   - aot's: `rl-trainer-bench aot --preset P --target T --engine-flags train_micro_batch_size=R`
-    (T = `local` on the chip, or the chip's name, `v5e:1x1`, from a CPU host with the [tpu-aot]
+    (T = `local` on the chip, or the chip's name, `v5e:1x1`, from a CPU host with the [tpu]
     extra): FITS or DOES NOT FIT, and the peak it predicts;
   - the chip's: `rl-trainer-bench run --preset P --steps 1 --warmup-steps 1 --engine-flags ...`:
     the step ran, or a program did not load (RESOURCE_EXHAUSTED), which is the chip's no.
@@ -12,7 +12,9 @@ The sizes should straddle the limit: on v5e aot puts the preset at 14.20 GiB wit
 with 7, and 8 rows past the chip's 15.75 GiB (BENCHMARKS.md).
 `--aot-only` gives aot's half from a CPU host; `--from-aot FILE` reads it on the chip, so the
 chip's minutes go to the runs (about 2 minutes a size on a v5e: three compiles and two steps), and
-`--rows` splits the sweep over several calls. Writes OUT/sweep.json and OUT/sweep.md.
+`--rows` splits the sweep over several calls. Each size's programs are its own, so every size
+compiles cold; where JAX_COMPILATION_CACHE_DIR is set a size run again loads them
+(benchmarks/chip_runs.sh). Writes OUT/sweep.json and OUT/sweep.md.
 
 Usage:
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/chip_fit_sweep.py \\

@@ -9,7 +9,7 @@ stack of every op), and each gets a roofline time, max(FLOPs / peak, bytes / HBM
 the chip table, summed per function. These are ESTIMATES of where the work is, not times: the byte
 walk counts a loop body's operands once per trip, and a kernel runs below peak.
 
-Usage (needs the [tpu-aot] extra):
+Usage (needs the [tpu] extra):
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/tpu_cost_by_source.py \\
       --preset tpu-v5e-1 --target v5e:1x1 --program fwd_bwd --output cost_by_source.json
 """

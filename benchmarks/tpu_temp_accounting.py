@@ -15,7 +15,7 @@ in a row, and with three matmuls in its body), the same layers unrolled, a sort 
 What a compile gives is what the compiler planned; which figure the chip's runtime reserves when it
 loads the program, only the chip can say (`tpu-v5e-facts.md`).
 
-Usage (needs the [tpu-aot] extra):
+Usage (needs the [tpu] extra):
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/tpu_temp_accounting.py \\
       --preset tpu-v5e-1 --target v5e:1x1 --probes --output temp_accounting.json
 """

@@ -13,7 +13,7 @@ whichever way it arrives:
   reason, exit 2, because a path is input too; a full disk or a read-only file system without a
   path is the user's machine too, exit 2;
 - a third-party package that is not installed (JAX on a render-only install, libtpu without the
-  `[tpu-aot]` extra): the package and what installs it, exit 2, because the installation is the
+  `[tpu]` extra): the package and what installs it, exit 2, because the installation is the
   user's to complete;
 - a closed standard output (`... | head`): nothing more is printed, exit 0, because the reader
   chose to stop reading;
@@ -49,7 +49,7 @@ INSTALLS = {
     **dict.fromkeys(
         ("jax", "jaxlib", "numpy", "optax", "yaml", "absl", "jsonschema"), _BASE_INSTALL
     ),
-    "libtpu": "pip install -e '.[tpu-aot]' (jax[tpu] and its libtpu, for TPU targets)",
+    "libtpu": "pip install -e '.[tpu]' (jax[tpu] and its libtpu, for TPU targets)",
     "matplotlib": "pip install -e '.[plot]'",
 }
 

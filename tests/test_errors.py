@@ -138,7 +138,7 @@ def test_a_full_disk_without_a_path_is_the_users_machine_not_a_bug(capsys):
 @pytest.mark.parametrize(
     ("missing", "install"),
     [
-        ("libtpu", "pip install -e '.[tpu-aot]'"),
+        ("libtpu", "pip install -e '.[tpu]'"),
         ("yaml.cyaml", "pip install -e . (the base install"),
         ("somepkg", "install the package that provides 'somepkg'"),
     ],

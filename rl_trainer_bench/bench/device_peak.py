@@ -6,8 +6,15 @@ loads the program, and `memory_stats()['peak_bytes_in_use']` never counts them (
 the run holds a filler allocation of F bytes on each of its devices and runs one more step of its
 own setting, and bisects F: the largest F under which the step ran and the smallest under which it
 did not bracket the step's peak, limit - F, and both ends are measured. A step that fails to load
-raises RESOURCE_EXHAUSTED, naming the program that did not fit; any other error stops the search
-with the bracket it has.
+raises RESOURCE_EXHAUSTED, naming the program that did not fit: that is "does not fit beside this
+filler", whichever Python type carries it. JAX raises the runtime's errors as JaxRuntimeError (the
+XlaRuntimeError of older names), but on a v5e chip (JAX 0.10.2, libtpu) a program's failed load
+reached the driver as a ValueError with the runtime's own text: "RESOURCE_EXHAUSTED: ... Error
+loading program 'jit_fwd_bwd': Attempting to reserve 6.02G at the bottom of memory ...". So an
+error is the runtime's by what it says (a message that opens with a status code, as every runtime
+error's does), and a load that does not fit is one opening with RESOURCE_EXHAUSTED that is not the
+compiler's (a program that cannot compile at all fits beside no filler); any other runtime error
+stops the search with the bracket it has, and anything else propagates.
 """
 
 from __future__ import annotations
@@ -31,6 +38,16 @@ RESOLUTION = 64 * 1024**2
 _PROGRAM = re.compile(r"program '([^']+)'")
 # What a probe that could not even place its filler reports as the program
 FILLER = "(the filler itself)"
+# The Python types the runtime's errors arrive as (module docstring)
+RUNTIME_ERRORS = (jax.errors.JaxRuntimeError, ValueError)
+# absl's status codes, which open every runtime error's message ("RESOURCE_EXHAUSTED: ...")
+_STATUS = re.compile(
+    r"(CANCELLED|UNKNOWN|INVALID_ARGUMENT|DEADLINE_EXCEEDED|NOT_FOUND|ALREADY_EXISTS"
+    r"|PERMISSION_DENIED|RESOURCE_EXHAUSTED|FAILED_PRECONDITION|ABORTED|OUT_OF_RANGE"
+    r"|UNIMPLEMENTED|INTERNAL|UNAVAILABLE|DATA_LOSS|UNAUTHENTICATED): "
+)
+# XLA's own out-of-memory while compiling ("XLA:TPU compile permanent error. Ran out of memory")
+_COMPILER = re.compile(r"\bcompile\b", re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,11 +152,21 @@ def device_memory(devices: Sequence[Any]) -> DeviceMemory:
     )
 
 
+def runtime_status(error: BaseException) -> str | None:
+    """The status code a runtime error opens with (RUNTIME_ERRORS' types only); None for any
+    other error, a ValueError of Python's own among them."""
+    if not isinstance(error, RUNTIME_ERRORS):
+        return None
+    match = _STATUS.match(str(error).lstrip())
+    return match.group(1) if match else None
+
+
 def failed_load(error: BaseException) -> str | None:
-    """The program a RESOURCE_EXHAUSTED error says did not fit ('' when it names none); None
-    for any other error."""
+    """The program a runtime error says did not fit in the device's memory when loaded or
+    allocated ('' when it names none); None for any other error, the compiler's own
+    RESOURCE_EXHAUSTED among them."""
     text = str(error)
-    if "RESOURCE_EXHAUSTED" not in text:
+    if runtime_status(error) != "RESOURCE_EXHAUSTED" or _COMPILER.search(text):
         return None
     match = _PROGRAM.search(text)
     return match.group(1) if match else ""
@@ -164,18 +191,18 @@ def filler(devices: Sequence[Any], nbytes: int) -> Iterator[None]:
 
 
 def probe(devices: Sequence[Any], nbytes: int, step: Callable[[], None]) -> Probe:
-    """Run `step` beside `nbytes` of filler per device; a load that does not fit is a Probe that
-    did not run, any other error propagates."""
+    """Run `step` beside `nbytes` of filler per device; a load that does not fit (`failed_load`)
+    is a Probe that did not run, any other error propagates."""
     try:
         with filler(devices, nbytes):
             try:
                 step()
-            except jax.errors.JaxRuntimeError as error:
+            except RUNTIME_ERRORS as error:
                 program = failed_load(error)
                 if program is None:
                     raise
                 return Probe(nbytes, ran=False, program=program or "a program")
-    except jax.errors.JaxRuntimeError as error:
+    except RUNTIME_ERRORS as error:
         if failed_load(error) is None:
             raise
         return Probe(nbytes, ran=False, program=FILLER)
@@ -187,7 +214,8 @@ def bisect(
 ) -> tuple[list[Probe], str]:
     """Probes from the whole free memory down, halving the bracket to `resolution`: (probes, why
     the search stopped early or ''). The step is known to run beside no filler (the scored steps
-    ran), so that end needs no probe; an error other than a load that does not fit ends the search.
+    ran), so that end needs no probe; a runtime error other than a load that does not fit
+    (`runtime_status`) ends the search, anything else propagates.
     """
     probes = [Probe(0, ran=True)]
     low, high = 0, free
@@ -195,8 +223,10 @@ def bisect(
         filler_bytes = high if len(probes) == 1 else (low + high) // 2
         try:
             result = try_filler(filler_bytes)
-        except jax.errors.JaxRuntimeError as error:
-            first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+        except RUNTIME_ERRORS as error:
+            if runtime_status(error) is None:
+                raise
+            first = str(error).strip().splitlines()[0][:200]
             return probes, f"a probe step beside {human_bytes(filler_bytes)} raised {first}"
         probes.append(result)
         if result.ran:

@@ -57,6 +57,8 @@ def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], 
 
     # each step's files outlive the pod as the run goes, and all of them however it ends
     with results_copy.copying(config.results_dir, config.results_uri, log):
+        if rendered is None:  # which cell and why, as `ab` says it first (a pod's plan says it)
+            log(f"preset: {config.preset.name} (chosen by {config.preset_source})")
         return run_planned(config, env, log, companions, resolved.engine)
 
 

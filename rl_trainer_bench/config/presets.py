@@ -431,12 +431,21 @@ ONE_CHIP_PRESETS: Mapping[str, str] = {"v5e": "tpu-v5e-1", "v6e": "tpu-v6e-1"}
 HOST_DEFAULT = "cpu-tiny"
 
 
+def one_chip_preset(tpu: LocalTpu | None) -> Preset | None:
+    """The preset of `tpu` (the chips a process can open) where it is one chip of a kind with a
+    one-chip preset; None for no chip, several, or a kind without one."""
+    if tpu is not None and tpu.chips == 1 and tpu.kind in ONE_CHIP_PRESETS:
+        return PRESETS[ONE_CHIP_PRESETS[tpu.kind]]
+    return None
+
+
 def default_preset(tpu: LocalTpu | None) -> tuple[Preset, str]:
     """The preset of a command on this host that names none, and why: with one TPU chip JAX may
     use (`local_chips.usable_tpu`) of a kind with a one-chip preset, that preset, so the main
     job times the chip; else HOST_DEFAULT, on the host's CPU."""
-    if tpu is not None and tpu.chips == 1 and tpu.kind in ONE_CHIP_PRESETS:
-        return PRESETS[ONE_CHIP_PRESETS[tpu.kind]], f"default: {tpu.describe()}"
+    chips_own = one_chip_preset(tpu)
+    if tpu is not None and chips_own is not None:
+        return chips_own, f"default: {tpu.describe()}"
     if tpu is not None:
         return PRESETS[HOST_DEFAULT], (
             f"default: {tpu.describe()}, and no preset for them: the host's CPU; give PRESET"

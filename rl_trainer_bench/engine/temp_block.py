@@ -11,15 +11,23 @@ assignment XLA writes when asked to dump the optimized module; the dump adds abo
 (same section).
 
 Only XLA's text dump carries the assignment: `memory_analysis()` leaves its serialized form empty on
-libtpu 0.10.2's JAX, and a compiled executable keeps its modules but not their assignment.
+libtpu 0.10.2's JAX, and a compiled executable keeps its modules but not their assignment. And XLA
+dumps only what it compiles: a program JAX's persistent compilation cache holds (JAX_COMPILATION_CACHE_DIR,
+the dump options are not in its key) is loaded from the cache and dumps nothing, so the dumping
+compile runs with that cache off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import jax
+from jax.experimental.compilation_cache import compilation_cache
 
 _ALLOCATION = re.compile(r"^allocation \d+: size (\d+), (?:color (\d+), )?preallocated-temp\b")
 
@@ -45,6 +53,29 @@ def dump_options(folder: str | Path) -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def persistent_cache_off() -> Iterator[None]:
+    """JAX's persistent compilation cache off for the block, as it was after. JAX decides once per
+    process whether it uses the cache, so the decision is reset on the way in and out."""
+    if not jax.config.jax_enable_compilation_cache:
+        yield
+        return
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_compilation_cache", True)
+        compilation_cache.reset_cache()
+
+
+def compile_dumping(lowered: Any, options: dict[str, Any], folder: str | Path):
+    """`lowered` compiled by XLA (never loaded from the persistent cache) with its optimized module
+    and buffer assignment dumped into `folder`."""
+    with persistent_cache_off():
+        return lowered.compile(compiler_options={**options, **dump_options(folder)})
+
+
 def compile_reading_block(lowered: Any, options: dict[str, Any], platform: str):
     """`lowered` compiled with `options`: (compiled, the HBM temporary block in bytes or None).
 
@@ -54,7 +85,7 @@ def compile_reading_block(lowered: Any, options: dict[str, Any], platform: str):
     if platform != "tpu":
         return lowered.compile(compiler_options=options), None
     with tempfile.TemporaryDirectory(prefix="xla-assignment-") as folder:
-        compiled = lowered.compile(compiler_options={**options, **dump_options(folder)})
+        compiled = compile_dumping(lowered, options, folder)
         assignments = sorted(Path(folder).glob("*after_optimizations-buffer-assignment.txt"))
         # XLA's own text; undecodable bytes (a dump cut short by a full disk) match no line
         text = assignments[-1].read_text(errors="replace") if assignments else ""

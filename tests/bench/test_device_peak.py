@@ -29,6 +29,13 @@ TPU_LOAD_FAILURE = (
     " Attempting to reserve 4.00G at the bottom of memory. That was not possible. There are"
     " 3.61G free, 0B reserved"
 )
+# The same failure as it reached the driver on a v5e chip (JAX 0.10.2, libtpu, 2026-12-06): a
+# ValueError with the runtime's text, in the probe steps of `run --measure-peak on`
+CHIP_LOAD_FAILURE = ValueError(
+    "RESOURCE_EXHAUSTED: RuntimeProgramAllocationFailure: Error loading program 'jit_fwd_bwd':"
+    " Attempting to reserve 6.02G at the bottom of memory. That was not possible. There are"
+    " 109.50M free, 0B reserved"
+)
 
 
 def device_that_needs(limit, in_use, need, calls):
@@ -79,10 +86,63 @@ def test_another_error_ends_the_search_with_the_bracket_it_has():
     assert "stopped early" in measured.describe()
 
 
-def test_the_tpu_runtimes_load_failure_names_its_program():
+def test_the_tpu_runtimes_load_failure_names_its_program_whichever_type_carries_it():
     assert device_peak.failed_load(jax.errors.JaxRuntimeError(TPU_LOAD_FAILURE)) == "jit_f"
-    assert device_peak.failed_load(RuntimeError("RESOURCE_EXHAUSTED: out of memory")) == ""
-    assert device_peak.failed_load(RuntimeError("INTERNAL: a kernel faulted")) is None
+    assert device_peak.failed_load(CHIP_LOAD_FAILURE) == "jit_fwd_bwd"
+    out_of_memory = "RESOURCE_EXHAUSTED: Out of memory allocating 281474976710656 bytes."
+    assert device_peak.failed_load(jax.errors.JaxRuntimeError(out_of_memory)) == ""
+    assert device_peak.failed_load(jax.errors.JaxRuntimeError("INTERNAL: a kernel faulted")) is None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # the compiler's own: a program too large for the chip fits beside no filler
+        jax.errors.JaxRuntimeError(
+            "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory"
+            " space hbm. Used 21.95G of 15.48G hbm."
+        ),
+        # Python's own errors, whatever their text: not the runtime's
+        ValueError("too many values to unpack"),
+        ValueError(f"a bad shape, near {TPU_LOAD_FAILURE}"),
+        RuntimeError(TPU_LOAD_FAILURE),
+    ],
+    ids=["compiler", "python ValueError", "quoted in a ValueError", "python RuntimeError"],
+)
+def test_other_errors_are_no_load_failure(error):
+    assert device_peak.failed_load(error) is None
+
+
+def test_a_probe_counts_the_chips_value_error_as_a_load_that_did_not_fit():
+    def fails_to_load():
+        raise CHIP_LOAD_FAILURE
+
+    probe = device_peak.probe(jax.local_devices()[:1], MIB, fails_to_load)
+    assert probe == Probe(MIB, ran=False, program="jit_fwd_bwd")
+
+
+def test_a_probe_and_the_bisection_let_pythons_own_value_error_through():
+    def bug():
+        raise ValueError("too many values to unpack")
+
+    with pytest.raises(ValueError, match="unpack"):
+        device_peak.probe(jax.local_devices()[:1], MIB, bug)
+
+    def try_filler(filler):
+        raise ValueError("too many values to unpack")
+
+    with pytest.raises(ValueError, match="unpack"):
+        device_peak.bisect(try_filler, 8 * GIB)
+
+
+def test_a_runtime_error_as_a_value_error_ends_the_search_with_the_bracket_it_has():
+    def try_filler(filler):
+        if filler < 4 * GIB:
+            raise ValueError("INTERNAL: the device was lost")
+        return Probe(filler, ran=False, program="jit_update")
+
+    probes, stopped = device_peak.bisect(try_filler, 8 * GIB)
+    assert "raised INTERNAL: the device was lost" in stopped and len(probes) == 3
 
 
 def test_a_probe_on_host_devices_tells_a_load_that_did_not_fit_from_a_filler_that_did_not():
@@ -133,13 +193,13 @@ class LimitedDeviceEngine(StandInEngine):
     bytes beside what is live on the first host device (the real filler arrays among them), and
     fails to load as the TPU runtime words it when they are not there."""
 
-    def __init__(self, limit, need):
+    def __init__(self, limit, need, load_failure):
         super().__init__()
-        self.limit, self.need = limit, need
+        self.limit, self.need, self.load_failure = limit, need, load_failure
 
     def fwd_bwd(self, batch):
         if live_bytes_on_first_device() + self.need > self.limit:
-            raise jax.errors.JaxRuntimeError(TPU_LOAD_FAILURE.replace("jit_f", "jit_fwd_bwd"))
+            raise self.load_failure
         super().fwd_bwd(batch)
 
 
@@ -153,8 +213,18 @@ def live_bytes_on_first_device():
     )
 
 
-@pytest.mark.parametrize("stage", [OFF, BEFORE], ids=["stage off", "stage on"])
-def test_the_driver_brackets_an_emulated_devices_step_through_its_own_loop(monkeypatch, stage):
+@pytest.mark.parametrize(
+    ("stage", "load_failure"),
+    [
+        (OFF, jax.errors.JaxRuntimeError(TPU_LOAD_FAILURE.replace("jit_f", "jit_fwd_bwd"))),
+        (BEFORE, jax.errors.JaxRuntimeError(TPU_LOAD_FAILURE.replace("jit_f", "jit_fwd_bwd"))),
+        (OFF, CHIP_LOAD_FAILURE),
+    ],
+    ids=["stage off", "stage on", "the chip's ValueError"],
+)
+def test_the_driver_brackets_an_emulated_devices_step_through_its_own_loop(
+    monkeypatch, stage, load_failure
+):
     in_use, need = live_bytes_on_first_device(), 100 * MIB
     limit = in_use + 256 * MIB
     monkeypatch.setattr(
@@ -162,7 +232,7 @@ def test_the_driver_brackets_an_emulated_devices_step_through_its_own_loop(monke
         "device_memory",
         lambda devices: DeviceMemory(limit, live_bytes_on_first_device()),
     )
-    engine = LimitedDeviceEngine(limit, need)
+    engine = LimitedDeviceEngine(limit, need, load_failure)
     config = BenchConfig(
         preset=PRESETS["cpu-tiny"], steps=2, micro_steps=2, distinct_micro_batches=3
     )

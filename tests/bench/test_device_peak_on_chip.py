@@ -3,7 +3,7 @@ of the resolution's width inside the chip's limit, beside aot's sum for the same
 
 The test session keeps JAX on the host CPU, so the run is a subprocess with the chip's platform;
 on a host without a TPU chip it is skipped. Run it alone (one process can hold the chip):
-    python -m pytest -m tpu_chip -p no:xdist tests/bench/test_device_peak_on_chip.py
+    python -m pytest -q -m tpu_chip tests/bench/test_device_peak_on_chip.py
 """
 
 import json
@@ -15,14 +15,13 @@ import pytest
 
 from rl_trainer_bench import local_chips
 from rl_trainer_bench.bench.device_peak import RESOLUTION
-from rl_trainer_bench.config.presets import ONE_CHIP_PRESETS
+from rl_trainer_bench.config.presets import one_chip_preset
 
-CHIP = local_chips.local_tpu()
 pytestmark = [
     pytest.mark.tpu_chip,
     pytest.mark.skipif(
-        CHIP is None or CHIP.chips != 1 or CHIP.kind not in ONE_CHIP_PRESETS,
-        reason="needs one TPU chip of a kind with a one-chip preset on this host",
+        one_chip_preset(local_chips.local_tpu()) is None,
+        reason="needs one TPU chip of a kind with a one-chip preset, openable by this process",
     ),
 ]
 

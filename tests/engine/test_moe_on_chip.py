@@ -5,7 +5,7 @@ gradients, in bfloat16 as the engine computes, within a stated tolerance.
 
 The test session keeps JAX on the host CPU, so the comparison runs in a subprocess on the chip; on a
 host without a TPU chip it is skipped. Run it alone (one process can hold the chip):
-    python -m pytest -m tpu_chip -p no:xdist tests/engine/test_moe_on_chip.py
+    python -m pytest -q -m tpu_chip tests/engine/test_moe_on_chip.py
 """
 
 import os
@@ -18,7 +18,9 @@ from rl_trainer_bench import local_chips
 
 pytestmark = [
     pytest.mark.tpu_chip,
-    pytest.mark.skipif(local_chips.local_tpu() is None, reason="needs a TPU chip on this host"),
+    pytest.mark.skipif(
+        local_chips.local_tpu() is None, reason="needs a TPU chip this process can open"
+    ),
 ]
 
 # bfloat16 operands, float32 accumulation in both: the two sum a pair's products in other orders

@@ -9,7 +9,11 @@ import jax.numpy as jnp
 import pytest
 
 from rl_trainer_bench.engine import residency
-from rl_trainer_bench.engine.temp_block import compile_reading_block, hbm_temp_block
+from rl_trainer_bench.engine.temp_block import (
+    compile_dumping,
+    compile_reading_block,
+    hbm_temp_block,
+)
 from rl_trainer_bench.preflight.aot import depth
 from rl_trainer_bench.preflight.aot import report as aot_report
 from rl_trainer_bench.preflight.aot.compile import ProgramMemory, compile_one
@@ -102,6 +106,27 @@ def test_off_tpu_nothing_is_dumped_and_no_block_is_read():
     assert block is None and compiled.memory_analysis() is not None
     _, row = compile_one("probe", lowered, {}, "cpu")
     assert row.temp_block is None and row.counted_temp == row.temp
+
+
+@pytest.fixture
+def every_compile_cached():
+    """The session's persistent cache (tests/conftest.py) keeps compiles of any length."""
+    before = jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    yield
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", before)
+
+
+def test_the_dumping_compile_dumps_a_program_the_persistent_cache_holds(
+    tmp_path, every_compile_cached
+):
+    """The persistent cache holds the program after its first compile; the compile that reads the
+    block still dumps its assignment, and the cache is on again after."""
+    lowered = jax.jit(lambda x: jnp.cosh(x) @ x.T).lower(jnp.ones((96, 32)))
+    lowered.compile()  # now in the persistent cache
+    compile_dumping(lowered, {}, tmp_path / "dump")
+    assert list((tmp_path / "dump").glob("*after_optimizations-buffer-assignment.txt"))
+    assert jax.config.jax_enable_compilation_cache
 
 
 def _v5e_specs(*shapes):

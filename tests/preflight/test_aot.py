@@ -356,7 +356,7 @@ def test_bad_stage_knob_is_refused_before_any_compile(capsys):
 @pytest.mark.tpu_aot
 @pytest.mark.slow
 def test_cpu_tiny_compiles_for_a_tpu_topology_from_this_host():
-    """Needs the [tpu-aot] extra: libtpu compiles for a v6e:2x4 slice (8 chips, like cpu-tiny).
+    """Needs the [tpu] extra: libtpu compiles for a v6e:2x4 slice (8 chips, like cpu-tiny).
 
     The same compiled programs feed the overlap summary: it must read TPU HLO text too.
     """
@@ -412,7 +412,7 @@ def test_tpu_target_without_libtpu_says_how_to_install(capsys):
         pytest.skip("libtpu is installed here")
     assert cli.main(["aot", "--target", "v6e:2x4"]) == 2
     error = capsys.readouterr().err.strip()
-    assert "\n" not in error and "pip install 'rl-trainer-bench[tpu-aot]'" in error
+    assert "\n" not in error and "pip install 'rl-trainer-bench[tpu]'" in error
 
 
 @pytest.mark.tpu_aot

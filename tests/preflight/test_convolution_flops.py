@@ -73,7 +73,7 @@ def test_a_strided_and_window_dilated_convolution():
 
 @pytest.mark.tpu_aot
 def test_the_count_of_a_batched_einsum_compiled_for_a_tpu_is_xlas_own():
-    """Needs the [tpu-aot] extra: libtpu compiles the einsum for v5e:1x1 from this host."""
+    """Needs the [tpu] extra: libtpu compiles the einsum for v5e:1x1 from this host."""
     pytest.importorskip("libtpu")
     import jax
     import jax.numpy as jnp
@@ -118,7 +118,7 @@ ENTRY %main (p0: bf16[4096,512], p1: bf16[8,512,1024]) -> bf16[4096,1024] {{
 
 @pytest.mark.tpu_aot
 def test_a_tpu_kernel_in_a_loop_counts_once_per_trip():
-    """Needs the [tpu-aot] extra: the grouped-matmul kernel in a scan of 3, compiled for v5e:1x1;
+    """Needs the [tpu] extra: the grouped-matmul kernel in a scan of 3, compiled for v5e:1x1;
     once-counted it is libtpu's own figure, and the loop counts it three times."""
     pytest.importorskip("libtpu")
     import jax

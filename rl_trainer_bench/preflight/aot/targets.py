@@ -1,6 +1,6 @@
 """Where the AOT check compiles for: this process's devices or a TPU slice's topology.
 
-A TPU slice is compiled from this host through `jax.experimental.topologies` (the `[tpu-aot]`
+A TPU slice is compiled from this host through `jax.experimental.topologies` (the `[tpu]`
 extra), so a user on a CPU-only machine learns whether a cell fits a slice before spending one.
 Each target carries its device memory and, where the chip table knows it, the roofline figures.
 """
@@ -119,7 +119,7 @@ def _topology_target(tpu_slice: accelerators.TpuSlice) -> Target:
         fix = (
             "another process holds libtpu: wait for it, or set ALLOW_MULTIPLE_LIBTPU_LOAD=1"
             if "lockfile" in str(error)
-            else "install the matched pair with pip install 'rl-trainer-bench[tpu-aot]'"
+            else "install the matched pair with pip install 'rl-trainer-bench[tpu]'"
         )
         raise UserError(
             f"--target {tpu_slice.name}: cannot build the TPU topology on this host "

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The one-chip v5e figures BENCHMARKS.md takes from the chip, part by part, in the order given;
+# one call runs the parts named, each writing OUT/<part>.log and OUT/<part>.tar.gz (logs, JSON,
+# tables; not XLA's dumps). Estimates for tpu-v5e-1 on one v5e chip (its three programs compile in
+# about 2 minutes cold, a step takes about 2 s, opening the chip 6 to 15 s; INFERRED from those):
+#   headline-off  ~5.5 min  chip_headline.py with STAGE off and MEASURE_PEAK: the preset's cold
+#                     compile, 7 traced steps, the bisection (about 8 probe steps), then the
+#                     dumping compile of aot's figures of the same programs (about 2 minutes);
+#                     aot's own figures from the CPU host's reports (benchmarks/results)
+#   headline-on   ~3.5 min  the same with STAGE on: the same programs, loaded warm from the cache
+#   ab        ~3 min  README's main job as a user runs it (`ab`, no preset), warm from the cache
+#   peak-test ~3 min  the chip test of the measured peak (its run warm, its dumping compile cold)
+#   tests     ~8 min  every chip-marked test (`-m tpu_chip`), README's command
+#   sweep     ~2 min a size  chip_fit_sweep.py's runs, aot's verdicts from the CPU host's sweep;
+#                     ROWS picks the sizes (default 3,5,6: 4 is the preset's own run)
+#   aot-host  ~3 min  `aot --target local` (its JSON has its host peak) beside the host peak of
+#                     a process that only opens the chip, to split aot's 18 GiB on the chip host
+# JAX's persistent compilation cache (.xla-cache in the checkout, kept between calls while the
+# host is) lets a later part load what an earlier one compiled; each part says which compiles
+# were cold.
+# Usage: bash benchmarks/chip_runs.sh OUT PART...
+set -euo pipefail
+parts="headline-off, headline-on, ab, peak-test, tests, sweep or aot-host"
+out=${1:?OUT: the folder the results go to}
+shift
+[ $# -gt 0 ] || { echo "PART: name one or more of $parts" >&2; exit 2; }
+cd "$(dirname "$0")/.."
+export JAX_COMPILATION_CACHE_DIR=$PWD/.xla-cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD  # the checkout, after a JAX of the host
+mkdir -p "$JAX_COMPILATION_CACHE_DIR" "$out"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+results=benchmarks/results
+py=${PYTHON:-python3}
+run_part() {
+case $part in
+  headline-off|headline-on)
+    "$py" benchmarks/chip_headline.py --out "$work/$part" --skip-ab --stages "${part#headline-}" \
+      --from-aot "$results/2026-12-06-aot-tpu-v5e-1-splash-preset-v5e-1x1.json" \
+      "$results/2026-12-06-aot-tpu-v5e-1-splash-preset-stage-on-v5e-1x1.json" ;;
+  ab)
+    "$py" benchmarks/chip_headline.py --out "$work/ab" --ab-only ;;
+  peak-test)
+    "$py" -m pytest -q -m tpu_chip tests/bench/test_device_peak_on_chip.py ;;
+  tests)
+    "$py" -m pytest -q -m tpu_chip tests/ ;;
+  sweep)
+    "$py" benchmarks/chip_fit_sweep.py --out "$work/sweep" --rows "${ROWS:-3,5,6}" \
+      --from-aot "$results/2026-12-06-chip-fit-sweep-aot-tpu-v5e-1-splash-v5e-1x1.json" ;;
+  aot-host)  # aot's JSON has its own host peak (host_peak_bytes); this one only opens the chip
+    mkdir -p "$work/aot-host"
+    "$py" -c "import resource, jax; print(jax.devices()); print('host peak of a process that\
+ opened the chip:', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 'KiB')"
+    "$py" -m rl_trainer_bench.cli aot --preset tpu-v5e-1 --target local \
+      --output "$work/aot-host/aot-local.json" || [ $? = 1 ] ;;  # 1: DOES NOT FIT, a figure
+esac
+}
+for part in "$@"; do
+  case $part in
+    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host) ;;
+    *) echo "PART: one of $parts, not $part" >&2; exit 2 ;;
+  esac
+done
+failed=""
+for part in "$@"; do
+  started=$SECONDS
+  run_part 2>&1 | tee "$out/$part.log" || failed="$failed $part"
+  echo "$part: $((SECONDS - started)) s" | tee -a "$out/$part.log"
+  if [ -d "$work/$part" ]; then  # what the part wrote, also when it failed
+    tar -czf "$out/$part.tar.gz" -C "$work" --exclude=hlo --exclude='*.xplane.pb' "$part"
+  fi
+done
+ls -la "$out"
+[ -z "$failed" ] || { echo "failed:$failed" >&2; exit 1; }
