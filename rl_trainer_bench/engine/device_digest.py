@@ -18,8 +18,9 @@ Why it is exact (a change of any bit changes it):
   and so its lane's sum, for certain, in every lane. Changes in several words cancel in a lane
   only when their terms' changes sum to 0 modulo 2**32: with terms that behave as random words,
   about 2**-32 per lane, 2**-64 over the two lanes. Two lanes, not more: each lane is one more
-  pass of integer work over every array, and a TPU's compile time grows with it (BENCHMARKS.md). `key(p)` mixes every index of `p`, so
-  moving a value (a transpose, a shifted slice) changes the sums as well.
+  pass of integer work over every array, and a TPU's compile time grows with it (BENCHMARKS.md).
+  `key(p)` mixes every index of `p`, so moving a value (a transpose, a shifted slice) changes
+  the sums too, at the same odds.
 - Sums modulo 2**32 are associative and commutative: the result does not depend on how XLA
   orders the reduction or splits it over devices, so the same bits give the same digest on any
   mesh and backend. Two sets of arrays with equal digests are bit-identical with overwhelming

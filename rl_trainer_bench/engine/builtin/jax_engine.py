@@ -98,7 +98,9 @@ class JaxEngine:
         if family is None:
             shardings = programs.state_shardings(config, self.mesh)
             initial = jax.jit(programs.initial_state, static_argnums=0, out_shardings=shardings)
-            # Compiled and run beside the programs' compile; the first use of the state waits.
+            # Compiled and run beside the programs' compile; the first use of the state waits, and
+            # an error of its own (a state the devices cannot hold) surfaces there, at the latest
+            # when `compile` ends.
             self._initial = Background(lambda: initial(config), "engine-initial-state")
             self._held: TrainState | None = None
             self._train_step = 0
