@@ -111,17 +111,20 @@ def engine_facts(config: BenchConfig, engine: EngineConfig, in_pod_image: bool) 
             ),
         )
     rows.append(("loss", BUILT_IN_LOSS if config.engine == BUILT_IN else "the engine's own"))
-    if engine.extra_device_work:
-        rows.append(("extra device work", _extra_work_line(config, engine)))
+    work = extra_work_line(config, engine)
+    if work:
+        rows.append(("extra device work", work))
     evidence = maxtext_evidence(config.trainer_argv)
     if evidence:
         rows += _not_the_trainers(config, engine, evidence)
     return tuple(rows)
 
 
-def _extra_work_line(config: BenchConfig, engine: EngineConfig) -> str:
+def extra_work_line(config: BenchConfig, engine: EngineConfig) -> str | None:
     """extra_device_work's size, in FLOPs and as an ESTIMATE at the peak of the run's chip: the
-    trainer slice's, else the one-chip preset's (none for a host preset)."""
+    trainer slice's, else the one-chip preset's (none for a host preset); None without it."""
+    if not engine.extra_device_work:
+        return None
     chip = config.trainer_slice.chip if config.trainer_slice else None
     kind = next((k for k, name in ONE_CHIP_PRESETS.items() if name == config.preset.name), None)
     if chip is None and kind is not None:
