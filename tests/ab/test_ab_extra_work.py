@@ -16,9 +16,7 @@ def _planned(tmp_path, *argv):
 
 
 def test_the_extra_work_arm_gets_its_own_bench_and_its_size_is_stated(tmp_path):
-    plan = _planned(
-        tmp_path, "--preset", "tpu-v5e-1", "--arms", "off,more:extra_device_work=1e12"
-    )
+    plan = _planned(tmp_path, "--preset", "tpu-v5e-1", "--arms", "off,more:extra_device_work=1e12")
     assert len(plan.bench_plans) == 2  # another fwd_bwd: compiled apart, over one state
     (line,) = extra_work_lines(plan)
     assert line.startswith("bench") and "(arms more): extra_device_work=1e+12: 7 matmul(s)" in line
