@@ -33,6 +33,7 @@ from rl_trainer_bench.ab.report_files import (
     move_earlier_ab_aside,
     write_verdict,
 )
+from rl_trainer_bench.bench.engine_plan import extra_work_line
 from rl_trainer_bench.bench.plan import Plan
 from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.config import knobs as config
@@ -85,6 +86,8 @@ def same_process(
                     progress.say(line)
             else:
                 progress.say(f"design: interleaved boundaries, {schedule.describe()}")
+            for line in extra_work_lines(plan):
+                progress.say(line)
             from rl_trainer_bench.bench.distributed import start_for_preset  # imports JAX
 
             one_state.refuse_other_engines(plan)
@@ -147,6 +150,18 @@ def interleaved_schedule(args: argparse.Namespace, plan: ArmPlan) -> interleave.
         warmup_steps=plan.warmup_steps,
         seed=plan.run.schedule_seed,
     )
+
+
+def extra_work_lines(plan: ArmPlan) -> list[str]:
+    """A line for each bench whose arms run extra device work (`extra_device_work`): its size,
+    so the effect the A/B should find is stated before it runs."""
+    lines = []
+    for name, bench_plan in plan.bench_plans.items():
+        work = extra_work_line(bench_plan.config, bench_plan.engine)
+        if work:
+            settings = ", ".join(dict.fromkeys(a.setting for a in plan.arms_of(name)))
+            lines.append(f"{name} (arms {settings}): {work}")
+    return lines
 
 
 def order_line(arms: Sequence[ArmSpec]) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rl_trainer_bench.accelerators import chip_by_name
 from rl_trainer_bench.bench import maxtext_check
 from rl_trainer_bench.config.engine_choice import maxtext_evidence
 from rl_trainer_bench.config.engine_keys import (
@@ -22,6 +23,7 @@ from rl_trainer_bench.config.engine_keys import (
     trainer_key_fates,
 )
 from rl_trainer_bench.config.knobs import BenchConfig
+from rl_trainer_bench.config.presets import ONE_CHIP_PRESETS
 from rl_trainer_bench.config.trainer_maxtext import (
     APPLICABLE,
     FLAG_PREFIX,
@@ -30,6 +32,7 @@ from rl_trainer_bench.config.trainer_maxtext import (
     marked_from_flags,
     maxtext_fates,
 )
+from rl_trainer_bench.engine import extra_work
 from rl_trainer_bench.engine.builtin.program_flops import builtin_fwd_bwd_flops
 from rl_trainer_bench.engine.config import SORTED_EXPERT_COMPUTE, EngineConfig
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
@@ -108,10 +111,30 @@ def engine_facts(config: BenchConfig, engine: EngineConfig, in_pod_image: bool) 
             ),
         )
     rows.append(("loss", BUILT_IN_LOSS if config.engine == BUILT_IN else "the engine's own"))
+    work = extra_work_line(config, engine)
+    if work:
+        rows.append(("extra device work", work))
     evidence = maxtext_evidence(config.trainer_argv)
     if evidence:
         rows += _not_the_trainers(config, engine, evidence)
     return tuple(rows)
+
+
+def extra_work_line(config: BenchConfig, engine: EngineConfig) -> str | None:
+    """extra_device_work's size, in FLOPs and as an ESTIMATE at the peak of the run's chip: the
+    trainer slice's, else the one-chip preset's (none for a host preset); None without it."""
+    if not engine.extra_device_work:
+        return None
+    chip = config.trainer_slice.chip if config.trainer_slice else None
+    kind = next((k for k, name in ONE_CHIP_PRESETS.items() if name == config.preset.name), None)
+    if chip is None and kind is not None:
+        chip = chip_by_name(kind)
+    return extra_work.describe(
+        engine.extra_device_work,
+        config.micro_steps,
+        chip.name if chip else "",
+        chip.per_device(chip.peak_bf16_flops) if chip else None,
+    )
 
 
 def _maxtext_rows(config: BenchConfig, engine: EngineConfig, in_pod_image: bool) -> Facts:

@@ -395,6 +395,7 @@ def resolve(
     )
     engine = dataclasses.replace(engine, maxtext_driver=config.maxtext_driver)
     refuse_engine_config_problems(engine, config.preset.name)
+    _refuse_extra_work(config, engine)
     _check_slice(engine, config.trainer_slice)
     micro_batch_memory.refuse_oversized(
         engine, config.distinct_micro_batches, host_bytes, config.trainer_slice
@@ -423,6 +424,17 @@ def resolve(
         preset_values=tuple(preset_values),
         environment=None if env is None else tuple(_environment_fates(env, config, engine)),
     )
+
+
+def _refuse_extra_work(config: BenchConfig, engine: EngineConfig) -> None:
+    """extra_device_work is work the built-in engine's programs add; another engine would run
+    without it, and an A/B arm with it would be a silent copy of the others."""
+    if engine.extra_device_work and config.engine != BUILT_IN:
+        raise ConfigError(
+            f"extra_device_work={engine.extra_device_work:g} adds matmuls to the built-in"
+            f" engine's fwd_bwd, and this run's engine is {config.engine}: drop the key, or time"
+            " the built-in engine (ENGINE=builtin)"
+        )
 
 
 def _refuse_unmeasurable_peak(config: BenchConfig, runtime: Runtime | None) -> None:

@@ -17,6 +17,8 @@ import math
 import typing
 from typing import Any, Literal
 
+from rl_trainer_bench.engine import extra_work
+
 RematPolicy = Literal["full", "minimal", "none"]
 AttentionImpl = Literal["auto", "xla", "cudnn", "splash"]
 ExpertCompute = Literal["auto", "einsum", "ragged_dot", "sorted_ragged_dot", "sorted_gmm"]
@@ -308,6 +310,13 @@ class EngineConfig:
         default="default", metadata=engine_key("XLA matmul precision")
     )
     seed: int = dataclasses.field(default=0, metadata=engine_key("parameter initialisation seed"))
+    extra_device_work: float = dataclasses.field(
+        default=0.0,
+        metadata=engine_key(
+            "FLOPs of extra matmul work in every fwd_bwd call on every device, none of it in the"
+            " loss or the gradient: an A/B's known effect (engine/extra_work.py; 0: none)"
+        ),
+    )
     # The trainer's MaxText keys as its command sets them (MAXTEXT_EXTRA_FLAGS words in order, then
     # variables such as REMAT_POLICY under their MaxText names), values as text, in the order Tunix
     # applies them (last wins). The built-in engine maps those it has an equivalent for; an engine
@@ -387,6 +396,9 @@ def config_problems(config: EngineConfig) -> list[str]:
         minimum = field.metadata.get("minimum")
         if minimum is not None and value < minimum:
             problems.append(f"{path}={value!r}: must be >= {minimum}")
+    work = extra_work.refusal(config.extra_device_work)
+    if work:
+        problems.append(work)
     return problems or _shape_problems(config)  # shapes are judged on valid counts only
 
 

@@ -55,7 +55,9 @@ OPTIONAL_METHODS: Mapping[str, str] = {
     "completion_marker": "completion_marker() -> array: an array ready when the last dispatched "
     "program is done; the step ruler's device timeline stamps it",
     "parameter_digest": "parameter_digest() -> str: a digest of the weights, equal when they are "
-    "bit-identical; logged at the end of an arm so two runs compare",
+    "bit-identical; logged at the end of an arm so two runs compare. An A/B calls it after every "
+    "turn, so keep the weights on the device (the built-in engine's reads back two words an "
+    "array: engine/device_digest.py)",
     "model_flops": "model_flops(payload) -> float: model FLOPs of one fwd_bwd on the payload; "
     "the step ruler's TFLOP/s and MFU",
     "info": "info() -> mapping: what the engine wants the log to say about itself",

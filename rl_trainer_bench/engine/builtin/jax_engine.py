@@ -12,7 +12,6 @@ memory meanwhile. With retry off nothing is ever read back.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import math
 import threading
@@ -22,9 +21,9 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.experimental import multihost_utils
 
-from rl_trainer_bench.engine import residency
+from rl_trainer_bench.engine import device_digest, residency
+from rl_trainer_bench.engine.background import Background
 from rl_trainer_bench.engine.builtin import flops, programs, sharding
 from rl_trainer_bench.engine.builtin.parameters import parameter_shapes
 from rl_trainer_bench.engine.builtin.programs import (
@@ -95,15 +94,20 @@ class JaxEngine:
         self.mesh = sharding.make_mesh(config.mesh, devices)
         self.platform = programs.platform_of(self.mesh)
         self.methods = programs.resolved_methods(config, self.platform)
+        self._initial: Background[TrainState] | None = None
         if family is None:
             shardings = programs.state_shardings(config, self.mesh)
             initial = jax.jit(programs.initial_state, static_argnums=0, out_shardings=shardings)
-            self._state: TrainState | None = initial(config)
+            # Compiled and run beside the programs' compile; the first use of the state waits, and
+            # an error of its own (a state the devices cannot hold) surfaces there, at the latest
+            # when `compile` ends.
+            self._initial = Background(lambda: initial(config), "engine-initial-state")
+            self._held: TrainState | None = None
             self._train_step = 0
             self._family = StateFamily(self)
         else:  # no state of its own until it takes the family's (`take_shared_state`)
             self._family = family
-            self._state = None
+            self._held = None
             self._train_step = family.holder._train_step
         self._spec: dict[str, jax.ShapeDtypeStruct] | None = None
         self._compiled: dict[str, Any] = {}
@@ -122,6 +126,23 @@ class JaxEngine:
     def train_step(self) -> int:
         return self._train_step
 
+    @property
+    def _state(self) -> TrainState | None:
+        """The training state this engine holds (None: another engine of its family holds it);
+        the initial state is waited for here, on its first use."""
+        self._wait_for_initial_state()
+        return self._held
+
+    @_state.setter
+    def _state(self, state: TrainState | None) -> None:
+        self._initial, self._held = None, state
+
+    def _wait_for_initial_state(self) -> None:
+        """The initial state, once its background compile and run are done (their error, if any,
+        raised here)."""
+        if self._initial is not None:
+            self._held, self._initial = self._initial.result(), None
+
     def compile(self, example: Payload) -> dict[str, float]:
         """Compile every program for micro-batches shaped like `example`; seconds per program.
 
@@ -136,6 +157,7 @@ class JaxEngine:
         key = (self.config, tuple(d.id for d in self.mesh.devices.flat), tuple(sorted(spec)))
         seconds: dict[str, float] = {}
         cached = _COMPILED.get(key)
+        digest = self._digest_compile()
         if cached is None:
             start = time.perf_counter()
             lowered = lower_programs(self.config, self.mesh, spec)
@@ -152,6 +174,12 @@ class JaxEngine:
         else:
             seconds = dict.fromkeys(cached, 0.0)
             log.info("reused compiled programs %s", ", ".join(cached))
+        start = time.perf_counter()
+        digest.result()
+        self._wait_for_initial_state()
+        waited = time.perf_counter() - start
+        if waited > 0.05:
+            log.info("waited %.2f s for the initial state and the digest program", waited)
         self._compiled, self._spec = cached, spec
         return seconds
 
@@ -267,13 +295,10 @@ class JaxEngine:
         return self._marker
 
     def parameter_digest(self) -> str:
-        """sha256 over every parameter's bytes, in name order: equal digests mean identical weights."""
+        """A digest of every parameter's bits, computed on the device (`device_digest`: two
+        words an array reach the host): equal digests mean identical weights."""
         self._family.check_holds(self)
-        digest = hashlib.sha256()
-        for name in sorted(self._state.params):
-            digest.update(name.encode())
-            digest.update(_host_copy(self._state.params[name]).tobytes())
-        return digest.hexdigest()
+        return device_digest.hex_digest(self._state.params)
 
     def accumulated_gradient(self) -> dict[str, np.ndarray]:
         """The step's gradient so far as `update` would apply it (sum / token count), on the host."""
@@ -379,6 +404,17 @@ class JaxEngine:
         self._marker = accumulated.overflow
         return accumulated.overflow
 
+    def _digest_compile(self) -> Background[Any]:
+        """The parameter digest's program compiling beside the programs (for the parameters'
+        shapes and shardings: every engine of a family shares it)."""
+        shapes = programs.state_shapes(self.config)
+        shardings = programs.state_shardings(self.config, self.mesh, shapes)
+        abstract = {
+            name: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=shardings.params[name])
+            for name, leaf in shapes.params.items()
+        }
+        return Background(lambda: device_digest.compiled_for(abstract), "engine-digest")
+
     def _settle(self, pending: _Pending) -> None:
         """Replay a micro-batch dropless if it dropped pairs (the host reads its flag here)."""
         if int(jax.device_get(pending.overflow)):
@@ -389,10 +425,3 @@ class JaxEngine:
 def _record_ready(prepared: PreparedBatch) -> None:
     jax.block_until_ready(prepared.arrays)
     prepared.ready_at = time.perf_counter()
-
-
-def _host_copy(array: jax.Array) -> np.ndarray:
-    """The whole array on this host, also when it spans other processes' devices (multi-host)."""
-    if array.is_fully_addressable:
-        return np.asarray(jax.device_get(array))
-    return np.asarray(multihost_utils.process_allgather(array, tiled=True))

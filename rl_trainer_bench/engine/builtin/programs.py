@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from rl_trainer_bench.engine import residency
+from rl_trainer_bench.engine import extra_work, residency
 from rl_trainer_bench.engine.abstract_inputs import payload_spec, platform_of
 from rl_trainer_bench.engine.builtin import model, moe, sharding
 from rl_trainer_bench.engine.builtin.loss import micro_batch_loss
@@ -70,6 +70,8 @@ class Accumulated(NamedTuple):
     grad_sum: Any
     step_stats: dict[str, jax.Array]
     overflow: jax.Array  # int32: 1 when the micro-batch dropped a routed pair
+    # `extra_device_work`'s result (None without it): returned, so XLA must compute it; unread.
+    extra_work: jax.Array | None = None
 
 
 class Updated(NamedTuple):
@@ -187,7 +189,7 @@ def zero_stats() -> dict[str, jax.Array]:
     return {name: jnp.zeros((), stat.dtype) for name, stat in STEP_STATS.items()}
 
 
-def accumulated(grad_sum, step_stats, grads, stats, kept) -> Accumulated:
+def accumulated(grad_sum, step_stats, grads, stats, kept, extra=None) -> Accumulated:
     """The step's sums with one micro-batch's gradient and statistics added where `kept`; its
     overflow count is added either way, so a micro-batch that is replayed counts it once."""
     grad_sum = jax.tree.map(lambda s, g: jnp.where(kept, s + g, s), grad_sum, grads)
@@ -199,7 +201,28 @@ def accumulated(grad_sum, step_stats, grads, stats, kept) -> Accumulated:
         )
         for name, stat in STEP_STATS.items()
     }
-    return Accumulated(grad_sum, step_stats, stats["overflow_count"])
+    return Accumulated(grad_sum, step_stats, stats["overflow_count"], extra)
+
+
+def extra_matmuls(params, config: EngineConfig) -> jax.Array | None:
+    """`extra_device_work`: its chain of square matmuls (engine/extra_work.py), reduced to one
+    float32 scalar (None without it). The matrix is the sine of a fixed pattern shifted by a
+    parameter's sum, so XLA can fold none of it at compile time; scaled by 1/side, so the chain
+    stays finite. Computed from `params` outside the loss, it leaves the loss and gradient as
+    they were."""
+    side, count = extra_work.matmuls(config.extra_device_work)
+    if not count:
+        return None
+    dtype = jnp.dtype(config.model.dtype)
+    shift = jnp.sum(params["final_norm"])
+    pattern = jax.lax.broadcasted_iota(jnp.float32, (side, side), 0) * 0.37 + (
+        jax.lax.broadcasted_iota(jnp.float32, (side, side), 1) * 0.11
+    )
+    matrix = (jnp.sin(pattern + shift) / side).astype(dtype)
+    product = matrix
+    for _ in range(count):  # unrolled: XLA's cost analysis counts a loop's body once
+        product = jnp.dot(product, matrix, preferred_element_type=jnp.float32).astype(dtype)
+    return jnp.sum(product.astype(jnp.float32))
 
 
 def build_programs(config: EngineConfig, methods: Methods, opt_state_on_device=None) -> Programs:
@@ -235,7 +258,8 @@ def build_programs(config: EngineConfig, methods: Methods, opt_state_on_device=N
         # gradient waits in device memory beside the next program.
         replayed_later = replays_possible(config) and capacity_factor != DROPLESS
         kept = jnp.logical_not(overflow) if replayed_later else jnp.bool_(True)
-        return accumulated(grad_sum, step_stats, grads, stats, kept)
+        extra = extra_matmuls(params, config)
+        return accumulated(grad_sum, step_stats, grads, stats, kept, extra)
 
     def update(state: TrainState) -> Updated:
         denominator = jnp.maximum(state.step_stats["loss_denominator"], 1.0)
@@ -364,7 +388,9 @@ def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tu
         return jax.jit(
             program,
             in_shardings=(shardings.params, *sums, input_shardings(mesh, spec)),
-            out_shardings=Accumulated(*sums, replicated),
+            out_shardings=Accumulated(
+                *sums, replicated, replicated if config.extra_device_work else None
+            ),
             donate_argnums=(1, 2),
         )
 

@@ -219,6 +219,7 @@ NOT_TAKEN: Mapping[str, str] = {
     "optimizer.end_value": _SCHEDULE,
     "optimizer.warmup_steps": _SCHEDULE,
     "optimizer.decay_steps": _SCHEDULE,
+    "extra_device_work": "the built-in engine's own matmuls, refused with another engine",
 }
 # Training policy, not the model: where the trainer's command sets none of these, its MaxText runs
 # its own default (whatever the image's release has), so the adapter passes no key for them and a

@@ -1,0 +1,42 @@
+"""One call run off the caller's thread, its result (or its error) taken when it is needed.
+
+An engine has compiles that no program of the step waits for: its initial state's (random draws
+for every parameter: 49 s of TPU compile for tpu-v5e-1 on a 2-core host, most of the chip's
+set-up before its programs' compile, BENCHMARKS.md) and its parameter digest's. Run beside the
+programs' compile, they take the host's other cores instead of wall time. XLA's compile releases
+the GIL, and JAX compiles from several threads.
+
+The thread is a daemon: a Ctrl-C during the compile ends the process without waiting for it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Background(Generic[T]):
+    """`call()` started on a thread of its own; `result()` waits for it and returns its value or
+    raises its error (in the caller's thread, as if it had been called there)."""
+
+    def __init__(self, call: Callable[[], T], name: str):
+        self._call = call
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._call()
+        except BaseException as error:  # handed to the caller by result()
+            self._error = error
+
+    def result(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]

@@ -1,0 +1,84 @@
+"""extra_device_work: the FLOPs it states are the FLOPs XLA compiles in, and the loss, gradient and
+update it leaves exactly as they were (the built-in engine on one CPU device, a dense model)."""
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from rl_trainer_bench import cli
+from rl_trainer_bench.config.presets import PRESETS
+from rl_trainer_bench.engine.builtin.jax_engine import JaxEngine
+from rl_trainer_bench.engine.builtin.programs import lower_programs
+from rl_trainer_bench.engine.builtin.sharding import make_mesh
+from rl_trainer_bench.engine.config import MeshConfig
+from rl_trainer_bench.engine.contract import example_payload
+from rl_trainer_bench.engine.extra_work import matmuls
+
+DENSE = dataclasses.replace(
+    PRESETS["cpu-tiny-dense"].engine, mesh=MeshConfig(), micro_batch_rows=2, seq_len=64
+)
+WORK = 1e8  # 3 matmuls of 256 x 256: 3 x 2 x 256**3 = 100,663,296 FLOPs
+WITH_WORK = dataclasses.replace(DENSE, extra_device_work=WORK)
+
+
+def payload(config, seed=0):
+    model = config.model
+    return example_payload(
+        config.micro_batch_rows,
+        config.seq_len,
+        model.vocab_size,
+        num_layers=model.num_layers,
+        top_k=model.top_k,
+        num_experts=model.num_experts,
+        segment_len=24,
+        seed=seed,
+        name=f"mb{seed}",
+    )
+
+
+def fwd_bwd_flops(config) -> float:
+    mesh = make_mesh(config.mesh, jax.devices()[:1])
+    compiled = lower_programs(config, mesh)["fwd_bwd"].compile()
+    return compiled.cost_analysis()["flops"]
+
+
+def test_the_sizing_is_the_written_chain():
+    assert matmuls(WORK) == (256, 3)
+    assert matmuls(1e12) == (4096, 7)  # the chip's 1%: 7 x 2 x 4096**3 = 9.62e11 per call
+    assert matmuls(0) == (0, 0)
+
+
+def test_the_program_has_the_stated_flops_more():
+    added = fwd_bwd_flops(WITH_WORK) - fwd_bwd_flops(DENSE)
+    chain = 100_663_296  # 3 x 2 x 256**3
+    # beside the chain, the matrix's elementwise build and the final sum: a few per element
+    assert chain <= added <= chain + 16 * 256**2, added
+
+
+def test_the_loss_gradient_and_update_are_unchanged():
+    runs = {}
+    for name, config in (("plain", DENSE), ("extra", WITH_WORK)):
+        engine = JaxEngine(config, jax.devices()[:1])
+        engine.compile(payload(config))
+        engine.fwd_bwd(payload(config, seed=1))
+        gradient = engine.accumulated_gradient()
+        engine.update()
+        runs[name] = (gradient, engine.get_metrics(), engine.parameter_digest())
+    (plain_grad, plain, plain_digest), (extra_grad, extra, extra_digest) = runs.values()
+    for key in ("loss", "grad_norm", "loss_denominator"):
+        assert extra[key] == plain[key], key
+    for name, value in plain_grad.items():
+        np.testing.assert_array_equal(extra_grad[name], value, err_msg=name)
+    assert extra_digest == plain_digest  # the same update, bit for bit
+
+
+@pytest.mark.parametrize("engine", ["maxtext"])
+def test_another_engine_is_refused_in_one_line(engine, monkeypatch, capsys):
+    monkeypatch.setenv("ENGINE_FLAGS", "extra_device_work=1e9")
+    code = cli.main(["run", "--plan", "--preset", "cpu-tiny-dense", "--engine", engine])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "extra_device_work=1e+09 adds matmuls to the built-in engine's fwd_bwd" in err
