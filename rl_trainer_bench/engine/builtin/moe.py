@@ -176,8 +176,8 @@ class Slots(NamedTuple):
 def dispatch(x, experts, num_experts, slots, ranking="sort"):
     """One group's tokens into expert buffers.
 
-    x: [N, D]; experts: [N, K]; ranking: how the queue positions are found (`stable_ranks`). Returns buffer [E, C, D], the `Slots` of the pairs and whether any
-    pair overflowed.
+    x: [N, D]; experts: [N, K]; ranking: how the queue positions are found (`stable_ranks`).
+    Returns buffer [E, C, D], the `Slots` of the pairs and whether any pair overflowed.
     """
     n, k = experts.shape
     position = slot_positions(experts, num_experts, ranking)
@@ -276,9 +276,10 @@ def moe_ffn(x, params, valid, replayed, *, top_k, capacity_factor, token_chunks,
     params: this layer's router [D, E] and expert weights [E, D, F] / [E, F, D] in the compute dtype,
     still split as parameters (`sharding.parameter_spec`); valid: [B, T]; replayed: [B, T, K] or
     None; token_chunks: how many groups a device's tokens form, each with buffers of its own;
-    methods: (expert compute, dropless compute, pair ranking) resolved. Dropless (capacity_factor DROPLESS) runs the
-    token-sorted layout unless the dropless compute is `capacity`, which runs the capacity
-    program's layout at C = N; a sorted expert compute runs the capacity program token-sorted.
+    methods: (expert compute, dropless compute, pair ranking) resolved. Dropless (capacity_factor
+    DROPLESS) runs the token-sorted layout unless the dropless compute is `capacity`, which runs
+    the capacity program's layout at C = N; a sorted expert compute runs the capacity program
+    token-sorted.
     """
     expert_compute, dropless_compute, ranking = methods
     experts, gates = route(x, params["router"], top_k, valid, replayed)
