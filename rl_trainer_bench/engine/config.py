@@ -23,6 +23,8 @@ RematPolicy = Literal["full", "minimal", "none"]
 AttentionImpl = Literal["auto", "xla", "cudnn", "splash"]
 ExpertCompute = Literal["auto", "einsum", "ragged_dot", "sorted_ragged_dot", "sorted_gmm"]
 DroplessCompute = Literal["auto", "capacity", "ragged_dot", "gmm"]
+PairRanking = Literal["auto", "sort", "count"]
+LogpsGradient = Literal["autodiff", "saved_lse"]
 # The capacity program's token-sorted layouts and the grouped matmul each runs: the pairs that
 # keep a slot, sorted by expert, through the dropless program's code (`moe.local_sorted_ffn`), so
 # the matmuls run the kept pairs rather than every slot of E x C buffers (1/factor of the work
@@ -155,6 +157,14 @@ class LossConfig:
         default=512,
         metadata=engine_key("sequence positions per chunk of the output head", minimum=1),
     )
+    logps_gradient: LogpsGradient = dataclasses.field(
+        default="saved_lse",
+        metadata=engine_key(
+            "the output head's gradient: autodiff of each rematerialized chunk, or saved_lse (a"
+            " rule by hand that keeps each token's log-sum-exp and forms the logits once in the"
+            " backward pass)"
+        ),
+    )
     logits_dtype: str = "float32"
 
 
@@ -184,6 +194,14 @@ class MoeConfig:
         metadata=engine_key(
             "the dropless program's layout: capacity (E x N slots), ragged_dot or gmm (token-sorted"
             " pairs and a grouped matmul; gmm on TPU only); auto: gmm on TPU, ragged_dot elsewhere"
+        ),
+    )
+    pair_ranking: PairRanking = dataclasses.field(
+        default="auto",
+        metadata=engine_key(
+            "how each (token, expert) pair finds its place in its expert's queue: a stable sort of"
+            " the pairs by expert, or counting them (a one-hot prefix sum by matmul, no sort; the"
+            " same places); auto counts below 128 experts and sorts from there"
         ),
     )
     router_replay: bool = dataclasses.field(

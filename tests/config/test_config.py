@@ -94,8 +94,9 @@ KNOWN_KEYS = [
     "optimizer_weight_decay", "optimizer_opt_chain_type", "optimizer_chain_kwargs", "max_grad_norm",
     "optimizer_memory_host_offload", "mu_dtype",
     "epsilon", "epsilon_high", "beta", "ragged_buffer_factor", "dropless_compute", "retry_when_tokens_dropped",
-    "expert_compute", "router_replay", "num_moe_token_chunks", "attention", "attention_chunk_size",
-    "linear_chunk_size", "dtype", "matmul_precision",
+    "expert_compute", "pair_ranking", "router_replay", "num_moe_token_chunks", "attention",
+    "attention_chunk_size",
+    "linear_chunk_size", "dtype", "matmul_precision", "logps_gradient",
     "seed", "extra_device_work",
 ]  # fmt: skip
 

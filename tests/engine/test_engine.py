@@ -424,14 +424,43 @@ def test_model_flops_follow_the_accounting():
     assert micro_batch_flops(hybrid, p.segment_ids, count_remat=True) == pytest.approx(4 / 3 * want)
 
 
+# The formulation before the pairs were counted and the head's gradient written by hand.
+SORTED_AUTODIFF = dataclasses.replace(
+    CONFIG,
+    moe=dataclasses.replace(CONFIG.moe, pair_ranking="sort"),
+    loss=dataclasses.replace(CONFIG.loss, logps_gradient="autodiff"),
+)
+
+
 def test_the_backward_pass_reads_the_routing_rather_than_sorting_again():
-    """One sort of the routed pairs per layer kind in each forward-backward program: the layer's
-    remat keeps the routing (moe.ROUTING) instead of recomputing it in the backward pass."""
+    """One sort of the routed pairs per layer kind in each forward-backward program when pairs
+    are ranked by a sort (none when counted): the layer's remat keeps the routing (moe.ROUTING)
+    instead of recomputing it in the backward pass."""
     kinds = len(set(MODEL.layer_types))
-    lowered = lower_programs(CONFIG, make_mesh(CONFIG.mesh))  # compiled before: a cache hit
-    for name in ("fwd_bwd", "fwd_bwd_dropless"):
-        hlo = lowered[name].compile().as_text()
-        assert len(re.findall(r" sort\(", hlo)) == kinds, name
+    for config, sorts in ((SORTED_AUTODIFF, kinds), (CONFIG, 0)):
+        lowered = lower_programs(config, make_mesh(config.mesh))
+        for name in ("fwd_bwd", "fwd_bwd_dropless"):
+            hlo = lowered[name].compile().as_text()
+            assert len(re.findall(r" sort\(", hlo)) == sorts, (name, config.moe.pair_ranking)
+
+
+def test_counted_ranks_and_the_saved_lse_gradient_train_as_sort_and_autodiff_did(compiled):
+    """The defaults (pairs counted, the head's gradient by hand) against the previous formulation
+    on the same micro-batches: the same loss to 1e-6 relative and the same gradient to 1e-5 of
+    each weight's largest entry (float32: only summation order differs), overflows alike."""
+    new, old = fresh_engine(compiled), fresh_engine(compiled, SORTED_AUTODIFF)
+    for seed in (1, 2):
+        for engine in (new, old):
+            engine.fwd_bwd(payload(seed=seed))
+    got, want = new.accumulated_gradient(), old.accumulated_gradient()
+    for name in want:
+        scale = np.abs(want[name]).max() + 1e-12
+        np.testing.assert_allclose(got[name] / scale, want[name] / scale, atol=1e-5, err_msg=name)
+    for engine in (new, old):
+        engine.update()
+    got, want = new.get_metrics(), old.get_metrics()
+    np.testing.assert_allclose(got["loss"], want["loss"], rtol=1e-6)
+    assert got["overflow_count"] == want["overflow_count"]
 
 
 def test_an_offloaded_optimizer_state_rests_in_host_memory_and_trains_the_same(compiled):

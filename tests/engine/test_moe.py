@@ -120,10 +120,12 @@ def test_sorted_dropless_equals_the_capacity_layout_in_value_and_gradient(mesh, 
     capacity layout, for the tokens, the router and every expert weight."""
     x, params = _layer()
     valid = jnp.ones((B, T), bool)
-    local = functools.partial(moe.local_sorted_ffn, method=grouped_matmul, interpret=True)
+    local = functools.partial(
+        moe.local_sorted_ffn, method=grouped_matmul, ranking="count", interpret=True
+    )
 
     def capacity(x, params):
-        return _moe(x, params, -1, ("einsum", "capacity"))
+        return _moe(x, params, -1, ("einsum", "capacity", "sort"))
 
     def sorted_pairs(x, params):
         experts, gates = moe.route(x, params["router"], K, valid)
@@ -154,10 +156,14 @@ def test_sorted_dropless_replay_of_a_dropping_batch_equals_the_float64_reference
 ):
     x, params = _layer(seed=1)
     with jax.set_mesh(mesh):
-        _, overflow = jax.jit(lambda x, p: _moe(x, p, 0.5, ("einsum", "capacity")))(x, params)
+        _, overflow = jax.jit(lambda x, p: _moe(x, p, 0.5, ("einsum", "capacity", "sort")))(
+            x, params
+        )
         experts, gates = moe.route(x, params["router"], K, jnp.ones((B, T), bool))
         weights = tuple(params[n] for n in moe.EXPERT_WEIGHTS)
-        local = functools.partial(moe.local_sorted_ffn, method=grouped_matmul, interpret=True)
+        local = functools.partial(
+            moe.local_sorted_ffn, method=grouped_matmul, ranking="count", interpret=True
+        )
         replay, _ = jax.jit(
             lambda x, e, g, w: moe.expert_parallel(local, x, e, g, w, token_chunks=1)
         )(x, experts, gates, weights)
@@ -172,6 +178,52 @@ def test_pairs_sort_by_local_expert_in_token_order_and_the_rest_go_last():
     np.testing.assert_array_equal(sizes, [2, 2])
     np.testing.assert_array_equal(placed.order[:4], [2, 5, 0, 3])  # expert 2: 2, 5; expert 3: 0, 3
     np.testing.assert_array_equal(placed.order[placed.position], np.arange(8))  # the inverse
+
+
+def _stable_ranks_reference(keys, num_keys):
+    """Rank among earlier equal keys and counts, by a plain loop."""
+    seen = [0] * num_keys
+    ranks = []
+    for key in keys.tolist():
+        ranks.append(seen[key])
+        seen[key] += 1
+    return np.array(ranks), np.array(seen)
+
+
+@pytest.mark.parametrize("ranking", ["sort", "count"])
+@pytest.mark.parametrize(
+    ("size", "num_keys", "crowded"), [(1000, 17, False), (300, 5, True), (128, 3, False)]
+)
+def test_ranks_by_sort_and_by_counting_equal_a_loops(ranking, size, num_keys, crowded):
+    """Counting spans blocks of 128 (300 pairs of one key cross two block boundaries) and a
+    size that is not a whole number of blocks; both rankings equal the loop exactly."""
+    keys = np.random.default_rng(size).integers(0, num_keys, size)
+    if crowded:
+        keys[:290] = 1
+    rank, counts = jax.jit(moe.stable_ranks, static_argnums=(1, 2))(
+        jnp.asarray(keys, jnp.int32), num_keys, ranking
+    )
+    want_rank, want_counts = _stable_ranks_reference(keys, num_keys)
+    np.testing.assert_array_equal(rank, want_rank)
+    np.testing.assert_array_equal(counts, want_counts)
+
+
+def test_counted_pairs_sort_and_queue_as_the_sorted_ones():
+    """The two rankings give the same permutation, group sizes and queue positions, so every
+    layer output and gradient built on them is the same (bit for bit)."""
+    experts = jnp.asarray(np.random.default_rng(0).integers(-1, 16, (700, 4)), jnp.int32)
+    got, want = (moe.sort_pairs(experts, 4, 8, ranking) for ranking in ("count", "sort"))
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(
+        moe.slot_positions(experts, 16, "count"), moe.slot_positions(experts, 16, "sort")
+    )
+
+
+def test_auto_counts_pairs_below_128_experts_and_sorts_from_there():
+    assert moe.pair_ranking_for("auto", 16) == "count"
+    assert moe.pair_ranking_for("auto", 512) == "sort"
+    assert moe.pair_ranking_for("sort", 16) == "sort"
 
 
 def test_auto_picks_the_tpu_kernel_on_a_tpu_only():
@@ -265,10 +317,18 @@ def _against_dense(mesh, factor, chunks, layer):
         )
 
 
-@pytest.mark.parametrize("expert_compute", ["einsum", "sorted_ragged_dot"])
+@pytest.mark.parametrize(
+    ("expert_compute", "ranking"),
+    [
+        ("einsum", "sort"),
+        ("einsum", "count"),
+        ("sorted_ragged_dot", "sort"),
+        ("sorted_ragged_dot", "count"),
+    ],
+)
 @pytest.mark.parametrize(("factor", "chunks"), [(-1, 1), (-1, 2), (0.75, 1), (0.75, 2)])
 def test_expert_parallel_capacity_layer_equals_a_dense_reference_in_value_and_gradient(
-    mesh, factor, chunks, expert_compute
+    mesh, factor, chunks, expert_compute, ranking
 ):
     """The shard_map layer (experts gathered over their model dim, buffers moved by all-to-all or
     tokens gathered and sorted, token chunks) against every expert computed densely on one
@@ -283,7 +343,7 @@ def test_expert_parallel_capacity_layer_equals_a_dense_reference_in_value_and_gr
             top_k=K,
             capacity_factor=factor,
             token_chunks=chunks,
-            methods=(expert_compute, "capacity"),
+            methods=(expert_compute, "capacity", ranking),
         )
 
     _against_dense(mesh, factor, chunks, sharded)

@@ -41,7 +41,7 @@ valid = jnp.ones((B, T), bool)
 def grads(factor, expert_compute):
     def loss(x, params):
         out, overflow = moe.moe_ffn(x, params, valid, None, top_k=K, capacity_factor=factor,
-            token_chunks=2, methods=(expert_compute, "gmm"))
+            token_chunks=2, methods=(expert_compute, "gmm", "count"))
         return jnp.sum(out.astype(jnp.float32) * weights), (out, overflow)
     return jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(x, params)
 mesh = sharding.make_mesh(MeshConfig(), jax.devices()[:1])

@@ -8,6 +8,8 @@ its token count, because the step divides once by the count over all of its micr
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -24,23 +26,81 @@ def next_token_targets(input_ids, segment_ids):
     return targets, has_target
 
 
-def token_logps(hidden, head, targets, logits_dtype):
-    """log_softmax(hidden @ head)[target] for hidden [..., D], targets [...]."""
+def _logits(hidden, head, logits_dtype):
+    """hidden [..., D] @ head [D, V] in float32, accumulated (and rounded) in `logits_dtype`."""
     logits = jnp.einsum(
         "...d,dv->...v", hidden, head.astype(hidden.dtype), preferred_element_type=logits_dtype
     )
-    logits = logits.astype(jnp.float32)
+    return logits.astype(jnp.float32)
+
+
+def _picked(logits, targets):
+    """logits[..., target]: a select against the vocabulary index, whose gradient is a select too
+    (a gather's is a scatter into [..., V])."""
+    vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+    return jnp.sum(jnp.where(vocab == targets[..., None], logits, 0.0), axis=-1)
+
+
+def token_logps(hidden, head, targets, logits_dtype):
+    """log_softmax(hidden @ head)[target] for hidden [..., D], targets [...]."""
+    logits = _logits(hidden, head, logits_dtype)
     picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
-def chunked_logps(hidden, head, targets, chunk, logits_dtype=jnp.float32):
-    """token_logps of a device's tokens [b, t] in chunks of `chunk` tokens, each rematerialized."""
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def token_logps_saving_lse(hidden, head, targets, logits_dtype):
+    """`token_logps` with its gradient by hand: the forward keeps each token's log-sum-exp, so the
+    backward forms the logits once, as softmax - one-hot scaled by the incoming gradient, where
+    autodiff under remat recomputes the logits and their reductions and reads the float32 logits
+    again in each of the two gradient matmuls (docs/engine.md, "Log-probs")."""
+    logits = _logits(hidden, head, logits_dtype)
+    return _picked(logits, targets) - jax.nn.logsumexp(logits, axis=-1)
 
-    @jax.checkpoint
-    def one_chunk(_, inputs):
-        h, tgt = inputs
-        return None, token_logps(h, head, tgt, logits_dtype)
+
+def _saving_lse_forward(hidden, head, targets, logits_dtype):
+    logits = _logits(hidden, head, logits_dtype)
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    return _picked(logits, targets) - lse, (hidden, head, targets, lse)
+
+
+def _saving_lse_backward(logits_dtype, saved, grad):
+    """d logp_t / d logits_t = one-hot(target_t) - softmax_t; the two matmuls take it in the
+    compute dtype, as a TPU's default precision rounds a float32 operand."""
+    hidden, head, targets, lse = saved
+    logits = _logits(hidden, head, logits_dtype)
+    vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+    one_hot = (vocab == targets[..., None]).astype(jnp.float32)
+    d_logits = ((one_hot - jnp.exp(logits - lse[..., None])) * grad[..., None]).astype(hidden.dtype)
+    d_hidden = jnp.einsum("...v,dv->...d", d_logits, head.astype(hidden.dtype))
+    batch = "".join(chr(ord("a") + i) for i in range(hidden.ndim - 1))
+    d_head = jnp.einsum(
+        f"{batch}d,{batch}v->dv", hidden, d_logits, preferred_element_type=jnp.float32
+    )
+    return d_hidden, d_head.astype(head.dtype), None
+
+
+token_logps_saving_lse.defvjp(_saving_lse_forward, _saving_lse_backward)
+
+
+def chunked_logps(hidden, head, targets, chunk, logits_dtype=jnp.float32, gradient="autodiff"):
+    """token_logps of a device's tokens [b, t] in chunks of `chunk` tokens.
+
+    gradient `autodiff`: each chunk rematerialized and differentiated by JAX; `saved_lse`: the
+    hand-written rule of `token_logps_saving_lse`, which keeps a float per token, not the logits.
+    """
+    if gradient == "saved_lse":
+
+        def one_chunk(_, inputs):
+            h, tgt = inputs
+            return None, token_logps_saving_lse(h, head, tgt, logits_dtype)
+
+    else:
+
+        @jax.checkpoint
+        def one_chunk(_, inputs):
+            h, tgt = inputs
+            return None, token_logps(h, head, tgt, logits_dtype)
 
     _, logps = jax.lax.scan(
         one_chunk, None, (split_chunks(hidden, chunk), split_chunks(targets, chunk))
@@ -48,7 +108,7 @@ def chunked_logps(hidden, head, targets, chunk, logits_dtype=jnp.float32):
     return merge_chunks(logps)
 
 
-def sharded_logps(hidden, head, targets, chunk, logits_dtype):
+def sharded_logps(hidden, head, targets, chunk, logits_dtype, gradient="autodiff"):
     """`chunked_logps` on every device's own tokens, the head gathered once per device.
 
     hidden [B, T, D] and targets [B, T] split like the tokens; head [D, V] in the compute dtype,
@@ -64,7 +124,8 @@ def sharded_logps(hidden, head, targets, chunk, logits_dtype):
         # (MEASURED in the replay's live ranges for tpu7x, BENCHMARKS.md).
         hidden, head = jax.lax.optimization_barrier((hidden, head))
         head = sharding.gather_dims(head, spec)
-        return chunked_logps(hidden, head, targets, min(chunk, targets.shape[1]), logits_dtype)
+        chunk_size = min(chunk, targets.shape[1])
+        return chunked_logps(hidden, head, targets, chunk_size, logits_dtype, gradient)
 
     return jax.shard_map(
         per_device,
@@ -107,7 +168,14 @@ def micro_batch_loss(hidden, head, batch, config: LossConfig):
     mask = (batch["completion_mask"] != 0) & has_target
     logits_dtype = jnp.dtype(config.logits_dtype)
     head = head.astype(hidden.dtype)  # gathered once per device, not once per chunk
-    logps = sharded_logps(hidden, head, targets, config.compute_logps_chunk_size, logits_dtype)
+    logps = sharded_logps(
+        hidden,
+        head,
+        targets,
+        config.compute_logps_chunk_size,
+        logits_dtype,
+        config.logps_gradient,
+    )
     per_token = grpo_token_loss(
         logps, batch["old_logps"], batch["advantages"], config, batch.get("ref_logps"), mask
     )

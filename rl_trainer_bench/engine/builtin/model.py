@@ -279,7 +279,7 @@ def layer_functions(batch, config: ModelConfig, *, capacity_factor, token_chunks
             top_k=config.top_k,
             capacity_factor=capacity_factor,
             token_chunks=token_chunks,
-            methods=(methods.expert_compute, methods.dropless_compute),
+            methods=(methods.expert_compute, methods.dropless_compute, methods.pair_ranking),
         )
         if "shared_gate" in layer:
             ffn = ffn + shared_expert(h, layer)

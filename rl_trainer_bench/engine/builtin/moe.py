@@ -103,19 +103,61 @@ def route(x, router_weights, top_k, valid, replayed=None):
     return jnp.where(keep, experts, -1), gates
 
 
-def slot_positions(experts, num_experts):
+# Below this many experts `pair_ranking=auto` counts: the one-hot of a pair's expert (and the
+# sentinel) is then at most one 128-lane row wide, and the count is a few matmuls of that width,
+# where a sort of the N x K pairs takes log-squared passes over them.
+COUNT_BELOW_EXPERTS = 128
+# Pairs counted per block by one matmul with a lower-triangular matrix of ones.
+COUNT_BLOCK = 128
+
+
+def pair_ranking_for(choice: str, num_experts: int) -> str:
+    """Resolve `auto` for a model of `num_experts` experts."""
+    if choice == "auto":
+        return "count" if num_experts < COUNT_BELOW_EXPERTS else "sort"
+    return choice
+
+
+def stable_ranks(keys, num_keys, ranking):
+    """Each entry's rank among the earlier entries of the same key, and how many entries each key
+    has: what a stable sort of `keys` by key gives (ranking `sort`), or by counting (`count`).
+
+    keys: [P] int in [0, num_keys). Counting: the one-hot rows of the keys are summed in blocks of
+    COUNT_BLOCK entries by one matmul with a strictly lower-triangular matrix of ones, and the
+    blocks' totals are prefix-summed over the blocks. Exact: the inputs are 0 or 1 and every sum
+    is an integer of at most COUNT_BLOCK in float32. Returns rank [P] and counts [num_keys] int32.
+    """
+    if ranking == "sort":
+        order = jnp.argsort(keys, stable=True)
+        counts = jnp.bincount(keys, length=num_keys).astype(jnp.int32)
+        starts = jnp.cumsum(counts) - counts
+        rank = jnp.arange(keys.shape[0], dtype=jnp.int32) - starts[keys[order]]
+        return jnp.zeros_like(rank).at[order].set(rank), counts
+    p = keys.shape[0]
+    blocks = -(-p // COUNT_BLOCK)
+    # padding entries take no key (a one-hot of num_keys is all zeros) and come after every entry
+    padded = jnp.pad(keys, (0, blocks * COUNT_BLOCK - p), constant_values=num_keys)
+    one_hot = jax.nn.one_hot(padded.reshape(blocks, COUNT_BLOCK), num_keys, dtype=jnp.bfloat16)
+    earlier = jnp.tril(jnp.ones((COUNT_BLOCK, COUNT_BLOCK), jnp.bfloat16), -1)
+    inside = jnp.einsum("ij,bjk->bik", earlier, one_hot, preferred_element_type=jnp.float32).astype(
+        jnp.int32
+    )  # [blocks, COUNT_BLOCK, keys]: same-key entries before it in its block
+    totals = jnp.sum(one_hot, axis=1, dtype=jnp.int32)  # [blocks, keys]
+    before = inside + (jnp.cumsum(totals, axis=0) - totals)[:, None, :]
+    rank = jnp.sum(before * one_hot.astype(jnp.int32), axis=-1).reshape(-1)[:p]
+    return rank, jnp.sum(totals, axis=0)
+
+
+def slot_positions(experts, num_experts, ranking="sort"):
     """Each (token, k) pair's position in its expert's queue, counting in token-major order.
 
-    experts: [N, K] (-1: no expert). A stable sort by expert keeps token order inside each expert,
-    so a pair's rank in the sorted list minus its expert's start is its queue position; this costs
-    O(NK log NK) instead of the [NK, E] one-hot prefix sum.
+    experts: [N, K] (-1: no expert). A pair's position is its rank among the earlier pairs of its
+    expert (`stable_ranks`, by a sort or by counting): a sort costs O(NK log NK) where counting
+    needs a [NK, E] one-hot, which is small for few experts.
     """
     flat = jnp.where(experts < 0, num_experts, experts).reshape(-1)  # [NK], empty -> sentinel E
-    order = jnp.argsort(flat, stable=True)
-    counts = jnp.bincount(flat, length=num_experts + 1)
-    starts = jnp.cumsum(counts) - counts
-    rank = jnp.arange(flat.shape[0]) - starts[flat[order]]
-    return jnp.zeros_like(flat).at[order].set(rank).reshape(experts.shape)
+    rank, _ = stable_ranks(flat, num_experts + 1, ranking)
+    return rank.reshape(experts.shape)
 
 
 class Slots(NamedTuple):
@@ -131,14 +173,14 @@ class Slots(NamedTuple):
     pair: jax.Array
 
 
-def dispatch(x, experts, num_experts, slots):
+def dispatch(x, experts, num_experts, slots, ranking="sort"):
     """One group's tokens into expert buffers.
 
-    x: [N, D]; experts: [N, K]. Returns buffer [E, C, D], the `Slots` of the pairs and whether any
-    pair overflowed.
+    x: [N, D]; experts: [N, K]; ranking: how the queue positions are found (`stable_ranks`).
+    Returns buffer [E, C, D], the `Slots` of the pairs and whether any pair overflowed.
     """
     n, k = experts.shape
-    position = slot_positions(experts, num_experts)
+    position = slot_positions(experts, num_experts, ranking)
     routed = experts >= 0
     kept = routed & (position < slots)
     of_pair = jnp.where(kept, experts * slots + position, num_experts * slots)  # [N, K]
@@ -234,23 +276,27 @@ def moe_ffn(x, params, valid, replayed, *, top_k, capacity_factor, token_chunks,
     params: this layer's router [D, E] and expert weights [E, D, F] / [E, F, D] in the compute dtype,
     still split as parameters (`sharding.parameter_spec`); valid: [B, T]; replayed: [B, T, K] or
     None; token_chunks: how many groups a device's tokens form, each with buffers of its own;
-    methods: (expert compute, dropless compute) resolved. Dropless (capacity_factor DROPLESS) runs the
-    token-sorted layout unless the dropless compute is `capacity`, which runs the capacity
-    program's layout at C = N; a sorted expert compute runs the capacity program token-sorted.
+    methods: (expert compute, dropless compute, pair ranking) resolved. Dropless (capacity_factor
+    DROPLESS) runs the token-sorted layout unless the dropless compute is `capacity`, which runs
+    the capacity program's layout at C = N; a sorted expert compute runs the capacity program
+    token-sorted.
     """
-    expert_compute, dropless_compute = methods
+    expert_compute, dropless_compute, ranking = methods
     experts, gates = route(x, params["router"], top_k, valid, replayed)
     weights = tuple(params[name] for name in EXPERT_WEIGHTS)
     if capacity_factor == DROPLESS and dropless_compute != "capacity":
-        local = functools.partial(local_sorted_ffn, method=dropless_compute)
+        local = functools.partial(local_sorted_ffn, method=dropless_compute, ranking=ranking)
     elif expert_compute in SORTED_EXPERT_COMPUTE:
         local = functools.partial(
             local_sorted_ffn,
             method=SORTED_EXPERT_COMPUTE[expert_compute],
             factor=capacity_factor,
+            ranking=ranking,
         )
     else:
-        local = functools.partial(local_capacity_ffn, factor=capacity_factor, method=expert_compute)
+        local = functools.partial(
+            local_capacity_ffn, factor=capacity_factor, method=expert_compute, ranking=ranking
+        )
     return expert_parallel(local, x, experts, gates, weights, token_chunks)
 
 
@@ -301,7 +347,7 @@ def expert_parallel(local, x, experts, gates, weights, token_chunks):
     )(x, experts, gates, weights)
 
 
-def local_capacity_ffn(tokens, experts, gates, weights, *, factor, method):
+def local_capacity_ffn(tokens, experts, gates, weights, *, factor, method, ranking="sort"):
     """One group's pairs in per-expert buffers of C slots; pairs past C drop (the overflow flag).
 
     tokens [N, D], experts and gates [N, K]: one group of a device's tokens; weights: this
@@ -313,7 +359,7 @@ def local_capacity_ffn(tokens, experts, gates, weights, *, factor, method):
     peers = jax.lax.axis_size(EXPERT_AXIS)
     num_experts, (n, d) = num_local * peers, tokens.shape
     slots = expert_capacity(n, experts.shape[-1], num_experts, factor)
-    buffer, placed, overflow = dispatch(tokens, experts, num_experts, slots)  # [E, C, D]
+    buffer, placed, overflow = dispatch(tokens, experts, num_experts, slots, ranking)  # [E, C, D]
     buffer = buffer.reshape(peers, num_local, slots, d)
     buffer = jax.lax.all_to_all(buffer, EXPERT_AXIS, 0, 0, tiled=True)  # [peers, local E, C, D]
     out = experts_ffn(buffer, *weights, method)
@@ -335,20 +381,21 @@ class Sorted(NamedTuple):
     position: jax.Array
 
 
-def sort_pairs(experts, first_expert, num_local):
+def sort_pairs(experts, first_expert, num_local, ranking="sort"):
     """The (token, k) pairs ordered by local expert, and how many pairs each local expert has.
 
     experts: [N, K] global ids (-1: empty). Pairs of experts outside [first_expert, first_expert +
-    num_local) and empty ones sort after every local group. A stable sort keeps token order inside
-    each expert, as the capacity path's queues do. Returns the `Sorted` permutation of the N K flat
-    pair indices and group sizes [num_local] int32.
+    num_local) and empty ones sort after every local group. The order is stable (token order
+    inside each expert, as the capacity path's queues): a pair's sorted position is its expert's
+    start plus its rank among that expert's earlier pairs (`stable_ranks`). Returns the `Sorted`
+    permutation of the N K flat pair indices and group sizes [num_local] int32.
     """
     local = experts.reshape(-1) - first_expert
     key = jnp.where((local >= 0) & (local < num_local), local, num_local)
-    order = jnp.argsort(key, stable=True)
-    position = jnp.zeros_like(order).at[order].set(jnp.arange(order.shape[0], dtype=order.dtype))
-    sizes = jnp.bincount(key, length=num_local + 1)[:num_local].astype(jnp.int32)
-    order, position, sizes = _saved(order, position, sizes)
+    rank, counts = stable_ranks(key, num_local + 1, ranking)
+    position = (jnp.cumsum(counts) - counts)[key] + rank
+    order = jnp.zeros_like(position).at[position].set(jnp.arange(key.shape[0], dtype=jnp.int32))
+    order, position, sizes = _saved(order, position, counts[:num_local])
     return Sorted(order, position), sizes
 
 
@@ -395,10 +442,13 @@ def _sorted_experts(tokens, gates, weights, placed: Sorted, sizes, method, inter
     gate_w, up_w, down_w = weights
 
     def matmul(lhs, w):
-        return jnp.where(live, grouped_matmul(lhs, w, sizes, method, interpret), 0)
+        return grouped_matmul(lhs, w, sizes, method, interpret)
 
-    out = matmul(jax.nn.silu(matmul(rows, gate_w)) * matmul(rows, up_w), down_w)
-    pairs = out[placed.position].reshape(-1, k, out.shape[-1])  # back in token order
+    hidden = jnp.where(live, jax.nn.silu(matmul(rows, gate_w)) * matmul(rows, up_w), 0)
+    out = matmul(hidden, down_w)  # undefined past the live rows: masked as it is gathered
+    # back in token order; the mask rides on the gather rather than a pass over all of `out`
+    pairs = jnp.where(live[placed.position], out[placed.position], 0)
+    pairs = pairs.reshape(-1, k, out.shape[-1])
     return jnp.einsum(
         "nkd,nk->nd", pairs, gates.astype(out.dtype), preferred_element_type=jnp.float32
     )
@@ -454,7 +504,9 @@ def _sorted_experts_backward(method, interpret, saved, grad):
 _sorted_experts.defvjp(_sorted_experts_forward, _sorted_experts_backward)
 
 
-def local_sorted_ffn(tokens, experts, gates, weights, *, method, factor=DROPLESS, interpret=False):
+def local_sorted_ffn(
+    tokens, experts, gates, weights, *, method, factor=DROPLESS, ranking="sort", interpret=False
+):
     """One group of a device's tokens through the token-sorted layer (see `expert_parallel`).
 
     Each device gathers the group's tokens from its expert-axis peers (A x N tokens, A the expert
@@ -472,7 +524,7 @@ def local_sorted_ffn(tokens, experts, gates, weights, *, method, factor=DROPLESS
         num_experts = weights[0].shape[0] * jax.lax.axis_size(EXPERT_AXIS)
         slots = expert_capacity(tokens.shape[0], experts.shape[-1], num_experts, factor)
         routed = experts >= 0
-        kept = routed & (slot_positions(experts, num_experts) < slots)
+        kept = routed & (slot_positions(experts, num_experts, ranking) < slots)
         overflow = jnp.any(routed & ~kept)
         experts = jnp.where(kept, experts, -1)
     tokens = jax.lax.all_gather(tokens, EXPERT_AXIS, axis=0, tiled=True)
@@ -480,7 +532,7 @@ def local_sorted_ffn(tokens, experts, gates, weights, *, method, factor=DROPLESS
     gates = jax.lax.all_gather(gates, EXPERT_AXIS, axis=0, tiled=True)
     num_local = weights[0].shape[0]
     first = jax.lax.axis_index(EXPERT_AXIS) * num_local
-    placed, sizes = sort_pairs(experts, first, num_local)
+    placed, sizes = sort_pairs(experts, first, num_local, ranking)
     partial = _sorted_experts(tokens, gates, tuple(weights), placed, sizes, method, interpret)
     mine = jax.lax.psum_scatter(partial, EXPERT_AXIS, scatter_dimension=0, tiled=True)
     return mine.astype(tokens.dtype), overflow

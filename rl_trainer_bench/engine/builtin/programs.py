@@ -170,6 +170,7 @@ class Methods(NamedTuple):
     attention: str
     expert_compute: str
     dropless_compute: str
+    pair_ranking: str
 
 
 def resolved_methods(config: EngineConfig, platform: str) -> Methods:
@@ -181,6 +182,7 @@ def resolved_methods(config: EngineConfig, platform: str) -> Methods:
         model.attention_method(config.model.attention, platform),
         moe.expert_compute_for(config.moe.expert_compute, platform),
         moe.dropless_compute_for(config.moe.dropless_compute, platform),
+        moe.pair_ranking_for(config.moe.pair_ranking, config.model.num_experts),
     )
 
 

@@ -208,12 +208,14 @@ NOT_TAKEN: Mapping[str, str] = {
     "loss.beta": _GRPO,
     "loss.compute_logps_chunk_size": _GRPO + "; its logits are tiled by num_vocab_tiling",
     "loss.logits_dtype": _GRPO,
+    "loss.logps_gradient": _GRPO,
     "moe.retry_when_tokens_dropped": (
         "MaxText 0.2.5's training engine never re-runs a micro-batch; moe_dropless_fallback"
         " (a trainer key) replays a step only in its pre-training loop, or a layer in place"
     ),
     "moe.expert_compute": "MaxText picks its own expert kernels (sparse_matmul, megablox)",
     "moe.dropless_compute": "MaxText picks its own expert kernels (sparse_matmul, megablox)",
+    "moe.pair_ranking": "MaxText sorts its routed pairs itself",
     "optimizer.init_value": _SCHEDULE,
     "optimizer.peak_value": _SCHEDULE,
     "optimizer.end_value": _SCHEDULE,
