@@ -67,7 +67,7 @@ for part in "$@"; do
   run_part 2>&1 | tee "$out/$part.log" || failed="$failed $part"
   echo "$part: $((SECONDS - started)) s" | tee -a "$out/$part.log"
   if [ -d "$work/$part" ]; then  # what the part wrote, also when it failed
-    tar -czf "$out/$part.tar.gz" -C "$work" --exclude=hlo --exclude='*.xplane.pb' "$part"
+    tar -czf "$out/$part.tar.gz" -C "$work" --exclude=hlo --exclude=profile --exclude='*.xplane.pb' "$part"
   fi
 done
 ls -la "$out"
