@@ -18,10 +18,14 @@
 #    a. `ab --engine <MaxText adapter>` STAGE_BEFORE_UPDATE off and on: the exact checks must PASS
 #       (same micro-batch digests, same loss denominators, one stage per boundary).
 #    a'. The adapter's own calls (MAXTEXT_DRIVER=maxtext, MaxText's router-replay loss) and Tunix's
-#       as two arms of one `ab`: the same loss denominators, the step times side by side.
+#       as two arms of one `ab`, over one training state (Tunix's driver holds it one level down,
+#       in Tunix's model adapter: engine/maxtext/state_layout.py): the same loss denominators, the
+#       step times side by side.
 #    b. The built-in engine and MaxText's on the same micro-batches, each `run` in a process of its
 #       own (two engines hold two training states, which one `ab` refuses), the two logs scored
-#       cross-pod by `ab --from-logs`: step times side by side, no shared noise floor.
+#       cross-pod by `ab --from-logs`: step times side by side, no shared noise floor. Both warm
+#       up for MaxText's two steps (CROSS_WARMUP_STEPS; the built-in engine would take one): a
+#       step's micro-batches follow its number, so runs that warm up differently score others.
 #    c. MaxText `run` with staging off, then on, each in a fresh process (an A/B's arms share one
 #       training engine, so their losses follow each other): the per-step losses must be
 #       bit-identical (compared as written in results.jsonl).
@@ -53,6 +57,7 @@ MOE_ENGINE_FLAGS=${MOE_ENGINE_FLAGS-mesh_fsdp=4 mesh_context=2 mesh_expert=1}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 MAXTEXT=rl_trainer_bench.engine.maxtext.adapter:MaxTextEngine
 BUILT_IN=rl_trainer_bench.engine.builtin.jax_engine:JaxEngine
+CROSS_WARMUP_STEPS=2  # MaxText's engine's warm-up (engine_choice.MAXTEXT_WARMUP_STEPS), both runs
 
 if [ ! -d "$TUNIX_DIR/tunix/experimental" ]; then
     echo "maxtext_engine.sh: TUNIX_DIR=$TUNIX_DIR has no tunix/experimental: give a Tunix checkout" >&2
@@ -110,8 +115,8 @@ for preset in $BENCH_PRESETS; do
         spec=$BUILT_IN
         [ "$engine" = maxtext ] && spec=$MAXTEXT
         bench run --preset "$preset" --engine "$spec" --maxtext-driver tunix --steps "$STEPS" \
-            "${run_flags[@]}" --results-dir "$out/cross-$engine" >"$out/cross-$engine.log" \
-            || status=$?
+            --warmup-steps "$CROSS_WARMUP_STEPS" "${run_flags[@]}" \
+            --results-dir "$out/cross-$engine" >"$out/cross-$engine.log" || status=$?
     done
     bench ab --from-logs "builtin=$out/cross-builtin.log" "maxtext=$out/cross-maxtext.log" \
         --out "$out/builtin-vs-maxtext" || status=$?

@@ -31,7 +31,8 @@ Like maxtext 0.2.5, the engine splits a dict of loss inputs into traced arrays a
 constants, hands the loss a model (here `StandInModel`, with maxtext 0.2.5's Transformer surface:
 its call, `decoder` returning hidden states beside the logits, `token_embedder`,
 `logits_from_hidden_states_for_vocab_tiling`; in `StandInTunixAdapter` when
-`wrap_with_tunix_adapter` wrapped it; `NativeHeadModel` for a MaxText whose call takes
+`wrap_with_tunix_adapter` wrapped it, whose weights and moments then sit under its one part,
+`base`, as NNX keeps a wrapped module's state; `NativeHeadModel` for a MaxText whose call takes
 `skip_lm_head`) and takes a Tunix `LossOutput` as a loss's return. Tunix's side, as far as the adapter
 drives it: `TrainerWorker` delegating to its trainer (`get_metrics()` without `clear_cache`), the
 packed `TrainExample` (`num_segments` static), `GRPOConfig`, and a GRPO loss with Tunix's
@@ -610,7 +611,7 @@ class MaxTextTrainingEngine:
 
     def _build_state(self) -> tuple[Any, Any]:
         """The weights and the optimizer state, on the mesh replicated."""
-        params = _init_params(self._config)
+        params = self._in_layout(_init_params(self._config))
         state = (params, self._tx.init(params))
         return state if self._replicated is None else jax.device_put(state, self._replicated)
 
@@ -627,9 +628,16 @@ class MaxTextTrainingEngine:
         """The model the loss is handed (MaxText's public `model`), at the current weights."""
         return self._model_of(self._params)
 
+    def _in_layout(self, params: dict[str, jax.Array]) -> dict[str, Any]:
+        """The Transformer's weights where the engine keeps them: under TunixMaxTextAdapter's one
+        part, `base`, when it wraps the model (as NNX keeps a module's state where the module
+        keeps its parts; the moments, built from the weights, mirror them)."""
+        return {"base": params} if self._tunix_adapter else params
+
     def _model_of(self, params) -> Any:
-        model = self.model_type(params, self._config)
-        return StandInTunixAdapter(model) if self._tunix_adapter else model
+        if self._tunix_adapter:
+            return StandInTunixAdapter(self.model_type(params["base"], self._config))
+        return self.model_type(params, self._config)
 
     def with_loss_fn(self, customized_fn, has_aux: bool = False) -> MaxTextTrainingEngine:
         self._loss_fn, self._has_aux = customized_fn, has_aux
@@ -850,8 +858,9 @@ class MaxTextTrainingEngine:
         return history[-1] if history else MetricsBuffer(id=EMPTY_METRICS_BUFFER_ID)
 
     def parameters(self) -> dict[str, np.ndarray]:
-        """Host copies of the weights (the stand-in's own accessor, for tests)."""
-        return jax.device_get(self._params)
+        """Host copies of the Transformer's weights, wrapped or not (the stand-in's own accessor,
+        for tests)."""
+        return jax.device_get(self._params["base"] if self._tunix_adapter else self._params)
 
     def close(self) -> None:
         if self._profile_active:
@@ -886,7 +895,7 @@ def _traced_state(engine: MaxTextTrainingEngine) -> tuple[Any, Any]:
     """As AbstractMaxTextEngine traces it: the weights and moments as shapes on the mesh."""
 
     def state():
-        params = _init_params(engine._config)
+        params = engine._in_layout(_init_params(engine._config))
         return params, engine._tx.init(params)
 
     return jax.tree.map(
@@ -906,11 +915,16 @@ def _state_avals(engine: MaxTextTrainingEngine) -> tuple[Any, Any]:
     return engine._params, engine._opt_state
 
 
-def _adopt_state(source: MaxTextTrainingEngine, target: MaxTextTrainingEngine) -> None:
-    """As the adapter's `adopt_state` over maxtext 0.2.5: the target's weights and moments become
-    the source's arrays (its own dropped), its train step the source's (through the setter)."""
-    target._params, target._opt_state = source._params, source._opt_state
-    target.train_step = source.train_step
+def _train_state(engine: MaxTextTrainingEngine) -> tuple[Any, Any]:
+    """As the adapter's `train_state` over maxtext 0.2.5: the weights and moments, in the
+    engine's layout."""
+    return engine._params, engine._opt_state
+
+
+def _set_train_state(engine: MaxTextTrainingEngine, state: tuple[Any, Any]) -> None:
+    """As the adapter's `set_train_state`: the engine's weights and moments become `state`'s
+    arrays (its own dropped)."""
+    engine._params, engine._opt_state = state
 
 
 def _release_state(engine: MaxTextTrainingEngine) -> None:
@@ -1150,7 +1164,8 @@ STAND_IN_API = MaxTextApi(
     abstract_engine_type=AbstractMaxTextEngine,
     state_avals=_state_avals,
     xla_options=_xla_options,
-    adopt_state=_adopt_state,
+    train_state=_train_state,
+    set_train_state=_set_train_state,
     release_state=_release_state,
     shapes_engine_type=ShapesBuiltTrainingEngine,
 )

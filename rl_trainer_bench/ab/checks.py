@@ -42,6 +42,9 @@ def same_micro_batches(runs: Sequence[ArmRun]) -> CheckResult:
     Names are shown but not compared: they label a position in a run, the digest is the content.
     """
     name = "same micro-batch digests in the same order"
+    other_warm_up = _other_warm_up(runs)
+    if other_warm_up:
+        return CheckResult(name, FAIL, other_warm_up)
     reference = runs[0]
     expected = _batches(reference)
     for run in runs[1:]:
@@ -70,6 +73,9 @@ def same_micro_batches(runs: Sequence[ArmRun]) -> CheckResult:
 def same_loss_denominators(runs: Sequence[ArmRun]) -> CheckResult:
     """Every arm reports the same loss denominator (completion tokens) at each step, exactly."""
     name = "same loss denominators per step"
+    other_warm_up = _other_warm_up(runs)
+    if other_warm_up:
+        return CheckResult(name, FAIL, other_warm_up)
     reference = runs[0]
     expected = [r.loss_denominator for r in reference.records]
     if not expected:
@@ -198,6 +204,27 @@ def finite_metrics(runs: Sequence[ArmRun]) -> CheckResult:
     if not any(run.records for run in runs):
         return CheckResult(name, FAIL, "no arm recorded a step")
     return CheckResult(name, PASS, f"{sum(len(r.records) for r in runs)} steps, all finite")
+
+
+def _other_warm_up(runs: Sequence[ArmRun]) -> str:
+    """Where an arm warmed up for another number of steps than the first ("": none did). The
+    micro-batches a step trains follow its number, warm-up steps counted, so such arms score other
+    micro-batches (runs of two engines warm up as each needs unless told: cross-pod logs)."""
+    reference = runs[0]
+    expected = _warm_up_steps(reference)
+    for run in runs[1:]:
+        got = _warm_up_steps(run)
+        if got != expected:
+            return (
+                f"{reference.label} warmed up {expected} step(s), {run.label} {got}: their scored"
+                " steps train other micro-batches; give every run the same WARMUP_STEPS"
+                " (--warmup-steps)"
+            )
+    return ""
+
+
+def _warm_up_steps(run: ArmRun) -> int:
+    return sum(record.warmup for record in run.records)
 
 
 def _batches(run: ArmRun) -> list[tuple[str, str]]:

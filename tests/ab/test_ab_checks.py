@@ -48,6 +48,20 @@ def test_records_without_digests_fail():
     assert _status(runs, ab_checks.same_micro_batches) == ab_checks.FAIL
 
 
+def test_arms_that_warmed_up_for_other_numbers_of_steps_fail_naming_the_warm_up():
+    """Two engines' runs warm up as each needs (the built-in one step, MaxText's two): their
+    steps train other micro-batches, and the checks say why, not only that the counts differ."""
+    runs = [arm("builtin", "builtin", [0.1, 0.1, 0.1]), arm("maxtext", "maxtext", [0.2, 0.2])]
+    runs[1].records[1] = dataclasses.replace(runs[1].records[1], warmup=True)
+    for check in (ab_checks.same_micro_batches, ab_checks.same_loss_denominators):
+        result = check(runs)
+        assert (result.status, result.detail) == (
+            ab_checks.FAIL,
+            "builtin warmed up 1 step(s), maxtext 2: their scored steps train other"
+            " micro-batches; give every run the same WARMUP_STEPS (--warmup-steps)",
+        ), check.__name__
+
+
 def test_different_loss_denominator_fails():
     runs = off_on_off_on(0.1, 0.09)
     runs[1].records[4].loss_denominator += 1.0

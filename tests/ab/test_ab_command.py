@@ -205,16 +205,18 @@ def test_prediction_about_a_missing_setting_is_refused_before_any_output(tmp_pat
     assert not out.exists()
 
 
-def _driver_log(path, stage, seed="0"):
+def _driver_log(path, stage, seed="0", warmup="1"):
     """One pod's log: a Bench run alone, its lines as the driver prints them."""
     from rl_trainer_bench.bench.plan import resolve
     from rl_trainer_bench.config.knobs import BenchConfig
 
-    config = BenchConfig.from_env({"STEPS": "4", "STAGE_BEFORE_UPDATE": stage, "SEED": seed})
+    config = BenchConfig.from_env(
+        {"STEPS": "4", "STAGE_BEFORE_UPDATE": stage, "SEED": seed, "WARMUP_STEPS": warmup}
+    )
     lines = []
     bench = Benches()(resolve(config), lines.append)
     bench.setup()
-    bench.run(steps=config.steps, stage=config.stage)
+    bench.run(steps=config.steps, stage=config.stage, warmup_steps=config.warmup_steps)
     bench.close()
     path.write_text("\n".join(["pod start", *lines, "pod end"]) + "\n")
 
@@ -279,6 +281,24 @@ def test_from_logs_of_pods_that_trained_other_data_fails(tmp_path):
         )
         == 1
     )
+
+
+def test_from_logs_of_pods_that_warmed_up_differently_fails_naming_the_warm_up(tmp_path):
+    """Pods of two engines warm up as each needs unless told: the same data, the same scored
+    steps, but the step numbers, which pick the micro-batches, are shifted."""
+    _driver_log(tmp_path / "one.log", "off")
+    _driver_log(tmp_path / "two.log", "off", warmup="2")
+    out = tmp_path / "r"
+    assert (
+        run_ab(
+            ["--from-logs", str(tmp_path / "one.log"), str(tmp_path / "two.log"), "--out", str(out)]
+        )
+        == 1
+    )
+    checks = {c["name"]: c for c in json.loads((out / "ab.json").read_text())["checks"]}
+    for name in ("same micro-batch digests in the same order", "same loss denominators per step"):
+        assert checks[name]["status"] == "FAIL"
+        assert checks[name]["detail"].startswith("one warmed up 1 step(s), two 2: ")
 
 
 def test_from_logs_without_ruler_lines_is_refused(tmp_path):

@@ -75,7 +75,7 @@ from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload, PreparedInput, StateMismatch
 from rl_trainer_bench.engine.maxtext import aot as maxtext_aot
 from rl_trainer_bench.engine.maxtext import config as maxtext_config
-from rl_trainer_bench.engine.maxtext import cpu_lowerings, tunix_grpo
+from rl_trainer_bench.engine.maxtext import cpu_lowerings, state_layout, tunix_grpo
 from rl_trainer_bench.engine.maxtext import head as maxtext_head
 from rl_trainer_bench.engine.maxtext import keys as maxtext_keys
 from rl_trainer_bench.engine.maxtext import metrics as maxtext_metrics
@@ -114,14 +114,16 @@ class MaxTextApi:
     abstract_engine_type: type
     state_avals: Callable[[Any], tuple[Any, Any]]
     xla_options: Callable[[Any], dict[str, str]]
-    # (source, target) live engines: target's training state becomes source's arrays (no copy,
-    # its own dropped) and its train step source's (`MaxTextEngine.take_shared_state`).
-    adopt_state: Callable[[Any, Any], None]
+    # (engine) -> its whole training state (model and optimizer) as a pytree, in its model's
+    # layout, and (engine, state) setting it to `state`'s leaves (no copy, its own dropped):
+    # what `MaxTextEngine.take_shared_state` moves from one engine to another (`state_layout`).
+    train_state: Callable[[Any], Any]
+    set_train_state: Callable[[Any, Any], None]
     # (engine) whose state another engine adopted: each of its state's leaves becomes its shape,
     # so the engine that took the state is the only holder of its arrays.
     release_state: Callable[[Any], None]
     # MaxText's engine, called as `engine_type`, with its training state built as shapes (no
-    # weights or moments allocated): it runs once `adopt_state` has given it arrays.
+    # weights or moments allocated): it runs once `set_train_state` has given it arrays.
     shapes_engine_type: type
 
 
@@ -164,7 +166,8 @@ def load_maxtext() -> MaxTextApi:
         abstract_engine_type=maxtext_engine_compile.AbstractMaxTextEngine,
         state_avals=_nnx_state_avals,
         xla_options=lambda config: max_utils.parse_libtpu_flags_to_dict(config.compile_xla_flags),
-        adopt_state=_adopt_nnx_state,
+        train_state=_nnx_train_state,
+        set_train_state=_set_nnx_train_state,
         release_state=_release_nnx_state,
         shapes_engine_type=_shapes_engine_type(
             maxtext_engine.MaxTextTrainingEngine, maxtext_engine_compile.AbstractMaxTextEngine
@@ -187,21 +190,27 @@ def _nnx_state_avals(engine: Any) -> tuple[Any, Any]:
     return jax.tree.map(as_taken, (nnx.state(engine.model, nnx.Param), nnx.state(engine.optimizer)))
 
 
-def _adopt_nnx_state(source: Any, target: Any) -> None:
-    """Target's NNX train state (model and optimizer) set to source's arrays through its public
-    `state`, then its cached pure copy of them re-read: MaxText keeps that cache across steps
-    and offers no public way to refresh it short of its setters, which drop the compiled
-    kernels (so the next step would compile), hence the one private call `_refresh_pure_state`."""
+def _nnx_train_state(engine: Any) -> Any:
+    """An NNX MaxText engine's train state (model and optimizer), read through its public `state`."""
     from flax import nnx  # MaxText's dependency: absent where MaxText is
 
-    nnx.update(target.state, nnx.state(source.state))
-    target._refresh_pure_state()
-    target.train_step = source.train_step
+    return nnx.state(engine.state)
+
+
+def _set_nnx_train_state(engine: Any, state: Any) -> None:
+    """The engine's NNX train state set to `state` through its public `state`, then its cached
+    pure copy of it re-read: MaxText keeps that cache across steps and offers no public way to
+    refresh it short of its setters, which drop the compiled kernels (so the next step would
+    compile), hence the one private call `_refresh_pure_state`."""
+    from flax import nnx  # MaxText's dependency: absent where MaxText is
+
+    nnx.update(engine.state, state)
+    engine._refresh_pure_state()
 
 
 def _release_nnx_state(engine: Any) -> None:
     """Every variable of the engine's NNX train state set to its shape, then its cached pure copy
-    re-read (`_refresh_pure_state`, as in `_adopt_nnx_state`): neither keeps an array alive.
+    re-read (`_refresh_pure_state`, as in `_set_nnx_train_state`): neither keeps an array alive.
     Without this the engine that gave its state away keeps its variables and its cache pointing
     at the arrays it handed over; the taker's `update` donates only what aliases an output, so
     the rest (a parameter-sized tree on the CPU) outlives the step that replaced it."""
@@ -362,6 +371,11 @@ class MaxTextEngine:
         self.tunix, self.driver_reason = tunix_grpo.choose(
             config.maxtext_driver, type(self).load_tunix
         )
+        # Tunix's driver hands Tunix the model in MaxText's TunixMaxTextAdapter where it can wrap
+        # it, which moves the state one level down (`state_layout`).
+        self.wrapped = self.tunix is not None and self.api.tunix_adapter_wraps(
+            self.maxtext_config.model_name
+        )
         # Tunix's loss returns no overflow flags: drops are MaxText's to count on its own path only.
         self._dropless_fallback = None if self.tunix else self.maxtext_config.moe_dropless_fallback
         self.engine, self.calls = self._driven_by_tunix() if self.tunix else self._driven_here()
@@ -430,12 +444,14 @@ class MaxTextEngine:
         allocated, `shapes_engine_type`); they are compared with the holder's leaf for leaf
         (shape, dtype, sharding: StateMismatch naming the first difference), then the new
         engine takes the holder's arrays, before anything compiles: one state on the device
-        throughout.
+        throughout. The two are compared in the Transformer's layout (`state_layout`): an engine
+        driven by Tunix holds the same state one level down, in Tunix's model adapter.
         """
         sibling = type(self)(config, family=self._family)
+        holder = self._family.holder
         difference = first_difference(
-            self.api.state_avals(self._family.holder.engine),
-            sibling.api.state_avals(sibling.engine),
+            state_layout.model_layout(self.api.state_avals(holder.engine), holder.wrapped),
+            state_layout.model_layout(sibling.api.state_avals(sibling.engine), sibling.wrapped),
         )
         if difference is not None:
             raise StateMismatch(difference)
@@ -447,7 +463,14 @@ class MaxTextEngine:
         holds none of it (`release_state`): only the engine that steps holds the arrays."""
         holder = self._family.holder
         if holder is not self:
-            self.api.adopt_state(holder.engine, self.engine)
+            state = state_layout.moved(
+                self.api.train_state(holder.engine),
+                holder.wrapped,
+                self.api.train_state(self.engine),
+                self.wrapped,
+            )
+            self.api.set_train_state(self.engine, state)
+            self.engine.train_step = holder.engine.train_step
             self.api.release_state(holder.engine)
             self._family.holder = self
 
@@ -529,20 +552,19 @@ class MaxTextEngine:
         """MaxText's engine inside Tunix's TrainerWorker with Tunix's GRPO loss, set as Tunix's
         distributed GRPO sets it (`with_loss_fn(loss, has_aux=True)`, the input hook); the model
         in MaxText's TunixMaxTextAdapter where MaxText can wrap it."""
-        self._wrapped = self.api.tunix_adapter_wraps(self.maxtext_config.model_name)
         self._input_fn = tunix_grpo.model_input(
             tunix_grpo.grpo_config(self.tunix, self.config.loss)
         )
         engine = self._engine_type(
             self.maxtext_config,
             mesh=self.mesh,
-            wrap_with_tunix_adapter=self._wrapped,
-            tokenizer_pad_id=tunix_grpo.PAD_ID if self._wrapped else None,
+            wrap_with_tunix_adapter=self.wrapped,
+            tokenizer_pad_id=tunix_grpo.PAD_ID if self.wrapped else None,
         )
-        split = maxtext_head.head_split(engine.model, self._wrapped)
+        split = maxtext_head.head_split(engine.model, self.wrapped)
         self._chunked = tunix_grpo.chunked_pass(split, self.config.loss.compute_logps_chunk_size)
         worker = self.tunix.worker_type(lambda: engine, worker_id="rl-trainer-bench")
-        loss = tunix_grpo.grpo_loss(self.tunix, self._wrapped, split.kind, self._chunked)
+        loss = tunix_grpo.grpo_loss(self.tunix, self.wrapped, split.kind, self._chunked)
         worker.with_loss_fn(loss, has_aux=True)
         worker.with_gen_model_input_fn(self._model_input)
         return engine, worker
@@ -559,7 +581,7 @@ class MaxTextEngine:
             "driver": f"tunix TrainerWorker ({self.driver_reason})",
             "loss": f"tunix algo_core.grpo_loss_fn ({tunix_grpo.LOSS_AGG_MODE}, routes replayed)",
             "model_call": "MaxText's TunixMaxTextAdapter"
-            if self._wrapped
+            if self.wrapped
             else f"MaxText's Transformer through the bench's Tunix call (TunixMaxTextAdapter"
             f" needs an HF config, which MaxText's {self.maxtext_config.model_name!r} model lacks)",
             "chunked_logps": self._chunked.describe(),
