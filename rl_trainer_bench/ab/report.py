@@ -57,10 +57,15 @@ def table(
         lines.append(
             f"{setting}: median {milliseconds(spread.median_s)} ms over {spread.steps} steps (all its arms)"
         )
-    if score.blocks:
-        unit = "half-blocks'" if score.looks else "blocks'"
+    if score.looks:
         lines.append(
-            f"noise: the spread of the {len(score.blocks)} {unit} differences, in each delta's "
+            f"noise: the robust scale of the {score.looks[-1]['steps']} scored steps around the fit"
+            " (Huber: a stray step counts as 1.345 scales, not as itself), in each delta's interval"
+            " (no separate floor)"
+        )
+    elif score.blocks:
+        lines.append(
+            f"noise: the spread of the {len(score.blocks)} blocks' differences, in each delta's "
             "interval (no separate floor)"
         )
     elif score.noise:
@@ -79,6 +84,16 @@ def table(
             f"{confidence_level(score.confidence)} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms -> {delta.verdict}"
         )
         lines.append(f"  because {delta.reason}")
+    for metric, deltas in score.boundary.items():
+        for delta in deltas:
+            lines.append(
+                f"delta {delta.name} ({metric}): {milliseconds(delta.delta_s, _SIGNED_MS)} ms, "
+                f"{confidence_level(score.confidence)} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)},"
+                f" {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms -> {delta.verdict}"
+            )
+            lines.append(f"  because {delta.reason}")
+    if score.judged_by:
+        lines.append(f"judged by: {score.judged_by}")
     if score.stopping:
         lines.append(f"stopping: {score.stopping}")
     lines += ["", *design_lines(runs, score)]
