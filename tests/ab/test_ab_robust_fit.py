@@ -38,7 +38,7 @@ def test_without_a_far_step_it_solves_huber_s_equations():
     clipped residuals sum to 0 against every regressor, and their squares to (n - p) E[psi^2] =
     13 x 0.7101, Huber's proposal 2), lies within a fifth of a standard error of least squares
     (numpy's lstsq), and its standard error is the least-squares formula's at the fitted scale
-    times sqrt(1.0525), Huber's efficiency at 1.345."""
+    times sqrt(1.0525), Huber's efficiency at 1.345 (here above the sandwich's factor)."""
     rng = np.random.default_rng(4)
     x = robust_fit.design(ORDER, 2)
     y = 2.06 + 0.004 * rng.standard_normal(16)
@@ -87,3 +87,24 @@ def test_many_runs_are_fitted_at_once_each_as_alone():
         assert together.beta[row] == pytest.approx(alone.beta[0], abs=1e-12)
         assert together.errors[row] == pytest.approx(alone.errors[0], abs=1e-12)
     assert together.set_aside.any(axis=1).tolist() == [False, False, True, False, False]
+
+
+def test_where_many_steps_are_clipped_the_error_is_huber_s_sandwich():
+    """Noise with heavy tails (Student's t, 2 degrees of freedom): more residuals are clipped
+    than normal noise clips, and the error follows Huber's sandwich, worked here by hand from the
+    fit's residuals, where it is the larger."""
+    rng = np.random.default_rng(3)
+    x = robust_fit.design(ORDER, 2)
+    y = 2.06 + 0.004 * rng.standard_t(2, 16)
+    fitted = robust_fit.fit(x, y)
+    kept = ~fitted.set_aside[0]
+    u = (y - x @ fitted.beta[0])[kept] / fitted.scale[0]
+    psi = np.clip(u, -1.345, 1.345)
+    inside = np.mean(np.abs(u) <= 1.345)
+    n, df = kept.sum(), fitted.df[0]
+    factor = (1 + 3 / n * (1 - inside) / inside) / inside
+    sandwich = factor**2 * np.sum(psi * psi) / df
+    assert sandwich > 1.0525
+    inverse = np.linalg.inv(x[kept].T @ x[kept])[1, 1]
+    by_hand = fitted.scale[0] * np.sqrt(sandwich * inverse)
+    assert fitted.errors[0, 1] == pytest.approx(by_hand, rel=1e-9)
