@@ -27,7 +27,7 @@ from rl_trainer_bench.io import write_text_atomically
 from rl_trainer_bench.units import confidence_level, milliseconds
 
 if TYPE_CHECKING:  # the scorer needs numpy; this module stays light for the parser
-    from rl_trainer_bench.ab.score import Score
+    from rl_trainer_bench.ab.score import Delta, Score
 
 SCHEMA = "rl-trainer-bench/ab/1"
 _VERSIONED = ("jax", "jaxlib", "numpy", "optax", "matplotlib")
@@ -81,7 +81,8 @@ def table(
     for delta in score.deltas:
         lines.append(
             f"delta {delta.name}: {milliseconds(delta.delta_s, _SIGNED_MS)} ms ({delta.percent(delta.delta_s):+.1f}%), "
-            f"{confidence_level(score.confidence)} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms -> {delta.verdict}"
+            f"{confidence_level(score.confidence)} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms"
+            f"{_no_effect_interval(delta)} -> {delta.verdict}"
         )
         lines.append(f"  because {delta.reason}")
     for metric, deltas in score.boundary.items():
@@ -89,7 +90,8 @@ def table(
             lines.append(
                 f"delta {delta.name} ({metric}): {milliseconds(delta.delta_s, _SIGNED_MS)} ms, "
                 f"{confidence_level(score.confidence)} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)},"
-                f" {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms -> {delta.verdict}"
+                f" {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms{_no_effect_interval(delta)}"
+                f" -> {delta.verdict}"
             )
             lines.append(f"  because {delta.reason}")
     if score.judged_by:
@@ -114,6 +116,16 @@ def table(
         f"plot: {plot_note}",
     ]
     return "\n".join(lines)
+
+
+def _no_effect_interval(delta: Delta) -> str:
+    """A sequential look's NO-EFFECT interval beside the CI ("" where NO-EFFECT reads the CI)."""
+    if delta.no_effect_low_s is None or delta.no_effect_high_s is None:
+        return ""
+    low, high = (
+        milliseconds(x, _SIGNED_MS) for x in (delta.no_effect_low_s, delta.no_effect_high_s)
+    )
+    return f", NO-EFFECT interval [{low}, {high}] ms"
 
 
 def _arm_rows(runs: Sequence[ArmRun], score: Score) -> list[str]:

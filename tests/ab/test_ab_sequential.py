@@ -150,10 +150,13 @@ def test_the_forecasts_vectorised_rule_stops_where_the_scorer_does():
     same steps' fits they stop at the same look with the same verdict."""
     rng = np.random.default_rng(7)
     looks = Looks(8)
-    rows = rng.normal(0.0, 0.4, (40, 8, 2)) + np.array([100.0, 100.6])  # near the 0.5 min effect
-    delta = np.zeros((40, 6))
+    # no effect, one inside the 0.5 min effect and one past it, at 0.2% noise: every kind of stop
+    effects = np.repeat([[0.0], [0.3], [0.6]], 20, axis=0)
+    rows = 100 + rng.normal(0.0, 0.2, (60, 8, 2))
+    rows[:, :, 1] += effects
+    delta = np.zeros((60, 6))
     error = np.zeros_like(delta)
-    df = np.zeros((40, 6), dtype=int)
+    df = np.zeros((60, 6), dtype=int)
     scores = []
     for r, row in enumerate(rows):
         runs = _arms(list(row[:, 0]), list(row[:, 1]))
@@ -176,7 +179,8 @@ def test_the_forecasts_vectorised_rule_stops_where_the_scorer_does():
         assert score.looks[-1]["units"] == units
         assert score.deltas[0].verdict in names[word]
         seen.add((int(units) == 8, int(word)))
-    assert len(seen) >= 3  # early and last stops, claimed and not, were all exercised
+    # early and last stops, each verdict, were all exercised
+    assert {word for _, word in seen} == {0, 1, 2} and {last for last, _ in seen} == {True, False}
 
 
 def test_with_no_effect_a_claim_is_made_in_under_one_run_in_a_hundred():
