@@ -53,9 +53,13 @@ SETTINGS = ("A", "B")
 
 def series_of(path: Path, metric: str) -> tuple[np.ndarray, np.ndarray]:
     """The scored steps' `metric` in run order and each step's setting index (0: the first)."""
+    if not path.is_file():
+        sys.exit(f"{path}: no such file; give `ab`'s ab.json or a results .jsonl")
     if path.suffix == ".json":
-        report = json.loads(path.read_text())
-        arms = report["arms"]
+        try:
+            arms = json.loads(path.read_text())["arms"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            sys.exit(f"{path}: not an `ab` report (no `arms`); give `ab`'s ab.json")
         settings = list(dict.fromkeys(a["setting"] for a in arms))
         values, index = [], []
         for a in arms:
@@ -191,8 +195,8 @@ def main() -> int:
     median = float(np.median(values))
     if args.normal_noise is not None:
         noise, level, median = 2.058 * args.normal_noise / 100, 2.058, 2.058
-    name += f"-min-effect-{args.min_effect:g}"
     boundary = args.metric != "step_s"
+    name += "-min-effect-tenth-of-median" if boundary else f"-min-effect-{args.min_effect:g}"
     min_effect = BOUNDARY_MIN_EFFECT * abs(median) if boundary else args.min_effect / 100 * median
     looks = Looks(args.budget)
     effects = [0.0] + [float(e) for e in args.effects.split(",")]
