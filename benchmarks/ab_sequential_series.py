@@ -20,6 +20,11 @@ setting spent (mean, and the share stopped by each look). With --metric first_ca
 first call's extra after the boundary is simulated instead of the step (min effect: a tenth of the
 series' median of it, as the run judges it).
 
+With --windows, `ab.json`'s arms are also cut into consecutive windows of --budget half-blocks
+and each is scored by the run's own rule (`sequential.score`: the step's verdict, the boundary's,
+where it stopped): one long run of 1-step turns on a chip read as several runs of the default
+design, each with its verdict.
+
 Input: `ab`'s `ab.json` (every arm's records, in run order, with its setting), or a
 `results.jsonl` / `armN-SETTING.jsonl` of one series (one setting: level and drift only). Usage:
 
@@ -43,9 +48,10 @@ from pathlib import Path
 import numpy as np
 
 from rl_trainer_bench.ab import order as run_orders
-from rl_trainer_bench.ab import robust_fit, sequential_forecast
+from rl_trainer_bench.ab import robust_fit, sequential, sequential_forecast
 from rl_trainer_bench.ab.sequential import BOUNDARY_MIN_EFFECT, Looks
 from rl_trainer_bench.bench.results_file import read_results
+from rl_trainer_bench.bench.step_record import ArmRun, StepRecord
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SETTINGS = ("A", "B")
@@ -74,6 +80,51 @@ def series_of(path: Path, metric: str) -> tuple[np.ndarray, np.ndarray]:
     if any(v is None for v in values):
         sys.exit(f"{path}: some scored step has no {metric}; give a series that measured it")
     return np.asarray(values, dtype=np.float64), np.asarray(index)
+
+
+def windows(path: Path, budget: int, min_effect_pct: float) -> list[str]:
+    """`ab.json`'s arms cut into consecutive windows of `budget` half-blocks, each scored by the
+    run's own rule (`sequential.score`, the boundary's metrics and the stop included) as if it were
+    a run of the default design: one line per window, its verdicts and where it stopped."""
+    if path.suffix != ".json":
+        sys.exit(f"{path}: --windows reads `ab`'s ab.json (its arms and their settings)")
+    report = json.loads(path.read_text())
+    arms = [
+        ArmRun(
+            label=a["label"],
+            setting=a["setting"],
+            staged=a["staged"],
+            records=[StepRecord.from_json(r) for r in a["records"]],
+        )
+        for a in report["arms"]
+    ]
+    settings = list(dict.fromkeys(a.setting for a in arms))
+    deltas = (report.get("score") or {}).get("deltas") or [{"baseline": settings[0]}]
+    baseline = deltas[0]["baseline"]  # the run's, which the blocks may not have run first
+    span = budget * len(settings)
+    lines = []
+    for start in range(0, len(arms) - span + 1, span):
+        window = arms[start : start + span]
+        if sequential.halves([a.setting for a in window]) is None:
+            sys.exit(f"{path}: arms {start}..{start + span} are not whole half-blocks")
+        score = sequential.score(
+            window, Looks(budget), min_effect_pct=min_effect_pct, baseline=baseline
+        )
+        stop = score.looks[-1]
+        shown = [(d.name, d) for d in score.deltas] + [
+            (f"{d.name} ({metric})", d) for metric, ds in score.boundary.items() for d in ds
+        ]
+        verdicts = "; ".join(
+            f"{name} {1000 * d.delta_s:+.3g} ms [{1000 * d.ci_low_s:+.3g}, {1000 * d.ci_high_s:+.3g}]"
+            f" -> {d.verdict}"
+            for name, d in shown
+        )
+        lines.append(
+            f"  window {start // span + 1} (arms {start + 1}-{start + span}): stopped after"
+            f" {stop['units']} scored steps per setting (1-step turns), step noise"
+            f" {100 * stop['step_noise']:.3g}%, judged by {stop['judged_by']}: {verdicts}"
+        )
+    return lines
 
 
 def synthetic_chip() -> tuple[np.ndarray, np.ndarray]:
@@ -174,6 +225,12 @@ def main() -> int:
         "--effects", default="1,7.2", help="percents of the median, comma-separated"
     )
     parser.add_argument("--runs", type=int, default=20000)
+    parser.add_argument(
+        "--windows",
+        action="store_true",
+        help="also score ab.json's arms in consecutive windows of --budget half-blocks by the"
+        " run's own rule (a long run of 1-step turns read as several runs of the default design)",
+    )
     args = parser.parse_args()
     if [args.synthetic_chip, args.series is not None, args.normal_noise is not None].count(
         True
@@ -235,6 +292,12 @@ def main() -> int:
             f" NO-EFFECT {case['no_effect']}, NOISY {case['noisy']}; scored steps per setting"
             f" {case['mean_scored_per_setting']:.2f} on average; stopped by {by}"
         )
+    if args.windows:
+        lines = windows(args.series, args.budget, args.min_effect)
+        print(f"{len(lines)} windows of {args.budget} half-blocks, each scored as a run:")
+        print("\n".join(lines))
+        result["windows"] = lines
+        out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")
     return 0
 
