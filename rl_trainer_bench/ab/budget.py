@@ -281,9 +281,19 @@ class Design:
         """The design, its cost and what it resolves, as the render, `plan` and `ab` print them."""
         if self.looks is None:
             return [self._design_line(), self._time_line(), self._resolution_line()]
+        rule = f"A/B stops when settled: {self.looks.rule()}"
+        if not sequential_forecast.runs_for(self.looks, self.turn_steps):
+            return [
+                self._design_line(),
+                rule,
+                f"A/B expected stop: not simulated for {self.looks.max_units} half-blocks of"
+                f" {self.turn_steps}-step turns (a forecast's cost grows with the square of the"
+                f" budget); at most {self.scored_per_setting} scored steps per setting",
+                self._time_line(),
+            ]
         return [
             self._design_line(),
-            f"A/B stops when settled: {self.looks.rule()}",
+            rule,
             self._expected_line(),
             self._expected_time_line(),
             self._sequential_resolution_line(),
@@ -334,7 +344,8 @@ class Design:
             )
 
         return (
-            f"A/B expected stop (ESTIMATE: {sequential_forecast.RUNS} simulated runs of"
+            f"A/B expected stop (ESTIMATE:"
+            f" {sequential_forecast.runs_for(self.looks, self.turn_steps)} simulated runs of"
             f" independent normal steps at {_noise_text(self.noise)}, each look judged by the"
             " run's own fit and rule): "
             + "; ".join(at(each) for each in self.forecasts)

@@ -25,6 +25,12 @@ from rl_trainer_bench.ab.resolution import RESOLVED
 from rl_trainer_bench.ab.sequential import Looks
 
 RUNS = 4000  # simulated runs of a forecast: a share is known to about 0.5 points
+FEWEST_RUNS = 1000  # a longer budget's: a share known to about 1.5 points
+# Steps fitted per simulated run, summed over its looks, that 4,000 runs fit in a few seconds on
+# the 2-core development machine (the seeds' 8 half-blocks fit 66; 17 half-blocks of 1-step turns
+# 300): a longer budget is simulated with fewer runs, down to FEWEST_RUNS (35 half-blocks), and
+# beyond that not at all (the cost grows with the square of the budget: 1,000 blocks, hours)
+WORK = RUNS * 300
 SEED = 20261205
 CLAIMED, NO_EFFECT, NOISY = 0, 1, 2
 SETTINGS = ("A", "B")
@@ -51,6 +57,13 @@ class UnitRuns:
     delta: np.ndarray
     error: np.ndarray
     df: np.ndarray
+
+
+def runs_for(looks: Looks, turn_steps: int) -> int:
+    """The simulated runs a forecast of this design affords (0: none, the budget is too long)."""
+    fitted = sum(len(SETTINGS) * units * turn_steps for units in looks.units)
+    runs = min(RUNS, WORK // fitted)
+    return runs if runs >= FEWEST_RUNS else 0
 
 
 @functools.lru_cache(maxsize=16)
@@ -118,7 +131,7 @@ def forecast(
 ) -> Forecast:
     """The simulated runs at a true `effect` (all figures in percent of the step; `noise` the
     step noise's standard deviation)."""
-    unit = unit_runs(looks, turn_steps)
+    unit = unit_runs(looks, turn_steps, runs_for(looks, turn_steps))
     stop, verdict = stops(
         effect + noise * unit.delta, noise * unit.error, looks, unit.df, min_effect
     )

@@ -340,3 +340,20 @@ def test_the_plan_expects_the_seeds_switch_called_in_three_steps_a_setting():
     )
     pod_time = next(line for line in lines if line.startswith("A/B pod time"))
     assert "8 steps = 14.4 min at 7.2%; at most 18 steps x 107.7 s = 32.3 min" in pod_time
+
+
+def test_a_long_budget_is_forecast_with_fewer_runs_or_not_at_all():
+    """The forecast fits every look of every simulated run, a cost that grows with the square of
+    the budget: 8 half-blocks take 4,000 runs, 24 fewer (4,000 x 300 / 594 steps fitted a run:
+    2,020), 1,000 blocks none, and the plan says so instead of waiting hours."""
+    assert sequential_forecast.runs_for(Looks(8), 1) == 4000
+    assert sequential_forecast.runs_for(Looks(24), 1) == 2020
+    assert sequential_forecast.runs_for(Looks(2000), 1) == 0
+    args = cli.build_parser(["ab"]).parse_args(
+        ["ab", "--stop", "settled", "--blocks", "1000", "--steps", "1"]
+    )
+    lines = ab.complete(args).planned_lines(1, 1)
+    assert (
+        "A/B expected stop: not simulated for 2000 half-blocks of 1-step turns (a forecast's cost"
+        " grows with the square of the budget); at most 2000 scored steps per setting" in lines
+    )
