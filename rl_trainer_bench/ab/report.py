@@ -78,24 +78,7 @@ def table(
         lines.append(
             "noise floor: none (cross-pod)" if score.cross_pod else "noise floor: none (no repeat)"
         )
-    for delta in score.deltas:
-        lines.append(
-            f"delta {delta.name}: {milliseconds(delta.delta_s, _SIGNED_MS)} ms ({delta.percent(delta.delta_s):+.1f}%), "
-            f"{confidence_level(score.confidence)} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms"
-            f"{_no_effect_interval(delta)} -> {delta.verdict}"
-        )
-        lines.append(f"  because {delta.reason}")
-    for metric, deltas in score.boundary.items():
-        for delta in deltas:
-            lines.append(
-                f"delta {delta.name} ({metric}): {milliseconds(delta.delta_s, _SIGNED_MS)} ms, "
-                f"{confidence_level(score.confidence)} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)},"
-                f" {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms{_no_effect_interval(delta)}"
-                f" -> {delta.verdict}"
-            )
-            lines.append(f"  because {delta.reason}")
-    if score.judged_by:
-        lines.append(f"judged by: {score.judged_by}")
+    lines += _delta_lines(score)
     if score.stopping:
         lines.append(f"stopping: {score.stopping}")
     lines += ["", *design_lines(runs, score)]
@@ -116,6 +99,31 @@ def table(
         f"plot: {plot_note}",
     ]
     return "\n".join(lines)
+
+
+def _delta_lines(score: Score) -> list[str]:
+    """Each delta with its interval, verdict and why; a sequential run's boundary metrics' beside
+    the step's, and which metric the switch is judged by."""
+    lines: list[str] = []
+    for delta in score.deltas:
+        lines.append(
+            f"delta {delta.name}: {milliseconds(delta.delta_s, _SIGNED_MS)} ms ({delta.percent(delta.delta_s):+.1f}%), "
+            f"{confidence_level(score.confidence)} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms"
+            f"{_no_effect_interval(delta)} -> {delta.verdict}"
+        )
+        lines.append(f"  because {delta.reason}")
+    for metric, deltas in score.boundary.items():
+        for delta in deltas:
+            lines.append(
+                f"delta {delta.name} ({metric}): {milliseconds(delta.delta_s, _SIGNED_MS)} ms, "
+                f"{confidence_level(score.confidence)} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)},"
+                f" {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms{_no_effect_interval(delta)}"
+                f" -> {delta.verdict}"
+            )
+            lines.append(f"  because {delta.reason}")
+    if score.judged_by:
+        lines.append(f"judged by: {score.judged_by}")
+    return lines
 
 
 def _no_effect_interval(delta: Delta) -> str:
