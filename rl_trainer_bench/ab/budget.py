@@ -115,13 +115,15 @@ PLATFORMS = {
         Figure(0.04, "ASSUMED: the 2-core development machine's main-job run"),
         STOP_BUDGET,
     ),
-    # A 128-chip step is ~100 s: 12 scored steps per setting in 6 blocks of 1-step turns; pods of
-    # one slice agree within 0.1-0.2% and a same-pod A/B's steps scatter by about 0.15%, so the
-    # noise assumed is twice that. Its steps are what the A/B costs, so it stops when the verdict
-    # is settled (sequential.py): the budget is the most it spends.
+    # A 128-chip step is ~100 s, a one-chip v5e step ~2 s: at most 8 scored steps per setting in
+    # 4 blocks of 1-step turns; pods of one slice agree within 0.1-0.2% and a same-pod A/B's steps
+    # scatter by about 0.15% (0.2% on the v5e chip), so the noise assumed is 0.3%. Its steps are
+    # what the A/B costs, so it stops when the verdict is settled (sequential.py): the budget is
+    # the most it spends, and 8 rather than 12 leaves the looks up to the sixth step 83% of the
+    # error rate, not 66% (sequential.SPENDING): settled sooner where nothing changed.
     ACCELERATOR: Platform(
         ACCELERATOR,
-        Budget(scored_steps=12),
+        Budget(scored_steps=8),
         1,
         0.5,
         Figure(0.003, "ASSUMED: twice the ~0.15% of same-pod runs on one slice"),
@@ -279,9 +281,19 @@ class Design:
         """The design, its cost and what it resolves, as the render, `plan` and `ab` print them."""
         if self.looks is None:
             return [self._design_line(), self._time_line(), self._resolution_line()]
+        rule = f"A/B stops when settled: {self.looks.rule()}"
+        if not sequential_forecast.runs_for(self.looks, self.turn_steps):
+            return [
+                self._design_line(),
+                rule,
+                f"A/B expected stop: not simulated for {self.looks.max_units} half-blocks of"
+                f" {self.turn_steps}-step turns (a forecast's cost grows with the square of the"
+                f" budget); at most {self.scored_per_setting} scored steps per setting",
+                self._time_line(),
+            ]
         return [
             self._design_line(),
-            f"A/B stops when settled: {self.looks.rule()}",
+            rule,
             self._expected_line(),
             self._expected_time_line(),
             self._sequential_resolution_line(),
@@ -326,13 +338,16 @@ class Design:
                 "with no effect" if forecast.effect == 0 else f"at a {forecast.effect:g}% effect"
             )
             return (
-                f"{where}, {forecast.mean_units * self.turn_steps:.3g} scored steps per setting"
-                f" ({found})"
+                f"{where}, {forecast.mean_units * self.turn_steps:.3g} scored steps per setting on"
+                f" average, {forecast.share_units * self.turn_steps} or fewer in"
+                f" {sequential_forecast.SHARE:.0%} of runs ({found})"
             )
 
         return (
-            f"A/B expected stop (ESTIMATE: {sequential_forecast.RUNS} simulated runs of"
-            f" independent normal steps at {_noise_text(self.noise)}): "
+            f"A/B expected stop (ESTIMATE:"
+            f" {sequential_forecast.runs_for(self.looks, self.turn_steps)} simulated runs of"
+            f" independent normal steps at {_noise_text(self.noise)}, each look judged by the"
+            " run's own fit and rule): "
             + "; ".join(at(each) for each in self.forecasts)
             + f"; at most {self.scored_per_setting}"
         )
@@ -363,8 +378,9 @@ class Design:
             f"A/B resolves: an effect of {smallest:.3g}% of the step or more is claimed in"
             f" {resolution.RESOLVED:.0%} of simulated runs by the verdict's rule at each look's"
             f" level (min effect {self.min_effect_pct:g}%), at {_noise_text(self.noise)}; with no"
-            f" effect an effect is claimed in {_rate(self.forecasts[0].claimed)} of them (at most"
-            f" {1 - CONFIDENCE:.0%} by the spending, a bound)"
+            f" effect an effect is claimed in {_rate(self.forecasts[0].claimed)} of them (the"
+            f" spending keeps it at most {1 - CONFIDENCE:.0%} over all looks; simulated, not a"
+            " bound: BENCHMARKS.md)"
         )
 
     def _time_line(self) -> str:

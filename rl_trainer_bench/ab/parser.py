@@ -99,7 +99,7 @@ def _add_length_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--budget",
         help=f"what the {run_orders.BLOCKS} order may spend: {BUDGET_FORMS}; it buys the blocks"
-        " (default: 12 scored steps per setting on an accelerator; on the CPU 6 blocks)",
+        " (default: 8 scored steps per setting on an accelerator; on the CPU 6 blocks)",
     )
     parser.add_argument(
         "--step-time",

@@ -27,7 +27,7 @@ from rl_trainer_bench.io import write_text_atomically
 from rl_trainer_bench.units import confidence_level, milliseconds
 
 if TYPE_CHECKING:  # the scorer needs numpy; this module stays light for the parser
-    from rl_trainer_bench.ab.score import Score
+    from rl_trainer_bench.ab.score import Delta, Score
 
 SCHEMA = "rl-trainer-bench/ab/1"
 _VERSIONED = ("jax", "jaxlib", "numpy", "optax", "matplotlib")
@@ -57,10 +57,15 @@ def table(
         lines.append(
             f"{setting}: median {milliseconds(spread.median_s)} ms over {spread.steps} steps (all its arms)"
         )
-    if score.blocks:
-        unit = "half-blocks'" if score.looks else "blocks'"
+    if score.looks:
         lines.append(
-            f"noise: the spread of the {len(score.blocks)} {unit} differences, in each delta's "
+            f"noise: the robust scale of the {score.looks[-1]['steps']} scored steps around the fit"
+            " (Huber: a stray step counts as 1.345 scales, not as itself), in each delta's interval"
+            " (no separate floor)"
+        )
+    elif score.blocks:
+        lines.append(
+            f"noise: the spread of the {len(score.blocks)} blocks' differences, in each delta's "
             "interval (no separate floor)"
         )
     elif score.noise:
@@ -73,12 +78,7 @@ def table(
         lines.append(
             "noise floor: none (cross-pod)" if score.cross_pod else "noise floor: none (no repeat)"
         )
-    for delta in score.deltas:
-        lines.append(
-            f"delta {delta.name}: {milliseconds(delta.delta_s, _SIGNED_MS)} ms ({delta.percent(delta.delta_s):+.1f}%), "
-            f"{confidence_level(score.confidence)} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms -> {delta.verdict}"
-        )
-        lines.append(f"  because {delta.reason}")
+    lines += _delta_lines(score)
     if score.stopping:
         lines.append(f"stopping: {score.stopping}")
     lines += ["", *design_lines(runs, score)]
@@ -99,6 +99,41 @@ def table(
         f"plot: {plot_note}",
     ]
     return "\n".join(lines)
+
+
+def _delta_lines(score: Score) -> list[str]:
+    """Each delta with its interval, verdict and why; a sequential run's boundary metrics' beside
+    the step's, and which metric the switch is judged by."""
+    lines: list[str] = []
+    for delta in score.deltas:
+        lines.append(
+            f"delta {delta.name}: {milliseconds(delta.delta_s, _SIGNED_MS)} ms ({delta.percent(delta.delta_s):+.1f}%), "
+            f"{confidence_level(score.confidence)} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)}, {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms"
+            f"{_no_effect_interval(delta)} -> {delta.verdict}"
+        )
+        lines.append(f"  because {delta.reason}")
+    for metric, deltas in score.boundary.items():
+        for delta in deltas:
+            lines.append(
+                f"delta {delta.name} ({metric}): {milliseconds(delta.delta_s, _SIGNED_MS)} ms, "
+                f"{confidence_level(score.confidence)} CI [{milliseconds(delta.ci_low_s, _SIGNED_MS)},"
+                f" {milliseconds(delta.ci_high_s, _SIGNED_MS)}] ms{_no_effect_interval(delta)}"
+                f" -> {delta.verdict}"
+            )
+            lines.append(f"  because {delta.reason}")
+    if score.judged_by:
+        lines.append(f"judged by: {score.judged_by}")
+    return lines
+
+
+def _no_effect_interval(delta: Delta) -> str:
+    """A sequential look's NO-EFFECT interval beside the CI ("" where NO-EFFECT reads the CI)."""
+    if delta.no_effect_low_s is None or delta.no_effect_high_s is None:
+        return ""
+    low, high = (
+        milliseconds(x, _SIGNED_MS) for x in (delta.no_effect_low_s, delta.no_effect_high_s)
+    )
+    return f", NO-EFFECT interval [{low}, {high}] ms"
 
 
 def _arm_rows(runs: Sequence[ArmRun], score: Score) -> list[str]:

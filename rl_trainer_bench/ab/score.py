@@ -94,6 +94,9 @@ class Delta:
     baseline_median_s: float
     verdict: str
     reason: str
+    # A sequential look's NO-EFFECT interval (`verdict`'s `no_effect_interval`); None: the CI's
+    no_effect_low_s: float | None = None
+    no_effect_high_s: float | None = None
 
     @classmethod
     def judged(
@@ -107,10 +110,25 @@ class Delta:
         floor_s: float | None,
         min_effect_s: float,
         confidence: float = CONFIDENCE,
+        no_effect_interval: tuple[float, float, float] | None = None,
     ) -> Delta:
         """The delta with its verdict, so every design decides by the one rule (`verdict`)."""
-        word, reason = verdict(delta_s, ci_low_s, ci_high_s, floor_s, min_effect_s, confidence)
-        return cls(setting, baseline, delta_s, ci_low_s, ci_high_s, baseline_median_s, word, reason)
+        word, reason = verdict(
+            delta_s, ci_low_s, ci_high_s, floor_s, min_effect_s, confidence, no_effect_interval
+        )
+        low, high = (None, None) if no_effect_interval is None else no_effect_interval[:2]
+        return cls(
+            setting,
+            baseline,
+            delta_s,
+            ci_low_s,
+            ci_high_s,
+            baseline_median_s,
+            word,
+            reason,
+            low,
+            high,
+        )
 
     @property
     def name(self) -> str:
@@ -140,6 +158,10 @@ class Score:
     # A sequential run (sequential.py): every look taken, and the rule and where it stopped
     looks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     stopping: str = ""
+    # A sequential run: the update boundary's metrics' deltas (by metric), and which metric the
+    # switch is judged by, in words
+    boundary: dict[str, list[Delta]] = dataclasses.field(default_factory=dict)
+    judged_by: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -157,6 +179,11 @@ class Score:
             "confidence": self.confidence,
             "looks": self.looks,
             "stopping": self.stopping,
+            "judged_by": self.judged_by,
+            "boundary": {
+                metric: [{**dataclasses.asdict(d), "name": d.name} for d in deltas]
+                for metric, deltas in self.boundary.items()
+            },
             "bootstrap": {"resamples": RESAMPLES, "stratified_by": "arm", "statistic": "median"},
             "deltas": [
                 {**dataclasses.asdict(d), "name": d.name, "delta_pct": d.percent(d.delta_s)}
@@ -388,21 +415,32 @@ def verdict(
     floor_s: float | None,
     min_effect_s: float,
     confidence: float = CONFIDENCE,
+    no_effect_interval: tuple[float, float, float] | None = None,
 ) -> tuple[str, str]:
-    """The verdict word and the numbers that decided it (see `rule_text`)."""
+    """The verdict word and the numbers that decided it (see `rule_text`). `no_effect_interval`
+    (low, high, its confidence): the interval NO-EFFECT is judged by where it is not the CI (a
+    sequential look's: each side one-sided at the look's level, two one-sided tests)."""
     bar = min_effect_s if floor_s is None else floor_s
     bar_name = "min effect" if floor_s is None else "noise floor"
     ci = f"{confidence_level(confidence)} CI [{milliseconds(ci_low_s, _RULE_MS)}, {milliseconds(ci_high_s, _RULE_MS)}] ms"
+    quiet_low, quiet_high = ci_low_s, ci_high_s
+    quiet = ci
+    if no_effect_interval is not None:
+        quiet_low, quiet_high, level = no_effect_interval
+        quiet = (
+            f"NO-EFFECT interval ({confidence_level(level)}) [{milliseconds(quiet_low, _RULE_MS)},"
+            f" {milliseconds(quiet_high, _RULE_MS)}] ms"
+        )
     if (ci_low_s > 0 or ci_high_s < 0) and abs(delta_s) > bar:
         word = FASTER if delta_s < 0 else SLOWER
         return (
             word,
             f"{ci} excludes 0 and |delta| {milliseconds(abs(delta_s), _RULE_MS)} ms > {bar_name} {milliseconds(bar, _RULE_MS)} ms",
         )
-    if bar <= min_effect_s and -min_effect_s <= ci_low_s and ci_high_s <= min_effect_s:
+    if bar <= min_effect_s and -min_effect_s <= quiet_low and quiet_high <= min_effect_s:
         return (
             NO_EFFECT,
-            f"{ci} and {bar_name} {milliseconds(bar, _RULE_MS)} ms lie within min effect +-{milliseconds(min_effect_s, _RULE_MS)} ms",
+            f"{quiet} and {bar_name} {milliseconds(bar, _RULE_MS)} ms lie within min effect +-{milliseconds(min_effect_s, _RULE_MS)} ms",
         )
     not_moved = f"{ci} includes 0" if ci_low_s <= 0 <= ci_high_s else ""
     not_moved = (
@@ -412,7 +450,8 @@ def verdict(
     undecided = (
         f"{bar_name} {milliseconds(bar, _RULE_MS)} ms > min effect {milliseconds(min_effect_s, _RULE_MS)} ms"
         if bar > min_effect_s
-        else f"the CI reaches past min effect +-{milliseconds(min_effect_s, _RULE_MS)} ms"
+        else f"the {'CI' if no_effect_interval is None else 'NO-EFFECT interval'} reaches past"
+        f" min effect +-{milliseconds(min_effect_s, _RULE_MS)} ms"
     )
     return NOISY, f"{not_moved}, and {undecided}"
 
@@ -437,10 +476,15 @@ def rule_text(
     else:
         bar = f"noise floor {milliseconds(floor_s, _RULE_MS)} ms"
     interval = _INTERVALS.get(design, "bootstrap CI of the delta (mean of arm medians)")
+    quiet = (
+        "the NO-EFFECT interval (each side one-sided at the look's level: two one-sided tests)"
+        if design == SEQUENTIAL
+        else "the CI"
+    )
     return (
         f"FASTER/SLOWER if the {confidence_level(confidence)} {interval} "
         f"excludes 0 and "
-        f"|delta| > {bar}; NO-EFFECT if that bar and the CI lie within min effect "
+        f"|delta| > {bar}; NO-EFFECT if that bar and {quiet} lie within min effect "
         f"+-{milliseconds(min_effect_s, _RULE_MS)} ms; otherwise NOISY. Any failed exact check: FAIL."
     )
 
@@ -449,8 +493,8 @@ _INTERVALS = {
     INTERLEAVED: "Student's t CI of the delta (mean over pairs of blocks of the paired difference)",
     BLOCKED: "Student's t CI of the delta (mean over blocks of each block's difference of arm "
     "medians)",
-    SEQUENTIAL: "Student's t CI of the stopping look (mean over half-blocks of each half-block's "
-    "difference of turn medians)",
+    SEQUENTIAL: "CI of the stopping look (every scored step a datum: Huber's robust fit of a "
+    "level, the effect and a linear drift, Student's t over the steps' degrees of freedom)",
 }
 
 

@@ -92,7 +92,7 @@ RENDER_KNOBS: tuple[RenderKnob, ...] = (
     RenderKnob(
         "AB_BUDGET",
         "what the same-pod A/B may spend, as `ab --budget`: scored steps per setting (e.g. 12) or"
-        " pod minutes (e.g. 45min); default: 12 scored steps per setting on an accelerator",
+        " pod minutes (e.g. 45min); default: 8 scored steps per setting on an accelerator",
     ),
     RenderKnob(
         "AB_SCHEDULE_SEED",

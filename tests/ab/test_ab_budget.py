@@ -73,11 +73,29 @@ def test_the_seeds_case_resolves_a_1_percent_effect_in_12_steps_per_setting():
     assert smallest == pytest.approx(0.5785, abs=0.001)
     # at the assumed 0.3% noise too, a 1% effect is found in at least 9 runs of 10
     assert resolution.smallest_effect(0.3, 6, 1, 0.5) < 1.0
-    run = _run("--preset", "qwen3.5-397b-cell", "--arms", "off,on", "--step-noise", "0.15%")
+    run = _run(
+        "--preset",
+        "qwen3.5-397b-cell",
+        "--arms",
+        "off,on",
+        "--step-noise",
+        "0.15%",
+        "--blocks",
+        "6",
+    )
     design = run.design
     assert (design.blocks, design.turn_steps, design.scored_per_setting) == (6, 1, 12)
     assert (run.blocks, run.steps, run.min_effect) == (6, 1, 0.5)
     assert design.smallest_effect_pct() == pytest.approx(0.5785, abs=0.001)
+
+
+def test_the_accelerators_default_budget_is_eight_scored_steps_per_setting_at_most():
+    """At most 8 scored steps per setting in 4 blocks of 1-step turns, stopped when settled: the
+    one-chip v5e's A/B fits README's main job in 4 minutes with its ~2 minute compile."""
+    run = _run("--preset", "qwen3.5-397b-cell", "--arms", "off,on")
+    design = run.design
+    assert (design.blocks, design.turn_steps, design.scored_per_setting) == (4, 1, 8)
+    assert design.looks is not None and design.looks.max_units == 8
 
 
 def test_the_cpus_default_is_six_blocks_of_three_step_turns():

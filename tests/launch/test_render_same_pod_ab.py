@@ -67,23 +67,23 @@ def test_the_render_says_what_the_pods_ab_will_do():
         " moe.ragged_buffer_factor=2.0",
     )
     assert order.startswith("run order: ")
-    assert "(6 blocks, each balanced: a drift linear within a block cancels in it" in order
+    assert "(4 blocks, each balanced: a drift linear within a block cancels in it" in order
     assert re.search(
         r"these turns are schedule seed \d+'s \(AB_SCHEDULE_SEED\): the pod runs them$", order
     )
-    # on the fixture's v5p slice: the accelerator's budget, 6 blocks of 1-step turns; the
+    # on the fixture's v5p slice: the accelerator's budget, 4 blocks of 1-step turns; the
     # built-in engine warms each of the two program sets for 1 step, once
     assert design.startswith(
-        "A/B design: at most 6 blocks, each setting two turns of 1 scored step(s) per block: at"
-        " most 12 scored steps per setting x 2 settings = 24, and 2 warm-up steps (1 per program"
-        " set x 2, once, up front); at most 26 steps in all, by the accelerator's default budget"
+        "A/B design: at most 4 blocks, each setting two turns of 1 scored step(s) per block: at"
+        " most 8 scored steps per setting x 2 settings = 16, and 2 warm-up steps (1 per program"
+        " set x 2, once, up front); at most 18 steps in all, by the accelerator's default budget"
     )
     # a slice's A/B stops when settled: the render prints the rule and what it expects to spend
     assert stops.startswith(
-        "A/B stops when settled: looks after every half-block, from half-block 3 to 12"
+        "A/B stops when settled: looks after every half-block, from half-block 3 to 8"
     )
     assert expected.startswith("A/B expected stop (ESTIMATE: 4000 simulated runs")
-    assert expected.endswith("; at most 12")
+    assert expected.endswith("; at most 8")
 
 
 def test_an_arm_that_sets_a_start_up_bound_knob_is_refused_naming_separate_pods(capsys, tmp_path):
