@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from config_payloads import config_payload
 
 from rl_trainer_bench.bench.driver import Bench
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
@@ -14,7 +15,6 @@ from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.engine import device_digest
 from rl_trainer_bench.engine.builtin.jax_engine import JaxEngine
 from rl_trainer_bench.engine.config import MeshConfig
-from rl_trainer_bench.engine.contract import example_payload
 
 M32 = 0xFFFFFFFF
 
@@ -122,21 +122,7 @@ DENSE = dataclasses.replace(
 
 
 def _pool(count):
-    model = DENSE.model
-    return [
-        example_payload(
-            DENSE.micro_batch_rows,
-            DENSE.seq_len,
-            model.vocab_size,
-            num_layers=model.num_layers,
-            top_k=model.top_k,
-            num_experts=model.num_experts,
-            segment_len=24,
-            seed=seed,
-            name=f"mb{seed}",
-        )
-        for seed in range(count)
-    ]
+    return [config_payload(DENSE, seed) for seed in range(count)]
 
 
 def test_a_turn_copies_no_weights_to_the_host(monkeypatch):

@@ -6,6 +6,7 @@ import dataclasses
 import jax
 import numpy as np
 import pytest
+from config_payloads import config_payload
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import PRESETS
@@ -13,7 +14,6 @@ from rl_trainer_bench.engine.builtin.jax_engine import JaxEngine
 from rl_trainer_bench.engine.builtin.programs import lower_programs
 from rl_trainer_bench.engine.builtin.sharding import make_mesh
 from rl_trainer_bench.engine.config import MeshConfig
-from rl_trainer_bench.engine.contract import example_payload
 from rl_trainer_bench.engine.extra_work import matmuls
 
 DENSE = dataclasses.replace(
@@ -21,21 +21,6 @@ DENSE = dataclasses.replace(
 )
 WORK = 1e8  # 3 matmuls of 256 x 256: 3 x 2 x 256**3 = 100,663,296 FLOPs
 WITH_WORK = dataclasses.replace(DENSE, extra_device_work=WORK)
-
-
-def payload(config, seed=0):
-    model = config.model
-    return example_payload(
-        config.micro_batch_rows,
-        config.seq_len,
-        model.vocab_size,
-        num_layers=model.num_layers,
-        top_k=model.top_k,
-        num_experts=model.num_experts,
-        segment_len=24,
-        seed=seed,
-        name=f"mb{seed}",
-    )
 
 
 def fwd_bwd_flops(config) -> float:
@@ -61,8 +46,8 @@ def test_the_loss_gradient_and_update_are_unchanged():
     runs = {}
     for name, config in (("plain", DENSE), ("extra", WITH_WORK)):
         engine = JaxEngine(config, jax.devices()[:1])
-        engine.compile(payload(config))
-        engine.fwd_bwd(payload(config, seed=1))
+        engine.compile(config_payload(config))
+        engine.fwd_bwd(config_payload(config, seed=1))
         gradient = engine.accumulated_gradient()
         engine.update()
         runs[name] = (gradient, engine.get_metrics(), engine.parameter_digest())
