@@ -141,7 +141,7 @@ def test_the_default_preset_is_the_one_chips_own(tpu, name, why):
 
 @pytest.fixture
 def one_v5e_host(tmp_path, monkeypatch):
-    """This host as the lent one chip of a 4-chip v5e VM, JAX_PLATFORMS unset (the test session
+    """This host as one chip of a 4-chip v5e VM given to a container, JAX_PLATFORMS unset (the test session
     sets cpu)."""
     pci, dev = _lent_one_of_four(tmp_path)
     monkeypatch.setattr(local_chips, "PCI_DEVICES", pci)
