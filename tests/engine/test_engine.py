@@ -7,6 +7,7 @@ reused across engines of one config) and build fresh engines where they need fre
 import dataclasses
 import gc
 import re
+import time
 
 import gdn_reference
 import jax
@@ -16,6 +17,7 @@ import pytest
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import PRESETS
+from rl_trainer_bench.engine.builtin import jax_engine
 from rl_trainer_bench.engine.builtin.flops import micro_batch_flops
 from rl_trainer_bench.engine.builtin.jax_engine import JaxEngine
 from rl_trainer_bench.engine.builtin.programs import abstract_state, lower_programs
@@ -325,11 +327,24 @@ def test_check_engine_command_passes_the_built_in_engine(compiled, capsys):
     assert all(abs(grown) <= 1024 for grown in growth), growth
 
 
-def test_check_engine_fails_a_share_state_that_allocates_a_state(compiled, capsys, monkeypatch):
+class _LateBackground(jax_engine.Background):
+    """The engine's background call, done a second late: the initial state arrives after the
+    engine is built, as it may on a loaded host."""
+
+    def __init__(self, call, name):
+        super().__init__(lambda: (time.sleep(1.0), call())[1], name)
+
+
+@pytest.mark.parametrize("late_state", [False, True], ids=["state-on-time", "state-late"])
+def test_check_engine_fails_a_share_state_that_allocates_a_state(
+    compiled, capsys, monkeypatch, late_state
+):
     """An engine whose share_state builds an engine with a state of its own: check-engine names
     share_state (a whole state more) and take_shared_state (its update does not continue the
-    first engine's state)."""
+    first engine's state); also when the state is made after the engine is built."""
     monkeypatch.setattr(JaxEngine, "share_state", lambda self, config: JaxEngine(config))
+    if late_state:
+        monkeypatch.setattr(jax_engine, "Background", _LateBackground)
     code = cli.main(
         [
             "check-engine",
