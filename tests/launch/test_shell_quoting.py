@@ -150,9 +150,9 @@ def scratch(tmp_path_factory) -> Path:
     wrapper polls its child every `sleep 1`, which would make each run last a second."""
     folder = tmp_path_factory.mktemp("quoting")
     (folder / "bin").mkdir()
-    stub = folder / "bin" / "sleep"
-    stub.write_text(f"#!/bin/sh\nexec {shlex.quote(shutil.which('sleep'))} 0.01\n")
-    stub.chmod(0o755)
+    short_sleep = folder / "bin" / "sleep"
+    short_sleep.write_text(f"#!/bin/sh\nexec {shlex.quote(shutil.which('sleep'))} 0.01\n")
+    short_sleep.chmod(0o755)
     (folder / "tmp").mkdir()
     (folder / "cwd").mkdir()
     return folder
@@ -211,20 +211,20 @@ SCRIPT_KINDS = {
 }
 # The trainer's interpreter in the pod test: `python -c` (the unpacking) swallows the code it is
 # given; as the driver it writes its environment to $QUOTING_DUMP.
-STUB_INTERPRETER = """#!/bin/bash
+ENV_DUMPING_INTERPRETER = """#!/bin/bash
 if [ "$1" = -c ]; then cat > /dev/null; exit 0; fi
 env -0 > "$QUOTING_DUMP"
 """
 
 
 def _interpreter_at(scratch: Path, folder_word: str) -> Path:
-    """A stub `python` in a folder named after a drawn word (a path holds any byte but `/` and
-    NUL; `.` and `..` are not new folders, so every name gets a prefix; at most 255 bytes)."""
+    """A `python` that dumps its environment, in a folder named after a drawn word (a path
+    holds any byte but `/` and NUL; `.` and `..` are not new folders, so every name gets a prefix; at most 255 bytes)."""
     name = ("d" + folder_word.replace("/", "|")).encode()[:200].decode(errors="ignore")
     folder = scratch / "interpreters" / name
     folder.mkdir(parents=True, exist_ok=True)
     interpreter = folder / "python"
-    interpreter.write_text(STUB_INTERPRETER)
+    interpreter.write_text(ENV_DUMPING_INTERPRETER)
     interpreter.chmod(0o755)
     return interpreter
 
@@ -326,12 +326,12 @@ def _rendered_trainer_argv() -> list[str]:
 def test_rendered_pods_receive_every_value_as_written(rendered, scratch, pod, tmp_path):
     """The client command as the pod runs it; its `python` dumps the driver's environment, and
     `python -c` (the unpacking of the embedded code) is this interpreter."""
-    stub = tmp_path / "python"
-    stub.write_text(
+    env_dumper = tmp_path / "python"
+    env_dumper.write_text(
         f'#!/bin/bash\nif [ "$1" = -c ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n'
         f"env -0 > {shlex.quote(str(tmp_path / 'dump'))}\n"
     )
-    stub.chmod(0o755)
+    env_dumper.chmod(0o755)
     environment = {
         **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         "PATH": f"{tmp_path}:{scratch / 'bin'}:{os.environ['PATH']}",
