@@ -37,6 +37,7 @@ from rl_trainer_bench.bench.engine_plan import extra_work_line
 from rl_trainer_bench.bench.plan import Plan
 from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.config import knobs as config
+from rl_trainer_bench.engine.background import Background
 from rl_trainer_bench.engine.contract import StateMismatch
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_writable_folder, refuse_special_file
@@ -80,6 +81,8 @@ def same_process(
         cleanup.callback(progress.close)
         try:
             progress.say(f"preset: {plan.preset.name} (chosen by {plan.preset_source})")
+            one_state.refuse_other_engines(plan)
+            runtime = Background(lambda: _runtime_started(plan), "runtime-start")
             if schedule is None:
                 progress.say(order_line(plan.arms))
                 for line in plan.run.planned_lines(len(plan.bench_plans), plan.warmup_steps):
@@ -88,10 +91,7 @@ def same_process(
                 progress.say(f"design: interleaved boundaries, {schedule.describe()}")
             for line in extra_work_lines(plan):
                 progress.say(line)
-            from rl_trainer_bench.bench.distributed import start_for_preset  # imports JAX
-
-            one_state.refuse_other_engines(plan)
-            progress.say(start_for_preset(plan.preset.host_devices))
+            progress.say(runtime.result())
             benches = _built_benches(plan, make_bench or _driver_bench, progress, cleanup)
             _start_writing(out, progress)  # every refusal is behind us: now files may change
             compile_s = {name: _compiled(name, bench, progress) for name, bench in benches.items()}
@@ -114,6 +114,19 @@ def same_process(
     return _report_same_process(
         args, plan, out, runs, compile_s, predictions, sources, started, schedule, warm
     )
+
+
+def _runtime_started(plan: ArmPlan) -> str:
+    """JAX imported, started as the preset asks and its devices opened: run beside the design's
+    lines (their simulations take about a second), since opening a TPU chip takes 8-9 s of the
+    set-up before the compile (BENCHMARKS.md)."""
+    from rl_trainer_bench.bench.distributed import start_for_preset  # imports JAX
+
+    line = start_for_preset(plan.preset.host_devices)
+    import jax
+
+    jax.devices()
+    return line
 
 
 def _start_writing(out: Path, progress: Progress) -> None:

@@ -26,7 +26,7 @@ import jax
 
 from rl_trainer_bench import interrupts, io
 from rl_trainer_bench.accelerators import chip_for_device_kind
-from rl_trainer_bench.bench import device_peak, results_file, step_record
+from rl_trainer_bench.bench import device_peak, load_failure, results_file, step_record
 from rl_trainer_bench.bench.distributed import initialize_runtime
 from rl_trainer_bench.bench.plan import refuse_unrunnable_stages, resolve
 from rl_trainer_bench.bench.step import (
@@ -37,7 +37,7 @@ from rl_trainer_bench.bench.step import (
     StepLoop,
     stage_knob,
 )
-from rl_trainer_bench.bench.step_record import ArmRun
+from rl_trainer_bench.bench.step_record import ArmRun, StepRecord
 from rl_trainer_bench.bench.worker import TrainerWorker
 from rl_trainer_bench.code_digest import code_sha256
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
@@ -137,10 +137,13 @@ class Bench:
             " on the first micro-batch (once, before the first step; tens of seconds to minutes"
             " on a CPU, more for a large cell)"
         )
+        started = time.perf_counter()
         compile_s = returns.compile_seconds(self.engine.compile(self.pool.entries[0].payload))
+        wall = time.perf_counter() - started
         interrupts.check()  # a Ctrl-C during the compile may have been swallowed inside it
         for program, seconds in compile_s.items():
             self.log(f"{step_record.LOG_PREFIX} compile program={program} seconds={seconds:.3f}")
+        self.log(f"{step_record.LOG_PREFIX} compile wall_seconds={wall:.3f} (all programs)")
         self._compile_listener.enter_context(self.compiles.installed())
         return compile_s
 
@@ -243,7 +246,7 @@ class Bench:
         with loop, writer or contextlib.nullcontext():
             for step in range(loop.total_steps):
                 interrupts.check()  # one swallowed by library code stops the run at a boundary
-                record = loop.run_step(step)
+                record = self._step_that_fits(loop, step)
                 self.log(step_record.format_line(record))
                 if record.staged is not None:
                     knob = stage_knob(loop.staging.stage_of(step))
@@ -262,6 +265,16 @@ class Bench:
             param_digest=str(digest()) if digest is not None else None,
             stages_at=[s.enabled for s in per_boundary] if boundary_stages is not None else None,
         )
+
+    def _step_that_fits(self, loop: StepLoop, step: int) -> StepRecord:
+        """One step of `loop`; a program that does not load is refused as the size's answer."""
+        try:
+            return loop.run_step(step)
+        except device_peak.RUNTIME_ERRORS as error:
+            refused = load_failure.refusal(error, self.config.preset.name)
+            if refused is None:
+                raise
+            raise refused from error
 
     def measure_peak(self, stage: StageConfig, first_step: int) -> device_peak.PeakMeasurement:
         """MEASURE_PEAK: probe steps of `stage` from step `first_step` on (after the scored ones,

@@ -5,12 +5,15 @@ they make the run fast and its training exactly checkable; the real cpu-tiny run
 """
 
 import json
+import threading
 
 import pytest
 from stand_in_engine import StandInEngine, TimedEngine, drifting_sleep, stand_in_pool
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.ab import command as ab
+from rl_trainer_bench.ab.progress import Progress
+from rl_trainer_bench.bench import distributed
 from rl_trainer_bench.bench.driver import Bench
 
 
@@ -346,3 +349,26 @@ def test_arms_warm_up_as_long_as_the_slowest_engine_among_them_needs(tmp_path):
     assert plan_arms(given, ab.complete(given), tmp_path).warmup_steps == 1
     plain = cli.build_parser(["ab"]).parse_args(["ab", "--out", str(tmp_path)])
     assert plan_arms(plain, ab.complete(plain), tmp_path).warmup_steps == 1
+
+
+def test_the_runtime_starts_beside_the_designs_lines(tmp_path, monkeypatch):
+    """Opening a TPU chip takes 8-9 s (BENCHMARKS.md): the A/B starts JAX's runtime on a thread
+    of its own before it works out and prints its design, so the two overlap. Here the design's
+    line waits for the runtime's start to begin, which a start made after it would never do."""
+    starting = threading.Event()
+    say = Progress.say
+
+    def say_once_starting(self, line):
+        if line.startswith("A/B design"):
+            assert starting.wait(timeout=30), "the runtime had not started by the design's line"
+        say(self, line)
+
+    start = distributed.start_for_preset
+
+    def start_and_mark(host_devices):
+        starting.set()
+        return start(host_devices)
+
+    monkeypatch.setattr(Progress, "say", say_once_starting)
+    monkeypatch.setattr(distributed, "start_for_preset", start_and_mark)
+    assert run_ab(["--steps", "1", "--blocks", "3", "--out", str(tmp_path / "out")]) == 0

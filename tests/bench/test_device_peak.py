@@ -17,7 +17,7 @@ from rl_trainer_bench.bench.device_peak import DeviceMemory, PeakMeasurement, Pr
 from rl_trainer_bench.bench.driver import Bench
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.errors import ConfigError
+from rl_trainer_bench.errors import EXIT_USER_ERROR, ConfigError, run_guarded
 
 OFF = StageConfig()
 BEFORE = StageConfig(before_update=True, issue="after_last")
@@ -266,3 +266,42 @@ def test_the_plan_refuses_it_where_a_probe_would_be_one_process_of_several(env):
     with pytest.raises(ConfigError, match=r"MEASURE_PEAK=on measures a single process's devices"):
         bench_plan.resolve(config, env=env, rendering=True)
     bench_plan.resolve(config, env={}, rendering=True)  # one process: left to the devices' check
+
+
+@pytest.mark.parametrize(
+    "load_failure",
+    [
+        jax.errors.JaxRuntimeError(TPU_LOAD_FAILURE.replace("jit_f", "jit_fwd_bwd")),
+        CHIP_LOAD_FAILURE,
+    ],
+    ids=["JaxRuntimeError", "the chip's ValueError"],
+)
+def test_a_run_whose_program_does_not_load_is_refused_in_one_line_not_reported_as_a_bug(
+    load_failure, capsys
+):
+    engine = LimitedDeviceEngine(limit=0, need=1, load_failure=load_failure)
+    config = BenchConfig(preset=PRESETS["cpu-tiny"], steps=1, micro_steps=2)
+    bench = Bench(config, lambda line: None, engine_factory=lambda _: engine, pool=stand_in_pool(3))
+    bench.setup()
+    try:
+        code = run_guarded("rl-trainer-bench run", lambda: bench.run(steps=1, stage=OFF) and 0)
+    finally:
+        bench.close()
+    assert code == EXIT_USER_ERROR
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("rl-trainer-bench run: jit_fwd_bwd did not fit in the device's memory")
+    assert "Attempting to reserve" in line and "train_micro_batch_size" in line
+    assert "--preset cpu-tiny --target local" in line and "bug" not in line
+
+
+def test_a_run_lets_another_runtime_error_through_as_it_came():
+    fault = jax.errors.JaxRuntimeError("INTERNAL: a kernel faulted")
+    engine = LimitedDeviceEngine(limit=0, need=1, load_failure=fault)
+    config = BenchConfig(preset=PRESETS["cpu-tiny"], steps=1, micro_steps=2)
+    bench = Bench(config, lambda line: None, engine_factory=lambda _: engine, pool=stand_in_pool(3))
+    bench.setup()
+    try:
+        with pytest.raises(jax.errors.JaxRuntimeError, match="faulted"):
+            bench.run(steps=1, stage=OFF)
+    finally:
+        bench.close()

@@ -7,6 +7,7 @@ reused across engines of one config) and build fresh engines where they need fre
 import dataclasses
 import gc
 import re
+import threading
 import time
 
 import gdn_reference
@@ -521,3 +522,25 @@ def test_program_memory_is_aots_peak_of_the_same_programs(compiled):
         assert figures[name]["temp"] == row.temp
         assert figures[name]["beside"] == residency.beside(name, state) > 0
         assert figures[name]["peak"] == row.resident + residency.beside(name, state)
+
+
+def test_the_programs_compile_side_by_side(monkeypatch):
+    """Each program's compile starts before any finishes: the three meet at a barrier inside their
+    compiles, which a compile one after another would never reach (its first waits alone)."""
+    meeting = threading.Barrier(3, timeout=60)
+    timed = jax_engine._timed_compile
+
+    def after_all_started(lowered, options):
+        compile_now = timed(lowered, options)
+
+        def meet_then_compile():
+            meeting.wait()
+            return compile_now()
+
+        return meet_then_compile
+
+    monkeypatch.setattr(jax_engine, "_timed_compile", after_all_started)
+    monkeypatch.setattr(jax_engine, "_COMPILED", {})
+    seconds = JaxEngine(CONFIG).compile(payload())
+    assert set(seconds) == {"fwd_bwd", "fwd_bwd_dropless", "update"}
+    assert all(s > 0 for s in seconds.values())
