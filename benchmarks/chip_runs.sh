@@ -2,7 +2,8 @@
 # The one-chip v5e figures BENCHMARKS.md takes from the chip, part by part, in the order given;
 # one call runs the parts named, each writing OUT/<part>.log and OUT/<part>.tar.gz (logs, JSON,
 # tables; not XLA's dumps). Estimates for tpu-v5e-1 on one v5e chip (its three programs compile in
-# about 2 minutes cold, a step takes about 2 s, opening the chip 6 to 15 s; INFERRED from those):
+# about 85 s cold, side by side, a step takes about 2 s, opening the chip 8-9 s; INFERRED from those
+# and the chip's runs in BENCHMARKS.md):
 #   headline-off  ~5.5 min  chip_headline.py with STAGE off and MEASURE_PEAK: the preset's cold
 #                     compile, 7 traced steps, the bisection (about 8 probe steps), then the
 #                     dumping compile of aot's figures of the same programs (about 2 minutes);
@@ -10,8 +11,8 @@
 #   headline-on   ~3.5 min  the same with STAGE on: the same programs, loaded warm from the cache
 #   ab        ~3 min  README's main job as a user runs it (`ab`, no preset), warm from the cache
 #   peak-test ~3 min  the chip test of the measured peak (its run warm, its dumping compile cold)
-#   tests     ~8 min  every chip-marked test (`-m tpu_chip`), README's command
-#   sweep     ~2 min a size  chip_fit_sweep.py's runs, aot's verdicts from the CPU host's sweep;
+#   tests     ~9 min  every chip-marked test (`-m tpu_chip`), README's command (520 s measured)
+#   sweep     ~1.8 min a size  chip_fit_sweep.py's runs, aot's verdicts from the CPU host's sweep;
 #                     ROWS picks the sizes (default 3,5,6: 4 is the preset's own run)
 #   aot-host  ~3 min  `aot --target local` (its JSON has its host peak) beside the host peak of
 #                     a process that only opens the chip, to split aot's 18 GiB on the chip host
