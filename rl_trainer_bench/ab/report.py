@@ -60,7 +60,8 @@ def table(
     if score.looks:
         lines.append(
             f"noise: the robust scale of the {score.looks[-1]['steps']} scored steps around the fit"
-            " (Huber: a stray step counts as 1.345 scales, not as itself), in each delta's interval"
+            " (Huber: a step counts as at most 1.345 scales; a stray one that its own outlier test"
+            " finds, or one more than 5 scales off, is set aside), in each delta's interval"
             " (no separate floor)"
         )
     elif score.blocks:

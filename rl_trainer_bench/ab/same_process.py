@@ -120,11 +120,11 @@ def _runtime_started(plan: ArmPlan) -> str:
     """JAX imported, started as the preset asks and its devices opened: run beside the design's
     lines (their simulations take about a second), since opening a TPU chip takes 8-9 s of the
     set-up before the compile (BENCHMARKS.md)."""
+    import jax  # on this thread: the import is part of the runtime's start
+
     from rl_trainer_bench.bench.distributed import start_for_preset  # imports JAX
 
     line = start_for_preset(plan.preset.host_devices)
-    import jax
-
     jax.devices()
     return line
 

@@ -145,6 +145,34 @@ def test_one_stray_step_neither_moves_the_verdict_nor_widens_it_past_the_min_eff
     assert abs(delta.delta_s - clean.deltas[0].delta_s) < 0.003  # 3 ms: a stray 97 ms step
 
 
+# The chip's run of a 1.4% effect (`ab --arms off,more:extra_device_work=5e11`, tpu-v5e-1,
+# 2026-12-06, BENCHMARKS.md): its turns in run order, one scored step each, in ms. Its first
+# scored `off` step took 1977.45 ms, 4.5% over the other three.
+CHIP_EFFECT_RUN = [
+    ("more", 1918.59),
+    ("off", 1977.45),
+    ("off", 1892.15),
+    ("more", 1918.60),
+    ("off", 1891.98),
+    ("more", 1918.07),
+    ("more", 1918.22),
+    ("off", 1892.66),
+]
+
+
+def test_a_stray_step_at_the_first_look_is_set_aside_there():
+    """On the chip, Huber's fit alone could not tell the stray step at the first look (6 steps
+    for 3 parameters): the noise read 2.32% and the interval [-275, +276] ms, NOISY, and the run
+    went on a look. The steps' outlier test sets it aside there: SLOWER at the first look, the
+    effect that of the other steps, the interval inside the min effect."""
+    runs = [arm(f"{name}#{i}", name, [ms / 1000]) for i, (name, ms) in enumerate(CHIP_EFFECT_RUN)]
+    score = sequential.score(runs, Looks(8), min_effect_pct=0.5, baseline="off")
+    (delta,) = score.deltas
+    assert score.looks[-1]["units"] == 3 and delta.verdict == "SLOWER"
+    assert 0.0260 < delta.delta_s < 0.0266  # 1918.4 - 1892.1 ms, by the steps without the stray
+    assert delta.ci_high_s - delta.ci_low_s < score.min_effect_s
+
+
 def test_the_forecasts_vectorised_rule_stops_where_the_scorer_does():
     """The plan's simulation and the run's scorer are two implementations of one rule: on the
     same steps' fits they stop at the same look with the same verdict."""
