@@ -11,10 +11,10 @@ answers from separate processes:
 The sizes should straddle the limit: on v5e aot puts the preset at 14.20 GiB with 4 rows, 15.50
 with 7, and 8 rows past the chip's 15.75 GiB (BENCHMARKS.md).
 `--aot-only` gives aot's half from a CPU host; `--from-aot FILE` reads it on the chip, so the
-chip's minutes go to the runs (about 2 minutes a size on a v5e: three compiles and two steps), and
-`--rows` splits the sweep over several calls. Each size's programs are its own, so every size
-compiles cold; where JAX_COMPILATION_CACHE_DIR is set a size run again loads them
-(benchmarks/chip_runs.sh). Writes OUT/sweep.json and OUT/sweep.md.
+chip's minutes go to the runs (107 s a size on a v5e: the chip opened, three compiles side by
+side, two steps), and `--rows` splits the sweep over several calls. Each size's programs are
+its own, so every size compiles cold; where JAX_COMPILATION_CACHE_DIR is set a size run again
+loads them (benchmarks/chip_runs.sh). Writes OUT/sweep.json and OUT/sweep.md.
 
 Usage:
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/chip_fit_sweep.py \\
