@@ -122,7 +122,7 @@ def _runtime_started(plan: ArmPlan) -> str:
     set-up before the compile (BENCHMARKS.md)."""
     import jax  # on this thread: the import is part of the runtime's start
 
-    from rl_trainer_bench.bench.distributed import start_for_preset  # imports JAX
+    from rl_trainer_bench.bench.distributed import start_for_preset  # JAX's: as above
 
     line = start_for_preset(plan.preset.host_devices)
     jax.devices()
