@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +36,7 @@ from rl_trainer_bench.ab.report_files import (
 )
 from rl_trainer_bench.bench.engine_plan import extra_work_line
 from rl_trainer_bench.bench.plan import Plan
+from rl_trainer_bench.bench.runtime import SINGLE_PROCESS, runtime_for
 from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.engine.background import Background
@@ -82,7 +84,7 @@ def same_process(
         try:
             progress.say(f"preset: {plan.preset.name} (chosen by {plan.preset_source})")
             one_state.refuse_other_engines(plan)
-            runtime = Background(lambda: _runtime_started(plan), "runtime-start")
+            runtime = _runtime_beside(plan)
             if schedule is None:
                 progress.say(order_line(plan.arms))
                 for line in plan.run.planned_lines(len(plan.bench_plans), plan.warmup_steps):
@@ -91,7 +93,7 @@ def same_process(
                 progress.say(f"design: interleaved boundaries, {schedule.describe()}")
             for line in extra_work_lines(plan):
                 progress.say(line)
-            progress.say(runtime.result())
+            progress.say(runtime.result() if runtime else _runtime_started(plan))
             benches = _built_benches(plan, make_bench or _driver_bench, progress, cleanup)
             _start_writing(out, progress)  # every refusal is behind us: now files may change
             compile_s = {name: _compiled(name, bench, progress) for name, bench in benches.items()}
@@ -114,6 +116,15 @@ def same_process(
     return _report_same_process(
         args, plan, out, runs, compile_s, predictions, sources, started, schedule, warm
     )
+
+
+def _runtime_beside(plan: ArmPlan) -> Background[str] | None:
+    """The runtime's start on a thread of its own, for one process on this host's devices; None
+    under Pathways or with several processes, whose start (`distributed.initialize_runtime`)
+    stays on the calling thread, as their libraries are used in their own examples."""
+    if runtime_for(os.environ, plan.preset.host_devices).kind != SINGLE_PROCESS:
+        return None
+    return Background(lambda: _runtime_started(plan), "runtime-start")
 
 
 def _runtime_started(plan: ArmPlan) -> str:

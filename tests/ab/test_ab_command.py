@@ -6,12 +6,14 @@ they make the run fast and its training exactly checkable; the real cpu-tiny run
 
 import json
 import threading
+import types
 
 import pytest
 from stand_in_engine import StandInEngine, TimedEngine, drifting_sleep, stand_in_pool
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.ab import command as ab
+from rl_trainer_bench.ab import same_process
 from rl_trainer_bench.ab.progress import Progress
 from rl_trainer_bench.bench import distributed
 from rl_trainer_bench.bench.driver import Bench
@@ -372,3 +374,34 @@ def test_the_runtime_starts_beside_the_designs_lines(tmp_path, monkeypatch):
     monkeypatch.setattr(Progress, "say", say_once_starting)
     monkeypatch.setattr(distributed, "start_for_preset", start_and_mark)
     assert run_ab(["--steps", "1", "--blocks", "3", "--out", str(tmp_path / "out")]) == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "beside"),
+    [
+        ({}, True),
+        ({"JAX_PLATFORMS": "proxy,cpu", "JAX_BACKEND_TARGET": "grpc://proxy:29000"}, False),
+        ({"JAX_COORDINATOR_ADDRESS": "host:1234", "JAX_NUM_PROCESSES": "2"}, False),
+        ({"TPU_WORKER_HOSTNAMES": "a,b"}, False),
+    ],
+    ids=["one process", "pathways", "jax.distributed", "tpu pod"],
+)
+def test_only_one_local_process_starts_its_runtime_on_a_thread(monkeypatch, env, beside):
+    """Pathways and several processes start on the calling thread, as before: their libraries'
+    start is not known to be safe off the main thread."""
+    for name in ("JAX_PLATFORMS", "JAX_COORDINATOR_ADDRESS", "TPU_WORKER_HOSTNAMES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    threads = []
+
+    def start_and_note(host_devices):
+        threads.append(threading.current_thread() is threading.main_thread())
+        return "runtime: noted"
+
+    monkeypatch.setattr(distributed, "start_for_preset", start_and_note)
+    plan = types.SimpleNamespace(preset=types.SimpleNamespace(host_devices=0))
+    runtime = same_process._runtime_beside(plan)
+    assert (runtime is not None) == beside
+    if runtime is not None:
+        assert runtime.result() == "runtime: noted" and threads == [False]
