@@ -147,9 +147,10 @@ class JaxEngine:
         """Compile every program for micro-batches shaped like `example`; seconds per program.
 
         The programs compile side by side, one thread each (XLA's compile releases the GIL), so
-        the wall time is about the longest program's, not their sum: on a TPU host the two
-        `fwd_bwd` programs take about a minute each (BENCHMARKS.md). Each program's seconds are
-        its own compile's, overlapping the others'. Programs already compiled in this process
+        where the host has cores to spare the wall time is about the longest program's, not their
+        sum: 84 s against 122 s for tpu-v5e-1 on a 13-core v5e host. On 2 cores it gains nothing
+        (the compiler keeps both busy) and the host memory of the compile grows by about a third
+        (BENCHMARKS.md). Each program's seconds are its own compile's, overlapping the others'. Programs already compiled in this process
         for the same config, devices and shapes are reused (their entry is 0).
         """
         spec = {
