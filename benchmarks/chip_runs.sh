@@ -16,12 +16,15 @@
 #                     ROWS picks the sizes (default 3,5,6: 4 is the preset's own run)
 #   aot-host  ~3 min  `aot --target local` (its JSON has its host peak) beside the host peak of
 #                     a process that only opens the chip, to split aot's 18 GiB on the chip host
+#   effects   ~4.5 min  two A/Bs of README's design with known extra work in one arm, about 1%
+#                     and 7.2% of the step (3 and 31 matmuls of 4096 a call, by the 1.1-1.6 ms a
+#                     matmul a step measured at 4, 7 and 26 a call: INFERRED sizes)
 # JAX's persistent compilation cache (.xla-cache in the checkout, kept between calls while the
 # host is) lets a later part load what an earlier one compiled; each part says which compiles
 # were cold.
 # Usage: bash benchmarks/chip_runs.sh OUT PART...
 set -euo pipefail
-parts="headline-off, headline-on, ab, peak-test, tests, sweep or aot-host"
+parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host or effects"
 out=${1:?OUT: the folder the results go to}
 shift
 [ $# -gt 0 ] || { echo "PART: name one or more of $parts" >&2; exit 2; }
@@ -54,11 +57,16 @@ case $part in
  opened the chip:', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 'KiB')"
     "$py" -m rl_trainer_bench.cli aot --preset tpu-v5e-1 --target local \
       --output "$work/aot-host/aot-local.json" || [ $? = 1 ] ;;  # 1: DOES NOT FIT, a figure
+  effects)
+    for flops in 4e11 4.3e12; do
+      "$py" -m rl_trainer_bench.cli ab --arms "off,more:extra_device_work=$flops" \
+        --out "$work/effects/extra-$flops"
+    done ;;
 esac
 }
 for part in "$@"; do
   case $part in
-    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host) ;;
+    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects) ;;
     *) echo "PART: one of $parts, not $part" >&2; exit 2 ;;
   esac
 done
