@@ -131,8 +131,9 @@ def stray_step(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     stray = np.zeros(y.shape, dtype=bool)
     if df < 2:
         return stray
-    hat = np.einsum("np,pq,nq->n", x, np.linalg.pinv(x.T @ x), x)
-    residual = y - np.linalg.lstsq(x, y.T, rcond=None)[0].T @ x.T
+    projection = x @ np.linalg.pinv(x)  # least squares' hat matrix: fitted = y @ projection.T
+    hat = np.diagonal(projection)
+    residual = y - y @ projection.T
     with np.errstate(divide="ignore", invalid="ignore"):
         # the others' variance: the residual sum of squares less the step's own share, over df
         others = (np.sum(residual * residual, axis=1)[:, None] - residual**2 / (1 - hat)) / df
