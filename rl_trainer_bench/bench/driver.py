@@ -138,7 +138,14 @@ class Bench:
             " on a CPU, more for a large cell)"
         )
         started = time.perf_counter()
-        compile_s = returns.compile_seconds(self.engine.compile(self.pool.entries[0].payload))
+        try:
+            compiled = self.engine.compile(self.pool.entries[0].payload)
+        except device_peak.RUNTIME_ERRORS as error:
+            refused = load_failure.compile_refusal(error, self.config.preset.name)
+            if refused is None:
+                raise
+            raise refused from error
+        compile_s = returns.compile_seconds(compiled)
         wall = time.perf_counter() - started
         interrupts.check()  # a Ctrl-C during the compile may have been swallowed inside it
         for program, seconds in compile_s.items():

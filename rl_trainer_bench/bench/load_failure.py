@@ -1,17 +1,20 @@
-"""A program the device could not load in a run: the size the user chose, refused in one line.
+"""A program the device could not hold in a run: the size the user chose, refused in one line.
 
 On a TPU the runtime reserves a program's temporaries when it first runs it; a cell too large for
 the chip compiles and then fails there with RESOURCE_EXHAUSTED naming the program (on a v5e chip,
 tpu-v5e-1 at 8 rows per micro-batch: "Error loading program 'jit_fwd_bwd': Attempting to reserve
-8.36G at the bottom of memory ... 7.56G free", BENCHMARKS.md). That is the chosen size's answer,
-not a bug of the bench, so it is a UserError (exit 2) whose line keeps the runtime's words and
-names the fix; MEASURE_PEAK's probes take the same failure as their answer instead
+8.36G at the bottom of memory ... 7.56G free", BENCHMARKS.md). A cell larger still fails in the
+compile: XLA sizes the program's temporaries against the device's memory and stops with
+RESOURCE_EXHAUSTED ("the total memory required for HLO temporaries (17.77G) exceeds available HBM
+(15.75G)": MaxText's engine at tpu-v5e-1's micro-batch on a v5e chip). Either is the chosen size's
+answer, not a bug of the bench, so it is a UserError (exit 2) whose line keeps the runtime's words
+and names the fix; MEASURE_PEAK's probes take a failed load as their answer instead
 (`device_peak.probe`).
 """
 
 from __future__ import annotations
 
-from rl_trainer_bench.bench.device_peak import failed_load
+from rl_trainer_bench.bench.device_peak import failed_load, runtime_status
 from rl_trainer_bench.errors import UserError, one_line
 
 
@@ -24,9 +27,23 @@ def refusal(error: BaseException, preset: str) -> DoesNotFit | None:
     program = failed_load(error)
     if program is None:
         return None
+    return _does_not_fit(f"{program or 'a program'} did not fit", error, preset)
+
+
+def compile_refusal(error: BaseException, preset: str) -> DoesNotFit | None:
+    """The one-line refusal for `error` when the compiler found a program larger than the
+    device's memory, or a program the compile ran did not load, else None. A kernel's tiles too
+    large for the core's own memory ("memory space vmem") are not the cell's size: that error
+    passes through as it came."""
+    if runtime_status(error) != "RESOURCE_EXHAUSTED" or "memory space vmem" in str(error).lower():
+        return None
+    loaded = refusal(error, preset)
+    return loaded or _does_not_fit("the engine's programs do not fit when compiled", error, preset)
+
+
+def _does_not_fit(what: str, error: BaseException, preset: str) -> DoesNotFit:
     return DoesNotFit(
-        f"{program or 'a program'} did not fit in the device's memory at this size:"
-        f" {one_line(str(error))[:240]}; lower the micro-batch (train_micro_batch_size in"
-        f" --engine-flags) or the model, and check the size first with `rl-trainer-bench aot"
-        f" --preset {preset} --target local`"
+        f"{what} in the device's memory at this size: {one_line(str(error))[:240]}; lower the"
+        " micro-batch (train_micro_batch_size in --engine-flags) or the model, and check the size"
+        f" first with `rl-trainer-bench aot --preset {preset} --target local`"
     )

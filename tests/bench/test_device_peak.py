@@ -305,3 +305,63 @@ def test_a_run_lets_another_runtime_error_through_as_it_came():
             bench.run(steps=1, stage=OFF)
     finally:
         bench.close()
+
+
+class CompilerRefusingEngine(StandInEngine):
+    """The stand-in engine whose compile fails as XLA's does for a program too large."""
+
+    def __init__(self, failure):
+        super().__init__()
+        self.failure = failure
+
+    def compile(self, example):
+        raise self.failure
+
+
+# XLA's words for programs whose temporaries exceed the device (MaxText's engine at tpu-v5e-1's
+# micro-batch on a v5e chip, 2026-12-06; the older libtpu's form, preflight/aot/compile.py)
+TEMPORARIES_TOO_LARGE = (
+    "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries"
+    " (17.77G) exceeds available HBM (15.75G)."
+)
+HBM_EXCEEDED = (
+    "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space hbm."
+    " Used 20.50G of 15.48G hbm. Exceeded hbm capacity by 5.02G."
+)
+
+
+def setup_exit_and_line(engine, capsys):
+    config = BenchConfig(preset=PRESETS["cpu-tiny"], steps=1, micro_steps=2)
+    bench = Bench(config, lambda line: None, engine_factory=lambda _: engine, pool=stand_in_pool(3))
+    try:
+        code = run_guarded("rl-trainer-bench run", lambda: bench.setup() and 0)
+    finally:
+        bench.close()
+    return code, capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("failure", "amount"),
+    [
+        (jax.errors.JaxRuntimeError(TEMPORARIES_TOO_LARGE), "(17.77G) exceeds available HBM"),
+        (ValueError(HBM_EXCEEDED), "Used 20.50G of 15.48G hbm"),
+        (jax.errors.JaxRuntimeError(TPU_LOAD_FAILURE), "jit_f did not fit"),
+    ],
+    ids=["temporaries", "hbm used", "a load inside the compile"],
+)
+def test_a_compile_too_large_for_the_device_is_refused_in_one_line_not_reported_as_a_bug(
+    failure, amount, capsys
+):
+    code, lines = setup_exit_and_line(CompilerRefusingEngine(failure), capsys)
+    assert code == EXIT_USER_ERROR
+    (line,) = lines
+    assert line.startswith("rl-trainer-bench run: ") and "in the device's memory" in line
+    assert amount in line and "train_micro_batch_size" in line and "bug" not in line
+
+
+def test_a_kernels_tiles_too_large_for_the_core_are_not_the_cells_size(capsys):
+    vmem = jax.errors.JaxRuntimeError(
+        "RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem while allocating on stack"
+    )
+    code, lines = setup_exit_and_line(CompilerRefusingEngine(vmem), capsys)
+    assert code != EXIT_USER_ERROR and "train_micro_batch_size" not in lines[-1]
