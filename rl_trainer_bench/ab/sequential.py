@@ -134,6 +134,26 @@ def judged_by(runs: Sequence[ArmRun]) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class SetAside:
+    """A scored step the look's fit left out (robust_fit.fit: its own outlier test, or more than
+    SET_ASIDE scales off): named so a reader can find it in the arm's steps and see what it was."""
+
+    label: str  # the arm's
+    step: int  # among the arm's scored steps, from 0
+    value_s: float
+    scales: float  # its residual from the fit without it, in the fit's noise scales
+
+    def text(self) -> str:
+        return (
+            f"{self.label} step {self.step} ({milliseconds(self.value_s, '.4g')} ms,"
+            f" {self.scales:+.3g} scales off the fit)"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class Look:
     """One look: its half-blocks, its interval's level, and each delta judged at that level."""
 
@@ -147,11 +167,14 @@ class Look:
     steps: int  # scored steps the look read, every setting's
     boundary: dict[str, list[Delta]] = dataclasses.field(default_factory=dict)  # by metric
     judged_by: str = STEP
+    # The steps each fit left out, by metric (STEP: the step's own)
+    set_aside: dict[str, list[SetAside]] = dataclasses.field(default_factory=dict)
 
     def noise_text(self) -> str:
         return (
             f"step noise measured {100 * self.noise:.3g}% of the step (the robust scale of"
             f" {self.steps} scored steps around the fit; the next plan's --step-noise)"
+            f"{f'; {aside}' if (aside := self.set_aside_text()) else ''}"
         )
 
     def _judged(self) -> list[Delta]:
@@ -193,8 +216,19 @@ class Look:
         return (
             f"look after half-block {self.units} ({confidence_level(self.confidence)} CI):"
             f" {intervals}; step noise {100 * self.noise:.3g}%;"
+            f"{f' {aside};' if (aside := self.set_aside_text()) else ''}"
             f" {'stops' if self.settled else 'goes on'}"
         )
+
+    def set_aside_text(self) -> str:
+        """The steps the fits left out, as the look's line and the report name them ('' for
+        none), each with the metric whose fit left it out."""
+        named = [
+            f"{aside.text()}{'' if metric == STEP else f' ({metric})'}"
+            for metric, steps in self.set_aside.items()
+            for aside in steps
+        ]
+        return f"set aside: {', '.join(named)}" if named else ""
 
     def to_json(self) -> dict[str, Any]:
         def each(deltas: list[Delta]) -> dict[str, Any]:
@@ -219,6 +253,10 @@ class Look:
             "judged_by": self.judged_by,
             "deltas": each(self.deltas),
             "boundary": {metric: each(deltas) for metric, deltas in self.boundary.items()},
+            "set_aside": {
+                metric: [aside.to_json() for aside in steps]
+                for metric, steps in self.set_aside.items()
+            },
         }
 
 
@@ -238,19 +276,22 @@ def _judged(runs: Sequence[ArmRun], units: int, summary: ab_score.Summary, looks
     settings = list(summary.by_setting)
     within = runs[: units * len(settings)]
     index = [settings.index(run.setting) for run in within for _ in run.scored]
+    places = [(run.label, k) for run in within for k in range(len(run.scored))]
     step_s = [r.step_s for run in within for r in run.scored]
     baseline_step = summary.settings[settings[0]].median_s
-    deltas, scale = _fitted(
+    deltas, scale, aside = _fitted(
         settings, index, step_s, baseline_step, summary.min_effect_s, looks, units
     )
-    boundary = {}
+    boundary, set_aside = {}, {STEP: _named(aside, places)} if aside else {}
     for metric, field in BOUNDARY_METRICS.items():
         values = [getattr(r, field) for run in within for r in run.scored]
         if any(v is None for v in values):
             continue
         base = float(np.median([v for v, i in zip(values, index, strict=True) if i == 0]))
         bar = BOUNDARY_MIN_EFFECT * abs(base)
-        boundary[metric], _ = _fitted(settings, index, values, base, bar, looks, units)
+        boundary[metric], _, aside = _fitted(settings, index, values, base, bar, looks, units)
+        if aside:
+            set_aside[metric] = _named(aside, places)
     return Look(
         units,
         looks.confidence(units),
@@ -260,7 +301,12 @@ def _judged(runs: Sequence[ArmRun], units: int, summary: ab_score.Summary, looks
         len(step_s),
         boundary,
         judged_by(within),
+        set_aside,
     )
+
+
+def _named(aside: list[tuple[int, float, float]], places: list[tuple[str, int]]) -> list[SetAside]:
+    return [SetAside(*places[at], value, scales) for at, value, scales in aside]
 
 
 def _fitted(
@@ -271,11 +317,19 @@ def _fitted(
     min_effect: float,
     looks: Looks,
     units: int,
-) -> tuple[list[Delta], float]:
+) -> tuple[list[Delta], float, list[tuple[int, float, float]]]:
     """Each other setting's delta of `values` (the steps' figures in run order, `index` their
-    settings') by the robust fit, judged at the look's level; and the fit's noise scale."""
-    fitted = robust_fit.fit(robust_fit.design(index, len(settings)), np.asarray(values))
+    settings') by the robust fit, judged at the look's level; the fit's noise scale; and the
+    steps it left out (place in `values`, value, residual in scales)."""
+    x, y = robust_fit.design(index, len(settings)), np.asarray(values, dtype=np.float64)
+    fitted = robust_fit.fit(x, y)
     beta, errors, df = fitted.beta, fitted.errors, int(fitted.df[0])
+    residual = y - x @ beta[0]
+    scale = float(fitted.scale[0])
+    aside = [
+        (int(at), float(y[at]), float(residual[at] / scale) if scale else math.inf)
+        for at in np.flatnonzero(fitted.set_aside[0])
+    ]
     claim, quiet = looks.claim_quantile(units, df), looks.no_effect_quantile(units, df)
     confidence = looks.confidence(units)
     deltas = []
@@ -295,7 +349,7 @@ def _fitted(
                 (delta - quiet * error, delta + quiet * error, 1 - 2 * looks.alpha(units)),
             )
         )
-    return deltas, float(fitted.scale[0])
+    return deltas, scale, aside
 
 
 def score(runs: Sequence[ArmRun], looks: Looks, *, min_effect_pct: float, baseline: str) -> Score:

@@ -171,6 +171,40 @@ def test_a_stray_step_at_the_first_look_is_set_aside_there():
     assert score.looks[-1]["units"] == 3 and delta.verdict == "SLOWER"
     assert 0.0260 < delta.delta_s < 0.0266  # 1918.4 - 1892.1 ms, by the steps without the stray
     assert delta.ci_high_s - delta.ci_low_s < score.min_effect_s
+    (aside,) = score.looks[-1]["set_aside"]["step"]
+    assert (aside["label"], aside["step"]) == ("off#1", 0) and aside["value_s"] == pytest.approx(
+        1.97745
+    )
+    assert aside["scales"] > 5
+
+
+# The chip's run of a 7.1% effect (`ab --arms off,more:extra_device_work=4.3e12`, tpu-v5e-1,
+# 2026-12-06, BENCHMARKS.md), its turns as they ran: the last `more` step took 2118.46 ms, 92 ms
+# over the other two.
+CHIP_LARGE_EFFECT_RUN = [
+    ("more", 2026.41),
+    ("off", 1891.96),
+    ("off'", 1891.53),
+    ("more'", 2026.04),
+    ("off#3", 1892.01),
+    ("more#3", 2118.46),
+]
+
+
+def test_the_look_and_the_report_name_the_step_they_set_aside(tmp_path):
+    runs = [arm(label, label.rstrip("'#3"), [ms / 1000]) for label, ms in CHIP_LARGE_EFFECT_RUN]
+    score = sequential.score(runs, Looks(8), min_effect_pct=0.5, baseline="off")
+    (delta,) = score.deltas
+    assert delta.verdict == "SLOWER" and 0.1341 < delta.delta_s < 0.1347  # 2026.2 - 1891.8 ms
+    (aside,) = score.looks[-1]["set_aside"]["step"]
+    assert (aside["label"], aside["step"]) == ("more#3", 0) and aside["value_s"] == pytest.approx(
+        2.11846
+    )
+    look = sequential.look(runs, Looks(8), 0.5, "off")
+    assert "set aside: more#3 step 0 (2118 ms, +" in look.line()
+    assert "set aside: more#3 step 0 (2118 ms" in score.stopping
+    clean = [*runs[:-1], arm("more#3", "more", [2.02620])]
+    assert "set aside" not in sequential.look(clean, Looks(8), 0.5, "off").line()
 
 
 def test_the_forecasts_vectorised_rule_stops_where_the_scorer_does():
