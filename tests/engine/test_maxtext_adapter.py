@@ -520,3 +520,16 @@ def test_an_engine_over_another_state_allocates_none_and_compiles_holding_it(mon
     assert first._family.holder is first
     sibling.compile(payload)
     assert sibling._family.holder is sibling
+
+
+def test_maxtext_counts_the_models_flops_as_the_builtin_engine_does():
+    """The step ruler's MFU for MaxText's engine: the model FLOPs of real tokens by the built-in
+    engine's count (694,272,000 for the small Qwen3.5 cell's 4 rows of 100 real tokens and 28 of
+    padding each), so rows of padding count nothing."""
+    config = small_engine_config()
+    engine = StandInMaxTextEngine(config)
+    (payload,) = example_payloads_for(config, 1, segment_len=100)
+    assert engine.model_flops(payload) == pytest.approx(694_272_000, rel=1e-12)
+    two_rows = payload.segment_ids * (np.arange(4)[:, None] < 2)
+    halved = dataclasses.replace(payload, segment_ids=two_rows)
+    assert engine.model_flops(halved) == pytest.approx(694_272_000 / 2, rel=1e-12)

@@ -71,6 +71,7 @@ import jax
 import numpy as np
 
 from rl_trainer_bench.engine import compile_events
+from rl_trainer_bench.engine.builtin import flops
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import ContractError, Payload, PreparedInput, StateMismatch
 from rl_trainer_bench.engine.maxtext import aot as maxtext_aot
@@ -499,6 +500,14 @@ class MaxTextEngine:
         )
         self._staged.append(prepared)
         return prepared
+
+    def model_flops(self, payload: Payload) -> float:
+        """Model FLOPs of one micro-batch, the built-in engine's count (docs/engine.md): real
+        tokens only, of the model the engine config describes. The adapter's keys hand MaxText
+        every model field that the count reads (the one it leaves out, attention_chunk_size, is
+        how queries are batched, not what is computed), so one count serves both engines and the
+        step ruler's MFU compares their tokens per second on one scale."""
+        return flops.micro_batch_flops(self.config, payload.segment_ids, count_remat=False)
 
     def wait_for_device(self) -> float:
         """Block until the staged copies and the step's dispatched programs are done; seconds."""
