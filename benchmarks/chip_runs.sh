@@ -19,12 +19,17 @@
 #   effects   ~4.5 min  two A/Bs of README's design with known extra work in one arm, about 1%
 #                     and 7.2% of the step (3 and 31 matmuls of 4096 a call, by the 1.1-1.6 ms a
 #                     matmul a step measured at 4, 7 and 26 a call: INFERRED sizes)
+#   maxtext   ~7 min  the built-in engine and MaxText's at the one size MaxText fits on the chip (1
+#                     row; MaxText's compile about 200 s), MaxText's with MEASURE_PEAK; its
+#                     interpreter is MAXTEXT_PYTHON, a venv of `maxtext_chip_wheels.sh install`
+#   maxtext-ab ~6 min MaxText's `remat_policy` full vs minimal at that size in one process (the
+#                     full arm's programs from the cache the maxtext part filled)
 # JAX's persistent compilation cache (.xla-cache in the checkout, kept between calls while the
 # host is) lets a later part load what an earlier one compiled; each part says which compiles
 # were cold.
 # Usage: bash benchmarks/chip_runs.sh OUT PART...
 set -euo pipefail
-parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host or effects"
+parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host, effects, maxtext or maxtext-ab"
 out=${1:?OUT: the folder the results go to}
 shift
 [ $# -gt 0 ] || { echo "PART: name one or more of $parts" >&2; exit 2; }
@@ -36,6 +41,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 results=benchmarks/results
 py=${PYTHON:-python3}
+# MaxText's keys that tpu-v5e-1 needs to reach MaxText at all, and the size it fits (docs/commands.md)
+maxtext_flags=num_moe_token_chunks=1,ragged_buffer_factor=-1,train_micro_batch_size=1
+maxtext_run() { "${MAXTEXT_PYTHON:?MAXTEXT_PYTHON: a venv of maxtext_chip_wheels.sh install}" \
+  -m rl_trainer_bench.cli "$@"; }
 run_part() {
 case $part in
   headline-off|headline-on)
@@ -62,11 +71,20 @@ case $part in
       "$py" -m rl_trainer_bench.cli ab --arms "off,more:extra_device_work=$flops" \
         --out "$work/effects/extra-$flops"
     done ;;
+  maxtext)
+    "$py" -m rl_trainer_bench.cli run --preset tpu-v5e-1 --engine-flags train_micro_batch_size=1 --steps 4 \
+      --results-dir "$work/maxtext/builtin"
+    maxtext_run run --preset tpu-v5e-1 --engine maxtext --engine-flags "$maxtext_flags" --steps 4 \
+      --measure-peak on --results-dir "$work/maxtext/maxtext" ;;
+  maxtext-ab)
+    maxtext_run ab --preset tpu-v5e-1 --engine maxtext --knob "ENGINE_FLAGS=$maxtext_flags" \
+      --arms "full:maxtext.remat_policy=full,minimal:maxtext.remat_policy=minimal" \
+      --out "$work/maxtext-ab" ;;
 esac
 }
 for part in "$@"; do
   case $part in
-    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects) ;;
+    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|maxtext|maxtext-ab) ;;
     *) echo "PART: one of $parts, not $part" >&2; exit 2 ;;
   esac
 done
