@@ -141,13 +141,17 @@ class SetAside:
     label: str  # the arm's
     step: int  # among the arm's scored steps, from 0
     value_s: float
-    scales: float  # its residual from the fit without it, in the fit's noise scales
+    # its residual from the fit without it, in the fit's noise scales; None where the others fit
+    # exactly (no spread to measure it by)
+    scales: float | None
 
     def text(self) -> str:
-        return (
-            f"{self.label} step {self.step} ({milliseconds(self.value_s, '.4g')} ms,"
-            f" {self.scales:+.3g} scales off the fit)"
+        off = (
+            "off a fit of no spread"
+            if self.scales is None
+            else f"{self.scales:+.3g} scales off the fit"
         )
+        return f"{self.label} step {self.step} ({milliseconds(self.value_s, '.4g')} ms, {off})"
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -305,7 +309,9 @@ def _judged(runs: Sequence[ArmRun], units: int, summary: ab_score.Summary, looks
     )
 
 
-def _named(aside: list[tuple[int, float, float]], places: list[tuple[str, int]]) -> list[SetAside]:
+def _named(
+    aside: list[tuple[int, float, float | None]], places: list[tuple[str, int]]
+) -> list[SetAside]:
     return [SetAside(*places[at], value, scales) for at, value, scales in aside]
 
 
@@ -317,7 +323,7 @@ def _fitted(
     min_effect: float,
     looks: Looks,
     units: int,
-) -> tuple[list[Delta], float, list[tuple[int, float, float]]]:
+) -> tuple[list[Delta], float, list[tuple[int, float, float | None]]]:
     """Each other setting's delta of `values` (the steps' figures in run order, `index` their
     settings') by the robust fit, judged at the look's level; the fit's noise scale; and the
     steps it left out (place in `values`, value, residual in scales)."""
@@ -327,7 +333,7 @@ def _fitted(
     residual = y - x @ beta[0]
     scale = float(fitted.scale[0])
     aside = [
-        (int(at), float(y[at]), float(residual[at] / scale) if scale else math.inf)
+        (int(at), float(y[at]), float(residual[at] / scale) if scale else None)
         for at in np.flatnonzero(fitted.set_aside[0])
     ]
     claim, quiet = looks.claim_quantile(units, df), looks.no_effect_quantile(units, df)

@@ -207,6 +207,17 @@ def test_the_look_and_the_report_name_the_step_they_set_aside(tmp_path):
     assert "set aside" not in sequential.look(clean, Looks(8), 0.5, "off").line()
 
 
+def test_a_step_set_aside_from_steps_that_fit_exactly_is_named_without_a_scale():
+    """Steps alike to the bit (a stand-in engine's) leave the fit no spread to measure the stray
+    one by: it is named with no scale, and ab.json stays valid JSON (no Infinity)."""
+    steps = [("more", 1.1), ("off", 1.0), ("off'", 1.0), ("more'", 1.1), ("off#3", 1.0)]
+    runs = [arm(label, label.rstrip("'#3"), [s]) for label, s in [*steps, ("more#3", 1.3)]]
+    look = sequential.look(runs, Looks(8), 0.5, "off")
+    assert "set aside: more#3 step 0 (1300 ms, off a fit of no spread)" in look.line()
+    (aside,) = json.loads(json.dumps(look.to_json(), allow_nan=False))["set_aside"]["step"]
+    assert aside["scales"] is None
+
+
 def test_the_forecasts_vectorised_rule_stops_where_the_scorer_does():
     """The plan's simulation and the run's scorer are two implementations of one rule: on the
     same steps' fits they stop at the same look with the same verdict."""
