@@ -19,6 +19,8 @@
 #   effects   ~4.5 min  two A/Bs of README's design with known extra work in one arm, about 1%
 #                     and 7.2% of the step (3 and 31 matmuls of 4096 a call, by the 1.1-1.6 ms a
 #                     matmul a step measured at 4, 7 and 26 a call: INFERRED sizes)
+#   remat     ~4 min  the built-in engine's `remat_policy` full vs minimal on the preset (aot: minimal
+#                     FITS at 14.74 GiB; its recomputation saved is the chip's to measure)
 #   maxtext   ~7 min  the built-in engine and MaxText's at the one size MaxText fits on the chip (1
 #                     row; MaxText's compile about 200 s), MaxText's with MEASURE_PEAK; its
 #                     interpreter is MAXTEXT_PYTHON, a venv of `maxtext_chip_wheels.sh install`
@@ -29,7 +31,7 @@
 # were cold.
 # Usage: bash benchmarks/chip_runs.sh OUT PART...
 set -euo pipefail
-parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host, effects, maxtext or maxtext-ab"
+parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host, effects, remat, maxtext or maxtext-ab"
 out=${1:?OUT: the folder the results go to}
 shift
 [ $# -gt 0 ] || { echo "PART: name one or more of $parts" >&2; exit 2; }
@@ -71,6 +73,9 @@ case $part in
       "$py" -m rl_trainer_bench.cli ab --arms "off,more:extra_device_work=$flops" \
         --out "$work/effects/extra-$flops"
     done ;;
+  remat)
+    "$py" -m rl_trainer_bench.cli ab --arms "full:remat_policy=full,minimal:remat_policy=minimal" \
+      --out "$work/remat" ;;
   maxtext)
     "$py" -m rl_trainer_bench.cli run --preset tpu-v5e-1 --engine-flags train_micro_batch_size=1 --steps 4 \
       --results-dir "$work/maxtext/builtin"
@@ -84,7 +89,7 @@ esac
 }
 for part in "$@"; do
   case $part in
-    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|maxtext|maxtext-ab) ;;
+    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|remat|maxtext|maxtext-ab) ;;
     *) echo "PART: one of $parts, not $part" >&2; exit 2 ;;
   esac
 done
