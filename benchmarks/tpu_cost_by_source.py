@@ -27,19 +27,20 @@ from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight.aot.check import resolve_cell
 from rl_trainer_bench.preflight.aot.compile import compile_one, planned_program
 from rl_trainer_bench.preflight.hlo.parse import parse_hlo
-from rl_trainer_bench.preflight.hlo.sources import instruction_source, stack_tables
+from rl_trainer_bench.preflight.hlo.sources import op_sources
 from rl_trainer_bench.preflight.program_cost import instruction_costs
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
 
 
 def cost_by_source(text: str, peak_flops: float, bandwidth: float) -> list[dict]:
     """Rows per source function: FLOPs and bytes as run, and the sum of each op's roofline."""
-    tables = stack_tables(text)
+    module = parse_hlo(text)
+    sources = op_sources(module, text)
     totals = collections.defaultdict(lambda: {"flops": 0.0, "bytes": 0.0, "seconds": 0.0})
-    for cost in instruction_costs(parse_hlo(text)):
+    for cost in instruction_costs(module):
         if not cost.flops and not cost.bytes:
             continue
-        row = totals[instruction_source(cost.instruction, tables)]
+        row = totals[sources[cost.instruction.name]]
         row["flops"] += cost.flops * cost.times
         row["bytes"] += cost.bytes * cost.times
         row["seconds"] += cost.times * max(cost.flops / peak_flops, cost.bytes / bandwidth)
