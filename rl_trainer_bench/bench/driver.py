@@ -138,13 +138,8 @@ class Bench:
             " on a CPU, more for a large cell)"
         )
         started = time.perf_counter()
-        try:
+        with load_failure.refused_as_size(self.config.preset.name, load_failure.compile_refusal):
             compiled = self.engine.compile(self.pool.entries[0].payload)
-        except device_peak.RUNTIME_ERRORS as error:
-            refused = load_failure.compile_refusal(error, self.config.preset.name)
-            if refused is None:
-                raise
-            raise refused from error
         compile_s = returns.compile_seconds(compiled)
         wall = time.perf_counter() - started
         interrupts.check()  # a Ctrl-C during the compile may have been swallowed inside it
@@ -275,13 +270,8 @@ class Bench:
 
     def _step_that_fits(self, loop: StepLoop, step: int) -> StepRecord:
         """One step of `loop`; a program that does not load is refused as the size's answer."""
-        try:
+        with load_failure.refused_as_size(self.config.preset.name, load_failure.refusal):
             return loop.run_step(step)
-        except device_peak.RUNTIME_ERRORS as error:
-            refused = load_failure.refusal(error, self.config.preset.name)
-            if refused is None:
-                raise
-            raise refused from error
 
     def measure_peak(self, stage: StageConfig, first_step: int) -> device_peak.PeakMeasurement:
         """MEASURE_PEAK: probe steps of `stage` from step `first_step` on (after the scored ones,

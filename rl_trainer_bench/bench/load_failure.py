@@ -14,7 +14,10 @@ and names the fix; MEASURE_PEAK's probes take a failed load as their answer inst
 
 from __future__ import annotations
 
-from rl_trainer_bench.bench.device_peak import failed_load, runtime_status
+import contextlib
+from collections.abc import Callable, Iterator
+
+from rl_trainer_bench.bench.device_peak import RUNTIME_ERRORS, failed_load, runtime_status
 from rl_trainer_bench.errors import UserError, one_line
 
 
@@ -47,3 +50,18 @@ def _does_not_fit(what: str, error: BaseException, preset: str) -> DoesNotFit:
         " micro-batch (train_micro_batch_size in --engine-flags) or the model, and check the size"
         f" first with `rl-trainer-bench aot --preset {preset} --target local`"
     )
+
+
+@contextlib.contextmanager
+def refused_as_size(
+    preset: str, refusal_of: Callable[[BaseException, str], DoesNotFit | None]
+) -> Iterator[None]:
+    """The block's runtime error that `refusal_of` takes for the size's answer, raised as its
+    one-line refusal; any other passes through as it came."""
+    try:
+        yield
+    except RUNTIME_ERRORS as error:
+        refused = refusal_of(error, preset)
+        if refused is None:
+            raise
+        raise refused from error
