@@ -89,11 +89,16 @@ class ResultsWriter:
 
 
 def read_results(path: Path) -> list[StepRecord]:
-    """The records of a results.jsonl (a torn last line, from a crash, is skipped)."""
+    """The records of a results.jsonl (a torn last line, from a crash, is skipped). A line of
+    JSON that is no object (a list, a string: another file's text) is a TypeError naming it, as
+    an object missing a record's fields is."""
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         try:
-            records.append(StepRecord.from_json(json.loads(line)))
+            data = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if not isinstance(data, dict):
+            raise TypeError(f"{path} line {number}: {type(data).__name__}, not a step's record")
+        records.append(StepRecord.from_json(data))
     return records

@@ -187,6 +187,23 @@ def test_step_time_and_noise_come_from_a_prior_runs_log(tmp_path):
     assert budget.parse_step_time(str(results))[0].value == pytest.approx(100.15)
 
 
+@pytest.mark.parametrize(
+    "text",
+    ['[1, 2]\n"x"\n', '{\n  "preset": "p",\n  "time_estimate": null\n}\n', '{"step": 0}\n', ""],
+    ids=[
+        "lines of lists and strings",
+        "a JSON report spread over lines",
+        "no record's fields",
+        "empty",
+    ],
+)
+def test_a_results_file_of_no_run_is_refused_in_one_line(tmp_path, text):
+    results = tmp_path / "results.jsonl"
+    results.write_text(text)
+    with pytest.raises(UserError, match="no scored step in it"):
+        budget.parse_step_time(str(results))
+
+
 def test_aots_estimate_is_a_named_step_time(tmp_path):
     report = tmp_path / "aot.json"
     report.write_text(json.dumps({"preset": "p", "time_estimate": {"step_seconds": 98.5}}))
