@@ -6,9 +6,9 @@
 # and the chip's runs in BENCHMARKS.md):
 #   headline-off  ~5.5 min  chip_headline.py with STAGE off and MEASURE_PEAK: the preset's cold
 #                     compile, 7 traced steps, the bisection (about 8 probe steps), then the
-#                     dumping compile of aot's figures of the same programs (about 2 minutes);
-#                     aot's own figures from the CPU host's reports (benchmarks/results)
-#   headline-on   ~3.5 min  the same with STAGE on: the same programs, loaded warm from the cache
+#                     dumping compile of aot's figures of the same programs (about 2 minutes),
+#                     then `aot --target local` (two more compiles, about 3 minutes)
+#   headline-on   ~5.5 min  the same with STAGE on: the same programs, loaded warm from the cache
 #   ab        ~3 min  README's main job as a user runs it (`ab`, no preset), warm from the cache
 #   peak-test ~3 min  the chip test of the measured peak (its run warm, its dumping compile cold)
 #   tests     ~9 min  every chip-marked test (`-m tpu_chip`), README's command (520 s measured)
@@ -21,9 +21,17 @@
 #                     matmul a step measured at 4, 7 and 26 a call: INFERRED sizes)
 #   remat     ~4 min  the built-in engine's `remat_policy` full vs minimal on the preset (aot: minimal
 #                     FITS at 14.74 GiB; its recomputation saved is the chip's to measure)
-#   maxtext   ~7 min  the built-in engine and MaxText's at the one size MaxText fits on the chip (1
-#                     row; MaxText's compile about 200 s), MaxText's with MEASURE_PEAK; its
-#                     interpreter is MAXTEXT_PYTHON, a venv of `maxtext_chip_wheels.sh install`
+#   inverse   ~5 min  the Gated DeltaNet's triangular inverse by XLA and by the Pallas kernel
+#                     (`linear_chunk_inverse`): alone (chunk_inverse_on_chip.py, seconds), its chip
+#                     test, then an A/B of the two on the preset (two cold compiles side by side)
+#   trace     ~3 min  the trace's cost table by engine function alone (chip_headline.py's run with
+#                     STAGE on, 3 traced steps), no cache so every program is dumped, no peak or aot
+#   builtin-mb1 ~2 min the built-in engine at the one size MaxText fits on the chip (1 row)
+#   maxtext   ~9 min  MaxText's engine at that size through Tunix's worker (its compile about 200 s),
+#                     then with MEASURE_PEAK through the adapter's own calls (MAXTEXT_DRIVER=maxtext:
+#                     Tunix's worker ends at the first probe that does not fit; another 200 s
+#                     compile); its interpreter is MAXTEXT_PYTHON, a venv of
+#                     `maxtext_chip_wheels.sh install`
 #   maxtext-ab ~6 min MaxText's `remat_policy` full vs minimal at that size in one process (the
 #                     full arm's programs from the cache the maxtext part filled)
 # JAX's persistent compilation cache (.xla-cache in the checkout, kept between calls while the
@@ -31,7 +39,10 @@
 # were cold.
 # Usage: bash benchmarks/chip_runs.sh OUT PART...
 set -euo pipefail
-parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host, effects, remat, maxtext or maxtext-ab"
+parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host, effects, remat, inverse, trace,"
+parts="$parts builtin-mb1,"
+parts="$parts maxtext"
+parts="$parts or maxtext-ab"
 out=${1:?OUT: the folder the results go to}
 shift
 [ $# -gt 0 ] || { echo "PART: name one or more of $parts" >&2; exit 2; }
@@ -50,9 +61,7 @@ maxtext_run() { "${MAXTEXT_PYTHON:?MAXTEXT_PYTHON: a venv of maxtext_chip_wheels
 run_part() {
 case $part in
   headline-off|headline-on)
-    "$py" benchmarks/chip_headline.py --out "$work/$part" --skip-ab --stages "${part#headline-}" \
-      --from-aot "$results/2026-12-06-aot-tpu-v5e-1-splash-preset-v5e-1x1.json" \
-      "$results/2026-12-06-aot-tpu-v5e-1-splash-preset-stage-on-v5e-1x1.json" ;;
+    "$py" benchmarks/chip_headline.py --out "$work/$part" --skip-ab --stages "${part#headline-}" ;;
   ab)
     "$py" benchmarks/chip_headline.py --out "$work/ab" --ab-only ;;
   peak-test)
@@ -76,11 +85,33 @@ case $part in
   remat)
     "$py" -m rl_trainer_bench.cli ab --arms "full:remat_policy=full,minimal:remat_policy=minimal" \
       --out "$work/remat" ;;
-  maxtext)
+  inverse)
+    mkdir -p "$work/inverse"
+    "$py" benchmarks/chunk_inverse_on_chip.py --output "$work/inverse/inverse.json"
+    "$py" -m pytest -q -m tpu_chip tests/engine/test_unit_lower_inverse_on_chip.py
+    "$py" -m rl_trainer_bench.cli ab --arms "xla:linear_chunk_inverse=xla,pallas:linear_chunk_inverse=pallas" \
+      --out "$work/inverse/ab" ;;
+  trace)
+    (unset JAX_COMPILATION_CACHE_DIR; "$py" - "$work/trace" <<'EOF'
+import json, sys
+from pathlib import Path
+sys.path.insert(0, "benchmarks")
+import chip_headline
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+figures = chip_headline.run_figures(out, "tpu-v5e-1", "on", 3, False, "")
+(out / "run.json").write_text(json.dumps(figures, indent=1))
+print({name: figures[name] for name in ("step_s", "mfu", "boundary_idle_s")})
+EOF
+    ) ;;
+  builtin-mb1)
     "$py" -m rl_trainer_bench.cli run --preset tpu-v5e-1 --engine-flags train_micro_batch_size=1 --steps 4 \
-      --results-dir "$work/maxtext/builtin"
+      --results-dir "$work/builtin-mb1" ;;
+  maxtext)
     maxtext_run run --preset tpu-v5e-1 --engine maxtext --engine-flags "$maxtext_flags" --steps 4 \
-      --measure-peak on --results-dir "$work/maxtext/maxtext" ;;
+      --results-dir "$work/maxtext/tunix"
+    MAXTEXT_DRIVER=maxtext maxtext_run run --preset tpu-v5e-1 --engine maxtext \
+      --engine-flags "$maxtext_flags" --steps 2 --measure-peak on --results-dir "$work/maxtext/peak" ;;
   maxtext-ab)
     maxtext_run ab --preset tpu-v5e-1 --engine maxtext --knob "ENGINE_FLAGS=$maxtext_flags" \
       --arms "full:maxtext.remat_policy=full,minimal:maxtext.remat_policy=minimal" \
@@ -89,7 +120,8 @@ esac
 }
 for part in "$@"; do
   case $part in
-    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|remat|maxtext|maxtext-ab) ;;
+    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|remat|inverse|trace|builtin-mb1|maxtext\
+      |maxtext-ab) ;;
     *) echo "PART: one of $parts, not $part" >&2; exit 2 ;;
   esac
 done

@@ -220,11 +220,17 @@ def _kernels(config: BenchConfig, engine: EngineConfig, keys: dict[str, str]) ->
     else:
         parts = [ATTENTION_KERNELS[engine.model.attention]]
         if "linear_attention" in engine.model.layer_types:
-            parts.append("the chunked Gated DeltaNet in XLA")
+            parts.append(GATED_DELTANET_KERNELS[engine.model.linear_chunk_inverse])
         parts.append(_expert_kernel(engine.moe.expert_compute))
         ours = ", ".join(parts)
     return f"the trainer's: {_quoted(keys, KERNEL_KEYS)}; this run's: {ours}"
 
+
+# What each `linear_chunk_inverse` choice runs, as the plan says it beside a trainer's MaxText.
+GATED_DELTANET_KERNELS = {
+    "xla": "the chunked Gated DeltaNet in XLA",
+    "pallas": "the chunked Gated DeltaNet in XLA with its triangular inverses in a Pallas kernel",
+}
 
 # What each `attention` choice runs, as the plan says it beside a trainer's MaxText, on TPUs (where
 # `auto` is the XLA path).

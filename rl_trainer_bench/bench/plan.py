@@ -440,11 +440,24 @@ def _refuse_extra_work(config: BenchConfig, engine: EngineConfig) -> None:
 def _refuse_unmeasurable_peak(config: BenchConfig, runtime: Runtime | None) -> None:
     """MEASURE_PEAK=on probes one process's own devices with fillers; under Pathways, or with
     several processes, a probe's load failure would be one process's (or the proxy's) while the
-    others wait in its collectives, so the plan (and the render) refuses it there."""
+    others wait in its collectives, so the plan (and the render) refuses it there. Tunix's
+    TrainerWorker ends at a probe's load failure (found on a v5e chip, BENCHMARKS.md), so MaxText's
+    engine under it is refused too."""
     if config.measure_peak and runtime is not None and runtime.kind != SINGLE_PROCESS:
         raise ConfigError(
             f"MEASURE_PEAK=on measures a single process's devices, and this run starts"
             f" {runtime.describe()}: measure on one TPU VM's chips, or set MEASURE_PEAK=off"
+        )
+    if (
+        config.measure_peak
+        and config.engine == MAXTEXT
+        and config.maxtext_driver != MAXTEXT_OWN_DRIVER
+    ):
+        raise ConfigError(
+            f"MEASURE_PEAK=on with MAXTEXT_DRIVER={config.maxtext_driver}: Tunix's TrainerWorker"
+            " (which auto takes where Tunix imports) holds its state at ERROR after the first"
+            " probe that does not fit, and refuses every later call, so the probes cannot go on;"
+            f" set MAXTEXT_DRIVER={MAXTEXT_OWN_DRIVER} (MaxText's own calls) or MEASURE_PEAK=off"
         )
 
 

@@ -275,6 +275,9 @@ PRESETS: Mapping[str, Preset] = {
                     num_experts=16,
                     shared_expert_ffn_dim=1024,
                     attention="splash",
+                    # each chunk's triangular inverse in VMEM (BENCHMARKS.md, "The Gated
+                    # DeltaNet's triangular inverse in a Pallas kernel")
+                    linear_chunk_inverse="pallas",
                 ),
                 micro_batch_rows=4,
                 seq_len=4096,

@@ -25,6 +25,7 @@ ExpertCompute = Literal["auto", "einsum", "ragged_dot", "sorted_ragged_dot", "so
 DroplessCompute = Literal["auto", "capacity", "ragged_dot", "gmm"]
 PairRanking = Literal["auto", "sort", "count"]
 LogpsGradient = Literal["autodiff", "saved_lse"]
+LinearChunkInverse = Literal["xla", "pallas"]
 # The capacity program's token-sorted layouts and the grouped matmul each runs: the pairs that
 # keep a slot, sorted by expert, through the dropless program's code (`moe.local_sorted_ffn`), so
 # the matmuls run the kept pairs rather than every slot of E x C buffers (1/factor of the work
@@ -48,6 +49,7 @@ TPU_KERNELS = (
     ),
     ("moe.dropless_compute", "gmm", "ragged_dot or capacity"),
     ("model.attention", "splash", "xla"),
+    ("model.linear_chunk_inverse", "pallas", "xla"),
 )
 # Platform names JAX gives a GPU backend (`jax.default_backend()`, a device's `platform`).
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
@@ -108,6 +110,14 @@ class ModelConfig:
     linear_chunk_size: int = dataclasses.field(
         default=64,
         metadata=engine_key("tokens per chunk of the chunked gated delta rule", minimum=1),
+    )
+    linear_chunk_inverse: LinearChunkInverse = dataclasses.field(
+        default="xla",
+        metadata=engine_key(
+            "how the chunked gated delta rule inverts each chunk's triangular system (xla: batched"
+            " matmuls a level at a time; pallas: a Pallas kernel that keeps each matrix in VMEM"
+            " through every level, TPU only)"
+        ),
     )
 
     def layers_of(self, kind: str) -> int:

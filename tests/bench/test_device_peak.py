@@ -268,6 +268,17 @@ def test_the_plan_refuses_it_where_a_probe_would_be_one_process_of_several(env):
     bench_plan.resolve(config, env={}, rendering=True)  # one process: left to the devices' check
 
 
+@pytest.mark.parametrize("driver", ["auto", "tunix"])
+def test_the_plan_refuses_it_where_tunixs_worker_would_end_at_the_first_failed_probe(driver):
+    """On the chip, MaxText's engine under Tunix's TrainerWorker stopped at the bisection's second
+    probe: "TrainerWorker is not ready: ERROR" (reported as a bug of the bench then)."""
+    env = {"MEASURE_PEAK": "on", "PRESET": "cpu-tiny-qwen3.5", "ENGINE": "maxtext"}
+    config = BenchConfig.from_env({**env, "MAXTEXT_DRIVER": driver})
+    with pytest.raises(ConfigError, match=rf"^MEASURE_PEAK=on with MAXTEXT_DRIVER={driver}: .*set"):
+        bench_plan.resolve(config, env={})
+    bench_plan.resolve(BenchConfig.from_env({**env, "MAXTEXT_DRIVER": "maxtext"}), env={})
+
+
 @pytest.mark.parametrize(
     "load_failure",
     [

@@ -21,14 +21,19 @@ KERNELS = [
     ("expert_compute=sorted_gmm", "moe.expert_compute", "sorted_ragged_dot"),
     ("dropless_compute=gmm", "moe.dropless_compute", "ragged_dot"),
     ("attention=splash", "model.attention", "xla"),
+    ("linear_chunk_inverse=pallas", "model.linear_chunk_inverse", "xla"),
 ]
 ONE_CONTEXT = "mesh_context=1 mesh_fsdp=4 train_micro_batch_size=8"  # whole rows, as splash needs
 
 
 def _config(preset: str, key_value: str) -> BenchConfig:
-    """`preset` with the kernel's key alone among the three; cpu-tiny's mesh made one of whole rows
-    first, tpu-v5e-1's own sorted_gmm set aside."""
-    first = "expert_compute=einsum" if preset == "tpu-v5e-1" else ONE_CONTEXT
+    """`preset` with the kernel's key alone among them; cpu-tiny's mesh made one of whole rows
+    first, tpu-v5e-1's own kernels set aside."""
+    first = (
+        "expert_compute=einsum attention=xla linear_chunk_inverse=xla"
+        if preset == "tpu-v5e-1"
+        else ONE_CONTEXT
+    )
     flags = f"{first} {key_value}"
     return BenchConfig.from_env({"PRESET": preset, "ENGINE_FLAGS": flags})
 

@@ -130,6 +130,12 @@ print("jax imported:", "jax" in sys.modules)
             "Pallas' splash attention kernel, the chunked Gated DeltaNet in XLA, the routed pairs"
             " sorted by expert through gmm, drops as in E x C buffers",
         ),
+        (
+            {"engine_flags": "linear_chunk_inverse=pallas"},
+            "XLA attention over query chunks, the chunked Gated DeltaNet in XLA with its triangular"
+            " inverses in a Pallas kernel, a capacity-padded einsum for the experts (a grouped"
+            " matmul only in the replay)",
+        ),
     ],
 )
 def test_the_kernels_line_names_the_built_in_kernels(flags, kernels):
@@ -144,3 +150,10 @@ def test_the_kernels_line_knows_every_attention_choice():
     from rl_trainer_bench.engine.config import AttentionImpl, choices
 
     assert set(ATTENTION_KERNELS) == set(choices(AttentionImpl))
+
+
+def test_the_kernels_line_knows_every_linear_chunk_inverse():
+    from rl_trainer_bench.bench.engine_plan import GATED_DELTANET_KERNELS
+    from rl_trainer_bench.engine.config import LinearChunkInverse, choices
+
+    assert set(GATED_DELTANET_KERNELS) == set(choices(LinearChunkInverse))

@@ -71,12 +71,15 @@ def l2_normalize(x, eps=1e-6):
     return x32 * jax.lax.rsqrt(jnp.sum(x32 * x32, axis=-1, keepdims=True) + eps)
 
 
-def context_delta_rule(q, k, v, log_decay, beta, segments, *, chunk_size):
+def context_delta_rule(q, k, v, log_decay, beta, segments, *, chunk_size, inverse="xla"):
     """`gated_delta_rule` with the sequence split over `context`: each device runs its own span
     and takes its incoming state from the spans before it (`linear_attention.py`)."""
     heads, per_head = sharding.HEADS, P(sharding.ROWS, "context", None)
+    rule = functools.partial(
+        gated_delta_rule, chunk_size=chunk_size, context_axis="context", inverse=inverse
+    )
     return jax.shard_map(
-        functools.partial(gated_delta_rule, chunk_size=chunk_size, context_axis="context"),
+        rule,
         in_specs=(heads, heads, heads, per_head, per_head, sharding.TOKENS),
         out_specs=heads,
         check_vma=False,
@@ -89,8 +92,9 @@ def gated_rms_norm(x, gate, scale, eps):
     return (normed * jax.nn.silu(gate.astype(jnp.float32))).astype(gate.dtype)
 
 
-def gated_deltanet(x, layer, segments, config: ModelConfig):
-    """One linear-attention layer over packed segments: x [B, T, D] -> [B, T, D]."""
+def gated_deltanet(x, layer, segments, config: ModelConfig, inverse="xla"):
+    """One linear-attention layer over packed segments: x [B, T, D] -> [B, T, D]; `inverse`: how
+    the rule inverts each chunk's triangular system (`linear_chunk_inverse`: xla or pallas)."""
     dtype = x.dtype
     c = config
 
@@ -112,6 +116,8 @@ def gated_deltanet(x, layer, segments, config: ModelConfig):
     beta = jax.nn.sigmoid(project("gdn_wb", "btd,dh->bth").astype(jnp.float32))
     rate = project("gdn_wa", "btd,dh->bth").astype(jnp.float32) + layer["gdn_dt_bias"]
     log_decay = -jnp.exp(layer["gdn_a_log"]) * jax.nn.softplus(rate)
-    out = context_delta_rule(q, k, v, log_decay, beta, segments, chunk_size=c.linear_chunk_size)
+    out = context_delta_rule(
+        q, k, v, log_decay, beta, segments, chunk_size=c.linear_chunk_size, inverse=inverse
+    )
     out = gated_rms_norm(out, project("gdn_wz"), layer["gdn_norm"], c.rms_norm_eps)
     return jnp.einsum("bthk,hkd->btd", out, layer["gdn_wo"].astype(dtype))

@@ -372,6 +372,7 @@ class JaxEngine:
             "expert_compute": self.methods.expert_compute,
             "dropless_compute": self.methods.dropless_compute,
             "pair_ranking": self.methods.pair_ranking,
+            "linear_chunk_inverse": self.methods.linear_chunk_inverse,
             "remat_policy": self.config.model.remat_policy,
             "dtype": self.config.model.dtype,
             "parameters": sum(math.prod(s) for s in parameter_shapes(self.config.model).values()),

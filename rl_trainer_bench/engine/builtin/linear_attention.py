@@ -28,6 +28,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from rl_trainer_bench.engine.builtin.unit_lower_inverse import unit_lower_inverse
+
 
 def from_previous_shard(x: jax.Array, axis: str) -> jax.Array:
     """Inside `shard_map`: each device's `x` from the previous device on `axis`; zeros on the
@@ -61,6 +63,8 @@ def gated_delta_rule(
     chunk_size,
     context_shards=1,
     context_axis=None,
+    inverse="xla",
+    interpret=False,
 ):
     """Outputs o [B, T, H, Dv] of the gated delta rule (module docstring) over packed rows.
 
@@ -70,7 +74,9 @@ def gated_delta_rule(
     padded up to whole chunks with tokens that leave the state unchanged. Inside `shard_map`,
     `context_axis` names the mesh axis whose devices hold the spans of the same rows in order: the
     arrays are then this device's span, and the spans before it are folded in from its peers.
-    Computed in float32, returned in v's dtype.
+    `inverse` says how each chunk's triangular system is inverted (`linear_chunk_inverse`: xla or
+    pallas; `interpret`: the kernel in Pallas's interpreter). Computed in float32, returned in v's
+    dtype.
     """
     b, t, h, dk = q.shape
     dv = v.shape[-1]
@@ -92,7 +98,9 @@ def gated_delta_rule(
     beta = jnp.where(real[..., None], beta, 0).astype(f32)
     log_decay = jnp.where(real[..., None], log_decay, 0).astype(f32)
     starts = chunked(segment_starts(segment_ids, context_axis), False)
-    chunks = _chunk_terms(*(chunked(x, 0) for x in (q, k, v, log_decay, beta)), starts)
+    chunks = _chunk_terms(
+        *(chunked(x, 0) for x in (q, k, v, log_decay, beta)), starts, inverse, interpret
+    )
     incoming = _incoming(chunks, jnp.zeros((b, context_shards, h, dk, dv), f32), context_axis)
     out = _chunk_outputs(chunks, incoming)  # [n, B, S, C, H, Dv]
     out = jnp.moveaxis(out, 0, 2).reshape(b, context_shards, padded, h, dv)[:, :, :span]
@@ -100,14 +108,16 @@ def gated_delta_rule(
 
 
 def _in_chunks(x, shards, chunk, padded, fill):
-    """[B, T, ...] -> [n, B, S, C, ...], each shard's span padded to `padded` tokens with `fill`."""
+    """[B, T] -> [n, B, S, C] and [B, T, H, ...] -> [n, B, S, H, C, ...] (heads before the chunk's
+    tokens, as `_chunk_terms` takes them), each shard's span padded to `padded` tokens with `fill`."""
     b, t = x.shape[:2]
     x = x.reshape(b, shards, t // shards, *x.shape[2:])
     widths = [(0, 0)] * x.ndim
     widths[2] = (0, padded - t // shards)
     x = jnp.pad(x, widths, constant_values=fill)
     x = x.reshape(b, shards, padded // chunk, chunk, *x.shape[3:])
-    return jnp.moveaxis(x, 2, 0)
+    x = jnp.moveaxis(x, 2, 0)
+    return x if x.ndim == 4 else jnp.moveaxis(x, 4, 3)
 
 
 def _incoming(chunks, zeros, context_axis):
@@ -120,93 +130,58 @@ def _incoming(chunks, zeros, context_axis):
     return zeros
 
 
-def _chunk_terms(q, k, v, log_decay, beta, starts):
+def _chunk_terms(q, k, v, log_decay, beta, starts, inverse, interpret):
     """Everything of a chunk that does not depend on its incoming state, for all chunks at once.
 
-    Inputs are [n, B, S, C, ...] (starts: bool [n, B, S, C]). Returns a dict of per-chunk terms.
+    Inputs are [n, B, S, H, C, ...] (starts: bool [n, B, S, C]); `inverse` and `interpret` as in
+    `unit_lower_solve`. Returns a dict of per-chunk terms.
+    Heads come before the chunk's tokens so that every [C, C] term is the minor pair of its array:
+    with H minor, a TPU pads each [C, H] tile to 128 lanes (8x the bytes at 16 heads) and moves
+    the heads in front again for every matmul (BENCHMARKS.md, "The Gated DeltaNet's layout").
     """
-    run = jnp.cumsum(starts, axis=-1)  # [n, B, S, C]: segment starts seen so far in the chunk
-    same = run[..., :, None] == run[..., None, :]  # [.., t, i]
+    run = jnp.cumsum(starts, axis=-1)[..., None, :]  # [n, B, S, 1, C]: segment starts so far
+    same = run[..., :, None] == run[..., None, :]  # [.., 1, t, i]
     causal = jnp.tril(jnp.ones(same.shape[-2:], bool))
     strictly = causal & ~jnp.eye(same.shape[-1], dtype=bool)
-    cum = jnp.cumsum(log_decay, axis=-2)  # [n, B, S, C, H]: log of a_1 ... a_t
-    gap = cum[..., :, None, :] - cum[..., None, :, :]  # [.., t, i, H]: log of a_{i+1} ... a_t
+    cum = jnp.cumsum(log_decay, axis=-1)  # [n, B, S, H, C]: log of a_1 ... a_t
+    gap = cum[..., :, None] - cum[..., None, :]  # [.., H, t, i]: log of a_{i+1} ... a_t
 
     def decay(mask):
-        return jnp.exp(jnp.where((mask & same)[..., None], gap, -jnp.inf))
+        return jnp.exp(jnp.where(mask & same, gap, -jnp.inf))
 
-    carried = (run == 0)[..., None]  # the incoming state still reaches token t
-    from_start = jnp.where(carried, jnp.exp(cum), 0.0)  # G [.., C, H]
+    carried = run == 0  # the incoming state still reaches token t
+    from_start = jnp.where(carried, jnp.exp(cum), 0.0)  # G [.., H, C]
     last = run[..., -1:]
-    to_end = jnp.where((run == last)[..., None], jnp.exp(cum[..., -1:, :] - cum), 0.0)  # e
-    across = jnp.where(carried[..., -1, :], jnp.exp(cum[..., -1, :]), 0.0)  # g [.., H]
+    to_end = jnp.where(run == last, jnp.exp(cum[..., -1:] - cum), 0.0)  # e
+    across = jnp.where(carried[..., -1], jnp.exp(cum[..., -1]), 0.0)  # g [.., H]
 
-    kk = jnp.einsum("...thd,...ihd->...tih", k, k)
-    system = decay(strictly) * kk * beta[..., :, None, :]  # A [.., t, i, H]
+    kk = jnp.einsum("...td,...id->...ti", k, k)
+    system = decay(strictly) * kk * beta[..., :, None]  # A [.., H, t, i]
     rhs = jnp.concatenate([v * beta[..., None], k * (beta * from_start)[..., None]], axis=-1)
-    solved = unit_lower_solve(
-        jnp.moveaxis(system, -1, -3), jnp.moveaxis(rhs, -2, -3)
-    )  # (I + A) [U | W] = rhs: [.., H, C, Dv + Dk]
+    # (I + A) [U | W] = rhs: [.., H, C, Dv + Dk]
+    solved = unit_lower_solve(system, rhs, inverse, interpret)
     dv = v.shape[-1]
     return {
         "u": solved[..., :dv],
         "w": solved[..., dv:],
-        "q": jnp.moveaxis(q * from_start[..., None], -2, -3),  # G q [.., H, C, Dk]
-        "p": jnp.moveaxis(decay(causal) * jnp.einsum("...thd,...ihd->...tih", q, k), -1, -3),
-        "k": jnp.moveaxis(k * to_end[..., None], -2, -3),  # e k [.., H, C, Dk]
+        "q": q * from_start[..., None],  # G q [.., H, C, Dk]
+        "p": decay(causal) * jnp.einsum("...td,...id->...ti", q, k),
+        "k": k * to_end[..., None],  # e k [.., H, C, Dk]
         "g": across,  # [.., H]
     }
 
 
-def unit_lower_solve(strict, rhs):
+def unit_lower_solve(strict, rhs, inverse="xla", interpret=False):
     """x with (I + strict) x = rhs: strict [..., C, C] strictly lower triangular, rhs [..., C, X].
 
-    By the inverse (`unit_lower_inverse`) and one matmul, so the whole solve is batched matmuls on
-    every platform. JAX's triangular solve is not used: on the CPU it is a LAPACK call that splits
-    its batch over the host's thread pool and waits for the parts, and with several host devices
-    running it at once every thread can end up waiting for parts no thread is left to run (seen on
-    8 host devices on 2 cores: the step never finishes).
+    By the inverse (`unit_lower_inverse.py`, by `inverse`: XLA's matmuls or the Pallas kernel) and
+    one matmul, so the whole solve is batched matmuls on every platform. JAX's triangular solve is
+    not used: on the CPU it is a LAPACK call that splits its batch over the host's thread pool and
+    waits for the parts, and with several host devices running it at once every thread can end up
+    waiting for parts no thread is left to run (seen on 8 host devices on 2 cores: the step never
+    finishes).
     """
-    return jnp.einsum("...ij,...jx->...ix", unit_lower_inverse(strict), rhs)
-
-
-@jax.custom_vjp
-def unit_lower_inverse(strict):
-    """(I + strict)^-1 for strict [..., C, C] strictly lower triangular, by blocks that double.
-
-    With the inverses X11, X22 of the two diagonal blocks of a block [[L11, 0], [L21, L22]], its
-    inverse is [[X11, 0], [-X22 L21 X11, X22]]. Starting from the identity (blocks of one), each
-    level turns blocks of s into blocks of 2s at once for the whole matrix, X <- X - X N_s X, where
-    N_s keeps the entries of `strict` below-left of the diagonal inside each 2s block: log2(C)
-    levels of two C x C matmuls.
-    """
-    c = strict.shape[-1]
-    index = jnp.arange(c)
-    inverse = jnp.broadcast_to(jnp.eye(c, dtype=strict.dtype), strict.shape)
-    size = 1
-    while size < c:
-        same_pair = index[:, None] // (2 * size) == index[None, :] // (2 * size)
-        lower_half = (index[:, None] // size) % 2 == 1
-        upper_half = (index[None, :] // size) % 2 == 0
-        off = jnp.where(same_pair & lower_half & upper_half, strict, 0)
-        inverse = inverse - jnp.einsum("...ij,...jk,...kl->...il", inverse, off, inverse)
-        size *= 2
-    return inverse
-
-
-def _inverse_forward(strict):
-    inverse = unit_lower_inverse(strict)
-    return inverse, inverse
-
-
-def _inverse_backward(inverse, grad):
-    """d strict = -X^T G X^T below the diagonal (d M^-1 = -M^-1 dM M^-1); only X is kept."""
-    transposed = jnp.swapaxes(inverse, -1, -2)
-    d_strict = -jnp.einsum("...ij,...jk,...kl->...il", transposed, grad, transposed)
-    return (jnp.tril(d_strict, -1),)
-
-
-unit_lower_inverse.defvjp(_inverse_forward, _inverse_backward)
+    return jnp.einsum("...ij,...jx->...ix", unit_lower_inverse(strict, inverse, interpret), rhs)
 
 
 def _advance(chunk, state, values):

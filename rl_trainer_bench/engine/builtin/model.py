@@ -263,7 +263,9 @@ def layer_functions(batch, config: ModelConfig, *, capacity_factor, token_chunks
 
     def mix(kind, h, layer):
         if kind == "linear_attention":
-            return gated_deltanet.gated_deltanet(h, layer, segments, config)
+            return gated_deltanet.gated_deltanet(
+                h, layer, segments, config, methods.linear_chunk_inverse
+            )
         return attention(h, layer, positions, segments, config, methods.attention)
 
     def layer_fn(kind, x, layer, routes):

@@ -171,6 +171,7 @@ class Methods(NamedTuple):
     expert_compute: str
     dropless_compute: str
     pair_ranking: str
+    linear_chunk_inverse: str
 
 
 def resolved_methods(config: EngineConfig, platform: str) -> Methods:
@@ -183,6 +184,7 @@ def resolved_methods(config: EngineConfig, platform: str) -> Methods:
         moe.expert_compute_for(config.moe.expert_compute, platform),
         moe.dropless_compute_for(config.moe.dropless_compute, platform),
         moe.pair_ranking_for(config.moe.pair_ranking, config.model.num_experts),
+        config.model.linear_chunk_inverse,
     )
 
 

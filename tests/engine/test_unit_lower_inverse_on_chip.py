@@ -1,0 +1,53 @@
+"""linear_chunk_inverse=pallas on a TPU chip: the compiled kernel (not its interpreter) against
+NumPy's float64 inverse and against the XLA path, at tpu-v5e-1's 4,096 systems of 64 a
+micro-batch. Both take the TPU's default matmul precision (float32 operands through bfloat16 once),
+so neither is exact: the kernel must be within TOLERANCE of the reference and no further from it
+than twice the XLA path is.
+
+The test session keeps JAX on the host CPU, so the comparison runs in a subprocess on the chip; on a
+host without a TPU chip it is skipped. Run it alone (one process can hold the chip):
+    python -m pytest -q -m tpu_chip tests/engine/test_unit_lower_inverse_on_chip.py
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from rl_trainer_bench import local_chips
+
+pytestmark = [
+    pytest.mark.tpu_chip,
+    pytest.mark.skipif(
+        local_chips.local_tpu() is None, reason="needs a TPU chip this process can open"
+    ),
+]
+
+# bfloat16 has 8 bits of mantissa (0.4%); the inverse's entries are at most 1 here, and six
+# levels of two matmuls each round their operands
+TOLERANCE = 3e-2
+COMPARE = f"""
+import jax, jax.numpy as jnp, numpy as np
+from rl_trainer_bench.engine.builtin.unit_lower_inverse import unit_lower_inverse
+rng = np.random.default_rng(0)
+keys = rng.normal(size=(4096, 64, 128))
+keys /= np.linalg.norm(keys, axis=-1, keepdims=True)
+strict = np.tril(rng.uniform(0, 1, (4096, 64, 1)) * keys @ np.swapaxes(keys, -1, -2), -1)
+reference = np.linalg.inv(np.eye(64) + strict)
+errors = {{}}
+for method in ("xla", "pallas"):
+    got = jax.jit(lambda a: unit_lower_inverse(a, method))(jnp.asarray(strict, jnp.float32))
+    errors[method] = float(np.abs(np.asarray(got, np.float64) - reference).max())
+print(errors)
+assert errors["pallas"] < {TOLERANCE}, errors
+assert errors["pallas"] <= 2 * errors["xla"] + 1e-6, errors
+"""
+
+
+def test_the_kernel_on_the_chip_inverts_as_closely_as_the_xla_path():
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    done = subprocess.run(
+        [sys.executable, "-c", COMPARE], capture_output=True, text=True, env=env, timeout=900
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
