@@ -203,6 +203,9 @@ _GRPO = "MaxText's router-replay loss is token cross-entropy, not the GRPO surro
 _SCHEDULE = "MaxText's schedule is set by learning_rate and fractions of its step count"
 NOT_TAKEN: Mapping[str, str] = {
     "model.attention_chunk_size": "MaxText's dot-product attention does not chunk queries",
+    "model.linear_chunk_inverse": (
+        "MaxText runs its own Gated DeltaNet (its use_gdn_kernel key picks the kernel)"
+    ),
     "loss.epsilon": _GRPO,
     "loss.epsilon_high": _GRPO,
     "loss.beta": _GRPO,
