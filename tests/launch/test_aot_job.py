@@ -68,14 +68,17 @@ def _installed(site: Path, name: str, version: str) -> None:
 
 
 def _run_script(job: dict, tmp_path: Path, site: Path | None, **env: str):
-    """The job's client command as the pod runs it, `python` being this interpreter."""
+    """The job's client command as the pod runs it, `python` being this interpreter; none of
+    this process's PYTHONPATH, nor the TPU_LIBRARY_PATH that the libtpu package sets on import
+    (JAX's TPU start-up imports it where it is installed, in an earlier test of this process),
+    which would name the host's libtpu rather than the image's."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     interpreter = bin_dir / "python"
     interpreter.write_text(f'#!/bin/bash\nexec {shlex.quote(sys.executable)} "$@"\n')
     interpreter.chmod(0o755)
     environment = {
-        **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        **{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TPU_LIBRARY_PATH")},
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "TMPDIR": str(tmp_path),  # the script's code folder goes with the test's
         **({"PYTHONPATH": str(site)} if site else {}),
