@@ -8,20 +8,9 @@ host without a TPU chip it is skipped. Run it alone (one process can hold the ch
     python -m pytest -q -m tpu_chip tests/engine/test_moe_on_chip.py
 """
 
-import os
-import subprocess
-import sys
+from chip_subprocess import ON_A_CHIP, run_on_the_chip
 
-import pytest
-
-from rl_trainer_bench import local_chips
-
-pytestmark = [
-    pytest.mark.tpu_chip,
-    pytest.mark.skipif(
-        local_chips.local_tpu() is None, reason="needs a TPU chip this process can open"
-    ),
-]
+pytestmark = ON_A_CHIP
 
 # bfloat16 operands, float32 accumulation in both: the two sum a pair's products in other orders
 # and round the SwiGLU's intermediates alike, so they differ by about bfloat16's precision
@@ -60,8 +49,4 @@ with jax.set_mesh(mesh):
 
 
 def test_the_kernel_on_the_chip_agrees_with_the_padded_einsum():
-    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
-    done = subprocess.run(
-        [sys.executable, "-c", COMPARE], capture_output=True, text=True, env=env, timeout=900
-    )
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    run_on_the_chip(COMPARE)

@@ -9,20 +9,9 @@ host without a TPU chip it is skipped. Run it alone (one process can hold the ch
     python -m pytest -q -m tpu_chip tests/engine/test_unit_lower_inverse_on_chip.py
 """
 
-import os
-import subprocess
-import sys
+from chip_subprocess import ON_A_CHIP, run_on_the_chip
 
-import pytest
-
-from rl_trainer_bench import local_chips
-
-pytestmark = [
-    pytest.mark.tpu_chip,
-    pytest.mark.skipif(
-        local_chips.local_tpu() is None, reason="needs a TPU chip this process can open"
-    ),
-]
+pytestmark = ON_A_CHIP
 
 # bfloat16 has 8 bits of mantissa (0.4%); the inverse's entries are at most 1 here, and six
 # levels of two matmuls each round their operands
@@ -46,8 +35,4 @@ assert errors["pallas"] <= 2 * errors["xla"] + 1e-6, errors
 
 
 def test_the_kernel_on_the_chip_inverts_as_closely_as_the_xla_path():
-    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
-    done = subprocess.run(
-        [sys.executable, "-c", COMPARE], capture_output=True, text=True, env=env, timeout=900
-    )
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    run_on_the_chip(COMPARE)
