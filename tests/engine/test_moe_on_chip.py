@@ -3,8 +3,7 @@ interpreter) against the padded einsum over E x C buffers, for one MoE layer at 
 preset's factor 2.75 in two token groups and at a factor that drops pairs: value, overflow flag and
 gradients, in bfloat16 as the engine computes, within a stated tolerance.
 
-The test session keeps JAX on the host CPU, so the comparison runs in a subprocess on the chip; on a
-host without a TPU chip it is skipped. Run it alone (one process can hold the chip):
+On the chip through `chip_subprocess` (skipped elsewhere), alone:
     python -m pytest -q -m tpu_chip tests/engine/test_moe_on_chip.py
 """
 

@@ -3,8 +3,7 @@ outputs and gradients in bfloat16 as the engine computes, within a stated tolera
 one-chip presets' attention shapes (rows of 4,096 tokens, 16 query heads over 4 key/value heads of
 128) over packed rows with padding.
 
-The test session keeps JAX on the host CPU, so the comparison runs in a subprocess on the chip; on a
-host without a TPU chip it is skipped. Run it alone (one process can hold the chip):
+On the chip through `chip_subprocess` (skipped elsewhere), alone:
     python -m pytest -q -m tpu_chip tests/engine/test_splash_attention_on_chip.py
 """
 

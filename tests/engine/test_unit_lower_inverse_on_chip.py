@@ -4,8 +4,7 @@ micro-batch. Both take the TPU's default matmul precision (float32 operands thro
 so neither is exact: the kernel must be within TOLERANCE of the reference and no further from it
 than twice the XLA path is.
 
-The test session keeps JAX on the host CPU, so the comparison runs in a subprocess on the chip; on a
-host without a TPU chip it is skipped. Run it alone (one process can hold the chip):
+On the chip through `chip_subprocess` (skipped elsewhere), alone:
     python -m pytest -q -m tpu_chip tests/engine/test_unit_lower_inverse_on_chip.py
 """
 
