@@ -297,8 +297,9 @@ PRESETS: Mapping[str, Preset] = {
             " state); the seeds' MoE buffers (factor 2.75 over 2 token groups: no replay), their"
             " kept pairs sorted through the TPU grouped-matmul kernel (expert_compute=sorted_gmm,"
             " the trainer's MaxText runs its own), attention through Pallas' splash kernel"
-            " (attention=splash), and Adam's mu in bfloat16, as the tpu7x recipe's; aot's peak"
-            " 14.20 GiB (9.8% free), not yet measured on a chip",
+            " (attention=splash), the Gated DeltaNet's chunk inverses in a Pallas kernel"
+            " (linear_chunk_inverse=pallas), and Adam's mu in bfloat16, as the tpu7x recipe's;"
+            " aot's peak 14.39 GiB (8.6% free)",
         ),
         Preset(
             # The 397B cell's shapes cut to one TPU v6e chip: one Qwen3.5 block, its hidden size
