@@ -135,9 +135,9 @@ def _chunk_terms(q, k, v, log_decay, beta, starts, inverse, interpret):
 
     Inputs are [n, B, S, H, C, ...] (starts: bool [n, B, S, C]); `inverse` and `interpret` as in
     `unit_lower_solve`. Returns a dict of per-chunk terms.
-    Heads come before the chunk's tokens so that every [C, C] term is the minor pair of its array:
-    with H minor, a TPU pads each [C, H] tile to 128 lanes (8x the bytes at 16 heads) and moves
-    the heads in front again for every matmul (BENCHMARKS.md, "The Gated DeltaNet's layout").
+    Heads come before the chunk's tokens, the layout the solve and the chunk scan take, so no term
+    is moved between layouts and each [C, C] term is the minor pair of its array (on the chip the
+    step's `_chunk_terms` row did not move with this: BENCHMARKS.md, fourth round).
     """
     run = jnp.cumsum(starts, axis=-1)[..., None, :]  # [n, B, S, 1, C]: segment starts so far
     same = run[..., :, None] == run[..., None, :]  # [.., 1, t, i]
