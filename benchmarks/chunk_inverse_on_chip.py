@@ -25,7 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl_trainer_bench.engine.builtin.unit_lower_inverse import unit_lower_inverse
-from rl_trainer_bench.io import write_text_atomically
+from rl_trainer_bench.errors import UserError, run_guarded
+from rl_trainer_bench.io import refuse_special_file, write_text_atomically
 
 REPEATS = 20
 
@@ -51,16 +52,26 @@ def timed(fn, strict) -> list[float]:
     return times
 
 
+def positive(text: str) -> int:
+    """An argument that counts something: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return value
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--count", type=int, default=4096, help="systems a call (tpu-v5e-1's 4,096)"
-    )
-    parser.add_argument("--size", type=int, default=64, help="C, the chunk size")
+    parser.add_argument("--count", type=positive, default=4096, help="systems a call (4,096)")
+    parser.add_argument("--size", type=positive, default=64, help="C, the chunk size")
     parser.add_argument("--output", type=Path, required=True, help="the JSON report")
     args = parser.parse_args(argv)
+    refuse_special_file(args.output, f"--output {args.output}")  # before any chip time
     if jax.default_backend() != "tpu":
-        raise SystemExit("needs a TPU chip: the kernel runs only there")
+        raise UserError("needs a TPU chip this process can open: the kernel runs only there")
     strict = rule_systems(args.count, args.size)
     reference = np.linalg.inv(np.eye(args.size) + strict)
     device_strict = jnp.asarray(strict, jnp.float32)
@@ -76,4 +87,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_guarded("chunk_inverse_on_chip.py", lambda: main(sys.argv[1:])))
