@@ -21,9 +21,14 @@
 #                     matmul a step measured at 4, 7 and 26 a call: INFERRED sizes)
 #   remat     ~4 min  the built-in engine's `remat_policy` full vs minimal on the preset (aot: minimal
 #                     FITS at 14.74 GiB; its recomputation saved is the chip's to measure)
+#   chunk     ~4 min  the Gated DeltaNet's chunk of 64 tokens against 128 on the preset
+#                     (`linear_chunk_size`: half as many scan steps, a [C, C] term as wide as a
+#                     vector register's 128 lanes, twice the work a chunk)
 #   inverse   ~5 min  the Gated DeltaNet's triangular inverse by XLA and by the Pallas kernel
 #                     (`linear_chunk_inverse`): alone (chunk_inverse_on_chip.py, seconds), its chip
 #                     test, then an A/B of the two on the preset (two cold compiles side by side)
+#   gmm-tiling ~2 min the MoE's grouped matmuls alone at the engine's tiling and 8 others
+#                     (gmm_tiling_on_chip.py: 18 small compiles, 21 calls each)
 #   trace     ~3 min  the trace's cost table by engine function alone (chip_headline.py's run with
 #                     STAGE on, 3 traced steps), no cache so every program is dumped, no peak or aot
 #   builtin-mb1 ~2 min the built-in engine at the one size MaxText fits on the chip (1 row)
@@ -32,6 +37,7 @@
 #                     Tunix's worker ends at the first probe that does not fit; another 200 s
 #                     compile); its interpreter is MAXTEXT_PYTHON, a venv of
 #                     `maxtext_chip_wheels.sh install`
+#   maxtext-peak ~5 min the second half of maxtext alone
 #   maxtext-ab ~6 min MaxText's `remat_policy` full vs minimal at that size in one process (the
 #                     full arm's programs from the cache the maxtext part filled)
 # JAX's persistent compilation cache (.xla-cache in the checkout, kept between calls while the
@@ -39,9 +45,10 @@
 # were cold.
 # Usage: bash benchmarks/chip_runs.sh OUT PART...
 set -euo pipefail
-parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host, effects, remat, inverse, trace,"
-parts="$parts builtin-mb1,"
-parts="$parts maxtext"
+parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host, effects, remat, chunk,"
+parts="$parts inverse, trace,"
+parts="$parts gmm-tiling, builtin-mb1,"
+parts="$parts maxtext, maxtext-peak"
 parts="$parts or maxtext-ab"
 out=${1:?OUT: the folder the results go to}
 shift
@@ -58,6 +65,9 @@ py=${PYTHON:-python3}
 maxtext_flags=num_moe_token_chunks=1,ragged_buffer_factor=-1,train_micro_batch_size=1
 maxtext_run() { "${MAXTEXT_PYTHON:?MAXTEXT_PYTHON: a venv of maxtext_chip_wheels.sh install}" \
   -m rl_trainer_bench.cli "$@"; }
+# MEASURE_PEAK through the adapter's own calls: Tunix's worker ends at the first probe that does not fit
+maxtext_peak() { MAXTEXT_DRIVER=maxtext maxtext_run run --preset tpu-v5e-1 --engine maxtext \
+  --engine-flags "$maxtext_flags" --steps 2 --measure-peak on --results-dir "$1"; }
 run_part() {
 case $part in
   headline-off|headline-on)
@@ -85,12 +95,18 @@ case $part in
   remat)
     "$py" -m rl_trainer_bench.cli ab --arms "full:remat_policy=full,minimal:remat_policy=minimal" \
       --out "$work/remat" ;;
+  chunk)
+    "$py" -m rl_trainer_bench.cli ab --arms "c64:linear_chunk_size=64,c128:linear_chunk_size=128" \
+      --out "$work/chunk" ;;
   inverse)
     mkdir -p "$work/inverse"
     "$py" benchmarks/chunk_inverse_on_chip.py --output "$work/inverse/inverse.json"
     "$py" -m pytest -q -m tpu_chip tests/engine/test_unit_lower_inverse_on_chip.py
     "$py" -m rl_trainer_bench.cli ab --arms "xla:linear_chunk_inverse=xla,pallas:linear_chunk_inverse=pallas" \
       --out "$work/inverse/ab" ;;
+  gmm-tiling)
+    mkdir -p "$work/gmm-tiling"
+    "$py" benchmarks/gmm_tiling_on_chip.py --output "$work/gmm-tiling/gmm_tiling.json" ;;
   trace)
     (unset JAX_COMPILATION_CACHE_DIR; "$py" - "$work/trace" <<'EOF'
 import json, sys
@@ -110,8 +126,9 @@ EOF
   maxtext)
     maxtext_run run --preset tpu-v5e-1 --engine maxtext --engine-flags "$maxtext_flags" --steps 4 \
       --results-dir "$work/maxtext/tunix"
-    MAXTEXT_DRIVER=maxtext maxtext_run run --preset tpu-v5e-1 --engine maxtext \
-      --engine-flags "$maxtext_flags" --steps 2 --measure-peak on --results-dir "$work/maxtext/peak" ;;
+    maxtext_peak "$work/maxtext/peak" ;;
+  maxtext-peak)
+    maxtext_peak "$work/maxtext-peak" ;;
   maxtext-ab)
     maxtext_run ab --preset tpu-v5e-1 --engine maxtext --knob "ENGINE_FLAGS=$maxtext_flags" \
       --arms "full:maxtext.remat_policy=full,minimal:maxtext.remat_policy=minimal" \
@@ -120,8 +137,8 @@ esac
 }
 for part in "$@"; do
   case $part in
-    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|remat|inverse|trace|builtin-mb1|maxtext\
-      |maxtext-ab) ;;
+    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|remat|chunk|inverse|trace|gmm-tiling|builtin-mb1\
+      |maxtext|maxtext-peak|maxtext-ab) ;;
     *) echo "PART: one of $parts, not $part" >&2; exit 2 ;;
   esac
 done

@@ -4,7 +4,7 @@ the Pallas kernel (`linear_chunk_inverse`), time and error, at a micro-batch's c
 Why: the step's profile charges `unit_lower_solve` with about 143 ms of a 1.97 s step on tpu-v5e-1
 (BENCHMARKS.md); this times the inverse alone, so the kernel's share of a step change is its own.
 Each method is jitted over the same systems (`rule_systems`: the rule's A without decay) and timed over
-REPEATS calls after a warm-up, median per call; the error is the largest absolute difference from
+`chip_timing.REPEATS` calls after a warm-up, median per call; the error is the largest absolute difference from
 NumPy's float64 inverse. The gradient (the same XLA rule for both) is left out.
 
 Usage (on a host with one TPU chip):
@@ -17,18 +17,16 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from chip_timing import positive, timed
 
 from rl_trainer_bench.engine.builtin.unit_lower_inverse import unit_lower_inverse
 from rl_trainer_bench.errors import UserError, run_guarded
 from rl_trainer_bench.io import refuse_special_file, write_text_atomically
-
-REPEATS = 20
 
 
 def rule_systems(count: int, size: int, key_dim: int = 128) -> np.ndarray:
@@ -39,28 +37,6 @@ def rule_systems(count: int, size: int, key_dim: int = 128) -> np.ndarray:
     keys /= np.linalg.norm(keys, axis=-1, keepdims=True)
     beta = rng.uniform(0, 1, (count, size, 1))
     return np.tril(beta * keys @ np.swapaxes(keys, -1, -2), -1)
-
-
-def timed(fn, strict) -> list[float]:
-    """Seconds per call of `fn(strict)`, each call waited for, after one warm-up call."""
-    jax.block_until_ready(fn(strict))
-    times = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(strict))
-        times.append(time.perf_counter() - start)
-    return times
-
-
-def positive(text: str) -> int:
-    """An argument that counts something: a whole number of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
-    return value
 
 
 def main(argv: list[str]) -> int:

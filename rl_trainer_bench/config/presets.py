@@ -278,6 +278,12 @@ PRESETS: Mapping[str, Preset] = {
                     # each chunk's triangular inverse in VMEM (BENCHMARKS.md, "The Gated
                     # DeltaNet's triangular inverse in a Pallas kernel")
                     linear_chunk_inverse="pallas",
+                    # each layer keeps its matmuls' outputs for the backward pass (BENCHMARKS.md,
+                    # "The one-chip v5e cell on the chip, fifth round": 1.3% faster than full)
+                    remat_policy="minimal",
+                    # half as many chunk steps, each [C, C] term as wide as the TPU's 128 lanes
+                    # (BENCHMARKS.md, fifth round: 0.8% faster than 64)
+                    linear_chunk_size=128,
                 ),
                 micro_batch_rows=4,
                 seq_len=4096,
@@ -298,8 +304,9 @@ PRESETS: Mapping[str, Preset] = {
             " kept pairs sorted through the TPU grouped-matmul kernel (expert_compute=sorted_gmm,"
             " the trainer's MaxText runs its own), attention through Pallas' splash kernel"
             " (attention=splash), the Gated DeltaNet's chunk inverses in a Pallas kernel"
-            " (linear_chunk_inverse=pallas), and Adam's mu in bfloat16, as the tpu7x recipe's;"
-            " aot's peak 14.39 GiB (8.6% free)",
+            " (linear_chunk_inverse=pallas) of 128 tokens (linear_chunk_size=128), each layer's"
+            " matmul outputs kept for the backward pass (remat_policy=minimal), and Adam's mu in"
+            " bfloat16, as the tpu7x recipe's; aot's peak 14.82 GiB (5.9% free)",
         ),
         Preset(
             # The 397B cell's shapes cut to one TPU v6e chip: one Qwen3.5 block, its hidden size
