@@ -306,7 +306,15 @@ def test_time_estimate_in_text_and_json_is_labelled_an_estimate(compiled_cell):
     floor = 2 * rows_named(report, "fwd_bwd").flops + rows_named(report, "update").flops
     assert report.step.step_floor_seconds == pytest.approx(floor / v5e.peak_bf16_flops)
     assert "step, LOWER BOUND (compute at the chip's peak, no replay" in text
-    assert f"so MFU at most {100 * report.step.mfu_ceiling:.1f}%" in text
+    assert f"so MFU at most {100 * report.step.mfu_ceiling:.1f}%\n" in text
+    # model FLOPs past what the floor counts: the ceiling passes 100% and says it rules nothing out
+    report.step = dataclasses.replace(
+        report.step, model_flops_per_micro_batch=2 * floor * report.step.devices
+    )
+    assert report.step.mfu_ceiling > 1
+    assert "% (over 100%: it rules nothing out, the floor leaving out work)" in (
+        aot_report.format_report(report)
+    )
     document = json.loads(json.dumps(report.to_json()))
     bounds = document["time_estimate"]["bounds"]
     assert bounds["step_floor_seconds"] == pytest.approx(report.step.step_floor_seconds)
