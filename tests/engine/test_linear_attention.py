@@ -69,7 +69,9 @@ def random_inputs(seed, rows, length):
     return (*arrays, jnp.asarray(packed_segments(rng, rows, length)))
 
 
-@pytest.mark.parametrize(("chunk_size", "length"), [(4, 16), (4, 19), (8, 13), (16, 40), (64, 37), (128, 300)])
+@pytest.mark.parametrize(
+    ("chunk_size", "length"), [(4, 16), (4, 19), (8, 13), (16, 40), (64, 37), (128, 300)]
+)
 def test_chunked_form_equals_the_per_token_recurrence(chunk_size, length):
     inputs = random_inputs(chunk_size * 100 + length, 3, length)
     out = jax.jit(gated_delta_rule, static_argnames="chunk_size")(*inputs, chunk_size=chunk_size)
