@@ -20,13 +20,16 @@ from rl_trainer_bench.bench.driver import Bench
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.config.presets import PRESETS
 
-FIRST_CALL_S = 0.10  # the first fwd_bwd after a boundary
-REGULAR_CALL_S = 0.04  # every other fwd_bwd
-UPDATE_S = 0.15
-STAGE_S = 0.10  # host seconds preparing the next step's input, before this step's first dispatch
-# The watcher thread stamps a marker within its wake-up latency of the program's end; on a busy
-# 2-core machine that is a few milliseconds, so the figures are checked to 20 ms.
-SLACK_S = 0.02
+FIRST_CALL_S = 0.25  # the first fwd_bwd after a boundary
+REGULAR_CALL_S = 0.10  # every other fwd_bwd
+UPDATE_S = 0.35
+STAGE_S = 0.25  # host seconds preparing the next step's input, before this step's first dispatch
+# The watcher thread stamps a marker within its wake-up latency of the program's end: a few
+# milliseconds on an idle machine, but one stamp 25 ms late was seen with the suite on two xdist
+# workers of a 2-core machine (a call 65 ms for 40, the next 16). So the figures are checked to
+# 50 ms, and the durations are long enough that a wrong rule still misses by more (a call timed
+# from its dispatch, not its predecessor's end, is off by a whole first call).
+SLACK_S = 0.05
 
 
 class _Done:
