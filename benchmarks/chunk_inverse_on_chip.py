@@ -26,7 +26,7 @@ from chip_timing import positive, timed
 
 from rl_trainer_bench.engine.builtin.unit_lower_inverse import unit_lower_inverse
 from rl_trainer_bench.errors import UserError, run_guarded
-from rl_trainer_bench.io import refuse_special_file, write_text_atomically
+from rl_trainer_bench.io import check_output_file, write_text_atomically
 
 
 def rule_systems(count: int, size: int, key_dim: int = 128) -> np.ndarray:
@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--size", type=positive, default=64, help="C, the chunk size")
     parser.add_argument("--output", type=Path, required=True, help="the JSON report")
     args = parser.parse_args(argv)
-    refuse_special_file(args.output, f"--output {args.output}")  # before any chip time
+    check_output_file(args.output, "--output")  # before any chip time
     if jax.default_backend() != "tpu":
         raise UserError("needs a TPU chip this process can open: the kernel runs only there")
     strict = rule_systems(args.count, args.size)

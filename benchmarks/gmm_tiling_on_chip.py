@@ -36,7 +36,7 @@ from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.builtin.moe import gmm_tiling
 from rl_trainer_bench.engine.config import tokens_per_group
 from rl_trainer_bench.errors import UserError, run_guarded
-from rl_trainer_bench.io import refuse_special_file, write_text_atomically
+from rl_trainer_bench.io import check_output_file, write_text_atomically
 from rl_trainer_bench.payload.routing_profile import fit_to_model, load_profile
 
 # (tm, tk, tn) beside the engine's rule: rows a quarter, half and twice as tall, k whole (a weight
@@ -112,14 +112,15 @@ def one_tiling(tiling, shape, sizes, interpret) -> dict:
         fn = forward_backward(tuple(tiling), jnp.asarray(sizes), interpret)
     try:
         seconds = statistics.median(timed(fn, rows, weights, grad))
-    except Exception as error:  # the kernel's own refusal (VMEM, shapes): a result of the sweep
+    except (ValueError, jax.errors.JaxRuntimeError) as error:  # the kernel's refusal: a result
         return {"error": str(error).splitlines()[0][:300]}
     work = 3 * 2 * int(sizes.sum()) * k * n
     return {"median_ms": seconds * 1e3, "tflops": work / seconds / 1e12}
 
 
 def sweep(preset_name: str, layer: int, candidates, interpret: bool) -> dict:
-    """Every candidate tiling (the engine's rule first) on each of the three matmuls."""
+    """Every candidate tiling (the engine's rule first), then XLA's dense matmul, on each matmul
+    shape."""
     report = {}
     for name, shape in matmul_shapes(preset_name).items():
         sizes = expert_sizes(preset_name, layer, shape[0])
@@ -142,7 +143,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--preset", default="tpu-v5e-1", help="whose shapes and routing (tpu-v5e-1)"
     )
-    parser.add_argument("--layer", type=int, default=2, help="whose expert sizes (2: the hottest)")
+    parser.add_argument(
+        "--layer", type=int, default=2, help="whose expert sizes (2: tpu-v5e-1's hottest)"
+    )
     parser.add_argument("--output", type=Path, required=True, help="the JSON report")
     parser.add_argument(
         "--interpret",
@@ -150,7 +153,7 @@ def main(argv: list[str]) -> int:
         help="Pallas' interpreter, off a TPU (checks the script)",
     )
     args = parser.parse_args(argv)
-    refuse_special_file(args.output, f"--output {args.output}")  # before any chip time
+    check_output_file(args.output, "--output")  # before any chip time
     layers = preset(args.preset).engine.model.num_layers  # an unknown preset: its one-line error
     if not 0 <= args.layer < layers:
         raise UserError(f"--layer {args.layer}: {args.preset} has layers 0 to {layers - 1}")

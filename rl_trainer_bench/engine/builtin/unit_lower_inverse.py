@@ -1,11 +1,11 @@
 """(I + L)^-1 of many small strictly lower triangular L: by XLA's batched matmuls or a Pallas kernel.
 
 The chunked gated delta rule (`linear_attention.py`) inverts one C x C matrix per chunk and head:
-4,096 matrices of 64 x 64 a micro-batch on tpu-v5e-1. Both methods run the same doubling (blocks of
-s become blocks of 2s, `xla_inverse`). XLA runs each level over all the matrices at once, so every
-level's operands and products pass through HBM (about 10 GiB of a micro-batch's traffic on
-tpu-v5e-1, BENCHMARKS.md); the kernel keeps a block of matrices in VMEM through all the levels and
-reads and writes each matrix once. The gradient is the same rule for both, in XLA.
+2,048 matrices of 128 x 128 a micro-batch on tpu-v5e-1 (4,096 of 64 at chunks of 64). Both methods
+run the same doubling (blocks of s become blocks of 2s, `xla_inverse`). XLA runs each level over
+all the matrices at once, so every level's operands and products pass through HBM (about 10 GiB of
+a micro-batch's traffic on tpu-v5e-1 at chunks of 64, BENCHMARKS.md); the kernel keeps a block of
+matrices in VMEM through all the levels and reads and writes each matrix once. The gradient is the same rule for both, in XLA.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-# Matrices a kernel program holds: 8 of 64 x 64 float32 are 128 KiB a buffer, far inside VMEM, and
-# at 4,096 matrices a call, 512 programs to pipeline.
+# Matrices a kernel program holds: 8 of 128 x 128 float32 are 512 KiB a buffer, far inside VMEM,
+# and at 2,048 matrices a call, 256 programs to pipeline.
 KERNEL_BLOCK = 8
 
 
@@ -107,8 +107,7 @@ def pallas_inverse(strict, *, interpret=False):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
 def unit_lower_inverse(strict, method="xla", interpret=False):
     """(I + strict)^-1 for strict [..., C, C] strictly lower triangular, by `method` (the engine key
-    `linear_chunk_inverse`: xla or pallas);
-    `interpret` runs the kernel in Pallas's interpreter."""
+    `linear_chunk_inverse`: xla or pallas); `interpret` runs the kernel in Pallas's interpreter."""
     if method == "xla":
         return xla_inverse(strict)
     return pallas_inverse(strict, interpret=interpret)
