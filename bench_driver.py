@@ -3,9 +3,8 @@
 Kept thin so the code a pod runs is the package's, digested and logged by the driver at start.
 """
 
-import sys
-
 from rl_trainer_bench.bench.entry import main
+from rl_trainer_bench.errors import exit_process
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

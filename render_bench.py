@@ -11,6 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from rl_trainer_bench.cli import main  # after the path set-up above
+from rl_trainer_bench.errors import exit_process  # likewise
 
 if __name__ == "__main__":
-    sys.exit(main(["render", *sys.argv[1:]]))
+    exit_process(main(["render", *sys.argv[1:]]))

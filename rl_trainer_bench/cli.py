@@ -13,9 +13,9 @@ import argparse
 import importlib
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
-from rl_trainer_bench.errors import UserError, run_guarded
+from rl_trainer_bench.errors import UserError, exit_process, run_guarded
 
 
 class Command(NamedTuple):
@@ -208,5 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_guarded(f"rl-trainer-bench {named}", command, (UserError, ContractError))
 
 
+def program() -> NoReturn:
+    """The `rl-trainer-bench` program: `main`'s exit code, the process ended as
+    `errors.exit_process` ends it (tests call `main`, which returns)."""
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    program()

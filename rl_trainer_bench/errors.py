@@ -18,21 +18,35 @@ whichever way it arrives:
 - a closed standard output (`... | head`): nothing more is printed, exit 0, because the reader
   chose to stop reading;
 - Ctrl-C or SIGTERM (`interrupts`): one line, exit 130 or 143 (128 + the signal, as shells
-  report it), also when library code swallowed the interrupt before the command returned;
+  report it), also when library code swallowed the interrupt before the command returned, or
+  turned it into an error of its own (JAX wraps one raised in a host callback as an XLA runtime
+  error); a second signal ends the process at once;
 - anything else is a bug in the bench: one line naming the exception and how to get the
   traceback to report (`RL_TRAINER_BENCH_TRACEBACK=1`), exit 70 (EX_SOFTWARE), so a script can
   tell a bug from a refusal.
+
+A program's entry hands that code to `exit_process`, never straight to `sys.exit`: a run that a
+signal ended, or that leaves threads of its own behind (a compile still running on a background
+thread when a refusal or an interrupt ends the command), ends without Python's shutdown. That
+shutdown tears the interpreter down under threads still inside XLA: when one returns for the
+GIL, CPython 3.11 and 3.12 end it with `pthread_exit`, whose unwinding through C++ frames aborts
+the process ("terminate called after throwing an instance of ''", "FATAL: exception not
+rethrown", SIGABRT), and static destructors run under compiles still using them (SIGSEGV).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
+import signal
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from rl_trainer_bench import interrupts, user_code
+from rl_trainer_bench.engine import background
 
 TRACEBACK_VARIABLE = "RL_TRAINER_BENCH_TRACEBACK"
 EXIT_USER_ERROR = 2
@@ -73,7 +87,7 @@ def run_guarded(
     user_errors: tuple[type[BaseException], ...] = (UserError,),
 ) -> int:
     """Run `body` and turn how it ends into an exit code, printing at most one line on stderr."""
-    with interrupts.handled():
+    with interrupts.handled(prog):
         try:
             code = int(body() or 0)
             interrupts.check()
@@ -84,8 +98,7 @@ def run_guarded(
         except BrokenPipeError:  # the reader stopped reading: nothing is wrong with the input
             return 0
         except KeyboardInterrupt as interrupt:
-            _say(f"{prog}: {interrupts.describe(interrupt)}")
-            return interrupts.exit_code(interrupt)
+            return _interrupted(prog, interrupt)
         except ModuleNotFoundError as error:
             return _missing_module(prog, error)
         except user_errors as error:
@@ -94,7 +107,29 @@ def run_guarded(
         except OSError as error:
             return _os_error(prog, error)
         except Exception as error:  # the boundary: whatever escaped is a bug, reported as one
+            if interrupts.pending() is not None:  # unless a signal caused it (below)
+                return _interrupted(prog, interrupts.pending())
             return _bug(prog, error)
+
+
+def _interrupted(prog: str, interrupt: KeyboardInterrupt) -> int:
+    _say(f"{prog}: {interrupts.describe(interrupt)}")
+    return interrupts.exit_code(interrupt)
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the program with `code`: with Python's shutdown after a run that ended normally and
+    left no thread behind; otherwise at once, its output flushed first (the module's docstring
+    says why). Only a program's entry calls it: it never returns."""
+    if not interrupts.ended_by_signal() and not background.running():
+        sys.exit(code)
+    for signum in interrupts.HANDLED:  # a late Ctrl-C cannot print a traceback from here on
+        signal.signal(signum, signal.SIG_IGN)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    logging.shutdown()
+    os._exit(code)
 
 
 def _system_exit(prog: str, done: SystemExit) -> int:

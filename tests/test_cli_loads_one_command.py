@@ -57,6 +57,8 @@ def test_help_imports_no_command_and_no_numpy():
     assert code == 0
     assert new == [
         "rl_trainer_bench.cli",
+        "rl_trainer_bench.engine",
+        "rl_trainer_bench.engine.background",
         "rl_trainer_bench.errors",
         "rl_trainer_bench.interrupts",
         "rl_trainer_bench.user_code",

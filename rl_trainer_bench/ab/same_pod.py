@@ -35,7 +35,7 @@ from rl_trainer_bench.code_digest import code_sha256
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.engine.factory import MAXTEXT
-from rl_trainer_bench.errors import UserError, run_guarded
+from rl_trainer_bench.errors import UserError, exit_process, run_guarded
 from rl_trainer_bench.io import check_writable_folder, write_text_atomically
 
 AB_ARMS = "AB_ARMS"
@@ -225,4 +225,4 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_process(main(sys.argv[1:]))

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from rl_trainer_bench.bench import micro_batch_memory, plan, plan_document, results_copy
 from rl_trainer_bench.bench.step_record import LOG_PREFIX
 from rl_trainer_bench.config.knobs import BenchConfig, add_driver_knob_arguments, driver_knobs
 from rl_trainer_bench.engine.contract import ContractError
-from rl_trainer_bench.errors import UserError, run_guarded
+from rl_trainer_bench.errors import UserError, exit_process, run_guarded
 from rl_trainer_bench.io import check_writable_folder, refuse_special_file
 from rl_trainer_bench.local_chips import usable_tpu
 
@@ -82,4 +81,4 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -7,6 +7,10 @@ digest's (BENCHMARKS.md). Compiled side by side, they take the host's other core
 time: XLA's compile releases the GIL, and JAX compiles from several threads.
 
 The thread is a daemon: a Ctrl-C during the compile ends the process without waiting for it.
+The caller waits in short joins, checking for an interrupt between them, so one that a library
+callback swallowed while the compile ran still stops the run at once (`interrupts.check`); the
+process then ends without Python's shutdown (`errors.exit_process`), which would tear the
+interpreter down under the compile still running here.
 """
 
 from __future__ import annotations
@@ -15,7 +19,20 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from rl_trainer_bench import interrupts
+
 T = TypeVar("T")
+# How often a caller waiting for the thread looks for a swallowed interrupt.
+_CHECK_EVERY_S = 0.1
+
+
+_started: list[threading.Thread] = []  # every Background's thread, for `running()`
+
+
+def running() -> bool:
+    """Whether a Background's call is still running (a compile an interrupt or a refusal left)."""
+    _started[:] = [thread for thread in _started if thread.is_alive()]
+    return bool(_started)
 
 
 class Background(Generic[T]):
@@ -28,6 +45,7 @@ class Background(Generic[T]):
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        _started.append(self._thread)
 
     def _run(self) -> None:
         try:
@@ -36,7 +54,9 @@ class Background(Generic[T]):
             self._error = error
 
     def result(self) -> T:
-        self._thread.join()
+        while self._thread.is_alive():
+            self._thread.join(_CHECK_EVERY_S)
+            interrupts.check()
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]

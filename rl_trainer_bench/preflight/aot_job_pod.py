@@ -35,7 +35,7 @@ from rl_trainer_bench.code_digest import code_sha256
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS, BenchConfig
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.engine.factory import MAXTEXT
-from rl_trainer_bench.errors import UserError, run_guarded
+from rl_trainer_bench.errors import UserError, exit_process, run_guarded
 from rl_trainer_bench.io import write_text_atomically
 from rl_trainer_bench.preflight.aot import command as aot_command
 from rl_trainer_bench.preflight.hlo import command as hlo_overlap_command
@@ -437,4 +437,4 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())
