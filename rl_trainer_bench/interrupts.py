@@ -41,6 +41,7 @@ HANDLED = (signal.SIGINT, signal.SIGTERM)
 
 _pending: list[int] = []  # signals received while `handled` is active, oldest first
 _ended_by: list[int] = []  # the signal that ended the last guarded run, once `exit_code` said so
+_raised: list[int] = []  # the signal the handler raised in this block: it raises one, once
 
 
 class Interrupted(KeyboardInterrupt):
@@ -78,9 +79,12 @@ def describe(interrupt: KeyboardInterrupt) -> str:
 
 def _record_and_raise(signum: int, frame: types.FrameType | None) -> None:
     _pending.append(signum)  # `check()` raises it, at the latest
+    if _raised:  # the run is stopping: a second signal is the watch's, which ends the process
+        return
     if _in_a_collector_callback(frame) and _watches:
         _watches[-1].take_again(signum)
         return
+    _raised.append(signum)
     raise Interrupted(signum)
 
 
@@ -191,6 +195,7 @@ def handled(prog: str = "") -> Iterator[None]:
     _watches.append(_SignalWatch(prog))
     _pending.clear()
     _ended_by.clear()
+    _raised.clear()
     try:
         yield
     finally:
