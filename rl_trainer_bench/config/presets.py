@@ -364,7 +364,7 @@ PRESETS: Mapping[str, Preset] = {
             purpose="the production cell's shapes on 256 devices: for AOT and payload building, not for running here",
             models=("qwen3.5-397b-a17b",),
             # Fitted to the measured run's 0 replays at factor 2.75 with 2 token chunks, not
-            # derived from routing data (benchmarks/routing_profile_397b.py; BENCHMARKS.md).
+            # derived from routing data (benchmarks/payload/routing_profile_397b.py; BENCHMARKS.md).
             routing_profile="qwen3.5-397b.json",
             value_reasons=(
                 ("ragged_buffer_factor", "the measured public run's, with 0 drops and 0 replays"),

@@ -53,9 +53,9 @@ def _saved(*routing):
 
 
 # The faster expert-compute path per platform: gpu and cpu as measured (BENCHMARKS.md, "Engine
-# step"; `benchmarks/engine_step.py --compare-expert-compute`, over the buffers); tpu the padded
-# einsum until a chip times it against sorted_gmm, which runs a third of its matmul work at factor
-# 2.75 (BENCHMARKS.md; the one-chip presets name sorted_gmm); override with expert_compute.
+# step"; `benchmarks/driver/engine_step.py --compare-expert-compute`, over the buffers); tpu the
+# padded einsum until a chip times it against sorted_gmm, which runs a third of its matmul work at
+# factor 2.75 (BENCHMARKS.md; the one-chip presets name sorted_gmm); override with expert_compute.
 FASTEST_EXPERT_COMPUTE = {"gpu": "einsum", "cuda": "einsum", "tpu": "einsum", "cpu": "einsum"}
 
 

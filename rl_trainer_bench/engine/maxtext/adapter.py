@@ -145,7 +145,7 @@ def load_maxtext() -> MaxTextApi:
     except ImportError as error:
         raise ContractError(
             f"ENGINE=...maxtext.adapter:MaxTextEngine needs maxtext and Tunix importable ({error}):"
-            " build the side environment of benchmarks/maxtext_engine.sh"
+            " build the side environment of benchmarks/maxtext/maxtext_engine.sh"
         ) from error
 
     def build_mesh(config: Any, devices: Sequence[Any]) -> jax.sharding.Mesh:

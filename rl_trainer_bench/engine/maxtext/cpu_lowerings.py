@@ -4,7 +4,7 @@ MaxText's Gated DeltaNet (Qwen3.5) solves a batch of triangular systems per chun
 `triangular_solve` on the CPU to jaxlib's LAPACK custom call (`lapack_strsm_ffi`), whose batch runs
 through a parallel map; on jaxlib 0.10.2 that call does not always return (every device thread
 waits in `ParallelBatchMap` -> `BlockingCounter::Wait`; reproduced without MaxText by
-`benchmarks/cpu_triangular_solve_hang.py`, BENCHMARKS.md). jax's generic lowering of the same
+`benchmarks/closed/cpu_triangular_solve_hang.py`, BENCHMARKS.md). jax's generic lowering of the same
 primitive emits XLA's `triangular-solve` HLO op, which XLA expands itself; registered for the `cpu`
 platform only, it replaces the custom call there and nowhere else. The same math, another
 kernel: the MaxText adapter says so in its info line. The registration holds for the process
