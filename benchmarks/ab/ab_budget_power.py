@@ -14,6 +14,8 @@ resolution.py derives for each noise, the share found checks the derivation (90%
     PYTHONPATH=. python benchmarks/ab/ab_budget_power.py --runs 500
 
 Raw counts go to benchmarks/results/ab_budget_power.json.
+
+Remakes BENCHMARKS.md's ab suite; benchmarks/reports/ab-budget-power_simulated_2026-12-04.md.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ verdict is FASTER. Usage (about 10-15 minutes on a shared 2-core host):
     PYTHONPATH=. python benchmarks/ab/ab_error_rates.py --aa-runs 20 --effect-runs 10
 
 Raw per-run results go to benchmarks/results/ab_error_rates.json.
+
+Remakes BENCHMARKS.md's ab suite; benchmarks/reports/ab-error-rates_cpu_2026-12-01.md,
+benchmarks/reports/ab-sequential-half-block_simulated_2026-12-05.md.
 """
 
 from __future__ import annotations

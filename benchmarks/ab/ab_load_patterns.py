@@ -26,6 +26,9 @@ blocks' orientations, and the load average before and after. `--rescore FILE --c
 scores the recorded block differences of FILE's runs again at another confidence (same rule: the
 t interval excludes 0 and |delta| > the 2% min effect) and prints the claims per condition, with
 the median half-width of the interval: what another level would have said about the same runs.
+
+Remakes BENCHMARKS.md's ab suite (the CPU design's false positives under load);
+benchmarks/reports/ab-load-patterns_cpu_2026-12-03.md.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ programs' temporaries as well as the live arrays.
 Run one A/B whose two settings are one bench (the same knobs) for one arm's bytes, then the same
 A/B with two settings of different programs: with one state their bytes agree; with a state per
 bench the second holds a whole state more.
+
+Remakes BENCHMARKS.md's ab suite (one training state's bytes);
+benchmarks/reports/ab-one-state_cpu_2026-12-04.md.
 """
 
 from __future__ import annotations

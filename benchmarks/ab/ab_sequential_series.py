@@ -35,6 +35,9 @@ Input: `ab`'s `ab.json` (every arm's records, in run order, with its setting), o
 normal noise (seeded) and one stray step of 2155 ms, the chip's `on#6`. `--normal-noise PCT` draws
 independent normal steps of 2.058 s at that noise (the plan's model; with `--min-effect 0` only the
 interval guards a claim). Raw figures go to benchmarks/results/ab_sequential_series-<name>.json.
+
+Remakes BENCHMARKS.md's row "The A/B's false claims over all looks";
+benchmarks/reports/ab-sequential-per-step_simulated_2026-12-06.md.
 """
 
 from __future__ import annotations

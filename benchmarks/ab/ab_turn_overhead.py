@@ -14,6 +14,10 @@ Usage (any `ab` flag may follow; the defaults time a short cpu-tiny A/B):
 
 On a chip, the same with its preset (`-- --preset tpu-v5e-1`). It prints one line per figure and
 a JSON line with every turn's overhead.
+
+Remakes BENCHMARKS.md's row "The main job on one v5e chip" (README's `ab` timed from outside);
+benchmarks/reports/ab-turn-overhead_cpu-v5e_2026-12-06.md,
+benchmarks/reports/chip-round-2_tpu-v5e_2026-12-06.md.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ MICRO_STEPS=9.
 Usage (needs the [tpu] extra):
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/aot/aot_fit_table.py \\
       --slice tpu7x:4x4x8 --slice 'v5p:4x8x8=--mesh_fsdp=16 --mesh_context=8 ...'
+
+Remakes BENCHMARKS.md's row "The 397B cell's fit on its slices";
+benchmarks/reports/aot-397b-fit_tpu7x-v5p_2026-12-05.md.
 """
 
 from __future__ import annotations

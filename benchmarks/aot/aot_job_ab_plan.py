@@ -11,6 +11,8 @@ every planning of the arms (`ab/plan.plan_arms`, as `ab/same_pod.py` calls it) c
 the job's commands are what its pod's own planner (`preflight/aot_job_pod.planned_compiles`) makes
 of the job's exported environment: the lines its PLAN_ONLY=1 run prints after naming the image's
 MaxText and libtpu, which this host's interpreters do not both have.
+
+Remakes BENCHMARKS.md's aot suite; benchmarks/reports/aot-job_cpu_2026-12-05.md.
 """
 
 import argparse

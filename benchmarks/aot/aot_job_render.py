@@ -7,6 +7,8 @@ trainer (`tests/launch/render_helpers.tpu7x_trainer_launch`: tpu7x:4x4x8, mesh 3
 recipe's MaxText keys), read from ../shared/reference/launch-renders. For each --python, the job's
 client command runs as its pod's shell runs it, with PLAN_ONLY=1 and `python` being that
 interpreter: what it names is that interpreter's MaxText and libtpu, as the pod names the image's.
+
+Remakes BENCHMARKS.md's aot suite; benchmarks/reports/aot-job_cpu_2026-12-05.md.
 """
 
 import argparse

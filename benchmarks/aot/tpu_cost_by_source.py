@@ -12,6 +12,10 @@ walk counts a loop body's operands once per trip, and a kernel runs below peak.
 Usage (needs the [tpu] extra):
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/aot/tpu_cost_by_source.py \\
       --preset tpu-v5e-1 --target v5e:1x1 --program fwd_bwd --output cost_by_source.json
+
+Remakes BENCHMARKS.md's aot suite (the static cost table);
+benchmarks/reports/aot-one-chip-cost_v5e-v6e_2026-12-06.md,
+benchmarks/reports/chip-round-3_tpu-v5e_2026-12-06.md.
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ Usage:
       --target v5e:1x1 --aot-only --out "$OUT"            # on a CPU host
   PYTHONPATH=. python benchmarks/chip/chip_fit_sweep.py --out "$OUT" \
       --from-aot benchmarks/results/2026-12-06-chip-fit-sweep-aot-tpu-v5e-1-splash-v5e-1x1.json
+
+Remakes BENCHMARKS.md's row "aot's fit verdict against the chip";
+benchmarks/reports/chip-round-2_tpu-v5e_2026-12-06.md (the chip's half),
+benchmarks/reports/aot-one-chip-memory_v5e-v6e_2026-12-05.md (aot's half).
 """
 
 from __future__ import annotations

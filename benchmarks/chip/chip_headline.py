@@ -31,6 +31,11 @@ The cost table before the TPU kernels, the padded einsum's and XLA attention's (
 no A/B):
         PYTHONPATH=. python benchmarks/chip/chip_headline.py --out "$OUT/before" --skip-ab \
             --engine-flags "expert_compute=einsum attention=xla"
+
+Remakes BENCHMARKS.md's rows "tpu-v5e-1's step and MFU" and "tpu-v5e-1's device peak" (parts
+headline-off, headline-on and trace of chip_runs.sh);
+benchmarks/reports/chip-round-1_tpu-v5e_2026-12-06.md,
+benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md.
 """
 
 from __future__ import annotations

@@ -44,6 +44,9 @@
 # host is) lets a later part load what an earlier one compiled; each part says which compiles
 # were cold.
 # Usage: bash benchmarks/chip/chip_runs.sh OUT PART...
+#
+# Remakes BENCHMARKS.md's chip rows, each naming its part; the chip rounds' reports,
+# benchmarks/reports/chip-round-1_tpu-v5e_2026-12-06.md to chip-round-5.
 set -euo pipefail
 parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host, effects, remat, chunk,"
 parts="$parts inverse, trace,"

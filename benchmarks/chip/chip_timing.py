@@ -2,6 +2,10 @@
 
 Each times a jitted function alone (a kernel against its alternatives) so a change in the step's
 profile can be split into its parts; both benchmarks time the same way, so their figures compare.
+
+Shared by chunk_inverse_on_chip.py and gmm_tiling_on_chip.py, whose figures are in
+benchmarks/reports/chip-round-4_tpu-v5e_2026-12-06.md and
+benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md (BENCHMARKS.md, chip suite).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ NumPy's float64 inverse. The gradient (the same XLA rule for both) is left out.
 
 Usage (on a host with one TPU chip):
   PYTHONPATH=. python benchmarks/chip/chunk_inverse_on_chip.py --output inverse.json
+
+Remakes BENCHMARKS.md's row "What the preset's kernel and keys bought on the chip" (the kernel
+alone); benchmarks/reports/chip-round-4_tpu-v5e_2026-12-06.md.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ one expert's weights (`dense`): what the chip gives the same work without groups
 
 Usage (on a host with one TPU chip):
   PYTHONPATH=. python benchmarks/chip/gmm_tiling_on_chip.py --output gmm_tiling.json
+
+Remakes BENCHMARKS.md's row "tpu-v5e-1's step and MFU" (the kernel's share of what stops 35%);
+benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md.
 """
 
 from __future__ import annotations

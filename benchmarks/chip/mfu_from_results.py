@@ -9,6 +9,9 @@ pool's k mod DISTINCT_MICRO_BATCHES, as the driver draws them.
 
     PYTHONPATH=. python benchmarks/chip/mfu_from_results.py --preset tpu-v5e-1 \\
         --engine-flags train_micro_batch_size=1 --chip "TPU v5 lite" RESULTS.jsonl
+
+Remakes MaxText's MFU on the chip before its adapter counted FLOPs (BENCHMARKS.md, chip suite);
+benchmarks/reports/chip-round-3_tpu-v5e_2026-12-06.md.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ from (`preflight/hlo/trace_ops.py`). Give the run a profile window and an XLA du
 
 (`chip_headline.py` does both for the STAGE-off run.) Times are MEASURED on the device the run
 used; per step, they are the traced steps' sum over --steps.
+
+Remakes the device time by engine function behind BENCHMARKS.md's row "tpu-v5e-1's step and MFU";
+benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md,
+benchmarks/reports/chip-round-0_tpu-v5e_2026-12-05.md (the CPU plumbing).
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ each `--help` runs in TREE and in this checkout by turns, so a load that comes a
 falls on both alike, and both are shown. The modules imported are counted in one more fresh
 interpreter that runs the same `--help` through `cli.main` and lists `sys.modules` against what the
 bare interpreter held before the import of the CLI: all modules, and the package's own.
+
+Remakes BENCHMARKS.md's row "CLI start-up"; benchmarks/reports/cli-startup_cpu_2026-12-04.md.
 """
 
 import argparse

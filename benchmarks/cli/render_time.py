@@ -6,6 +6,8 @@ the schema is compiled once before timing, as in a long-lived process), the mani
 bytes of annotations once `kubectl apply` stores it (the API server's limit is 262,144) and the
 size of the resolved plan embedded in it; then the same for a same-pod A/B render of the built-in
 engine (two arms), the largest manifest the renderer makes of these inputs.
+
+Remakes BENCHMARKS.md's row "Render speed and size"; benchmarks/reports/render_cpu_2026-12-05.md.
 """
 
 import statistics

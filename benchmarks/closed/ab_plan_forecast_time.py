@@ -2,6 +2,9 @@
 simulates the stopping rule (ab/sequential_forecast.py) before anything runs. Usage:
 
     PYTHONPATH=. python benchmarks/closed/ab_plan_forecast_time.py 50 200 1000
+
+Closed (benchmarks/closed/README.md); its report:
+benchmarks/reports/ab-sequential-half-block_simulated_2026-12-05.md.
 """
 
 from __future__ import annotations

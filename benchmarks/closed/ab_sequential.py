@@ -21,6 +21,9 @@ written beside each model case. Usage (about 4 minutes on the 2-core machine):
         --series benchmarks/results/2026-12-05-cpu-tiny-series.jsonl
 
 Raw counts go to benchmarks/results/ab_sequential.json.
+
+Closed (benchmarks/closed/README.md); its report:
+benchmarks/reports/ab-sequential-half-block_simulated_2026-12-05.md.
 """
 
 from __future__ import annotations

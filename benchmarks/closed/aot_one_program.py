@@ -11,6 +11,9 @@ Usage (needs the [tpu] extra):
       --target tpu7x:4x4x8 --trainer-argv "$(cat tests/testdata/tpu7x_recipe_trainer_argv.txt)" \\
       --engine-flags optimizer_memory_host_offload=false --program fwd_bwd_dropless \\
       --option xla_tpu_buffer_assignment_algorithm=BEST_OF_SPATIAL_TEMPORAL
+
+Closed (benchmarks/closed/README.md); its report:
+benchmarks/reports/aot-397b-memory_tpu7x-v5p_2026-12-03.md.
 """
 
 from __future__ import annotations

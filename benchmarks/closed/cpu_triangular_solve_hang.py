@@ -10,6 +10,8 @@ timeout, with and without XLA flags, to see which jaxlib and flags return:
     XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false timeout 60 python ...
 
 Each program prints its result and its seconds (compile included) as it finishes.
+
+Closed (benchmarks/closed/README.md); its report: benchmarks/reports/maxtext-engine_cpu_2026-12-03.md.
 """
 
 from __future__ import annotations

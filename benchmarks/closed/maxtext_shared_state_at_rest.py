@@ -9,6 +9,8 @@ engine, then builds one for that key with a state of its own. After each it prin
 `jax.live_arrays()` at rest and their peak while it ran (sampled every 0.2 s, `ab_one_state`'s
 sampler), and the bytes of arrays the engine that does not hold the state still holds: nothing
 compiles or runs, so the figures are the engines' states alone.
+
+Closed (benchmarks/closed/README.md); its report: benchmarks/reports/ab-one-state_cpu_2026-12-04.md.
 """
 
 from __future__ import annotations

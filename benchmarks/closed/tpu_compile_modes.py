@@ -15,6 +15,9 @@ so the memory the check reports would not be the run's). This script measures bo
 string) is added to the options `aot` compiles with, e.g. `exec_time_optimization_effort=-1`.
 Compile each mode in its own process: programs lowered once compile from JAX's in-memory cache the
 second time.
+
+Closed (benchmarks/closed/README.md); its report:
+benchmarks/reports/aot-compile-time_tpu7x-v5p_2026-12-02.md.
 """
 
 from __future__ import annotations

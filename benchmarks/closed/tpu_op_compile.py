@@ -10,6 +10,9 @@ compile seconds, generated code size and temporary bytes.
 
 Shapes (docs/engine.md legend): N tokens per group on a device, A the expert-axis size, K experts
 per token, D the model width; the dropless replay sorts P = A N K pairs of A N gathered tokens.
+
+Closed (benchmarks/closed/README.md); its report:
+benchmarks/reports/aot-compile-time_tpu7x-v5p_2026-12-02.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `aot` counts a program's device footprint as XLA's argument, output and temp bytes (`memory_analysis`)
 plus the state beside it. On the one-chip v5e cell that sum says 16.96 GiB, yet the same cell ran on
-a 15.75 GiB chip (BENCHMARKS.md, "The one-chip v5e cell on a v5e chip"). This compiles each of a
+a 15.75 GiB chip (benchmarks/reports/chip-round-0_tpu-v5e_2026-12-05.md). This compiles each of a
 cell's programs for a TPU target from this host, exactly as `aot` does, with XLA's dump switched on
 for that compile alone, and sets `temp_size_in_bytes` beside what the buffer assignment itself
 allocates: the one preallocated temporary block per memory space (HBM is color 0, the core's VMEM
@@ -18,6 +18,9 @@ loads the program, only the chip can say (`tpu-v5e-facts.md`).
 Usage (needs the [tpu] extra):
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/closed/tpu_temp_accounting.py \\
       --preset tpu-v5e-1 --target v5e:1x1 --probes --output temp_accounting.json
+
+Closed (benchmarks/closed/README.md); its report:
+benchmarks/reports/aot-one-chip-memory_v5e-v6e_2026-12-05.md.
 """
 
 from __future__ import annotations

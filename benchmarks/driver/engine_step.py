@@ -9,6 +9,8 @@ A step is MICRO_STEPS fwd_bwd calls and one update, timed from the first dispatc
 result being ready; compile happens before, off the clock, and the first step is reported as
 warm-up. Prints step seconds (median and spread), tokens/s/device, model TFLOP/s/device and MFU
 when the chip's peak is known (`rl_trainer_bench.accelerators`).
+
+Remakes BENCHMARKS.md's driver suite; benchmarks/reports/engine-step_cpu_2026-11-30.md.
 """
 
 from __future__ import annotations

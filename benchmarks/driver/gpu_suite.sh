@@ -12,6 +12,9 @@
 #
 # Dry run on any CPU (cpu-tiny, 8 host devices, a temporary OUT unless one is given):
 #     benchmarks/driver/gpu_suite.sh --cpu        (or DRY_RUN=1 benchmarks/driver/gpu_suite.sh)
+#
+# Remakes BENCHMARKS.md's driver suite (not run yet);
+# benchmarks/reports/accelerator-suite_h200_2026-11-30.md.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 

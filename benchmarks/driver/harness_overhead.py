@@ -13,6 +13,8 @@ Usage:
 `--engine matmul` swaps the JAX MoE engine for a one-program engine (a jitted n x n matmul chain per
 micro-batch) so the harness's fixed per-step cost can be measured apart from any model: the bench
 adds the same host work per step whatever the engine runs.
+
+Remakes BENCHMARKS.md's driver suite; benchmarks/reports/harness-overhead_cpu_2026-11-30.md.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ the copy (the copy's lag), and the copier process's CPU seconds over the whole r
     PYTHONPATH=. python benchmarks/driver/results_copier.py --steps 12 --step-seconds 5
 
 Prints one line of figures; nothing is written outside a temporary folder.
+
+Remakes BENCHMARKS.md's driver suite; benchmarks/reports/results-copier_cpu_2026-12-04.md.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@
 # run's 2.75 over 2 chunks (the preset's MoE settings).
 # Knobs: TUNIX_DIR (required), KEYS (recipe), LAYERS (4), SLICE (tpu7x:4x4x8), OVERLAP (0),
 # OVERLAP_LAYERS (4), PYTHON (python3.11), VENV (/tmp/maxtext-aot-venv), OUT (/tmp/maxtext-aot).
+#
+# Remakes BENCHMARKS.md's maxtext suite; benchmarks/reports/maxtext-aot_tpu7x_2026-12-03.md.
 set -euo pipefail
 
 TUNIX_DIR=${TUNIX_DIR:?set TUNIX_DIR to a checkout of Tunix (the folder holding tunix/experimental)}

@@ -20,6 +20,9 @@
 #
 # Knobs: PYTHON (install: the interpreter the venv is made from, default python3),
 # GLIBC_MINOR (download: the newest manylinux_2_N tag accepted, default 36).
+#
+# Remakes BENCHMARKS.md's maxtext suite; benchmarks/reports/maxtext-engine_cpu_2026-12-03.md,
+# benchmarks/reports/chip-round-3_tpu-v5e_2026-12-06.md.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

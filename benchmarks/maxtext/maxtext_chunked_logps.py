@@ -12,6 +12,8 @@ differences, and XLA's temp bytes of each compiled forward-backward on this CPU.
 Usage (the side environment of benchmarks/maxtext/maxtext_venv.sh, and a Tunix checkout's `tunix/`):
   PYTHONPATH=.:$TUNIX_DIR /tmp/maxtext-bench-venv/bin/python benchmarks/maxtext/maxtext_chunked_logps.py \\
       --rows 2 --seq-len 1024 --vocab 65536 --chunk 256
+
+Remakes BENCHMARKS.md's maxtext suite; benchmarks/reports/maxtext-engine_cpu_2026-12-03.md.
 """
 
 from __future__ import annotations

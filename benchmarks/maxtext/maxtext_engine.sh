@@ -38,13 +38,15 @@
 # engines alike: off a TPU, MaxText's expert-parallel grouped matmul is its megablox Pallas kernel
 # interpreted (maxtext 0.2.5 has no XLA path that takes a shard's group offset), ~30 s a step on
 # the cell's own 2 x 2 x 2 here; on one expert shard the adapter's host keys give MaxText XLA's
-# ragged_dot (BENCHMARKS.md, "Why MaxText's MoE step is slow on the CPU"). MOE_ENGINE_FLAGS= runs
-# the cell's own mesh.
+# ragged_dot (benchmarks/reports/maxtext-engine_cpu_2026-12-03.md, "Why MaxText's MoE step is slow
+# on the CPU"). MOE_ENGINE_FLAGS= runs the cell's own mesh.
 #
 # Knobs: TUNIX_DIR (required), PYTHON (default python3.11), VENV (default /tmp/maxtext-bench-venv),
 # OUT (default /tmp/maxtext-bench), STEPS (scored steps per arm, default 8), BENCH_PRESETS (default
 # "cpu-tiny-dense cpu-tiny-qwen3.5"), MOE_ENGINE_FLAGS (ENGINE_FLAGS of cpu-tiny-qwen3.5, default
 # "mesh_fsdp=4 mesh_context=2 mesh_expert=1").
+#
+# Remakes BENCHMARKS.md's maxtext suite; benchmarks/reports/maxtext-engine_cpu_2026-12-03.md.
 set -euo pipefail
 
 TUNIX_DIR=${TUNIX_DIR:?set TUNIX_DIR to a checkout of Tunix (the folder holding tunix/experimental)}

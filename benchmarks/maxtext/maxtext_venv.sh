@@ -10,6 +10,9 @@
 # flax 0.12.8's `nnx.eval_shape` raises on MaxText's logical names where flax 0.12.9 (not on the
 # index) is asked for, which stops MaxText's AbstractMaxTextEngine (the `aot` path) before it
 # traces anything: a variable whose sharding cannot be built there is returned without one.
+#
+# It builds the side environment behind BENCHMARKS.md's maxtext suite;
+# benchmarks/reports/maxtext-engine_cpu_2026-12-03.md.
 
 # The bench's own dependencies and the JAX stack maxtext 0.2.5 was checked with.
 BENCH_PINS=(jax==0.10.2 jaxlib==0.10.2 flax==0.12.8 optax==0.2.8 numpy==2.4.6

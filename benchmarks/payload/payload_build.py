@@ -11,6 +11,8 @@ so peak RSS (VmHWM) is the build's own. Three measurements:
   and layer, timed on a sample of tokens and extrapolated to the micro-batch's real tokens.
 
 Usage: PYTHONPATH=. python benchmarks/payload/payload_build.py [--preset qwen3.5-397b-cell] [--repeats 2]
+
+Remakes BENCHMARKS.md's payload suite; benchmarks/reports/payload-build_cpu_2026-11-30.md.
 """
 
 from __future__ import annotations

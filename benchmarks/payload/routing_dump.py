@@ -8,6 +8,8 @@ Each figure is the best of `--repeats` runs, so the page cache holds the file af
 
 Usage: PYTHONPATH=. python benchmarks/payload/routing_dump.py [--rows 4] [--tokens 16384] [--layers 60]
        [--top-k 10] [--experts 512] [--repeats 3]
+
+Remakes BENCHMARKS.md's payload suite; benchmarks/reports/reliability_cpu_2026-12-03.md.
 """
 
 from __future__ import annotations

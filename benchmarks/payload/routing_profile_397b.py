@@ -18,6 +18,8 @@ Usage: PYTHONPATH=. python benchmarks/payload/routing_profile_397b.py [--out FIL
 (default: rl_trainer_bench/payload/profiles/qwen3.5-397b.json). Prints s, the hottest-expert ratio
 per depth and the forecast P(replay) at a few buffer settings; with --skew-table, writes nothing
 and prints the table.
+
+Remakes BENCHMARKS.md's payload suite; benchmarks/reports/routing-profile-397b_cpu_2026-12-03.md.
 """
 
 from __future__ import annotations
