@@ -64,7 +64,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 results=benchmarks/results
 py=${PYTHON:-python3}
-# MaxText's keys that tpu-v5e-1 needs to reach MaxText at all, and the size it fits (docs/commands.md)
+# MaxText's keys that tpu-v5e-1 needs to reach MaxText at all, and the size it fits
+# (docs/maxtext.md)
 maxtext_flags=num_moe_token_chunks=1,ragged_buffer_factor=-1,train_micro_batch_size=1
 maxtext_run() { "${MAXTEXT_PYTHON:?MAXTEXT_PYTHON: a venv of maxtext_chip_wheels.sh install}" \
   -m rl_trainer_bench.cli "$@"; }

@@ -1,4 +1,4 @@
-"""MaxText's public training engine behind the bench's engine contract (docs/engine.md).
+"""MaxText's public training engine behind the bench's engine contract (docs/maxtext.md).
 
 `MaxTextTrainingEngine` (maxtext 0.2.5, `maxtext/training_engine/`) has the contract's shape but
 not its details, and this adapter supplies exactly the difference, nothing else:
