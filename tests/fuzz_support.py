@@ -3,7 +3,7 @@ in-process, the tally of outcomes, and random trees.
 
 CI draws `RTB_FUZZ_EXAMPLES` examples per property (default 25, a few seconds each); a reliability
 run sets it to 1000 or more and `RTB_FUZZ_TALLY=FILE.json` to record, per entry point, how many
-inputs were tried and how each ended (BENCHMARKS.md, RELIABILITY).
+inputs were tried and how each ended (benchmarks/reports/reliability_cpu_2026-12-03.md).
 """
 
 from __future__ import annotations

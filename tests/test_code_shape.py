@@ -24,7 +24,20 @@ STEP_LOOP = (
     "bench/results_file.py",
     "engine/builtin/jax_engine.py",
 )
-DOCS = ("README.md", "BENCHMARKS.md", "docs/architecture.md", "docs/commands.md", "docs/engine.md")
+# Every page a reader follows: the README, the figures, docs/, and benchmarks/'s reports and READMEs.
+DOCS = tuple(
+    dict.fromkeys(
+        str(page.relative_to(ROOT))
+        for page in (
+            ROOT / "README.md",
+            ROOT / "BENCHMARKS.md",
+            *sorted((ROOT / "docs").glob("*.md")),
+            *sorted((ROOT / "benchmarks").glob("*.md")),
+            *sorted((ROOT / "benchmarks").glob("*/README.md")),
+            *sorted((ROOT / "benchmarks" / "reports").glob("*.md")),
+        )
+    )
+)
 
 
 def long_functions(source: str, limit: int = LONGEST_FUNCTION) -> list[tuple[str, int]]:

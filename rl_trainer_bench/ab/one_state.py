@@ -9,7 +9,7 @@ or sharding) cannot share it and is refused before anything compiles, naming its
 cross-pod way: two states would not fit beside the programs of the cells the A/B is for.
 
 With one state, no arm starts from the parameters another started from: each turn starts from the
-state the previous turn left (docs/commands.md, "same parameters"). The exact checks prove what
+state the previous turn left (docs/ab.md, "Arms"). The exact checks prove what
 still holds: the same micro-batches, the same loss denominators, one update per step.
 
 Warm-up runs once per Bench, before the first scored turn: its steps run every stage its arms use

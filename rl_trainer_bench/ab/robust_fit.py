@@ -43,11 +43,12 @@ from rl_trainer_bench.ab import resolution
 TUNING = 1.345
 ROUNDS = 30  # reweightings: from least squares to the M-estimate within 1e-6 of a scale
 # A step this many scales from the fit is set aside (at 2 or more degrees of freedom left): a host
-# hiccup of a few percent of a 0.2%-noise step lies far beyond it, normal noise in 0.2-0.4% of
-# looks of 8-16 steps (the scale is estimated from few steps; the intervals' levels, simulated with
-# it, hold: BENCHMARKS.md). Huber's fit alone keeps such a step's pull on the effect to 1.345
-# scales but lets it raise the scale by a tenth or more (it spends 1.81 of the n - p that the
-# clipped residuals share); set aside, it costs one degree of freedom and nothing else.
+# hiccup of a few percent of a 0.2%-noise step lies far beyond it, normal noise in 0.2-0.4% of looks
+# of 8-16 steps (the scale is estimated from few steps; the intervals' levels, simulated with it,
+# hold: benchmarks/reports/ab-sequential-per-step_simulated_2026-12-06.md). Huber's fit alone keeps
+# such a step's pull on the effect to 1.345 scales but lets it raise the scale by a tenth or more
+# (it spends 1.81 of the n - p that the clipped residuals share); set aside, it costs one degree of
+# freedom and nothing else.
 SET_ASIDE = 5.0
 # The chance that normal noise has `stray_step` set a step aside, at one look. At 1% the false
 # claims over all looks rose from 0.85% to 1.5% of simulated runs (a step set aside from normal
@@ -122,10 +123,11 @@ def stray_step(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     Weisberg, Residuals and Influence in Regression, 1982, 2.2) past Student's t at 1 - STRAY_LEVEL
     / 2n, Bonferroni over the n steps, so normal noise sets a step aside in at most STRAY_LEVEL of
     looks. Huber's fit alone cannot see such a step in a short look: at the first look, 6 steps for
-    3 parameters, every step has leverage 0.5 on average and least squares (the fit's start)
-    spreads a stray step over the others; on the chip one step 4.5% off read as noise of 2.32%
-    there (BENCHMARKS.md). Tested only where two degrees of freedom remain without the step;
-    Huber's fit then sets aside what lies beyond SET_ASIDE scales of the rest."""
+    3 parameters, every step has leverage 0.5 on average and least squares (the fit's start) spreads
+    a stray step over the others; on the chip one step 4.5% off read as noise of 2.32% there
+    (benchmarks/reports/chip-round-2_tpu-v5e_2026-12-06.md). Tested only where two degrees of
+    freedom remain without the step; Huber's fit then sets aside what lies beyond SET_ASIDE scales
+    of the rest."""
     n, p = x.shape
     df = n - p - 1
     stray = np.zeros(y.shape, dtype=bool)

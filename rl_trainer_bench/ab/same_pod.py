@@ -149,7 +149,7 @@ def _ab_lines(
     lines += arm_plan.run.planned_lines(len(arm_plan.bench_plans), arm_plan.warmup_steps)
     lines.append(ab_memory.memory_line(arm_plan, args.arms, env.get(ab_memory.AOT_REPORT)))
     lines.append(
-        "same-pod A/B: scored as `ab` scores its arms (docs/commands.md, A/B runs); the exact"
+        "same-pod A/B: scored as `ab` scores its arms (docs/ab.md); the exact"
         f" checks and the verdict go to {args.out}/ab.txt and ab.json, and the log"
     )
     return [*lines, *_keys_checked_in_pod(arm_plan, settings)]

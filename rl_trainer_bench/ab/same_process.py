@@ -130,7 +130,7 @@ def _runtime_beside(plan: ArmPlan) -> Background[str] | None:
 def _runtime_started(plan: ArmPlan) -> str:
     """JAX imported, started as the preset asks and its devices opened: run beside the design's
     lines (their simulations take about a second), since opening a TPU chip takes 8-9 s of the
-    set-up before the compile (BENCHMARKS.md)."""
+    set-up before the compile (benchmarks/reports/chip-round-2_tpu-v5e_2026-12-06.md)."""
     import jax  # on this thread: the import is part of the runtime's start
 
     from rl_trainer_bench.bench.distributed import start_for_preset  # JAX's: as above

@@ -43,9 +43,10 @@ BLOCKED = run_orders.BLOCKED_DESIGN
 SEQUENTIAL = run_orders.SEQUENTIAL_DESIGN
 # 99%, not 95%: a 95% interval claims an effect in 1 of 20 runs of nothing changed by construction,
 # so a user's batch of A/As, or any bias left by a load, meets or exceeds 1 in 20; at 99% the
-# nominal rate is 1 in 100 and a residual bias has room below 1 in 20 (BENCHMARKS.md, "A/B false
-# positives under load"). The price is a wider interval (t over 5 degrees of freedom: 4.03 standard
-# errors against 2.57): effects near the min effect come back NOISY, and --blocks buys them back.
+# nominal rate is 1 in 100 and a residual bias has room below 1 in 20
+# (benchmarks/reports/ab-load-patterns_cpu_2026-12-03.md). The price is a wider interval (t over 5
+# degrees of freedom: 4.03 standard errors against 2.57): effects near the min effect come back
+# NOISY, and --blocks buys them back.
 CONFIDENCE = 0.99
 RESAMPLES = 2000
 _RULE_MS = ".3g"  # milliseconds in the rule text: three significant digits, sign when negative
@@ -505,9 +506,9 @@ def score_interleaved(
     interleave.py) of each unit's mean paired difference (the other setting's pure step minus the
     baseline's), its interval Student's t over units. A run has few units (four by default), and a
     bootstrap over four values is far too narrow (it said FASTER in 3 of 20 A/A runs, see
-    BENCHMARKS.md); t's interval widens with few units and with a stray slow step, and then the
-    verdict is NOISY rather than wrong. There is no repeated arm, so the min effect stands in for
-    the noise floor."""
+    benchmarks/reports/ab-error-rates_cpu_2026-12-01.md); t's interval widens with few units and
+    with a stray slow step, and then the verdict is NOISY rather than wrong. There is no repeated
+    arm, so the min effect stands in for the noise floor."""
     times = {r.step: r.step_s for r in run.records if not r.warmup}
     missing = [step for pair in schedule.pairs for step in pair if step not in times]
     if missing:

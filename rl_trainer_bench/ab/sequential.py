@@ -24,8 +24,8 @@ an alpha-spending function of the information fraction t = k / K (Lan and DeMets
 least 99% of runs when each interval is exact. Student's t on Huber's fit runs a little past its
 nominal level at a single look (up to 1.4 times, simulated on normal steps), but the looks share
 most of their steps, so the bound has room: the simulated family-wise rates are 0.80% (false
-claims, the interval alone) and 0.64% (false NO-EFFECT at the min effect; BENCHMARKS.md, "The
-sequential A/B on every scored step" and "The stray step at the first look"), a simulation, not a
+claims, the interval alone) and 0.64% (false NO-EFFECT at the min effect;
+benchmarks/reports/ab-sequential-per-step_simulated_2026-12-06.md), a simulation, not a
 bound.
 
 Two intervals per look, one per kind of error. FASTER or SLOWER needs the two-sided interval at

@@ -1,7 +1,7 @@
 """MEASURE_PEAK=on: the device memory one step needs, found by what still runs beside a filler.
 
 A device's own figures do not give it: the TPU runtime reserves a program's temporaries when it
-loads the program, and `memory_stats()['peak_bytes_in_use']` never counts them (docs/commands.md,
+loads the program, and `memory_stats()['peak_bytes_in_use']` never counts them (docs/run.md,
 "The measured peak"). What a device answers truly is whether a step runs. So after its scored steps
 the run holds a filler allocation of F bytes on each of its devices and runs one more step of its
 own setting, and bisects F: the largest F under which the step ran and the smallest under which it

@@ -129,8 +129,9 @@ class Bench:
     def compile(self) -> dict[str, float]:
         """Compile every program on the pool's first micro-batch, then watch for later compiles.
 
-        The compile is the run's longest silence (BENCHMARKS.md: over a minute for cpu-tiny on a
-        loaded 2-core CPU), so a line says it has started before it does.
+        The compile is the run's longest silence (over a minute for cpu-tiny on a loaded 2-core
+        CPU: benchmarks/reports/reliability_cpu_2026-12-03.md), so a line says it has started
+        before it does.
         """
         self.log(
             f"{step_record.LOG_PREFIX} compiling the engine's programs for {self.config.preset.name}"

@@ -3,7 +3,8 @@
 On a TPU the runtime reserves a program's temporaries when it first runs it; a cell too large for
 the chip compiles and then fails there with RESOURCE_EXHAUSTED naming the program (on a v5e chip,
 tpu-v5e-1 at 8 rows per micro-batch: "Error loading program 'jit_fwd_bwd': Attempting to reserve
-8.36G at the bottom of memory ... 7.56G free", BENCHMARKS.md). A cell larger still fails in the
+8.36G at the bottom of memory ... 7.56G free",
+benchmarks/reports/chip-round-2_tpu-v5e_2026-12-06.md). A cell larger still fails in the
 compile: XLA sizes the program's temporaries against the device's memory and stops with
 RESOURCE_EXHAUSTED ("the total memory required for HLO temporaries (17.77G) exceeds available HBM
 (15.75G)": MaxText's engine at tpu-v5e-1's micro-batch on a v5e chip). Either is the chosen size's

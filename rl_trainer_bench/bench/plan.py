@@ -441,7 +441,8 @@ def _refuse_unmeasurable_peak(config: BenchConfig, runtime: Runtime | None) -> N
     """MEASURE_PEAK=on probes one process's own devices with fillers; under Pathways, or with
     several processes, a probe's load failure would be one process's (or the proxy's) while the
     others wait in its collectives, so the plan (and the render) refuses it there. Tunix's
-    TrainerWorker ends at a probe's load failure (found on a v5e chip, BENCHMARKS.md), so MaxText's
+    TrainerWorker ends at a probe's load failure (found on a v5e chip,
+    benchmarks/reports/chip-round-4_tpu-v5e_2026-12-06.md), so MaxText's
     engine under it is refused too."""
     if config.measure_peak and runtime is not None and runtime.kind != SINGLE_PROCESS:
         raise ConfigError(

@@ -23,7 +23,8 @@ from rl_trainer_bench.engine.maxtext import keys as maxtext_keys
 BACKEND_FLAG = "trainer_backend"
 # MaxText's engine logs a step's metrics during the next step's first fwd_bwd, and its first log
 # compiles a few small eager programs (`WeightedMetric.compute`); with one warm-up step they compile
-# in the first scored step, which the recompile check then fails (BENCHMARKS.md, MaxText's engine).
+# in the first scored step, which the recompile check then fails
+# (benchmarks/reports/maxtext-engine_cpu_2026-12-03.md).
 MAXTEXT_WARMUP_STEPS = 2
 MAXTEXT_BACKEND = "maxtext"
 

@@ -12,7 +12,7 @@ default, accepted forms and help are written once, and a command takes a knob by
 `format` is `parse`'s inverse: the one way a typed value becomes text again, used where text must
 cross a process boundary (the pod's environment the renderer writes).
 `BenchConfig`'s defaults, its `from_env` and its `describe` are derived from the table: adding a
-knob is adding a row and the typed `BenchConfig` field it names (docs/commands.md, "Adding a knob").
+knob is adding a row and the typed `BenchConfig` field it names (docs/run.md, "Adding a knob").
 Errors are `ConfigError`s whose one-line message names the knob, the value and what is allowed,
 because a pod's log is often the only place a user sees them.
 

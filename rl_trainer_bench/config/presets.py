@@ -82,9 +82,10 @@ class Preset:
         return config
 
 
-# The BENCHMARKS.md sections that hold the figures behind the 397B cell's host offload.
+# The report, and its sections, that hold the figures behind the 397B cell's host offload.
+_FIT_REPORT = "benchmarks/reports/aot-397b-fit_tpu7x-v5p_2026-12-05.md"
 _OWN_KEYS_SECTION = "The preset's own keys on tpu7x:4x4x8"
-_PEAK_MODEL_SECTION = "The peak counts the HBM block, not `temp_size`"
+_PEAK_MODEL_SECTION = "The 397B fit tables under the corrected model of the peak"
 
 # Qwen3.5's repeating block (full_attention_interval=4): three Gated DeltaNet layers, then one
 # gated full-attention layer.
@@ -115,7 +116,7 @@ _QWEN35_397B = ModelConfig(
     linear_value_head_dim=128,
     linear_conv_kernel_dim=4,
     # [B, H, chunk, T] float32 logits per device: 2 GiB at 256 for 65,536-token rows, 8 GiB at
-    # the engine default of 1024 (BENCHMARKS.md, fit table).
+    # the engine default of 1024 (benchmarks/reports/aot-397b-fit_tpu7x-v5p_2026-12-05.md).
     attention_chunk_size=256,
 )
 
@@ -262,7 +263,8 @@ PRESETS: Mapping[str, Preset] = {
         ),
         Preset(
             # gpu-small cut to one TPU v5e chip: the cell that ran `run` and `ab` there for
-            # minutes on 2026-12-05 (602M parameters; BENCHMARKS.md), now with the production's
+            # minutes on 2026-12-05 (602M parameters;
+            # benchmarks/reports/chip-round-0_tpu-v5e_2026-12-05.md), now with the production's
             # MoE buffers, a shared expert and Adam's first moment in bfloat16, sized by aot's
             # corrected peak.
             name="tpu-v5e-1",
@@ -275,14 +277,14 @@ PRESETS: Mapping[str, Preset] = {
                     num_experts=16,
                     shared_expert_ffn_dim=1024,
                     attention="splash",
-                    # each chunk's triangular inverse in VMEM (BENCHMARKS.md, "The Gated
-                    # DeltaNet's triangular inverse in a Pallas kernel")
+                    # each chunk's triangular inverse in VMEM (4.0% faster than XLA's:
+                    # benchmarks/reports/chip-round-4_tpu-v5e_2026-12-06.md)
                     linear_chunk_inverse="pallas",
-                    # each layer keeps its matmuls' outputs for the backward pass (BENCHMARKS.md,
-                    # "The one-chip v5e cell on the chip, fifth round": 1.3% faster than full)
+                    # each layer keeps its matmuls' outputs for the backward pass (1.3% faster
+                    # than full: benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md)
                     remat_policy="minimal",
                     # half as many chunk steps, each [C, C] term as wide as the TPU's 128 lanes
-                    # (BENCHMARKS.md, fifth round: 0.8% faster than 64)
+                    # (0.8% faster than 64: the same report)
                     linear_chunk_size=128,
                 ),
                 micro_batch_rows=4,
@@ -364,7 +366,8 @@ PRESETS: Mapping[str, Preset] = {
             purpose="the production cell's shapes on 256 devices: for AOT and payload building, not for running here",
             models=("qwen3.5-397b-a17b",),
             # Fitted to the measured run's 0 replays at factor 2.75 with 2 token chunks, not
-            # derived from routing data (benchmarks/routing_profile_397b.py; BENCHMARKS.md).
+            # derived from routing data (benchmarks/payload/routing_profile_397b.py,
+            # benchmarks/reports/routing-profile-397b_cpu_2026-12-03.md).
             routing_profile="qwen3.5-397b.json",
             value_reasons=(
                 ("ragged_buffer_factor", "the measured public run's, with 0 drops and 0 replays"),
@@ -378,7 +381,7 @@ PRESETS: Mapping[str, Preset] = {
                 (
                     "attention_chunk_size",
                     "2 GiB of float32 logits per device for 65,536-token rows, 8 GiB at 1024:"
-                    " BENCHMARKS.md, fit table",
+                    " benchmarks/reports/aot-397b-fit_tpu7x-v5p_2026-12-05.md",
                 ),
                 ("mesh_fsdp", "the public tpu7x recipe's mesh"),
                 ("mesh_context", "the public tpu7x recipe's mesh"),
@@ -386,7 +389,7 @@ PRESETS: Mapping[str, Preset] = {
                 ("train_micro_batch_size", "the public tpu7x recipe's rows"),
             ),
             # Why, without the figures: those are of one slice and one engine version, and stay in
-            # BENCHMARKS.md's fit tables (aot on tpu7x:4x4x8, full depth), which the reason cites.
+            # the fit report's tables (aot on tpu7x:4x4x8, full depth), which the reason cites.
             differs_from_trainer=(
                 TrainerDifference(
                     path="optimizer.memory_host_offload",
@@ -399,7 +402,7 @@ PRESETS: Mapping[str, Preset] = {
                         " for tpu7x:4x4x8, the built-in engine's fwd_bwd at the measured run's MoE"
                         " settings fits with room only by aot's model that counts XLA's HBM"
                         " temporary block, which no chip has confirmed yet (by XLA's temp_size"
-                        " it did not fit; BENCHMARKS.md, "
+                        f" it did not fit; {_FIT_REPORT}, "
                         f'"{_OWN_KEYS_SECTION}" and "{_PEAK_MODEL_SECTION}"; `aot` on the'
                         " TRAINER_SLICE gives its own figures); optimizer_memory_host_offload=false"
                         " in ENGINE_FLAGS times the trainer's placement"

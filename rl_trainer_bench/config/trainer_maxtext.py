@@ -45,7 +45,8 @@ SAME_MEANING: Mapping[str, str] = {
     "optimizer_memory_host_offload": "optimizer_memory_host_offload",
 }
 # MaxText keys the built-in engine applies by name, not by meaning: what each does in the built-in
-# engine against what it does in MaxText (MaxText's layers/moe.py; docs/engine.md, MaxText's buffer).
+# engine against what it does in MaxText (MaxText's layers/moe.py; docs/maxtext.md, MaxText's
+# buffer).
 OTHER_MEANING: Mapping[str, str] = {
     "ragged_buffer_factor": (
         "built-in engine: ceil(factor x tokens x top_k / experts) slots per expert per group of"

@@ -1,10 +1,11 @@
 """One call run off the caller's thread, its result (or its error) taken when it is needed.
 
-An engine compiles several programs that need nothing of each other: its step's programs (about
-a minute each for the two `fwd_bwd` programs of tpu-v5e-1 on a TPU host), its initial state's
-(random draws for every parameter: 49 s of TPU compile on a 2-core host) and its parameter
-digest's (BENCHMARKS.md). Compiled side by side, they take the host's other cores instead of wall
-time: XLA's compile releases the GIL, and JAX compiles from several threads.
+An engine compiles several programs that need nothing of each other: its step's programs (about a
+minute each for the two `fwd_bwd` programs of tpu-v5e-1 on a TPU host), its initial state's (random
+draws for every parameter: 49 s of TPU compile on a 2-core host) and its parameter digest's
+(benchmarks/reports/ab-turn-overhead_cpu-v5e_2026-12-06.md). Compiled side by side, they take the
+host's other cores instead of wall time: XLA's compile releases the GIL, and JAX compiles from
+several threads.
 
 The thread is a daemon: a Ctrl-C during the compile ends the process without waiting for it.
 The caller waits in short joins, checking for an interrupt between them, so one that a library

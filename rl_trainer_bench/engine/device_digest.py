@@ -1,11 +1,11 @@
 """A digest of named device arrays, computed on the device: a few words per array reach the host.
 
 Why on the device: the digest of a chip's weights was a sha256 over every byte copied to the host,
-seconds for the 2.34 GiB of tpu-v5e-1's parameters at every A/B turn (BENCHMARKS.md, "Time
-between A/B turns"). Here one jitted program reads the arrays where they rest and returns
-`LANES` uint32 words per array; the host hashes those words with each array's name, shape and
-dtype (sha256), so the digest still names the whole tree. Its compile is an engine's to schedule
-(`JaxEngine` compiles it beside its programs, off every turn).
+seconds for the 2.34 GiB of tpu-v5e-1's parameters at every A/B turn
+(benchmarks/reports/ab-turn-overhead_cpu-v5e_2026-12-06.md). Here one jitted program reads the
+arrays where they rest and returns `LANES` uint32 words per array; the host hashes those words with
+each array's name, shape and dtype (sha256), so the digest still names the whole tree. Its compile
+is an engine's to schedule (`JaxEngine` compiles it beside its programs, off every turn).
 
 Why it is exact (a change of any bit changes it):
 - Every element is read as its bit pattern (`lax.bitcast_convert_type`): 32-bit types as one
@@ -18,7 +18,7 @@ Why it is exact (a change of any bit changes it):
   and so its lane's sum, for certain, in every lane. Changes in several words cancel in a lane
   only when their terms' changes sum to 0 modulo 2**32: with terms that behave as random words,
   about 2**-32 per lane, 2**-64 over the two lanes. Two lanes, not more: each lane is one more
-  pass of integer work over every array, and a TPU's compile time grows with it (BENCHMARKS.md).
+  pass of integer work over every array, and a TPU's compile time grows with it (the same report).
   `key(p)` mixes every index of `p`, so moving a value (a transpose, a shifted slice) changes
   the sums too, at the same odds.
 - Sums modulo 2**32 are associative and commutative: the result does not depend on how XLA

@@ -3,12 +3,12 @@
 Loading a program allocates its arguments' and outputs' buffers and one preallocated block per
 memory space for everything else; on TPU the HBM one is memory space (color) 0. For a program
 without a loop, `memory_analysis().temp_size_in_bytes` is that block to within kilobytes. For a
-program with a loop (`scan`, a `while`) libtpu's `temp_size` is larger by an amount no allocation
-of the assignment holds: 1.97 GiB in the one-chip v5e cell's fwd_bwd, which ran on a chip where its
-`temp_size` would not have fit beside the state (BENCHMARKS.md, "Where fwd_bwd's 7.99 GiB of
-`temp_size` lies"). So a TPU program's temporaries are counted as the block, read from the buffer
-assignment XLA writes when asked to dump the optimized module; the dump adds about 5% to a compile
-(same section).
+program with a loop (`scan`, a `while`) libtpu's `temp_size` is larger by an amount no allocation of
+the assignment holds: 1.97 GiB in the one-chip v5e cell's fwd_bwd, which ran on a chip where its
+`temp_size` would not have fit beside the state
+(benchmarks/reports/aot-one-chip-memory_v5e-v6e_2026-12-05.md). So a TPU program's temporaries are
+counted as the block, read from the buffer assignment XLA writes when asked to dump the optimized
+module; the dump adds about 5% to a compile (the same report).
 
 Only XLA's text dump carries the assignment: `memory_analysis()` leaves its serialized form empty on
 libtpu 0.10.2's JAX, and a compiled executable keeps its modules but not their assignment. And XLA

@@ -71,12 +71,12 @@ RESULTS_DIR = "aot_results"
 # machine with 16 vCPUs (libtpu's code generation keeps every core busy) and 64 GB, room for the
 # request below. Any CPU pool the cluster has does: name it with AOT_NODE_SELECTOR.
 DEFAULT_NODE_SELECTOR = (("node.kubernetes.io/instance-type", "n2-standard-16"),)
-# Sized from BENCHMARKS.md: compiling the 397B cell's programs for tpu7x:4x4x8 on a 2-core host,
-# one program at a time, peaked at 17.50 GiB of host memory (`aot`, MaxText's programs), 17.40 GiB
-# (`hlo-overlap`, MaxText's) and 18.38 GiB (`hlo-overlap`, the built-in engine's). The request is
-# the largest and a quarter; the limit leaves room for a libtpu that compiles more fusions at once
-# on more cores (INFERRED: measured on 2 cores only). No CPU limit: a compile throttled below its
-# cores only takes longer.
+# Sized from benchmarks/reports/maxtext-aot_tpu7x_2026-12-03.md: compiling the 397B cell's programs
+# for tpu7x:4x4x8 on a 2-core host, one program at a time, peaked at 17.50 GiB of host memory
+# (`aot`, MaxText's programs), 17.40 GiB (`hlo-overlap`, MaxText's) and 18.38 GiB (`hlo-overlap`,
+# the built-in engine's). The request is the largest and a quarter; the limit leaves room for a
+# libtpu that compiles more fusions at once on more cores (INFERRED: measured on 2 cores only). No
+# CPU limit: a compile throttled below its cores only takes longer.
 RESOURCES = {"requests": {"cpu": "8", "memory": "24Gi"}, "limits": {"memory": "48Gi"}}
 # What the job keeps of the trainer's pod: where the image comes from and what it may read.
 KEPT_POD_FIELDS = (

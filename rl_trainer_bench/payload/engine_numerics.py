@@ -68,7 +68,8 @@ def default_knobs(engine: EngineConfig) -> tuple[Knob, ...]:
 
     bfloat16 logits keep 8 significant bits: a logit of magnitude 4 moves by up to 0.016, so a
     log-prob (target logit minus logsumexp) may move by about twice that: 3e-2. The loss and
-    grad-norm bounds are 4-15x the differences measured on cpu-tiny (BENCHMARKS.md). The other
+    grad-norm bounds are 4-15x the differences measured on cpu-tiny
+    (benchmarks/reports/payload-build_cpu_2026-11-30.md). The other
     knobs (the linear layers' chunk size among them, when the model has Gated DeltaNet layers) only
     regroup or reorder float32 arithmetic, so they get float32-rounding bounds.
     """

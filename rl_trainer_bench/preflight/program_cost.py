@@ -14,7 +14,8 @@ from TPU text, which drops XLA's own record). XLA's figures are scaled by the ra
 taken from the same program so that what XLA counts and this walk does not (elementwise FLOPs, TPU
 tile padding of small arrays) cancels, under the assumption that it is spread like the counted part.
 On cpu-tiny the corrected FLOPs at 1, 2 and 4 layers lie on one line (the 1-layer program has no
-loop, so it is XLA's own figure): see tests/preflight/test_program_cost.py and BENCHMARKS.md.
+loop, so it is XLA's own figure): see tests/preflight/test_program_cost.py and
+benchmarks/reports/aot-time-estimate_tpu_2026-12-01.md.
 
 The time is a roofline: max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) per device. It is an
 estimate, not a bound: it leaves out collectives that compute does not hide and any kernel below

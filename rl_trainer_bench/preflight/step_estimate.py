@@ -49,7 +49,7 @@ BOUND = "LOWER BOUND (compute at the chip's peak, no replay; not a measurement)"
 # Public measurements of a cell on a slice, to set beside the estimate: MaxText's, for the
 # qwen3.5-397b cell on 128 Ironwood chips (mesh 32 x 4 x 2, 64 rows of 65,536 tokens,
 # MICRO_STEPS=9, ragged_buffer_factor=2.75, 2 token chunks), from its STAGE_BEFORE_UPDATE pull
-# request (BENCHMARKS.md, "The production cell on its slices").
+# request (benchmarks/reports/aot-397b-fit_tpu7x-v5p_2026-12-05.md).
 PUBLIC_MEASURED: Mapping[tuple[str, str], Mapping[str, float]] = {
     ("qwen3.5-397b-cell", "tpu7x:4x4x8"): {
         "fwd_bwd": 10.945,

@@ -354,9 +354,10 @@ def test_arms_warm_up_as_long_as_the_slowest_engine_among_them_needs(tmp_path):
 
 
 def test_the_runtime_starts_beside_the_designs_lines(tmp_path, monkeypatch):
-    """Opening a TPU chip takes 8-9 s (BENCHMARKS.md): the A/B starts JAX's runtime on a thread
-    of its own before it works out and prints its design, so the two overlap. Here the design's
-    line waits for the runtime's start to begin, which a start made after it would never do."""
+    """Opening a TPU chip takes 8-9 s (benchmarks/reports/chip-round-2_tpu-v5e_2026-12-06.md): the
+    A/B starts JAX's runtime on a thread of its own before it works out and prints its design, so
+    the two overlap. Here the design's line waits for the runtime's start to begin, which a start
+    made after it would never do."""
     starting = threading.Event()
     say = Progress.say
 

@@ -146,8 +146,8 @@ def test_one_stray_step_neither_moves_the_verdict_nor_widens_it_past_the_min_eff
 
 
 # The chip's run of a 1.4% effect (`ab --arms off,more:extra_device_work=5e11`, tpu-v5e-1,
-# 2026-12-06, BENCHMARKS.md): its turns in run order, one scored step each, in ms. Its first
-# scored `off` step took 1977.45 ms, 4.5% over the other three.
+# 2026-12-06, benchmarks/reports/chip-round-2_tpu-v5e_2026-12-06.md): its turns in run order, one
+# scored step each, in ms. Its first scored `off` step took 1977.45 ms, 4.5% over the other three.
 CHIP_EFFECT_RUN = [
     ("more", 1918.59),
     ("off", 1977.45),
@@ -179,8 +179,8 @@ def test_a_stray_step_at_the_first_look_is_set_aside_there():
 
 
 # The chip's run of a 7.1% effect (`ab --arms off,more:extra_device_work=4.3e12`, tpu-v5e-1,
-# 2026-12-06, BENCHMARKS.md), its turns as they ran: the last `more` step took 2118.46 ms, 92 ms
-# over the other two.
+# 2026-12-06, benchmarks/reports/chip-round-3_tpu-v5e_2026-12-06.md), its turns as they ran: the
+# last `more` step took 2118.46 ms, 92 ms over the other two.
 CHIP_LARGE_EFFECT_RUN = [
     ("more", 2026.41),
     ("off", 1891.96),

@@ -108,17 +108,18 @@ def test_where_the_preset_differs_from_the_trainer_the_plan_says_so_until_a_key_
         assert any("optimizer state 8.65 GiB on the device" in line for line in lines)
 
 
-def test_the_preset_reason_quotes_no_device_figures_and_cites_benchmarks_sections_that_exist():
+def test_the_preset_reason_quotes_no_device_figures_and_cites_report_sections_that_exist():
     """A figure measured on one slice goes stale in another's plan (a v5p plan quoting a tpu7x
-    device's memory): the reason says why, and its figures stay in the BENCHMARKS.md sections it
+    device's memory): the reason says why, and its figures stay in the report sections it
     names."""
     differs = "plan: preset differs from the trainer: "
     (line,) = [
         line for line in _plan_lines({"TRAINER_SLICE": "v5p:4x8x8"}) if line.startswith(differs)
     ]
     assert not re.search(r"\d\s*(GiB|GB|MiB)", line)
-    headings = [h for h in (REPO / "BENCHMARKS.md").read_text().splitlines() if h.startswith("#")]
-    cited = re.findall(r'"([^"]+)"', line.partition("BENCHMARKS.md")[2])
+    (report,) = re.findall(r"benchmarks/reports/[\w.-]+\.md", line)
+    headings = [h for h in (REPO / report).read_text().splitlines() if h.startswith("#")]
+    cited = re.findall(r'"([^"]+)"', line.partition(report)[2])
     assert len(cited) == 2
     for section in cited:
         assert any(section in heading for heading in headings), section

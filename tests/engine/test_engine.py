@@ -313,7 +313,8 @@ def test_check_engine_command_passes_the_built_in_engine(compiled, capsys):
     assert code == 0, capsys.readouterr()
     out = capsys.readouterr().out
     assert "conforms" in out
-    # cpu-tiny's state (5,359,120 bytes of parameters and moments, BENCHMARKS.md's 5.36 MB, and
+    # cpu-tiny's state (5,359,120 bytes of parameters and moments, the 5.36 MB of
+    # benchmarks/reports/ab-one-state_cpu_2026-12-04.md, and
     # a few scalars) trained by a second engine, then the first again, with nothing copied: the
     # bytes beside the first engine's stay within a few scalars
     measured = re.search(

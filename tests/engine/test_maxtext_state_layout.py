@@ -3,7 +3,7 @@ Transformer's weights and moments as MaxText lays them out, Tunix's driver one l
 Tunix's model adapter (`base`). An A/B of the two drivers shares one state, compared and moved in
 the Transformer's layout (`engine/maxtext/state_layout.py`). Against the stand-in, which lays the
 wrapped state out as MaxText does, and against maxtext 0.2.5 with Tunix where both import (the
-side environment of benchmarks/maxtext_venv.sh; skipped elsewhere)."""
+side environment of benchmarks/maxtext/maxtext_venv.sh; skipped elsewhere)."""
 
 from __future__ import annotations
 
@@ -75,8 +75,11 @@ def test_the_two_drivers_train_one_state_each_in_its_own_layout(
 def test_maxtexts_engine_under_tunix_takes_the_state_of_its_own_calls(tmp_path):
     """maxtext 0.2.5 and Tunix: the engine Tunix drives (its model in TunixMaxTextAdapter) is
     built over the state of the one the adapter calls, on the MoE cell's mesh of the bench script
-    (benchmarks/maxtext_engine.sh), and holds the very arrays, which the first no longer holds."""
-    pytest.importorskip("maxtext", reason="maxtext is not installed (benchmarks/maxtext_venv.sh)")
+    (benchmarks/maxtext/maxtext_engine.sh), and holds the very arrays, which the first no longer
+    holds."""
+    pytest.importorskip(
+        "maxtext", reason="maxtext is not installed (benchmarks/maxtext/maxtext_venv.sh)"
+    )
     pytest.importorskip("tunix.experimental", reason="no Tunix with tunix.experimental")
     from flax import nnx
 

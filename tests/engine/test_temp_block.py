@@ -148,8 +148,9 @@ def _layers_scanned(w, x):
 @pytest.mark.tpu_aot
 def test_a_scanned_programs_block_is_what_xla_keeps_live_not_its_temp_size():
     """A layer loop under `scan` compiled for v5e:1x1: libtpu's temp_size exceeds the block by
-    0.41 GiB (BENCHMARKS.md). The block read is checked against an independent figure, XLA's
-    own peak of live buffers, which the arguments, outputs and the block hold to within 1 MiB."""
+    0.41 GiB (benchmarks/reports/aot-one-chip-memory_v5e-v6e_2026-12-05.md). The block read is
+    checked against an independent figure, XLA's own peak of live buffers, which the arguments,
+    outputs and the block hold to within 1 MiB."""
     pytest.importorskip("libtpu")
     weights, tokens = _v5e_specs((8, 4096, 4096), (16384, 4096))
     lowered = jax.jit(_layers_scanned).lower(weights, tokens)

@@ -39,7 +39,7 @@ def exports(bench: dict) -> dict[str, str]:
 
 # The trainer command of the public Qwen3.5-397B recipe for tpu7x:4x4x8 (Tunix's MLPerf DeepSWE
 # launcher, mlperf_397b_256_v7x.sh): its MAXTEXT_EXTRA_FLAGS, mesh, batch, lengths and
-# REMAT_POLICY=custom (passed as --remat_policy). benchmarks/aot_fit_table.py compiles it too.
+# REMAT_POLICY=custom (passed as --remat_policy). benchmarks/aot/aot_fit_table.py compiles it too.
 TPU7X_TRAINER_ARGV = REPO / "tests" / "testdata" / "tpu7x_recipe_trainer_argv.txt"
 
 

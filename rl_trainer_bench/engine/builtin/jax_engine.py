@@ -150,7 +150,8 @@ class JaxEngine:
         where the host has cores to spare the wall time is about the longest program's, not their
         sum: 84 s against 122 s for tpu-v5e-1 on a 13-core v5e host. On 2 cores it gains nothing
         (the compiler keeps both busy) and the host memory of the compile grows by about a third
-        (BENCHMARKS.md). Each program's seconds are its own compile's, overlapping the others'.
+        (benchmarks/reports/aot-compile-time_tpu7x-v5p_2026-12-02.md). Each program's seconds are
+        its own compile's, overlapping the others'.
         Programs already compiled in this process for the same config, devices and shapes are
         reused (their entry is 0).
         """

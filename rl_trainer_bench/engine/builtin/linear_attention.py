@@ -137,7 +137,8 @@ def _chunk_terms(q, k, v, log_decay, beta, starts, inverse, interpret):
     `unit_lower_solve`. Returns a dict of per-chunk terms.
     Heads come before the chunk's tokens, the layout the solve and the chunk scan take, so no term
     is moved between layouts and each [C, C] term is the minor pair of its array (on the chip the
-    step's `_chunk_terms` row did not move with this: BENCHMARKS.md, fourth round).
+    step's `_chunk_terms` row did not move with this:
+    benchmarks/reports/chip-round-4_tpu-v5e_2026-12-06.md).
     """
     run = jnp.cumsum(starts, axis=-1)[..., None, :]  # [n, B, S, 1, C]: segment starts so far
     same = run[..., :, None] == run[..., None, :]  # [.., 1, t, i]

@@ -121,7 +121,8 @@ def sharded_logps(hidden, head, targets, chunk, logits_dtype, gradient="autodiff
         # The barrier ties the head's gather to the last layer's output: free of any data
         # dependence, XLA would gather it at the start of the program and hold the whole head
         # ([D, V] bf16, 1.9 GiB on the 397B cell, twice with its relaid copy) through every layer
-        # (MEASURED in the replay's live ranges for tpu7x, BENCHMARKS.md).
+        # (MEASURED in the replay's live ranges for tpu7x,
+        # benchmarks/reports/aot-397b-memory_tpu7x-v5p_2026-12-03.md).
         hidden, head = jax.lax.optimization_barrier((hidden, head))
         head = sharding.gather_dims(head, spec)
         chunk_size = min(chunk, targets.shape[1])

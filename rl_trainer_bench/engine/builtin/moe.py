@@ -41,9 +41,9 @@ EXPERT_WEIGHTS = ("expert_gate", "expert_up", "expert_down")
 # The name the routing's integer results (where each pair goes) carry for the layer's remat
 # policy: kept for the backward pass rather than sorted again there (`ROUTING_SAVED`).
 ROUTING = "moe_routing"
-# A sort of a device's pairs is the slowest op to compile here (BENCHMARKS.md, "One MoE routing
-# op at a time") and is not free to run; what it yields is a few int32 vectors per layer, so the
-# backward reads them instead of sorting again.
+# A sort of a device's pairs is the slowest op to compile here
+# (benchmarks/reports/aot-compile-time_tpu7x-v5p_2026-12-02.md) and is not free to run; what it
+# yields is a few int32 vectors per layer, so the backward reads them instead of sorting again.
 ROUTING_SAVED = jax.checkpoint_policies.save_only_these_names(ROUTING)
 
 
@@ -52,10 +52,12 @@ def _saved(*routing):
     return tuple(checkpoint_name(a, ROUTING) for a in routing)
 
 
-# The faster expert-compute path per platform: gpu and cpu as measured (BENCHMARKS.md, "Engine
-# step"; `benchmarks/engine_step.py --compare-expert-compute`, over the buffers); tpu the padded
-# einsum until a chip times it against sorted_gmm, which runs a third of its matmul work at factor
-# 2.75 (BENCHMARKS.md; the one-chip presets name sorted_gmm); override with expert_compute.
+# The faster expert-compute path per platform: gpu and cpu as measured
+# (benchmarks/reports/engine-step_cpu_2026-11-30.md; `benchmarks/driver/engine_step.py
+# --compare-expert-compute`, over the buffers); tpu the padded einsum until a chip times it against
+# sorted_gmm, which runs a third of its matmul work at factor 2.75
+# (benchmarks/reports/aot-one-chip-cost_v5e-v6e_2026-12-06.md; the one-chip presets name
+# sorted_gmm); override with expert_compute.
 FASTEST_EXPERT_COMPUTE = {"gpu": "einsum", "cuda": "einsum", "tpu": "einsum", "cpu": "einsum"}
 
 
@@ -71,7 +73,8 @@ def expert_compute_for(choice: str, platform: str) -> str:
 
 
 # The grouped matmul of the dropless layout per platform: the Pallas kernel on TPU (it compiles for
-# tpu7x and v5p from this host, BENCHMARKS.md), XLA's ragged_dot elsewhere.
+# tpu7x and v5p from this host, benchmarks/reports/aot-397b-memory_tpu7x-v5p_2026-12-03.md), XLA's
+# ragged_dot elsewhere.
 DROPLESS_COMPUTE = {"tpu": "gmm"}
 
 
@@ -308,7 +311,8 @@ def expert_parallel(local, x, experts, gates, weights, token_chunks):
     after the other, each rematerialized on its own, so the backward pass holds one group's buffers
     and one copy of the whole weights and their gradient at a time. Gathering once for all groups
     would instead carry the whole weights' gradient across the groups beside each group's own
-    (MEASURED on the Qwen3.5 cell: more memory with two groups than with one, BENCHMARKS.md). The
+    (MEASURED on the Qwen3.5 cell: more memory with two groups than with one,
+    benchmarks/reports/aot-397b-memory_tpu7x-v5p_2026-12-03.md). The
     overflow flag is the OR over every group of every device.
     """
     mesh_shape = sharding.ambient_mesh_shape()
@@ -464,11 +468,12 @@ def _sorted_experts_backward(method, interpret, saved, grad):
 
     Autodiff keeps about twice as many alive at once (sorted rows, each matmul's output and input
     gradient, masks, the unsorted output); the production cell's replay fits only without them
-    (BENCHMARKS.md, "How the memory came down"). Live here: the recomputed rows and their transpose for the weight
-    gradients, each pair's output gradient `g` (its token's gradient, ungated), and the rows'
-    gradient from the two matmuls, summed in place. With h = silu(x Wg) * (x Wu), the pair
-    output o = h Wd and its token's gradient g: d Wd = (gate h)^T g; u = g Wd^T gives
-    d h = gate u and d gate = <o, g> = <h, u>, so neither o nor gate x g is ever formed.
+    (benchmarks/reports/aot-397b-memory_tpu7x-v5p_2026-12-03.md). Live here: the recomputed rows and
+    their transpose for the weight gradients, each pair's output gradient `g` (its token's gradient,
+    ungated), and the rows' gradient from the two matmuls, summed in place. With
+    h = silu(x Wg) * (x Wu), the pair output o = h Wd and its token's gradient g:
+    d Wd = (gate h)^T g; u = g Wd^T gives d h = gate u and d gate = <o, g> = <h, u>, so neither o
+    nor gate x g is ever formed.
     """
     tokens, gates, weights, placed, sizes = saved
     k, d = gates.shape[-1], tokens.shape[-1]

@@ -14,7 +14,7 @@ written out (`docs/engine.md`, "Mesh"): the embedding lookup, attention (keys an
 over context), the Gated DeltaNet chunk recurrence (shard states passed over context) and the MoE
 layer (expert weights gathered over the axes of their model dim, buffers moved by one all-to-all
 over expert). Left to the partitioner, those gathered the embedding and all experts' weights in
-full on every device (BENCHMARKS.md, "Production-cell memory").
+full on every device (benchmarks/reports/aot-397b-memory_tpu7x-v5p_2026-12-03.md).
 
 No other module spells a PartitionSpec: they name a rule from here.
 """

@@ -4,7 +4,8 @@ The chunked gated delta rule (`linear_attention.py`) inverts one C x C matrix pe
 2,048 matrices of 128 x 128 a micro-batch on tpu-v5e-1 (4,096 of 64 at chunks of 64). Both methods
 run the same doubling (blocks of s become blocks of 2s, `xla_inverse`). XLA runs each level over
 all the matrices at once, so every level's operands and products pass through HBM (about 10 GiB of
-a micro-batch's traffic on tpu-v5e-1 at chunks of 64, BENCHMARKS.md); the kernel keeps a block of
+a micro-batch's traffic on tpu-v5e-1 at chunks of 64,
+benchmarks/reports/chip-round-4_tpu-v5e_2026-12-06.md); the kernel keeps a block of
 matrices in VMEM through all the levels and reads and writes each matrix once. The gradient is the same rule for both, in XLA.
 """
 

@@ -1,4 +1,4 @@
-"""MaxText's public training engine behind the bench's engine contract (docs/engine.md).
+"""MaxText's public training engine behind the bench's engine contract (docs/maxtext.md).
 
 `MaxTextTrainingEngine` (maxtext 0.2.5, `maxtext/training_engine/`) has the contract's shape but
 not its details, and this adapter supplies exactly the difference, nothing else:
@@ -145,7 +145,7 @@ def load_maxtext() -> MaxTextApi:
     except ImportError as error:
         raise ContractError(
             f"ENGINE=...maxtext.adapter:MaxTextEngine needs maxtext and Tunix importable ({error}):"
-            " build the side environment of benchmarks/maxtext_engine.sh"
+            " build the side environment of benchmarks/maxtext/maxtext_engine.sh"
         ) from error
 
     def build_mesh(config: Any, devices: Sequence[Any]) -> jax.sharding.Mesh:

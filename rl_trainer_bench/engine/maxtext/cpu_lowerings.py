@@ -2,13 +2,14 @@
 
 MaxText's Gated DeltaNet (Qwen3.5) solves a batch of triangular systems per chunk. jax lowers
 `triangular_solve` on the CPU to jaxlib's LAPACK custom call (`lapack_strsm_ffi`), whose batch runs
-through a parallel map; on jaxlib 0.10.2 that call does not always return (every device thread
-waits in `ParallelBatchMap` -> `BlockingCounter::Wait`; reproduced without MaxText by
-`benchmarks/cpu_triangular_solve_hang.py`, BENCHMARKS.md). jax's generic lowering of the same
-primitive emits XLA's `triangular-solve` HLO op, which XLA expands itself; registered for the `cpu`
-platform only, it replaces the custom call there and nowhere else. The same math, another
-kernel: the MaxText adapter says so in its info line. The registration holds for the process
-(jax keeps one lowering per primitive and platform); the built-in engine has no triangular solve.
+through a parallel map; on jaxlib 0.10.2 that call does not always return (every device thread waits
+in `ParallelBatchMap` -> `BlockingCounter::Wait`; reproduced without MaxText by
+`benchmarks/closed/cpu_triangular_solve_hang.py`,
+benchmarks/reports/maxtext-engine_cpu_2026-12-03.md). jax's generic lowering of the same primitive
+emits XLA's `triangular-solve` HLO op, which XLA expands itself; registered for the `cpu` platform
+only, it replaces the custom call there and nowhere else. The same math, another kernel: the MaxText
+adapter says so in its info line. The registration holds for the process (jax keeps one lowering per
+primitive and platform); the built-in engine has no triangular solve.
 
 It reads two private names of jax (`jax._src.lax.linalg`): jax has no public way to choose a
 primitive's lowering, and its generic rule is the one every other platform uses.

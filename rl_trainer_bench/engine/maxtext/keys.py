@@ -277,11 +277,11 @@ def platform_keys(config: EngineConfig, platform: str) -> dict[str, Any]:
     - Grouped matmul: MaxText runs its megablox Pallas kernel natively only when the mesh's devices
       are TPUs and *interprets* it everywhere else (maxtext 0.2.5, `megablox_interpret` in
       `layers/moe.py`); tokamax's kernels are TPU-only. Interpreted, a grid step is a conditional
-      with copies of every block: ~98% of MaxText's step on the one-device MoE cell (BENCHMARKS.md,
-      "Why MaxText's MoE step is slow on the CPU"). Off a TPU, tokamax is off, and with one expert
-      shard megablox too: MaxText's sparse path then takes `jax.lax.ragged_dot`, XLA's own grouped
-      matmul, the same per-expert products. With expert shards it cannot: that path takes no group
-      offset (a shard's experts are a slice of the groups), so megablox stays, interpreted.
+      with copies of every block: ~98% of MaxText's step on the one-device MoE cell
+      (benchmarks/reports/maxtext-engine_cpu_2026-12-03.md). Off a TPU, tokamax is off, and with one
+      expert shard megablox too: MaxText's sparse path then takes `jax.lax.ragged_dot`, XLA's own
+      grouped matmul, the same per-expert products. With expert shards it cannot: that path takes no
+      group offset (a shard's experts are a slice of the groups), so megablox stays, interpreted.
     - Expert exchange: XLA:CPU has no `ragged-all-to-all`, which MaxText's expert-parallel MoE
       sends tokens with (compiling it fails: "HLO opcode `ragged-all-to-all` is not supported by
       XLA:CPU"); its ring of experts (`use_ring_of_experts`) moves them by all-gather and

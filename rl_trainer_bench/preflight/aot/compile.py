@@ -69,7 +69,7 @@ class ProgramMemory:
     # XLA's own peak of the buffers live at once, arguments included (`peak_memory_in_bytes`),
     # where the backend gives it. Not the device's peak: the production cell's replay has 55.78 GiB
     # live at most in 83.66 GiB resident, XLA's temporaries being one block sized by how it packs
-    # them (BENCHMARKS.md, "What moves the replay's 72 GiB").
+    # them (benchmarks/reports/aot-397b-memory_tpu7x-v5p_2026-12-03.md).
     live_peak: int | None = None
     # XLA's cost analysis per device, as XLA gives it (each loop body once) ...
     xla_flops: float = 0.0
@@ -239,7 +239,7 @@ def compile_programs(
 
     One at a time because libtpu's code generation already keeps the cores busy: the production
     cell's programs compiled at once on 2 cores were no faster than one after the other, and took
-    a third more host memory (BENCHMARKS.md, "Where the compile time goes").
+    a third more host memory (benchmarks/reports/aot-compile-time_tpu7x-v5p_2026-12-02.md).
     """
     platform = platform_of(mesh)
     for name, lowered, options in compile_plan(config, mesh, engine):

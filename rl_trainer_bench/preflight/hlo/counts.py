@@ -225,10 +225,11 @@ def _kernel_reduction(
     than on its padding or between its dilated elements (averaged over the output positions).
 
     TPU compilers write a batched matmul as a convolution whose batch dims are spatial dims that
-    every output element meets once: a base-dilated window (`size=64 stride=63 lhs_dilate=64`) or
-    a window over padding (`size=16 pad=15_15` on an input of 1). Counting the whole window there
-    counted a Gated DeltaNet chunk's matmul 4,096 times over (BENCHMARKS.md, "The FLOP count of a
-    TPU batched matmul").
+    every output element meets once: a base-dilated window (`size=64 stride=63 lhs_dilate=64`) or a
+    window over padding (`size=16 pad=15_15` on an input of 1). Counting the whole window there
+    counted a Gated DeltaNet chunk's matmul 4,096 times over
+    (benchmarks/reports/aot-one-chip-cost_v5e-v6e_2026-12-06.md, "The FLOP count of a TPU batched
+    matmul").
     """
     labels = convolution.attribute("dim_labels")
     if rhs is None or not rhs.arrays or not labels or "_" not in labels:

@@ -4,7 +4,7 @@ A compiled module's text carries the Python stack of every op (`stack_frame_id=`
 the FileNames, FunctionNames, FileLocations and StackFrames tables after the computations). A cost
 table by op name says little to the engine's author; charged to the innermost frame that lies in
 the package (`moe.py:expert_matmul`, `loss.py:token_logps`) it says which code to change. Both the
-compiled program's static cost (`benchmarks/tpu_cost_by_source.py`) and a profiler trace's
+compiled program's static cost (`benchmarks/aot/tpu_cost_by_source.py`) and a profiler trace's
 measured op times (`trace_ops.py`) are charged this way.
 """
 

@@ -1,6 +1,6 @@
 """Device time by package function, from a profiler trace of a run and its programs' HLO.
 
-`aot`'s cost by source (`benchmarks/tpu_cost_by_source.py`) says where a compiled program's work
+`aot`'s cost by source (`benchmarks/aot/tpu_cost_by_source.py`) says where a compiled program's work
 is; a trace of the run says where its time went. The trace times each op the device ran by its
 HLO name (`fusion.123`), which says nothing to the engine's author until the op is found in the
 program's compiled text and charged to the function it came from (`sources.py`). This joins the

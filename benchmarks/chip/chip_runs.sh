@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# The one-chip v5e figures BENCHMARKS.md takes from the chip, part by part, in the order given;
+# one call runs the parts named, each writing OUT/<part>.log and OUT/<part>.tar.gz (logs, JSON,
+# tables; not XLA's dumps). Estimates for tpu-v5e-1 on one v5e chip (its three programs compile in
+# about 85 s cold, side by side, a step takes about 2 s, opening the chip 8-9 s; INFERRED from those
+# and the chip's runs in BENCHMARKS.md):
+#   headline-off  ~5.5 min  chip_headline.py with STAGE off and MEASURE_PEAK: the preset's cold
+#                     compile, 7 traced steps, the bisection (about 8 probe steps), then the
+#                     dumping compile of aot's figures of the same programs (about 2 minutes),
+#                     then `aot --target local` (two more compiles, about 3 minutes)
+#   headline-on   ~5.5 min  the same with STAGE on: the same programs, loaded warm from the cache
+#   ab        ~3 min  README's main job as a user runs it (`ab`, no preset), warm from the cache
+#   peak-test ~3 min  the chip test of the measured peak (its run warm, its dumping compile cold)
+#   tests     ~9 min  every chip-marked test (`-m tpu_chip`), README's command (520 s measured)
+#   sweep     ~1.8 min a size  chip_fit_sweep.py's runs, aot's verdicts from the CPU host's sweep;
+#                     ROWS picks the sizes (default 3,5,6: 4 is the preset's own run)
+#   aot-host  ~3 min  `aot --target local` (its JSON has its host peak) beside the host peak of
+#                     a process that only opens the chip, to split aot's 18 GiB on the chip host
+#   effects   ~4.5 min  two A/Bs of README's design with known extra work in one arm, about 1%
+#                     and 7.2% of the step (3 and 31 matmuls of 4096 a call, by the 1.1-1.6 ms a
+#                     matmul a step measured at 4, 7 and 26 a call: INFERRED sizes)
+#   remat     ~4 min  the built-in engine's `remat_policy` full vs minimal on the preset (aot: minimal
+#                     FITS at 14.74 GiB; its recomputation saved is the chip's to measure)
+#   chunk     ~4 min  the Gated DeltaNet's chunk of 64 tokens against 128 on the preset
+#                     (`linear_chunk_size`: half as many scan steps, a [C, C] term as wide as a
+#                     vector register's 128 lanes, twice the work a chunk)
+#   inverse   ~5 min  the Gated DeltaNet's triangular inverse by XLA and by the Pallas kernel
+#                     (`linear_chunk_inverse`): alone (chunk_inverse_on_chip.py, seconds), its chip
+#                     test, then an A/B of the two on the preset (two cold compiles side by side)
+#   gmm-tiling ~2 min the MoE's grouped matmuls alone at the engine's tiling and 8 others
+#                     (gmm_tiling_on_chip.py: 18 small compiles, 21 calls each)
+#   trace     ~3 min  the trace's cost table by engine function alone (chip_headline.py's run with
+#                     STAGE on, 3 traced steps), no cache so every program is dumped, no peak or aot
+#   builtin-mb1 ~2 min the built-in engine at the one size MaxText fits on the chip (1 row)
+#   maxtext   ~9 min  MaxText's engine at that size through Tunix's worker (its compile about 200 s),
+#                     then with MEASURE_PEAK through the adapter's own calls (MAXTEXT_DRIVER=maxtext:
+#                     Tunix's worker ends at the first probe that does not fit; another 200 s
+#                     compile); its interpreter is MAXTEXT_PYTHON, a venv of
+#                     `maxtext_chip_wheels.sh install`
+#   maxtext-peak ~5 min the second half of maxtext alone
+#   maxtext-ab ~6 min MaxText's `remat_policy` full vs minimal at that size in one process (the
+#                     full arm's programs from the cache the maxtext part filled)
+# JAX's persistent compilation cache (.xla-cache in the checkout, kept between calls while the
+# host is) lets a later part load what an earlier one compiled; each part says which compiles
+# were cold.
+# Usage: bash benchmarks/chip/chip_runs.sh OUT PART...
+#
+# Remakes BENCHMARKS.md's chip rows, each naming its part; the chip rounds' reports,
+# benchmarks/reports/chip-round-1_tpu-v5e_2026-12-06.md to chip-round-5.
+set -euo pipefail
+parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host, effects, remat, chunk,"
+parts="$parts inverse, trace,"
+parts="$parts gmm-tiling, builtin-mb1,"
+parts="$parts maxtext, maxtext-peak"
+parts="$parts or maxtext-ab"
+out=${1:?OUT: the folder the results go to}
+shift
+[ $# -gt 0 ] || { echo "PART: name one or more of $parts" >&2; exit 2; }
+cd "$(dirname "$0")/../.."
+export JAX_COMPILATION_CACHE_DIR=$PWD/.xla-cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
+export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD  # the checkout, after a JAX of the host
+mkdir -p "$JAX_COMPILATION_CACHE_DIR" "$out"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+results=benchmarks/results
+py=${PYTHON:-python3}
+# MaxText's keys that tpu-v5e-1 needs to reach MaxText at all, and the size it fits
+# (docs/maxtext.md)
+maxtext_flags=num_moe_token_chunks=1,ragged_buffer_factor=-1,train_micro_batch_size=1
+maxtext_run() { "${MAXTEXT_PYTHON:?MAXTEXT_PYTHON: a venv of maxtext_chip_wheels.sh install}" \
+  -m rl_trainer_bench.cli "$@"; }
+# MEASURE_PEAK through the adapter's own calls: Tunix's worker ends at the first probe that does not fit
+maxtext_peak() { MAXTEXT_DRIVER=maxtext maxtext_run run --preset tpu-v5e-1 --engine maxtext \
+  --engine-flags "$maxtext_flags" --steps 2 --measure-peak on --results-dir "$1"; }
+run_part() {
+case $part in
+  headline-off|headline-on)
+    "$py" benchmarks/chip/chip_headline.py --out "$work/$part" --skip-ab --stages "${part#headline-}" ;;
+  ab)
+    "$py" benchmarks/chip/chip_headline.py --out "$work/ab" --ab-only ;;
+  peak-test)
+    "$py" -m pytest -q -m tpu_chip tests/bench/test_device_peak_on_chip.py ;;
+  tests)
+    "$py" -m pytest -q -m tpu_chip tests/ ;;
+  sweep)
+    "$py" benchmarks/chip/chip_fit_sweep.py --out "$work/sweep" --rows "${ROWS:-3,5,6}" \
+      --from-aot "$results/2026-12-06-chip-fit-sweep-aot-tpu-v5e-1-splash-v5e-1x1.json" ;;
+  aot-host)  # aot's JSON has its own host peak (host_peak_bytes); this one only opens the chip
+    mkdir -p "$work/aot-host"
+    "$py" -c "import resource, jax; print(jax.devices()); print('host peak of a process that\
+ opened the chip:', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, 'KiB')"
+    "$py" -m rl_trainer_bench.cli aot --preset tpu-v5e-1 --target local \
+      --output "$work/aot-host/aot-local.json" || [ $? = 1 ] ;;  # 1: DOES NOT FIT, a figure
+  effects)
+    for flops in 4e11 4.3e12; do
+      "$py" -m rl_trainer_bench.cli ab --arms "off,more:extra_device_work=$flops" \
+        --out "$work/effects/extra-$flops"
+    done ;;
+  remat)
+    "$py" -m rl_trainer_bench.cli ab --arms "full:remat_policy=full,minimal:remat_policy=minimal" \
+      --out "$work/remat" ;;
+  chunk)
+    "$py" -m rl_trainer_bench.cli ab --arms "c64:linear_chunk_size=64,c128:linear_chunk_size=128" \
+      --out "$work/chunk" ;;
+  inverse)
+    mkdir -p "$work/inverse"
+    "$py" benchmarks/chip/chunk_inverse_on_chip.py --output "$work/inverse/inverse.json"
+    "$py" -m pytest -q -m tpu_chip tests/engine/test_unit_lower_inverse_on_chip.py
+    "$py" -m rl_trainer_bench.cli ab --arms "xla:linear_chunk_inverse=xla,pallas:linear_chunk_inverse=pallas" \
+      --out "$work/inverse/ab" ;;
+  gmm-tiling)
+    mkdir -p "$work/gmm-tiling"
+    "$py" benchmarks/chip/gmm_tiling_on_chip.py --output "$work/gmm-tiling/gmm_tiling.json" ;;
+  trace)
+    (unset JAX_COMPILATION_CACHE_DIR; "$py" - "$work/trace" <<'EOF'
+import json, sys
+from pathlib import Path
+sys.path.insert(0, "benchmarks/chip")
+import chip_headline
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+figures = chip_headline.run_figures(out, "tpu-v5e-1", "on", 3, False, "")
+(out / "run.json").write_text(json.dumps(figures, indent=1))
+print({name: figures[name] for name in ("step_s", "mfu", "boundary_idle_s")})
+EOF
+    ) ;;
+  builtin-mb1)
+    "$py" -m rl_trainer_bench.cli run --preset tpu-v5e-1 --engine-flags train_micro_batch_size=1 --steps 4 \
+      --results-dir "$work/builtin-mb1" ;;
+  maxtext)
+    maxtext_run run --preset tpu-v5e-1 --engine maxtext --engine-flags "$maxtext_flags" --steps 4 \
+      --results-dir "$work/maxtext/tunix"
+    maxtext_peak "$work/maxtext/peak" ;;
+  maxtext-peak)
+    maxtext_peak "$work/maxtext-peak" ;;
+  maxtext-ab)
+    maxtext_run ab --preset tpu-v5e-1 --engine maxtext --knob "ENGINE_FLAGS=$maxtext_flags" \
+      --arms "full:maxtext.remat_policy=full,minimal:maxtext.remat_policy=minimal" \
+      --out "$work/maxtext-ab" ;;
+esac
+}
+for part in "$@"; do
+  case $part in
+    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|remat|chunk|inverse|trace|gmm-tiling|builtin-mb1\
+      |maxtext|maxtext-peak|maxtext-ab) ;;
+    *) echo "PART: one of $parts, not $part" >&2; exit 2 ;;
+  esac
+done
+failed=""
+for part in "$@"; do
+  started=$SECONDS
+  run_part 2>&1 | tee "$out/$part.log" || failed="$failed $part"
+  echo "$part: $((SECONDS - started)) s" | tee -a "$out/$part.log"
+  if [ -d "$work/$part" ]; then  # what the part wrote, also when it failed
+    tar -czf "$out/$part.tar.gz" -C "$work" --exclude=hlo --exclude=profile --exclude='*.xplane.pb' "$part"
+  fi
+done
+ls -la "$out"
+[ -z "$failed" ] || { echo "failed:$failed" >&2; exit 1; }
