@@ -40,6 +40,11 @@
 #   maxtext-peak ~5 min the second half of maxtext alone
 #   maxtext-ab ~6 min MaxText's `remat_policy` full vs minimal at that size in one process (the
 #                     full arm's programs from the cache the maxtext part filled)
+#   boundary  ~7 min  README's main job (STAGE off vs on) at the preset's micro-batch and with
+#                     BOUNDARY_BYTES more host bytes in each (`extra_host_bytes`; unset: 64 and
+#                     256 MiB: aot's fit for each first), each size's programs a cold compile
+#   interrupts ~4 min Ctrl-C and SIGTERM in the main job: 3 tries inside its compile (cold, up
+#                     to 60 s in), 3 in its scored steps (warm from the cache `boundary` filled)
 # JAX's persistent compilation cache (.xla-cache in the checkout, kept between calls while the
 # host is) lets a later part load what an earlier one compiled; each part says which compiles
 # were cold.
@@ -51,8 +56,8 @@ set -euo pipefail
 parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host, effects, remat, chunk,"
 parts="$parts inverse, trace,"
 parts="$parts gmm-tiling, builtin-mb1,"
-parts="$parts maxtext, maxtext-peak"
-parts="$parts or maxtext-ab"
+parts="$parts maxtext, maxtext-peak,"
+parts="$parts maxtext-ab, boundary or interrupts"
 out=${1:?OUT: the folder the results go to}
 shift
 [ $# -gt 0 ] || { echo "PART: name one or more of $parts" >&2; exit 2; }
@@ -137,12 +142,21 @@ EOF
     maxtext_run ab --preset tpu-v5e-1 --engine maxtext --knob "ENGINE_FLAGS=$maxtext_flags" \
       --arms "full:maxtext.remat_policy=full,minimal:maxtext.remat_policy=minimal" \
       --out "$work/maxtext-ab" ;;
+  boundary)
+    for bytes in 0 ${BOUNDARY_BYTES-67108864 268435456}; do
+      "$py" -m rl_trainer_bench.cli ab --knob "ENGINE_FLAGS=extra_host_bytes=$bytes" \
+        --out "$work/boundary/bytes-$bytes"
+    done ;;
+  interrupts)
+    mkdir -p "$work/interrupts"
+    "$py" benchmarks/driver/interrupt_tries.py --tries 6 --compile-wait 60 \
+      --output "$work/interrupts/tries.json" ;;
 esac
 }
 for part in "$@"; do
   case $part in
     headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|remat|chunk|inverse|trace|gmm-tiling|builtin-mb1\
-      |maxtext|maxtext-peak|maxtext-ab) ;;
+      |maxtext|maxtext-peak|maxtext-ab|boundary|interrupts) ;;
     *) echo "PART: one of $parts, not $part" >&2; exit 2 ;;
   esac
 done

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rl_trainer_bench import __version__
+from rl_trainer_bench.ab import boundary
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.ab.checks import FAIL, CheckResult, failed
 from rl_trainer_bench.bench.step_record import ArmRun
@@ -82,6 +83,9 @@ def table(
     lines += _delta_lines(score)
     if score.stopping:
         lines.append(f"stopping: {score.stopping}")
+    copy = boundary.compare(runs)
+    if copy is not None:
+        lines += ["", *copy.lines()]
     lines += ["", *design_lines(runs, score)]
     lines += ["", "exact checks:"]
     lines += [f"  {c.status:<4} {c.name}: {c.detail}" for c in checks]
@@ -208,6 +212,7 @@ def document(
     extra: Mapping[str, Any],
 ) -> dict[str, Any]:
     """ab.json's content: everything needed to re-score or dispute the run without rerunning it."""
+    copy = boundary.compare(runs)
     return {
         "schema": SCHEMA,
         "mode": mode,
@@ -218,6 +223,7 @@ def document(
         "predictions": list(predictions),
         "prediction_sources": list(prediction_sources),
         "arms": _arms(runs),
+        "boundary": None if copy is None else copy.to_json(),
         **extra,
     }
 
@@ -277,6 +283,7 @@ def _arms(runs: Sequence[ArmRun]) -> list[dict[str, Any]]:
             "stages": run.stages,
             "recompiles": run.recompiles,
             "param_digest": run.param_digest,
+            "boundary_copy_s": run.boundary_copy_s,
             "records": [r.to_json() for r in run.records],
         }
         for run in runs

@@ -34,6 +34,7 @@ from rl_trainer_bench.ab.report_files import (
     move_earlier_ab_aside,
     write_verdict,
 )
+from rl_trainer_bench.bench.boundary_copy import ASSUMED_LINK
 from rl_trainer_bench.bench.engine_plan import extra_work_line
 from rl_trainer_bench.bench.plan import Plan
 from rl_trainer_bench.bench.runtime import SINGLE_PROCESS, runtime_for
@@ -91,7 +92,7 @@ def same_process(
                     progress.say(line)
             else:
                 progress.say(f"design: interleaved boundaries, {schedule.describe()}")
-            for line in extra_work_lines(plan):
+            for line in [*extra_work_lines(plan), *boundary_lines(plan)]:
                 progress.say(line)
             progress.say(runtime.result() if runtime else _runtime_started(plan))
             benches = _built_benches(plan, make_bench or _driver_bench, progress, cleanup)
@@ -185,6 +186,21 @@ def extra_work_lines(plan: ArmPlan) -> list[str]:
         if work:
             settings = ", ".join(dict.fromkeys(a.setting for a in plan.arms_of(name)))
             lines.append(f"{name} (arms {settings}): {work}")
+    return lines
+
+
+def boundary_lines(plan: ArmPlan) -> list[str]:
+    """The step boundary's copy of each distinct micro-batch the benches train (one, unless an
+    arm's keys change its arrays): its bytes, and what STAGE_BEFORE_UPDATE can save, at the
+    link the plan assumes; each bench measures its own after its compile."""
+    copies = {}
+    for name, bench_plan in plan.bench_plans.items():
+        copies.setdefault(bench_plan.boundary_copy(), []).append(name)
+    lines = []
+    for copy, names in copies.items():
+        which = f" ({', '.join(names)})" if len(copies) > 1 else ""
+        lines.append(f"micro-batch bytes{which}: {copy.bytes_line()}")
+        lines.append(f"step boundary{which}: {copy.prediction_line(ASSUMED_LINK)}")
     return lines
 
 

@@ -26,7 +26,7 @@ import jax
 
 from rl_trainer_bench import interrupts, io
 from rl_trainer_bench.accelerators import chip_for_device_kind
-from rl_trainer_bench.bench import device_peak, load_failure, results_file, step_record
+from rl_trainer_bench.bench import device_peak, host_link, load_failure, results_file, step_record
 from rl_trainer_bench.bench.distributed import initialize_runtime
 from rl_trainer_bench.bench.plan import refuse_unrunnable_stages, resolve
 from rl_trainer_bench.bench.step import (
@@ -92,6 +92,7 @@ class Bench:
         self._compile_listener = contextlib.ExitStack()
         self._devices = 1
         self._peak_flops: float | None = None
+        self.boundary_copy_s: float | None = None  # measured by `compile`
 
     # -- set-up (off the clock) ----------------------------------------------------------------
 
@@ -147,8 +148,20 @@ class Bench:
         for program, seconds in compile_s.items():
             self.log(f"{step_record.LOG_PREFIX} compile program={program} seconds={seconds:.3f}")
         self.log(f"{step_record.LOG_PREFIX} compile wall_seconds={wall:.3f} (all programs)")
+        self.boundary_copy_s = self._measured_boundary_copy()
         self._compile_listener.enter_context(self.compiles.installed())
         return compile_s
+
+    def _measured_boundary_copy(self) -> float:
+        """The pool's first micro-batch copied alone to every device, and the link it crosses
+        (`host_link`): what an unstaged boundary's first fwd_bwd is predicted to wait for."""
+        link, copy_s, _sent = host_link.measure(self.pool.entries[0].payload, jax.devices())
+        self.log(
+            f"{step_record.LOG_PREFIX} host link {link.describe()}; the step boundary's copy of a"
+            f" micro-batch {copy_s * 1e3:.3g} ms (STAGE_BEFORE_UPDATE off: each step's first"
+            " fwd_bwd waits for it; on: it runs beside the step's last fwd_bwd)"
+        )
+        return copy_s
 
     def shared(self, engine_config: EngineConfig) -> Engine:
         """An engine for `engine_config` over this Bench's engine's training state; StateMismatch
@@ -267,6 +280,7 @@ class Bench:
             recompiles=loop.recompiles,
             param_digest=str(digest()) if digest is not None else None,
             stages_at=[s.enabled for s in per_boundary] if boundary_stages is not None else None,
+            boundary_copy_s=self.boundary_copy_s,
         )
 
     def _step_that_fits(self, loop: StepLoop, step: int) -> StepRecord:

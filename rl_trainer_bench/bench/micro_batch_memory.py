@@ -2,7 +2,7 @@
 
 A sequence length of 10^11 tokens is a valid integer, plans fine and then dies in the payload
 builder with a MemoryError minutes later (or kills the pod). The plan refuses it first: each
-micro-batch's bytes follow from its shape and the contract's dtypes (`PAYLOAD_FIELDS`), the pool
+micro-batch's bytes follow from its arrays' shapes and dtypes (`engine/payload_shapes.py`), the pool
 of DISTINCT_MICRO_BATCHES of them is built on the host, and each device holds its share of one
 (rows split over fsdp x expert, the sequence over context). Both are compared with what there is:
 the host's memory (its RAM, or a smaller container limit) where the plan runs on the host that
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.engine.config import EngineConfig
-from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS
+from rl_trainer_bench.engine.payload_shapes import array_bytes
 from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.units import human_bytes
 
@@ -26,15 +26,7 @@ CGROUP_MEMORY_LIMIT = Path("/sys/fs/cgroup/memory.max")
 
 def micro_batch_bytes(engine: EngineConfig) -> int:
     """Host bytes of one micro-batch as the payload builder makes it for `engine`."""
-    per_token = sum(
-        dtype.itemsize
-        for name, (dtype, rank) in PAYLOAD_FIELDS.items()
-        if rank == 2 and (name != "ref_logps" or engine.loss.beta > 0)
-    )
-    if engine.moe.router_replay:
-        dtype, _ = PAYLOAD_FIELDS["routed_experts"]
-        per_token += dtype.itemsize * engine.model.num_layers * engine.model.top_k
-    return engine.micro_batch_rows * engine.seq_len * per_token
+    return sum(array_bytes(engine).values())
 
 
 def host_memory_bytes() -> int | None:

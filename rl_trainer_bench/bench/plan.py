@@ -16,6 +16,7 @@ from typing import Any
 
 from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.bench import engine_plan, micro_batch_memory, results_copy
+from rl_trainer_bench.bench.boundary_copy import ASSUMED_LINK, BoundaryCopy, boundary_copy
 from rl_trainer_bench.bench.runtime import (
     SINGLE_PROCESS,
     Runtime,
@@ -139,6 +140,12 @@ class Plan:
                 "micro-batch",
                 f"{engine.micro_batch_rows} rows of {engine.seq_len:,} tokens"
                 f" ({engine.micro_batch_rows * engine.seq_len:,} tokens), packing: {self.layout}",
+            ),
+            ("micro-batch bytes", self.boundary_copy().bytes_line()),
+            (
+                "step boundary",
+                f"{self.boundary_copy().prediction_line(ASSUMED_LINK)}; this run:"
+                f" {'on' if config.stage.before_update else 'off'}",
             ),
             (
                 "step",
@@ -323,6 +330,10 @@ class Plan:
         """Where the run's files will be, and whether they outlive the pod."""
         return results_copy.describe(self.config.results_dir, self.config.results_uri)
 
+    def boundary_copy(self) -> BoundaryCopy:
+        """The copy of one micro-batch at the step boundary, as this plan's pod sends it."""
+        return boundary_copy(self.engine, self.runtime, self.trainer_slice)
+
     def runtime_line(self) -> str:
         """The JAX runtime the run starts (`runtime.runtime_for`), before it starts it."""
         if self.runtime is None:
@@ -427,14 +438,27 @@ def resolve(
 
 
 def _refuse_extra_work(config: BenchConfig, engine: EngineConfig) -> None:
-    """extra_device_work is work the built-in engine's programs add; another engine would run
-    without it, and an A/B arm with it would be a silent copy of the others."""
-    if engine.extra_device_work and config.engine != BUILT_IN:
-        raise ConfigError(
-            f"extra_device_work={engine.extra_device_work:g} adds matmuls to the built-in"
-            f" engine's fwd_bwd, and this run's engine is {config.engine}: drop the key, or time"
-            " the built-in engine (ENGINE=builtin)"
-        )
+    """extra_device_work and extra_host_bytes are what the built-in engine's programs and
+    micro-batches add; another engine would run without them, and an A/B arm with one would be a
+    silent copy of the others."""
+    if config.engine == BUILT_IN:
+        return
+    added = {
+        "extra_device_work": (
+            engine.extra_device_work,
+            "adds matmuls to the built-in engine's fwd_bwd",
+        ),
+        "extra_host_bytes": (
+            engine.extra_host_bytes,
+            "adds filler bytes to the built-in engine's micro-batches",
+        ),
+    }
+    for key, (value, what) in added.items():
+        if value:
+            raise ConfigError(
+                f"{key}={value:g} {what}, and this run's engine is {config.engine}: drop the key,"
+                " or time the built-in engine (ENGINE=builtin)"
+            )
 
 
 def _refuse_unmeasurable_peak(config: BenchConfig, runtime: Runtime | None) -> None:

@@ -30,6 +30,7 @@ class Runtime:
 
     kind: str
     detail: str = ""
+    hosts: int = 1  # the processes, one a host, where the environment says how many
 
     def describe(self) -> str:
         return f"{self.kind} ({self.detail})" if self.detail else self.kind
@@ -55,10 +56,13 @@ def runtime_for(env: Mapping[str, str], host_devices: int = 0) -> Runtime:
         return Runtime(
             MULTI_PROCESS,
             f"jax.distributed, {processes} processes via {env['JAX_COORDINATOR_ADDRESS']}",
+            int(processes) if processes.isdigit() and int(processes) > 0 else 1,
         )
     hosts = [host for host in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if host]
     if len(hosts) > 1:
-        return Runtime(TPU_POD, f"jax.distributed over {len(hosts)} hosts of TPU_WORKER_HOSTNAMES")
+        return Runtime(
+            TPU_POD, f"jax.distributed over {len(hosts)} hosts of TPU_WORKER_HOSTNAMES", len(hosts)
+        )
     return Runtime(SINGLE_PROCESS, host_platform(env, host_devices))
 
 

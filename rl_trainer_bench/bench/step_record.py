@@ -111,6 +111,9 @@ class ArmRun:
     # stage? None: every boundary as `staged` says (an interleaved A/B run switches setting at its
     # boundaries).
     stages_at: list[bool] | None = None
+    # The micro-batch's copy timed alone after the compile (bench/host_link.py): what the first
+    # fwd_bwd after an unstaged boundary is predicted to wait for. None: not measured.
+    boundary_copy_s: float | None = None
 
     def stages_expected(self) -> list[bool]:
         """Whether each boundary (one per step, by the step it closes) should stage."""

@@ -13,23 +13,15 @@ import jax
 import numpy as np
 
 from rl_trainer_bench.engine.config import EngineConfig
-from rl_trainer_bench.engine.contract import PAYLOAD_FIELDS
+from rl_trainer_bench.engine.payload_shapes import payload_shapes
 
 
 def payload_spec(config: EngineConfig) -> dict[str, jax.ShapeDtypeStruct]:
     """Shapes and dtypes of one micro-batch as the engine's programs take it."""
-    b, t = config.micro_batch_rows, config.seq_len
-    spec = {
-        name: jax.ShapeDtypeStruct((b, t), PAYLOAD_FIELDS[name][0])
-        for name in PAYLOAD_FIELDS
-        if PAYLOAD_FIELDS[name][1] == 2 and name != "ref_logps"
+    return {
+        name: jax.ShapeDtypeStruct(shape, dtype)
+        for name, (shape, dtype) in payload_shapes(config).items()
     }
-    if config.loss.beta > 0:
-        spec["ref_logps"] = jax.ShapeDtypeStruct((b, t), PAYLOAD_FIELDS["ref_logps"][0])
-    if config.moe.router_replay:
-        shape = (b, t, config.model.num_layers, config.model.top_k)
-        spec["routed_experts"] = jax.ShapeDtypeStruct(shape, PAYLOAD_FIELDS["routed_experts"][0])
-    return spec
 
 
 def platform_of(mesh) -> str:

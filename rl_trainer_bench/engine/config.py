@@ -345,6 +345,15 @@ class EngineConfig:
             " loss or the gradient: an A/B's known effect (engine/extra_work.py; 0: none)"
         ),
     )
+    extra_host_bytes: int = dataclasses.field(
+        default=0,
+        metadata=engine_key(
+            "bytes added to every micro-batch's host-to-device copy, read by the programs into a"
+            " returned sum and never into the loss: a larger copy at the step boundary"
+            " (engine/payload_shapes.py; 0: none)",
+            minimum=0,
+        ),
+    )
     # The trainer's MaxText keys as its command sets them (MAXTEXT_EXTRA_FLAGS words in order, then
     # variables such as REMAT_POLICY under their MaxText names), values as text, in the order Tunix
     # applies them (last wins). The built-in engine maps those it has an equivalent for; an engine

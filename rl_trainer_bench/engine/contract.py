@@ -40,8 +40,9 @@ PAYLOAD_FIELDS: Mapping[str, tuple[np.dtype, int]] = {
     "old_logps": (np.dtype(np.float32), 2),
     "ref_logps": (np.dtype(np.float32), 2),
     "routed_experts": (np.dtype(np.int16), 4),
+    "extra_host_bytes": (np.dtype(np.uint8), 3),
 }
-OPTIONAL_PAYLOAD_FIELDS = frozenset({"ref_logps", "routed_experts"})
+OPTIONAL_PAYLOAD_FIELDS = frozenset({"ref_logps", "routed_experts", "extra_host_bytes"})
 
 # The methods every engine has; with the `train_step` counter, the whole required contract.
 REQUIRED_METHODS = ("compile", "fwd_bwd", "update", "get_metrics")
@@ -104,6 +105,9 @@ class Payload:
     old_logps: np.ndarray  # [B, T] float32
     ref_logps: np.ndarray | None = None  # [B, T] float32
     routed_experts: np.ndarray | None = None  # [B, T, L, K] int16, -1 on padding
+    # [B, T, k] uint8: `extra_host_bytes`' filler, copied with the micro-batch and read by the
+    # programs into a returned sum, never into the loss (engine/payload_shapes.py)
+    extra_host_bytes: np.ndarray | None = None
     name: str = "micro_batch"
     digests: Mapping[str, str] = dataclasses.field(default_factory=dict)
 

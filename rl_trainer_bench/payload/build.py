@@ -19,6 +19,7 @@ import numpy as np
 
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import Payload
+from rl_trainer_bench.engine.payload_shapes import extra_bytes_per_token
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.payload import routing_profile
 from rl_trainer_bench.payload.calibration import CalibrationError, CalibrationReport, calibrate
@@ -37,9 +38,11 @@ class BuiltMicroBatch:
 
 
 def _streams(seed: int, index: int) -> list[np.random.Generator]:
-    """Independent generators for packing, token arrays and routing, fixed by (seed, index)."""
+    """Independent generators for packing, token arrays, routing and `extra_host_bytes`' filler,
+    fixed by (seed, index). A child's stream does not depend on how many follow it, so the filler's
+    leaves every other array as it was without it."""
     sequence = np.random.SeedSequence([seed, index, 0x9A7_10AD])
-    return [np.random.default_rng(child) for child in sequence.spawn(3)]
+    return [np.random.default_rng(child) for child in sequence.spawn(4)]
 
 
 def micro_batch_layout(
@@ -73,18 +76,23 @@ def build_calibrated(
     """One micro-batch and its calibration report; raises CalibrationError when loads miss.
 
     `ref_logps` is present when the engine's loss uses it (beta > 0); `routed_experts` when
-    `replay` is True, by default when the engine replays routes (`moe.router_replay`).
+    `replay` is True, by default when the engine replays routes (`moe.router_replay`);
+    `extra_host_bytes` when the engine asks for filler bytes (`engine/payload_shapes.py`).
     """
     if seed < 0 or index < 0:
         raise UserError(f"seed={seed}, index={index}: both must be >= 0")
     started = time.perf_counter()
     shape = (engine.micro_batch_rows, engine.seq_len)
     layout = micro_batch_layout(engine, profile, layout)
-    packing_rng, token_rng, routing_rng = _streams(seed, index)
+    packing_rng, token_rng, routing_rng, filler_rng = _streams(seed, index)
     packing = draw_packing(layout, packing_rng)
     arrays = token_arrays(packing, shape, engine.model.vocab_size, layout.group_size, token_rng)
     if engine.loss.beta <= 0:
         del arrays["ref_logps"]
+    per_token = extra_bytes_per_token(engine)
+    if per_token:  # random bytes: nothing about them can make a copy cheaper than its size
+        filler = filler_rng.bytes(shape[0] * shape[1] * per_token)
+        arrays["extra_host_bytes"] = np.frombuffer(filler, np.uint8).reshape(*shape, per_token)
     calibration = None
     if engine.moe.router_replay if replay is None else replay:
         fitted = routing_profile.fit_to_model(profile, engine.model)

@@ -15,6 +15,7 @@ import numpy as np
 
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import OPTIONAL_PAYLOAD_FIELDS, PAYLOAD_FIELDS, Payload
+from rl_trainer_bench.engine.payload_shapes import payload_shapes
 from rl_trainer_bench.payload.digests import digest_mismatches
 
 MAX_REPORTS_PER_RULE = 5  # positions named per broken rule; the rest are counted
@@ -40,10 +41,12 @@ def _report(rule: str, mask: np.ndarray, describe) -> list[str]:
 
 
 def _check_shapes(payload: Payload, engine: EngineConfig) -> list[str]:
-    rows, seq_len = engine.micro_batch_rows, engine.seq_len
-    model = engine.model
-    expected_shapes = {name: (rows, seq_len) for name in PAYLOAD_FIELDS}
-    expected_shapes["routed_experts"] = (rows, seq_len, model.num_layers, model.top_k)
+    taken = payload_shapes(engine)
+    expected = {name: shape for name, (shape, _dtype) in taken.items()}
+    # what a file may carry beyond what this engine takes still has its one shape
+    rows, seq_len, model = engine.micro_batch_rows, engine.seq_len, engine.model
+    expected.setdefault("ref_logps", (rows, seq_len))
+    expected.setdefault("routed_experts", (rows, seq_len, model.num_layers, model.top_k))
     problems = []
     beta = engine.loss.beta
     if (payload.ref_logps is not None) != (beta > 0):
@@ -51,6 +54,13 @@ def _check_shapes(payload: Payload, engine: EngineConfig) -> list[str]:
         problems.append(
             f"ref_logps: {state} but loss.beta={beta:g}; the engine takes ref_logps exactly when "
             "beta > 0 [optional arrays]"
+        )
+    if (payload.extra_host_bytes is not None) != ("extra_host_bytes" in taken):
+        state = "present" if payload.extra_host_bytes is not None else "missing"
+        problems.append(
+            f"extra_host_bytes: {state} but the engine's extra_host_bytes="
+            f"{engine.extra_host_bytes}; the micro-batch carries the array exactly when that is"
+            " above 0 [optional arrays]"
         )
     for name, (dtype, _rank) in PAYLOAD_FIELDS.items():
         array = getattr(payload, name)
@@ -60,10 +70,8 @@ def _check_shapes(payload: Payload, engine: EngineConfig) -> list[str]:
             continue
         if array.dtype != dtype:
             problems.append(f"{name}: dtype {array.dtype}, the contract says {dtype} [dtypes]")
-        if array.shape != expected_shapes[name]:
-            problems.append(
-                f"{name}: shape {array.shape}, expected {expected_shapes[name]} [shapes]"
-            )
+        if name in expected and array.shape != expected[name]:
+            problems.append(f"{name}: shape {array.shape}, expected {expected[name]} [shapes]")
     return problems
 
 

@@ -97,7 +97,7 @@ KNOWN_KEYS = [
     "expert_compute", "pair_ranking", "router_replay", "num_moe_token_chunks", "attention",
     "attention_chunk_size",
     "linear_chunk_size", "linear_chunk_inverse", "dtype", "matmul_precision", "logps_gradient",
-    "seed", "extra_device_work",
+    "seed", "extra_device_work", "extra_host_bytes",
 ]  # fmt: skip
 
 

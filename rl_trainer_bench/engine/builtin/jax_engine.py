@@ -159,14 +159,15 @@ class JaxEngine:
             name: jax.ShapeDtypeStruct(array.shape, array.dtype)
             for name, array in example.arrays().items()
         }
-        check_payload(example, payload_spec(self._config_for(spec)))
+        config = self._config_for(spec)
+        check_payload(example, payload_spec(config))
         key = (self.config, tuple(d.id for d in self.mesh.devices.flat), tuple(sorted(spec)))
         seconds: dict[str, float] = {}
         cached = _COMPILED.get(key)
         digest = self._digest_compile()
         if cached is None:
             start = time.perf_counter()
-            lowered = lower_programs(self.config, self.mesh, spec)
+            lowered = lower_programs(config, self.mesh, spec)
             reserved = programs.compile_reservations(self.config, self.mesh)
             lowering = time.perf_counter() - start
             compiling = {
@@ -392,7 +393,8 @@ class JaxEngine:
     def _config_for(self, spec) -> EngineConfig:
         """The config whose payload_spec matches the example's optional fields."""
         moe_config = dataclasses.replace(self.config.moe, router_replay="routed_experts" in spec)
-        return dataclasses.replace(self.config, moe=moe_config)
+        filler = self.config.extra_host_bytes if "extra_host_bytes" in spec else 0
+        return dataclasses.replace(self.config, moe=moe_config, extra_host_bytes=filler)
 
     def _host_arrays(self, payload: Payload) -> dict[str, np.ndarray]:
         check_payload(payload, self._spec)

@@ -31,6 +31,7 @@ from rl_trainer_bench.engine.config import (
     tpu_kernel_refusal,
 )
 from rl_trainer_bench.engine.contract import ContractError, Payload
+from rl_trainer_bench.engine.payload_shapes import extra_bytes_per_token
 
 
 class StepStat(NamedTuple):
@@ -70,7 +71,7 @@ class Accumulated(NamedTuple):
     grad_sum: Any
     step_stats: dict[str, jax.Array]
     overflow: jax.Array  # int32: 1 when the micro-batch dropped a routed pair
-    # `extra_device_work`'s result (None without it): returned, so XLA must compute it; unread.
+    # `extra_outputs` (None without extra work or bytes): returned, so XLA must compute it; unread.
     extra_work: jax.Array | None = None
 
 
@@ -208,6 +209,18 @@ def accumulated(grad_sum, step_stats, grads, stats, kept, extra=None) -> Accumul
     return Accumulated(grad_sum, step_stats, stats["overflow_count"], extra)
 
 
+def extra_outputs(params, batch, config: EngineConfig) -> jax.Array | None:
+    """What `fwd_bwd` returns beside its sums so XLA must compute it, one float32 scalar (None
+    with neither): `extra_device_work`'s matmul chain and the sum of `extra_host_bytes`' filler,
+    which makes the program read the whole array, so its copy is the program's input like any
+    other. Neither reaches the loss or the gradient."""
+    parts = [extra_matmuls(params, config)]
+    if extra_bytes_per_token(config):
+        parts.append(jnp.sum(batch["extra_host_bytes"], dtype=jnp.float32))
+    present = [part for part in parts if part is not None]
+    return sum(present[1:], present[0]) if present else None
+
+
 def extra_matmuls(params, config: EngineConfig) -> jax.Array | None:
     """`extra_device_work`: its chain of square matmuls (engine/extra_work.py), reduced to one
     float32 scalar (None without it). The matrix is the sine of a fixed pattern shifted by a
@@ -227,6 +240,11 @@ def extra_matmuls(params, config: EngineConfig) -> jax.Array | None:
     for _ in range(count):  # unrolled: XLA's cost analysis counts a loop's body once
         product = jnp.dot(product, matrix, preferred_element_type=jnp.float32).astype(dtype)
     return jnp.sum(product.astype(jnp.float32))
+
+
+def has_extra_outputs(config: EngineConfig) -> bool:
+    """Whether `fwd_bwd` returns `extra_outputs` (its output sharding needs one then)."""
+    return bool(config.extra_device_work or extra_bytes_per_token(config))
 
 
 def build_programs(config: EngineConfig, methods: Methods, opt_state_on_device=None) -> Programs:
@@ -262,7 +280,7 @@ def build_programs(config: EngineConfig, methods: Methods, opt_state_on_device=N
         # gradient waits in device memory beside the next program.
         replayed_later = replays_possible(config) and capacity_factor != DROPLESS
         kept = jnp.logical_not(overflow) if replayed_later else jnp.bool_(True)
-        extra = extra_matmuls(params, config)
+        extra = extra_outputs(params, batch, config)
         return accumulated(grad_sum, step_stats, grads, stats, kept, extra)
 
     def update(state: TrainState) -> Updated:
@@ -393,7 +411,7 @@ def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tu
             program,
             in_shardings=(shardings.params, *sums, input_shardings(mesh, spec)),
             out_shardings=Accumulated(
-                *sums, replicated, replicated if config.extra_device_work else None
+                *sums, replicated, replicated if has_extra_outputs(config) else None
             ),
             donate_argnums=(1, 2),
         )

@@ -225,6 +225,7 @@ NOT_TAKEN: Mapping[str, str] = {
     "optimizer.warmup_steps": _SCHEDULE,
     "optimizer.decay_steps": _SCHEDULE,
     "extra_device_work": "the built-in engine's own matmuls, refused with another engine",
+    "extra_host_bytes": "the built-in engine's own filler bytes, refused with another engine",
 }
 # Training policy, not the model: where the trainer's command sets none of these, its MaxText runs
 # its own default (whatever the image's release has), so the adapter passes no key for them and a

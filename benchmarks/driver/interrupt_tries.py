@@ -9,10 +9,13 @@ after the signal is the bench's own and nothing of the runtime's follows it (an 
 traceback). The results file is rewritten after every try, so a stopped sweep keeps its tries.
 
 Phases: `compile`, the engine's programs compiling side by side, with JAX's compilation cache
-off so every try compiles; `steps`, the scored steps, with a cache of the sweep's own, so only
-the first try of that phase compiles. BENCHMARKS.md's row on clean stops comes from this script.
+off so every try compiles; `steps`, the scored steps, with the environment's cache
+(JAX_COMPILATION_CACHE_DIR) or one of the sweep's own, so at most the first try of that phase
+compiles.
 
-    python benchmarks/interrupt_tries.py --tries 50 --output tries.json -- --steps 1
+    PYTHONPATH=. python benchmarks/driver/interrupt_tries.py --tries 50 --output tries.json -- --steps 1
+
+Remakes BENCHMARKS.md's row on clean stops; benchmarks/reports/clean-stops_cpu-v5e_2026-12-06.md.
 """
 
 from __future__ import annotations
@@ -28,19 +31,21 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rl_trainer_bench.io import check_output_file, write_text_atomically  # after the path set-up
 
 PHASE_LINES = {"compile": "compiling bench1", "steps": "(scored)"}
-# (phase, signals, the longest wait in the phase before the first signal, in seconds)
+# (phase, signals), in turn: each phase gets each way of stopping
 ROTATION = [
-    ("compile", [signal.SIGINT], 3.0),
-    ("steps", [signal.SIGINT], 1.0),
-    ("compile", [signal.SIGTERM], 3.0),
-    ("steps", [signal.SIGTERM], 1.0),
-    ("compile", [signal.SIGINT, signal.SIGINT], 3.0),
+    ("compile", [signal.SIGINT]),
+    ("steps", [signal.SIGINT]),
+    ("compile", [signal.SIGTERM]),
+    ("steps", [signal.SIGTERM]),
+    ("compile", [signal.SIGINT, signal.SIGINT]),
+    ("steps", [signal.SIGINT, signal.SIGINT]),
 ]
+STEPS_WAIT_S = 1.0  # the longest wait into the scored steps: a step of cpu-tiny, half of the chip's
 CRASH_WORDS = ("terminate called", "FATAL", "Fatal Python error", "Traceback", "core dumped")
 
 
@@ -51,8 +56,8 @@ def one_try(
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if phase == "compile":
         env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
-    else:
-        env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+    else:  # the environment's cache where it names one (a warm one spares the chip a compile)
+        env.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache))
     command = [sys.executable, "-m", "rl_trainer_bench.cli", "ab", *ab_args, "--out", str(folder)]
     started = time.monotonic()
     process = subprocess.Popen(
@@ -103,19 +108,30 @@ def main() -> int:
         help="the phases to signal in, comma-separated (compile, steps; default both)",
     )
     parser.add_argument("--seed", type=int, default=0, help="the draw of the waits (default 0)")
+    parser.add_argument(
+        "--compile-wait",
+        type=float,
+        default=3.0,
+        help="the longest wait into the compile before signalling, seconds (default 3: cpu-tiny's"
+        " compile; the chip's preset compiles for about 85 s)",
+    )
     parser.add_argument("--output", required=True, help="the results file (JSON)")
     parser.add_argument("ab_args", nargs="*", help="the main job's arguments, after --")
     args = parser.parse_args()
     phases = args.phases.split(",")
-    if args.tries < 1 or not phases or not set(phases) <= set(PHASE_LINES):
-        parser.error(f"--tries takes 1 or more, --phases a list of {', '.join(PHASE_LINES)}")
+    if args.tries < 1 or not phases or not set(phases) <= set(PHASE_LINES) or args.compile_wait < 0:
+        parser.error(
+            f"--tries takes 1 or more, --phases a list of {', '.join(PHASE_LINES)},"
+            " --compile-wait 0 or more"
+        )
     output = check_output_file(args.output, "--output")
     rotation = [each for each in ROTATION if each[0] in phases]
     draw = random.Random(args.seed)
     tries = []
     with tempfile.TemporaryDirectory(prefix="interrupt-tries-") as scratch:
         for index in range(args.tries):
-            phase, signals, longest = rotation[index % len(rotation)]
+            phase, signals = rotation[index % len(rotation)]
+            longest = args.compile_wait if phase == "compile" else STEPS_WAIT_S
             folder = Path(scratch) / f"try-{index}"
             result = one_try(
                 args.ab_args,
