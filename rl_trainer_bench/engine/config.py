@@ -26,6 +26,7 @@ DroplessCompute = Literal["auto", "capacity", "ragged_dot", "gmm"]
 PairRanking = Literal["auto", "sort", "count"]
 LogpsGradient = Literal["autodiff", "saved_lse"]
 LinearChunkInverse = Literal["xla", "pallas"]
+LinearChunkKernel = Literal["xla", "pallas"]
 # The capacity program's token-sorted layouts and the grouped matmul each runs: the pairs that
 # keep a slot, sorted by expert, through the dropless program's code (`moe.local_sorted_ffn`), so
 # the matmuls run the kept pairs rather than every slot of E x C buffers (1/factor of the work
@@ -50,6 +51,7 @@ TPU_KERNELS = (
     ("moe.dropless_compute", "gmm", "ragged_dot or capacity"),
     ("model.attention", "splash", "xla"),
     ("model.linear_chunk_inverse", "pallas", "xla"),
+    ("model.linear_chunk_kernel", "pallas", "xla"),
 )
 # Platform names JAX gives a GPU backend (`jax.default_backend()`, a device's `platform`).
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
@@ -117,6 +119,15 @@ class ModelConfig:
             "how the chunked gated delta rule inverts each chunk's triangular system (xla: batched"
             " matmuls a level at a time; pallas: a Pallas kernel that keeps each matrix in VMEM"
             " through every level, TPU only)"
+        ),
+    )
+    linear_chunk_kernel: LinearChunkKernel = dataclasses.field(
+        default="xla",
+        metadata=engine_key(
+            "how the chunked gated delta rule runs (xla: every chunk's terms at once, then a scan"
+            " over the chunks; pallas: one Pallas kernel program a chunk that keeps its terms and"
+            " the state in VMEM, forward and backward, with q and k normalised inside; TPU only,"
+            " mesh context 1; linear_chunk_inverse then has nothing to invert)"
         ),
     )
 
@@ -467,6 +478,10 @@ def _shape_problems(config: EngineConfig) -> list[str]:
              and m.linear_num_value_heads % max(m.linear_num_key_heads, 1) == 0,
              "linear_num_value_heads", m.linear_num_value_heads,
              f"a positive multiple of linear_num_key_heads = {m.linear_num_key_heads}"),
+            # the kernel runs whole rows: it has no way to take a span's state from its peers
+            (m.linear_chunk_kernel == "xla" or mesh.context == 1, "linear_chunk_kernel",
+             m.linear_chunk_kernel,
+             f"xla with mesh context = {mesh.context} (the pallas kernel needs whole rows: context 1)"),
             # a convolution reads its taps - 1 earlier tokens from the previous context shard only
             (seq // max(mesh.context, 1) >= m.linear_conv_kernel_dim - 1, "linear_conv_kernel_dim",
              m.linear_conv_kernel_dim, f"at most seq_len / mesh context + 1 = {seq // max(mesh.context, 1) + 1}"),

@@ -1,5 +1,5 @@
 """A key that names a Pallas TPU kernel (expert_compute=sorted_gmm, dropless_compute=gmm,
-attention=splash) is refused off a TPU: by the plan, before any work, where the run's platform is
+attention=splash, linear_chunk_inverse=pallas, linear_chunk_kernel=pallas) is refused off a TPU: by the plan, before any work, where the run's platform is
 known before JAX starts (a host preset, or JAX_PLATFORMS=cpu); by the engine as it resolves its
 methods everywhere else. One line each, naming the key and what runs instead."""
 
@@ -22,6 +22,7 @@ KERNELS = [
     ("dropless_compute=gmm", "moe.dropless_compute", "ragged_dot"),
     ("attention=splash", "model.attention", "xla"),
     ("linear_chunk_inverse=pallas", "model.linear_chunk_inverse", "xla"),
+    ("linear_chunk_kernel=pallas", "model.linear_chunk_kernel", "xla"),
 ]
 ONE_CONTEXT = "mesh_context=1 mesh_fsdp=4 train_micro_batch_size=8"  # whole rows, as splash needs
 

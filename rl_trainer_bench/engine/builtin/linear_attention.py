@@ -75,8 +75,8 @@ def gated_delta_rule(
     `context_axis` names the mesh axis whose devices hold the spans of the same rows in order: the
     arrays are then this device's span, and the spans before it are folded in from its peers.
     `inverse` says how each chunk's triangular system is inverted (`linear_chunk_inverse`: xla or
-    pallas; `interpret`: the kernel in Pallas's interpreter). Computed in float32, returned in v's
-    dtype.
+    pallas; `interpret`: the kernel in Pallas's interpreter). Computed and returned in float32 (v
+    is cast first).
     """
     b, t, h, dk = q.shape
     dv = v.shape[-1]
