@@ -21,23 +21,27 @@ def packed_segments(rng, rows, length):
     return ids
 
 
+def rule_arrays(rng, shape, heads, widths, fastest_decay):
+    """q and k per key head as a layer's convolution gives them (not normalised), v, log decays in
+    (-fastest_decay, 0] and beta in [0, 1), float64 [*shape, ...]; heads and widths: (key, value)."""
+    return (
+        rng.normal(size=(*shape, heads[0], widths[0])),
+        rng.normal(size=(*shape, heads[0], widths[0])),
+        rng.normal(size=(*shape, heads[1], widths[1])),
+        -rng.uniform(0.0, fastest_decay, size=(*shape, heads[1])),
+        rng.uniform(0.0, 1.0, size=(*shape, heads[1])),
+    )
+
+
 def cell_inputs(model, rows, tokens, seed=0):
     """The rule's inputs as a layer of `model` (a ModelConfig) hands them on, float32 NumPy:
-    q and k per key head as its convolution gives them (not normalised), v, log decays and beta
-    of its gates' ranges, over packed rows; then the segment ids and weights for a loss
+    `rule_arrays` at its shapes over packed rows, then the segment ids and weights for a loss
     `sum(out * weights)`."""
     rng = np.random.default_rng(seed)
-    hk, hv = model.linear_num_key_heads, model.linear_num_value_heads
-    dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
-    shape = (rows, tokens)
-    arrays = (
-        rng.normal(size=(*shape, hk, dk)),
-        rng.normal(size=(*shape, hk, dk)),
-        rng.normal(size=(*shape, hv, dv)),
-        -rng.uniform(0.0, 0.5, size=(*shape, hv)),
-        rng.uniform(0.0, 1.0, size=(*shape, hv)),
-    )
-    weights = rng.normal(size=(*shape, hv, dv))
+    heads = (model.linear_num_key_heads, model.linear_num_value_heads)
+    widths = (model.linear_key_head_dim, model.linear_value_head_dim)
+    arrays = rule_arrays(rng, (rows, tokens), heads, widths, fastest_decay=0.5)
+    weights = rng.normal(size=(rows, tokens, heads[1], widths[1]))
     as32 = tuple(x.astype(np.float32) for x in (*arrays, weights))
     return (*as32[:5], packed_segments(rng, rows, tokens), as32[5])
 

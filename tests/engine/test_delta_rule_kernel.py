@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gdn_reference import layer, recurrence
+from gdn_reference import layer, recurrence, rule_arrays
 
 from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.engine.builtin import sharding
@@ -39,13 +39,7 @@ def rule_inputs(key_heads, heads, key_dim=16, value_dim=8, seed=0):
     (the state carries across chunks) and beta, float64; NaN on the padding."""
     rng = np.random.default_rng(seed)
     shape = (len(SEGMENTS), TOKENS)
-    arrays = (
-        rng.normal(size=(*shape, key_heads, key_dim)),
-        rng.normal(size=(*shape, key_heads, key_dim)),
-        rng.normal(size=(*shape, heads, value_dim)),
-        -rng.uniform(0.0, 0.2, size=(*shape, heads)),
-        rng.uniform(0.0, 1.0, size=(*shape, heads)),
-    )
+    arrays = rule_arrays(rng, shape, (key_heads, heads), (key_dim, value_dim), fastest_decay=0.2)
     padding = SEGMENTS == 0
     return tuple(np.where(padding.reshape(*shape, *[1] * (x.ndim - 2)), np.nan, x) for x in arrays)
 
