@@ -33,8 +33,9 @@
 #                     ~2 min), an A/B of the two on the preset (two cold compiles side by side, ~3 min),
 #                     then each way's first two steps from the initial parameters, warm from the cache:
 #                     the loss both ways (~1 min)
-#   gmm-tiling ~2 min the MoE's grouped matmuls alone at the engine's tiling and 8 others
-#                     (gmm_tiling_on_chip.py: 18 small compiles, 21 calls each)
+#   gmm-tiling ~3 min the MoE's grouped matmuls alone at the engine's tiling and 8 others, and gate
+#                     and up as one matmul of twice the width (gmm_tiling_on_chip.py: 27 small
+#                     compiles, 21 calls each)
 #   trace     ~3 min  the trace's cost table by engine function alone (chip_headline.py's run with
 #                     STAGE on, 3 traced steps), no cache so every program is dumped, no peak or aot
 #   builtin-mb1 ~2 min the built-in engine at the one size MaxText fits on the chip (1 row)
