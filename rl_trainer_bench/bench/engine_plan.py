@@ -236,6 +236,7 @@ GATED_DELTANET_CHUNK_KERNEL = "the chunked Gated DeltaNet in Pallas kernels, for
 
 
 def _gated_deltanet_kernel(model: ModelConfig) -> str:
+    """What runs the chunked Gated DeltaNet, as the kernels line says it."""
     if model.linear_chunk_kernel == "pallas":
         return GATED_DELTANET_CHUNK_KERNEL
     return GATED_DELTANET_KERNELS[model.linear_chunk_inverse]

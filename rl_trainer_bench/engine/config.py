@@ -127,7 +127,7 @@ class ModelConfig:
             "how the chunked gated delta rule runs (xla: every chunk's terms at once, then a scan"
             " over the chunks; pallas: one Pallas kernel program a chunk that keeps its terms and"
             " the state in VMEM, forward and backward, with q and k normalised inside; TPU only,"
-            " mesh context 1; linear_chunk_inverse then has nothing to invert)"
+            " mesh context 1; linear_chunk_inverse then does not apply)"
         ),
     )
 
@@ -482,6 +482,14 @@ def _shape_problems(config: EngineConfig) -> list[str]:
             (m.linear_chunk_kernel == "xla" or mesh.context == 1, "linear_chunk_kernel",
              m.linear_chunk_kernel,
              f"xla with mesh context = {mesh.context} (the pallas kernel needs whole rows: context 1)"),
+            # its blocks: a head's [C, D] as TPU tiles of 8 rows and 128 lanes
+            (m.linear_chunk_kernel == "xla" or (m.linear_key_head_dim % 128 == 0
+             and m.linear_value_head_dim % 128 == 0 and m.linear_chunk_size % 8 == 0),
+             "linear_chunk_kernel", m.linear_chunk_kernel,
+             f"xla with linear_key_head_dim={m.linear_key_head_dim}, linear_value_head_dim="
+             f"{m.linear_value_head_dim}, linear_chunk_size={m.linear_chunk_size} (the pallas"
+             " kernel's blocks need head dims that are multiples of 128 and a multiple of 8 tokens"
+             " a chunk)"),
             # a convolution reads its taps - 1 earlier tokens from the previous context shard only
             (seq // max(mesh.context, 1) >= m.linear_conv_kernel_dim - 1, "linear_conv_kernel_dim",
              m.linear_conv_kernel_dim, f"at most seq_len / mesh context + 1 = {seq // max(mesh.context, 1) + 1}"),

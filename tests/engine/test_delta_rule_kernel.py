@@ -6,7 +6,6 @@ tpu-v5e-1's shapes from this host, where libtpu is installed."""
 
 import dataclasses
 import functools
-import re
 
 import jax
 import jax.numpy as jnp
@@ -143,17 +142,31 @@ def test_the_layer_through_the_kernels_gives_the_reference_layers_output():
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
-def test_the_kernel_is_refused_with_context_shards_naming_the_key():
-    tiny = PRESETS["cpu-tiny-qwen3.5"].engine  # mesh context 2
-    split = dataclasses.replace(
-        tiny, model=dataclasses.replace(tiny.model, linear_chunk_kernel="pallas")
-    )
+@pytest.mark.parametrize(
+    ("changes", "mesh", "named"),
+    [
+        ({}, MeshConfig(fsdp=2, context=2, expert=2), "mesh context = 2"),
+        ({"linear_key_head_dim": 64}, MeshConfig(fsdp=2, expert=2), "linear_key_head_dim=64"),
+        ({"linear_value_head_dim": 96}, MeshConfig(fsdp=2, expert=2), "linear_value_head_dim=96"),
+        ({"linear_chunk_size": 100}, MeshConfig(fsdp=2, expert=2), "linear_chunk_size=100"),
+    ],
+    ids=["context shards", "narrow keys", "narrow values", "ragged chunks"],
+)
+def test_the_kernel_is_refused_where_it_cannot_run_naming_the_key(changes, mesh, named):
+    """Context shards, and head widths or chunks its TPU blocks cannot hold: one line each, before
+    anything compiles; the same shapes at 128 and chunks of 128 on whole rows pass."""
+    tiny = PRESETS["cpu-tiny-qwen3.5"].engine
+    model = dataclasses.replace(
+        tiny.model, linear_chunk_kernel="pallas", linear_key_head_dim=128,
+        linear_value_head_dim=128, linear_chunk_size=128,
+    )  # fmt: skip
+    check_config(dataclasses.replace(tiny, model=model, mesh=MeshConfig(fsdp=2, expert=2)))
+    bad = dataclasses.replace(tiny, model=dataclasses.replace(model, **changes), mesh=mesh)
     with pytest.raises(
-        ContractError, match=re.escape("engine config linear_chunk_kernel='pallas'")
-    ):
-        check_config(split)
-    whole_rows = dataclasses.replace(split, mesh=MeshConfig(fsdp=2, context=1, expert=2))
-    check_config(whole_rows)
+        ContractError, match=r"^engine config linear_chunk_kernel='pallas': must be xla with .*"
+    ) as refused:
+        check_config(bad)
+    assert named in str(refused.value) and "\n" not in str(refused.value)
 
 
 def test_both_kernels_compile_for_a_v5e_at_the_presets_shapes():

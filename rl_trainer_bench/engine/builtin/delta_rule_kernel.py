@@ -3,10 +3,11 @@
 The XLA path (`linear_attention.py`) builds every chunk's terms for all chunks at once, then scans
 the chunks: each `[C, C]` and `[C, D]` term of every chunk passes through HBM in float32, most of
 them several times, for little matmul work (BENCHMARKS.md: the Gated DeltaNet's rows are mostly
-element-wise passes). Here one kernel program takes one chunk of one head: it reads the chunk's q,
-k, v and per-token scalars once, builds its decays, A, P, the inverse of I + A (the doubling of
-`unit_lower_inverse.py`), U and W in VMEM, writes the chunk's outputs and advances the state, which
-stays in VMEM from chunk to chunk (the grid's chunk axis runs in order). The backward pass is a
+element-wise passes). Here one kernel program takes one chunk of a few heads (`HEADS_PER_PROGRAM`):
+it reads the chunk's q, k, v and per-token scalars once, builds each head's decays, A, P, the
+inverse of I + A (the doubling of `unit_lower_inverse.py`), U and W in VMEM, writes the chunk's
+outputs and advances the states, which stay in VMEM from chunk to chunk (the grid's chunk axis runs
+in order). The backward pass is a
 second kernel that runs the chunks in reverse, carrying the state's gradient in VMEM; it rebuilds
 each chunk's terms from its inputs (a few C x C matmuls) rather than reading them back, and reads the
 state each chunk started from, the one thing the forward kernel writes beside the outputs. The math
