@@ -469,31 +469,7 @@ def _shape_problems(config: EngineConfig) -> list[str]:
             (seq % 128 == 0, "seq_len", seq, "a multiple of 128 for attention=splash"),
         ]  # fmt: skip
     if "linear_attention" in m.layer_types:
-        checks += [
-            (min(m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
-                 m.linear_conv_kernel_dim, m.linear_chunk_size) > 0, "linear_* shapes",
-             (m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
-              m.linear_conv_kernel_dim, m.linear_chunk_size), "positive with linear_attention layers"),
-            (m.linear_num_value_heads > 0
-             and m.linear_num_value_heads % max(m.linear_num_key_heads, 1) == 0,
-             "linear_num_value_heads", m.linear_num_value_heads,
-             f"a positive multiple of linear_num_key_heads = {m.linear_num_key_heads}"),
-            # the kernel runs whole rows: it has no way to take a span's state from its peers
-            (m.linear_chunk_kernel == "xla" or mesh.context == 1, "linear_chunk_kernel",
-             m.linear_chunk_kernel,
-             f"xla with mesh context = {mesh.context} (the pallas kernel needs whole rows: context 1)"),
-            # its blocks: a head's [C, D] as TPU tiles of 8 rows and 128 lanes
-            (m.linear_chunk_kernel == "xla" or (m.linear_key_head_dim % 128 == 0
-             and m.linear_value_head_dim % 128 == 0 and m.linear_chunk_size % 8 == 0),
-             "linear_chunk_kernel", m.linear_chunk_kernel,
-             f"xla with linear_key_head_dim={m.linear_key_head_dim}, linear_value_head_dim="
-             f"{m.linear_value_head_dim}, linear_chunk_size={m.linear_chunk_size} (the pallas"
-             " kernel's blocks need head dims that are multiples of 128 and a multiple of 8 tokens"
-             " a chunk)"),
-            # a convolution reads its taps - 1 earlier tokens from the previous context shard only
-            (seq // max(mesh.context, 1) >= m.linear_conv_kernel_dim - 1, "linear_conv_kernel_dim",
-             m.linear_conv_kernel_dim, f"at most seq_len / mesh context + 1 = {seq // max(mesh.context, 1) + 1}"),
-        ]  # fmt: skip
+        checks += _linear_attention_checks(m, mesh, seq)
     per_shard = seq // max(mesh.context, 1)
     local = rows // max(mesh.row_groups, 1) * per_shard
     chunks = config.moe.token_chunks
@@ -506,3 +482,32 @@ def _shape_problems(config: EngineConfig) -> list[str]:
         divides = per_shard >= 1 and chunk >= 1 and per_shard % min(chunk, per_shard) == 0
         checks.append((divides, name, chunk, f"a divisor of seq_len / mesh context = {per_shard}"))
     return [f"{name}={value!r}: must be {allowed}" for ok, name, value, allowed in checks if not ok]
+
+
+def _linear_attention_checks(m: ModelConfig, mesh: MeshConfig, seq: int) -> list[tuple]:
+    """`_shape_problems`' checks of the Gated DeltaNet layers: (ok, field, value, what it must be)."""
+    return [
+        (min(m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
+             m.linear_conv_kernel_dim, m.linear_chunk_size) > 0, "linear_* shapes",
+         (m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
+          m.linear_conv_kernel_dim, m.linear_chunk_size), "positive with linear_attention layers"),
+        (m.linear_num_value_heads > 0
+         and m.linear_num_value_heads % max(m.linear_num_key_heads, 1) == 0,
+         "linear_num_value_heads", m.linear_num_value_heads,
+         f"a positive multiple of linear_num_key_heads = {m.linear_num_key_heads}"),
+        # the kernel runs whole rows: it has no way to take a span's state from its peers
+        (m.linear_chunk_kernel == "xla" or mesh.context == 1, "linear_chunk_kernel",
+         m.linear_chunk_kernel,
+         f"xla with mesh context = {mesh.context} (the pallas kernel needs whole rows: context 1)"),
+        # its blocks: a head's [C, D] as TPU tiles of 8 rows and 128 lanes
+        (m.linear_chunk_kernel == "xla" or (m.linear_key_head_dim % 128 == 0
+         and m.linear_value_head_dim % 128 == 0 and m.linear_chunk_size % 8 == 0),
+         "linear_chunk_kernel", m.linear_chunk_kernel,
+         f"xla with linear_key_head_dim={m.linear_key_head_dim}, linear_value_head_dim="
+         f"{m.linear_value_head_dim}, linear_chunk_size={m.linear_chunk_size} (the pallas"
+         " kernel's blocks need head dims that are multiples of 128 and a multiple of 8 tokens"
+         " a chunk)"),
+        # a convolution reads its taps - 1 earlier tokens from the previous context shard only
+        (seq // max(mesh.context, 1) >= m.linear_conv_kernel_dim - 1, "linear_conv_kernel_dim",
+         m.linear_conv_kernel_dim, f"at most seq_len / mesh context + 1 = {seq // max(mesh.context, 1) + 1}"),
+    ]  # fmt: skip
