@@ -169,6 +169,7 @@ def test_the_kernel_is_refused_where_it_cannot_run_naming_the_key(changes, mesh,
     assert named in str(refused.value) and "\n" not in str(refused.value)
 
 
+@pytest.mark.tpu_aot
 def test_both_kernels_compile_for_a_v5e_at_the_presets_shapes():
     """tpu-v5e-1's Gated DeltaNet a micro-batch: 4 rows of 4,096 tokens in chunks of 128, 8 key
     heads shared by 16 value heads of 128, q and k in bfloat16 as the convolution gives them,
