@@ -146,7 +146,7 @@ def main(argv: list[str]) -> int:
             worst = max(arm["error_against_float64"].items(), key=lambda item: item[1])
             print(
                 f"{name}: forward {forward_ms:.2f} ms, forward and backward {both_ms:.2f} ms a"
-                f" call; a step's share, INFERRED ({CALLS_A_STEP} x both): "
+                f" call; a step's share, INFERRED ({CALLS_A_STEP} x the two): "
                 f"{arm['step_ms_inferred']:.1f} ms; error against float64: largest {worst[1]:.2e}"
                 f" ({worst[0]}), {arm['error_against_float64']}"
             )
