@@ -75,6 +75,8 @@ def refuse_special_file(path: Path, name: str) -> None:
         return
     except OSError as error:
         raise UserError(f"{name}: cannot use it ({error.strerror}); name another file") from None
+    except ValueError:  # no file system path holds a NUL byte
+        raise UserError(f"{name}: {str(path)!r} holds a NUL byte; name another file") from None
     if stat.S_ISDIR(mode):
         raise UserError(f"{name}: {path} is a folder; name a file in it")
     if not stat.S_ISREG(mode):

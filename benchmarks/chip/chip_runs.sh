@@ -27,8 +27,15 @@
 #   inverse   ~5 min  the Gated DeltaNet's triangular inverse by XLA and by the Pallas kernel
 #                     (`linear_chunk_inverse`): alone (chunk_inverse_on_chip.py, seconds), its chip
 #                     test, then an A/B of the two on the preset (two cold compiles side by side)
-#   gmm-tiling ~2 min the MoE's grouped matmuls alone at the engine's tiling and 8 others
-#                     (gmm_tiling_on_chip.py: 18 small compiles, 21 calls each)
+#   gdn-kernel ~7.5 min the Gated DeltaNet's chunked rule by XLA and by the Pallas kernels
+#                     (`linear_chunk_kernel`): their chip test (three compiles of the rule, ~1.5 min),
+#                     the rule alone at 1, 2 and 4 heads a kernel program (delta_rule_kernel_on_chip.py,
+#                     ~2 min), an A/B of the two on the preset (two cold compiles side by side, ~3 min),
+#                     then each way's first two steps from the initial parameters, warm from the cache:
+#                     the loss both ways (~1 min)
+#   gmm-tiling ~3 min the MoE's grouped matmuls alone at the engine's tiling and 8 others, and gate
+#                     and up as one matmul of twice the width (gmm_tiling_on_chip.py: 27 small
+#                     compiles, 21 calls each)
 #   trace     ~3 min  the trace's cost table by engine function alone (chip_headline.py's run with
 #                     STAGE on, 3 traced steps), no cache so every program is dumped, no peak or aot
 #   builtin-mb1 ~2 min the built-in engine at the one size MaxText fits on the chip (1 row)
@@ -54,7 +61,7 @@
 # benchmarks/reports/chip-round-1_tpu-v5e_2026-12-06.md to chip-round-5.
 set -euo pipefail
 parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host, effects, remat, chunk,"
-parts="$parts inverse, trace,"
+parts="$parts inverse, gdn-kernel, trace,"
 parts="$parts gmm-tiling, builtin-mb1,"
 parts="$parts maxtext, maxtext-peak,"
 parts="$parts maxtext-ab, boundary or interrupts"
@@ -77,6 +84,15 @@ maxtext_run() { "${MAXTEXT_PYTHON:?MAXTEXT_PYTHON: a venv of maxtext_chip_wheels
 # MEASURE_PEAK through the adapter's own calls: Tunix's worker ends at the first probe that does not fit
 maxtext_peak() { MAXTEXT_DRIVER=maxtext maxtext_run run --preset tpu-v5e-1 --engine maxtext \
   --engine-flags "$maxtext_flags" --steps 2 --measure-peak on --results-dir "$1"; }
+# linear_chunk_kernel=$1 on the preset: the loss of its warm-up step (the initial parameters and the
+# pool's first micro-batches, the same for every run of the preset's seed) and of the step after
+gdn_loss() {
+  local log="$work/gdn-kernel/loss-$1.log"
+  "$py" -m rl_trainer_bench.cli run --preset tpu-v5e-1 --engine-flags "linear_chunk_kernel=$1" \
+    --warmup-steps 1 --steps 1 --results-dir "$work/gdn-kernel/loss-$1" > "$log" 2>&1 \
+    || { tail -30 "$log"; return 1; }
+  sed -n "s/.*\(step=[0-9]*\) \(warmup=[01]\) .* \(loss=[^ ]*\) .*/linear_chunk_kernel=$1 \1 \2 \3/p" "$log"
+}
 run_part() {
 case $part in
   headline-off|headline-on)
@@ -113,6 +129,17 @@ case $part in
     "$py" -m pytest -q -m tpu_chip tests/engine/test_unit_lower_inverse_on_chip.py
     "$py" -m rl_trainer_bench.cli ab --arms "xla:linear_chunk_inverse=xla,pallas:linear_chunk_inverse=pallas" \
       --out "$work/inverse/ab" ;;
+  gdn-kernel)  # every command runs; the part fails if any did
+    mkdir -p "$work/gdn-kernel"
+    status=0
+    "$py" -m pytest -q -m tpu_chip tests/engine/test_delta_rule_kernel_on_chip.py || status=1
+    "$py" benchmarks/chip/delta_rule_kernel_on_chip.py --output "$work/gdn-kernel/delta_rule.json" || status=1
+    "$py" -m rl_trainer_bench.cli ab --arms "xla:linear_chunk_kernel=xla,pallas:linear_chunk_kernel=pallas" \
+      --out "$work/gdn-kernel/ab" || status=1
+    for kernel in xla pallas; do
+      gdn_loss "$kernel" || status=1
+    done
+    return $status ;;
   gmm-tiling)
     mkdir -p "$work/gmm-tiling"
     "$py" benchmarks/chip/gmm_tiling_on_chip.py --output "$work/gmm-tiling/gmm_tiling.json" ;;
@@ -155,8 +182,8 @@ esac
 }
 for part in "$@"; do
   case $part in
-    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|remat|chunk|inverse|trace|gmm-tiling|builtin-mb1\
-      |maxtext|maxtext-peak|maxtext-ab|boundary|interrupts) ;;
+    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|remat|chunk|inverse|gdn-kernel|trace\
+      |gmm-tiling|builtin-mb1|maxtext|maxtext-peak|maxtext-ab|boundary|interrupts) ;;
     *) echo "PART: one of $parts, not $part" >&2; exit 2 ;;
   esac
 done

@@ -13,7 +13,9 @@ forward, then the transposed gmm and the tgmm for the weights), timed over `chip
 calls after a warm-up, median per call; the TFLOP/s count the matmul's own work, 3 x 2 P D F over
 the rows the groups hold. A tiling the kernel cannot compile (its tiles outgrow the kernel's
 memory) is reported as such, not skipped. Beside them, XLA's plain matmul of the same rows with
-one expert's weights (`dense`): what the chip gives the same work without groups.
+one expert's weights (`dense`): what the chip gives the same work without groups. Gate and up are
+also timed as one matmul of width 2F (the engine runs them as two): its time against twice the
+separate one's says what fusing them would save.
 
 Usage (on a host with one TPU chip):
   PYTHONPATH=. python benchmarks/chip/gmm_tiling_on_chip.py --output gmm_tiling.json
@@ -68,12 +70,18 @@ def expert_sizes(preset_name: str, layer: int, rows: int) -> np.ndarray:
 
 def matmul_shapes(preset_name: str) -> dict[str, tuple[int, int, int]]:
     """name -> (P, K, N) of the sorted layer's grouped matmuls for one token group (its gate and up
-    matmuls have one shape, timed once)."""
+    matmuls have one shape, timed once), and of gate and up as one matmul of the experts' two
+    weights side by side: against twice the separate one's time, what fusing them would save (the
+    rows read and each group's set-up once, not twice)."""
     engine = preset(preset_name).engine
     model = engine.model
     pairs = tokens_per_group(engine) * model.top_k
     d, f = model.d_model, model.expert_ffn_dim
-    return {"gate and up, each": (pairs, d, f), "down": (pairs, f, d)}
+    return {
+        "gate and up, each": (pairs, d, f),
+        "down": (pairs, f, d),
+        "gate and up as one": (pairs, d, 2 * f),
+    }
 
 
 def forward_backward(tiling, sizes, interpret):

@@ -34,7 +34,7 @@ from rl_trainer_bench.config.trainer_maxtext import (
 )
 from rl_trainer_bench.engine import extra_work
 from rl_trainer_bench.engine.builtin.program_flops import builtin_fwd_bwd_flops
-from rl_trainer_bench.engine.config import SORTED_EXPERT_COMPUTE, EngineConfig
+from rl_trainer_bench.engine.config import SORTED_EXPERT_COMPUTE, EngineConfig, ModelConfig
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
 from rl_trainer_bench.engine.maxtext import tunix_grpo
 from rl_trainer_bench.engine.maxtext.keys import HELD_KEYS
@@ -220,7 +220,7 @@ def _kernels(config: BenchConfig, engine: EngineConfig, keys: dict[str, str]) ->
     else:
         parts = [ATTENTION_KERNELS[engine.model.attention]]
         if "linear_attention" in engine.model.layer_types:
-            parts.append(GATED_DELTANET_KERNELS[engine.model.linear_chunk_inverse])
+            parts.append(_gated_deltanet_kernel(engine.model))
         parts.append(_expert_kernel(engine.moe.expert_compute))
         ours = ", ".join(parts)
     return f"the trainer's: {_quoted(keys, KERNEL_KEYS)}; this run's: {ours}"
@@ -231,6 +231,16 @@ GATED_DELTANET_KERNELS = {
     "xla": "the chunked Gated DeltaNet in XLA",
     "pallas": "the chunked Gated DeltaNet in XLA with its triangular inverses in a Pallas kernel",
 }
+# What `linear_chunk_kernel=pallas` runs instead of either.
+GATED_DELTANET_CHUNK_KERNEL = "the chunked Gated DeltaNet in Pallas kernels, forward and backward"
+
+
+def _gated_deltanet_kernel(model: ModelConfig) -> str:
+    """What runs the chunked Gated DeltaNet, as the kernels line says it."""
+    if model.linear_chunk_kernel == "pallas":
+        return GATED_DELTANET_CHUNK_KERNEL
+    return GATED_DELTANET_KERNELS[model.linear_chunk_inverse]
+
 
 # What each `attention` choice runs, as the plan says it beside a trainer's MaxText, on TPUs (where
 # `auto` is the XLA path).

@@ -26,6 +26,7 @@ DroplessCompute = Literal["auto", "capacity", "ragged_dot", "gmm"]
 PairRanking = Literal["auto", "sort", "count"]
 LogpsGradient = Literal["autodiff", "saved_lse"]
 LinearChunkInverse = Literal["xla", "pallas"]
+LinearChunkKernel = Literal["xla", "pallas"]
 # The capacity program's token-sorted layouts and the grouped matmul each runs: the pairs that
 # keep a slot, sorted by expert, through the dropless program's code (`moe.local_sorted_ffn`), so
 # the matmuls run the kept pairs rather than every slot of E x C buffers (1/factor of the work
@@ -50,6 +51,7 @@ TPU_KERNELS = (
     ("moe.dropless_compute", "gmm", "ragged_dot or capacity"),
     ("model.attention", "splash", "xla"),
     ("model.linear_chunk_inverse", "pallas", "xla"),
+    ("model.linear_chunk_kernel", "pallas", "xla"),
 )
 # Platform names JAX gives a GPU backend (`jax.default_backend()`, a device's `platform`).
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
@@ -101,7 +103,7 @@ class ModelConfig:
     attention_output_gate: bool = False  # full attention's output times sigmoid(x W_gate)
     # The mixer of each layer of a block that repeats num_layers / len(layer_types) times.
     layer_types: tuple[str, ...] = ("full_attention",)  # full_attention | linear_attention
-    # Gated DeltaNet shapes (linear_attention layers; docs/engine.md, "Gated DeltaNet").
+    # Gated DeltaNet shapes (linear_attention layers; docs/gated-deltanet.md).
     linear_num_key_heads: int = 0
     linear_num_value_heads: int = 0
     linear_key_head_dim: int = 0
@@ -117,6 +119,15 @@ class ModelConfig:
             "how the chunked gated delta rule inverts each chunk's triangular system (xla: batched"
             " matmuls a level at a time; pallas: a Pallas kernel that keeps each matrix in VMEM"
             " through every level, TPU only)"
+        ),
+    )
+    linear_chunk_kernel: LinearChunkKernel = dataclasses.field(
+        default="xla",
+        metadata=engine_key(
+            "how the chunked gated delta rule runs (xla: every chunk's terms at once, then a scan"
+            " over the chunks; pallas: one Pallas kernel program a chunk that keeps its terms and"
+            " the state in VMEM, forward and backward, with q and k normalised inside; TPU only,"
+            " mesh context 1; linear_chunk_inverse then does not apply)"
         ),
     )
 
@@ -467,19 +478,7 @@ def _shape_problems(config: EngineConfig) -> list[str]:
             (seq % 128 == 0, "seq_len", seq, "a multiple of 128 for attention=splash"),
         ]  # fmt: skip
     if "linear_attention" in m.layer_types:
-        checks += [
-            (min(m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
-                 m.linear_conv_kernel_dim, m.linear_chunk_size) > 0, "linear_* shapes",
-             (m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
-              m.linear_conv_kernel_dim, m.linear_chunk_size), "positive with linear_attention layers"),
-            (m.linear_num_value_heads > 0
-             and m.linear_num_value_heads % max(m.linear_num_key_heads, 1) == 0,
-             "linear_num_value_heads", m.linear_num_value_heads,
-             f"a positive multiple of linear_num_key_heads = {m.linear_num_key_heads}"),
-            # a convolution reads its taps - 1 earlier tokens from the previous context shard only
-            (seq // max(mesh.context, 1) >= m.linear_conv_kernel_dim - 1, "linear_conv_kernel_dim",
-             m.linear_conv_kernel_dim, f"at most seq_len / mesh context + 1 = {seq // max(mesh.context, 1) + 1}"),
-        ]  # fmt: skip
+        checks += _linear_attention_checks(m, mesh, seq)
     per_shard = seq // max(mesh.context, 1)
     local = rows // max(mesh.row_groups, 1) * per_shard
     chunks = config.moe.token_chunks
@@ -492,3 +491,32 @@ def _shape_problems(config: EngineConfig) -> list[str]:
         divides = per_shard >= 1 and chunk >= 1 and per_shard % min(chunk, per_shard) == 0
         checks.append((divides, name, chunk, f"a divisor of seq_len / mesh context = {per_shard}"))
     return [f"{name}={value!r}: must be {allowed}" for ok, name, value, allowed in checks if not ok]
+
+
+def _linear_attention_checks(m: ModelConfig, mesh: MeshConfig, seq: int) -> list[tuple]:
+    """`_shape_problems`' checks of the Gated DeltaNet layers: (ok, field, value, what it must be)."""
+    return [
+        (min(m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
+             m.linear_conv_kernel_dim, m.linear_chunk_size) > 0, "linear_* shapes",
+         (m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
+          m.linear_conv_kernel_dim, m.linear_chunk_size), "positive with linear_attention layers"),
+        (m.linear_num_value_heads > 0
+         and m.linear_num_value_heads % max(m.linear_num_key_heads, 1) == 0,
+         "linear_num_value_heads", m.linear_num_value_heads,
+         f"a positive multiple of linear_num_key_heads = {m.linear_num_key_heads}"),
+        # the kernel runs whole rows: it has no way to take a span's state from its peers
+        (m.linear_chunk_kernel == "xla" or mesh.context == 1, "linear_chunk_kernel",
+         m.linear_chunk_kernel,
+         f"xla with mesh context = {mesh.context} (the pallas kernel needs whole rows: context 1)"),
+        # its blocks: a head's [C, D] as TPU tiles of 8 rows and 128 lanes
+        (m.linear_chunk_kernel == "xla" or (m.linear_key_head_dim % 128 == 0
+         and m.linear_value_head_dim % 128 == 0 and m.linear_chunk_size % 8 == 0),
+         "linear_chunk_kernel", m.linear_chunk_kernel,
+         f"xla with linear_key_head_dim={m.linear_key_head_dim}, linear_value_head_dim="
+         f"{m.linear_value_head_dim}, linear_chunk_size={m.linear_chunk_size} (the pallas"
+         " kernel's blocks need head dims that are multiples of 128 and a multiple of 8 tokens"
+         " a chunk)"),
+        # a convolution reads its taps - 1 earlier tokens from the previous context shard only
+        (seq // max(mesh.context, 1) >= m.linear_conv_kernel_dim - 1, "linear_conv_kernel_dim",
+         m.linear_conv_kernel_dim, f"at most seq_len / mesh context + 1 = {seq // max(mesh.context, 1) + 1}"),
+    ]  # fmt: skip

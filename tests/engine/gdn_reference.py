@@ -1,9 +1,49 @@
-"""Plain references for Gated DeltaNet, written for clarity: a per-token recurrence and one layer."""
+"""Plain references for Gated DeltaNet, written for clarity: a per-token recurrence and one layer;
+and the rule's inputs over packed rows at a cell's shapes, for the tests and the chip's scripts."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+
+def packed_segments(rng, rows, length):
+    """Rows of several segments of random lengths, each row ending in some padding."""
+    ids = np.zeros((rows, length), np.int32)
+    for row in range(rows):
+        position, segment = 0, 1
+        end = length - rng.integers(0, 4)
+        while position < end:
+            size = int(rng.integers(1, max(2, length // 3)))
+            ids[row, position : min(end, position + size)] = segment
+            position, segment = position + size, segment + 1
+    return ids
+
+
+def rule_arrays(rng, shape, heads, widths, fastest_decay):
+    """q and k per key head as a layer's convolution gives them (not normalised), v, log decays in
+    (-fastest_decay, 0] and beta in [0, 1), float64 [*shape, ...]; heads and widths: (key, value)."""
+    return (
+        rng.normal(size=(*shape, heads[0], widths[0])),
+        rng.normal(size=(*shape, heads[0], widths[0])),
+        rng.normal(size=(*shape, heads[1], widths[1])),
+        -rng.uniform(0.0, fastest_decay, size=(*shape, heads[1])),
+        rng.uniform(0.0, 1.0, size=(*shape, heads[1])),
+    )
+
+
+def cell_inputs(model, rows, tokens, seed=0):
+    """The rule's inputs as a layer of `model` (a ModelConfig) hands them on, float32 NumPy:
+    `rule_arrays` at its shapes over packed rows, then the segment ids and weights for a loss
+    `sum(out * weights)`."""
+    rng = np.random.default_rng(seed)
+    heads = (model.linear_num_key_heads, model.linear_num_value_heads)
+    widths = (model.linear_key_head_dim, model.linear_value_head_dim)
+    arrays = rule_arrays(rng, (rows, tokens), heads, widths, fastest_decay=0.5)
+    weights = rng.normal(size=(rows, tokens, heads[1], widths[1]))
+    as32 = tuple(x.astype(np.float32) for x in (*arrays, weights))
+    return (*as32[:5], packed_segments(rng, rows, tokens), as32[5])
 
 
 def recurrence(q, k, v, log_decay, beta, segment_ids):

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gdn_reference import recurrence
+from gdn_reference import packed_segments, recurrence
 from jax.sharding import NamedSharding, PartitionSpec
 
 from rl_trainer_bench.config.presets import PRESETS
@@ -41,19 +41,6 @@ def reference(q, k, v, log_decay, beta, segment_ids):
             if segment_ids[row, t]:
                 out[row, t] = np.einsum("hvk,hk->hv", state, q[row, t])
     return out
-
-
-def packed_segments(rng, rows, length):
-    """Rows of several segments of random lengths, each row ending in some padding."""
-    ids = np.zeros((rows, length), np.int32)
-    for row in range(rows):
-        position, segment = 0, 1
-        end = length - rng.integers(0, 4)
-        while position < end:
-            size = int(rng.integers(1, max(2, length // 3)))
-            ids[row, position : min(end, position + size)] = segment
-            position, segment = position + size, segment + 1
-    return ids
 
 
 def random_inputs(seed, rows, length):

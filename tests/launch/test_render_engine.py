@@ -136,6 +136,14 @@ print("jax imported:", "jax" in sys.modules)
             " inverses in a Pallas kernel, a capacity-padded einsum for the experts (a grouped"
             " matmul only in the replay)",
         ),
+        (
+            {
+                "engine_flags": "linear_chunk_inverse=pallas linear_chunk_kernel=pallas mesh_context=1"
+            },
+            "XLA attention over query chunks, the chunked Gated DeltaNet in Pallas kernels, forward"
+            " and backward, a capacity-padded einsum for the experts (a grouped matmul only in the"
+            " replay)",
+        ),
     ],
 )
 def test_the_kernels_line_names_the_built_in_kernels(flags, kernels):

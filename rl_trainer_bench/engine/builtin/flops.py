@@ -14,7 +14,7 @@ from rl_trainer_bench.engine.config import EngineConfig
 
 def active_parameters(config: EngineConfig) -> int:
     """Parameters one token passes through: its layers' mixers, router, K experts, shared expert,
-    and the head (docs/engine.md, "Gated DeltaNet")."""
+    and the head (docs/gated-deltanet.md)."""
     m = config.model
     q_width, kv_width = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
     attention = (
@@ -56,7 +56,7 @@ def causal_pairs(segment_ids: np.ndarray) -> float:
 def micro_batch_flops(config: EngineConfig, segment_ids: np.ndarray, count_remat: bool) -> float:
     """6 x real tokens x active parameters + 12 x full-attention layers x (H x hd) x causal pairs
     + 6 x real tokens x linear-attention layers x value heads x the chunked rule's multiply-adds
-    per token (docs/engine.md, "Gated DeltaNet").
+    per token (docs/gated-deltanet.md).
 
     count_remat=True adds the recomputation: layers x 4/3 under full remat, and the chunked head
     x 4/3 always (its logits are recomputed in the backward pass).

@@ -1,12 +1,13 @@
 """One Gated DeltaNet layer (linear attention): projections, short convolutions, gates, output norm.
 
-x [B, T, D] -> [B, T, D], as in Qwen3-Next / Qwen3.5's linear-attention layers (docs/engine.md,
-"Gated DeltaNet"): q, k and v are projected and passed through causal depthwise convolutions of
+x [B, T, D] -> [B, T, D], as in Qwen3-Next / Qwen3.5's linear-attention layers
+(docs/gated-deltanet.md): q, k and v are projected and passed through causal depthwise convolutions of
 `linear_conv_kernel_dim` taps and SiLU; q and k are L2-normalised (q also scaled by 1/sqrt(Dk)) and
 shared by `linear_num_value_heads / linear_num_key_heads` value heads each; beta = sigmoid(x W_b)
 and the log decay -exp(A_log) softplus(x W_a + dt_bias) feed the gated delta rule
-(`linear_attention.py`); its output is RMS-normalised per head, gated by SiLU(x W_z) and projected
-back. Packed rows: the convolutions, like the rule, never reach across a segment start.
+(`linear_attention.py` in XLA, or `delta_rule_kernel.py` in Pallas kernels that also normalise q
+and k: `linear_chunk_kernel`); its output is RMS-normalised per head, gated by SiLU(x W_z) and
+projected back. Packed rows: the convolutions, like the rule, never reach across a segment start.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from rl_trainer_bench.engine.builtin import sharding
+from rl_trainer_bench.engine.builtin.delta_rule_kernel import chunked_delta_rule
 from rl_trainer_bench.engine.builtin.linear_attention import from_previous_shard, gated_delta_rule
 from rl_trainer_bench.engine.builtin.norms import rms_normalized
 from rl_trainer_bench.engine.config import ModelConfig
@@ -74,16 +76,35 @@ def l2_normalize(x, eps=1e-6):
 def context_delta_rule(q, k, v, log_decay, beta, segments, *, chunk_size, inverse="xla"):
     """`gated_delta_rule` with the sequence split over `context`: each device runs its own span
     and takes its incoming state from the spans before it (`linear_attention.py`)."""
-    heads, per_head = sharding.HEADS, P(sharding.ROWS, "context", None)
     rule = functools.partial(
         gated_delta_rule, chunk_size=chunk_size, context_axis="context", inverse=inverse
     )
+    return _per_device(rule)(q, k, v, log_decay, beta, segments)
+
+
+def kernel_delta_rule(
+    q, k, v, log_decay, beta, segments, *, chunk_size, query_scale, interpret=False
+):
+    """The rule by the Pallas kernels (`delta_rule_kernel.py`), each device on its own whole rows
+    (`linear_chunk_kernel=pallas` is refused with context shards): q and k [B, T, Hk, Dk] as the
+    convolution gives them, normalised (q also scaled by `query_scale`) and shared by their value
+    heads inside the kernel; `interpret`: Pallas's interpreter, to check the kernels off a TPU."""
+    rule = functools.partial(
+        chunked_delta_rule, chunk_size=chunk_size, query_scale=query_scale, interpret=interpret
+    )
+    return _per_device(rule)(q, k, v, log_decay, beta, segments)
+
+
+def _per_device(rule):
+    """`rule`(q, k, v, log_decay, beta, segments) under `shard_map`, each device on its rows and
+    span of the tokens."""
+    heads, per_head = sharding.HEADS, P(sharding.ROWS, "context", None)
     return jax.shard_map(
         rule,
         in_specs=(heads, heads, heads, per_head, per_head, sharding.TOKENS),
         out_specs=heads,
         check_vma=False,
-    )(q, k, v, log_decay, beta, segments)
+    )
 
 
 def gated_rms_norm(x, gate, scale, eps):
@@ -92,9 +113,34 @@ def gated_rms_norm(x, gate, scale, eps):
     return (normed * jax.nn.silu(gate.astype(jnp.float32))).astype(gate.dtype)
 
 
-def gated_deltanet(x, layer, segments, config: ModelConfig, inverse="xla"):
-    """One linear-attention layer over packed segments: x [B, T, D] -> [B, T, D]; `inverse`: how
-    the rule inverts each chunk's triangular system (`linear_chunk_inverse`: xla or pallas)."""
+def layer_delta_rule(
+    q, k, v, log_decay, beta, segments, config: ModelConfig, inverse="xla", kernel="xla",
+    interpret=False,
+):  # fmt: skip
+    """The gated delta rule on q and k [B, T, Hk, Dk] as the layer's convolution gives them:
+    L2-normalised (q also scaled by 1/sqrt(Dk)) and shared by their value heads, then the rule
+    over each device's rows and span -> [B, T, Hv, Dv]. `kernel` says who runs it
+    (`linear_chunk_kernel`): xla, where `inverse` says how each chunk's triangular system is
+    inverted (`linear_chunk_inverse`: xla or pallas), or the pallas kernels, which also normalise q
+    and k (`interpret`: those kernels in Pallas's interpreter)."""
+    c = config
+    scale, chunk = c.linear_key_head_dim**-0.5, c.linear_chunk_size
+    if kernel == "pallas":
+        return kernel_delta_rule(
+            q, k, v, log_decay, beta, segments, chunk_size=chunk, query_scale=scale,
+            interpret=interpret,
+        )  # fmt: skip
+    share = c.linear_num_value_heads // c.linear_num_key_heads
+    q = jnp.repeat(l2_normalize(q) * scale, share, axis=2)
+    k = jnp.repeat(l2_normalize(k), share, axis=2)
+    return context_delta_rule(q, k, v, log_decay, beta, segments, chunk_size=chunk, inverse=inverse)
+
+
+def gated_deltanet(
+    x, layer, segments, config: ModelConfig, inverse="xla", kernel="xla", interpret=False
+):
+    """One linear-attention layer over packed segments: x [B, T, D] -> [B, T, D]; `inverse`,
+    `kernel` and `interpret` as `layer_delta_rule` takes them."""
     dtype = x.dtype
     c = config
 
@@ -110,14 +156,9 @@ def gated_deltanet(x, layer, segments, config: ModelConfig, inverse="xla"):
     q, k, v = jnp.split(qkv, np.cumsum(widths)[:-1], axis=-1)
     heads = (c.linear_num_key_heads, c.linear_num_key_heads, c.linear_num_value_heads)
     q, k, v = (a.reshape(*a.shape[:2], h, -1) for a, h in zip((q, k, v), heads, strict=True))
-    share = c.linear_num_value_heads // c.linear_num_key_heads
-    q = jnp.repeat(l2_normalize(q) * c.linear_key_head_dim**-0.5, share, axis=2)
-    k = jnp.repeat(l2_normalize(k), share, axis=2)
     beta = jax.nn.sigmoid(project("gdn_wb", "btd,dh->bth").astype(jnp.float32))
     rate = project("gdn_wa", "btd,dh->bth").astype(jnp.float32) + layer["gdn_dt_bias"]
     log_decay = -jnp.exp(layer["gdn_a_log"]) * jax.nn.softplus(rate)
-    out = context_delta_rule(
-        q, k, v, log_decay, beta, segments, chunk_size=c.linear_chunk_size, inverse=inverse
-    )
+    out = layer_delta_rule(q, k, v, log_decay, beta, segments, c, inverse, kernel, interpret)
     out = gated_rms_norm(out, project("gdn_wz"), layer["gdn_norm"], c.rms_norm_eps)
     return jnp.einsum("bthk,hkd->btd", out, layer["gdn_wo"].astype(dtype))

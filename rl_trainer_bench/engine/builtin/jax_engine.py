@@ -375,6 +375,7 @@ class JaxEngine:
             "dropless_compute": self.methods.dropless_compute,
             "pair_ranking": self.methods.pair_ranking,
             "linear_chunk_inverse": self.methods.linear_chunk_inverse,
+            "linear_chunk_kernel": self.methods.linear_chunk_kernel,
             "remat_policy": self.config.model.remat_policy,
             "dtype": self.config.model.dtype,
             "parameters": sum(math.prod(s) for s in parameter_shapes(self.config.model).values()),

@@ -3,7 +3,7 @@
 Per row and head, with the state S [Dv, Dk] reset to zero where a segment starts:
 `S_t = a_t S_{t-1} + b_t (v_t - a_t S_{t-1} k_t) k_t^T`, `o_t = S_t q_t`, `a_t = exp(log_decay_t)`.
 A per-token loop is sequential in T; the chunked form turns each chunk of C tokens into a few
-dense matmuls and keeps only a chunk-to-chunk recurrence (docs/engine.md, "Gated DeltaNet"):
+dense matmuls and keeps only a chunk-to-chunk recurrence (docs/gated-deltanet.md):
 
 - inside a chunk the deltas `d_t = b_t (v_t - a_t S_{t-1} k_t)` solve one unit lower-triangular
   system `(I + A) [U | W] = [b v | b G k]`, so `d = U - W H` for the chunk's incoming state H = S^T;
@@ -75,8 +75,8 @@ def gated_delta_rule(
     `context_axis` names the mesh axis whose devices hold the spans of the same rows in order: the
     arrays are then this device's span, and the spans before it are folded in from its peers.
     `inverse` says how each chunk's triangular system is inverted (`linear_chunk_inverse`: xla or
-    pallas; `interpret`: the kernel in Pallas's interpreter). Computed in float32, returned in v's
-    dtype.
+    pallas; `interpret`: the kernel in Pallas's interpreter). Computed and returned in float32 (v
+    is cast first).
     """
     b, t, h, dk = q.shape
     dv = v.shape[-1]

@@ -264,7 +264,12 @@ def layer_functions(batch, config: ModelConfig, *, capacity_factor, token_chunks
     def mix(kind, h, layer):
         if kind == "linear_attention":
             return gated_deltanet.gated_deltanet(
-                h, layer, segments, config, methods.linear_chunk_inverse
+                h,
+                layer,
+                segments,
+                config,
+                methods.linear_chunk_inverse,
+                methods.linear_chunk_kernel,
             )
         return attention(h, layer, positions, segments, config, methods.attention)
 

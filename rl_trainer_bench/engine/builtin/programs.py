@@ -173,6 +173,7 @@ class Methods(NamedTuple):
     dropless_compute: str
     pair_ranking: str
     linear_chunk_inverse: str
+    linear_chunk_kernel: str
 
 
 def resolved_methods(config: EngineConfig, platform: str) -> Methods:
@@ -186,6 +187,7 @@ def resolved_methods(config: EngineConfig, platform: str) -> Methods:
         moe.dropless_compute_for(config.moe.dropless_compute, platform),
         moe.pair_ranking_for(config.moe.pair_ranking, config.model.num_experts),
         config.model.linear_chunk_inverse,
+        config.model.linear_chunk_kernel,
     )
 
 

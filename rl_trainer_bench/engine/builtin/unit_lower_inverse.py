@@ -34,7 +34,7 @@ def _doubling_masks(index, c):
         level += 1
 
 
-def _doubled(strict, index, matmul):
+def doubled(strict, index, matmul):
     """The doubling from the identity: at each level X <- X - X N_s X (see `xla_inverse`)."""
     row, col = index
     inverse = jnp.broadcast_to((row == col).astype(strict.dtype), strict.shape)
@@ -55,7 +55,7 @@ def xla_inverse(strict):
     """
     c = strict.shape[-1]
     index = (jnp.arange(c)[:, None], jnp.arange(c)[None, :])
-    return _doubled(strict, index, lambda a, b: jnp.einsum("...ij,...jk->...ik", a, b))
+    return doubled(strict, index, lambda a, b: jnp.einsum("...ij,...jk->...ik", a, b))
 
 
 def _kernel(strict_ref, out_ref, *, precision):
@@ -68,10 +68,10 @@ def _kernel(strict_ref, out_ref, *, precision):
             "bij,bjk->bik", a, b, precision=precision, preferred_element_type=jnp.float32
         )
 
-    out_ref[...] = _doubled(strict_ref[...], index, matmul)
+    out_ref[...] = doubled(strict_ref[...], index, matmul)
 
 
-def _kernel_precision():
+def kernel_precision():
     """The kernel's matmul precision as the ambient default asks (`matmul_precision`): the
     default passes float32 operands once through bfloat16, as XLA's TPU matmuls do; any finer
     setting takes float32, the only finer one the Pallas TPU compiler has."""
@@ -95,7 +95,7 @@ def pallas_inverse(strict, *, interpret=False):
     flat = jnp.pad(flat, ((0, padded - count), (0, 0), (0, 0)))
     block = pl.BlockSpec((KERNEL_BLOCK, c, c), lambda i: (i, 0, 0))
     out = pl.pallas_call(
-        functools.partial(_kernel, precision=_kernel_precision()),
+        functools.partial(_kernel, precision=kernel_precision()),
         out_shape=jax.ShapeDtypeStruct(flat.shape, flat.dtype),
         grid=(padded // KERNEL_BLOCK,),
         in_specs=[block],

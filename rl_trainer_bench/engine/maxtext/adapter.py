@@ -504,8 +504,9 @@ class MaxTextEngine:
     def model_flops(self, payload: Payload) -> float:
         """Model FLOPs of one micro-batch, the built-in engine's count (docs/engine.md): real
         tokens only, of the model the engine config describes. The adapter's keys hand MaxText
-        every model field that the count reads (those it leaves out, attention_chunk_size and
-        linear_chunk_inverse, say how the work is done, not what is computed), so one count serves
+        every model field that the count reads (those it leaves out, attention_chunk_size,
+        linear_chunk_inverse and linear_chunk_kernel, say how the work is done, not what is
+        computed), so one count serves
         both engines and the step ruler's MFU compares their tokens per second on one scale."""
         return flops.micro_batch_flops(self.config, payload.segment_ids, count_remat=False)
 

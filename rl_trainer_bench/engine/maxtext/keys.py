@@ -206,6 +206,9 @@ NOT_TAKEN: Mapping[str, str] = {
     "model.linear_chunk_inverse": (
         "MaxText runs its own Gated DeltaNet (its use_gdn_kernel key picks the kernel)"
     ),
+    "model.linear_chunk_kernel": (
+        "MaxText runs its own Gated DeltaNet (its use_gdn_kernel key picks the kernel)"
+    ),
     "loss.epsilon": _GRPO,
     "loss.epsilon_high": _GRPO,
     "loss.beta": _GRPO,

@@ -1,0 +1,204 @@
+"""linear_chunk_kernel=pallas: the gated delta rule's chunks in Pallas kernels, forward and backward,
+run in Pallas's interpreter on the host against the per-token recurrence in float64 (outputs and
+every input's gradient, over packed rows with segments starting anywhere), the Gated DeltaNet layer
+through them against the float32 reference layer, and both kernels compiled for a v5e at
+tpu-v5e-1's shapes from this host, where libtpu is installed."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gdn_reference import layer, recurrence, rule_arrays
+
+from rl_trainer_bench.config.presets import PRESETS
+from rl_trainer_bench.engine.builtin import sharding
+from rl_trainer_bench.engine.builtin.delta_rule_kernel import chunked_delta_rule, program_heads
+from rl_trainer_bench.engine.builtin.gated_deltanet import gated_deltanet
+from rl_trainer_bench.engine.builtin.programs import check_config
+from rl_trainer_bench.engine.config import MeshConfig
+from rl_trainer_bench.engine.contract import ContractError
+
+TOKENS = 200
+# Row 0: segments opening inside a chunk (37, 130), on a chunk's first token at chunks of 64 (64),
+# then padding (190 on); row 1: a segment across two chunks of 64, one opening on the first token
+# of a chunk of either size (128), a segment of one token, and no padding.
+SEGMENTS = np.array(
+    [
+        [1] * 37 + [2] * 27 + [3] * 66 + [4] * 60 + [0] * 10,
+        [5] * 128 + [6] * 1 + [7] * 71,
+    ]
+)
+
+
+def rule_inputs(key_heads, heads, key_dim=16, value_dim=8, seed=0):
+    """q and k per key head as a layer's convolution gives them (not normalised), v, slow decays
+    (the state carries across chunks) and beta, float64; NaN on the padding."""
+    rng = np.random.default_rng(seed)
+    shape = (len(SEGMENTS), TOKENS)
+    arrays = rule_arrays(rng, shape, (key_heads, heads), (key_dim, value_dim), fastest_decay=0.2)
+    padding = SEGMENTS == 0
+    return tuple(np.where(padding.reshape(*shape, *[1] * (x.ndim - 2)), np.nan, x) for x in arrays)
+
+
+def normalised(q, k, heads, scale):
+    """The rule's q and k from the layer's: unit rows (q times `scale`), shared by value heads."""
+    share = heads // q.shape[2]
+
+    def unit(x):
+        return x / jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-6)
+
+    return jnp.repeat(unit(q) * scale, share, axis=2), jnp.repeat(unit(k), share, axis=2)
+
+
+@pytest.mark.parametrize(
+    ("chunk", "key_heads", "heads", "per_program", "normalise"),
+    [(128, 2, 2, 1, False), (64, 1, 2, 2, True)],
+    ids=[
+        "chunks of 128, normalised q and k, a head a program",
+        "chunks of 64, shared keys normalised inside, two heads a program",
+    ],
+)
+def test_the_kernels_give_the_float64_recurrences_outputs_and_gradients(
+    chunk, key_heads, heads, per_program, normalise
+):
+    """Outputs and the gradients of q, k, v, log decay and beta against autodiff of the per-token
+    recurrence in float64 (padding zeroed for it: it must not matter, and NaN for the kernels):
+    q and k as the rule takes them, or as the layer's convolution gives them, normalised and
+    shared by their value heads inside the kernels."""
+    arrays = rule_inputs(key_heads, heads)
+    scale = arrays[0].shape[-1] ** -0.5
+    if not normalise:
+        arrays = (*map(np.asarray, normalised(*arrays[:2], heads, scale)), *arrays[2:])
+    segments = jnp.asarray(SEGMENTS)
+    weights = np.random.default_rng(1).normal(size=(*SEGMENTS.shape, heads, arrays[2].shape[-1]))
+
+    def kernel_loss(*x):
+        out = chunked_delta_rule(
+            *x, segments, chunk_size=chunk, query_scale=scale if normalise else None,
+            heads_per_program=per_program, interpret=True,
+        )  # fmt: skip
+        return jnp.sum(out * weights.astype(np.float32)), out
+
+    def reference_loss(q, k, v, log_decay, beta):
+        if normalise:
+            q, k = normalised(q, k, heads, scale)
+        out = recurrence(q, k, v, log_decay, beta, segments)
+        return jnp.sum(out * weights), out
+
+    kernel = jax.jit(jax.value_and_grad(kernel_loss, argnums=range(5), has_aux=True))
+    (_, out), grads = kernel(*(jnp.asarray(x, jnp.float32) for x in arrays))
+    with jax.enable_x64(True):
+        finite = (jnp.asarray(np.nan_to_num(x, nan=0.0)) for x in arrays)
+        reference = jax.jit(jax.value_and_grad(reference_loss, argnums=range(5), has_aux=True))
+        (_, want), want_grads = jax.tree.map(np.asarray, reference(*finite))
+    np.testing.assert_array_equal(np.asarray(out)[SEGMENTS == 0], 0.0)
+    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-4, atol=2e-5)
+    for name, got, wanted in zip(
+        ("q", "k", "v", "log_decay", "beta"), grads, want_grads, strict=True
+    ):
+        np.testing.assert_allclose(np.asarray(got), wanted, rtol=1e-4, atol=2e-5, err_msg=name)
+
+
+def test_a_program_takes_whole_groups_of_heads_or_part_of_one():
+    assert program_heads(16, 2, 2) == 2  # tpu-v5e-1: 16 value heads, 2 a key head
+    assert program_heads(16, 2, 4) == 4
+    assert program_heads(16, 4, 2) == 2  # half a group
+    assert program_heads(6, 2, 4) == 2  # 4 does not divide 6, 3 splits a group
+    assert program_heads(3, 3, 2) == 1
+
+
+def test_the_layer_through_the_kernels_gives_the_reference_layers_output():
+    """The Gated DeltaNet layer of cpu-tiny-qwen3.5 (2 key heads shared by 4 value heads) with q
+    and k as its convolution gives them, normalised inside the kernels, on one device's mesh,
+    against the plain reference layer in float64 (the gradients through the kernels are the
+    recurrence test's)."""
+    model = dataclasses.replace(PRESETS["cpu-tiny-qwen3.5"].engine.model, linear_chunk_size=16)
+    hk, hv, dk, dv, d, taps = (
+        model.linear_num_key_heads, model.linear_num_value_heads, model.linear_key_head_dim,
+        model.linear_value_head_dim, model.d_model, model.linear_conv_kernel_dim,
+    )  # fmt: skip
+    shapes = {
+        "gdn_wq": (d, hk, dk), "gdn_wk": (d, hk, dk), "gdn_wv": (d, hv, dv), "gdn_wz": (d, hv, dv),
+        "gdn_wb": (d, hv), "gdn_wa": (d, hv), "gdn_conv_q": (taps, hk, dk),
+        "gdn_conv_k": (taps, hk, dk), "gdn_conv_v": (taps, hv, dv), "gdn_a_log": (hv,),
+        "gdn_dt_bias": (hv,), "gdn_norm": (dv,), "gdn_wo": (hv, dv, d),
+    }  # fmt: skip
+    rng = np.random.default_rng(2)
+    weights = {name: rng.normal(size=shape) * 0.3 for name, shape in shapes.items()}
+    segments = jnp.asarray(np.array([[1] * 20 + [2] * 25 + [0] * 3, [4] * 48]))
+    h = rng.normal(size=(2, 48, d))
+    with jax.set_mesh(sharding.make_mesh(MeshConfig(), jax.devices()[:1])):
+        got = jax.jit(
+            lambda h, w: gated_deltanet(h, w, segments, model, kernel="pallas", interpret=True)
+        )(
+            jnp.asarray(h, jnp.float32),
+            jax.tree.map(functools.partial(jnp.asarray, dtype=jnp.float32), weights),
+        )
+    with jax.enable_x64(True):
+        want = jax.jit(lambda h, w: layer(h, w, segments, model))(h, weights)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize(
+    ("changes", "mesh", "named"),
+    [
+        ({}, MeshConfig(fsdp=2, context=2, expert=2), "mesh context = 2"),
+        ({"linear_key_head_dim": 64}, MeshConfig(fsdp=2, expert=2), "linear_key_head_dim=64"),
+        ({"linear_value_head_dim": 96}, MeshConfig(fsdp=2, expert=2), "linear_value_head_dim=96"),
+        ({"linear_chunk_size": 100}, MeshConfig(fsdp=2, expert=2), "linear_chunk_size=100"),
+    ],
+    ids=["context shards", "narrow keys", "narrow values", "ragged chunks"],
+)
+def test_the_kernel_is_refused_where_it_cannot_run_naming_the_key(changes, mesh, named):
+    """Context shards, and head widths or chunks its TPU blocks cannot hold: one line each, before
+    anything compiles; the same shapes at 128 and chunks of 128 on whole rows pass."""
+    tiny = PRESETS["cpu-tiny-qwen3.5"].engine
+    model = dataclasses.replace(
+        tiny.model, linear_chunk_kernel="pallas", linear_key_head_dim=128,
+        linear_value_head_dim=128, linear_chunk_size=128,
+    )  # fmt: skip
+    check_config(dataclasses.replace(tiny, model=model, mesh=MeshConfig(fsdp=2, expert=2)))
+    bad = dataclasses.replace(tiny, model=dataclasses.replace(model, **changes), mesh=mesh)
+    with pytest.raises(
+        ContractError, match=r"^engine config linear_chunk_kernel='pallas': must be xla with .*"
+    ) as refused:
+        check_config(bad)
+    assert named in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.tpu_aot
+def test_both_kernels_compile_for_a_v5e_at_the_presets_shapes():
+    """tpu-v5e-1's Gated DeltaNet a micro-batch: 4 rows of 4,096 tokens in chunks of 128, 8 key
+    heads shared by 16 value heads of 128, q and k in bfloat16 as the convolution gives them,
+    normalised inside. The forward and its gradient in one program hold three Mosaic custom calls
+    (the forward kernel, the one that keeps the states, and the backward kernel), not an XLA
+    fallback, each inside the kernels' scoped VMEM."""
+    pytest.importorskip("libtpu")
+    from rl_trainer_bench.preflight.aot.targets import resolve_target
+
+    placed = jax.sharding.SingleDeviceSharding(resolve_target("v5e:1x1").devices[0])
+    rows, tokens, hk, hv, width = 4, 4096, 8, 16, 128
+    specs = [
+        jax.ShapeDtypeStruct(shape, dtype, sharding=placed)
+        for shape, dtype in (
+            ((rows, tokens, hk, width), jnp.bfloat16),
+            ((rows, tokens, hk, width), jnp.bfloat16),
+            ((rows, tokens, hv, width), jnp.bfloat16),
+            ((rows, tokens, hv), jnp.float32),
+            ((rows, tokens, hv), jnp.float32),
+            ((rows, tokens), jnp.int32),
+        )
+    ]
+
+    def rule(*x):
+        return chunked_delta_rule(*x, chunk_size=128, query_scale=width**-0.5)
+
+    def rule_and_gradient(*x):
+        loss = lambda *x: jnp.sum(rule(*x).astype(jnp.float32))  # noqa: E731
+        return rule(*x), jax.grad(loss, argnums=range(5))(*x)
+
+    compiled = jax.jit(rule_and_gradient).lower(*specs).compile()
+    assert compiled.as_text().count("tpu_custom_call") == 3

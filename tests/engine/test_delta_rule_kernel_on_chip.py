@@ -1,0 +1,60 @@
+"""linear_chunk_kernel=pallas on a TPU chip: the compiled kernels (not their interpreter) against
+the XLA path, at tpu-v5e-1's shapes (a micro-batch of 4 rows of 4,096 tokens over packed segments,
+16 value heads sharing 8 key heads, chunks of 128), outputs and every input's gradient, in float32
+(the layer's bfloat16 would round both paths' outputs alike and hide their differences). Both take
+the TPU's default matmul precision (float32 operands through bfloat16 once), so neither is exact;
+the reference is the XLA path at the highest precision, and the kernels must be within TOLERANCE
+of it and no further from it than twice the XLA path is, for each array.
+
+On the chip through `chip_subprocess` (skipped elsewhere), alone:
+    python -m pytest -q -m tpu_chip tests/engine/test_delta_rule_kernel_on_chip.py
+"""
+
+from pathlib import Path
+
+from chip_subprocess import ON_A_CHIP, run_on_the_chip
+
+pytestmark = ON_A_CHIP
+
+# Of an array's largest entry: bfloat16 holds 8 bits of mantissa (0.4%), and each output and
+# gradient passes through tens of rounded matmuls (the inverse's doubling, the chunk-to-chunk state)
+TOLERANCE = 5e-2
+COMPARE = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+sys.path.insert(0, {tests!r})
+from gdn_reference import cell_inputs
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.engine.builtin import sharding
+from rl_trainer_bench.engine.builtin.gated_deltanet import layer_delta_rule
+from rl_trainer_bench.engine.config import MeshConfig
+
+engine = preset("tpu-v5e-1").engine
+model = engine.model
+*arrays, segments, weights = cell_inputs(model, engine.micro_batch_rows, engine.seq_len)
+inputs = [jnp.asarray(x) for x in arrays]
+
+def run(kernel):
+    def loss(*x):
+        out = layer_delta_rule(*x, jnp.asarray(segments), model, "xla", kernel)
+        return jnp.sum(out.astype(jnp.float32) * weights), out
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=range(5), has_aux=True))(*inputs)
+    return [np.asarray(a, np.float32) for a in (out, *grads)]
+
+with jax.set_mesh(sharding.make_mesh(MeshConfig(), jax.devices()[:1])):
+    got = {{"pallas": run("pallas"), "xla": run("xla")}}
+    with jax.default_matmul_precision("highest"):
+        reference = run("xla")
+errors = {{
+    method: [float(np.abs(a - r).max() / np.abs(r).max()) for a, r in zip(values, reference)]
+    for method, values in got.items()
+}}
+print("largest |difference| over largest |value|, of out, q, k, v, log_decay, beta:", errors)
+for kernel, xla in zip(errors["pallas"], errors["xla"]):
+    assert kernel < {tolerance} and kernel <= 2 * xla + 1e-5, errors
+"""
+
+
+def test_the_kernels_on_the_chip_give_the_xla_paths_outputs_and_gradients():
+    tests = str(Path(__file__).resolve().parent)
+    run_on_the_chip(COMPARE.format(tests=tests, tolerance=TOLERANCE))
