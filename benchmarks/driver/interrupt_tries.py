@@ -4,9 +4,10 @@ Each try starts `rl-trainer-bench ab` (the main job: its own arguments after `--
 of its own, waits for a phase to begin (its line in the job's output), waits a drawn time in it
 and signals: SIGINT, SIGTERM, or SIGINT twice. It records the exit code, the time from the signal
 to the exit, every line the process printed after the signal and whether `ab.json` was left
-marked incomplete, and calls a try clean when the code is the signal's (130, 143), the only line
-after the signal is the bench's own and nothing of the runtime's follows it (an abort, a core, a
-traceback). The results file is rewritten after every try, so a stopped sweep keeps its tries.
+marked incomplete, and calls a try clean when the code is the signal's (130, 143), every line
+after the signal is the bench's own, one a signal at most (one for a single signal; a second one
+that comes after the first's line may add its own), and nothing of the runtime's follows them (an
+abort, a core, a traceback). The results file is rewritten after every try, so a stopped sweep keeps its tries.
 
 Phases: `compile`, the engine's programs compiling side by side, with JAX's compilation cache
 off so every try compiles; `steps`, the scored steps, with the environment's cache
@@ -82,8 +83,8 @@ def one_try(
     clean = (
         reached is not None
         and code == 128 + signals[0]
-        and len(said) == 1
-        and said[0].startswith("rl-trainer-bench ab: ")
+        and 1 <= len(said) <= len(signals)  # a second signal may add its own line
+        and all(line.startswith("rl-trainer-bench ab: ") for line in said)
         and not any(word in after for word in CRASH_WORDS)
     )
     return {

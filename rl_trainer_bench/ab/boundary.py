@@ -29,6 +29,7 @@ class BoundaryComparison:
     unstaged_extra_s: float | None  # first call's extra after an unstaged boundary, median
     staged_extra_s: float | None  # first call's extra after a staged boundary, median
     hidden: float | None  # fraction of a staged copy the device's work hid, median
+    stage_wait_s: float | None  # host seconds a staging step waited before `update`, median
 
     @property
     def predicted_staged_s(self) -> float | None:
@@ -54,6 +55,12 @@ class BoundaryComparison:
             )
         if self.hidden is not None:
             parts.append(f"the staged copies {self.hidden:.0%} hidden by the device's work")
+        if self.stage_wait_s is not None and self.fwd_bwd_s is not None:
+            parts.append(
+                f"a staging step waited {milliseconds(self.stage_wait_s)} ms for the device before"
+                f" update (the last fwd_bwd's {milliseconds(self.fwd_bwd_s)} ms, and any of the"
+                " copy past it)"
+            )
         return [f"{text}; {'; '.join(parts)}" if parts else text]
 
     def to_json(self) -> dict[str, Any]:
@@ -81,6 +88,7 @@ def compare(runs: Sequence[ArmRun]) -> BoundaryComparison | None:
         unstaged_extra_s=_median(r.first_call_extra_s for r in after[False]),
         staged_extra_s=_median(r.first_call_extra_s for r in after[True]),
         hidden=_median(r.stage_hidden for r in after[False] + after[True]),
+        stage_wait_s=_median(r.device_wait_s for r in after[False] + after[True] if r.staged),
     )
 
 

@@ -61,13 +61,15 @@ class HostLink:
         )
 
 
-# The link a plan assumes before launch: the host-to-device copy measured on one TPU v5e chip
-# through the built-in engine's own staging, 2026-12-07 (BENCHMARKS.md, "The step boundary's
-# copy"). A pod's link can be much slower, and a Pathways proxy's slower still: the run measures
-# its own and prints it beside this.
+# The link a plan assumes before launch: a 269 MB micro-batch copied from host memory to one TPU v5e
+# chip in its own arrays' shapes, as the engine's unstaged input goes (bench/host_link.py), MEASURED
+# 2026-12-06: 5.42 GB/s and 0.15 ms a transfer. In the step the same copy took about 40% longer
+# (the first call's extra after an unstaged boundary, 72 ms against 51 ms), and a pod's link, a
+# Pathways proxy's above all, can be far slower (BENCHMARKS.md, "The step boundary's copy"): the
+# run measures its own.
 ASSUMED_LINK = HostLink(
-    bytes_per_s=6.0e9,
-    per_transfer_s=1.0e-4,
+    bytes_per_s=5.42e9,
+    per_transfer_s=1.5e-4,
     kind=ASSUMED,
     source="the copy measured on one TPU v5e chip; a pod's own link is measured when it runs",
 )
@@ -115,12 +117,18 @@ class BoundaryCopy:
     def prediction_line(self, link: HostLink) -> str:
         """The plan's line: what the boundary costs with the switch off, and what on can save."""
         copy_ms = f"{self.seconds(link) * 1e3:.3g} ms"
+        proxy = (
+            "; a Pathways proxy's rate is its own and can be far lower: the run measures it"
+            if self.client == ALL_HOSTS and link.kind == ASSUMED
+            else ""
+        )
         return (
             f"STAGE_BEFORE_UPDATE off: each step's first fwd_bwd waits {copy_ms} for its"
             f" micro-batch's copy on an idle device ({len(self.arrays)} transfers,"
-            f" {human_bytes(self.sent_by_client)} at {link.describe()}); on: the copy runs"
-            f" beside the step's last fwd_bwd, hidden where that runs longer: the switch saves at"
-            f" most {copy_ms} a step"
+            f" {human_bytes(self.sent_by_client)} at {link.describe()}{proxy}); on: the engine's"
+            f" staging path copies it beside the step's last fwd_bwd, hidden where it ends first"
+            f" (a staging path can be slower than this copy: the step's stage_s, device_wait_s and"
+            f" hidden say): the most the switch can save is the copy, {copy_ms} a step at this rate"
         )
 
 

@@ -42,7 +42,7 @@ from rl_trainer_bench.bench.worker import TrainerWorker
 from rl_trainer_bench.code_digest import code_sha256
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.engine import returns
-from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.config import EngineConfig, MeshConfig
 from rl_trainer_bench.engine.contract import (
     STAGING_METHODS,
     Engine,
@@ -91,6 +91,7 @@ class Bench:
         self.compiles = CompileWatch()
         self._compile_listener = contextlib.ExitStack()
         self._devices = 1
+        self._mesh = MeshConfig()
         self._peak_flops: float | None = None
         self.boundary_copy_s: float | None = None  # measured by `compile`
 
@@ -124,6 +125,7 @@ class Bench:
             self.refuse_unsupported(stage)
         self.pool = MicroBatchPool(payloads, self.engine, self.config.micro_steps)
         self._devices = engine_config.mesh.size
+        self._mesh = engine_config.mesh
         chip = chip_for_device_kind(jax.devices()[0].device_kind)
         self._peak_flops = chip.per_device(chip.peak_bf16_flops) if chip else None
 
@@ -155,7 +157,7 @@ class Bench:
     def _measured_boundary_copy(self) -> float:
         """The pool's first micro-batch copied alone to every device, and the link it crosses
         (`host_link`): what an unstaged boundary's first fwd_bwd is predicted to wait for."""
-        link, copy_s, _sent = host_link.measure(self.pool.entries[0].payload, jax.devices())
+        link, copy_s, _sent = host_link.measure(self.pool.entries[0].payload, self._mesh)
         self.log(
             f"{step_record.LOG_PREFIX} host link {link.describe()}; the step boundary's copy of a"
             f" micro-batch {copy_s * 1e3:.3g} ms (STAGE_BEFORE_UPDATE off: each step's first"

@@ -2,80 +2,79 @@
 
 The boundary's prediction (`boundary_copy.py`) needs the link's rate and each array's fixed cost.
 A plan made before launch can only assume them; the run measures them after its compile, off the
-clock, with the micro-batch's own arrays: each array's bytes, split evenly over every device of
-the mesh as the engines split a micro-batch, copied from host memory and waited for. Two copies
-tell the two figures apart: the whole micro-batch's arrays, and as many arrays of one byte a
-device, which cost the fixed part alone. Under Pathways the copy goes through the proxy, exactly
-as the pod's micro-batches do; with a process per host each process copies its own devices'
-shares, so the bytes counted are the ones this process sent.
+clock, with the micro-batch itself: its arrays, in their own shapes and dtypes (a TPU lays an
+array out by its shape, so a copy's time depends on it, not only on its bytes), put on the mesh's
+devices as the engine's own unstaged input is, rows over (fsdp, expert) and tokens over context,
+from host memory, and waited for. That is the copy the first `fwd_bwd` after an unstaged boundary
+waits for. As many arrays of one element a device cost the fixed part alone, so the two figures
+come apart. Under Pathways the copy goes through the proxy, exactly as the pod's micro-batches do;
+with a process per host each process copies its own devices' shares, so the bytes counted are the
+ones this process sent.
 
 A copy is timed only after a first one of the same arrays (an unwarmed copy pays for allocating
 its buffers), and the median of up to REPEATS is kept, fewer when a copy is slow (a production
 micro-batch through a proxy can take seconds: the measurement stops once it has spent BUDGET_S).
+What an engine's staging path does with the copy (the built-in engine stages through pinned host
+memory) is the steps' to measure: the ruler's `stage_s`, `device_wait_s` and `hidden`.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Sequence
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding
 
 from rl_trainer_bench.bench.boundary_copy import MEASURED, HostLink
+from rl_trainer_bench.engine.builtin import sharding
+from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.engine.contract import Payload
 
 REPEATS = 5  # timed copies of each kind, at most
 BUDGET_S = 5.0  # past this, no further timed copy of the whole micro-batch starts
 
 
-def measure(payload: Payload, devices: Sequence[jax.Device]) -> tuple[HostLink, float, int]:
-    """The link to `devices` as `payload`'s copy crosses it: (the link, the median seconds of
-    the whole micro-batch's copy, the bytes this process sent in it)."""
-    mesh = jax.sharding.Mesh(np.asarray(devices), ("devices",))
-    spread = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("devices"))
-    count = len(devices)
-    whole = [_split(array, count) for array in payload.arrays().values()]
-    fixed = [np.zeros((count, 1), np.uint8) for _ in whole]
+def measure(payload: Payload, mesh: MeshConfig) -> tuple[HostLink, float, int]:
+    """The link to the mesh's devices as `payload`'s copy crosses it: (the link, the median
+    seconds of the whole micro-batch's copy, the bytes this process sent in it)."""
+    devices = sharding.make_mesh(mesh)
+    whole = payload.arrays()
+    spread = {name: sharding.payload_sharding(devices, a.ndim) for name, a in whole.items()}
+    fixed = {name: np.zeros((mesh.row_groups, mesh.context), np.uint8) for name in whole}
+    tiny = {name: sharding.payload_sharding(devices, 2) for name in whole}
     whole_s = _median_copy(whole, spread, BUDGET_S)
-    fixed_s = _median_copy(fixed, spread, BUDGET_S)
+    fixed_s = _median_copy(fixed, tiny, BUDGET_S)
     sent = _sent_bytes(whole, spread)
     per_transfer = fixed_s / len(whole)
     rate = sent / (whole_s - fixed_s) if whole_s > fixed_s else float("inf")
     source = (
-        f"{len(whole)} arrays, {sent:,} B from this process to {count} device(s), the median of"
-        " timed copies after a first"
+        f"{len(whole)} arrays, {sent:,} B from this process to {mesh.size} device(s) as the"
+        " engine's unstaged input goes, the median of timed copies after a first"
     )
     return HostLink(rate, per_transfer, MEASURED, source), whole_s, sent
 
 
-def _split(array: np.ndarray, count: int) -> np.ndarray:
-    """`array`'s bytes as `count` equal rows, one a device (the last padded to a whole row)."""
-    flat = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
-    row = -(-flat.size // count)
-    padded = np.zeros(row * count, np.uint8)
-    padded[: flat.size] = flat
-    return padded.reshape(count, row)
-
-
-def _sent_bytes(arrays: list[np.ndarray], sharding: jax.sharding.Sharding) -> int:
-    """The bytes of `arrays` this process's devices receive under `sharding`."""
+def _sent_bytes(arrays: dict[str, np.ndarray], shardings: dict[str, NamedSharding]) -> int:
+    """The bytes of `arrays` this process's devices receive under `shardings`."""
     total = 0
-    for array in arrays:
-        for index in sharding.addressable_devices_indices_map(array.shape).values():
+    for name, array in arrays.items():
+        for index in shardings[name].addressable_devices_indices_map(array.shape).values():
             total += array[index].nbytes
     return total
 
 
-def _median_copy(arrays: list[np.ndarray], sharding: jax.sharding.Sharding, budget: float) -> float:
-    """The median seconds of copying `arrays` onto `sharding` and waiting for them, after a
+def _median_copy(
+    arrays: dict[str, np.ndarray], shardings: dict[str, NamedSharding], budget: float
+) -> float:
+    """The median seconds of copying `arrays` onto `shardings` and waiting for them, after a
     first copy; up to REPEATS timed copies, none started past `budget` seconds."""
-    jax.block_until_ready(jax.device_put(arrays, sharding))
+    jax.block_until_ready(jax.device_put(arrays, shardings))
     started, times = time.perf_counter(), []
     while len(times) < REPEATS and (not times or time.perf_counter() - started < budget):
         start = time.perf_counter()
-        copies = jax.device_put(arrays, sharding)
+        copies = jax.device_put(arrays, shardings)
         jax.block_until_ready(copies)
         times.append(time.perf_counter() - start)
         del copies

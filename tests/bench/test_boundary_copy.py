@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import pytest
 
 from rl_trainer_bench import cli
@@ -82,27 +81,30 @@ def test_the_plan_prints_the_bytes_and_the_boundarys_cost_for_a_pathways_pod(mon
 def test_the_link_is_measured_with_the_micro_batchs_bytes_over_every_device():
     engine = dataclasses.replace(CPU_TINY, extra_host_bytes=1 << 20)
     payload = build_micro_batch(engine, load_profile(None), seed=0, index=0)
-    link, copy_s, sent = host_link.measure(payload, jax.devices())
-    # each array's bytes as 8 equal rows: the last row of an array padded to a whole one
-    assert payload.nbytes <= sent < payload.nbytes + 8 * len(payload.arrays())
+    link, copy_s, sent = host_link.measure(payload, engine.mesh)
+    assert sent == payload.nbytes  # one process: every device's share
     assert link.kind == MEASURED and link.per_transfer_s > 0 and copy_s > 0
     assert f"{len(payload.arrays())} arrays, {sent:,} B from this process" in link.source
 
 
-def _record(step: int, first_extra: float | None, hidden: float | None = None) -> StepRecord:
+def _record(
+    step: int, first_extra: float | None, hidden: float | None = None, wait: float = 0.0
+) -> StepRecord:
     return StepRecord(
         step=step, warmup=False, step_s=1.0, fwd_bwd_dispatch_s=[0.0, 0.0],
         first_call_extra_s=first_extra, update_s=0.0, drain_s=0.0, stage_s=0.0,
-        device_wait_s=0.0, tokens=1, tokens_per_s_per_device=1.0, tflops_per_device=None,
+        device_wait_s=wait, tokens=1, tokens_per_s_per_device=1.0, tflops_per_device=None,
         mfu=None, loss=0.0, grad_norm=0.0, loss_denominator=1.0, overflow_count=0,
         replay_count=0, micro_batches=[], digests=[], device_ready_s=[], update_ready_s=None,
         boundary_idle_s=None, stage_hidden=hidden, fwd_bwd_device_s=[0.5, 0.4, 0.4, 0.4],
+        staged=None if hidden is None else f"bench_{step + 1}_0",
     )  # fmt: skip
 
 
 def test_the_ab_report_sets_the_prediction_beside_what_each_kind_of_boundary_measured():
     off = ArmRun("off", "off", False, [_record(0, 0.030), _record(1, 0.034)], boundary_copy_s=0.031)
-    on = ArmRun("on", "on", True, [_record(0, 0.001, 0.98), _record(1, 0.003, 0.96)])
+    staged = [_record(0, 0.001, 0.98, wait=0.41), _record(1, 0.003, 0.96, wait=0.43)]
+    on = ArmRun("on", "on", True, staged)
     compared = boundary.compare([off, on])
     assert compared.copy_s == 0.031  # the one bench that timed it
     assert compared.unstaged_extra_s == pytest.approx(0.032)
@@ -110,7 +112,9 @@ def test_the_ab_report_sets_the_prediction_beside_what_each_kind_of_boundary_mea
     assert compared.fwd_bwd_s == pytest.approx(0.4)
     assert compared.predicted_staged_s == 0  # a 31 ms copy beside a 400 ms fwd_bwd
     assert compared.hidden == pytest.approx(0.97)
+    assert compared.stage_wait_s == pytest.approx(0.42)
     (line,) = compared.lines()
     assert "after an unstaged boundary 32.00 ms (predicted: the copy, 31.00 ms)" in line
     assert "after a staged one 2.00 ms (predicted 0.00 ms" in line
+    assert "a staging step waited 420.00 ms for the device before update" in line
     assert boundary.compare([dataclasses.replace(off, boundary_copy_s=None)]) is None
