@@ -99,8 +99,10 @@ def test_two_processes_of_four_devices_match_one_of_eight(tmp_path, capsys):
     ]
     try:
         assert entry.main([], {**KNOBS, "RESULTS_DIR": str(tmp_path / "single")}) == 0
-    finally:
         outputs = [_finish(p) for p in workers]
+    finally:
+        for worker in workers:
+            worker.kill()  # a driver the test gave up on is not left behind
     assert "process 1 of 2" in outputs[1] and "single process" in capsys.readouterr().out
     expected = _losses(tmp_path / "single")
     assert len(expected) == 3
