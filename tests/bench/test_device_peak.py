@@ -4,6 +4,7 @@ the driver's probe steps on a device whose limit the stand-in engine emulates (t
 none)."""
 
 import functools
+import gc
 import subprocess
 import sys
 
@@ -227,8 +228,10 @@ def live_bytes_on_first_device():
 def test_the_driver_brackets_an_emulated_devices_step_through_its_own_loop(
     monkeypatch, stage, load_failure
 ):
-    """At an eighth of the real resolution (8 MiB for 64): each probe writes its filler on all 8
-    host devices, and the sizes do not change the search."""
+    """At an eighth of the driver's resolution (8 MiB, not 64): each probe writes its filler on
+    all 8 host devices, and the search is the same at any scale. Earlier tests' arrays are
+    collected first: one freed during the search would move its bracket."""
+    gc.collect()
     in_use, need = live_bytes_on_first_device(), 12 * MIB
     limit = in_use + 32 * MIB
     monkeypatch.setattr(
