@@ -88,6 +88,7 @@ def code_files(
 def _import_closure(root: Path, starts: list[Path]) -> set[Path]:
     """Every package module reachable by imports from `starts`, with their packages' `__init__.py`."""
     found: set[Path] = set()
+    named: set[str] = set()  # module names already looked up: each names the same files again
     pending = [path for path in starts if path.is_file()]
     pending += [
         folder / "__init__.py"
@@ -100,7 +101,8 @@ def _import_closure(root: Path, starts: list[Path]) -> set[Path]:
         if path in found:
             continue
         found.add(path)
-        for module in _package_imports(path.read_text()):
+        for module in _package_imports(path.read_text()) - named:
+            named.add(module)
             parts = module.split(".")
             for depth in range(1, len(parts) + 1):
                 init = root.joinpath(*parts[:depth], "__init__.py")
@@ -121,8 +123,11 @@ def _belongs_to_bundle(relative: Path) -> bool:
     )
 
 
-def _package_imports(source: str) -> set[str]:
-    """Dotted names of the package's modules that `source` imports (`from P import m` counts `P.m`)."""
+@functools.lru_cache(maxsize=1024)
+def _package_imports(source: str) -> frozenset[str]:
+    """Dotted names of the package's modules that `source` imports (`from P import m` counts `P.m`),
+    kept by content as `_shipped_module` is: a render walks the closure twice (its files, its
+    digest), and a process that renders many times parses each module once."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -130,7 +135,7 @@ def _package_imports(source: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return {name for name in names if name.split(".")[0] == PACKAGE}
+    return frozenset(name for name in names if name.split(".")[0] == PACKAGE)
 
 
 def code_sha256(

@@ -19,11 +19,12 @@ ON_A_CHIP = [
 ]
 
 
-def run_on_the_chip(script: str) -> None:
+def run_on_the_chip(script: str) -> str:
     """`script` in a process of its own without the session's CPU settings (JAX_PLATFORMS,
-    XLA_FLAGS); the test fails with its output where it exits non-zero."""
+    XLA_FLAGS): its output; the test fails with its output where it exits non-zero."""
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=900
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    return done.stdout

@@ -5,7 +5,9 @@ folder of the session's own, which must be empty when the session ends.
 XLA reads the device count when JAX first initializes its backend, so it is set here, before any
 test module imports JAX. Many tests (and the drivers some of them start as subprocesses) compile
 the same cpu-tiny programs; JAX's persistent cache, in a folder of this session's own, compiles
-each once. Tracing and lowering still run on a cache hit, so the driver's recompile watch sees
+each once, the quick ones too: every engine built in a fresh process (the other worker's, a
+driver's) compiles its initial state, update and digest programs, well under a second each, again
+otherwise. Tracing and lowering still run on a cache hit, so the driver's recompile watch sees
 them as before.
 
 Whatever the tests, the package and the subprocesses they start put in the temporary folder
@@ -48,7 +50,7 @@ os.environ["XLA_FLAGS"] = _flags.strip()
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     (SESSION_FOLDER / "xla-cache").mkdir()  # there before the drivers the tests start share it
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(SESSION_FOLDER / "xla-cache")
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "1"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 
 
 @pytest.hookimpl(tryfirst=True)

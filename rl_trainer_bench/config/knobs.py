@@ -500,10 +500,13 @@ def _edit_distance(a: str, b: str) -> int:
     return previous[-1]
 
 
+_MOST_EDITS = 2  # the most edits a typo may be from its knob (knobs of 10 letters or more)
+
+
 def _allowed_distance(knob: str) -> int:
     """Short names are common words (SEED, STEPS): only their exact letters count as a typo."""
     length = len(_squashed(knob))
-    return 0 if length < 5 else 1 if length < 10 else 2
+    return 0 if length < 5 else 1 if length < 10 else _MOST_EDITS
 
 
 def misspelt_knob(name: str, knobs: Iterable[str] = DRIVER_KNOBS) -> str | None:
@@ -516,7 +519,12 @@ def misspelt_knob(name: str, knobs: Iterable[str] = DRIVER_KNOBS) -> str | None:
     if name in knobs:
         return None
     squashed = _squashed(name)
-    distance, nearest = min((_edit_distance(squashed, _squashed(k)), k) for k in knobs)
+    # A length differing by more than the largest allowed distance is more edits away than that:
+    # such knobs are never the answer, and a process's environment holds many unlike names.
+    near = [k for k in knobs if abs(len(_squashed(k)) - len(squashed)) <= _MOST_EDITS]
+    if not near:
+        return None
+    distance, nearest = min((_edit_distance(squashed, _squashed(k)), k) for k in near)
     return nearest if distance <= _allowed_distance(nearest) else None
 
 

@@ -23,8 +23,6 @@ import copy
 import json
 from collections.abc import Mapping
 
-import yaml
-
 from rl_trainer_bench import code_digest
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch import apply_size, code_bundle, results_location, validate
@@ -139,7 +137,7 @@ def render_aot_job(
 def bench_exports(bench: Rendered) -> dict[str, str]:
     """The knobs the bench's client script exports, read back from the rendered bench: not the
     script's own code folder and import path, which each script sets for itself."""
-    script = command_words(client_container(yaml.safe_load(bench.yaml)))
+    script = command_words(client_container(bench.jobset))
     exports = read_client_command(script).env
     return {k: v for k, v in exports.items() if k not in (CODE_DIR_VARIABLE, "PYTHONPATH")}
 

@@ -90,14 +90,19 @@ def test_two_arms_with_their_own_programs_hold_one_arms_bytes(tmp_path):
 def test_a_sibling_engine_steps_the_state_its_family_holds():
     """The built-in engine's share_state: no state is allocated for the sibling, the sibling's
     update is the family's (the first engine takes it, and its digest), and a config whose
-    optimizer moments have another dtype is refused naming the first such leaf."""
-    config = PRESETS["cpu-tiny"].engine_for(BUILT_IN)
+    optimizer moments have another dtype is refused naming the first such leaf. The two
+    settings of TWO_PROGRAMS, without the dropless retry: the programs the A/B above compiled."""
+    tiny = PRESETS["cpu-tiny"].engine_for(BUILT_IN)
+    config = dataclasses.replace(
+        tiny, moe=dataclasses.replace(tiny.moe, retry_when_tokens_dropped=False)
+    )
+    assert config.moe.ragged_buffer_factor == 2.0  # TWO_PROGRAMS' wide arm
     first = JaxEngine(config)
     before = live_device_bytes()
-    wide = dataclasses.replace(
-        config, moe=dataclasses.replace(config.moe, ragged_buffer_factor=2.0)
+    narrow = dataclasses.replace(
+        config, moe=dataclasses.replace(config.moe, ragged_buffer_factor=1.25)
     )
-    sibling = first.share_state(wide)
+    sibling = first.share_state(narrow)
     assert live_device_bytes() == before
     payload = example_payloads_for(config, 1)[0]
     first.compile(payload)

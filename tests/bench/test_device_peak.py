@@ -3,6 +3,8 @@ refusal, probes on real host devices (a real RESOURCE_EXHAUSTED from an allocati
 the driver's probe steps on a device whose limit the stand-in engine emulates (the host CPU has
 none)."""
 
+import functools
+import gc
 import subprocess
 import sys
 
@@ -23,6 +25,7 @@ OFF = StageConfig()
 BEFORE = StageConfig(before_update=True, issue="after_last")
 MIB = 1024**2
 GIB = 1024**3
+RESOLUTION = 8 * MIB  # the emulated device's, where a probe's filler costs its bytes on 8 devices
 # The TPU runtime's own words for a program whose temporaries did not fit (tpu-v5e-facts.md)
 TPU_LOAD_FAILURE = (
     "RESOURCE_EXHAUSTED: RuntimeProgramAllocationFailure: Error loading program 'jit_f':"
@@ -225,12 +228,19 @@ def live_bytes_on_first_device():
 def test_the_driver_brackets_an_emulated_devices_step_through_its_own_loop(
     monkeypatch, stage, load_failure
 ):
-    in_use, need = live_bytes_on_first_device(), 100 * MIB
-    limit = in_use + 256 * MIB
+    """At an eighth of the driver's resolution (8 MiB, not 64): each probe writes its filler on
+    all 8 host devices, and the search is the same at any scale. Earlier tests' arrays are
+    collected first: one freed during the search would move its bracket."""
+    gc.collect()
+    in_use, need = live_bytes_on_first_device(), 12 * MIB
+    limit = in_use + 32 * MIB
     monkeypatch.setattr(
         device_peak,
         "device_memory",
         lambda devices: DeviceMemory(limit, live_bytes_on_first_device()),
+    )
+    monkeypatch.setattr(
+        device_peak, "bisect", functools.partial(device_peak.bisect, resolution=RESOLUTION)
     )
     engine = LimitedDeviceEngine(limit, need, load_failure)
     config = BenchConfig(
@@ -246,7 +256,8 @@ def test_the_driver_brackets_an_emulated_devices_step_through_its_own_loop(
         bench.close()
     assert measured.stopped == "" and measured.failed_program == "jit_fwd_bwd"
     assert measured.peak_more_than < in_use + need <= measured.peak_at_most
-    assert measured.peak_at_most - measured.peak_more_than <= device_peak.RESOLUTION
+    assert measured.peak_at_most - measured.peak_more_than <= RESOLUTION
+    assert len(measured.probes) > 3  # a bisection, not the first guess
     assert len(result.records) == 3  # the probes are not the run's steps
     # the probes that ran were whole steps, update included
     assert engine.calls.count(("update",)) > updates

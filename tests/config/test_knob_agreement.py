@@ -150,6 +150,7 @@ def test_formatted_engine_flags_read_back_as_written(pairs):
         ("micro_steps", "MICRO_STEPS"),
         ("MICRO_STEP", "MICRO_STEPS"),
         ("STAGE_BEFORE_UPDATES", "STAGE_BEFORE_UPDATE"),
+        ("STAGE_BEFORE_UPDA", "STAGE_BEFORE_UPDATE"),  # two letters short: the most allowed
         ("RESULT_DIR", "RESULTS_DIR"),
         ("TRAINER_ARGS", "TRAINER_ARGV"),
         ("seed", "SEED"),

@@ -449,15 +449,16 @@ SORTED_AUTODIFF = dataclasses.replace(
 )
 
 
-def test_the_backward_pass_reads_the_routing_rather_than_sorting_again():
+def test_the_backward_pass_reads_the_routing_rather_than_sorting_again(compiled):
     """One sort of the routed pairs per layer kind in each forward-backward program when pairs
     are ranked by a sort (none when counted): the layer's remat keeps the routing (moe.ROUTING)
-    instead of recomputing it in the backward pass."""
+    instead of recomputing it in the backward pass. The programs read are the engines' own,
+    which this module's other tests compile too."""
     kinds = len(set(MODEL.layer_types))
     for config, sorts in ((SORTED_AUTODIFF, kinds), (CONFIG, 0)):
-        lowered = lower_programs(config, make_mesh(config.mesh))
+        programs = fresh_engine(compiled, config)._compiled
         for name in ("fwd_bwd", "fwd_bwd_dropless"):
-            hlo = lowered[name].compile().as_text()
+            hlo = programs[name].as_text()
             assert len(re.findall(r" sort\(", hlo)) == sorts, (name, config.moe.pair_ranking)
 
 

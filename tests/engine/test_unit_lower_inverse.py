@@ -75,7 +75,7 @@ def test_the_rule_through_the_kernel_gives_the_xla_paths_outputs_and_gradients()
             )  # fmt: skip
             return jnp.sum(out * weights)
 
-        return jax.value_and_grad(of, argnums=(0, 1, 2, 3, 4))
+        return jax.jit(jax.value_and_grad(of, argnums=(0, 1, 2, 3, 4)))
 
     want, want_grads = loss("xla", False)(q, k, v, log_decay, beta)
     got, got_grads = loss("pallas", True)(q, k, v, log_decay, beta)

@@ -15,9 +15,19 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "testdata" / "launch_dryrun_fixture.yaml"
 
 
+# libyaml's parser where PyYAML was built with it: a rendered manifest is mostly its code's
+# base64, which PyYAML's own scanner reads a character at a time.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_manifest(text: str) -> dict:
+    """A rendered manifest's YAML read back, as `yaml.safe_load` reads it."""
+    return yaml.load(text, Loader=_LOADER)
+
+
 def render_fixture(**knobs: str) -> dict:
     text = render(FIXTURE.read_text(), FIXTURE.name, RenderKnobs.from_strings(knobs))
-    return yaml.safe_load(text)
+    return load_manifest(text)
 
 
 def client_script(bench: dict) -> str:

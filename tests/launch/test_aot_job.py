@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from render_helpers import FIXTURE, exports, tpu7x_trainer_launch
+from render_helpers import FIXTURE, exports, load_manifest, tpu7x_trainer_launch
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.ab import render_command
@@ -40,7 +40,7 @@ def _render(tmp_path: Path, launch: Path = FIXTURE, *flags: str) -> tuple[int, d
             *flags,
         ]
     )
-    return code, (yaml.safe_load(aot.read_text()) if aot.exists() else {})
+    return code, (load_manifest(aot.read_text()) if aot.exists() else {})
 
 
 def _pod(job: dict) -> dict:
@@ -337,7 +337,7 @@ def test_the_render_plans_the_ab_once_and_the_job_compiles_its_printed_arms(
     table = json.loads(_exports(job)["AOT_AB"])
     compiled = [name for item in table["program_sets"] for name in item["settings"]]
     assert printed == compiled == ["full", "minimal"]
-    bench = yaml.safe_load((tmp_path / "bench.yaml").read_text())
+    bench = load_manifest((tmp_path / "bench.yaml").read_text())
     assert table["arms"] == exports(bench)["AB_ARMS"]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from render_helpers import FIXTURE
+from render_helpers import FIXTURE, load_manifest
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.launch import apply_size
@@ -49,8 +49,6 @@ def test_the_render_says_how_large_the_stored_copy_is(tmp_path, capfd):
     output = tmp_path / "bench.yaml"
     assert cli.main(["render", f"--launch-render={FIXTURE}", f"--output={output}"]) == 0
     line = next(x for x in capfd.readouterr().err.splitlines() if x.startswith("render: manifest:"))
-    import yaml
-
-    size = apply_size.stored_annotation_bytes(yaml.safe_load(output.read_text()))
+    size = apply_size.stored_annotation_bytes(load_manifest(output.read_text()))
     assert line.startswith(f"render: manifest: {size:,} bytes of annotations")
     assert 50_000 < size < apply_size.ANNOTATIONS_LIMIT

@@ -9,9 +9,8 @@ import subprocess
 import sys
 
 import pytest
-import yaml
 from reference_data import launch_render
-from render_helpers import FIXTURE, exports
+from render_helpers import FIXTURE, exports, load_manifest
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.launch.dry_run import client_container, literal_env
@@ -108,7 +107,7 @@ def _python_on_path(folder) -> dict[str, str]:
 def _pod_plan(bench_file, folder, **env: str) -> subprocess.CompletedProcess:
     """The rendered pod's client command run here in plan-only mode, as the pod runs it: with
     its container's own `env` (JAX_PLATFORMS, ...) and a trainer's image's `python` on PATH."""
-    container = client_container(yaml.safe_load(bench_file.read_text()))
+    container = client_container(load_manifest(bench_file.read_text()))
     return subprocess.run(
         container["command"],
         # the script unpacks its code into `mktemp -d`: under the test's folder, not the suite's
@@ -210,7 +209,7 @@ def test_plan_of_a_same_pod_ab_prints_the_ab_not_the_plain_benchs_steps(tmp_path
         "--ab-step-noise=0.15%",
         "--ab-budget=25min",
     )
-    assert exports(yaml.safe_load(bench.read_text()))["AB_STEP_TIME"] == (
+    assert exports(load_manifest(bench.read_text()))["AB_STEP_TIME"] == (
         f"100.15s (aot's roofline ESTIMATE in {report}, not a measurement)"
     )
     capfd.readouterr()

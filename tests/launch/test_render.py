@@ -4,7 +4,7 @@ import shlex
 
 import pytest
 import yaml
-from render_helpers import FIXTURE, exports, render_fixture
+from render_helpers import FIXTURE, exports, load_manifest, render_fixture
 
 from rl_trainer_bench.config.engine_keys import parse_engine_flags
 from rl_trainer_bench.errors import UserError
@@ -120,7 +120,7 @@ def test_libtpu_flags_merge_keeping_unrelated_and_overriding_given():
 def test_libtpu_flags_are_created_when_the_trainer_had_none():
     text = FIXTURE.read_text().replace("LIBTPU_INIT_ARGS='--xla_a=1 --xla_b=true' ", "")
     knobs = RenderKnobs.from_strings({"libtpu_flags": "--xla_c=1"})
-    assert exports(yaml.safe_load(render(text, "f", knobs)))["LIBTPU_INIT_ARGS"] == "--xla_c=1"
+    assert exports(load_manifest(render(text, "f", knobs)))["LIBTPU_INIT_ARGS"] == "--xla_c=1"
 
 
 def test_step_knobs_are_exported_only_when_given():
@@ -184,10 +184,10 @@ def test_name_knob_and_trainer_jobset_knob():
 def test_long_trainer_name_is_shortened_to_fit_the_budgets_deterministically():
     long_name = "a-very-long-trainer-jobset-name"
     text = FIXTURE.read_text().replace("fixture-train", long_name)
-    first = yaml.safe_load(render(text, "f", RenderKnobs()))
+    first = load_manifest(render(text, "f", RenderKnobs()))
     name = first["metadata"]["name"]
     assert name.endswith("-bench") and 2 * len(name) + len("proc") <= 57
-    assert name == yaml.safe_load(render(text, "f", RenderKnobs()))["metadata"]["name"]
+    assert name == load_manifest(render(text, "f", RenderKnobs()))["metadata"]["name"]
     assert jobset_problems(first) == []
 
 
@@ -209,7 +209,7 @@ def test_bad_input_is_one_clear_error(text, message):
 
 def test_non_yaml_noise_before_the_first_document_is_skipped():
     noise = "Warning: jobset x: missing: field\n- [unclosed\n"
-    bench = yaml.safe_load(render(noise + FIXTURE.read_text(), "f", RenderKnobs()))
+    bench = load_manifest(render(noise + FIXTURE.read_text(), "f", RenderKnobs()))
     assert bench["metadata"]["name"] == "fixture-train-bench"
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import yaml
 from reference_data import launch_render
-from render_helpers import FIXTURE, exports, render_fixture
+from render_helpers import FIXTURE, exports, load_manifest, render_fixture
 
 from rl_trainer_bench import code_digest
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
@@ -65,7 +64,7 @@ def test_the_pod_times_the_trainers_engine_and_embeds_its_code(
     facts = dict(pod_plan.engine_facts)
     assert pod_plan.config.engine == engine and facts["engine"].startswith(f"{engine} ({because}")
     assert ("maxtext config" in facts) == (engine == MAXTEXT)
-    bench = yaml.safe_load(text)
+    bench = load_manifest(text)
     assert "ENGINE" not in exports(bench)  # the pod resolves the same engine from the same argv
     # the embedded code is the chosen engine's closure: the adapter travels only with MaxText
     sha = bench["metadata"]["annotations"]["rl-trainer-bench/code-sha256"]

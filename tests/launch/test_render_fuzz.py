@@ -1,10 +1,9 @@
 """Fuzz: any input text or knob value gives a valid bench or one clear error, never a traceback."""
 
-import yaml
 from fuzz_support import FUZZ
 from hypothesis import given
 from hypothesis import strategies as st
-from render_helpers import FIXTURE
+from render_helpers import FIXTURE, load_manifest
 
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.knobs import RenderKnobs
@@ -38,7 +37,7 @@ def _render_or_error(text: str, knobs: dict) -> None:
     except UserError as error:
         assert str(error) and "\n" not in str(error)
         return
-    assert jobset_problems(yaml.safe_load(rendered)) == []
+    assert jobset_problems(load_manifest(rendered)) == []
 
 
 @FUZZ

@@ -5,9 +5,8 @@ pass them); the summary shows each container's flags and warns when the trainer'
 
 from __future__ import annotations
 
-import yaml
 from reference_data import launch_render
-from render_helpers import FIXTURE, exports
+from render_helpers import FIXTURE, exports, load_manifest
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.launch.diff import diff, unexpected
@@ -23,7 +22,7 @@ def _containers(bench: dict) -> dict[str, dict]:
 
 
 def _render(text: str, **knobs: str) -> dict:
-    return yaml.safe_load(render(text, "launch.yaml", RenderKnobs.from_strings(knobs)))
+    return load_manifest(render(text, "launch.yaml", RenderKnobs.from_strings(knobs)))
 
 
 def _summary(path, capsys, *flags: str) -> list[str]:
@@ -247,9 +246,7 @@ def test_a_value_that_starts_with_a_dash_may_follow_its_option_as_its_own_word(c
     out = tmp_path / "bench.yaml"
     argv = ["render", "--launch-render", str(FIXTURE), "--output", str(out)]
     assert cli.main([*argv, "--libtpu-flags", "--xla_c=2"]) == 0
-    assert (
-        _containers(yaml.safe_load(out.read_text()))["pathways-worker"]["args"][-1] == "--xla_c=2"
-    )
+    assert _containers(load_manifest(out.read_text()))["pathways-worker"]["args"][-1] == "--xla_c=2"
     capsys.readouterr()
     forgotten = ["render", "--launch-render", str(FIXTURE), "--libtpu-flags", "--output", str(out)]
     assert cli.main(forgotten) == 2

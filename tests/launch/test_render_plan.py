@@ -16,7 +16,6 @@ import tarfile
 from pathlib import Path
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from render_helpers import (
@@ -25,6 +24,7 @@ from render_helpers import (
     client_command,
     exports,
     launch_render,
+    load_manifest,
     tpu7x_trainer_launch,
 )
 
@@ -57,7 +57,7 @@ def _pod_plan(bench: dict, folder: Path) -> subprocess.CompletedProcess:
 
 def test_the_397b_launch_renders_a_pod_that_plans_the_397b_cell_on_its_slice(tmp_path):
     name = "tunix-mlperf-397b-256-v5p-trainer.stdout.txt"
-    bench = yaml.safe_load(render(launch_render(name).read_text(), name, RenderKnobs()))
+    bench = load_manifest(render(launch_render(name).read_text(), name, RenderKnobs()))
     assert "PRESET" not in exports(bench)  # the model comes from the trainer's own flags
     result = _pod_plan(bench, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -94,7 +94,7 @@ def test_a_maxtext_trainers_sharded_head_and_chunked_pass_are_checked_in_the_pod
 
 
 def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path):
-    bench = yaml.safe_load(render(tpu7x_trainer_launch(), "tpu7x", RenderKnobs()))
+    bench = load_manifest(render(tpu7x_trainer_launch(), "tpu7x", RenderKnobs()))
     assert bench["metadata"]["annotations"].get("rl-trainer-bench/slice") is None  # its own slice
     result = _pod_plan(bench, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -147,7 +147,7 @@ def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path
 
 def test_the_tpu7x_launch_timed_by_the_built_in_engine_says_it_is_not_the_trainers(tmp_path):
     knobs = RenderKnobs.from_strings({"engine": "builtin"})
-    bench = yaml.safe_load(render(tpu7x_trainer_launch(), "tpu7x", knobs))
+    bench = load_manifest(render(tpu7x_trainer_launch(), "tpu7x", knobs))
     result = _pod_plan(bench, tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -168,7 +168,7 @@ def test_the_tpu7x_launch_timed_by_the_built_in_engine_says_it_is_not_the_traine
 
 def test_a_known_model_fixture_plans_its_preset_with_lengths_from_the_trainer(tmp_path):
     """The fixture's orchestrator states no lengths; the trainer's flags supply them."""
-    bench = yaml.safe_load(render(FIXTURE.read_text(), FIXTURE.name, RenderKnobs()))
+    bench = load_manifest(render(FIXTURE.read_text(), FIXTURE.name, RenderKnobs()))
     assert "max_prompt_length" not in exports(bench)["ORCH_ARGV"]
     result = _pod_plan(bench, tmp_path)
     assert result.returncode == 0, result.stderr
@@ -191,7 +191,7 @@ def test_an_unknown_model_is_refused_at_render_time_naming_preset():
 
 def test_preset_overrides_the_model_mapping(tmp_path):
     knobs = RenderKnobs.from_strings({"driver_env": "PRESET=qwen3-30b-a3b-cell"})
-    bench = yaml.safe_load(render(UNKNOWN_MODEL.read_text(), UNKNOWN_MODEL.name, knobs))
+    bench = load_manifest(render(UNKNOWN_MODEL.read_text(), UNKNOWN_MODEL.name, knobs))
     result = _pod_plan(bench, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "plan: preset: qwen3-30b-a3b-cell (chosen by PRESET)" in result.stdout.splitlines()
@@ -373,7 +373,7 @@ FIXTURE_TEXT = FIXTURE.read_text()
 @example(knobs={"trainer_argv": "--model_name=Qwen3-30B-A3B --mesh_fsdp=8 --max_prompt_length=64"})
 def test_every_render_the_renderer_accepts_is_a_pod_whose_driver_accepts_its_knobs(knobs, capsys):
     try:
-        bench = yaml.safe_load(render(FIXTURE_TEXT, "fuzz.yaml", RenderKnobs.from_strings(knobs)))
+        bench = load_manifest(render(FIXTURE_TEXT, "fuzz.yaml", RenderKnobs.from_strings(knobs)))
     except UserError as error:
         assert "\n" not in str(error)
         event("refused at render time")

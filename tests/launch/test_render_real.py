@@ -3,8 +3,7 @@
 import shlex
 
 import pytest
-import yaml
-from render_helpers import exports, launch_render
+from render_helpers import exports, launch_render, load_manifest
 
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.client_command import read_client_command
@@ -34,7 +33,7 @@ _GSM8K_KNOBS = {
 def test_real_launch_renders_to_a_valid_bench_that_changes_only_what_it_should(name, knobs):
     text = launch_render(name).read_text()
     trainer = find_trainer(read_documents(text, name), name)
-    bench = yaml.safe_load(render(text, name, RenderKnobs.from_strings(knobs)))
+    bench = load_manifest(render(text, name, RenderKnobs.from_strings(knobs)))
     assert jobset_problems(bench) == []
     assert unexpected(diff(trainer, bench), EXPECTED) == []
     launch = read_client_command(client_container(trainer)["command"])
@@ -64,7 +63,7 @@ def test_397b_trainer_keeps_its_libtpu_flags_and_moves_to_a_new_slice():
             "engine_flags": "mesh_fsdp=16",  # 16 x 8 x 2 fills the 128 chips' 256 devices
         }
     )
-    bench = yaml.safe_load(render(text, name, knobs))
+    bench = load_manifest(render(text, name, knobs))
     flags = exports(bench)["LIBTPU_INIT_ARGS"].split()
     assert "--xla_tpu_scoped_vmem_limit_kib=98304" in flags
     assert "--xla_tpu_scoped_vmem_limit_kib=65536" not in flags

@@ -13,9 +13,8 @@ import sys
 import tarfile
 
 import pytest
-import yaml
 from reference_data import launch_render
-from render_helpers import FIXTURE, client_command, client_script, exports
+from render_helpers import FIXTURE, client_command, client_script, exports, load_manifest
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.ab import budget
@@ -30,7 +29,7 @@ ARMS = "base:ragged_buffer_factor=1.25,wide:ragged_buffer_factor=2"
 
 
 def _render(**knobs: str) -> dict:
-    return yaml.safe_load(
+    return load_manifest(
         render(FIXTURE.read_text(), "f", RenderKnobs.from_strings(knobs), plan_ab=plan_for_render)
     )
 
@@ -219,8 +218,8 @@ def test_the_397b_pods_ab_is_planned_for_the_pods_host_and_fits_kubectl_apply(en
     path = launch_render("tunix-mlperf-397b-256-v5p-trainer.stdout.txt")
     knobs = RenderKnobs.from_strings({"ab_arms": "off,on", "engine": engine})
     text = render(path.read_text(), path.name, knobs, plan_for_render)
-    assert stored_annotation_bytes(yaml.safe_load(text)) < 262_144
-    assert yaml.safe_load(text)["metadata"]["name"] == "benchuser-train-bench"
+    assert stored_annotation_bytes(load_manifest(text)) < 262_144
+    assert load_manifest(text)["metadata"]["name"] == "benchuser-train-bench"
 
 
 def test_the_ab_holds_one_state_for_arms_of_two_program_sets():
@@ -252,5 +251,5 @@ def test_the_render_reads_the_step_time_file_into_the_pods_knob_leaving_its_flag
     parsed = dict(vars(args))
     assert render_command.run(args) == 0
     assert vars(args) == parsed
-    step_time = exports(yaml.safe_load(out.read_text()))["AB_STEP_TIME"]
+    step_time = exports(load_manifest(out.read_text()))["AB_STEP_TIME"]
     assert step_time == f"100s (aot's roofline ESTIMATE in {prior}, not a measurement)"

@@ -53,7 +53,7 @@ import yaml
 from fuzz_support import EXAMPLES
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from render_helpers import FIXTURE
+from render_helpers import FIXTURE, load_manifest
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.ab.memory import aot_ab_command
@@ -337,7 +337,7 @@ def test_rendered_pods_receive_every_value_as_written(rendered, scratch, pod, tm
         "PATH": f"{tmp_path}:{scratch / 'bin'}:{os.environ['PATH']}",
         "TMPDIR": str(tmp_path),  # the unpacked code goes with the test's folder
     }
-    command = client_container(yaml.safe_load(rendered[pod].read_text()))["command"]
+    command = client_container(load_manifest(rendered[pod].read_text()))["command"]
     result = subprocess.run(
         command, env=environment, cwd=tmp_path, capture_output=True, timeout=120
     )
@@ -396,7 +396,7 @@ def test_plan_refuses_a_manifest_holding_a_nul_byte_in_one_line(
 ):
     """A manifest edited after rendering: its pod could not start, and `plan` says so in one line
     instead of failing to start the plan's own process."""
-    bench = yaml.safe_load(rendered["bench"].read_text())
+    bench = load_manifest(rendered["bench"].read_text())
     container = client_container(bench)
     if where == "script":
         container["command"][2] = container["command"][2].replace("export ", "export Q=\0 ", 1)

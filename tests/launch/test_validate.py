@@ -5,7 +5,7 @@ import copy
 
 import pytest
 import yaml
-from render_helpers import FIXTURE, render_fixture
+from render_helpers import FIXTURE, load_manifest, render_fixture
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.launch.dry_run import find_trainer, read_documents
@@ -137,7 +137,7 @@ def test_unnamed_rules_in_a_trainer_still_render():
     trainer_text = FIXTURE.read_text().replace(
         anchor, anchor + "    rules:\n    - action: FailJobSet\n"
     )
-    bench = yaml.safe_load(render(trainer_text, "f", RenderKnobs.from_strings({})))
+    bench = load_manifest(render(trainer_text, "f", RenderKnobs.from_strings({})))
     assert "name" not in bench["spec"]["failurePolicy"]["rules"][0]
     assert jobset_problems(bench) == []
 

@@ -444,9 +444,16 @@ def test_loop_counted_cost_is_linear_in_depth_where_xla_counts_the_loop_once():
     assert four.flops - two.flops == pytest.approx(2 * per_block, rel=0.02)
 
 
-def test_the_report_carries_the_flags_its_compiler_read(monkeypatch):
+def test_the_report_carries_the_flags_its_compiler_read(monkeypatch, compiled_cell):
     """libtpu's LIBTPU_INIT_ARGS for a slice (its on-chip memory limit decides whether splash
-    attention's blocks fit), XLA_FLAGS for the local devices: said in the text and the JSON."""
+    attention's blocks fit), XLA_FLAGS for the local devices: said in the text and the JSON. The
+    check runs whole on the module's compiled programs, which stand in for its compile."""
+    _, compiled, rows = compiled_cell
+    monkeypatch.setattr(
+        check,
+        "compile_programs",
+        lambda config, mesh, module: ((row.name, compiled[row.name], row) for row in rows),
+    )
     monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_scoped_vmem_limit_kib=65536")
     flags = compiler_flags.compiler_flags(tpu_slice=True)
     assert flags == {"LIBTPU_INIT_ARGS": "--xla_tpu_scoped_vmem_limit_kib=65536"}
