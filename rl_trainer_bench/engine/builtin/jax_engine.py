@@ -152,8 +152,8 @@ class JaxEngine:
         (the compiler keeps both busy) and the host memory of the compile grows by about a third
         (benchmarks/reports/aot-compile-time_tpu7x-v5p_2026-12-02.md). Each program's seconds are
         its own compile's, overlapping the others'.
-        Programs already compiled in this process for the same config, devices and shapes are
-        reused (their entry is 0).
+        Programs already compiled in this process for the same config (its output folder aside),
+        devices and shapes are reused (their entry is 0).
         """
         spec = {
             name: jax.ShapeDtypeStruct(array.shape, array.dtype)
@@ -161,7 +161,9 @@ class JaxEngine:
         }
         config = self._config_for(spec)
         check_payload(example, payload_spec(config))
-        key = (self.config, tuple(d.id for d in self.mesh.devices.flat), tuple(sorted(spec)))
+        # the results folder an engine may write into changes none of the programs
+        programs_of = dataclasses.replace(self.config, output_dir="")
+        key = (programs_of, tuple(d.id for d in self.mesh.devices.flat), tuple(sorted(spec)))
         seconds: dict[str, float] = {}
         cached = _COMPILED.get(key)
         digest = self._digest_compile()
