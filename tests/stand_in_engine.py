@@ -21,19 +21,21 @@ from rl_trainer_bench.engine.contract import Payload
 
 
 def stand_in_pool(count: int) -> list[Payload]:
-    """`count` distinct two-row micro-batches, each with per-array digests as the builder makes."""
+    """`count` distinct micro-batches of four rows of four tokens (they divide cpu-tiny's mesh, as
+    the builder's do, so they go to its devices as the engine's input goes), each with per-array
+    digests as the builder makes."""
     pool = []
     for i in range(count):
-        ids = np.full((2, 4), i + 1, np.int32)
-        segments = np.ones((2, 4), np.int32)
+        ids = np.full((4, 4), i + 1, np.int32)
+        segments = np.ones((4, 4), np.int32)
         segments[1, 3] = 0
         arrays = {
             "input_ids": ids,
             "segment_ids": segments,
-            "positions": np.tile(np.arange(4, dtype=np.int32), (2, 1)),
+            "positions": np.tile(np.arange(4, dtype=np.int32), (4, 1)),
             "completion_mask": segments.copy(),
-            "advantages": np.full((2, 4), 0.5, np.float32),
-            "old_logps": np.zeros((2, 4), np.float32),
+            "advantages": np.full((4, 4), 0.5, np.float32),
+            "old_logps": np.zeros((4, 4), np.float32),
         }
         digests = {k: hashlib.sha256(v.tobytes()).hexdigest()[:12] for k, v in arrays.items()}
         pool.append(Payload(**arrays, name=f"pool_{i}", digests=digests))

@@ -39,7 +39,7 @@ BUDGET_S = 5.0  # past this, no further timed copy of the whole micro-batch star
 def measure(payload: Payload, mesh: MeshConfig) -> tuple[HostLink, float, int]:
     """The link to the mesh's devices as `payload`'s copy crosses it: (the link, the median
     seconds of the whole micro-batch's copy, the bytes this process sent in it)."""
-    devices = sharding.make_mesh(mesh)
+    devices = sharding.make_mesh(mesh, jax.devices()[: mesh.size])  # an engine's: the first ones
     whole = payload.arrays()
     spread = {name: sharding.payload_sharding(devices, a.ndim) for name, a in whole.items()}
     fixed = {name: np.zeros((mesh.row_groups, mesh.context), np.uint8) for name in whole}

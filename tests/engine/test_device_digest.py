@@ -129,7 +129,8 @@ def test_a_turn_copies_no_weights_to_the_host(monkeypatch):
     """A one-step turn (Bench.run, as an A/B turn) reads back its metrics and the digest's lane
     sums, nothing the size of the weights: every first read of a device array's value is
     counted (jax.device_get, numpy, float() all take it)."""
-    config = BenchConfig(preset=PRESETS["cpu-tiny-dense"], steps=1, micro_steps=2)
+    preset = dataclasses.replace(PRESETS["cpu-tiny-dense"], engine=DENSE)  # the engine's one device
+    config = BenchConfig(preset=preset, steps=1, micro_steps=2)
     engine = JaxEngine(DENSE, jax.devices()[:1])
     bench = Bench(config, lambda line: None, engine_factory=lambda _: engine, pool=_pool(2))
     bench.setup()
