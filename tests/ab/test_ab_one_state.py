@@ -61,13 +61,16 @@ def live_device_bytes() -> int:
 
 def held_by_ab(arms: str, out) -> tuple[int, dict]:
     """Device bytes the A/B of `arms` (cpu-tiny, 2 turns of 1 step) holds at its end, with its
-    benches still alive; its report. The benches are let go before returning."""
+    benches still alive, over what the process held before it (an earlier test in the process
+    may have left arrays alive); its report. The benches are let go before returning."""
+    gc.collect()
+    before = live_device_bytes()
     kept = KeptBenches()
     argv = ["--arms", arms, "--order", "written", "--steps", "1", "--out", str(out), *NO_RETRY]
     code = run_ab(argv, kept)
     report = json.loads((out / "ab.json").read_text())
     assert code == 0, report["checks"]
-    held = live_device_bytes()
+    held = live_device_bytes() - before
     kept.benches.clear()
     gc.collect()
     return held, report
