@@ -22,6 +22,11 @@ from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.units import human_bytes
 
 CGROUP_MEMORY_LIMIT = Path("/sys/fs/cgroup/memory.max")
+SHORTER_POOL = (
+    "shorten max_prompt_length/max_response_length, lower train_micro_batch_size or"
+    " DISTINCT_MICRO_BATCHES"
+)
+SHORTER_MICRO_BATCH = "shorten the sequence or lower train_micro_batch_size"
 
 
 def micro_batch_bytes(engine: EngineConfig) -> int:
@@ -57,8 +62,7 @@ def refuse_oversized(
         raise ConfigError(
             f"the micro-batch pool needs {human_bytes(pool)} of host memory ({pool_size} x"
             f" {human_bytes(each)}: {shape}) and this host has {human_bytes(host_bytes)}:"
-            " shorten max_prompt_length/max_response_length, lower train_micro_batch_size or"
-            " DISTINCT_MICRO_BATCHES"
+            f" {_remedy(engine, SHORTER_POOL)}"
         )
     if tpu_slice is not None:
         share = -(-each // engine.mesh.size)
@@ -68,6 +72,17 @@ def refuse_oversized(
             raise ConfigError(
                 f"one micro-batch ({shape}, {human_bytes(each)}) puts {human_bytes(share)} on"
                 f" each of {engine.mesh.size} devices and a {chip.name} device has"
-                f" {human_bytes(device_bytes)}: shorten the sequence or lower"
-                " train_micro_batch_size"
+                f" {human_bytes(device_bytes)}: {_remedy(engine, SHORTER_MICRO_BATCH)}"
             )
+
+
+def _remedy(engine: EngineConfig, otherwise: str) -> str:
+    """What to change: the engine key extra_host_bytes where its filler is most of a micro-batch
+    (a user who asked for a production host's bytes asked for too many), else `otherwise`."""
+    sizes = array_bytes(engine)
+    if 2 * sizes.get("extra_host_bytes", 0) > sum(sizes.values()):
+        return (
+            f"lower the engine key extra_host_bytes (ENGINE_FLAGS; {engine.extra_host_bytes:,}"
+            " filler bytes a micro-batch)"
+        )
+    return otherwise

@@ -62,6 +62,19 @@ def test_a_pool_too_large_for_this_host_is_refused_at_plan_time_with_the_numbers
     assert "68,719,476,736 tokens) and this host has " in err
 
 
+def test_a_pool_too_large_for_its_filler_names_the_engine_key_to_lower(capsys):
+    code, err = _plan_exit({"ENGINE_FLAGS": "extra_host_bytes=99999999999999999999"}, capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert "lower the engine key extra_host_bytes (ENGINE_FLAGS; 99,999,999,999,999,999,999" in err
+    assert "max_prompt_length" not in err
+    code, err = _plan_exit(
+        {"TRAINER_ARGV": HUGE_SEQUENCE, "ENGINE_FLAGS": "extra_host_bytes=8"}, capsys
+    )
+    assert (
+        code == 2 and "shorten max_prompt_length/max_response_length" in err
+    )  # tokens, not filler
+
+
 def test_the_pool_and_the_devices_are_checked_against_given_sizes():
     config = BenchConfig.from_env(
         {"TRAINER_ARGV": "--max_prompt_length=16383 --max_response_length=1"}
