@@ -314,6 +314,153 @@ def test_each_module_of_a_file_gets_its_own_report(tmp_path, capsys):
     assert captured.out == "" and "broken.hlo:25:" in captured.err
 
 
+def test_indented_modules_as_xlas_cpp_tests_write_them_each_get_a_report():
+    """XLA's C++ tests hold modules in indented raw strings, several to a file split by
+    `// -----`; pasted as they are, each indented header starts a module of its own."""
+    text = """
+  HloModule a, is_scheduled=true
+
+  ENTRY e {
+    p = f32[1] parameter(0)
+    ROOT ag = f32[2] all-gather(p), dimensions={0}
+  }
+
+// -----
+
+  HloModule b, is_scheduled=true
+
+  ENTRY e {
+    p = f32[1] parameter(0)
+    ROOT ag = f32[4] all-gather(p), dimensions={0}
+  }
+"""
+    first, second = _file_reports(text)
+    assert (first.program, second.program) == ("p:a", "p:b")
+    assert [(c.bytes, c.line) for c in first.collectives] == [(8, 6)]
+    assert [(c.bytes, c.line) for c in second.collectives] == [(16, 15)]
+
+
+def test_an_in_place_permute_moves_its_slices_not_its_buffers():
+    """In-place collective-permute: operands input, output buffer and two start indices; what
+    crosses the link is a slice of each input array (`slice_sizes`), not the buffers."""
+    text = """HloModule inplace, num_partitions=2
+
+ENTRY %main {
+  %src = bf16[64,16] parameter(0)
+  %dst = bf16[64,64] parameter(1)
+  %zero = s32[] constant(0)
+  %at = (s32[], s32[]) tuple(%zero, %zero)
+  %cp = bf16[64,64] collective-permute(%src, %dst, %at, %at), source_target_pairs={{0,1}}, slice_sizes={{32,16}}
+  %a = (f32[8,4], s8[8,4]) parameter(2)
+  %b = (f32[8,8], s8[8,8]) parameter(3)
+  %i = ((s32[], s32[]), (s32[], s32[])) parameter(4)
+  %s = ((f32[8,4], s8[8,4]), (f32[8,8], s8[8,8]), u32[], u32[]) collective-permute-start(%a, %b, %i, %i),
+      source_target_pairs={{0,1}}, slice_sizes={{8,4}, {2,4}}
+  %d = (f32[8,8], s8[8,8]) collective-permute-done(%s)
+  ROOT %out = (bf16[64,64], (f32[8,8], s8[8,8])) tuple(%cp, %d)
+}
+"""
+    (report,) = _file_reports(text)
+    by_line = {c.line: c for c in report.collectives}
+    assert by_line[8].bytes == 32 * 16 * 2  # 1 KiB of the 8 KiB buffer
+    assert by_line[12].bytes == 8 * 4 * 4 + 2 * 4  # a slice of each array of the tuple
+
+
+def test_point_to_point_and_broadcast_are_listed_as_their_kinds():
+    """send/recv open async pairs their -done closes (no `-start` in the name); a
+    collective-broadcast is a collective of its own, synchronous or in an async wrapper."""
+    text = """HloModule p2p, is_scheduled=true, num_partitions=2
+
+%bcast (x: s32[6]) -> s32[6] {
+  %x = s32[6] parameter(0)
+  ROOT %b = s32[6] collective-broadcast(%x), replica_groups={{1,0}}
+}
+
+ENTRY %main {
+  %data = bf16[4,128] parameter(0)
+  %token = token[] after-all()
+  %send = (bf16[4,128], u32[], token[]) send(%data, %token), channel_id=3
+  %recv = (bf16[4,128], u32[], token[]) recv(%token), channel_id=3
+  %work = bf16[4,128] negate(%data)
+  %send-done = token[] send-done(%send), channel_id=3
+  %recv-done = (bf16[4,128], token[]) recv-done(%recv), channel_id=3
+  %got = bf16[4,128] get-tuple-element(%recv-done), index=0
+  %v = s32[6] parameter(1)
+  %sync = s32[6] collective-broadcast(%v), replica_groups={{0,1}}
+  %start = ((s32[6]), s32[6]) async-start(%sync), calls=%bcast
+  ROOT %done = s32[6] async-done(%start)
+}
+"""
+    (report,) = _file_reports(text)
+    rows = [(c.kind, c.form, c.bytes, c.between_compute) for c in report.collectives]
+    assert rows == [
+        ("send", "async pair", 4 * 128 * 2, 1),  # the negate runs beside it
+        ("recv", "async pair", 4 * 128 * 2, 1),
+        ("collective-broadcast", "sync", 24, 0),
+        ("collective-broadcast", "async wrapper", 24, 0),
+    ]
+
+
+def test_a_start_no_done_closes_runs_as_one_synchronous_op():
+    """A collective fusion's computation may hold a `-start` with no `-done`: the fusion's one
+    kernel runs it, so it is synchronous (and exposed), not an async pair."""
+    text = """HloModule fused_start
+
+%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %c = f32[] add(%a, %b)
+}
+
+%collective_body (p: f32[512]) -> f32[512] {
+  %p = f32[512] parameter(0)
+  ROOT %ar = f32[512] all-reduce-start(%p), replica_groups={{0,1}}, to_apply=%sum
+}
+
+ENTRY %main (x: f32[512]) -> f32[512] {
+  %x = f32[512] parameter(0)
+  ROOT %f = f32[512] fusion(%x), kind=kCustom, calls=%collective_body
+}
+"""
+    (only,) = _file_reports(text)[0].collectives
+    assert (only.form, only.fusion, only.bytes) == ("sync", "f", 512 * 4)
+    assert not only.is_async and not only.overlapped
+
+
+def test_a_multi_line_backend_config_closing_its_objects_on_their_own_lines():
+    """A backend_config written over several lines closes its nested objects on lines that start
+    with `}`: they continue the instruction, not close the computation."""
+    text = """HloModule m, num_partitions=2
+
+%sum (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %c = f32[] add(%a, %b)
+}
+
+ENTRY %main (x: f32[256]) -> f32[256] {
+  %x = f32[256] parameter(0)
+  %s = f32[256] all-reduce-start(%x), replica_groups={{0,1}}, to_apply=%sum,
+      backend_config={
+        "collective_backend_config":{
+          "is_sync":false
+        },
+        "force_earliest_schedule":false}
+  %n = f32[256] negate(%x)
+  ROOT %d = f32[256] all-reduce-done(%s)
+}
+"""
+    (reduce,) = _file_reports(text, source="m.hlo")[0].collectives
+    assert (reduce.form, reduce.line, reduce.bytes, reduce.between_compute) == (
+        "async pair",
+        11,
+        256 * 4,
+        1,
+    )
+    with pytest.raises(HloParseError, match=r"m\.hlo:11: not an HLO instruction"):
+        _file_reports(text.replace("(%x), replica", "(%x, replica"), source="m.hlo")
+
+
 def test_a_second_module_or_computation_of_one_name_is_refused():
     text = (TESTDATA / "hlo_two_modules.hlo").read_text()
     with pytest.raises(HloParseError, match=r"t\.hlo:15: a second HloModule"):

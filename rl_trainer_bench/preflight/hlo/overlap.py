@@ -33,6 +33,7 @@ from rl_trainer_bench.preflight.hlo.counts import (
     execution_counts,
 )
 from rl_trainer_bench.preflight.hlo.parse import (
+    Array,
     Computation,
     HloModule,
     Instruction,
@@ -53,7 +54,13 @@ KINDS = (
     "all-to-all",
     "ragged-all-to-all",
     "collective-permute",
+    "collective-broadcast",
+    "send",
+    "recv",
 )
+# Point-to-point transfers (a pipeline's stages, XLA's pipelined collective-permutes on GPU): each
+# opens an async pair its `-done` closes, though neither carries `-start` in its name.
+_POINT_TO_POINT = frozenset({"send", "recv"})
 # Instructions that move no data and compute nothing: scheduled between a start and its done they
 # hide nothing (nor do other async steps, `*-start`/`*-update`/`*-done`, see `_is_compute`).
 _BOOKKEEPING = frozenset(
@@ -182,6 +189,8 @@ def _collectives_of(
         kind, pair = _own_kind(instruction)
         if kind is None and not _wraps_computations(instruction):
             continue
+        # a start no done closes (a collective fusion's kernel) runs as one op: synchronous
+        pair = pair and _done_of(instruction, computation) is not None
         windowed = scheduled and (pair or kind is None)
         between = _between(instruction, computation, order) if windowed else []
         compute = [i for i in between if _is_compute(i)]
@@ -261,7 +270,7 @@ def _own_kind(instruction: Instruction) -> tuple[str | None, bool]:
     """(kind, whether it is an async pair's start) of a collective instruction; (None, False) else."""
     opcode = instruction.opcode
     if opcode in KINDS:
-        return opcode, False
+        return opcode, opcode in _POINT_TO_POINT
     base = opcode.removesuffix("-start")
     if base != opcode and base in KINDS:
         return base, True
@@ -297,9 +306,14 @@ def _wrapped_collectives(start: Instruction, module: HloModule) -> list[_Located
 
 def _moved_bytes(located: _Located) -> int:
     """Per device: the larger of what the collective reads and what it writes. A ragged
-    all-to-all's other operands are its output buffer and offsets: only its input moves."""
+    all-to-all's other operands are its output buffer and offsets: only its input moves. An
+    in-place collective-permute (`slice_sizes`: input, output buffer, start indices) moves its
+    slices alone."""
     instruction, computation = located.instruction, located.computation
     by_name = computation.by_name()
+    slices = instruction.attribute("slice_sizes")
+    if slices is not None and instruction.operands and instruction.operands[0] in by_name:
+        return _slice_bytes(slices, by_name[instruction.operands[0]])
     sent = instruction.operands[:1] if located.kind == "ragged-all-to-all" else instruction.operands
     operand_bytes = sum(by_name[o].bytes for o in sent if o in by_name)
     if _own_kind(instruction)[1]:
@@ -311,6 +325,18 @@ def _moved_bytes(located: _Located) -> int:
     else:
         result_bytes = instruction.bytes
     return max(operand_bytes, result_bytes)
+
+
+def _slice_bytes(slice_sizes: str, source: Instruction) -> int:
+    """The bytes of an in-place collective-permute's slices, `{{128,32},{64,32}}`, one for each
+    array of its input (a tuple input sends one slice of each), in that array's element type."""
+    slices = [
+        tuple(int(d) for d in dims.split(",") if d.strip())
+        for dims in re.findall(r"\{([\d,\s]*)\}", slice_sizes)
+    ]
+    return sum(
+        Array(array.dtype, dims).bytes for dims, array in zip(slices, source.arrays, strict=False)
+    )
 
 
 def _between(

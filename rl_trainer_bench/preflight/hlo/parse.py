@@ -386,7 +386,9 @@ class _ModuleReader:
         code = strip_line_comment(line).rstrip()
         if not code.strip():
             return
-        if code.strip() == "}" or code.strip().startswith("},"):  # `}, execution_thread=..`
+        if self._inside_statement(code):
+            self.statement.append(code.strip())  # a `}` closing a multi-line attribute's braces
+        elif code.strip() == "}" or code.strip().startswith("},"):  # `}, execution_thread=..`
             self._finish_statement()
             self._close_computation()
         elif self.statement and _continues(" ".join(self.statement), code):
@@ -395,6 +397,16 @@ class _ModuleReader:
             self._finish_statement()
             self.statement.append(code)
             self.statement_line = number
+
+    def _inside_statement(self, code: str) -> bool:
+        """A line indented past the instruction being read, while that instruction leaves brackets
+        open: a multi-line `backend_config` closes its objects on lines of their own (`},`),
+        which would otherwise read as the computation's closing brace."""
+        if not self.statement:
+            return False
+        first = self.statement[0]
+        deeper = len(code) - len(code.lstrip()) > len(first) - len(first.lstrip())
+        return deeper and _open_brackets(" ".join(self.statement)) > 0
 
     def _finish_statement(self) -> None:
         """Parse the instruction read so far into the current computation."""

@@ -123,7 +123,7 @@ def format_report(report: OverlapReport, details: bool = True) -> str:
     ]
     if details and report.collectives:
         lines.append(
-            f"  {'line':>6} {'kind':<19} {'form':<24} {'bytes':>10} {'x':>4} {'group':>5} "
+            f"  {'line':>6} {'kind':<20} {'form':<24} {'bytes':>10} {'x':>4} {'group':>5} "
             f"{'axes':<16} {'between':>7} {'compute':>7} {'GFLOP':>9}"
         )
         for c in report.collectives:
@@ -132,17 +132,17 @@ def format_report(report: OverlapReport, details: bool = True) -> str:
             form = c.form + (f" ({', '.join(marks)})" if marks else "")
             group = c.group_size or ("all" if c.all_devices else "?")
             lines.append(
-                f"  {c.line:>6} {c.kind:<19} {form:<24} {human_bytes(c.bytes):>10} {c.executions:>4} "
+                f"  {c.line:>6} {c.kind:<20} {form:<24} {human_bytes(c.bytes):>10} {c.executions:>4} "
                 f"{group:>5} {axes:<16} {c.between_instructions:>7} "
                 f"{c.between_compute:>7} {c.between_flops / 1e9:>9.3f}"
             )
     lines.append(
-        f"  {'kind':<19} {'count':>5} {'runs':>5} {'bytes':>10} {'async':>10} "
+        f"  {'kind':<20} {'count':>5} {'runs':>5} {'bytes':>10} {'async':>10} "
         f"{'overlapped':>10} {'exposed':>10} {'overlap':>7} {'hiding GFLOP':>12}"
     )
     for s in [*report.kinds, report.total]:
         lines.append(
-            f"  {s.kind:<19} {s.count:>5} {s.executions:>5} {human_bytes(s.bytes):>10} "
+            f"  {s.kind:<20} {s.count:>5} {s.executions:>5} {human_bytes(s.bytes):>10} "
             f"{human_bytes(s.async_bytes):>10} {human_bytes(s.overlapped_bytes):>10} "
             f"{human_bytes(s.exposed_bytes):>10} {s.overlapped_fraction:>7.0%} {s.hiding_flops / 1e9:>12.3f}"
         )

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight.hlo.parse import HloModule, HloParseError, parse_hlo
 
-_MODULE_HEADER = re.compile(r"^HloModule\s", re.MULTILINE)
+# Indented too: XLA's C++ tests hold their modules in indented raw strings, pasted as they are
+_MODULE_HEADER = re.compile(r"^[ \t]*HloModule\s", re.MULTILINE)
 _GZIP_MAGIC = b"\x1f\x8b"
 _MAX_UNPACKED = 1 << 32  # 4 GiB of text: larger than any program's dump, smaller than a zip bomb
 
