@@ -277,8 +277,10 @@ def test_maxtext_itself_lacks_the_staging_methods():
 
 
 @pytest.fixture(scope="module")
-def conformance():
-    config = small_engine_config()
+def conformance(tmp_path_factory):
+    # A folder of pytest's for MaxText's files: the engine outlives a module's last test (its
+    # arguments are held until that test's teardown, after the session's emptiness check)
+    config = small_engine_config(output_dir=str(tmp_path_factory.mktemp("conformance")))
     engine = StandInMaxTextEngine(config)
     return engine, check_engine(engine, example_payloads_for(config, 2, prefix="check"))
 
