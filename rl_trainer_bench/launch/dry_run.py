@@ -41,8 +41,8 @@ def read_documents(text: str, source: str, expected: str = DRY_RUN_OUTPUT) -> li
     documents: list[dict] = []
     for number, (offset, chunk) in enumerate(chunks):
         try:
-            document = yaml_reader.load(chunk)
-        except yaml_reader.DuplicateKeyError as error:
+            document = yaml_reader.load(chunk, kubernetes=True)
+        except yaml_reader.KeyProblem as error:
             first_line = text.count("\n", 0, offset) + 1
             raise UserError(f"{source}: {yaml_reader.describe(error, first_line)}") from None
         except yaml.YAMLError as error:

@@ -22,7 +22,27 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 _BYTE_ORDER_MARK = "\ufeff"
 
 
-class DuplicateKeyError(ConstructorError):
+class KeyProblem(ConstructorError):
+    """A mapping key the bench refuses, with the mark of where it is written."""
+
+
+class NonStringKeyError(KeyProblem):
+    """A Kubernetes object's mapping key that YAML reads as something other than a string."""
+
+    def __init__(self, key: object, written: str, mark: yaml.Mark):
+        kind = {bool: "a boolean", int: "an integer", float: "a number", type(None): "null"}.get(
+            type(key)
+        )
+        super().__init__(
+            None,
+            None,
+            f"the key {written} reads as {kind or type(key).__name__} ({key!r}), and a Kubernetes"
+            f" object's keys are strings; quote it: '{written}'",
+            mark,
+        )
+
+
+class DuplicateKeyError(KeyProblem):
     """A mapping holds one key twice; marks are those of the repeat and of the first use."""
 
     def __init__(self, key: object, first: yaml.Mark, repeat: yaml.Mark):
@@ -43,6 +63,22 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         if isinstance(node, yaml.MappingNode):
             _refuse_repeated_keys(self, node)
+        return super().construct_mapping(node, deep=deep)
+
+
+class _KubernetesLoader(_UniqueKeyLoader):
+    """The unique-key loader for Kubernetes objects, whose keys are strings: an unquoted `yes:`,
+    `on:` or `8080:` (YAML 1.1 reads them as a boolean or an integer) is refused where it is
+    written, not turned into a key the object cannot have."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, str):
+                    raise NonStringKeyError(key, key_node.value, key_node.start_mark)
         return super().construct_mapping(node, deep=deep)
 
 
@@ -71,9 +107,11 @@ def normalise(text: str) -> str:
     return text.removeprefix(_BYTE_ORDER_MARK).replace("\r\n", "\n").replace("\r", "\n")
 
 
-def load(text: str) -> object:
-    """The one document in `text`, with unique keys in every mapping (else `DuplicateKeyError`)."""
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+def load(text: str, kubernetes: bool = False) -> object:
+    """The one document in `text`, with unique keys in every mapping (else `DuplicateKeyError`);
+    `kubernetes`: every key a string too (else `NonStringKeyError`)."""
+    loader = _KubernetesLoader if kubernetes else _UniqueKeyLoader  # SafeLoader subclasses
+    return yaml.load(text, Loader=loader)
 
 
 def load_all(text: str) -> list[object]:

@@ -133,7 +133,7 @@ def _from_file(path: Path, trainer_jobset: str | None) -> Side:
     label = str(path)
     try:
         documents = yaml_reader.load_all(yaml_reader.normalise(text))
-    except yaml_reader.DuplicateKeyError as error:
+    except yaml_reader.KeyProblem as error:
         raise UserError(f"{label}: {yaml_reader.describe(error)}") from None
     except yaml.YAMLError:
         documents = None  # DRY_RUN noise before the first `---`, or plain flags: see below

@@ -46,6 +46,39 @@ def test_every_command_that_reads_the_users_yaml_refuses_a_repeated_key(command,
     assert not (tmp_path / "o.yaml").exists()
 
 
+@pytest.mark.parametrize(
+    ("written", "reads_as"),
+    [("yes", "a boolean (True)"), ("8080", "an integer (8080)"), ("~", "null (None)")],
+)
+@pytest.mark.parametrize("command", ["validate", "render"])
+def test_a_key_yaml_reads_as_no_string_is_refused_where_it_is_written(
+    command, written, reads_as, tmp_path, capsys
+):
+    """YAML 1.1 reads an unquoted `yes:` or `8080:` as a boolean or an integer; a Kubernetes
+    object's keys are strings, so the line says where and to quote it (it was an internal
+    error where the render sorted the object's keys)."""
+    selector = "            nodeSelector:\n"
+    text = FIXTURE.read_text().replace(selector, f"{selector}              {written}: x\n", 1)
+    path = tmp_path / "launch.yaml"
+    path.write_text(text)
+    out = tmp_path / "o.yaml"
+    argv = {
+        "validate": ["validate", str(path)],
+        "render": ["render", "--launch-render", str(path), "--output", str(out)],
+    }[command]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert (
+        f"line 77, column 15: the key {written} reads as {reads_as}, and a Kubernetes object's"
+        f" keys are strings; quote it: '{written}'" in err
+    )
+    assert not out.exists()
+    quoted = text.replace(f"{written}: x", f"'{written}': x", 1)
+    path.write_text(quoted)
+    assert cli.main(argv) == 0  # quoted, the same key is a string
+
+
 def test_a_repeated_key_in_a_yaml_mapping_of_flags_is_refused(tmp_path, capsys):
     flags = tmp_path / "flags.yaml"
     flags.write_text("base_emb_dim: 4096\nnum_experts: 512\nbase_emb_dim: 2048\n")
