@@ -230,6 +230,12 @@ def _describe(jobset: Mapping, location: ClientLocation) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
+TRAINER_SHAPE = (
+    "pass the DRY_RUN output of a launch that starts a Pathways trainer (a replicated job with"
+    " Pathways containers, TPU workers and one client container running python)"
+)
+
+
 def trainer_shortfalls(jobset: Mapping) -> list[str]:
     """Why a JobSet is not a Pathways trainer ([] when it is one)."""
     jobs = replicated_jobs(jobset)
@@ -261,6 +267,12 @@ def find_trainer(documents: list[dict], source: str, name: str | None = None) ->
                 f"(found {found}); pass one of those names"
             )
         client_location(named[0])  # a named trainer still needs its one client container
+        shortfalls = trainer_shortfalls(named[0])  # naming chooses a trainer, it waives no check
+        if shortfalls:
+            raise UserError(
+                f"--trainer-jobset {name}: JobSet {name} in {source} is not a Pathways trainer"
+                f" ({', '.join(shortfalls)}); {TRAINER_SHAPE}"
+            )
         return named[0]
     trainers = [js for js in candidates if not trainer_shortfalls(js)]
     if len(trainers) == 1:
@@ -268,8 +280,12 @@ def find_trainer(documents: list[dict], source: str, name: str | None = None) ->
     found = ", ".join(
         f"{jobset_name(js)} ({', '.join(trainer_shortfalls(js)) or 'trainer'})" for js in candidates
     )
-    problem = "no trainer JobSet" if not trainers else f"{len(trainers)} trainer JobSets"
-    raise UserError(f"{problem} in {source}: found {found}; pass --trainer-jobset NAME")
+    if trainers:
+        raise UserError(
+            f"{len(trainers)} trainer JobSets in {source}: found {found}; pass --trainer-jobset"
+            " NAME"
+        )
+    raise UserError(f"no trainer JobSet in {source}: found {found}; {TRAINER_SHAPE}")
 
 
 def walk_strings(node: object, path: tuple = ()) -> Iterator[tuple[tuple, str]]:

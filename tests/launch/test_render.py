@@ -223,6 +223,18 @@ def test_trainer_without_client_container_is_refused():
         render(text, "f", RenderKnobs())
 
 
+def test_a_named_trainer_is_held_to_the_trainer_checks():
+    """--trainer-jobset chooses among JobSets; it waives no check: a named JobSet whose worker asks
+    for no TPU (or has no Pathways head) is refused as the unnamed search refuses it."""
+    no_tpus = FIXTURE.read_text().replace('google.com/tpu: "4"', 'example.com/gpu: "4"', 2)
+    for knobs in ({"trainer_jobset": "fixture-train"}, {}):
+        with pytest.raises(UserError, match=r"fixture-train.*no TPU workers.*Pathways trainer"):
+            render(no_tpus, "f", RenderKnobs.from_strings(knobs))
+    no_head = FIXTURE.read_text().replace("name: pathways-", "name: service-")
+    with pytest.raises(UserError, match=r"JobSet fixture-train in f is not a Pathways trainer"):
+        render(no_head, "f", RenderKnobs.from_strings({"trainer_jobset": "fixture-train"}))
+
+
 def test_unknown_trainer_jobset_lists_the_jobsets_found():
     with pytest.raises(UserError, match="found fixture-orch, fixture-train, fixture-roll"):
         render(FIXTURE.read_text(), "f", RenderKnobs.from_strings({"trainer_jobset": "nope"}))

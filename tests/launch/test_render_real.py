@@ -85,5 +85,6 @@ def test_rollout_only_launch_is_refused_listing_what_was_found():
     with pytest.raises(UserError) as raised:
         render(launch_render(name).read_text(), name, RenderKnobs())
     message = str(raised.value)
-    assert "no trainer JobSet" in message and "--trainer-jobset NAME" in message
+    assert "no trainer JobSet" in message and "starts a Pathways trainer" in message
+    assert "--trainer-jobset" not in message  # naming one of them would be refused too
     assert all(f"benchuser-roll-{i} (no Pathways head)" in message for i in range(4))
