@@ -50,12 +50,31 @@ INSTANCE_TYPE_FLAG = "--instance_type="
 _MAX_LISTED = 5
 
 
+# The CRD's integer widths, which the API server enforces: JSON Schema's validators check a format
+# only when given a checker for it, and none ships one for these.
+INTEGER_FORMATS = jsonschema.FormatChecker(formats=())
+_INTEGER_BITS = {"int32": 32, "int64": 64}
+
+
+def _fits(bits: int):
+    def check(value: object) -> bool:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return True  # the schema's `type` says what else is wrong
+        return -(2 ** (bits - 1)) <= value < 2 ** (bits - 1)
+
+    return check
+
+
+for _name, _bits in _INTEGER_BITS.items():
+    INTEGER_FORMATS.checks(_name)(_fits(_bits))
+
+
 @functools.cache
 def schema_validator() -> jsonschema.protocols.Validator:
     """The compiled validator for the shipped schema; built once per process (the schema is 550 KB)."""
     text = resources.files("rl_trainer_bench.launch").joinpath("schemas", SCHEMA_FILE).read_text()
     schema = json.loads(text)
-    return jsonschema.validators.validator_for(schema)(schema)
+    return jsonschema.validators.validator_for(schema)(schema, format_checker=INTEGER_FORMATS)
 
 
 def prune_nulls(node: object) -> object:
@@ -80,6 +99,12 @@ def schema_problems(tree: Mapping) -> list[str]:
     errors = schema_validator().iter_errors(tree)
     for error in sorted(errors, key=lambda e: (e.json_path, e.message)):
         message = error.message if len(error.message) <= 160 else error.message[:157] + "..."
+        if error.validator == "format" and error.validator_value in _INTEGER_BITS:
+            bits = _INTEGER_BITS[error.validator_value]
+            message = (
+                f"{error.instance} is past the {error.validator_value} the API server stores"
+                f" ({-(2 ** (bits - 1)):,} to {2 ** (bits - 1) - 1:,})"
+            )
         problems.append(f"{error.json_path}: {message}")
     return problems
 

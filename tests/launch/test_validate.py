@@ -39,6 +39,26 @@ def test_fractional_cpu_quantity_is_refused():
     assert any("limits" in p for p in jobset_problems(jobset))
 
 
+def test_integers_past_the_widths_the_api_server_stores_are_refused():
+    """The CRD marks its integers int32 or int64; JSON Schema checks a format only with a checker
+    for it, so 2^31 replicas passed the schema and only the API server refused them."""
+    jobset = _trainer()
+    job_spec = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    job_spec["backoffLimit"] = 2**31 - 1
+    _proc_pod(jobset)["terminationGracePeriodSeconds"] = 2**63 - 1
+    assert jobset_problems(jobset) == []
+    job_spec["backoffLimit"] = 2**31
+    _proc_pod(jobset)["terminationGracePeriodSeconds"] = -(2**63) - 1
+    problems = jobset_problems(jobset)
+    assert problems == [
+        "$.spec.replicatedJobs[0].template.spec.backoffLimit: 2147483648 is past the int32 the API"
+        " server stores (-2,147,483,648 to 2,147,483,647)",
+        "$.spec.replicatedJobs[0].template.spec.template.spec.terminationGracePeriodSeconds:"
+        " -9223372036854775809 is past the int64 the API server stores"
+        " (-9,223,372,036,854,775,808 to 9,223,372,036,854,775,807)",
+    ]
+
+
 def test_wrong_api_version_is_refused():
     jobset = dict(_trainer(), apiVersion="jobset.x-k8s.io/v1alpha1")
     assert any("apiVersion" in p for p in jobset_problems(jobset))
