@@ -19,6 +19,7 @@ import argparse
 import functools
 import json
 import math
+import re
 import sys
 from collections.abc import Mapping
 from importlib import resources
@@ -204,9 +205,33 @@ def jobset_problems(jobset: Mapping) -> list[str]:
     return [
         *list_key_problems(tree, schema),
         *name_problems(tree),
+        *container_name_problems(tree),
         *slice_problems(tree),
         *apply_size_problems(jobset),
     ]
+
+
+DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_LIMIT = 63
+
+
+def container_name_problems(tree: Mapping) -> list[str]:
+    """Container names the API server refuses: each must be a DNS-1123 label (lower-case letters,
+    digits and `-`, at most 63, a letter or digit at each end), which the CRD's schema leaves to
+    the server's own validation of the pod template."""
+    problems = []
+    for job_index, job in enumerate(replicated_jobs(tree)):
+        pod = pod_spec(job)
+        for field in ("initContainers", "containers"):
+            for index, container in enumerate(pod.get(field) or []):
+                name = str(container.get("name", ""))
+                if len(name) > _LABEL_LIMIT or not DNS_1123_LABEL.match(name):
+                    problems.append(
+                        f"$.spec.replicatedJobs[{job_index}].template.spec.template.spec.{field}"
+                        f"[{index}].name: {name!r} is not a DNS-1123 label (lower-case letters,"
+                        " digits and '-', at most 63, a letter or digit at each end)"
+                    )
+    return problems
 
 
 def check(jobset: Mapping, source: str) -> None:
@@ -267,6 +292,6 @@ def run(args) -> int:
             continue
         for name in names:
             print(
-                f"{file}: JobSet {name}: valid (schema {API_VERSION}, list keys, name budgets, slice)"
+                f"{file}: JobSet {name}: valid (schema {API_VERSION}, list keys, name budgets, container names, slice)"
             )
     return 2 if failed else 0

@@ -1,5 +1,5 @@
 """validate: null pruning, the webhook's defaults, the CRD schema (strict), list keys, the webhook's
-name budgets, slice consistency; every file reported, never a traceback."""
+name budgets, container names, slice consistency; every file reported, never a traceback."""
 
 import copy
 
@@ -57,6 +57,19 @@ def test_integers_past_the_widths_the_api_server_stores_are_refused():
         " -9223372036854775809 is past the int64 the API server stores"
         " (-9,223,372,036,854,775,808 to 9,223,372,036,854,775,807)",
     ]
+
+
+@pytest.mark.parametrize("name", ["ma\u00efn", "Main", "-main", "main_1", "m" * 64])
+def test_a_container_name_the_api_server_refuses_is_refused(name):
+    jobset = _trainer()
+    _proc_pod(jobset)["containers"][0]["name"] = name
+    (problem,) = jobset_problems(jobset)
+    assert problem.startswith(
+        f"$.spec.replicatedJobs[0].template.spec.template.spec.containers[0].name: {name!r} is"
+        " not a DNS-1123 label"
+    )
+    _proc_pod(jobset)["containers"][0]["name"] = "m" * 63
+    assert jobset_problems(jobset) == []
 
 
 def test_wrong_api_version_is_refused():
