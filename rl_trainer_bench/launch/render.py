@@ -615,16 +615,24 @@ def _aot_job(
 
 
 def _check_outputs(knobs: RenderKnobs) -> None:
-    """The files the render writes, checked before any work; two knobs never name one file."""
-    if knobs.output is not None:
-        check_output_file(knobs.output, "OUTPUT")
-    if knobs.aot_job is not None:
-        check_output_file(knobs.aot_job, "AOT_JOB")
-        if (
-            knobs.output is not None
-            and Path(knobs.aot_job).resolve() == Path(knobs.output).resolve()
-        ):
-            raise UserError(f"AOT_JOB={knobs.aot_job} is OUTPUT's file too: name another file")
+    """The files the render writes, checked before any work; two knobs never name one file, and
+    no output replaces the launcher's output it reads (its only copy, perhaps)."""
+    written = {"OUTPUT": knobs.output, "AOT_JOB": knobs.aot_job}
+    for knob, path in written.items():
+        if path is None:
+            continue
+        check_output_file(path, knob)
+        if knobs.launch_render != "-" and _same_file(path, knobs.launch_render):
+            raise UserError(
+                f"{knob}={path} is the LAUNCH_RENDER file the render reads: name another file"
+            )
+    both = knobs.output is not None and knobs.aot_job is not None
+    if both and _same_file(knobs.aot_job, knobs.output):
+        raise UserError(f"AOT_JOB={knobs.aot_job} is OUTPUT's file too: name another file")
+
+
+def _same_file(first: str, second: str) -> bool:
+    return Path(first).resolve() == Path(second).resolve()
 
 
 def _write(path: str, knob: str, text: str) -> None:

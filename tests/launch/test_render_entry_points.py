@@ -7,6 +7,7 @@ import sys
 import pytest
 from render_helpers import FIXTURE, REPO
 
+from rl_trainer_bench import cli
 from rl_trainer_bench.launch.knobs import RENDER_KNOBS
 
 KNOB_VALUES = {
@@ -86,6 +87,21 @@ def test_output_file_is_written_whole(tmp_path):
     assert result.returncode == 0, result.stderr
     assert output.read_text().startswith("apiVersion: jobset.x-k8s.io/v1alpha2")
     assert [p.name for p in tmp_path.iterdir()] == ["bench.yaml"]
+
+
+@pytest.mark.parametrize("knob", ["--output", "--aot-job"])
+def test_an_output_naming_the_launch_render_it_reads_is_refused(knob, tmp_path, capsys):
+    """The launcher's DRY_RUN output may be its only copy: a render never writes over it."""
+    launch = tmp_path / "launch.yaml"
+    launch.write_text(FIXTURE.read_text())
+    (tmp_path / "sub").mkdir()
+    other_spelling = tmp_path / "sub" / ".." / "launch.yaml"
+    argv = ["render", "--launch-render", str(launch), knob, str(other_spelling)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    name = knob.removeprefix("--").replace("-", "_").upper()
+    assert f"{name}={other_spelling} is the LAUNCH_RENDER file the render reads" in err
+    assert launch.read_text() == FIXTURE.read_text()
 
 
 def test_stdin_is_read_as_bytes_and_non_utf8_is_one_line(tmp_path):
