@@ -32,6 +32,7 @@ from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.apply_size import apply_size_problems
 from rl_trainer_bench.launch.dry_run import (
     TPU_RESOURCE,
+    asks_for_tpus,
     containers,
     is_pathways_container,
     jobset_name,
@@ -48,6 +49,7 @@ API_VERSION = "jobset.x-k8s.io/v1alpha2"
 ACCELERATOR_SELECTOR = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY_SELECTOR = "cloud.google.com/gke-tpu-topology"
 INSTANCE_TYPE_FLAG = "--instance_type="
+INSTANCE_COUNT_FLAG = "--instance_count="
 _MAX_LISTED = 5
 
 
@@ -145,17 +147,34 @@ def list_key_problems(node: object, schema: Mapping, path: str = "$") -> list[st
     return problems
 
 
-def slice_problems(jobset: Mapping) -> list[str]:
-    """Node selectors, hosts x chips and the Pathways instance type must agree on one slice."""
-    problems = []
-    instance_types = {
-        arg[len(INSTANCE_TYPE_FLAG) :]
+def _pathways_flag_values(jobset: Mapping, flag: str) -> set[str]:
+    """The values the Pathways containers give `flag` (`--instance_type=`)."""
+    return {
+        arg[len(flag) :]
         for job in replicated_jobs(jobset)
         for container in containers(job)
         if is_pathways_container(container)
         for arg in map(str, container.get("args") or [])
-        if arg.startswith(INSTANCE_TYPE_FLAG)
+        if arg.startswith(flag)
     }
+
+
+def slice_problems(jobset: Mapping) -> list[str]:
+    """Node selectors, hosts x chips and the Pathways instance type must agree on one slice, and
+    the TPU worker jobs' slices on the Pathways instance count."""
+    problems = []
+    instance_types = _pathways_flag_values(jobset, INSTANCE_TYPE_FLAG)
+    counts = _pathways_flag_values(jobset, INSTANCE_COUNT_FLAG)
+    workers = [job for job in replicated_jobs(jobset) if asks_for_tpus(job)]
+    slices = sum(
+        job.get("replicas", 1) for job in workers if isinstance(job.get("replicas", 1), int)
+    )
+    if counts and workers and counts != {str(slices)}:
+        each = ", ".join(f"{job.get('name')!r} x{job.get('replicas', 1)}" for job in workers)
+        problems.append(
+            f"the TPU worker jobs hold {slices} slice(s) ({each}) but Pathways"
+            f" --instance_count={','.join(sorted(counts))}; make them agree"
+        )
     for job in replicated_jobs(jobset):
         selector = pod_spec(job).get("nodeSelector") or {}
         accelerator, topology = selector.get(ACCELERATOR_SELECTOR), selector.get(TOPOLOGY_SELECTOR)

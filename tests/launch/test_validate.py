@@ -72,6 +72,24 @@ def test_a_container_name_the_api_server_refuses_is_refused(name):
     assert jobset_problems(jobset) == []
 
 
+def test_worker_slices_must_agree_with_the_pathways_instance_count():
+    """Pathways starts --instance_count slices; TPU worker jobs that hold another number (a
+    second worker job, or replicas) describe a cluster it does not run."""
+    jobset = _trainer()
+    worker = next(job for job in jobset["spec"]["replicatedJobs"] if job["name"] == "pw-node")
+    worker["replicas"] = 2
+    assert jobset_problems(jobset) == [
+        "the TPU worker jobs hold 2 slice(s) ('pw-node' x2) but Pathways --instance_count=1;"
+        " make them agree"
+    ]
+    for container in _proc_pod(jobset)["containers"]:  # the Pathways head's job
+        container["args"] = [
+            "--instance_count=2" if arg == "--instance_count=1" else arg
+            for arg in container.get("args") or []
+        ]
+    assert jobset_problems(jobset) == []
+
+
 def test_wrong_api_version_is_refused():
     jobset = dict(_trainer(), apiVersion="jobset.x-k8s.io/v1alpha1")
     assert any("apiVersion" in p for p in jobset_problems(jobset))
