@@ -260,11 +260,16 @@ def find_trainer(documents: list[dict], source: str, name: str | None = None) ->
         )
     if name is not None:
         named = [js for js in candidates if jobset_name(js) == name]
-        if len(named) != 1:
+        if len(named) > 1:
+            raise UserError(
+                f"--trainer-jobset {name}: {len(named)} JobSets of that name in {source}; a"
+                " namespace holds one JobSet of a name: remove or rename the others in the input"
+            )
+        if not named:
             found = ", ".join(jobset_name(js) for js in candidates)
             raise UserError(
-                f"--trainer-jobset {name}: {len(named)} JobSets of that name in {source} "
-                f"(found {found}); pass one of those names"
+                f"--trainer-jobset {name}: no JobSet of that name in {source} (found {found});"
+                " pass one of those names"
             )
         client_location(named[0])  # a named trainer still needs its one client container
         shortfalls = trainer_shortfalls(named[0])  # naming chooses a trainer, it waives no check

@@ -235,6 +235,13 @@ def test_a_named_trainer_is_held_to_the_trainer_checks():
         render(no_head, "f", RenderKnobs.from_strings({"trainer_jobset": "fixture-train"}))
 
 
+def test_a_named_trainer_that_two_jobsets_share_is_refused_naming_the_clash():
+    text = FIXTURE.read_text().replace("name: fixture-orch", "name: fixture-train", 1)
+    knobs = RenderKnobs.from_strings({"trainer_jobset": "fixture-train"})
+    with pytest.raises(UserError, match=r"2 JobSets of that name in f; .* remove or rename"):
+        render(text, "f", knobs)
+
+
 def test_unknown_trainer_jobset_lists_the_jobsets_found():
     with pytest.raises(UserError, match="found fixture-orch, fixture-train, fixture-roll"):
         render(FIXTURE.read_text(), "f", RenderKnobs.from_strings({"trainer_jobset": "nope"}))
