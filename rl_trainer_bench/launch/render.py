@@ -152,6 +152,7 @@ def render_with_plan(
     documents = read_documents(text, source)
     trainer = find_trainer(documents, source, knobs.trainer_jobset)
     validate.check_schema(trainer, f"trainer in {source}")
+    _refuse_several_slices(trainer, source)
     launch = read_client_command(command_words(client_container(trainer)))
     bench = copy.deepcopy(trainer)
     new_name = bench_name(trainer, knobs.name)
@@ -612,6 +613,18 @@ def _aot_job(
     if render_aot_job is None:
         raise RuntimeError("AOT_JOB given but no AOT job renderer: pass render_aot_job")
     return render_aot_job(text, source, knobs, result)
+
+
+def _refuse_several_slices(trainer: Mapping, source: str) -> None:
+    """The bench times one trainer slice, and a trainer across several runs its program over all
+    of them: cutting it to one would change its mesh without a word, so it is refused."""
+    slices, each = validate.worker_slices(trainer)
+    if slices > 1:
+        raise UserError(
+            f"trainer {jobset_name(trainer)} in {source} spans {slices} TPU slices ({each}); the"
+            " bench times one trainer slice: render the DRY_RUN of a one-slice launch of the"
+            " trainer (--instance_count=1, its worker job's replicas 1)"
+        )
 
 
 def _check_outputs(knobs: RenderKnobs) -> None:

@@ -159,18 +159,25 @@ def _pathways_flag_values(jobset: Mapping, flag: str) -> set[str]:
     }
 
 
+def worker_slices(jobset: Mapping) -> tuple[int, str]:
+    """The TPU slices the JobSet's worker jobs hold (each job's replicas), and which ones."""
+    workers = [job for job in replicated_jobs(jobset) if asks_for_tpus(job)]
+    replicas = [job.get("replicas", 1) for job in workers]
+    slices = sum(count for count in replicas if isinstance(count, int))
+    each = ", ".join(
+        f"{job.get('name')!r} x{count}" for job, count in zip(workers, replicas, strict=True)
+    )
+    return slices, each
+
+
 def slice_problems(jobset: Mapping) -> list[str]:
     """Node selectors, hosts x chips and the Pathways instance type must agree on one slice, and
     the TPU worker jobs' slices on the Pathways instance count."""
     problems = []
     instance_types = _pathways_flag_values(jobset, INSTANCE_TYPE_FLAG)
     counts = _pathways_flag_values(jobset, INSTANCE_COUNT_FLAG)
-    workers = [job for job in replicated_jobs(jobset) if asks_for_tpus(job)]
-    slices = sum(
-        job.get("replicas", 1) for job in workers if isinstance(job.get("replicas", 1), int)
-    )
-    if counts and workers and counts != {str(slices)}:
-        each = ", ".join(f"{job.get('name')!r} x{job.get('replicas', 1)}" for job in workers)
+    slices, each = worker_slices(jobset)
+    if counts and slices and counts != {str(slices)}:
         problems.append(
             f"the TPU worker jobs hold {slices} slice(s) ({each}) but Pathways"
             f" --instance_count={','.join(sorted(counts))}; make them agree"

@@ -242,6 +242,17 @@ def test_a_named_trainer_that_two_jobsets_share_is_refused_naming_the_clash():
         render(text, "f", knobs)
 
 
+def test_a_trainer_across_several_slices_is_refused_not_cut_to_one():
+    """The bench times one trainer slice; a trainer whose workers hold two (and whose Pathways
+    starts two) runs its program over both, so cutting it would change its mesh."""
+    text = FIXTURE.read_text().replace("--instance_count=1", "--instance_count=2")
+    text = text.replace(
+        "  - name: pw-node\n    replicas: 1\n", "  - name: pw-node\n    replicas: 2\n"
+    )
+    with pytest.raises(UserError, match=r"fixture-train in f spans 2 TPU slices \('pw-node' x2\)"):
+        render(text, "f", RenderKnobs())
+
+
 def test_unknown_trainer_jobset_lists_the_jobsets_found():
     with pytest.raises(UserError, match="found fixture-orch, fixture-train, fixture-roll"):
         render(FIXTURE.read_text(), "f", RenderKnobs.from_strings({"trainer_jobset": "nope"}))
