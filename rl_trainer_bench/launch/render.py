@@ -151,8 +151,7 @@ def render_with_plan(
     """Render the bench JobSet of a launch render, with its plan and its containers' flags."""
     documents = read_documents(text, source)
     trainer = find_trainer(documents, source, knobs.trainer_jobset)
-    validate.check_schema(trainer, f"trainer in {source}")
-    _refuse_several_slices(trainer, source)
+    _check_trainer(trainer, source)
     launch = read_client_command(command_words(client_container(trainer)))
     bench = copy.deepcopy(trainer)
     new_name = bench_name(trainer, knobs.name)
@@ -615,9 +614,11 @@ def _aot_job(
     return render_aot_job(text, source, knobs, result)
 
 
-def _refuse_several_slices(trainer: Mapping, source: str) -> None:
-    """The bench times one trainer slice, and a trainer across several runs its program over all
-    of them: cutting it to one would change its mesh without a word, so it is refused."""
+def _check_trainer(trainer: Mapping, source: str) -> None:
+    """The trainer is a well-formed JobSet of one slice. The bench times one trainer slice, and a
+    trainer across several runs its program over all of them: cutting it to one would change its
+    mesh without a word, so it is refused."""
+    validate.check_schema(trainer, f"trainer in {source}")
     slices, each = validate.worker_slices(trainer)
     if slices > 1:
         raise UserError(
