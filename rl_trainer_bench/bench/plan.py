@@ -455,8 +455,9 @@ def _refuse_extra_work(config: BenchConfig, engine: EngineConfig) -> None:
     }
     for key, (value, what) in added.items():
         if value:
+            written = value if isinstance(value, int) else f"{value:g}"  # bytes, or matmuls
             raise ConfigError(
-                f"{key}={value:g} {what}, and this run's engine is {config.engine}: drop the key,"
+                f"{key}={written} {what}, and this run's engine is {config.engine}: drop the key,"
                 " or time the built-in engine (ENGINE=builtin)"
             )
 

@@ -5,10 +5,8 @@ engine on one CPU device, a dense model)."""
 import dataclasses
 
 import numpy as np
-import pytest
 from one_update import assert_same_update, one_update
 
-from rl_trainer_bench import cli
 from rl_trainer_bench.bench.micro_batch_memory import micro_batch_bytes
 from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.engine.config import MeshConfig
@@ -59,13 +57,3 @@ def test_the_program_reads_the_filler_and_trains_exactly_as_without_it():
     )
     assert filler.fwd_bwd_argument_bytes - plain.fwd_bwd_argument_bytes == 1024
     assert_same_update(filler, plain)
-
-
-@pytest.mark.parametrize("engine", ["maxtext"])
-def test_another_engine_is_refused_in_one_line(engine, monkeypatch, capsys):
-    monkeypatch.setenv("ENGINE_FLAGS", "extra_host_bytes=1000000")
-    code = cli.main(["run", "--plan", "--preset", "cpu-tiny-dense", "--engine", engine])
-    assert code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1
-    assert "extra_host_bytes=1e+06 adds filler bytes to the built-in engine's micro-batches" in err
