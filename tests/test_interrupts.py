@@ -102,7 +102,8 @@ def test_an_interrupt_in_a_garbage_collector_callback_stops_the_run_after_it_unp
         gc.callbacks.append(signalled_in_the_collector)
         try:
             gc.collect()
-            time.sleep(0.5)
+            for _ in range(50):  # up to 5 s for the signal taken again, checked every 0.1 s
+                time.sleep(0.1)
             went_on.append(True)
         finally:
             gc.callbacks.remove(signalled_in_the_collector)

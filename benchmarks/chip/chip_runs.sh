@@ -27,12 +27,14 @@
 #   inverse   ~5 min  the Gated DeltaNet's triangular inverse by XLA and by the Pallas kernel
 #                     (`linear_chunk_inverse`): alone (chunk_inverse_on_chip.py, seconds), its chip
 #                     test, then an A/B of the two on the preset (two cold compiles side by side)
-#   gdn-kernel ~7.5 min the Gated DeltaNet's chunked rule by XLA and by the Pallas kernels
-#                     (`linear_chunk_kernel`): their chip test (three compiles of the rule, ~1.5 min),
-#                     the rule alone at 1, 2 and 4 heads a kernel program (delta_rule_kernel_on_chip.py,
-#                     ~2 min), an A/B of the two on the preset (two cold compiles side by side, ~3 min),
-#                     then each way's first two steps from the initial parameters, warm from the cache:
-#                     the loss both ways (~1 min)
+#   gdn-kernel ~6.5 min the Gated DeltaNet's chunked rule by XLA and by the Pallas kernels
+#                     (`linear_chunk_kernel`): the rule alone at 1, 2 and 4 heads a kernel program
+#                     (delta_rule_kernel_on_chip.py, ~2 min), an A/B of the two on the preset (two
+#                     cold compiles one after the other, ~2.5 min), then each way's first two steps
+#                     from the initial parameters, warm from the cache: the loss both ways (~1 min);
+#                     the kernels' chip test (200 s measured) runs in `tests`
+#   prefuse   ~4.5 min `prefuse_moe_weights` off and on, an A/B on the preset and the loss both ways,
+#                     as gdn-kernel's
 #   gmm-tiling ~3 min the MoE's grouped matmuls alone at the engine's tiling and 8 others, and gate
 #                     and up as one matmul of twice the width (gmm_tiling_on_chip.py: 27 small
 #                     compiles, 21 calls each)
@@ -61,7 +63,7 @@
 # benchmarks/reports/chip-round-1_tpu-v5e_2026-12-06.md to chip-round-5.
 set -euo pipefail
 parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host, effects, remat, chunk,"
-parts="$parts inverse, gdn-kernel, trace,"
+parts="$parts inverse, gdn-kernel, prefuse, trace,"
 parts="$parts gmm-tiling, builtin-mb1,"
 parts="$parts maxtext, maxtext-peak,"
 parts="$parts maxtext-ab, boundary or interrupts"
@@ -84,14 +86,25 @@ maxtext_run() { "${MAXTEXT_PYTHON:?MAXTEXT_PYTHON: a venv of maxtext_chip_wheels
 # MEASURE_PEAK through the adapter's own calls: Tunix's worker ends at the first probe that does not fit
 maxtext_peak() { MAXTEXT_DRIVER=maxtext maxtext_run run --preset tpu-v5e-1 --engine maxtext \
   --engine-flags "$maxtext_flags" --steps 2 --measure-peak on --results-dir "$1"; }
-# linear_chunk_kernel=$1 on the preset: the loss of its warm-up step (the initial parameters and the
-# pool's first micro-batches, the same for every run of the preset's seed) and of the step after
-gdn_loss() {
-  local log="$work/gdn-kernel/loss-$1.log"
-  "$py" -m rl_trainer_bench.cli run --preset tpu-v5e-1 --engine-flags "linear_chunk_kernel=$1" \
-    --warmup-steps 1 --steps 1 --results-dir "$work/gdn-kernel/loss-$1" > "$log" 2>&1 \
+# KEY=VALUE ($2) on the preset, into $work/$1: the loss of its warm-up step (the initial parameters
+# and the pool's first micro-batches, the same for every run of the preset's seed) and of the step after
+first_losses() {
+  local log="$work/$1/loss-${2#*=}.log"
+  "$py" -m rl_trainer_bench.cli run --preset tpu-v5e-1 --engine-flags "$2" \
+    --warmup-steps 1 --steps 1 --results-dir "$work/$1/loss-${2#*=}" > "$log" 2>&1 \
     || { tail -30 "$log"; return 1; }
-  sed -n "s/.*\(step=[0-9]*\) \(warmup=[01]\) .* \(loss=[^ ]*\) .*/linear_chunk_kernel=$1 \1 \2 \3/p" "$log"
+  sed -n "s/.*\(step=[0-9]*\) \(warmup=[01]\) .* \(loss=[^ ]*\) .*/$2 \1 \2 \3/p" "$log"
+}
+# An A/B of KEY ($2) at VALUES ($3, $4) on the preset into $work/$1, then the loss each way; every
+# command runs, the part fails if any did
+ab_and_losses() {
+  local status=0
+  mkdir -p "$work/$1"
+  "$py" -m rl_trainer_bench.cli ab --arms "$3:$2=$3,$4:$2=$4" --out "$work/$1/ab" || status=1
+  for value in "$3" "$4"; do
+    first_losses "$1" "$2=$value" || status=1
+  done
+  return $status
 }
 run_part() {
 case $part in
@@ -132,14 +145,11 @@ case $part in
   gdn-kernel)  # every command runs; the part fails if any did
     mkdir -p "$work/gdn-kernel"
     status=0
-    "$py" -m pytest -q -m tpu_chip tests/engine/test_delta_rule_kernel_on_chip.py || status=1
     "$py" benchmarks/chip/delta_rule_kernel_on_chip.py --output "$work/gdn-kernel/delta_rule.json" || status=1
-    "$py" -m rl_trainer_bench.cli ab --arms "xla:linear_chunk_kernel=xla,pallas:linear_chunk_kernel=pallas" \
-      --out "$work/gdn-kernel/ab" || status=1
-    for kernel in xla pallas; do
-      gdn_loss "$kernel" || status=1
-    done
+    ab_and_losses gdn-kernel linear_chunk_kernel xla pallas || status=1
     return $status ;;
+  prefuse)
+    ab_and_losses prefuse prefuse_moe_weights false true ;;
   gmm-tiling)
     mkdir -p "$work/gmm-tiling"
     "$py" benchmarks/chip/gmm_tiling_on_chip.py --output "$work/gmm-tiling/gmm_tiling.json" ;;
@@ -182,7 +192,7 @@ esac
 }
 for part in "$@"; do
   case $part in
-    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|remat|chunk|inverse|gdn-kernel|trace\
+    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|remat|chunk|inverse|gdn-kernel|prefuse|trace\
       |gmm-tiling|builtin-mb1|maxtext|maxtext-peak|maxtext-ab|boundary|interrupts) ;;
     *) echo "PART: one of $parts, not $part" >&2; exit 2 ;;
   esac

@@ -16,7 +16,8 @@ value, of the output and of each input's gradient.
 Usage (on a host with one TPU chip):
   PYTHONPATH=. python benchmarks/chip/delta_rule_kernel_on_chip.py --output delta_rule.json
 
-Remakes the Gated DeltaNet kernel's figures in BENCHMARKS.md's chip suite (not yet run on a chip).
+Remakes the Gated DeltaNet kernel's figures in BENCHMARKS.md's chip suite;
+benchmarks/reports/chip-round-6_tpu-v5e_2026-12-07.md.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ Usage (on a host with one TPU chip):
   PYTHONPATH=. python benchmarks/chip/gmm_tiling_on_chip.py --output gmm_tiling.json
 
 Remakes BENCHMARKS.md's row "tpu-v5e-1's step and MFU" (the kernel's share of what stops 35%);
-benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md.
+benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md; gate and up joined (the tiling of
+`prefuse_moe_weights`): benchmarks/reports/chip-round-6_tpu-v5e_2026-12-07.md.
 """
 
 from __future__ import annotations

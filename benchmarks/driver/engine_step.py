@@ -102,7 +102,10 @@ def compare_expert_compute(config) -> int:
     for method in moe.BUFFER_EXPERT_COMPUTE:
         step = jax.jit(
             jax.grad(
-                lambda b, g, u, d, m=method: moe.experts_ffn(b, g, u, d, m).sum(), (0, 1, 2, 3)
+                lambda b, g, u, d, m=method: moe.experts_ffn(
+                    b, moe.ExpertWeights((g, u), d), m
+                ).sum(),
+                (0, 1, 2, 3),
             )
         )
         jax.block_until_ready(step(buffer, gate, up, down))

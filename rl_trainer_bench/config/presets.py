@@ -280,6 +280,10 @@ PRESETS: Mapping[str, Preset] = {
                     # each chunk's triangular inverse in VMEM (4.0% faster than XLA's:
                     # benchmarks/reports/chip-round-4_tpu-v5e_2026-12-06.md)
                     linear_chunk_inverse="pallas",
+                    # the gated delta rule's chunks in Pallas kernels, forward and backward
+                    # (9.7% faster than the XLA path with that inverse, the loss within 3e-5:
+                    # benchmarks/reports/chip-round-6_tpu-v5e_2026-12-07.md)
+                    linear_chunk_kernel="pallas",
                     # each layer keeps its matmuls' outputs for the backward pass (1.3% faster
                     # than full: benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md)
                     remat_policy="minimal",

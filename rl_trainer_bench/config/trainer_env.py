@@ -73,8 +73,8 @@ KNOWN: Mapping[str, tuple[str, str]] = {
     "PREFUSE_MOE_WEIGHTS": (
         NOT_REPRODUCED,
         "MaxText's prefuse_moe_weights fuses the experts' gate and up kernels into one, which"
-        " changes the expert matmuls; the built-in engine keeps its own expert layout, and the"
-        " MaxText adapter passes MaxText only the trainer's MaxText keys, not this variable",
+        " changes the expert matmuls; the trainer's --prefuse_moe_weights flag sets it for"
+        " either engine (a trainer MaxText key), this variable for neither",
     ),
     "TRAINER_PREFUSE_MOE_WEIGHTS": (
         NOT_REPRODUCED,

@@ -34,7 +34,11 @@ FLAG_PREFIX = "maxtext"
 FROM_FLAGS = "set by ENGINE_FLAGS"
 
 # Trainer flags Tunix hands to MaxText as a MaxText key (a flag wins over its variable).
-FLAG_KEYS: Mapping[str, str] = {"maxtext_attention": "attention", "remat_policy": "remat_policy"}
+FLAG_KEYS: Mapping[str, str] = {
+    "maxtext_attention": "attention",
+    "remat_policy": "remat_policy",
+    "prefuse_moe_weights": "prefuse_moe_weights",
+}
 
 # MaxText keys the built-in engine applies under the same meaning: MaxText key -> engine key.
 SAME_MEANING: Mapping[str, str] = {
@@ -43,6 +47,7 @@ SAME_MEANING: Mapping[str, str] = {
     "retry_when_tokens_dropped": "retry_when_tokens_dropped",
     "mu_dtype": "mu_dtype",
     "optimizer_memory_host_offload": "optimizer_memory_host_offload",
+    "prefuse_moe_weights": "prefuse_moe_weights",
 }
 # MaxText keys the built-in engine applies by name, not by meaning: what each does in the built-in
 # engine against what it does in MaxText (MaxText's layers/moe.py; docs/maxtext.md, MaxText's

@@ -238,6 +238,14 @@ class MoeConfig:
             minimum=1,
         ),
     )
+    prefuse_moe_weights: bool = dataclasses.field(
+        default=False,
+        metadata=engine_key(
+            "gate and up as one expert matmul of twice the width, as MaxText's"
+            " prefuse_moe_weights runs them (the parameters stay two, joined as each layer casts"
+            " them)"
+        ),
+    )
 
 
 def tokens_per_group(config: EngineConfig) -> int:

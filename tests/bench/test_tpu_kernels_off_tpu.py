@@ -35,7 +35,7 @@ def _config(preset: str, key_value: str) -> BenchConfig:
     """`preset` with the kernel's key alone among them; cpu-tiny's mesh made one of whole rows
     first, tpu-v5e-1's own kernels set aside."""
     first = (
-        "expert_compute=einsum attention=xla linear_chunk_inverse=xla"
+        "expert_compute=einsum attention=xla linear_chunk_inverse=xla linear_chunk_kernel=xla"
         if preset == "tpu-v5e-1"
         else ONE_CONTEXT
     )

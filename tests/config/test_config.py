@@ -94,7 +94,7 @@ KNOWN_KEYS = [
     "optimizer_weight_decay", "optimizer_opt_chain_type", "optimizer_chain_kwargs", "max_grad_norm",
     "optimizer_memory_host_offload", "mu_dtype",
     "epsilon", "epsilon_high", "beta", "ragged_buffer_factor", "dropless_compute", "retry_when_tokens_dropped",
-    "expert_compute", "pair_ranking", "router_replay", "num_moe_token_chunks", "attention",
+    "expert_compute", "pair_ranking", "router_replay", "num_moe_token_chunks", "prefuse_moe_weights", "attention",
     "attention_chunk_size",
     "linear_chunk_size", "linear_chunk_inverse", "linear_chunk_kernel", "dtype", "matmul_precision", "logps_gradient",
     "seed", "extra_device_work", "extra_host_bytes",

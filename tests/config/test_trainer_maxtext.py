@@ -168,3 +168,17 @@ def test_a_trainers_unset_policy_is_left_to_its_maxtext_not_taken_from_the_prese
     assert maxtext_keys.translated_keys(no_trainer)[0]["mu_dtype"] == "bfloat16"
     built_in, _ = engine_config_from(preset, argv)
     assert built_in.maxtext_defaults == ()
+
+
+@pytest.mark.parametrize(("written", "joined"), [("true", True), ("false", False)])
+def test_the_trainers_prefuse_flag_sets_the_engines_expert_layout(written, joined):
+    """--prefuse_moe_weights is a Tunix flag it hands MaxText as its own key (as the v5p launcher
+    writes it): the built-in engine applies it, a MaxText engine gets it passed."""
+    argv = f"python -m tunix.main --mesh_fsdp=32 --prefuse_moe_weights={written}"
+    config, unapplied = engine_config_from(CELL, argv)
+    assert config.moe.prefuse_moe_weights is joined
+    assert "prefuse_moe_weights" not in unapplied
+    assert config.trainer_maxtext_keys == (("prefuse_moe_weights", written),)
+    assert _fates(argv)["prefuse_moe_weights"] == (
+        f"prefuse_moe_weights={written}: applied (prefuse_moe_weights={written})"
+    )

@@ -46,15 +46,25 @@ def test_replay_uses_exactly_the_given_experts_and_empty_slots_weigh_nothing():
     np.testing.assert_allclose(gates[0], expected, rtol=1e-5)
 
 
-def test_einsum_and_ragged_dot_agree_on_the_same_buffers():
+@pytest.mark.parametrize("prefuse", [False, True])
+def test_einsum_and_ragged_dot_agree_on_the_same_buffers(prefuse):
+    """Both buffer layouts, gate and up as two matmuls or joined, against numpy's SwiGLU."""
     buffer = jax.random.normal(jax.random.key(0), (2, 3, 4, 5, 8))  # [Gr, Gc, E, C, D]
     gate, up, down = (
         jax.random.normal(jax.random.key(i), shape)
         for i, shape in ((1, (4, 8, 6)), (2, (4, 8, 6)), (3, (4, 6, 8)))
     )
-    einsum = moe.experts_ffn(buffer, gate, up, down, "einsum")
-    ragged = moe.experts_ffn(buffer, gate, up, down, "ragged_dot")
-    np.testing.assert_allclose(einsum, ragged, rtol=1e-5, atol=1e-5)
+    weights = moe.expert_weights(
+        {"expert_gate": gate, "expert_up": up, "expert_down": down}, prefuse
+    )
+    assert [w.shape for w in weights.gate_up] == ([(4, 8, 12)] if prefuse else [(4, 8, 6)] * 2)
+    b, g, u, d = (np.asarray(a, np.float64) for a in (buffer, gate, up, down))
+    hidden = np.einsum("...ecd,edf->...ecf", b, g)
+    hidden = hidden / (1 + np.exp(-hidden)) * np.einsum("...ecd,edf->...ecf", b, u)
+    want = np.einsum("...ecf,efd->...ecd", hidden, d)
+    for method in ("einsum", "ragged_dot"):
+        got = moe.experts_ffn(buffer, weights, method)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -78,7 +88,8 @@ def _layer(seed=0):
     return x, params
 
 
-def _moe(x, params, capacity_factor, methods):
+def _moe(x, params, capacity_factor, methods, chunks=1, prefuse=False):
+    """The layer on every token of x, under the ambient mesh."""
     valid = jnp.ones(x.shape[:2], bool)
     return moe.moe_ffn(
         x,
@@ -87,8 +98,9 @@ def _moe(x, params, capacity_factor, methods):
         None,
         top_k=K,
         capacity_factor=capacity_factor,
-        token_chunks=1,
+        token_chunks=chunks,
         methods=methods,
+        prefuse=prefuse,
     )
 
 
@@ -129,7 +141,7 @@ def test_sorted_dropless_equals_the_capacity_layout_in_value_and_gradient(mesh, 
 
     def sorted_pairs(x, params):
         experts, gates = moe.route(x, params["router"], K, valid)
-        weights = tuple(params[n] for n in moe.EXPERT_WEIGHTS)
+        weights = moe.expert_weights(params, prefuse=False)
         return moe.expert_parallel(local, x, experts, gates, weights, token_chunks=1)
 
     def loss(layer):
@@ -160,7 +172,7 @@ def test_sorted_dropless_replay_of_a_dropping_batch_equals_the_float64_reference
             x, params
         )
         experts, gates = moe.route(x, params["router"], K, jnp.ones((B, T), bool))
-        weights = tuple(params[n] for n in moe.EXPERT_WEIGHTS)
+        weights = moe.expert_weights(params, prefuse=False)
         local = functools.partial(
             moe.local_sorted_ffn, method=grouped_matmul, ranking="count", interpret=True
         )
@@ -342,18 +354,45 @@ def test_expert_parallel_capacity_layer_equals_a_dense_reference_in_value_and_gr
     device, drops included: the token-sorted capacity program drops what the buffers drop."""
 
     def sharded(x, params):
-        return moe.moe_ffn(
-            x,
-            params,
-            jnp.ones(x.shape[:2], bool),
-            None,
-            top_k=K,
-            capacity_factor=factor,
-            token_chunks=chunks,
-            methods=(expert_compute, "capacity", ranking),
-        )
+        return _moe(x, params, factor, (expert_compute, "capacity", ranking), chunks)
 
     _against_dense(mesh, factor, chunks, sharded)
+
+
+@pytest.mark.parametrize(
+    ("factor", "chunks", "methods"),
+    [
+        (-1, 2, ("einsum", "ragged_dot", "count")),
+        (0.75, 1, ("einsum", "capacity", "sort")),
+        (0.75, 2, ("sorted_ragged_dot", "capacity", "count")),
+        (-1, 1, "gmm"),  # the TPU kernel in Pallas's interpreter, at the joined width
+    ],
+)
+def test_gate_and_up_joined_equal_the_dense_reference(mesh, factor, chunks, methods):
+    """prefuse_moe_weights: gate and up as one matmul of twice the width, on the sharded mesh,
+    against the dense reference of two, value and gradient: each half of the joined weight's
+    gradient lands on its own parameter."""
+
+    def joined(x, params):
+        if methods != "gmm":
+            return _moe(x, params, factor, methods, chunks, prefuse=True)
+        experts, gates = moe.route(x, params["router"], K, jnp.ones(x.shape[:2], bool))
+        local = functools.partial(moe.local_sorted_ffn, method="gmm", interpret=True)
+        weights = moe.expert_weights(params, prefuse=True)
+        return moe.expert_parallel(local, x, experts, gates, weights, token_chunks=chunks)
+
+    _against_dense(mesh, factor, chunks, joined)
+
+
+def test_grouped_matmul_tiles_follow_the_chips_choice():
+    """The tiles gmm_tiling_on_chip.py chose on a v5e chip at the one-chip preset's shapes; rows
+    shrink to a power of two that divides them."""
+    assert moe.gmm_tiling(32768, 2048, 1024) == (512, 1024, 1024)  # gate, up
+    assert moe.gmm_tiling(32768, 1024, 2048) == (512, 1024, 1024)  # down
+    assert moe.gmm_tiling(32768, 2048, 2048) == (256, 2048, 512)  # gate and up joined
+    assert moe.gmm_tiling(32768, 4096, 2048) == (256, 2048, 512)
+    assert moe.gmm_tiling(384, 2048, 2048) == (128, 2048, 512)
+    assert moe.gmm_tiling(96, 128, 256) == (32, 128, 256)
 
 
 @pytest.mark.parametrize("chunks", [1, 2])
@@ -364,7 +403,7 @@ def test_tpu_kernel_capacity_layer_drops_what_the_buffers_drop(mesh, chunks):
 
     def sharded(x, params):
         experts, gates = moe.route(x, params["router"], K, jnp.ones(x.shape[:2], bool))
-        weights = tuple(params[n] for n in moe.EXPERT_WEIGHTS)
+        weights = moe.expert_weights(params, prefuse=False)
         return moe.expert_parallel(local, x, experts, gates, weights, token_chunks=chunks)
 
     _against_dense(mesh, 0.75, chunks, sharded)

@@ -123,7 +123,7 @@ def test_the_tpu7x_launch_plans_the_trainers_cell_with_its_maxtext_keys(tmp_path
     ) in lines
     assert "plan: maxtext: not importable here: the run needs maxtext and Tunix installed" in lines
     assert any(line.startswith("plan: loss: MaxText's router-replay loss") for line in lines)
-    assert "plan: trainer MaxText keys: 41 (41 passed to MaxText)" in lines
+    assert "plan: trainer MaxText keys: 42 (42 passed to MaxText)" in lines
     # the recipe's factor 2.0 in MaxText's buffer: its ring of experts with the ragged sort
     # chunks each device's 65,536 / 4 = 16,384 tokens into 4 of 4,096; cp-as-ep makes 4 x 2 = 8
     # expert shards, each with int(2.0 x 4,096 x 10) = 81,920 rows for 8 x 4,096 tokens' pairs.
@@ -163,7 +163,7 @@ def test_the_tpu7x_launch_timed_by_the_built_in_engine_says_it_is_not_the_traine
     assert any(
         line.startswith("plan: differs: FLOPs: the built-in fwd_bwd executes") for line in lines
     )
-    assert "plan: trainer MaxText keys: 41 (9 applied, 32 no equivalent)" in lines
+    assert "plan: trainer MaxText keys: 42 (10 applied, 32 no equivalent)" in lines
 
 
 def test_a_known_model_fixture_plans_its_preset_with_lengths_from_the_trainer(tmp_path):

@@ -93,7 +93,7 @@ def test_a_real_host_trace_of_an_engine_function_is_charged_to_it(tmp_path):
     down = jax.random.normal(keys[3], (8, 256, 128))
 
     def experts(buffer, gate, up, down):
-        return moe.experts_ffn(buffer, gate, up, down, "einsum")
+        return moe.experts_ffn(buffer, moe.ExpertWeights((gate, up), down), "einsum")
 
     compiled = jax.jit(experts).lower(buffer, gate, up, down).compile()
     text = compiled.as_text()

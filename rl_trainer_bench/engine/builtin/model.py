@@ -287,6 +287,7 @@ def layer_functions(batch, config: ModelConfig, *, capacity_factor, token_chunks
             capacity_factor=capacity_factor,
             token_chunks=token_chunks,
             methods=(methods.expert_compute, methods.dropless_compute, methods.pair_ranking),
+            prefuse=methods.prefuse_moe_weights,
         )
         if "shared_gate" in layer:
             ffn = ffn + shared_expert(h, layer)

@@ -52,6 +52,58 @@ def _saved(*routing):
     return tuple(checkpoint_name(a, ROUTING) for a in routing)
 
 
+class ExpertWeights(NamedTuple):
+    """A layer's expert weights as its matmuls take them: `gate_up` is (gate, up), each [E, D, F],
+    or with `prefuse_moe_weights` the two side by side, ([E, D, 2F],), one grouped matmul of twice
+    the width as MaxText's prefuse_moe_weights runs them; `down` is [E, F, D]."""
+
+    gate_up: tuple[jax.Array, ...]
+    down: jax.Array
+
+
+def expert_weights(params, prefuse: bool) -> ExpertWeights:
+    """The layer's expert parameters (in the compute dtype) as `ExpertWeights`. Joined here rather
+    than stored joined: the join is one pass with the cast to the compute dtype, and its gradient
+    two slices of the joined one, so the parameters, their optimizer state and every other path
+    keep one layout."""
+    gate, up, down = (params[name] for name in EXPERT_WEIGHTS)
+    return ExpertWeights((jnp.concatenate([gate, up], axis=-1),) if prefuse else (gate, up), down)
+
+
+def _spec_names(weights: ExpertWeights) -> ExpertWeights:
+    """The parameter whose sharding each weight takes: a joined gate|up splits as the gate does."""
+    return ExpertWeights(EXPERT_WEIGHTS[: len(weights.gate_up)], EXPERT_WEIGHTS[2])
+
+
+def _gate_and_up(outputs):
+    """(x Wg, x Wu) from the gate|up matmuls' outputs: two, or one of twice the width to split."""
+    if len(outputs) == 2:
+        return outputs
+    (both,) = outputs
+    width = both.shape[-1] // 2
+    return both[..., :width], both[..., width:]
+
+
+def gate_and_up(matmul, rows, gate_up):
+    """(rows Wg, rows Wu) by `matmul`, as one matmul where `gate_up` holds the two joined."""
+    return _gate_and_up(tuple(matmul(rows, w) for w in gate_up))
+
+
+def gate_and_up_vjp(matmul, rows, gate_up):
+    """`gate_and_up` and its pull-back: (d a, d b) -> (d rows, the gradient of each of `gate_up`)."""
+    outputs, pulls = zip(*(jax.vjp(matmul, rows, w) for w in gate_up), strict=True)
+
+    def pull(da, db):
+        cotangents = (da, db) if len(pulls) == 2 else (jnp.concatenate([da, db], axis=-1),)
+        grads = [back(ct) for back, ct in zip(pulls, cotangents, strict=True)]
+        d_rows = grads[0][0]
+        for more, _ in grads[1:]:
+            d_rows = d_rows + more
+        return d_rows, tuple(d_weight for _, d_weight in grads)
+
+    return (*_gate_and_up(outputs), pull)
+
+
 # The faster expert-compute path per platform: gpu and cpu as measured
 # (benchmarks/reports/engine-step_cpu_2026-11-30.md; `benchmarks/driver/engine_step.py
 # --compare-expert-compute`, over the buffers); tpu the padded einsum until a chip times it against
@@ -265,15 +317,15 @@ def expert_matmul(buffer, weights, method):
     return out.reshape(*lead, e, c, out.shape[-1])
 
 
-def experts_ffn(buffer, gate_w, up_w, down_w, method):
+def experts_ffn(buffer, weights: ExpertWeights, method):
     """SwiGLU of every expert on its buffer: [..., E, C, D] -> [..., E, C, D]."""
-    hidden = jax.nn.silu(expert_matmul(buffer, gate_w, method)) * expert_matmul(
-        buffer, up_w, method
-    )
-    return expert_matmul(hidden, down_w, method)
+    a, b = gate_and_up(functools.partial(expert_matmul, method=method), buffer, weights.gate_up)
+    return expert_matmul(jax.nn.silu(a) * b, weights.down, method)
 
 
-def moe_ffn(x, params, valid, replayed, *, top_k, capacity_factor, token_chunks, methods):
+def moe_ffn(
+    x, params, valid, replayed, *, top_k, capacity_factor, token_chunks, methods, prefuse=False
+):
     """The routed feed-forward of one layer: x [B, T, D] -> ([B, T, D], overflow flag).
 
     params: this layer's router [D, E] and expert weights [E, D, F] / [E, F, D] in the compute dtype,
@@ -282,11 +334,11 @@ def moe_ffn(x, params, valid, replayed, *, top_k, capacity_factor, token_chunks,
     methods: (expert compute, dropless compute, pair ranking) resolved. Dropless (capacity_factor
     DROPLESS) runs the token-sorted layout unless the dropless compute is `capacity`, which runs
     the capacity program's layout at C = N; a sorted expert compute runs the capacity program
-    token-sorted.
+    token-sorted. prefuse: gate and up as one matmul (`ExpertWeights`).
     """
     expert_compute, dropless_compute, ranking = methods
     experts, gates = route(x, params["router"], top_k, valid, replayed)
-    weights = tuple(params[name] for name in EXPERT_WEIGHTS)
+    weights = expert_weights(params, prefuse)
     if capacity_factor == DROPLESS and dropless_compute != "capacity":
         local = functools.partial(local_sorted_ffn, method=dropless_compute, ranking=ranking)
     elif expert_compute in SORTED_EXPERT_COMPUTE:
@@ -316,15 +368,17 @@ def expert_parallel(local, x, experts, gates, weights, token_chunks):
     overflow flag is the OR over every group of every device.
     """
     mesh_shape = sharding.ambient_mesh_shape()
-    weight_specs = tuple(
-        sharding.parameter_spec(name, w.shape, mesh_shape)
-        for name, w in zip(EXPERT_WEIGHTS, weights, strict=True)
+    weight_specs = jax.tree.map(
+        lambda name, w: sharding.parameter_spec(name, w.shape, mesh_shape),
+        _spec_names(weights),
+        weights,
     )
 
     def group(tokens, experts, gates, split_weights):
-        whole = tuple(
-            sharding.gather_dims(w, spec, keep=(EXPERT_AXIS,))
-            for w, spec in zip(split_weights, weight_specs, strict=True)
+        whole = jax.tree.map(
+            lambda w, spec: sharding.gather_dims(w, spec, keep=(EXPERT_AXIS,)),
+            split_weights,
+            weight_specs,
         )
         return local(tokens, experts, gates, whole)
 
@@ -359,14 +413,14 @@ def local_capacity_ffn(tokens, experts, gates, weights, *, factor, method, ranki
     over the expert axis brings each device the slots of its own experts from every peer, and a
     second one brings the results back.
     """
-    num_local = weights[0].shape[0]
+    num_local = weights.down.shape[0]
     peers = jax.lax.axis_size(EXPERT_AXIS)
     num_experts, (n, d) = num_local * peers, tokens.shape
     slots = expert_capacity(n, experts.shape[-1], num_experts, factor)
     buffer, placed, overflow = dispatch(tokens, experts, num_experts, slots, ranking)  # [E, C, D]
     buffer = buffer.reshape(peers, num_local, slots, d)
     buffer = jax.lax.all_to_all(buffer, EXPERT_AXIS, 0, 0, tiled=True)  # [peers, local E, C, D]
-    out = experts_ffn(buffer, *weights, method)
+    out = experts_ffn(buffer, weights, method)
     out = jax.lax.all_to_all(out, EXPERT_AXIS, 0, 0, tiled=True).reshape(num_experts, slots, d)
     return combine(out, placed, gates), overflow
 
@@ -404,11 +458,15 @@ def sort_pairs(experts, first_expert, num_local, ranking="sort"):
 
 
 def gmm_tiling(m: int, k: int, n: int) -> tuple[int, int, int]:
-    """Tiles for the TPU grouped matmul: rows by the largest power of two up to 512 dividing m."""
-    tm = 512
-    while m % tm:
-        tm //= 2
-    return tm, min(k, 1024), min(n, 1024)
+    """Tiles (rows, depth, width) for the TPU grouped matmul, rows the largest power of two up to
+    the tile's that divides m. Chosen on a v5e chip at the one-chip preset's shapes
+    (benchmarks/chip/gmm_tiling_on_chip.py, forward and backward): 512 x 1024 x 1024 for gate, up
+    and down of 2048 x 1024 apiece; for gate and up joined (2048 deep and wide) 256 x 2048 x 512,
+    a row tile that reads the whole depth once, where 512 x 1024 x 1024 came 7% slower."""
+    tile_m, tile_k, tile_n = (256, 2048, 512) if min(k, n) >= 2048 else (512, 1024, 1024)
+    while m % tile_m:
+        tile_m //= 2
+    return tile_m, min(k, tile_k), min(n, tile_n)
 
 
 def grouped_matmul(rows, weights, group_sizes, method, interpret=False):
@@ -437,19 +495,19 @@ def _live(placed: Sorted, sizes):
 def _sorted_experts(tokens, gates, weights, placed: Sorted, sizes, method, interpret):
     """This device's experts on every pair of the gathered tokens, summed per token by gate.
 
-    tokens [A N, D]; gates [A N, K]; weights (gate, up, down) of the local experts, whole.
+    tokens [A N, D]; gates [A N, K]; weights: `ExpertWeights` of the local experts, whole.
     Returns [A N, D] float32: sum over a token's pairs routed here of gate x SwiGLU(token).
     """
     k = gates.shape[-1]
     live = _live(placed, sizes)
     rows = tokens[placed.order // k]  # [A N K, D]: every pair's token row, sorted by expert
-    gate_w, up_w, down_w = weights
 
     def matmul(lhs, w):
         return grouped_matmul(lhs, w, sizes, method, interpret)
 
-    hidden = jnp.where(live, jax.nn.silu(matmul(rows, gate_w)) * matmul(rows, up_w), 0)
-    out = matmul(hidden, down_w)  # undefined past the live rows: masked as it is gathered
+    a, b = gate_and_up(matmul, rows, weights.gate_up)
+    hidden = jnp.where(live, jax.nn.silu(a) * b, 0)
+    out = matmul(hidden, weights.down)  # undefined past the live rows: masked as it is gathered
     # back in token order; the mask rides on the gather rather than a pass over all of `out`
     pairs = jnp.where(live[placed.position], out[placed.position], 0)
     pairs = pairs.reshape(-1, k, out.shape[-1])
@@ -477,7 +535,6 @@ def _sorted_experts_backward(method, interpret, saved, grad):
     """
     tokens, gates, weights, placed, sizes = saved
     k, d = gates.shape[-1], tokens.shape[-1]
-    gate_w, up_w, down_w = weights
     live = _live(placed, sizes)
     token_of = placed.order // k
     gate = gates.reshape(-1)[placed.order][:, None].astype(jnp.float32)  # [A N K, 1]
@@ -486,24 +543,23 @@ def _sorted_experts_backward(method, interpret, saved, grad):
         return grouped_matmul(lhs, w, sizes, method, interpret)
 
     rows = tokens[token_of]
-    a, pull_gate = jax.vjp(matmul, rows, gate_w)
-    b, pull_up = jax.vjp(matmul, rows, up_w)
+    a, b, pull_gate_up = gate_and_up_vjp(matmul, rows, weights.gate_up)
     a, b = (jnp.where(live, v, 0).astype(jnp.float32) for v in (a, b))
     sig = jax.nn.sigmoid(a)
     h = a * sig * b
-    _, pull_down = jax.vjp(matmul, (gate * h).astype(rows.dtype), down_w)
+    _, pull_down = jax.vjp(matmul, (gate * h).astype(rows.dtype), weights.down)
     u, d_down = pull_down(grad[token_of].astype(rows.dtype))
     u = jnp.where(live, u, 0).astype(jnp.float32)
     d_gate = jnp.sum(h * u, axis=-1)  # [A N K], zero past the live rows
     dh = gate * u
-    d_rows, d_gate_w = pull_gate((dh * b * sig * (1 + a * (1 - sig))).astype(rows.dtype))
-    d_rows_up, d_up_w = pull_up((dh * a * sig).astype(rows.dtype))
-    d_rows = d_rows + d_rows_up  # undefined past the live rows: masked as it is read
+    d_rows, d_gate_up = pull_gate_up(
+        (dh * b * sig * (1 + a * (1 - sig))).astype(rows.dtype), (dh * a * sig).astype(rows.dtype)
+    )  # d_rows undefined past the live rows: masked as it is read
     pair_live = live[placed.position]
     d_pairs = jnp.where(pair_live, d_rows[placed.position], 0).reshape(-1, k, d)
     d_tokens = d_pairs.sum(axis=1, dtype=jnp.float32).astype(tokens.dtype)
     d_gates = d_gate[placed.position].reshape(gates.shape).astype(gates.dtype)
-    return d_tokens, d_gates, (d_gate_w, d_up_w, d_down), None, None
+    return d_tokens, d_gates, ExpertWeights(d_gate_up, d_down), None, None
 
 
 _sorted_experts.defvjp(_sorted_experts_forward, _sorted_experts_backward)
@@ -526,7 +582,7 @@ def local_sorted_ffn(
     """
     overflow = jnp.zeros((), bool)
     if factor != DROPLESS:
-        num_experts = weights[0].shape[0] * jax.lax.axis_size(EXPERT_AXIS)
+        num_experts = weights.down.shape[0] * jax.lax.axis_size(EXPERT_AXIS)
         slots = expert_capacity(tokens.shape[0], experts.shape[-1], num_experts, factor)
         routed = experts >= 0
         kept = routed & (slot_positions(experts, num_experts, ranking) < slots)
@@ -535,9 +591,9 @@ def local_sorted_ffn(
     tokens = jax.lax.all_gather(tokens, EXPERT_AXIS, axis=0, tiled=True)
     experts = jax.lax.all_gather(experts, EXPERT_AXIS, axis=0, tiled=True)
     gates = jax.lax.all_gather(gates, EXPERT_AXIS, axis=0, tiled=True)
-    num_local = weights[0].shape[0]
+    num_local = weights.down.shape[0]
     first = jax.lax.axis_index(EXPERT_AXIS) * num_local
     placed, sizes = sort_pairs(experts, first, num_local, ranking)
-    partial = _sorted_experts(tokens, gates, tuple(weights), placed, sizes, method, interpret)
+    partial = _sorted_experts(tokens, gates, weights, placed, sizes, method, interpret)
     mine = jax.lax.psum_scatter(partial, EXPERT_AXIS, scatter_dimension=0, tiled=True)
     return mine.astype(tokens.dtype), overflow

@@ -222,6 +222,10 @@ NOT_TAKEN: Mapping[str, str] = {
     "moe.expert_compute": "MaxText picks its own expert kernels (sparse_matmul, megablox)",
     "moe.dropless_compute": "MaxText picks its own expert kernels (sparse_matmul, megablox)",
     "moe.pair_ranking": "MaxText sorts its routed pairs itself",
+    "moe.prefuse_moe_weights": (
+        "MaxText gets it as the trainer's own key (--prefuse_moe_weights), as Tunix passes it;"
+        " unset there, MaxText runs its own default"
+    ),
     "optimizer.init_value": _SCHEDULE,
     "optimizer.peak_value": _SCHEDULE,
     "optimizer.end_value": _SCHEDULE,
