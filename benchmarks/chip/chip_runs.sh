@@ -11,7 +11,10 @@
 #   headline-on   ~5.5 min  the same with STAGE on: the same programs, loaded warm from the cache
 #   ab        ~3 min  README's main job as a user runs it (`ab`, no preset), warm from the cache
 #   peak-test ~3 min  the chip test of the measured peak (its run warm, its dumping compile cold)
-#   tests     ~9 min  every chip-marked test (`-m tpu_chip`), README's command (520 s measured)
+#   tests     ~9 min  README's chip-test command (`-m tpu_chip`) but the Gated DeltaNet kernels'
+#                     tests: the measured peak, the grouped matmul, splash attention (520 s measured)
+#   kernel-tests ~4 min the Gated DeltaNet kernels' chip tests, the triangular inverse's (40 s
+#                     measured) and the chunked rule's (200 s measured); with `tests`, README's command
 #   sweep     ~1.8 min a size  chip_fit_sweep.py's runs, aot's verdicts from the CPU host's sweep;
 #                     ROWS picks the sizes (default 3,5,6: 4 is the preset's own run)
 #   aot-host  ~3 min  `aot --target local` (its JSON has its host peak) beside the host peak of
@@ -62,7 +65,8 @@
 # Remakes BENCHMARKS.md's chip rows, each naming its part; the chip rounds' reports,
 # benchmarks/reports/chip-round-1_tpu-v5e_2026-12-06.md to chip-round-5.
 set -euo pipefail
-parts="headline-off, headline-on, ab, peak-test, tests, sweep, aot-host, effects, remat, chunk,"
+parts="headline-off, headline-on, ab, peak-test, tests, kernel-tests, sweep, aot-host, effects,"
+parts="$parts remat, chunk,"
 parts="$parts inverse, gdn-kernel, prefuse, trace,"
 parts="$parts gmm-tiling, builtin-mb1,"
 parts="$parts maxtext, maxtext-peak,"
@@ -77,6 +81,8 @@ mkdir -p "$JAX_COMPILATION_CACHE_DIR" "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 results=benchmarks/results
+# The Gated DeltaNet kernels' chip tests: a part of their own, so each part ends inside ten minutes
+kernel_tests=(tests/engine/test_unit_lower_inverse_on_chip.py tests/engine/test_delta_rule_kernel_on_chip.py)
 py=${PYTHON:-python3}
 # MaxText's keys that tpu-v5e-1 needs to reach MaxText at all, and the size it fits
 # (docs/maxtext.md)
@@ -115,7 +121,9 @@ case $part in
   peak-test)
     "$py" -m pytest -q -m tpu_chip tests/bench/test_device_peak_on_chip.py ;;
   tests)
-    "$py" -m pytest -q -m tpu_chip tests/ ;;
+    "$py" -m pytest -q -m tpu_chip tests/ "${kernel_tests[@]/#/--ignore=}" ;;
+  kernel-tests)
+    "$py" -m pytest -q -m tpu_chip "${kernel_tests[@]}" ;;
   sweep)
     "$py" benchmarks/chip/chip_fit_sweep.py --out "$work/sweep" --rows "${ROWS:-3,5,6}" \
       --from-aot "$results/2026-12-06-chip-fit-sweep-aot-tpu-v5e-1-splash-v5e-1x1.json" ;;
@@ -192,7 +200,7 @@ esac
 }
 for part in "$@"; do
   case $part in
-    headline-off|headline-on|ab|peak-test|tests|sweep|aot-host|effects|remat|chunk|inverse|gdn-kernel|prefuse|trace\
+    headline-off|headline-on|ab|peak-test|tests|kernel-tests|sweep|aot-host|effects|remat|chunk|inverse|gdn-kernel|prefuse|trace\
       |gmm-tiling|builtin-mb1|maxtext|maxtext-peak|maxtext-ab|boundary|interrupts) ;;
     *) echo "PART: one of $parts, not $part" >&2; exit 2 ;;
   esac
