@@ -225,10 +225,10 @@ def _parse_value(key: str, text: str, spec: EngineKey):
             fail("a number")
         return float(text)
     if kind == "bool":
-        lowered = text.strip().lower()
-        if lowered not in ("true", "false", "1", "0"):
+        value = values.boolean_word(text)
+        if value is None:
             fail("true or false")
-        return lowered in ("true", "1")
+        return value
     if kind.startswith("choice:"):
         allowed = kind.removeprefix("choice:").split("|")
         if text not in allowed:
@@ -338,7 +338,8 @@ def _mapped_trainer_keys(trainer_keys: Sequence[tuple[str, str]]) -> dict[str, s
         except ConfigError as error:
             raise ConfigError(
                 f"the trainer's MaxText key {fate.key}={fate.value!r} ({error}): fix it in the"
-                f" trainer's {trainer_maxtext.EXTRA_FLAGS_VARIABLE} or variables"
+                f" trainer's command (its {trainer_maxtext.EXTRA_FLAGS_VARIABLE}, variables or"
+                " flags)"
             ) from None
         mapped[fate.engine_key] = fate.engine_value
     return mapped

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 
+from rl_trainer_bench.config import values
 from rl_trainer_bench.errors import ConfigError
 
 EXTRA_FLAGS_VARIABLE = "MAXTEXT_EXTRA_FLAGS"
@@ -39,6 +40,8 @@ FLAG_KEYS: Mapping[str, str] = {
     "remat_policy": "remat_policy",
     "prefuse_moe_weights": "prefuse_moe_weights",
 }
+# Of those, the boolean flags: Tunix's argparse reads `yes` or `1` and hands MaxText the boolean.
+BOOLEAN_FLAGS = frozenset({"prefuse_moe_weights"})
 
 # MaxText keys the built-in engine applies under the same meaning: MaxText key -> engine key.
 SAME_MEANING: Mapping[str, str] = {
@@ -114,7 +117,9 @@ def maxtext_keys(
     then MAXTEXT_EXTRA_FLAGS' words; ((key, value text), ...). ConfigError for a word without `=`.
     """
     keys: list[tuple[str, str]] = []
-    from_flags = {FLAG_KEYS[flag]: flags[flag] for flag in FLAG_KEYS if flag in flags}
+    from_flags = {
+        FLAG_KEYS[flag]: _as_tunix_reads(flag, flags[flag]) for flag in FLAG_KEYS if flag in flags
+    }
     for variable, key in VARIABLE_KEYS.items():
         if key in from_flags:
             continue
@@ -130,6 +135,13 @@ def maxtext_keys(
             )
         keys.append((key, value))
     return tuple(keys)
+
+
+def _as_tunix_reads(flag: str, value: str) -> str:
+    """A flag's value as Tunix hands it to MaxText: a boolean flag's `yes` as `true` (text no
+    boolean word names stays as written, for its fate to refuse)."""
+    boolean = values.boolean_word(value) if flag in BOOLEAN_FLAGS else None
+    return value if boolean is None else str(boolean).lower()
 
 
 def engine_assignments(keys: Sequence[tuple[str, str]]) -> list[TrainerKey]:

@@ -21,6 +21,12 @@ _SWITCH = {"on": True, "off": False, "1": True, "0": False}
 _STEP_WINDOW = re.compile(r"([0-9]+)(?:\s*[:-]\s*([0-9]+))?", re.ASCII)
 STEP_WINDOW_FORMS = "N, A:B or A-B (one inclusive window of step indices)"
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+\Z")
+# The words a boolean engine key or trainer flag takes, any case, as the trainer's own flags read
+# them (argparse's usual str2bool: `--prefuse_moe_weights=yes` runs there, so it must here).
+_BOOLEAN_WORDS = {
+    **dict.fromkeys(("true", "t", "yes", "y", "1"), True),
+    **dict.fromkeys(("false", "f", "no", "n", "0"), False),
+}
 # Longer digit strings are not numbers anyone means, and int() refuses past 4,300 digits with a
 # ValueError of its own: refused here first, as the knob's one line.
 MAX_DIGITS = 100
@@ -47,6 +53,11 @@ def switch(name: str, text: str) -> bool:
     if value is None:
         raise ConfigError(f"{name}={text!r} is not allowed: use on or off (or 1 or 0)")
     return value
+
+
+def boolean_word(text: str) -> bool | None:
+    """The boolean `text` names (`_BOOLEAN_WORDS`), None for any other text."""
+    return _BOOLEAN_WORDS.get(text.strip().lower())
 
 
 def choice(name: str, text: str, choices: Sequence[str]) -> str:

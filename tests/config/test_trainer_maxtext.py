@@ -170,15 +170,29 @@ def test_a_trainers_unset_policy_is_left_to_its_maxtext_not_taken_from_the_prese
     assert built_in.maxtext_defaults == ()
 
 
-@pytest.mark.parametrize(("written", "joined"), [("true", True), ("false", False)])
+@pytest.mark.parametrize(
+    ("written", "joined"), [("true", True), ("false", False), ("yes", True), ("N", False)]
+)
 def test_the_trainers_prefuse_flag_sets_the_engines_expert_layout(written, joined):
     """--prefuse_moe_weights is a Tunix flag it hands MaxText as its own key (as the v5p launcher
-    writes it): the built-in engine applies it, a MaxText engine gets it passed."""
+    writes it): the built-in engine applies it, a MaxText engine gets it passed, as the boolean
+    Tunix's argparse makes of `yes` or `N` too."""
     argv = f"python -m tunix.main --mesh_fsdp=32 --prefuse_moe_weights={written}"
     config, unapplied = engine_config_from(CELL, argv)
     assert config.moe.prefuse_moe_weights is joined
     assert "prefuse_moe_weights" not in unapplied
-    assert config.trainer_maxtext_keys == (("prefuse_moe_weights", written),)
+    passed = "true" if joined else "false"
+    assert config.trainer_maxtext_keys == (("prefuse_moe_weights", passed),)
     assert _fates(argv)["prefuse_moe_weights"] == (
-        f"prefuse_moe_weights={written}: applied (prefuse_moe_weights={written})"
+        f"prefuse_moe_weights={passed}: applied (prefuse_moe_weights={passed})"
+    )
+
+
+def test_a_trainer_flag_the_engine_cannot_read_names_the_flag_and_where_to_fix_it():
+    with pytest.raises(ConfigError) as refused:
+        engine_config_from(CELL, "python -m tunix.main --prefuse_moe_weights=maybe")
+    assert str(refused.value) == (
+        "the trainer's MaxText key prefuse_moe_weights='maybe' (engine key"
+        " prefuse_moe_weights='maybe': expected true or false): fix it in the trainer's command"
+        " (its MAXTEXT_EXTRA_FLAGS, variables or flags)"
     )
