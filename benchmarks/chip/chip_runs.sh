@@ -13,8 +13,9 @@
 #   peak-test ~3 min  the chip test of the measured peak (its run warm, its dumping compile cold)
 #   tests     ~9 min  README's chip-test command (`-m tpu_chip`) but the Gated DeltaNet kernels'
 #                     tests: the measured peak, the grouped matmul, splash attention (520 s measured)
-#   kernel-tests ~4 min the Gated DeltaNet kernels' chip tests, the triangular inverse's (40 s
-#                     measured) and the chunked rule's (200 s measured); with `tests`, README's command
+#   kernel-tests ~5 min the Gated DeltaNet kernels' chip tests, the triangular inverse's (40 s
+#                     measured) and the chunked rule's (235 s measured at the preset's 5 rows and 4
+#                     heads a program); with `tests`, README's command
 #   sweep     ~1.8 min a size  chip_fit_sweep.py's runs, aot's verdicts from the CPU host's sweep;
 #                     ROWS picks the sizes (default 3,5,6: 4 is the preset's own run)
 #   aot-host  ~3 min  `aot --target local` (its JSON has its host peak) beside the host peak of
@@ -38,11 +39,22 @@
 #                     the kernels' chip test (200 s measured) runs in `tests`
 #   prefuse   ~4.5 min `prefuse_moe_weights` off and on, an A/B on the preset and the loss both ways,
 #                     as gdn-kernel's
+#   heads     ~4.5 min the Gated DeltaNet kernels at 2 and 4 value heads a program
+#                     (`linear_chunk_kernel_heads`), an A/B on the preset and the loss both ways, as
+#                     gdn-kernel's
+#   peak      ~1.5 min the preset's run with MEASURE_PEAK (its bisection, about 8 probe steps) at
+#                     engine flags PEAK_FLAGS (default none): its step, MFU and measured peak, warm
+#                     from the cache where an A/B compiled its programs
+#   matmul-chain ~1 min a chain of 16 dependent 128 x 128 matmuls a Pallas program at each matmul
+#                     precision, beside XLA's (matmul_chain_on_chip.py: 5 small compiles)
 #   gmm-tiling ~3 min the MoE's grouped matmuls alone at the engine's tiling and 8 others, and gate
 #                     and up as one matmul of twice the width (gmm_tiling_on_chip.py: 27 small
 #                     compiles, 21 calls each)
 #   trace     ~3 min  the trace's cost table by engine function alone (chip_headline.py's run with
 #                     STAGE on, 3 traced steps), no cache so every program is dumped, no peak or aot
+#   rows      ~3.5 min the preset at ROWS rows a micro-batch (default 5) as trace's run, with
+#                     MEASURE_PEAK (its bisection, about 8 probe steps): the step, MFU, measured
+#                     peak and cost table at that size
 #   builtin-mb1 ~2 min the built-in engine at the one size MaxText fits on the chip (1 row)
 #   maxtext   ~9 min  MaxText's engine at that size through Tunix's worker (its compile about 200 s),
 #                     then with MEASURE_PEAK through the adapter's own calls (MAXTEXT_DRIVER=maxtext:
@@ -67,8 +79,8 @@
 set -euo pipefail
 parts="headline-off, headline-on, ab, peak-test, tests, kernel-tests, sweep, aot-host, effects,"
 parts="$parts remat, chunk,"
-parts="$parts inverse, gdn-kernel, prefuse, trace,"
-parts="$parts gmm-tiling, builtin-mb1,"
+parts="$parts inverse, gdn-kernel, prefuse, heads, peak, trace, rows,"
+parts="$parts gmm-tiling, matmul-chain, builtin-mb1,"
 parts="$parts maxtext, maxtext-peak,"
 parts="$parts maxtext-ab, boundary or interrupts"
 out=${1:?OUT: the folder the results go to}
@@ -106,11 +118,30 @@ first_losses() {
 ab_and_losses() {
   local status=0
   mkdir -p "$work/$1"
-  "$py" -m rl_trainer_bench.cli ab --arms "$3:$2=$3,$4:$2=$4" --out "$work/$1/ab" || status=1
+  local first=$3 second=$4  # an arm's name starts with a letter: v2 for the value 2
+  [[ $first =~ ^[A-Za-z] ]] || first=v$first
+  [[ $second =~ ^[A-Za-z] ]] || second=v$second
+  "$py" -m rl_trainer_bench.cli ab --arms "$first:$2=$3,$second:$2=$4" --out "$work/$1/ab" || status=1
   for value in "$3" "$4"; do
     first_losses "$1" "$2=$value" || status=1
   done
   return $status
+}
+# chip_headline.py's run of the preset with STAGE on, 3 traced steps, into $work/$1, at engine
+# flags $2, MEASURE_PEAK $3; no cache, so every program is dumped and the trace charged to them
+traced_run() {
+  (unset JAX_COMPILATION_CACHE_DIR; "$py" - "$work/$1" "$2" "$3" <<'EOF'
+import json, sys
+from pathlib import Path
+sys.path.insert(0, "benchmarks/chip")
+import chip_headline
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+figures = chip_headline.run_figures(out, "tpu-v5e-1", "on", 3, sys.argv[3] == "on", sys.argv[2])
+(out / "run.json").write_text(json.dumps(figures, indent=1))
+print({name: figures[name] for name in ("step_s", "mfu", "boundary_idle_s", "device_peak")})
+EOF
+  )
 }
 run_part() {
 case $part in
@@ -158,22 +189,21 @@ case $part in
     return $status ;;
   prefuse)
     ab_and_losses prefuse prefuse_moe_weights false true ;;
+  heads)
+    ab_and_losses heads linear_chunk_kernel_heads 2 4 ;;
+  peak)
+    "$py" -m rl_trainer_bench.cli run --preset tpu-v5e-1 --warmup-steps 1 --steps 3 --measure-peak on \
+      --engine-flags "${PEAK_FLAGS:-}" --results-dir "$work/peak" ;;
+  matmul-chain)
+    mkdir -p "$work/matmul-chain"
+    "$py" benchmarks/chip/matmul_chain_on_chip.py --output "$work/matmul-chain/matmul_chain.json" ;;
   gmm-tiling)
     mkdir -p "$work/gmm-tiling"
     "$py" benchmarks/chip/gmm_tiling_on_chip.py --output "$work/gmm-tiling/gmm_tiling.json" ;;
   trace)
-    (unset JAX_COMPILATION_CACHE_DIR; "$py" - "$work/trace" <<'EOF'
-import json, sys
-from pathlib import Path
-sys.path.insert(0, "benchmarks/chip")
-import chip_headline
-out = Path(sys.argv[1])
-out.mkdir(parents=True, exist_ok=True)
-figures = chip_headline.run_figures(out, "tpu-v5e-1", "on", 3, False, "")
-(out / "run.json").write_text(json.dumps(figures, indent=1))
-print({name: figures[name] for name in ("step_s", "mfu", "boundary_idle_s")})
-EOF
-    ) ;;
+    traced_run trace "" off ;;
+  rows)
+    traced_run rows "train_micro_batch_size=${ROWS:-5}" on ;;
   builtin-mb1)
     "$py" -m rl_trainer_bench.cli run --preset tpu-v5e-1 --engine-flags train_micro_batch_size=1 --steps 4 \
       --results-dir "$work/builtin-mb1" ;;
@@ -200,8 +230,8 @@ esac
 }
 for part in "$@"; do
   case $part in
-    headline-off|headline-on|ab|peak-test|tests|kernel-tests|sweep|aot-host|effects|remat|chunk|inverse|gdn-kernel|prefuse|trace\
-      |gmm-tiling|builtin-mb1|maxtext|maxtext-peak|maxtext-ab|boundary|interrupts) ;;
+    headline-off|headline-on|ab|peak-test|tests|kernel-tests|sweep|aot-host|effects|remat|chunk|inverse|gdn-kernel|prefuse|heads|peak|trace|rows\
+      |gmm-tiling|matmul-chain|builtin-mb1|maxtext|maxtext-peak|maxtext-ab|boundary|interrupts) ;;
     *) echo "PART: one of $parts, not $part" >&2; exit 2 ;;
   esac
 done

@@ -8,8 +8,8 @@ back), so the kernels' share of a step change is their own. Each arm is jitted o
 (`gdn_reference.cell_inputs`: packed rows, the layer's bfloat16 q, k and v) and timed over
 `chip_timing.REPEATS` calls after a warm-up, median per call: the forward alone and the forward with
 the gradient of every input. Arms: the XLA path with either inverse (`linear_chunk_inverse` xla and
-pallas, the preset's today), and the kernels at 1, 2 and 4 heads a program (`HEADS_PER_PROGRAM`
-is the engine's). The error is each arm's largest difference from the per-token recurrence in
+pallas), and the kernels at 1, 2 and 4 heads a program (`linear_chunk_kernel_heads`, the engine
+key). The error is each arm's largest difference from the per-token recurrence in
 float64 (on the host's CPU, the first row's first key head and its value heads), over the largest
 value, of the output and of each input's gradient.
 

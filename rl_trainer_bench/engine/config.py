@@ -130,6 +130,16 @@ class ModelConfig:
             " mesh context 1; linear_chunk_inverse then does not apply)"
         ),
     )
+    linear_chunk_kernel_heads: int = dataclasses.field(
+        default=2,
+        metadata=engine_key(
+            "value heads one program of the pallas chunk kernels takes, cut to the most that"
+            " divides linear_num_value_heads and holds whole groups of heads sharing a key head or"
+            " lies inside one (more: more independent matmul chains a program to interleave,"
+            " fewer and larger programs; linear_chunk_kernel=pallas only)",
+            minimum=1,
+        ),
+    )
 
     def layers_of(self, kind: str) -> int:
         """How many of the num_layers layers are of mixer `kind`."""

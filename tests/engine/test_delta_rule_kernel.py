@@ -102,6 +102,20 @@ def test_the_kernels_give_the_float64_recurrences_outputs_and_gradients(
         np.testing.assert_allclose(np.asarray(got), wanted, rtol=1e-4, atol=2e-5, err_msg=name)
 
 
+def gated_deltanet_shapes(model):
+    """A Gated DeltaNet layer's weights' shapes, by name."""
+    hk, hv, dk, dv, d, taps = (
+        model.linear_num_key_heads, model.linear_num_value_heads, model.linear_key_head_dim,
+        model.linear_value_head_dim, model.d_model, model.linear_conv_kernel_dim,
+    )  # fmt: skip
+    return {
+        "gdn_wq": (d, hk, dk), "gdn_wk": (d, hk, dk), "gdn_wv": (d, hv, dv), "gdn_wz": (d, hv, dv),
+        "gdn_wb": (d, hv), "gdn_wa": (d, hv), "gdn_conv_q": (taps, hk, dk),
+        "gdn_conv_k": (taps, hk, dk), "gdn_conv_v": (taps, hv, dv), "gdn_a_log": (hv,),
+        "gdn_dt_bias": (hv,), "gdn_norm": (dv,), "gdn_wo": (hv, dv, d),
+    }  # fmt: skip
+
+
 def test_a_program_takes_whole_groups_of_heads_or_part_of_one():
     assert program_heads(16, 2, 2) == 2  # tpu-v5e-1: 16 value heads, 2 a key head
     assert program_heads(16, 2, 4) == 4
@@ -116,18 +130,11 @@ def test_the_layer_through_the_kernels_gives_the_reference_layers_output():
     against the plain reference layer in float64 (the gradients through the kernels are the
     recurrence test's)."""
     model = dataclasses.replace(PRESETS["cpu-tiny-qwen3.5"].engine.model, linear_chunk_size=16)
-    hk, hv, dk, dv, d, taps = (
-        model.linear_num_key_heads, model.linear_num_value_heads, model.linear_key_head_dim,
-        model.linear_value_head_dim, model.d_model, model.linear_conv_kernel_dim,
-    )  # fmt: skip
-    shapes = {
-        "gdn_wq": (d, hk, dk), "gdn_wk": (d, hk, dk), "gdn_wv": (d, hv, dv), "gdn_wz": (d, hv, dv),
-        "gdn_wb": (d, hv), "gdn_wa": (d, hv), "gdn_conv_q": (taps, hk, dk),
-        "gdn_conv_k": (taps, hk, dk), "gdn_conv_v": (taps, hv, dv), "gdn_a_log": (hv,),
-        "gdn_dt_bias": (hv,), "gdn_norm": (dv,), "gdn_wo": (hv, dv, d),
-    }  # fmt: skip
+    d = model.d_model
     rng = np.random.default_rng(2)
-    weights = {name: rng.normal(size=shape) * 0.3 for name, shape in shapes.items()}
+    weights = {
+        name: rng.normal(size=shape) * 0.3 for name, shape in gated_deltanet_shapes(model).items()
+    }
     segments = jnp.asarray(np.array([[1] * 20 + [2] * 25 + [0] * 3, [4] * 48]))
     h = rng.normal(size=(2, 48, d))
     with jax.set_mesh(sharding.make_mesh(MeshConfig(), jax.devices()[:1])):
@@ -140,6 +147,43 @@ def test_the_layer_through_the_kernels_gives_the_reference_layers_output():
     with jax.enable_x64(True):
         want = jax.jit(lambda h, w: layer(h, w, segments, model))(h, weights)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+def pallas_grids(jaxpr):
+    """The grid of every pallas_call in `jaxpr` and the jaxprs inside its equations."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "pallas_call":
+            yield tuple(eqn.params["grid_mapping"].grid)
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, tuple | list) else (value,):
+                inner = getattr(inner, "jaxpr", inner)  # a closed jaxpr's own
+                if hasattr(inner, "eqns"):
+                    yield from pallas_grids(inner)
+
+
+@pytest.mark.parametrize(("asked", "groups"), [(1, 4), (2, 2), (3, 2), (4, 1)])
+def test_each_kernel_program_takes_the_heads_the_engine_key_asks(asked, groups):
+    """cpu-tiny-qwen3.5's layer (4 value heads, 2 a key head) at `linear_chunk_kernel_heads`:
+    the gradient's two kernels (the forward that keeps the states, the backward) each have a grid
+    of (rows, head groups, chunks) with 4 / heads a program groups (3 is cut to 2: a program holds
+    whole key-head groups)."""
+    model = dataclasses.replace(
+        PRESETS["cpu-tiny-qwen3.5"].engine.model, linear_chunk_size=16,
+        linear_chunk_kernel_heads=asked,
+    )  # fmt: skip
+    d = model.d_model
+    weights = {
+        name: jnp.zeros(shape, jnp.float32) for name, shape in gated_deltanet_shapes(model).items()
+    }
+    segments = jnp.ones((2, 48), jnp.int32)
+
+    def loss(h, w):
+        return jnp.sum(gated_deltanet(h, w, segments, model, kernel="pallas", interpret=True))
+
+    with jax.set_mesh(sharding.make_mesh(MeshConfig(), jax.devices()[:1])):
+        jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(jnp.ones((2, 48, d)), weights)
+    grids = list(pallas_grids(jaxpr.jaxpr))
+    assert len(grids) == 2 and {grid[1] for grid in grids} == {groups}
 
 
 @pytest.mark.parametrize(
@@ -171,16 +215,23 @@ def test_the_kernel_is_refused_where_it_cannot_run_naming_the_key(changes, mesh,
 
 @pytest.mark.tpu_aot
 def test_both_kernels_compile_for_a_v5e_at_the_presets_shapes():
-    """tpu-v5e-1's Gated DeltaNet a micro-batch: 4 rows of 4,096 tokens in chunks of 128, 8 key
-    heads shared by 16 value heads of 128, q and k in bfloat16 as the convolution gives them,
-    normalised inside. The forward and its gradient in one program hold three Mosaic custom calls
-    (the forward kernel, the one that keeps the states, and the backward kernel), not an XLA
-    fallback, each inside the kernels' scoped VMEM."""
+    """tpu-v5e-1's Gated DeltaNet a micro-batch (its rows of 4,096 tokens in chunks of 128, 8 key
+    heads shared by 16 value heads of 128, its heads a kernel program), q and k in bfloat16 as the
+    convolution gives them, normalised inside. The forward and its gradient in one program hold
+    three Mosaic custom calls (the forward kernel, the one that keeps the states, and the backward
+    kernel), not an XLA fallback, each inside the kernels' scoped VMEM."""
     pytest.importorskip("libtpu")
     from rl_trainer_bench.preflight.aot.targets import resolve_target
 
     placed = jax.sharding.SingleDeviceSharding(resolve_target("v5e:1x1").devices[0])
-    rows, tokens, hk, hv, width = 4, 4096, 8, 16, 128
+    engine = PRESETS["tpu-v5e-1"].engine
+    model = engine.model
+    rows, tokens = engine.micro_batch_rows, engine.seq_len
+    hk, hv, width = (
+        model.linear_num_key_heads,
+        model.linear_num_value_heads,
+        model.linear_key_head_dim,
+    )
     specs = [
         jax.ShapeDtypeStruct(shape, dtype, sharding=placed)
         for shape, dtype in (
@@ -194,7 +245,11 @@ def test_both_kernels_compile_for_a_v5e_at_the_presets_shapes():
     ]
 
     def rule(*x):
-        return chunked_delta_rule(*x, chunk_size=128, query_scale=width**-0.5)
+        return chunked_delta_rule(
+            *x, chunk_size=model.linear_chunk_size,
+            heads_per_program=model.linear_chunk_kernel_heads,
+            query_scale=width**-0.5,
+        )  # fmt: skip
 
     def rule_and_gradient(*x):
         loss = lambda *x: jnp.sum(rule(*x).astype(jnp.float32))  # noqa: E731

@@ -1,6 +1,7 @@
 """linear_chunk_kernel=pallas on a TPU chip: the compiled kernels (not their interpreter) against
-the XLA path, at tpu-v5e-1's shapes (a micro-batch of 4 rows of 4,096 tokens over packed segments,
-16 value heads sharing 8 key heads, chunks of 128), outputs and every input's gradient, in float32
+the XLA path, at tpu-v5e-1's shapes and kernel settings (a micro-batch of its rows of 4,096 tokens
+over packed segments, 16 value heads sharing 8 key heads, chunks of 128, its heads a kernel
+program), outputs and every input's gradient, in float32
 (the layer's bfloat16 would round both paths' outputs alike and hide their differences). Both take
 the TPU's default matmul precision (float32 operands through bfloat16 once), so neither is exact;
 the reference is the XLA path at the highest precision, and the kernels must be within TOLERANCE

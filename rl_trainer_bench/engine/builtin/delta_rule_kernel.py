@@ -3,7 +3,9 @@
 The XLA path (`linear_attention.py`) builds every chunk's terms for all chunks at once, then scans
 the chunks: each `[C, C]` and `[C, D]` term of every chunk passes through HBM in float32, most of
 them several times, for little matmul work (BENCHMARKS.md: the Gated DeltaNet's rows are mostly
-element-wise passes). Here one kernel program takes one chunk of a few heads (`HEADS_PER_PROGRAM`):
+element-wise passes). Here one kernel program takes one chunk of a few heads
+(`linear_chunk_kernel_heads`: independent chains of small matmuls in one program's code, which the
+compiler can interleave; one head's chain alone leaves the matrix units waiting on each result):
 it reads the chunk's q, k, v and per-token scalars once, builds each head's decays, A, P, the
 inverse of I + A (the doubling of `unit_lower_inverse.py`), U and W in VMEM, writes the chunk's
 outputs and advances the states, which stay in VMEM from chunk to chunk (the grid's chunk axis runs
@@ -37,9 +39,6 @@ CUM, BETA, RUN, REAL = range(4)
 ROWS = 8  # a float32 tile's rows; the rows past REAL are zero
 # L2 normalisation's epsilon, as the layer's `l2_normalize`
 NORM_EPS = 1e-6
-# Heads a program takes: independent chains of small matmuls in one program's code, which the
-# compiler can interleave (one head's chain alone leaves the matrix units waiting on each result)
-HEADS_PER_PROGRAM = 2
 
 
 class Static(NamedTuple):
@@ -54,8 +53,8 @@ class Static(NamedTuple):
 
 
 def chunked_delta_rule(
-    q, k, v, log_decay, beta, segment_ids, *, chunk_size, query_scale=None,
-    heads_per_program=HEADS_PER_PROGRAM, interpret=False,
+    q, k, v, log_decay, beta, segment_ids, *, chunk_size, heads_per_program, query_scale=None,
+    interpret=False,
 ):  # fmt: skip
     """Outputs o [B, T, H, Dv] of the gated delta rule over packed rows, in float32 (as the XLA
     path gives them).

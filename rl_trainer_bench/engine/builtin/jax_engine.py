@@ -378,6 +378,7 @@ class JaxEngine:
             "pair_ranking": self.methods.pair_ranking,
             "linear_chunk_inverse": self.methods.linear_chunk_inverse,
             "linear_chunk_kernel": self.methods.linear_chunk_kernel,
+            "linear_chunk_kernel_heads": self.config.model.linear_chunk_kernel_heads,
             "prefuse_moe_weights": self.methods.prefuse_moe_weights,
             "remat_policy": self.config.model.remat_policy,
             "dtype": self.config.model.dtype,

@@ -199,16 +199,16 @@ TRANSLATIONS: tuple[Translation, ...] = (
     _same("seed", "init_weights_seed"),
 )  # fmt: skip
 
+_OWN_GATED_DELTANET = (
+    "MaxText runs its own Gated DeltaNet (its use_gdn_kernel key picks the kernel)"
+)
 _GRPO = "MaxText's router-replay loss is token cross-entropy, not the GRPO surrogate"
 _SCHEDULE = "MaxText's schedule is set by learning_rate and fractions of its step count"
 NOT_TAKEN: Mapping[str, str] = {
     "model.attention_chunk_size": "MaxText's dot-product attention does not chunk queries",
-    "model.linear_chunk_inverse": (
-        "MaxText runs its own Gated DeltaNet (its use_gdn_kernel key picks the kernel)"
-    ),
-    "model.linear_chunk_kernel": (
-        "MaxText runs its own Gated DeltaNet (its use_gdn_kernel key picks the kernel)"
-    ),
+    "model.linear_chunk_inverse": _OWN_GATED_DELTANET,
+    "model.linear_chunk_kernel": _OWN_GATED_DELTANET,
+    "model.linear_chunk_kernel_heads": _OWN_GATED_DELTANET,
     "loss.epsilon": _GRPO,
     "loss.epsilon_high": _GRPO,
     "loss.beta": _GRPO,
