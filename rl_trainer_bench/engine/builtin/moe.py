@@ -491,6 +491,13 @@ def _live(placed: Sorted, sizes):
     return (jnp.arange(placed.order.shape[0]) < jnp.sum(sizes))[:, None]
 
 
+def _slot_major(position, k):
+    """The sorted positions of the (token, slot) pairs listed slot by slot, [K N]: the pairs' rows
+    gathered in this order reshape to [K, N, D] for free, where token by token [N, K, D] puts K in
+    the tiled minor dims of a TPU layout and costs a padded copy of every row."""
+    return position.reshape(-1, k).T.reshape(-1)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
 def _sorted_experts(tokens, gates, weights, placed: Sorted, sizes, method, interpret):
     """This device's experts on every pair of the gathered tokens, summed per token by gate.
@@ -509,10 +516,10 @@ def _sorted_experts(tokens, gates, weights, placed: Sorted, sizes, method, inter
     hidden = jnp.where(live, jax.nn.silu(a) * b, 0)
     out = matmul(hidden, weights.down)  # undefined past the live rows: masked as it is gathered
     # back in token order; the mask rides on the gather rather than a pass over all of `out`
-    pairs = jnp.where(live[placed.position], out[placed.position], 0)
-    pairs = pairs.reshape(-1, k, out.shape[-1])
+    by_slot = _slot_major(placed.position, k)
+    pairs = jnp.where(live[by_slot], out[by_slot], 0).reshape(k, -1, out.shape[-1])
     return jnp.einsum(
-        "nkd,nk->nd", pairs, gates.astype(out.dtype), preferred_element_type=jnp.float32
+        "knd,nk->nd", pairs, gates.astype(out.dtype), preferred_element_type=jnp.float32
     )
 
 
@@ -555,9 +562,9 @@ def _sorted_experts_backward(method, interpret, saved, grad):
     d_rows, d_gate_up = pull_gate_up(
         (dh * b * sig * (1 + a * (1 - sig))).astype(rows.dtype), (dh * a * sig).astype(rows.dtype)
     )  # d_rows undefined past the live rows: masked as it is read
-    pair_live = live[placed.position]
-    d_pairs = jnp.where(pair_live, d_rows[placed.position], 0).reshape(-1, k, d)
-    d_tokens = d_pairs.sum(axis=1, dtype=jnp.float32).astype(tokens.dtype)
+    by_slot = _slot_major(placed.position, k)
+    d_pairs = jnp.where(live[by_slot], d_rows[by_slot], 0).reshape(k, -1, d)
+    d_tokens = d_pairs.sum(axis=0, dtype=jnp.float32).astype(tokens.dtype)
     d_gates = d_gate[placed.position].reshape(gates.shape).astype(gates.dtype)
     return d_tokens, d_gates, ExpertWeights(d_gate_up, d_down), None, None
 
