@@ -7,11 +7,14 @@ matmul FLOPs, bytes read and written, each loop body counted per trip). Each ins
 to the innermost frame of its source stack that lies in the package (the compiled text carries the
 stack of every op), and each gets a roofline time, max(FLOPs / peak, bytes / HBM bandwidth) from
 the chip table, summed per function. These are ESTIMATES of where the work is, not times: the byte
-walk counts a loop body's operands once per trip, and a kernel runs below peak.
+walk counts a loop body's operands once per trip, and a kernel runs below peak. `--ops FUNCTION`
+also lists one function's ops, grouped by opcode (a fusion by its kind) and result shapes: which
+passes over which arrays make its bytes (a copy the layout forces shows up as its own op).
 
 Usage (needs the [tpu] extra):
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/aot/tpu_cost_by_source.py \\
-      --preset tpu-v5e-1 --target v5e:1x1 --program fwd_bwd --output cost_by_source.json
+      --preset tpu-v5e-1 --target v5e:1x1 --program fwd_bwd --output cost_by_source.json \\
+      [--ops moe.py:local_sorted_ffn]
 
 Remakes BENCHMARKS.md's aot suite (the static cost table);
 benchmarks/reports/aot-one-chip-cost_v5e-v6e_2026-12-06.md,
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -34,6 +38,39 @@ from rl_trainer_bench.preflight.hlo.parse import parse_hlo
 from rl_trainer_bench.preflight.hlo.sources import op_sources
 from rl_trainer_bench.preflight.program_cost import instruction_costs
 from rl_trainer_bench.preflight.quiet_stderr import quiet_libtpu
+
+
+def ops_of_source(text: str, source: str) -> list[dict]:
+    """The ops charged to `source`, grouped by opcode (a fusion with its kind) and result shapes:
+    FLOPs and bytes as run, how many times they run, and one op's name, largest bytes first."""
+    module = parse_hlo(text)
+    sources = op_sources(module, text)
+    groups: dict[tuple[str, str], dict] = {}
+    for cost in instruction_costs(module):
+        instruction = cost.instruction
+        if sources[instruction.name] != source or not (cost.flops or cost.bytes):
+            continue
+        kind = re.search(r"kind=(\w+)", instruction.attributes)
+        opcode = instruction.opcode + (f"/{kind.group(1)}" if kind else "")
+        shapes = ",".join(f"{a.dtype}{list(a.dims)}" for a in instruction.arrays)
+        group = groups.setdefault(
+            (opcode, shapes), {"opcode": opcode, "shapes": shapes, "runs": 0, "flops": 0.0,
+                               "bytes": 0.0, "example": instruction.name},
+        )  # fmt: skip
+        group["runs"] += cost.times
+        group["flops"] += cost.flops * cost.times
+        group["bytes"] += cost.bytes * cost.times
+    return sorted(groups.values(), key=lambda group: -group["bytes"])
+
+
+def print_ops(text: str, source: str, top: int) -> None:
+    """`ops_of_source`'s first `top` groups as a table."""
+    print(f"ops of {source}: bytes and FLOPs as run, grouped by opcode and result shapes")
+    for group in ops_of_source(text, source)[:top]:
+        print(
+            f"{group['bytes'] / 2**30:9.2f}Gi{group['flops']:11.3e}{group['runs']:6d}x "
+            f"{group['opcode']:20}{group['shapes'][:70]:72}{group['example']}"
+        )
 
 
 def cost_by_source(text: str, peak_flops: float, bandwidth: float) -> list[dict]:
@@ -60,6 +97,11 @@ def main() -> int:
     parser.add_argument("--program", default="fwd_bwd")
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--output", type=Path, help="write every row as JSON here")
+    parser.add_argument(
+        "--ops",
+        metavar="FUNCTION",
+        help="also list this source function's ops (as the table names it)",
+    )
     args = parser.parse_args()
     with quiet_libtpu():
         cell = resolve_cell(args.preset, args.target, "", args.engine_flags)
@@ -91,6 +133,8 @@ def main() -> int:
     print(
         f"{'all':48}{sum(r['flops'] for r in rows):12.3e}{sum(r['bytes'] for r in rows) / 2**30:10.2f}Gi{1e3 * total:10.1f}ms"
     )
+    if args.ops:
+        print_ops(compiled.as_text(), args.ops, args.top)
     if args.output:
         args.output.write_text(
             json.dumps(
