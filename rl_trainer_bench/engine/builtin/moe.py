@@ -264,8 +264,9 @@ def _fill_forward(x, placed):
 
 
 def _fill_backward(placed, grad):
-    """A token's gradient is the sum over its kept pairs' slots: a gather, then a sum over K."""
-    token_grad = _with_zero_row(grad)[placed.of_pair].sum(axis=1)
+    """A token's gradient is the sum over its kept pairs' slots: a gather slot by slot ([K, N, D],
+    see `_slot_major`), then a sum over K."""
+    token_grad = _with_zero_row(grad)[placed.of_pair.T].sum(axis=0)
     return token_grad, None
 
 
@@ -276,8 +277,8 @@ _fill.defvjp(_fill_forward, _fill_backward)
 def combine(expert_out, placed: Slots, gates):
     """Gather each pair's expert output back to its token, weighted by its gate: [N, D]."""
     e, c, d = expert_out.shape
-    pairs = _with_zero_row(expert_out.reshape(e * c, d))[placed.of_pair]  # [N, K, D]
-    return jnp.einsum("nkd,nk->nd", pairs, gates.astype(expert_out.dtype))
+    pairs = _with_zero_row(expert_out.reshape(e * c, d))[placed.of_pair.T]  # [K, N, D]
+    return jnp.einsum("knd,nk->nd", pairs, gates.astype(expert_out.dtype))
 
 
 def _combine_forward(expert_out, placed, gates):
@@ -292,8 +293,8 @@ def _combine_backward(saved, grad):
     k = placed.of_pair.shape[-1]
     slot_gate = jnp.concatenate([gates.reshape(-1), jnp.zeros((1,), gates.dtype)])[placed.pair]
     slot_grad = _with_zero_row(grad)[placed.pair // k] * slot_gate[:, None].astype(grad.dtype)
-    pairs = _with_zero_row(expert_out.reshape(e * c, d))[placed.of_pair]
-    gate_grad = jnp.einsum("nkd,nd->nk", pairs, grad, preferred_element_type=jnp.float32)
+    pairs = _with_zero_row(expert_out.reshape(e * c, d))[placed.of_pair.T]
+    gate_grad = jnp.einsum("knd,nd->nk", pairs, grad, preferred_element_type=jnp.float32)
     return slot_grad.reshape(e, c, d).astype(expert_out.dtype), None, gate_grad.astype(gates.dtype)
 
 
