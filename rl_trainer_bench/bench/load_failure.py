@@ -19,11 +19,16 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from rl_trainer_bench.bench.device_peak import RUNTIME_ERRORS, failed_load, runtime_status
+from rl_trainer_bench.engine.kernel_vmem import VMEM_OVERFLOW, vmem_overflow_fix
 from rl_trainer_bench.errors import UserError, one_line
 
 
 class DoesNotFit(UserError):
     """A program of the run did not fit in its device's memory when it was loaded."""
+
+
+class KernelTooLarge(UserError):
+    """A kernel's program, sized by an engine key, did not fit in a TPU core's VMEM."""
 
 
 def refusal(error: BaseException, preset: str) -> DoesNotFit | None:
@@ -34,13 +39,19 @@ def refusal(error: BaseException, preset: str) -> DoesNotFit | None:
     return _does_not_fit(f"{program or 'a program'} did not fit", error, preset)
 
 
-def compile_refusal(error: BaseException, preset: str) -> DoesNotFit | None:
+def compile_refusal(error: BaseException, preset: str) -> UserError | None:
     """The one-line refusal for `error` when the compiler found a program larger than the
     device's memory, or a program the compile ran did not load, else None. A kernel's tiles too
-    large for the core's own memory ("memory space vmem") are not the cell's size: that error
-    passes through as it came."""
-    if runtime_status(error) != "RESOURCE_EXHAUSTED" or "memory space vmem" in str(error).lower():
+    large for the core's own memory ("memory space vmem") are not the cell's size: where an engine
+    key sizes that kernel the refusal names the key (`kernel_vmem`); any other such error passes
+    through as it came."""
+    if runtime_status(error) != "RESOURCE_EXHAUSTED":
         return None
+    if VMEM_OVERFLOW in str(error).lower():
+        fix = vmem_overflow_fix(str(error))
+        return fix and KernelTooLarge(
+            f"{fix}, checking it first with `rl-trainer-bench aot --preset {preset} --target local`"
+        )
     loaded = refusal(error, preset)
     return loaded or _does_not_fit("the engine's programs do not fit when compiled", error, preset)
 
@@ -55,7 +66,7 @@ def _does_not_fit(what: str, error: BaseException, preset: str) -> DoesNotFit:
 
 @contextlib.contextmanager
 def refused_as_size(
-    preset: str, refusal_of: Callable[[BaseException, str], DoesNotFit | None]
+    preset: str, refusal_of: Callable[[BaseException, str], UserError | None]
 ) -> Iterator[None]:
     """The block's runtime error that `refusal_of` takes for the size's answer, raised as its
     one-line refusal; any other passes through as it came."""

@@ -381,6 +381,21 @@ def test_a_compile_too_large_for_the_device_is_refused_in_one_line_not_reported_
     assert amount in line and "train_micro_batch_size" in line and "bug" not in line
 
 
+def test_a_kernel_an_engine_key_sizes_too_large_for_the_core_is_refused_naming_the_key(capsys):
+    """What libtpu 0.0.42.1 printed compiling tpu-v5e-1 with linear_chunk_kernel_heads=16 for a
+    v5e: the user's key, not the micro-batch, and not a bug."""
+    vmem = jax.errors.JaxRuntimeError(
+        "RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem while allocating on stack for"
+        " %gated_delta_rule_backward.10 = (f32[5,4096,2048]{2,1,0:T(8,128)}) custom-call(%g)"
+    )
+    code, lines = setup_exit_and_line(CompilerRefusingEngine(vmem), capsys)
+    assert code == EXIT_USER_ERROR
+    (line,) = lines
+    assert line.startswith("rl-trainer-bench run: the Pallas kernel gated_delta_rule_backward")
+    assert "set fewer value heads a program (linear_chunk_kernel_heads in --engine-flags)" in line
+    assert "train_micro_batch_size" not in line and "bug" not in line
+
+
 def test_a_kernels_tiles_too_large_for_the_core_are_not_the_cells_size(capsys):
     vmem = jax.errors.JaxRuntimeError(
         "RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem while allocating on stack"

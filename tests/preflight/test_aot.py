@@ -221,6 +221,18 @@ def test_memory_failures_become_rows_with_amounts():
     )
     kernel = aot_compile.failed("fwd_bwd", vmem, 2621.4)
     assert not kernel.out_of_memory and not kernel.compiled and "vmem" in kernel.error
+    assert "--engine-flags" not in kernel.error  # no engine key sizes MaxText's splash kernels
+    # The Gated DeltaNet's kernels at linear_chunk_kernel_heads=16 on a v5e: the key is the fix
+    heads = RuntimeError(
+        "RESOURCE_EXHAUSTED: Ran out of memory in memory space vmem while allocating on stack for"
+        " %gated_delta_rule_backward.10 = (f32[5,4096,2048]) custom-call(%g)"
+    )
+    sized = aot_compile.failed("fwd_bwd", heads, 56.9)
+    assert not sized.out_of_memory and sized.error.startswith(
+        "the Pallas kernel gated_delta_rule_backward needs more of a TPU core's VMEM a program"
+        " than the core has at this linear_chunk_kernel_heads: set fewer value heads a program"
+        " (linear_chunk_kernel_heads in --engine-flags); RESOURCE_EXHAUSTED: Ran out of memory"
+    )
 
 
 def test_out_of_memory_program_makes_the_verdict_no(compiled_cell):

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 
 from rl_trainer_bench.engine.builtin.linear_attention import segment_starts
 from rl_trainer_bench.engine.builtin.unit_lower_inverse import doubled, kernel_precision
+from rl_trainer_bench.engine.kernel_vmem import GATED_DELTA_RULE_BACKWARD, GATED_DELTA_RULE_FORWARD
 
 # Rows of the per-token block each program reads, [ROWS, C] a chunk and head: the log decay summed
 # from the chunk start, beta, the segment starts seen so far in the chunk, and 1 on real tokens.
@@ -177,8 +178,8 @@ def _calls(static, rows, heads, chunks, reverse):
 
 def _pallas(kernel, static, calls, specs, out_shape, scratch, *inputs):
     """`kernel` on `inputs` over `calls`' grid, the chunk axis in order, `scratch` in VMEM; the
-    call named after the kernel and stating its matmuls' FLOPs and its bytes (what the AOT check
-    counts for it)."""
+    call named as `kernel_vmem` knows it (so a compile's VMEM overflow names its engine key) and
+    stating its matmuls' FLOPs and its bytes (what the AOT check counts for it)."""
     # Pallas, imported only where the kernel is chosen (it adds to every import of the engine)
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
@@ -189,7 +190,7 @@ def _pallas(kernel, static, calls, specs, out_shape, scratch, *inputs):
     flops, exps = _chunk_cost(static.chunk, key_dim, value_dim, kernel is _backward_kernel)
     return pl.pallas_call(
         functools.partial(kernel, static=static),
-        name=kernel.__name__.strip("_"),
+        name=GATED_DELTA_RULE_BACKWARD if kernel is _backward_kernel else GATED_DELTA_RULE_FORWARD,
         cost_estimate=pl.CostEstimate(
             flops=flops * rows * groups * heads * chunks,
             transcendentals=exps * rows * groups * heads * chunks,

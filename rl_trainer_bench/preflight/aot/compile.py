@@ -20,6 +20,7 @@ from rl_trainer_bench.engine.abstract_inputs import platform_of
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import aot_optional
 from rl_trainer_bench.engine.factory import BUILT_IN
+from rl_trainer_bench.engine.kernel_vmem import vmem_overflow_fix
 from rl_trainer_bench.engine.temp_block import compile_reading_block
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight import program_cost
@@ -158,7 +159,7 @@ def failed(name: str, error: BaseException, seconds: float) -> ProgramMemory:
         out_of_memory=memory,
         needed=needed,
         available=available,
-        error=first_line(error),
+        error="; ".join(filter(None, (vmem_overflow_fix(text), first_line(error)))),
     )
 
 
