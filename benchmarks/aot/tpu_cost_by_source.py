@@ -31,7 +31,9 @@ import sys
 from pathlib import Path
 
 from rl_trainer_bench.accelerators import chip_for_device_kind
-from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.engine.contract import ContractError
+from rl_trainer_bench.errors import UserError, run_guarded
+from rl_trainer_bench.io import write_text_atomically
 from rl_trainer_bench.preflight.aot.check import resolve_cell
 from rl_trainer_bench.preflight.aot.compile import compile_one, planned_program
 from rl_trainer_bench.preflight.hlo.parse import parse_hlo
@@ -119,6 +121,11 @@ def main() -> int:
         chip.per_device(chip.hbm_bytes_per_second),
     )
     rows = cost_by_source(compiled.as_text(), peak, bandwidth)
+    if args.ops and args.ops not in {r["source"] for r in rows}:
+        parser.error(
+            f"--ops {args.ops!r}: no op of {args.program} is charged to it; name a function as"
+            " the table without --ops names it"
+        )
     total = sum(r["seconds"] for r in rows)
     print(
         f"{args.program} of {args.preset} on {args.target}: per source function, loops counted per"
@@ -136,7 +143,8 @@ def main() -> int:
     if args.ops:
         print_ops(compiled.as_text(), args.ops, args.top)
     if args.output:
-        args.output.write_text(
+        write_text_atomically(
+            args.output,
             json.dumps(
                 {
                     "program": args.program,
@@ -145,10 +153,11 @@ def main() -> int:
                     "rows": rows,
                 },
                 indent=1,
-            )
+            ),
         )
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # a bad preset, slice, flag or program: one line and exit 2 (Ctrl-C: 130), not a traceback
+    sys.exit(run_guarded("tpu_cost_by_source.py", main, (UserError, ContractError)))

@@ -49,7 +49,9 @@ def compile_refusal(error: BaseException, preset: str) -> UserError | None:
         return None
     if VMEM_OVERFLOW in str(error).lower():
         fix = vmem_overflow_fix(str(error))
-        return fix and KernelTooLarge(
+        if fix is None:
+            return None
+        return KernelTooLarge(
             f"{fix}, checking it first with `rl-trainer-bench aot --preset {preset} --target local`"
         )
     loaded = refusal(error, preset)

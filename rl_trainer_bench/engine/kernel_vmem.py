@@ -17,10 +17,10 @@ import re
 GATED_DELTA_RULE_FORWARD = "gated_delta_rule_forward"
 GATED_DELTA_RULE_BACKWARD = "gated_delta_rule_backward"
 # kernel call -> (the engine key that sizes a program of it, what to set it to)
-SIZED_BY_KEY = {
-    GATED_DELTA_RULE_FORWARD: ("linear_chunk_kernel_heads", "fewer value heads a program"),
-    GATED_DELTA_RULE_BACKWARD: ("linear_chunk_kernel_heads", "fewer value heads a program"),
-}
+SIZED_BY_KEY = dict.fromkeys(
+    (GATED_DELTA_RULE_FORWARD, GATED_DELTA_RULE_BACKWARD),
+    ("linear_chunk_kernel_heads", "fewer value heads a program"),
+)
 # XLA's words for a kernel that overflows a TPU core's VMEM
 VMEM_OVERFLOW = "memory space vmem"
 

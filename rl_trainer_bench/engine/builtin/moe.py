@@ -95,11 +95,10 @@ def gate_and_up_vjp(matmul, rows, gate_up):
 
     def pull(da, db):
         cotangents = (da, db) if len(pulls) == 2 else (jnp.concatenate([da, db], axis=-1),)
-        grads = [back(ct) for back, ct in zip(pulls, cotangents, strict=True)]
-        d_rows = grads[0][0]
-        for more, _ in grads[1:]:
-            d_rows = d_rows + more
-        return d_rows, tuple(d_weight for _, d_weight in grads)
+        d_rows, d_weights = zip(
+            *(back(ct) for back, ct in zip(pulls, cotangents, strict=True)), strict=True
+        )
+        return sum(d_rows[1:], d_rows[0]), d_weights
 
     return (*_gate_and_up(outputs), pull)
 
