@@ -39,9 +39,9 @@
 #                     the kernels' chip test (200 s measured) runs in `tests`
 #   prefuse   ~4.5 min `prefuse_moe_weights` off and on, an A/B on the preset and the loss both ways,
 #                     as gdn-kernel's
-#   heads     ~4.5 min the Gated DeltaNet kernels at 2 and 4 value heads a program
-#                     (`linear_chunk_kernel_heads`), an A/B on the preset and the loss both ways, as
-#                     gdn-kernel's
+#   heads     ~4.5 min the Gated DeltaNet kernels at two counts of value heads a program
+#                     (`linear_chunk_kernel_heads`, HEADS, default "2 4"), an A/B on the preset and
+#                     the loss both ways, as gdn-kernel's
 #   peak      ~1.5 min the preset's run with MEASURE_PEAK (its bisection, about 8 probe steps) at
 #                     engine flags PEAK_FLAGS (default none): its step, MFU and measured peak, warm
 #                     from the cache where an A/B compiled its programs
@@ -189,8 +189,9 @@ case $part in
     return $status ;;
   prefuse)
     ab_and_losses prefuse prefuse_moe_weights false true ;;
-  heads)
-    ab_and_losses heads linear_chunk_kernel_heads 2 4 ;;
+  heads)  # HEADS: the two values, default "2 4"
+    read -r first second <<< "${HEADS:-2 4}"
+    ab_and_losses heads linear_chunk_kernel_heads "$first" "$second" ;;
   peak)
     "$py" -m rl_trainer_bench.cli run --preset tpu-v5e-1 --warmup-steps 1 --steps 3 --measure-peak on \
       --engine-flags "${PEAK_FLAGS:-}" --results-dir "$work/peak" ;;

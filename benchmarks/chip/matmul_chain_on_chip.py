@@ -37,35 +37,58 @@ from rl_trainer_bench.errors import run_guarded
 from rl_trainer_bench.io import check_output_file, write_text_atomically
 
 PROGRAMS, SIZE, CHAIN = 2048, 128, 16
+# independent chains in one program: does the compiler overlap them, and in which program order
+CHAINS_A_PROGRAM = (2, 4, 8)
 TIMED = 5
 SCALE = 0.05
 
 
-def _chain_kernel(a_ref, b_ref, out_ref, *, mode):
-    x, b = a_ref[0], b_ref[0]
+def _product(x, b, mode):
+    """x b at the arm's precision, float32 out, scaled to stay finite."""
+    if mode == "bfloat16 operands":
+        x, b, precision = x.astype(jnp.bfloat16), b.astype(jnp.bfloat16), None
+    else:
+        precision = jax.lax.Precision.HIGHEST if mode == "HIGHEST" else jax.lax.Precision.DEFAULT
+    return jax.lax.dot(x, b, precision=precision, preferred_element_type=jnp.float32) * SCALE
+
+
+def _chain_kernel(a_ref, b_ref, out_ref, *, mode, order):
+    """The program's chains (a block's leading axis): `order` "chains": each chain's CHAIN
+    products before the next chain's (as the delta-rule kernels' heads are written); "steps": one
+    product of every chain, then the next; "batched": every chain's product as one batched
+    matmul."""
+    chains = a_ref.shape[0]
+    if order == "batched":
+        x, b = a_ref[...], b_ref[...]
+        for _ in range(CHAIN):
+            x = jnp.einsum("nij,njk->nik", x, b, preferred_element_type=jnp.float32) * SCALE
+        out_ref[...] = x
+        return
+    xs, bs = [a_ref[n] for n in range(chains)], [b_ref[n] for n in range(chains)]
+    if order == "chains":
+        xs = [_chained(x, b, mode) for x, b in zip(xs, bs, strict=True)]
+    else:
+        for _ in range(CHAIN):
+            xs = [_product(x, b, mode) for x, b in zip(xs, bs, strict=True)]
+    for n, x in enumerate(xs):
+        out_ref[n] = x
+
+
+def _chained(x, b, mode):
     for _ in range(CHAIN):
-        if mode == "bfloat16 operands":
-            x = jax.lax.dot(
-                x.astype(jnp.bfloat16), b.astype(jnp.bfloat16), preferred_element_type=jnp.float32
-            )
-        else:
-            precision = (
-                jax.lax.Precision.HIGHEST if mode == "HIGHEST" else jax.lax.Precision.DEFAULT
-            )
-            x = jax.lax.dot(x, b, precision=precision, preferred_element_type=jnp.float32)
-        x = x * SCALE
-    out_ref[0] = x
+        x = _product(x, b, mode)
+    return x
 
 
-def pallas_chain(mode, a, b):
-    """Each [SIZE, SIZE] block of `a` times `b`'s CHAIN times in one kernel program."""
+def pallas_chain(mode, chains, order, a, b):
+    """Each [SIZE, SIZE] block of `a` times `b`'s CHAIN times, `chains` blocks a kernel program."""
     from jax.experimental import pallas as pl
 
-    block = pl.BlockSpec((1, SIZE, SIZE), lambda i: (i, 0, 0))
+    block = pl.BlockSpec((chains, SIZE, SIZE), lambda i: (i, 0, 0))
     return pl.pallas_call(
-        functools.partial(_chain_kernel, mode=mode),
+        functools.partial(_chain_kernel, mode=mode, order=order),
         out_shape=jax.ShapeDtypeStruct(a.shape, jnp.float32),
-        grid=(a.shape[0],),
+        grid=(a.shape[0] // chains,),
         in_specs=[block, block],
         out_specs=block,
     )(a, b)
@@ -82,9 +105,13 @@ def xla_chain(precision, a, b):
 def arms() -> dict:
     """name -> the chain on (a, b)."""
     found = {
-        f"pallas, {mode}": functools.partial(pallas_chain, mode)
+        f"pallas, {mode}": functools.partial(pallas_chain, mode, 1, "chains")
         for mode in ("DEFAULT", "HIGHEST", "bfloat16 operands")
     }
+    for chains in CHAINS_A_PROGRAM:
+        for order in ("chains", "steps", "batched"):
+            name = f"pallas, DEFAULT, {chains} chains a program, by {order}"
+            found[name] = functools.partial(pallas_chain, "DEFAULT", chains, order)
     found["xla, default"] = functools.partial(xla_chain, None)
     found["xla, highest"] = functools.partial(xla_chain, "highest")
     return found

@@ -161,6 +161,18 @@ def pallas_calls(jaxpr):
                     yield from pallas_calls(inner)
 
 
+def dot_generals(jaxpr):
+    """Every dot_general equation in `jaxpr` and the jaxprs inside its equations."""
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            yield eqn
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, tuple | list) else (value,):
+                inner = getattr(inner, "jaxpr", inner)
+                if hasattr(inner, "eqns"):
+                    yield from dot_generals(inner)
+
+
 @pytest.mark.parametrize(("asked", "groups"), [(1, 4), (2, 2), (3, 2), (4, 1)])
 def test_each_kernel_program_takes_the_heads_the_engine_key_asks(asked, groups):
     """cpu-tiny-qwen3.5's layer (4 value heads, 2 a key head) at `linear_chunk_kernel_heads`:
@@ -184,6 +196,14 @@ def test_each_kernel_program_takes_the_heads_the_engine_key_asks(asked, groups):
         jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(jnp.ones((2, 48, d)), weights)
     calls = list(pallas_calls(jaxpr.jaxpr))
     assert len(calls) == 2 and {call["grid_mapping"].grid[1] for call in calls} == {groups}
+    # each matmul takes all of a program's heads at once (an operand with their axis): the
+    # compiler overlaps their chains only so, one head's after another's it runs them in turn
+    for call in calls:
+        products = list(dot_generals(call["jaxpr"]))
+        assert products and all(
+            any(x.aval.ndim == 3 and 4 // groups in x.aval.shape[:2] for x in eqn.invars)
+            for eqn in products
+        ), call["name"]
     # the names a compile's VMEM overflow is traced back to its engine key by
     assert {call["name"] for call in calls} == {
         "gated_delta_rule_forward", "gated_delta_rule_backward"

@@ -4,9 +4,11 @@ The XLA path (`linear_attention.py`) builds every chunk's terms for all chunks a
 the chunks: each `[C, C]` and `[C, D]` term of every chunk passes through HBM in float32, most of
 them several times, for little matmul work (BENCHMARKS.md: the Gated DeltaNet's rows are mostly
 element-wise passes). Here one kernel program takes one chunk of a few heads
-(`linear_chunk_kernel_heads`: independent chains of small matmuls in one program's code, which the
-compiler can interleave; one head's chain alone leaves the matrix units waiting on each result):
-it reads the chunk's q, k, v and per-token scalars once, builds each head's decays, A, P, the
+(`linear_chunk_kernel_heads`): one head's chain of small dependent matmuls leaves the matrix
+units waiting on each result, and the compiler overlaps the heads' chains only where each step
+takes every head at once (the per-head math is `jax.vmap`ped over the program's heads; written one
+head after another, the heads run one after another: BENCHMARKS.md's chip suite, the matmul chain).
+It reads the chunk's q, k, v and per-token scalars once, builds each head's decays, A, P, the
 inverse of I + A (the doubling of `unit_lower_inverse.py`), U and W in VMEM, writes the chunk's
 outputs and advances the states, which stay in VMEM from chunk to chunk (the grid's chunk axis runs
 in order). The backward pass is a
@@ -347,52 +349,79 @@ def _chunk(q, k, v, per_token, static):
     )  # fmt: skip
 
 
+def _heads(ref, width, count, per):
+    """A program's `count` heads [count, C, width] from a block [C, n x width], head h from the
+    block's column group h // `per` (`per`: value heads a key head serves, for q and k)."""
+    return jnp.stack([ref[:, _head_columns(head // per, width)] for head in range(count)])
+
+
 def _forward_kernel(q_ref, k_ref, v_ref, rows_ref, out_ref, *refs, static):
-    """One chunk of a program's heads, one head after another (independent work the compiler can
-    interleave): its outputs and the states it hands on (refs: the states it starts from, when
-    kept, then the states in VMEM scratch, carried from the chunk before)."""
+    """One chunk of a program's heads, all heads at each stage (batched, so the compiler overlaps
+    their chains of small matmuls; written one head after another they run one after another):
+    its outputs and the states it hands on (refs: the states it starts from, when kept, then the
+    states in VMEM scratch, carried from the chunk before)."""
     # Pallas, imported only where the kernel is chosen (it adds to every import of the engine)
     from jax.experimental import pallas as pl
 
     *kept, state_ref = refs
-    matmul = _matmul(static)
-    first = pl.program_id(2) == 0  # a row starts from zero
     key_dim, value_dim = state_ref.shape[1:]
+    incoming = jnp.where(pl.program_id(2) == 0, 0.0, state_ref[...])  # a row starts from zero
+    if kept:
+        kept[0][...] = incoming
+    q, k = (_heads(ref, key_dim, static.heads, static.share) for ref in (q_ref, k_ref))
+    v = _heads(v_ref, value_dim, static.heads, 1)
+    chunk_forward = jax.vmap(functools.partial(_chunk_forward, static=static))
+    out, outgoing = chunk_forward(q, k, v, rows_ref[...], incoming)
     for head in range(static.heads):
-        keys, values = _head_columns(head // static.share, key_dim), _head_columns(head, value_dim)
-        chunk = _chunk(q_ref[:, keys], k_ref[:, keys], v_ref[:, values], rows_ref[head], static)
-        incoming = jnp.where(first, 0.0, state_ref[head])
-        if kept:
-            kept[0][head] = incoming
-        deltas = chunk.u - matmul(chunk.w, incoming)
-        out = matmul(chunk.from_start * chunk.q, incoming) + matmul(chunk.p, deltas)
-        out_ref[:, values] = out.astype(out_ref.dtype)
-        state_ref[head] = chunk.across * incoming + matmul(chunk.to_end * chunk.k, deltas, TN)
+        out_ref[:, _head_columns(head, value_dim)] = out[head].astype(out_ref.dtype)
+    state_ref[...] = outgoing
+
+
+def _chunk_forward(q, k, v, per_token, incoming, static):
+    """One head's chunk: its outputs and the state it hands on."""
+    matmul = _matmul(static)
+    chunk = _chunk(q, k, v, per_token, static)
+    deltas = chunk.u - matmul(chunk.w, incoming)
+    out = matmul(chunk.from_start * chunk.q, incoming) + matmul(chunk.p, deltas)
+    return out, chunk.across * incoming + matmul(chunk.to_end * chunk.k, deltas, TN)
 
 
 def _backward_kernel(
     q_ref, k_ref, v_ref, rows_ref, state_ref, d_out_ref, d_q_ref, d_k_ref, d_v_ref, d_rows_ref,
     d_state_ref, *, static,
 ):  # fmt: skip
-    """One chunk of a program's heads, the chunks of a row last first: the gradients of its
-    inputs, and of the states it started from (carried in VMEM scratch to the chunk before)."""
+    """One chunk of a program's heads, all heads at each stage as the forward's, the chunks of a
+    row last first: the gradients of its inputs, and of the states it started from (carried in
+    VMEM scratch to the chunk before)."""
     # Pallas, imported only where the kernel is chosen (it adds to every import of the engine)
     from jax.experimental import pallas as pl
 
-    last = pl.program_id(2) == 0  # the row's last chunk: nothing comes after it
     key_dim, value_dim = d_state_ref.shape[1:]
+    # the row's last chunk: nothing comes after it
+    d_outgoing = jnp.where(pl.program_id(2) == 0, 0.0, d_state_ref[...])
+    q, k = (_heads(ref, key_dim, static.heads, static.share) for ref in (q_ref, k_ref))
+    v, d_out = (_heads(ref, value_dim, static.heads, 1) for ref in (v_ref, d_out_ref))
+    chunk_backward = jax.vmap(functools.partial(_chunk_backward, static=static))
+    grads = chunk_backward(
+        q, k, v, rows_ref[...], state_ref[...], d_out.astype(jnp.float32), d_outgoing
+    )
+    d_state_ref[...] = grads["incoming"]
+    d_rows_ref[...] = grads["rows"]
     for head in range(static.heads):
-        keys, values = _head_columns(head // static.share, key_dim), _head_columns(head, value_dim)
-        by_value_head = _head_columns(head, key_dim)
-        chunk = _chunk(q_ref[:, keys], k_ref[:, keys], v_ref[:, values], rows_ref[head], static)
-        d_outgoing = jnp.where(last, 0.0, d_state_ref[head])
-        d_out = d_out_ref[:, values].astype(jnp.float32)
-        grads = _gradients(chunk, state_ref[head], d_out, d_outgoing, static)
-        d_state_ref[head] = grads["incoming"]
-        d_q_ref[:, by_value_head] = grads["q"].astype(d_q_ref.dtype)
-        d_k_ref[:, by_value_head] = grads["k"].astype(d_k_ref.dtype)
-        d_v_ref[:, values] = grads["v"].astype(d_v_ref.dtype)
-        d_rows_ref[head] = _per_token_gradients(chunk, grads, static)
+        by_value_head, values = _head_columns(head, key_dim), _head_columns(head, value_dim)
+        d_q_ref[:, by_value_head] = grads["q"][head].astype(d_q_ref.dtype)
+        d_k_ref[:, by_value_head] = grads["k"][head].astype(d_k_ref.dtype)
+        d_v_ref[:, values] = grads["v"][head].astype(d_v_ref.dtype)
+
+
+def _chunk_backward(q, k, v, per_token, incoming, d_out, d_outgoing, static):
+    """One head's chunk: the gradients of its inputs, per-token rows and incoming state."""
+    chunk = _chunk(q, k, v, per_token, static)
+    grads = _gradients(chunk, incoming, d_out, d_outgoing, static)
+    return {
+        **{name: grads[name] for name in ("incoming", "q", "k", "v")},
+        "rows": _per_token_gradients(chunk, grads, static),
+    }
 
 
 def _gradients(chunk, incoming, d_out, d_outgoing, static):
