@@ -8,7 +8,10 @@ the kernels' float32 operands get (Mosaic's DEFAULT one bfloat16 pass, as XLA's,
 the chain's latency (each matmul waits on the one before). Each program multiplies its [C, C]
 float32 block by a [C, C] matrix CHAIN times in a row, each product scaled by 0.05 to stay
 finite; arms: Pallas at Precision.DEFAULT, at HIGHEST, with operands cast to bfloat16, and XLA's
-batched einsum of the same chain at its default and at highest. Each arm is timed over TIMED calls
+batched einsum of the same chain at its default and at highest. Then the overlap of independent
+chains: 2, 4 and 8 chains a program (as many programs fewer, the same work) written one chain after
+another (as the kernels' heads once were), one product of every chain at a time, and as one batched
+matmul a step. Each arm is timed over TIMED calls
 after a warm-up (median) and its error is the first program's largest difference from the chain
 in float64 on the host, over the largest value.
 
@@ -16,7 +19,7 @@ Usage (on a host with one TPU chip):
   PYTHONPATH=. python benchmarks/chip/matmul_chain_on_chip.py --output matmul_chain.json
 
 Remakes the matmul chain's figures in BENCHMARKS.md's chip suite;
-benchmarks/reports/chip-round-7_tpu-v5e_2026-12-07.md.
+benchmarks/reports/chip-round-7_tpu-v5e_2026-12-07.md, chip-round-8.
 """
 
 from __future__ import annotations
