@@ -13,9 +13,10 @@
 #   peak-test ~3 min  the chip test of the measured peak (its run warm, its dumping compile cold)
 #   tests     ~9 min  README's chip-test command (`-m tpu_chip`) but the Gated DeltaNet kernels'
 #                     tests: the measured peak, the grouped matmul, splash attention (520 s measured)
-#   kernel-tests ~5 min the Gated DeltaNet kernels' chip tests, the triangular inverse's (40 s
-#                     measured) and the chunked rule's (235 s measured at the preset's 5 rows and 4
-#                     heads a program); with `tests`, README's command
+#   kernel-tests ~5.5 min the Gated DeltaNet kernels' chip tests, the triangular inverse's (40 s
+#                     measured), the chunked rule's (235 s measured at the preset's 5 rows and 4
+#                     heads a program) and the short convolution's (not yet timed); with `tests`,
+#                     README's command
 #   sweep     ~1.8 min a size  chip_fit_sweep.py's runs, aot's verdicts from the CPU host's sweep;
 #                     ROWS picks the sizes (default 3,5,6: 4 is the preset's own run)
 #   aot-host  ~3 min  `aot --target local` (its JSON has its host peak) beside the host peak of
@@ -39,6 +40,9 @@
 #                     the kernels' chip test (200 s measured) runs in `tests`
 #   prefuse   ~4.5 min `prefuse_moe_weights` off and on, an A/B on the preset and the loss both ways,
 #                     as gdn-kernel's
+#   conv      ~4.5 min the Gated DeltaNet's short convolutions by XLA and by the Pallas kernels
+#                     (`linear_conv_kernel`), an A/B on the preset and the loss both ways, as
+#                     gdn-kernel's
 #   heads     ~4.5 min the Gated DeltaNet kernels at two counts of value heads a program
 #                     (`linear_chunk_kernel_heads`, HEADS, default "2 4"), an A/B on the preset and
 #                     the loss both ways, as gdn-kernel's
@@ -79,7 +83,7 @@
 set -euo pipefail
 parts="headline-off, headline-on, ab, peak-test, tests, kernel-tests, sweep, aot-host, effects,"
 parts="$parts remat, chunk,"
-parts="$parts inverse, gdn-kernel, prefuse, heads, peak, trace, rows,"
+parts="$parts inverse, gdn-kernel, prefuse, conv, heads, peak, trace, rows,"
 parts="$parts gmm-tiling, matmul-chain, builtin-mb1,"
 parts="$parts maxtext, maxtext-peak,"
 parts="$parts maxtext-ab, boundary or interrupts"
@@ -94,7 +98,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 results=benchmarks/results
 # The Gated DeltaNet kernels' chip tests: a part of their own, so each part ends inside ten minutes
-kernel_tests=(tests/engine/test_unit_lower_inverse_on_chip.py tests/engine/test_delta_rule_kernel_on_chip.py)
+kernel_tests=(tests/engine/test_unit_lower_inverse_on_chip.py tests/engine/test_delta_rule_kernel_on_chip.py
+  tests/engine/test_conv_kernel_on_chip.py)
 py=${PYTHON:-python3}
 # MaxText's keys that tpu-v5e-1 needs to reach MaxText at all, and the size it fits
 # (docs/maxtext.md)
@@ -189,6 +194,8 @@ case $part in
     return $status ;;
   prefuse)
     ab_and_losses prefuse prefuse_moe_weights false true ;;
+  conv)
+    ab_and_losses conv linear_conv_kernel xla pallas ;;
   heads)  # HEADS: the two values, default "2 4"
     read -r first second <<< "${HEADS:-2 4}"
     ab_and_losses heads linear_chunk_kernel_heads "$first" "$second" ;;

@@ -235,11 +235,19 @@ GATED_DELTANET_KERNELS = {
 GATED_DELTANET_CHUNK_KERNEL = "the chunked Gated DeltaNet in Pallas kernels, forward and backward"
 
 
+# What `linear_conv_kernel=pallas` adds.
+GATED_DELTANET_CONV_KERNEL = "its short convolutions in a Pallas kernel, forward and backward"
+
+
 def _gated_deltanet_kernel(model: ModelConfig) -> str:
     """What runs the chunked Gated DeltaNet, as the kernels line says it."""
     if model.linear_chunk_kernel == "pallas":
-        return GATED_DELTANET_CHUNK_KERNEL
-    return GATED_DELTANET_KERNELS[model.linear_chunk_inverse]
+        rule = GATED_DELTANET_CHUNK_KERNEL
+    else:
+        rule = GATED_DELTANET_KERNELS[model.linear_chunk_inverse]
+    if model.linear_conv_kernel == "pallas":
+        return f"{rule}, {GATED_DELTANET_CONV_KERNEL}"
+    return rule
 
 
 # What each `attention` choice runs, as the plan says it beside a trainer's MaxText, on TPUs (where

@@ -27,6 +27,7 @@ PairRanking = Literal["auto", "sort", "count"]
 LogpsGradient = Literal["autodiff", "saved_lse"]
 LinearChunkInverse = Literal["xla", "pallas"]
 LinearChunkKernel = Literal["xla", "pallas"]
+LinearConvKernel = Literal["xla", "pallas"]
 # The capacity program's token-sorted layouts and the grouped matmul each runs: the pairs that
 # keep a slot, sorted by expert, through the dropless program's code (`moe.local_sorted_ffn`), so
 # the matmuls run the kept pairs rather than every slot of E x C buffers (1/factor of the work
@@ -52,6 +53,7 @@ TPU_KERNELS = (
     ("model.attention", "splash", "xla"),
     ("model.linear_chunk_inverse", "pallas", "xla"),
     ("model.linear_chunk_kernel", "pallas", "xla"),
+    ("model.linear_conv_kernel", "pallas", "xla"),
 )
 # Platform names JAX gives a GPU backend (`jax.default_backend()`, a device's `platform`).
 GPU_PLATFORMS = ("gpu", "cuda", "rocm")
@@ -138,6 +140,15 @@ class ModelConfig:
             " lies inside one (more: more independent matmul chains a program to interleave,"
             " fewer and larger programs; linear_chunk_kernel=pallas only)",
             minimum=1,
+        ),
+    )
+    linear_conv_kernel: LinearConvKernel = dataclasses.field(
+        default="xla",
+        metadata=engine_key(
+            "how the Gated DeltaNet's short convolutions and their SiLU run (xla: a masked,"
+            " shifted copy of the projection a tap; pallas: one Pallas kernel program a block of"
+            " tokens and channels that reads it once, forward and backward; TPU only, mesh"
+            " context 1)"
         ),
     )
 
@@ -513,6 +524,10 @@ def _shape_problems(config: EngineConfig) -> list[str]:
 
 def _linear_attention_checks(m: ModelConfig, mesh: MeshConfig, seq: int) -> list[tuple]:
     """`_shape_problems`' checks of the Gated DeltaNet layers: (ok, field, value, what it must be)."""
+    conv_width = (
+        2 * m.linear_num_key_heads * m.linear_key_head_dim
+        + m.linear_num_value_heads * m.linear_value_head_dim
+    )
     return [
         (min(m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
              m.linear_conv_kernel_dim, m.linear_chunk_size) > 0, "linear_* shapes",
@@ -534,6 +549,13 @@ def _linear_attention_checks(m: ModelConfig, mesh: MeshConfig, seq: int) -> list
          f"{m.linear_value_head_dim}, linear_chunk_size={m.linear_chunk_size} (the pallas"
          " kernel's blocks need head dims that are multiples of 128 and a multiple of 8 tokens"
          " a chunk)"),
+        # the convolution kernel runs whole rows, its channels in blocks of 128 lanes, and keeps a
+        # float32 tile's 8 rows between blocks
+        (m.linear_conv_kernel == "xla" or (mesh.context == 1 and m.linear_conv_kernel_dim <= 8
+         and conv_width % 128 == 0), "linear_conv_kernel", m.linear_conv_kernel,
+         f"xla with mesh context = {mesh.context}, linear_conv_kernel_dim ="
+         f" {m.linear_conv_kernel_dim} and q, k and v {conv_width} channels wide (the pallas"
+         " kernel needs whole rows: context 1, at most 8 taps, and a multiple of 128 channels)"),
         # a convolution reads its taps - 1 earlier tokens from the previous context shard only
         (seq // max(mesh.context, 1) >= m.linear_conv_kernel_dim - 1, "linear_conv_kernel_dim",
          m.linear_conv_kernel_dim, f"at most seq_len / mesh context + 1 = {seq // max(mesh.context, 1) + 1}"),

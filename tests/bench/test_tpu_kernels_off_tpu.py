@@ -23,12 +23,14 @@ KERNELS = [
     ("attention=splash", "model.attention", "xla"),
     ("linear_chunk_inverse=pallas", "model.linear_chunk_inverse", "xla"),
     ("linear_chunk_kernel=pallas", "model.linear_chunk_kernel", "xla"),
+    ("linear_conv_kernel=pallas", "model.linear_conv_kernel", "xla"),
 ]
 ONE_CONTEXT = "mesh_context=1 mesh_fsdp=4 train_micro_batch_size=8"  # whole rows, as splash needs
-# cpu-tiny's Gated DeltaNet heads (16 wide) are narrower than the chunk kernels' TPU blocks, so
-# there the key is refused by its shapes first (tests/engine/test_delta_rule_kernel.py): the
-# plan's cases below check it on the chip preset alone
-NARROWER_THAN_HOST_PRESET = ("linear_chunk_kernel=pallas",)
+# cpu-tiny's Gated DeltaNet heads (16 wide) are narrower than the chunk kernels' TPU blocks, and
+# its q, k and v (192 channels) than the convolution kernel's, so there those keys are refused by
+# their shapes first (tests/engine/test_delta_rule_kernel.py, test_conv_kernel.py): the plan's
+# cases below check them on the chip preset alone
+NARROWER_THAN_HOST_PRESET = ("linear_chunk_kernel=pallas", "linear_conv_kernel=pallas")
 
 
 def _config(preset: str, key_value: str) -> BenchConfig:

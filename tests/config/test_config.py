@@ -96,7 +96,7 @@ KNOWN_KEYS = [
     "epsilon", "epsilon_high", "beta", "ragged_buffer_factor", "dropless_compute", "retry_when_tokens_dropped",
     "expert_compute", "pair_ranking", "router_replay", "num_moe_token_chunks", "prefuse_moe_weights", "attention",
     "attention_chunk_size",
-    "linear_chunk_size", "linear_chunk_inverse", "linear_chunk_kernel", "linear_chunk_kernel_heads", "dtype",
+    "linear_chunk_size", "linear_chunk_inverse", "linear_chunk_kernel", "linear_chunk_kernel_heads", "linear_conv_kernel", "dtype",
     "matmul_precision", "logps_gradient",
     "seed", "extra_device_work", "extra_host_bytes",
 ]  # fmt: skip

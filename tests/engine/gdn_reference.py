@@ -71,26 +71,32 @@ def _rms(x, scale, eps):
     return x / jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + eps) * scale
 
 
-def layer(h, w, segment_ids, model):
-    """One Gated DeltaNet layer of `model` (a ModelConfig) on h [B, T, D]; w: that layer's gdn_*."""
+def conv(x, kernel, segment_ids):
+    """SiLU of the causal depthwise convolution of x [B, T, ...] by kernel [taps, ...] (tap j
+    weighs the token j steps back), each token reaching only tokens of its own run of one segment
+    id; tokens before the row reach nothing."""
     starts = segment_ids != jnp.pad(segment_ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
     run = jnp.cumsum(starts, axis=1)  # tokens of one segment share a run number
+    tokens, inner = x.shape[1], (1,) * (x.ndim - 2)
+    out = jnp.zeros_like(x)
+    for back in range(kernel.shape[0]):
+        earlier = jnp.pad(x, ((0, 0), (back, 0), *[(0, 0)] * len(inner)))[:, :tokens]
+        earlier_run = jnp.pad(run, ((0, 0), (back, 0)), constant_values=-1)[:, :tokens]
+        same = (earlier_run == run).reshape(*run.shape, *inner)
+        out = out + jnp.where(same, earlier, 0) * kernel[back]
+    return jax.nn.silu(out)
 
-    def conv(x, kernel):
-        out = jnp.zeros_like(x)
-        for back in range(kernel.shape[0]):
-            earlier = jnp.pad(x, ((0, 0), (back, 0), (0, 0), (0, 0)))[:, : x.shape[1]]
-            earlier_run = jnp.pad(run, ((0, 0), (back, 0)), constant_values=-1)[:, : x.shape[1]]
-            out = out + jnp.where((earlier_run == run)[..., None, None], earlier, 0) * kernel[back]
-        return jax.nn.silu(out)
+
+def layer(h, w, segment_ids, model):
+    """One Gated DeltaNet layer of `model` (a ModelConfig) on h [B, T, D]; w: that layer's gdn_*."""
 
     def unit(x):
         return x / jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-6)
 
     share = model.linear_num_value_heads // model.linear_num_key_heads
-    q = conv(jnp.einsum("btd,dhk->bthk", h, w["gdn_wq"]), w["gdn_conv_q"])
-    k = conv(jnp.einsum("btd,dhk->bthk", h, w["gdn_wk"]), w["gdn_conv_k"])
-    v = conv(jnp.einsum("btd,dhk->bthk", h, w["gdn_wv"]), w["gdn_conv_v"])
+    q = conv(jnp.einsum("btd,dhk->bthk", h, w["gdn_wq"]), w["gdn_conv_q"], segment_ids)
+    k = conv(jnp.einsum("btd,dhk->bthk", h, w["gdn_wk"]), w["gdn_conv_k"], segment_ids)
+    v = conv(jnp.einsum("btd,dhk->bthk", h, w["gdn_wv"]), w["gdn_conv_v"], segment_ids)
     q = jnp.repeat(unit(q) / jnp.sqrt(model.linear_key_head_dim), share, axis=2)
     k = jnp.repeat(unit(k), share, axis=2)
     beta = jax.nn.sigmoid(h @ w["gdn_wb"])

@@ -7,7 +7,8 @@ shared by `linear_num_value_heads / linear_num_key_heads` value heads each; beta
 and the log decay -exp(A_log) softplus(x W_a + dt_bias) feed the gated delta rule
 (`linear_attention.py` in XLA, or `delta_rule_kernel.py` in Pallas kernels that also normalise q
 and k: `linear_chunk_kernel`); its output is RMS-normalised per head, gated by SiLU(x W_z) and
-projected back. Packed rows: the convolutions, like the rule, never reach across a segment start.
+projected back. Packed rows: the convolutions (in XLA, or Pallas kernels: `linear_conv_kernel`),
+like the rule, never reach across a segment start.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from rl_trainer_bench.engine.builtin import sharding
+from rl_trainer_bench.engine.builtin.conv_kernel import causal_conv
 from rl_trainer_bench.engine.builtin.delta_rule_kernel import chunked_delta_rule
 from rl_trainer_bench.engine.builtin.linear_attention import from_previous_shard, gated_delta_rule
 from rl_trainer_bench.engine.builtin.norms import rms_normalized
@@ -29,15 +31,18 @@ from rl_trainer_bench.engine.config import ModelConfig
 QKV = (("gdn_wq", "gdn_conv_q"), ("gdn_wk", "gdn_conv_k"), ("gdn_wv", "gdn_conv_v"))
 
 
-def context_conv(x, kernel, segments):
+def context_conv(x, kernel, segments, method="xla", interpret=False):
     """Depthwise causal convolution over T that never reaches across a segment start, then SiLU.
 
     x: [B, T, W] split like the tokens (T over `context`); kernel: [taps, W], tap j weighs the token
-    j steps back; segments: [B, T]. Each device takes the last taps - 1 tokens of the span before
-    it from its context peer (one collective permute) and convolves its own span.
+    j steps back; segments: [B, T]. `method` (`linear_conv_kernel`): xla, each device taking the
+    last taps - 1 tokens of the span before it from its context peer (one collective permute) and
+    convolving its own span; or the pallas kernels (`conv_kernel.py`, whole rows a device;
+    `interpret`: in Pallas's interpreter).
     """
+    local = local_conv if method == "xla" else functools.partial(causal_conv, interpret=interpret)
     return jax.shard_map(
-        local_conv,
+        local,
         in_specs=(sharding.ACTIVATIONS, sharding.REPLICATED, sharding.TOKENS),
         out_specs=sharding.ACTIVATIONS,
         check_vma=False,
@@ -141,10 +146,12 @@ def layer_delta_rule(
 
 
 def gated_deltanet(
-    x, layer, segments, config: ModelConfig, inverse="xla", kernel="xla", interpret=False
-):
+    x, layer, segments, config: ModelConfig, inverse="xla", kernel="xla", conv="xla",
+    interpret=False,
+):  # fmt: skip
     """One linear-attention layer over packed segments: x [B, T, D] -> [B, T, D]; `inverse`,
-    `kernel` and `interpret` as `layer_delta_rule` takes them."""
+    `kernel` and `interpret` as `layer_delta_rule` takes them, `conv` as `context_conv`'s
+    `method`."""
     dtype = x.dtype
     c = config
 
@@ -155,8 +162,9 @@ def gated_deltanet(
     weights = jnp.concatenate([layer[w].reshape(c.d_model, -1) for w, _ in QKV], axis=-1)
     kernels = [layer[k].reshape(c.linear_conv_kernel_dim, -1) for _, k in QKV]
     qkv = context_conv(
-        x @ weights.astype(dtype), jnp.concatenate(kernels, -1).astype(dtype), segments
-    )
+        x @ weights.astype(dtype), jnp.concatenate(kernels, -1).astype(dtype), segments, conv,
+        interpret,
+    )  # fmt: skip
     q, k, v = jnp.split(qkv, np.cumsum(widths)[:-1], axis=-1)
     heads = (c.linear_num_key_heads, c.linear_num_key_heads, c.linear_num_value_heads)
     q, k, v = (a.reshape(*a.shape[:2], h, -1) for a, h in zip((q, k, v), heads, strict=True))

@@ -270,6 +270,7 @@ def layer_functions(batch, config: ModelConfig, *, capacity_factor, token_chunks
                 config,
                 methods.linear_chunk_inverse,
                 methods.linear_chunk_kernel,
+                methods.linear_conv_kernel,
             )
         return attention(h, layer, positions, segments, config, methods.attention)
 

@@ -174,6 +174,7 @@ class Methods(NamedTuple):
     pair_ranking: str
     linear_chunk_inverse: str
     linear_chunk_kernel: str
+    linear_conv_kernel: str
     prefuse_moe_weights: bool
 
 
@@ -189,6 +190,7 @@ def resolved_methods(config: EngineConfig, platform: str) -> Methods:
         moe.pair_ranking_for(config.moe.pair_ranking, config.model.num_experts),
         config.model.linear_chunk_inverse,
         config.model.linear_chunk_kernel,
+        config.model.linear_conv_kernel,
         config.moe.prefuse_moe_weights,
     )
 

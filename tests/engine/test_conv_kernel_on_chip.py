@@ -1,0 +1,54 @@
+"""linear_conv_kernel=pallas on a TPU chip: the compiled kernels (not their interpreter) against the
+XLA path, at tpu-v5e-1's shapes (a micro-batch of its rows of 4,096 tokens over packed segments,
+q, k and v 4,096 channels, 4 taps), the output and the gradients of the input and the taps, in
+float32. No matmul rounds either path, so they agree to float32's sums (the taps' gradients sum
+20,480 tokens in another order).
+
+On the chip through `chip_subprocess` (skipped elsewhere), alone:
+    python -m pytest -q -m tpu_chip tests/engine/test_conv_kernel_on_chip.py
+"""
+
+from pathlib import Path
+
+from chip_subprocess import ON_A_CHIP, run_on_the_chip
+
+pytestmark = ON_A_CHIP
+
+TOLERANCE = 1e-4  # of an array's largest entry
+COMPARE = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+sys.path.insert(0, {tests!r})
+from gdn_reference import packed_segments
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.engine.builtin import sharding
+from rl_trainer_bench.engine.builtin.gated_deltanet import context_conv
+from rl_trainer_bench.engine.config import MeshConfig
+
+engine = preset("tpu-v5e-1").engine
+m = engine.model
+width = 2 * m.linear_num_key_heads * m.linear_key_head_dim + m.linear_num_value_heads * m.linear_value_head_dim
+rng = np.random.default_rng(0)
+segments = jnp.asarray(packed_segments(rng, engine.micro_batch_rows, engine.seq_len))
+x = jnp.asarray(rng.normal(size=(*segments.shape, width)), jnp.float32)
+kernel = jnp.asarray(rng.normal(size=(m.linear_conv_kernel_dim, width)) * 0.5, jnp.float32)
+weights = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+
+def run(method):
+    def loss(x, kernel):
+        out = context_conv(x, kernel, segments, method)
+        return jnp.sum(out * weights), out
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(x, kernel)
+    return [np.asarray(a) for a in (out, *grads)]
+
+with jax.set_mesh(sharding.make_mesh(MeshConfig(), jax.devices()[:1])):
+    got, want = run("pallas"), run("xla")
+errors = [float(np.abs(a - w).max() / np.abs(w).max()) for a, w in zip(got, want)]
+print("largest |difference| over largest |value|, of out, x, taps:", errors)
+assert max(errors) < {tolerance}, errors
+"""
+
+
+def test_the_kernels_on_the_chip_give_the_xla_paths_output_and_gradients():
+    tests = str(Path(__file__).resolve().parent)
+    run_on_the_chip(COMPARE.format(tests=tests, tolerance=TOLERANCE))
