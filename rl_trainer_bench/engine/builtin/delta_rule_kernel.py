@@ -215,9 +215,9 @@ def _pallas(kernel, static, calls, specs, out_shape, scratch, *inputs):
 def _chunk_cost(size, key_dim, value_dim, backward):
     """(matmul FLOPs, exponentials) of one chunk of one head in the forward or backward kernel
     (docs/engine.md): `k k^T`, `q k^T`, `U`, `W`, the inverse's doubling (two C x C x C matmuls a
-    level) and the state's three products; in the backward those terms again but the inverse (the
-    forward kept it), and the gradients' products."""
-    levels = max(1, math.ceil(math.log2(size)))
+    level past the first) and the state's three products; in the backward those terms again but
+    the inverse (the forward kept it), and the gradients' products."""
+    levels = max(0, math.ceil(math.log2(size)) - 1)  # the doubling's levels with matmuls
     square, state = 2 * size * size, 2 * size * key_dim * value_dim
     terms = square * (3 * key_dim + value_dim)
     if backward:
