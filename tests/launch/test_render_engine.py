@@ -143,6 +143,12 @@ print("jax imported:", "jax" in sys.modules)
             " and backward, a capacity-padded einsum for the experts (a grouped matmul only in the"
             " replay)",
         ),
+        (
+            {"engine_flags": "linear_conv_kernel=pallas mesh_context=1"},
+            "XLA attention over query chunks, the chunked Gated DeltaNet in XLA, its short"
+            " convolutions in a Pallas kernel, forward and backward, a capacity-padded einsum for"
+            " the experts (a grouped matmul only in the replay)",
+        ),
     ],
 )
 def test_the_kernels_line_names_the_built_in_kernels(flags, kernels):
