@@ -40,9 +40,12 @@
 #                     the kernels' chip test (200 s measured) runs in `tests`
 #   prefuse   ~4.5 min `prefuse_moe_weights` off and on, an A/B on the preset and the loss both ways,
 #                     as gdn-kernel's
-#   conv      ~4.5 min the Gated DeltaNet's short convolutions by XLA and by the Pallas kernels
-#                     (`linear_conv_kernel`), an A/B on the preset and the loss both ways, as
-#                     gdn-kernel's
+#   conv      ~5 min  the Gated DeltaNet's short convolutions by XLA and by the Pallas kernels
+#                     (`linear_conv_kernel`): alone (conv_kernel_on_chip.py, 4 small compiles),
+#                     then an A/B on the preset and the loss both ways, as gdn-kernel's
+#   ragged    ~4.5 min the MoE's sorted pairs through the grouped-matmul kernel against XLA's
+#                     ragged_dot (`expert_compute` sorted_gmm and sorted_ragged_dot, the same
+#                     layout), an A/B on the preset and the loss both ways, as gdn-kernel's
 #   heads     ~4.5 min the Gated DeltaNet kernels at two counts of value heads a program
 #                     (`linear_chunk_kernel_heads`, HEADS, default "2 4"), an A/B on the preset and
 #                     the loss both ways, as gdn-kernel's
@@ -83,7 +86,7 @@
 set -euo pipefail
 parts="headline-off, headline-on, ab, peak-test, tests, kernel-tests, sweep, aot-host, effects,"
 parts="$parts remat, chunk,"
-parts="$parts inverse, gdn-kernel, prefuse, conv, heads, peak, trace, rows,"
+parts="$parts inverse, gdn-kernel, prefuse, conv, ragged, heads, peak, trace, rows,"
 parts="$parts gmm-tiling, matmul-chain, builtin-mb1,"
 parts="$parts maxtext, maxtext-peak,"
 parts="$parts maxtext-ab, boundary or interrupts"
@@ -194,8 +197,14 @@ case $part in
     return $status ;;
   prefuse)
     ab_and_losses prefuse prefuse_moe_weights false true ;;
-  conv)
-    ab_and_losses conv linear_conv_kernel xla pallas ;;
+  conv)  # every command runs; the part fails if any did
+    mkdir -p "$work/conv"
+    status=0
+    "$py" benchmarks/chip/conv_kernel_on_chip.py --output "$work/conv/conv.json" || status=1
+    ab_and_losses conv linear_conv_kernel xla pallas || status=1
+    return $status ;;
+  ragged)
+    ab_and_losses ragged expert_compute sorted_gmm sorted_ragged_dot ;;
   heads)  # HEADS: the two values, default "2 4"
     read -r first second <<< "${HEADS:-2 4}"
     ab_and_losses heads linear_chunk_kernel_heads "$first" "$second" ;;

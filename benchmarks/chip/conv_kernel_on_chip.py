@@ -1,0 +1,109 @@
+"""The Gated DeltaNet's short convolutions on a TPU chip, alone: the XLA path against the Pallas
+kernels (`linear_conv_kernel`), time and difference, at a micro-batch of the preset's shapes.
+
+Why: the step's trace charges `gated_deltanet.py:local_conv` about 79 ms of a 1.9 s step on
+tpu-v5e-1 at 5 rows against about 44 ms of its ops' rooflines (chip round 7); this times the
+convolution and its SiLU alone on the layer's q, k and v projection (bfloat16, [rows, tokens,
+2 Hk Dk + Hv Dv]), the forward alone and the forward with the gradients of the input and the
+taps, so a step's change under `linear_conv_kernel=pallas` can be split into its parts. Each arm
+is jitted over the same inputs and timed over `chip_timing.REPEATS` calls after a warm-up, median
+per call; each arm's output and gradients are compared with the XLA path's (the largest
+difference over the largest value).
+
+Usage (on a host with one TPU chip):
+  PYTHONPATH=. python benchmarks/chip/conv_kernel_on_chip.py --output conv.json
+
+Remakes the short convolution's figures in BENCHMARKS.md's chip suite (`chip_runs.sh` part
+`conv`); benchmarks/reports/chip-round-8_tpu-v5e_2026-12-07.md says what it is for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from chip_timing import timed
+
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.engine.builtin import sharding
+from rl_trainer_bench.engine.builtin.gated_deltanet import context_conv
+from rl_trainer_bench.engine.config import MeshConfig
+from rl_trainer_bench.errors import UserError, run_guarded
+from rl_trainer_bench.io import check_output_file, write_text_atomically
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "engine"))
+from gdn_reference import packed_segments
+
+# tpu-v5e-1's convolutions a step: 3 linear layers x 4 micro-batches, each a forward and, as the
+# layer is rematerialized, a forward and backward
+CALLS_A_STEP = 12
+NAMES = ("out", "x", "taps")
+
+
+def measure(method, x, kernel, segments, weights):
+    """(forward ms, forward and backward ms, [out, its two gradients]) of one arm."""
+
+    def loss(x, kernel):
+        out = context_conv(x, kernel, segments, method)
+        return jnp.sum(out.astype(jnp.float32) * weights), out
+
+    forward = jax.jit(lambda x, kernel: context_conv(x, kernel, segments, method))
+    both = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+    forward_ms = statistics.median(timed(forward, x, kernel)) * 1e3
+    both_ms = statistics.median(timed(both, x, kernel)) * 1e3
+    (_, out), grads = both(x, kernel)
+    return forward_ms, both_ms, [np.asarray(a, np.float32) for a in (out, *grads)]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="tpu-v5e-1", help="the cell's shapes (tpu-v5e-1)")
+    parser.add_argument("--output", type=Path, required=True, help="the JSON report")
+    args = parser.parse_args(argv)
+    check_output_file(args.output, "--output")  # before any chip time
+    if jax.default_backend() != "tpu":
+        raise UserError("needs a TPU chip this process can open: the kernels run only there")
+    engine = preset(args.preset).engine
+    m = engine.model
+    width = (
+        2 * m.linear_num_key_heads * m.linear_key_head_dim
+        + m.linear_num_value_heads * m.linear_value_head_dim
+    )
+    rng = np.random.default_rng(0)
+    segments = jnp.asarray(packed_segments(rng, engine.micro_batch_rows, engine.seq_len))
+    x = jnp.asarray(rng.normal(size=(*segments.shape, width)), jnp.bfloat16)
+    kernel = jnp.asarray(rng.normal(size=(m.linear_conv_kernel_dim, width)) * 0.5, jnp.bfloat16)
+    weights = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+    report = {"device": jax.devices()[0].device_kind, "preset": args.preset, "arms": {}}
+    with jax.set_mesh(sharding.make_mesh(MeshConfig(), jax.devices()[:1])):
+        results = {
+            method: measure(method, x, kernel, segments, weights) for method in ("xla", "pallas")
+        }
+    for method, (forward_ms, both_ms, got) in results.items():
+        arm = {
+            "forward_ms": forward_ms,
+            "forward_and_backward_ms": both_ms,
+            "step_ms_inferred": CALLS_A_STEP * (forward_ms + both_ms),
+            "difference_from_xla": {
+                name: float(np.abs(a - w).max() / np.abs(w).max())
+                for name, a, w in zip(NAMES, got, results["xla"][2], strict=True)
+            },
+        }
+        report["arms"][f"linear_conv_kernel={method}"] = arm
+        print(
+            f"linear_conv_kernel={method}: forward {forward_ms:.2f} ms, forward and backward"
+            f" {both_ms:.2f} ms a call; a step's share, INFERRED ({CALLS_A_STEP} x the two):"
+            f" {arm['step_ms_inferred']:.1f} ms; difference from xla: {arm['difference_from_xla']}"
+        )
+    write_text_atomically(args.output, json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_guarded("conv_kernel_on_chip.py", lambda: main(sys.argv[1:])))
