@@ -7,7 +7,8 @@ the other (one process at a time can hold the chip):
      beside aot's sum for the same programs, and the device's idle time at each step boundary read
      from the trace's program line on the chip (not from host clocks); with XLA's dump of the
      programs, the trace's op times by engine function (`trace_cost_by_source.md` in each run's
-     folder, `preflight/hlo/trace_ops.py`);
+     folder, `preflight/hlo/trace_ops.py`) and, for the largest functions, by op with each op's
+     opcode and shapes (`trace_ops_by_source.md`);
   2. `aot --target local` with the stage off and on: the predicted step and peak, and the host
      memory the compile took; or, with `--from-aot OFF.json ON.json`, aot's reports of the same
      cell compiled for the chip's topology from a CPU host (`aot --target v5e:1x1 --output`: the
@@ -56,12 +57,17 @@ from rl_trainer_bench.config.presets import one_chip_preset
 from rl_trainer_bench.io import write_text_atomically
 from rl_trainer_bench.preflight.hlo.trace_ops import (
     device_lines,
-    dumped_sources,
+    dumped_ops,
     markdown_table,
     op_events,
+    ops_table,
     read_trace,
+    time_by_op,
     time_by_source,
 )
+
+# The functions, and the ops of each, `trace_ops_by_source.md` lists: the largest first
+TRACED_FUNCTIONS, TRACED_OPS = 8, 8
 
 GIB = 1024**3
 _COMPILE = re.compile(r"compile program=(\S+) seconds=([\d.]+)")
@@ -156,10 +162,7 @@ def run_figures(
     dump = f"--xla_dump_to={folder / 'hlo'} --xla_dump_hlo_as_text"
     stdout, seconds, compiled_here = bench(args, out, folder.name, dump)
     events = read_trace(folder / "profile")
-    rows = time_by_source(op_events(events), dumped_sources(out))
-    write_text_atomically(
-        folder / "trace_cost_by_source.md", markdown_table(rows, steps, 25) + "\n"
-    )
+    rows = write_trace_tables(folder, op_events(events), dumped_ops(out), steps)
     records = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
     scored = [r for r in records if not r["warmup"]]
     peak_file = folder / "device_peak.json"
@@ -174,6 +177,24 @@ def run_figures(
         "trace_cost_by_source": rows,
         "wall_s": seconds,
     }
+
+
+def write_trace_tables(folder: Path, ops: list, dumped: tuple, steps: int) -> list[dict]:
+    """The trace's op times by engine function (`trace_cost_by_source.md`) and, for the largest
+    functions, by op with what each op is (`trace_ops_by_source.md`: the dumps are not kept);
+    returns the functions' rows."""
+    sources, descriptions = dumped
+    rows = time_by_source(ops, sources)
+    write_text_atomically(
+        folder / "trace_cost_by_source.md", markdown_table(rows, steps, 25) + "\n"
+    )
+    tables = [
+        f"## `{row['source']}`\n\n"
+        + ops_table(time_by_op(ops, sources, row["source"]), steps, TRACED_OPS, descriptions)
+        for row in rows[:TRACED_FUNCTIONS]
+    ]
+    write_text_atomically(folder / "trace_ops_by_source.md", "\n\n".join(tables) + "\n")
+    return rows
 
 
 def aot_figures(out: Path, preset: str, stage: str, flags: str) -> dict:

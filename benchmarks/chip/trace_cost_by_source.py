@@ -9,8 +9,9 @@ from (`preflight/hlo/trace_ops.py`). Give the run a profile window and an XLA du
   PYTHONPATH=. python benchmarks/chip/trace_cost_by_source.py --trace "$OUT/run/profile" \\
       --hlo "$OUT/hlo" --steps 3 --output "$OUT/trace_cost_by_source.json"
 
-(`chip_headline.py` does both for the STAGE-off run.) Times are MEASURED on the device the run
-used; per step, they are the traced steps' sum over --steps.
+(`chip_headline.py` does both for the STAGE-off run.) `--ops FUNCTION` also lists one function's
+ops by device time, each with its opcode and result shapes. Times are MEASURED on the device the
+run used; per step, they are the traced steps' sum over --steps.
 
 Remakes the device time by engine function behind BENCHMARKS.md's row "tpu-v5e-1's step and MFU";
 benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md,
@@ -27,10 +28,12 @@ from pathlib import Path
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, write_text_atomically
 from rl_trainer_bench.preflight.hlo.trace_ops import (
-    dumped_sources,
+    dumped_ops,
     markdown_table,
     op_events,
+    ops_table,
     read_trace,
+    time_by_op,
     time_by_source,
 )
 
@@ -42,6 +45,11 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=1, help="steps the trace holds")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--output", type=Path, help="write every row as JSON here")
+    parser.add_argument(
+        "--ops",
+        metavar="FUNCTION",
+        help="also list this source function's ops (as the table names it)",
+    )
     args = parser.parse_args()
     if args.steps < 1:
         parser.error("--steps: give the number of traced steps, at least 1")
@@ -55,13 +63,20 @@ def main() -> int:
     except (FileNotFoundError, ValueError) as error:
         parser.error(f"--trace: {error}")
     try:
-        sources = dumped_sources(args.hlo)
+        sources, descriptions = dumped_ops(args.hlo)
     except (UserError, OSError) as error:
         parser.error(f"--hlo: {str(error).splitlines()[0]}")
     if not sources:
         parser.error(f"--hlo: no *after_optimizations.txt under {args.hlo}: dump with XLA_FLAGS")
     rows = time_by_source(ops, sources)
+    if args.ops and args.ops not in {row["source"] for row in rows}:
+        parser.error(
+            f"--ops {args.ops!r}: no op of the trace is charged to it; name a function as the table names it"
+        )
     print(markdown_table(rows, args.steps, args.top))
+    if args.ops:
+        print(f"\nops of {args.ops}:")
+        print(ops_table(time_by_op(ops, sources, args.ops), args.steps, args.top, descriptions))
     if args.output:
         write_text_atomically(
             args.output, json.dumps({"steps": args.steps, "rows": rows}, indent=1)

@@ -54,9 +54,15 @@ def test_a_devices_ops_are_charged_by_program_with_a_loops_body_counted_once(tmp
         },
         "jit_update": {"fusion.1": "optimizer.py:c"},
     }
-    rows = trace_ops.time_by_source(trace_ops.op_events(trace_ops.read_trace(tmp_path)), sources)
+    ops = trace_ops.op_events(trace_ops.read_trace(tmp_path))
+    rows = trace_ops.time_by_source(ops, sources)
     seconds = {row["source"]: round(row["seconds"] * 1e6, 6) for row in rows}
     assert seconds == {"moe.py:a": 40, "moe.py:b": 40, "optimizer.py:c": 30, "model.py:s": 20}
+    # one function's ops: fusion.1 of jit_fwd_bwd, not jit_update's op of the same name
+    (row,) = trace_ops.time_by_op(ops, sources, "moe.py:a")
+    assert (row["module"], row["op"], round(row["seconds"] * 1e6, 6), row["events"]) == (
+        "jit_fwd_bwd", "fusion.1", 40, 1
+    )  # fmt: skip
 
 
 def test_on_the_host_cpu_the_first_devices_runtime_events_are_its_ops(tmp_path):
@@ -116,6 +122,15 @@ def test_a_real_host_trace_of_an_engine_function_is_charged_to_it(tmp_path):
     assert by_source["moe.py:expert_matmul"]["seconds"] > 0
     assert by_source["moe.py:expert_matmul"]["events"] % 3 == 0  # every op once per call
     assert 0 < sum(row["seconds"] for row in rows) <= wall
+    # the function's ops add up to its row, each named with its opcode and result shape
+    sources, descriptions = trace_ops.dumped_ops(tmp_path / "hlo")
+    matmul = [op for op in ops if op.module == "jit_experts"]
+    by_op = trace_ops.time_by_op(matmul, sources, "moe.py:expert_matmul")
+    assert sum(row["seconds"] for row in by_op) == pytest.approx(
+        by_source["moe.py:expert_matmul"]["seconds"]
+    )
+    table = trace_ops.ops_table(by_op, 3, 10, descriptions)
+    assert "f32[8,64,256]" in table and "| ? |" not in table, table  # gate's and up's products
 
 
 # mtime=0: gzip's header otherwise carries the clock, and parameters that differ between the

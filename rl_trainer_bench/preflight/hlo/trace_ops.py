@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight.hlo.parse import parse_hlo
+from rl_trainer_bench.preflight.hlo.parse import Instruction, parse_hlo
 from rl_trainer_bench.preflight.hlo.sources import op_sources
 
 NOT_IN_HLO = "(op not in the HLO given)"
@@ -154,20 +154,40 @@ def _own_seconds(ops: list[dict]) -> list[tuple[dict, float]]:
 
 
 def dumped_sources(folder: Path) -> dict[str, dict[str, str]]:
-    """{program name: {op name: source}} from every `*after_optimizations.txt` under `folder`.
+    """{program name: {op name: source}} from every `*after_optimizations.txt` under `folder`
+    (`dumped_ops`'s first half)."""
+    return dumped_ops(folder)[0]
+
+
+def dumped_ops(folder: Path) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]:
+    """({program name: {op name: source}}, {program name: {op name: what it is}}) from every
+    `*after_optimizations.txt` under `folder`; what an op is: its opcode and result shapes
+    (`fusion bf16[40960,2048]`), which a reader needs once the dump is gone.
 
     A file that is no module's text is refused (UserError), as `parse_hlo` refuses one cut short.
     Two dumps of one program name are merged (a program compiled twice, as `MEASURE_PEAK`
     does, names its ops alike); programs that differ must differ in name, as the built-in
     engine's do (`jit_fwd_bwd`, `jit_fwd_bwd_dropless`, `jit_update`)."""
     sources: dict[str, dict[str, str]] = defaultdict(dict)
+    descriptions: dict[str, dict[str, str]] = defaultdict(dict)
     for path in sorted(folder.rglob("*after_optimizations.txt")):
         text = path.read_text(errors="replace")
         named = _MODULE_NAME.match(text)
         if not named:
             raise UserError(f"{path}: not an HLO module's text (no 'HloModule' line first)")
-        sources[named.group(1)].update(op_sources(parse_hlo(text, str(path)), text))
-    return dict(sources)
+        module = parse_hlo(text, str(path))
+        sources[named.group(1)].update(op_sources(module, text))
+        descriptions[named.group(1)].update(
+            (op.name, _described(op)) for computation in module.computations.values()
+            for op in computation.instructions
+        )  # fmt: skip
+    return dict(sources), dict(descriptions)
+
+
+def _described(op: Instruction) -> str:
+    """An instruction's opcode and result shapes: `fusion bf16[40960,2048]`."""
+    shapes = ",".join(f"{a.dtype}[{','.join(map(str, a.dims))}]" for a in op.arrays[:3])
+    return f"{op.opcode} {shapes}" + (",..." if len(op.arrays) > 3 else "")
 
 
 def time_by_source(ops: Iterable[OpEvent], sources: Mapping[str, Mapping[str, str]]) -> list[dict]:
@@ -179,6 +199,34 @@ def time_by_source(ops: Iterable[OpEvent], sources: Mapping[str, Mapping[str, st
         row["events"] += 1
     rows = [{"source": source, **row} for source, row in totals.items()]
     return sorted(rows, key=lambda row: -row["seconds"])
+
+
+def time_by_op(ops: Iterable[OpEvent], sources: Mapping[str, Mapping[str, str]], source: str):
+    """The ops charged to `source`, a row per (program, op): device seconds and op events, the
+    largest first."""
+    totals: dict[tuple[str, str], dict] = defaultdict(lambda: {"seconds": 0.0, "events": 0})
+    for op in ops:
+        if sources.get(op.module, {}).get(op.op, NOT_IN_HLO) == source:
+            row = totals[(op.module, op.op)]
+            row["seconds"] += op.seconds
+            row["events"] += 1
+    rows = [{"module": module, "op": name, **row} for (module, name), row in totals.items()]
+    return sorted(rows, key=lambda row: -row["seconds"])
+
+
+def ops_table(rows: list[dict], steps: int, top: int, descriptions: Mapping) -> str:
+    """Markdown rows of `time_by_op`'s: program, op, what it is, ms per step, events per step."""
+    lines = [
+        "| program | op | what it is | ms per step | events per step |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for row in rows[:top]:
+        described = descriptions.get(row["module"], {}).get(row["op"], "?")
+        lines.append(
+            f"| {row['module']} | {row['op']} | `{described}` |"
+            f" {1e3 * row['seconds'] / steps:.2f} | {row['events'] / steps:g} |"
+        )
+    return "\n".join(lines)
 
 
 def markdown_table(rows: list[dict], steps: int, top: int) -> str:
