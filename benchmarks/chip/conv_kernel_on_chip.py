@@ -20,6 +20,7 @@ Remakes the short convolution's figures in BENCHMARKS.md's chip suite (`chip_run
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -32,7 +33,9 @@ from chip_timing import forward_and_gradient, timing_words
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.builtin import sharding
 from rl_trainer_bench.engine.builtin.gated_deltanet import context_conv
+from rl_trainer_bench.engine.builtin.programs import check_config
 from rl_trainer_bench.engine.config import MeshConfig
+from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError, run_guarded
 from rl_trainer_bench.io import check_output_file, write_text_atomically
 
@@ -55,6 +58,11 @@ def main(argv: list[str]) -> int:
         raise UserError("needs a TPU chip this process can open: the kernels run only there")
     engine = preset(args.preset).engine
     m = engine.model
+    # the kernels' shapes, refused in one line before any chip time (a preset whose q, k and v are
+    # not whole lanes, or that splits rows over context)
+    check_config(
+        dataclasses.replace(engine, model=dataclasses.replace(m, linear_conv_kernel="pallas"))
+    )
     width = m.linear_qkv_width
     rng = np.random.default_rng(0)
     segments = jnp.asarray(packed_segments(rng, engine.micro_batch_rows, engine.seq_len))
@@ -87,4 +95,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run_guarded("conv_kernel_on_chip.py", lambda: main(sys.argv[1:])))
+    sys.exit(
+        run_guarded(
+            "conv_kernel_on_chip.py", lambda: main(sys.argv[1:]), (UserError, ContractError)
+        )
+    )
