@@ -1,9 +1,10 @@
 """What the one-kernel chip benchmarks share: a call's time on the chip, and their count arguments.
 
 Each times a jitted function alone (a kernel against its alternatives) so a change in the step's
-profile can be split into its parts; both benchmarks time the same way, so their figures compare.
+profile can be split into its parts; all time the same way, so their figures compare.
 
-Shared by chunk_inverse_on_chip.py and gmm_tiling_on_chip.py, whose figures are in
+Shared by chunk_inverse_on_chip.py, gmm_tiling_on_chip.py, delta_rule_kernel_on_chip.py and
+conv_kernel_on_chip.py (the last two also time a function with its gradient), whose figures are in
 benchmarks/reports/chip-round-4_tpu-v5e_2026-12-06.md and
 benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md (BENCHMARKS.md, chip suite).
 """
@@ -11,9 +12,12 @@ benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md (BENCHMARKS.md, chip suite
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 REPEATS = 20
 
@@ -27,6 +31,37 @@ def timed(fn, *args) -> list[float]:
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
     return times
+
+
+def forward_and_gradient(fn, inputs, weights, calls_a_step: int) -> tuple[dict, list]:
+    """`fn(*inputs)` timed alone and with the gradient of every input through a weighted sum of
+    its output by `weights`: ({forward_ms, forward_and_backward_ms, step_ms_inferred (`calls_a_step`
+    x the two: a layer's forward, then its rematerialized forward and backward)}, [out, each
+    input's gradient] in float32)."""
+
+    def loss(*x):
+        out = fn(*x)
+        return jnp.sum(out.astype(jnp.float32) * weights), out
+
+    both = jax.jit(jax.value_and_grad(loss, argnums=range(len(inputs)), has_aux=True))
+    forward_ms = statistics.median(timed(jax.jit(fn), *inputs)) * 1e3
+    both_ms = statistics.median(timed(both, *inputs)) * 1e3
+    (_, out), grads = both(*inputs)
+    arm = {
+        "forward_ms": forward_ms,
+        "forward_and_backward_ms": both_ms,
+        "step_ms_inferred": calls_a_step * (forward_ms + both_ms),
+    }
+    return arm, [np.asarray(a, np.float32) for a in (out, *grads)]
+
+
+def timing_words(arm: dict, calls_a_step: int) -> str:
+    """`forward_and_gradient`'s times as a line says them."""
+    return (
+        f"forward {arm['forward_ms']:.2f} ms, forward and backward"
+        f" {arm['forward_and_backward_ms']:.2f} ms a call; a step's share, INFERRED"
+        f" ({calls_a_step} x the two): {arm['step_ms_inferred']:.1f} ms"
+    )
 
 
 def positive(text: str) -> int:

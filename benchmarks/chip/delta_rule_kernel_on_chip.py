@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from chip_timing import positive, timed
+from chip_timing import forward_and_gradient, positive, timing_words
 
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.builtin import sharding
@@ -101,21 +100,6 @@ def errors(share, got, want):
     }
 
 
-def measure(rule, inputs, segments, weights):
-    """(forward ms, forward and backward ms, [out, its five gradients]) of one arm."""
-
-    def loss(*x):
-        out = rule(*x, segments)
-        return jnp.sum(out.astype(jnp.float32) * weights), out
-
-    forward = jax.jit(lambda *x: rule(*x, segments))
-    both = jax.jit(jax.value_and_grad(loss, argnums=range(5), has_aux=True))
-    forward_ms = statistics.median(timed(forward, *inputs)) * 1e3
-    both_ms = statistics.median(timed(both, *inputs)) * 1e3
-    (_, out), grads = both(*inputs)
-    return forward_ms, both_ms, [np.asarray(a, np.float32) for a in (out, *grads)]
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="tpu-v5e-1", help="the cell's shapes (tpu-v5e-1)")
@@ -138,20 +122,15 @@ def main(argv: list[str]) -> int:
     report = {"device": jax.devices()[0].device_kind, "preset": args.preset, "arms": {}}
     with jax.set_mesh(sharding.make_mesh(MeshConfig(), jax.devices()[:1])):
         for name, rule in arms(model, args.heads_per_program).items():
-            forward_ms, both_ms, got = measure(rule, inputs, jnp.asarray(segments), weights)
-            arm = {
-                "forward_ms": forward_ms,
-                "forward_and_backward_ms": both_ms,
-                "step_ms_inferred": CALLS_A_STEP * (forward_ms + both_ms),
-                "error_against_float64": errors(share, got, want),
-            }
+            arm, got = forward_and_gradient(
+                lambda *x, rule=rule: rule(*x, jnp.asarray(segments)), inputs, weights, CALLS_A_STEP
+            )
+            arm["error_against_float64"] = errors(share, got, want)
             report["arms"][name] = arm
             worst = max(arm["error_against_float64"].items(), key=lambda item: item[1])
             print(
-                f"{name}: forward {forward_ms:.2f} ms, forward and backward {both_ms:.2f} ms a"
-                f" call; a step's share, INFERRED ({CALLS_A_STEP} x the two): "
-                f"{arm['step_ms_inferred']:.1f} ms; error against float64: largest {worst[1]:.2e}"
-                f" ({worst[0]}), {arm['error_against_float64']}"
+                f"{name}: {timing_words(arm, CALLS_A_STEP)}; error against float64: largest"
+                f" {worst[1]:.2e} ({worst[0]}), {arm['error_against_float64']}"
             )
     write_text_atomically(args.output, json.dumps(report, indent=1) + "\n")
     return 0

@@ -137,8 +137,8 @@ class ModelConfig:
         metadata=engine_key(
             "value heads one program of the pallas chunk kernels takes, cut to the most that"
             " divides linear_num_value_heads and holds whole groups of heads sharing a key head or"
-            " lies inside one (more: more independent matmul chains a program to interleave,"
-            " fewer and larger programs; linear_chunk_kernel=pallas only)",
+            " lies inside one (more: more independent matmul chains a program overlapped, fewer"
+            " and larger programs, more of a core's VMEM; linear_chunk_kernel=pallas only)",
             minimum=1,
         ),
     )
@@ -155,6 +155,15 @@ class ModelConfig:
     def layers_of(self, kind: str) -> int:
         """How many of the num_layers layers are of mixer `kind`."""
         return self.num_layers // len(self.layer_types) * self.layer_types.count(kind)
+
+    @property
+    def linear_qkv_width(self) -> int:
+        """The channels of a Gated DeltaNet layer's q, k and v side by side, as its short
+        convolutions take them."""
+        return (
+            2 * self.linear_num_key_heads * self.linear_key_head_dim
+            + self.linear_num_value_heads * self.linear_value_head_dim
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -524,10 +533,7 @@ def _shape_problems(config: EngineConfig) -> list[str]:
 
 def _linear_attention_checks(m: ModelConfig, mesh: MeshConfig, seq: int) -> list[tuple]:
     """`_shape_problems`' checks of the Gated DeltaNet layers: (ok, field, value, what it must be)."""
-    conv_width = (
-        2 * m.linear_num_key_heads * m.linear_key_head_dim
-        + m.linear_num_value_heads * m.linear_value_head_dim
-    )
+    conv_width = m.linear_qkv_width
     return [
         (min(m.linear_num_key_heads, m.linear_key_head_dim, m.linear_value_head_dim,
              m.linear_conv_kernel_dim, m.linear_chunk_size) > 0, "linear_* shapes",

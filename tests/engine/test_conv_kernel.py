@@ -14,7 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from gdn_reference import conv, layer
-from test_delta_rule_kernel import gated_deltanet_shapes, pallas_calls
+from test_delta_rule_kernel import (
+    gated_deltanet_shapes,
+    mosaic_calls_compiled_for_a_v5e,
+    pallas_calls,
+)
 
 from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.engine.builtin import sharding
@@ -123,25 +127,14 @@ def test_both_kernels_compile_for_a_v5e_at_the_presets_shapes():
     in bfloat16, 4 taps. The output and its gradients in one program hold two Mosaic custom calls
     (the forward, shared by the output and the gradient, and the backward), inside the kernels'
     scoped VMEM."""
-    pytest.importorskip("libtpu")
-    from rl_trainer_bench.preflight.aot.targets import resolve_target
-
-    placed = jax.sharding.SingleDeviceSharding(resolve_target("v5e:1x1").devices[0])
     engine = PRESETS["tpu-v5e-1"].engine
     m = engine.model
-    width = (
-        2 * m.linear_num_key_heads * m.linear_key_head_dim
-        + m.linear_num_value_heads * m.linear_value_head_dim
+    rows, tokens, width = engine.micro_batch_rows, engine.seq_len, m.linear_qkv_width
+    specs = (
+        ((rows, tokens, width), jnp.bfloat16),
+        ((m.linear_conv_kernel_dim, width), jnp.bfloat16),
+        ((rows, tokens), jnp.int32),
     )
-    rows, tokens = engine.micro_batch_rows, engine.seq_len
-    specs = [
-        jax.ShapeDtypeStruct(shape, dtype, sharding=placed)
-        for shape, dtype in (
-            ((rows, tokens, width), jnp.bfloat16),
-            ((m.linear_conv_kernel_dim, width), jnp.bfloat16),
-            ((rows, tokens), jnp.int32),
-        )
-    ]
 
     def conv_and_gradient(x, kernel, segments):
         def loss(x, kernel):
@@ -149,5 +142,4 @@ def test_both_kernels_compile_for_a_v5e_at_the_presets_shapes():
 
         return causal_conv(x, kernel, segments), jax.grad(loss, argnums=(0, 1))(x, kernel)
 
-    compiled = jax.jit(conv_and_gradient).lower(*specs).compile()
-    assert compiled.as_text().count("tpu_custom_call") == 2
+    assert mosaic_calls_compiled_for_a_v5e(conv_and_gradient, specs) == 2

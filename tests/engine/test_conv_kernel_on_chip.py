@@ -27,7 +27,7 @@ from rl_trainer_bench.engine.config import MeshConfig
 
 engine = preset("tpu-v5e-1").engine
 m = engine.model
-width = 2 * m.linear_num_key_heads * m.linear_key_head_dim + m.linear_num_value_heads * m.linear_value_head_dim
+width = m.linear_qkv_width
 rng = np.random.default_rng(0)
 segments = jnp.asarray(packed_segments(rng, engine.micro_batch_rows, engine.seq_len))
 x = jnp.asarray(rng.normal(size=(*segments.shape, width)), jnp.float32)

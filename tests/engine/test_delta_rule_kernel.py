@@ -261,10 +261,6 @@ def test_both_kernels_compile_for_a_v5e_at_the_presets_shapes():
     convolution gives them, normalised inside. The forward and its gradient in one program hold
     three Mosaic custom calls (the forward kernel, the one that keeps the states, and the backward
     kernel), not an XLA fallback, each inside the kernels' scoped VMEM."""
-    pytest.importorskip("libtpu")
-    from rl_trainer_bench.preflight.aot.targets import resolve_target
-
-    placed = jax.sharding.SingleDeviceSharding(resolve_target("v5e:1x1").devices[0])
     engine = PRESETS["tpu-v5e-1"].engine
     model = engine.model
     rows, tokens = engine.micro_batch_rows, engine.seq_len
@@ -273,17 +269,14 @@ def test_both_kernels_compile_for_a_v5e_at_the_presets_shapes():
         model.linear_num_value_heads,
         model.linear_key_head_dim,
     )
-    specs = [
-        jax.ShapeDtypeStruct(shape, dtype, sharding=placed)
-        for shape, dtype in (
-            ((rows, tokens, hk, width), jnp.bfloat16),
-            ((rows, tokens, hk, width), jnp.bfloat16),
-            ((rows, tokens, hv, width), jnp.bfloat16),
-            ((rows, tokens, hv), jnp.float32),
-            ((rows, tokens, hv), jnp.float32),
-            ((rows, tokens), jnp.int32),
-        )
-    ]
+    specs = (
+        ((rows, tokens, hk, width), jnp.bfloat16),
+        ((rows, tokens, hk, width), jnp.bfloat16),
+        ((rows, tokens, hv, width), jnp.bfloat16),
+        ((rows, tokens, hv), jnp.float32),
+        ((rows, tokens, hv), jnp.float32),
+        ((rows, tokens), jnp.int32),
+    )
 
     def rule(*x):
         return chunked_delta_rule(
@@ -296,5 +289,15 @@ def test_both_kernels_compile_for_a_v5e_at_the_presets_shapes():
         loss = lambda *x: jnp.sum(rule(*x).astype(jnp.float32))  # noqa: E731
         return rule(*x), jax.grad(loss, argnums=range(5))(*x)
 
-    compiled = jax.jit(rule_and_gradient).lower(*specs).compile()
-    assert compiled.as_text().count("tpu_custom_call") == 3
+    assert mosaic_calls_compiled_for_a_v5e(rule_and_gradient, specs) == 3
+
+
+def mosaic_calls_compiled_for_a_v5e(fn, specs) -> int:
+    """The Mosaic custom calls in `fn` compiled for one v5e chip from this host, on abstract
+    arrays of `specs` ((shape, dtype) each); skipped where libtpu is not installed."""
+    pytest.importorskip("libtpu")
+    from rl_trainer_bench.preflight.aot.targets import resolve_target
+
+    placed = jax.sharding.SingleDeviceSharding(resolve_target("v5e:1x1").devices[0])
+    arrays = [jax.ShapeDtypeStruct(shape, dtype, sharding=placed) for shape, dtype in specs]
+    return jax.jit(fn).lower(*arrays).compile().as_text().count("tpu_custom_call")

@@ -39,7 +39,7 @@ class Static(NamedTuple):
 def causal_conv(x, kernel, segments, *, tokens_per_block=TOKENS_A_BLOCK, interpret=False):
     """SiLU of the depthwise causal convolution of x [B, T, W] (W a multiple of 128) by kernel
     [taps, W] (tap j weighs the token j steps back), never across a segment start of segments
-    [B, T] (the tokens before a row count as another segment), in x's dtype, computed in float32.
+    [B, T] (before a row's first token it reaches zeros), in x's dtype, computed in float32.
     `interpret` runs the kernels in Pallas's interpreter, to check them off a TPU."""
     _, tokens, width = x.shape
     taps = kernel.shape[0]
