@@ -173,15 +173,12 @@ def dot_generals(jaxpr):
                     yield from dot_generals(inner)
 
 
-@pytest.mark.parametrize(("asked", "groups"), [(1, 4), (2, 2), (3, 2), (4, 1)])
-def test_each_kernel_program_takes_the_heads_the_engine_key_asks(asked, groups):
-    """cpu-tiny-qwen3.5's layer (4 value heads, 2 a key head) at `linear_chunk_kernel_heads`:
-    the gradient's two kernels (the forward that keeps the states, the backward) each have a grid
-    of (rows, head groups, chunks) with 4 / heads a program groups (3 is cut to 2: a program holds
-    whole key-head groups)."""
+def gradient_kernel_calls(heads):
+    """The pallas_calls of the gradient of cpu-tiny-qwen3.5's layer (4 value heads, 2 a key head)
+    through the kernels, chunks of 16, `heads` a program (`linear_chunk_kernel_heads`)."""
     model = dataclasses.replace(
         PRESETS["cpu-tiny-qwen3.5"].engine.model, linear_chunk_size=16,
-        linear_chunk_kernel_heads=asked,
+        linear_chunk_kernel_heads=heads,
     )  # fmt: skip
     d = model.d_model
     weights = {
@@ -194,7 +191,27 @@ def test_each_kernel_program_takes_the_heads_the_engine_key_asks(asked, groups):
 
     with jax.set_mesh(sharding.make_mesh(MeshConfig(), jax.devices()[:1])):
         jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(jnp.ones((2, 48, d)), weights)
-    calls = list(pallas_calls(jaxpr.jaxpr))
+    return list(pallas_calls(jaxpr.jaxpr))
+
+
+def test_the_backward_kernel_reads_each_chunks_inverse_rather_than_rebuilding_it():
+    """At chunks of 16 the forward kernel's 14 matmuls are k k^T, q k^T, U, W, the doubling's 6
+    (4 levels of 2 but the first), W H, the output's 2 and the state's 1; the backward kernel's
+    21 are the terms' 4 (k k^T, q k^T, U, W) and the gradients' 17, with no doubling: it reads
+    the inverse the forward kept (27 if it rebuilt it)."""
+    matmuls = {
+        call["name"]: len(list(dot_generals(call["jaxpr"]))) for call in gradient_kernel_calls(4)
+    }
+    assert matmuls == {"gated_delta_rule_forward": 14, "gated_delta_rule_backward": 21}
+
+
+@pytest.mark.parametrize(("asked", "groups"), [(1, 4), (2, 2), (3, 2), (4, 1)])
+def test_each_kernel_program_takes_the_heads_the_engine_key_asks(asked, groups):
+    """cpu-tiny-qwen3.5's layer (4 value heads, 2 a key head) at `linear_chunk_kernel_heads`:
+    the gradient's two kernels (the forward that keeps the states, the backward) each have a grid
+    of (rows, head groups, chunks) with 4 / heads a program groups (3 is cut to 2: a program holds
+    whole key-head groups)."""
+    calls = gradient_kernel_calls(asked)
     assert len(calls) == 2 and {call["grid_mapping"].grid[1] for call in calls} == {groups}
     # each matmul takes all of a program's heads at once (an operand with their axis): the
     # compiler overlaps their chains only so, one head's after another's it runs them in turn

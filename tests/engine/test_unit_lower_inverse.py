@@ -13,6 +13,7 @@ from rl_trainer_bench.engine.builtin.unit_lower_inverse import (
     KERNEL_BLOCK,
     pallas_inverse,
     unit_lower_inverse,
+    xla_inverse,
 )
 
 
@@ -37,6 +38,17 @@ def test_the_kernel_inverts_like_numpy(count, size, scale):
     got = np.asarray(pallas_inverse(jnp.asarray(strict), interpret=True))
     want = np.linalg.inv(np.eye(size) + strict.astype(np.float64))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("size", "matmuls"), [(1, 0), (2, 0), (16, 6), (128, 12)])
+def test_the_doubling_takes_no_matmul_at_its_first_level(size, matmuls):
+    """log2(C) levels of two dependent matmuls but the first, whose X is the identity (I - N_1):
+    at chunks of 128 a chain of 12 matmuls, not 14; the inverse stays NumPy's."""
+    strict = systems(2, size, scale=0.25)
+    jaxpr = jax.make_jaxpr(xla_inverse)(jnp.asarray(strict))
+    assert [eqn.primitive.name for eqn in jaxpr.eqns].count("dot_general") == matmuls
+    want = np.linalg.inv(np.eye(size) + strict.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(xla_inverse(jnp.asarray(strict))), want, atol=1e-4)
 
 
 def test_both_methods_give_one_inverse_and_one_gradient_over_leading_dims():

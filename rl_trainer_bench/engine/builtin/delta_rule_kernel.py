@@ -13,9 +13,11 @@ inverse of I + A (the doubling of `unit_lower_inverse.py`), U and W in VMEM, wri
 outputs and advances the states, which stay in VMEM from chunk to chunk (the grid's chunk axis runs
 in order). The backward pass is a
 second kernel that runs the chunks in reverse, carrying the state's gradient in VMEM; it rebuilds
-each chunk's terms from its inputs (a few C x C matmuls) rather than reading them back, and reads the
-state each chunk started from, the one thing the forward kernel writes beside the outputs. The math
-is docs/gated-deltanet.md's, "The gated delta rule in one kernel".
+each chunk's terms from its inputs (a few C x C matmuls, each off the others' path) but the
+inverse, and reads the state each chunk started from and its inverse, the two things the forward
+kernel writes beside the outputs: the inverse's doubling is the longest chain of dependent
+matmuls in a chunk, run once rather than twice. The math is docs/gated-deltanet.md's, "The gated
+delta rule in one kernel".
 
 q and k are read per key head (value head h reads key head h // (H / Hk)), so the grouped heads are
 never repeated in memory; with `query_scale` the kernel also L2-normalises them (and scales q) in
@@ -129,13 +131,13 @@ def _rule(q, k, v, per_token, static):
 
 
 def _rule_forward(q, k, v, per_token, static):
-    out, states = _forward(q, k, v, per_token, static, keep_states=True)
-    return out, (q, k, v, per_token, states)
+    out, kept = _forward(q, k, v, per_token, static, keep_states=True)
+    return out, (q, k, v, per_token, kept)
 
 
 def _rule_backward(static, residuals, d_out):
-    q, k, v, per_token, states = residuals
-    d_q, d_k, d_v, d_per_token = _backward(q, k, v, per_token, states, d_out, static)
+    q, k, v, per_token, kept = residuals
+    d_q, d_k, d_v, d_per_token = _backward(q, k, v, per_token, kept, d_out, static)
     # per value head [B, T, H, Dk]; a key head's gradient sums the value heads it serves
     d_q, d_k = (d.reshape(*x.shape[:3], static.share, -1).sum(3) for d, x in ((d_q, q), (d_k, k)))
     return d_q.astype(q.dtype), d_k.astype(k.dtype), d_v.astype(v.dtype), d_per_token
@@ -212,21 +214,23 @@ def _pallas(kernel, static, calls, specs, out_shape, scratch, *inputs):
 
 def _chunk_cost(size, key_dim, value_dim, backward):
     """(matmul FLOPs, exponentials) of one chunk of one head in the forward or backward kernel
-    (docs/engine.md): `k k^T`, `q k^T`, the inverse's doubling (two C x C x C matmuls a level),
-    `U`, `W` and the state's three products, then in the backward those again (the terms are
-    rebuilt) and the gradients' products."""
-    levels = max(1, math.ceil(math.log2(size)))
+    (docs/engine.md): `k k^T`, `q k^T`, `U`, `W`, the inverse's doubling (two C x C x C matmuls a
+    level past the first) and the state's three products; in the backward those terms again but
+    the inverse (the forward kept it), and the gradients' products."""
+    levels = max(0, math.ceil(math.log2(size)) - 1)  # the doubling's levels with matmuls
     square, state = 2 * size * size, 2 * size * key_dim * value_dim
-    terms = square * (3 * key_dim + value_dim) + 4 * size**3 * levels
+    terms = square * (3 * key_dim + value_dim)
     if backward:
         flops = terms + square * (6 * key_dim + 4 * value_dim) + 7 * state
     else:
-        flops = terms + square * value_dim + 3 * state
+        flops = terms + 4 * size**3 * levels + square * value_dim + 3 * state
     return flops, size * size + 3 * size
 
 
 def _forward(q, k, v, per_token, static, *, keep_states):
-    """o [B, T, H, Dv] and, with `keep_states`, the state each chunk starts from [B, H, n x Dk, Dv]."""
+    """o [B, T, H, Dv] and, with `keep_states`, what the backward kernel reads of each chunk: the
+    state it starts from [B, H, n x Dk, Dv] and the inverse of its I + A [B, H, n x C, C] (which
+    it would otherwise rebuild by the doubling's chain of dependent matmuls)."""
     rows, tokens, key_dim = q.shape[0], q.shape[1], q.shape[3]
     heads, value_dim = v.shape[2:]
     chunks = tokens // static.chunk
@@ -234,10 +238,11 @@ def _forward(q, k, v, per_token, static, *, keep_states):
     out_specs = [calls["value"](value_dim)]
     out_shape = [jax.ShapeDtypeStruct((rows, tokens, heads * value_dim), jnp.float32)]
     if keep_states:
-        out_specs.append(calls["state"](key_dim, value_dim))
-        out_shape.append(
-            jax.ShapeDtypeStruct((rows, heads, chunks * key_dim, value_dim), jnp.float32)
-        )
+        for width, height in ((key_dim, value_dim), (static.chunk, static.chunk)):
+            out_specs.append(calls["state"](width, height))
+            out_shape.append(
+                jax.ShapeDtypeStruct((rows, heads, chunks * width, height), jnp.float32)
+            )
     key = calls["key"](key_dim)
     in_specs = [key, key, calls["value"](value_dim), calls["rows"]]
     outs = _pallas(
@@ -245,10 +250,10 @@ def _forward(q, k, v, per_token, static, *, keep_states):
         (static.heads, key_dim, value_dim),
         *(x.reshape(rows, tokens, -1) for x in (q, k, v)), per_token,
     )  # fmt: skip
-    return outs[0].reshape(v.shape), (outs[1] if keep_states else None)
+    return outs[0].reshape(v.shape), (tuple(outs[1:]) if keep_states else None)
 
 
-def _backward(q, k, v, per_token, states, d_out, static):
+def _backward(q, k, v, per_token, kept, d_out, static):
     """Gradients of q and k per value head [B, T, H, Dk], of v and of `token_rows`."""
     rows, tokens, key_dim = q.shape[0], q.shape[1], q.shape[3]
     heads, value_dim = v.shape[2:]
@@ -262,12 +267,13 @@ def _backward(q, k, v, per_token, states, d_out, static):
         jax.ShapeDtypeStruct(per_token.shape, jnp.float32),
     ]
     key, state = calls["key"](key_dim), calls["state"](key_dim, value_dim)
-    in_specs = [key, key, value, calls["rows"], state, value]
+    inverse = calls["state"](static.chunk, static.chunk)
+    in_specs = [key, key, value, calls["rows"], state, inverse, value]
     out_specs = [by_value_head, by_value_head, value, calls["rows"]]
     d_q, d_k, d_v, d_per_token = _pallas(
         _backward_kernel, static, calls, (in_specs, out_specs), out_shape,
         (static.heads, key_dim, value_dim),
-        *(x.reshape(rows, tokens, -1) for x in (q, k, v)), per_token, states,
+        *(x.reshape(rows, tokens, -1) for x in (q, k, v)), per_token, *kept,
         d_out.reshape(rows, tokens, -1),
     )  # fmt: skip
     by_head = (rows, tokens, heads, -1)
@@ -312,8 +318,9 @@ def _matmul(static):
     return matmul
 
 
-def _chunk(q, k, v, per_token, static):
-    """Everything of a chunk that does not depend on its incoming state (docs/gated-deltanet.md)."""
+def _chunk(q, k, v, per_token, static, inverse=None):
+    """Everything of a chunk that does not depend on its incoming state (docs/gated-deltanet.md);
+    its `inverse` of I + A where the forward kernel kept it."""
     matmul, size = _matmul(static), static.chunk
     columns = per_token.T  # [C, ROWS]: a token a row
     cum, beta, run, real = (columns[:, i : i + 1] for i in (CUM, BETA, RUN, REAL))
@@ -333,7 +340,8 @@ def _chunk(q, k, v, per_token, static):
     cum_last, run_last = cum_row[:, size - 1 :], run_row[:, size - 1 :]  # [1, 1]
     kk = matmul(k, k, NT)
     system = strict_decay * kk * beta
-    inverse = doubled(system, (row, col), matmul)
+    if inverse is None:
+        inverse = doubled(system, (row, col), matmul)
     return Chunk(
         q, k, v, norms, real, beta, from_start,
         to_end=jnp.where(run == run_last, jnp.exp(cum_last - cum), 0.0),
@@ -358,37 +366,38 @@ def _heads(ref, width, count, per):
 def _forward_kernel(q_ref, k_ref, v_ref, rows_ref, out_ref, *refs, static):
     """One chunk of a program's heads, all heads at each stage (batched, so the compiler overlaps
     their chains of small matmuls; written one head after another they run one after another):
-    its outputs and the states it hands on (refs: the states it starts from, when kept, then the
-    states in VMEM scratch, carried from the chunk before)."""
+    its outputs and the states it hands on (refs: the states it starts from and its inverses,
+    when kept, then the states in VMEM scratch, carried from the chunk before)."""
     # Pallas, imported only where the kernel is chosen (it adds to every import of the engine)
     from jax.experimental import pallas as pl
 
     *kept, state_ref = refs
     key_dim, value_dim = state_ref.shape[1:]
     incoming = jnp.where(pl.program_id(2) == 0, 0.0, state_ref[...])  # a row starts from zero
-    if kept:
-        kept[0][...] = incoming
     q, k = (_heads(ref, key_dim, static.heads, static.share) for ref in (q_ref, k_ref))
     v = _heads(v_ref, value_dim, static.heads, 1)
     chunk_forward = jax.vmap(functools.partial(_chunk_forward, static=static))
-    out, outgoing = chunk_forward(q, k, v, rows_ref[...], incoming)
+    out, outgoing, inverse = chunk_forward(q, k, v, rows_ref[...], incoming)
+    if kept:
+        kept[0][...], kept[1][...] = incoming, inverse
     for head in range(static.heads):
         out_ref[:, _head_columns(head, value_dim)] = out[head].astype(out_ref.dtype)
     state_ref[...] = outgoing
 
 
 def _chunk_forward(q, k, v, per_token, incoming, static):
-    """One head's chunk: its outputs and the state it hands on."""
+    """One head's chunk: its outputs, the state it hands on and its inverse."""
     matmul = _matmul(static)
     chunk = _chunk(q, k, v, per_token, static)
     deltas = chunk.u - matmul(chunk.w, incoming)
     out = matmul(chunk.from_start * chunk.q, incoming) + matmul(chunk.p, deltas)
-    return out, chunk.across * incoming + matmul(chunk.to_end * chunk.k, deltas, TN)
+    outgoing = chunk.across * incoming + matmul(chunk.to_end * chunk.k, deltas, TN)
+    return out, outgoing, chunk.inverse
 
 
 def _backward_kernel(
-    q_ref, k_ref, v_ref, rows_ref, state_ref, d_out_ref, d_q_ref, d_k_ref, d_v_ref, d_rows_ref,
-    d_state_ref, *, static,
+    q_ref, k_ref, v_ref, rows_ref, state_ref, inverse_ref, d_out_ref, d_q_ref, d_k_ref, d_v_ref,
+    d_rows_ref, d_state_ref, *, static,
 ):  # fmt: skip
     """One chunk of a program's heads, all heads at each stage as the forward's, the chunks of a
     row last first: the gradients of its inputs, and of the states it started from (carried in
@@ -403,8 +412,9 @@ def _backward_kernel(
     v, d_out = (_heads(ref, value_dim, static.heads, 1) for ref in (v_ref, d_out_ref))
     chunk_backward = jax.vmap(functools.partial(_chunk_backward, static=static))
     grads = chunk_backward(
-        q, k, v, rows_ref[...], state_ref[...], d_out.astype(jnp.float32), d_outgoing
-    )
+        q, k, v, rows_ref[...], state_ref[...], inverse_ref[...], d_out.astype(jnp.float32),
+        d_outgoing,
+    )  # fmt: skip
     d_state_ref[...] = grads["incoming"]
     d_rows_ref[...] = grads["rows"]
     for head in range(static.heads):
@@ -414,9 +424,9 @@ def _backward_kernel(
         d_v_ref[:, values] = grads["v"][head].astype(d_v_ref.dtype)
 
 
-def _chunk_backward(q, k, v, per_token, incoming, d_out, d_outgoing, static):
+def _chunk_backward(q, k, v, per_token, incoming, inverse, d_out, d_outgoing, static):
     """One head's chunk: the gradients of its inputs, per-token rows and incoming state."""
-    chunk = _chunk(q, k, v, per_token, static)
+    chunk = _chunk(q, k, v, per_token, static, inverse)
     grads = _gradients(chunk, incoming, d_out, d_outgoing, static)
     return {
         **{name: grads[name] for name in ("incoming", "q", "k", "v")},

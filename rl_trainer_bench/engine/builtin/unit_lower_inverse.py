@@ -35,12 +35,15 @@ def _doubling_masks(index, c):
 
 
 def doubled(strict, index, matmul):
-    """The doubling from the identity: at each level X <- X - X N_s X (see `xla_inverse`)."""
+    """The doubling from the identity: at each level X <- X - X N_s X (see `xla_inverse`). The
+    first level's X is the identity, so it gives I - N_1 without a matmul: two fewer in a chain
+    of dependent matmuls (the levels run one after another)."""
     row, col = index
-    inverse = jnp.broadcast_to((row == col).astype(strict.dtype), strict.shape)
-    for mask in _doubling_masks(index, strict.shape[-1]):
+    identity = jnp.broadcast_to((row == col).astype(strict.dtype), strict.shape)
+    inverse = identity
+    for level, mask in enumerate(_doubling_masks(index, strict.shape[-1])):
         off = jnp.where(mask, strict, 0)
-        inverse = inverse - matmul(matmul(inverse, off), inverse)
+        inverse = identity - off if level == 0 else inverse - matmul(matmul(inverse, off), inverse)
     return inverse
 
 
@@ -51,7 +54,7 @@ def xla_inverse(strict):
     inverse is [[X11, 0], [-X22 L21 X11, X22]]. Starting from the identity (blocks of one), each
     level turns blocks of s into blocks of 2s at once for the whole matrix, X <- X - X N_s X, where
     N_s keeps the entries of `strict` below-left of the diagonal inside each 2s block: log2(C)
-    levels of two C x C matmuls.
+    levels of two C x C matmuls, but the first (X = I there, so X - X N_1 X = I - N_1).
     """
     c = strict.shape[-1]
     index = (jnp.arange(c)[:, None], jnp.arange(c)[None, :])
