@@ -84,15 +84,19 @@
 # Remakes BENCHMARKS.md's chip rows, each naming its part; the chip rounds' reports,
 # benchmarks/reports/chip-round-1_tpu-v5e_2026-12-06.md to chip-round-5.
 set -euo pipefail
-parts="headline-off, headline-on, ab, peak-test, tests, kernel-tests, sweep, aot-host, effects,"
-parts="$parts remat, chunk,"
-parts="$parts inverse, gdn-kernel, prefuse, conv, ragged, heads, peak, trace, rows,"
-parts="$parts gmm-tiling, matmul-chain, builtin-mb1,"
-parts="$parts maxtext, maxtext-peak,"
-parts="$parts maxtext-ab, boundary or interrupts"
+# The parts, in one list: the usage line and the check of the names given are both made from it
+known_parts=(headline-off headline-on ab peak-test tests kernel-tests sweep aot-host effects remat chunk
+  inverse gdn-kernel prefuse conv ragged heads peak trace rows gmm-tiling matmul-chain builtin-mb1
+  maxtext maxtext-peak maxtext-ab boundary interrupts)
+parts="${known_parts[*]}"
 out=${1:?OUT: the folder the results go to}
 shift
 [ $# -gt 0 ] || { echo "PART: name one or more of $parts" >&2; exit 2; }
+for part in "$@"; do
+  known=""
+  for name in "${known_parts[@]}"; do [ "$part" != "$name" ] || known=yes; done
+  [ -n "$known" ] || { echo "PART: one of $parts, not $part" >&2; exit 2; }
+done
 cd "$(dirname "$0")/../.."
 export JAX_COMPILATION_CACHE_DIR=$PWD/.xla-cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 export PYTHONUNBUFFERED=1 PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD  # the checkout, after a JAX of the host
@@ -245,13 +249,6 @@ case $part in
       --output "$work/interrupts/tries.json" ;;
 esac
 }
-for part in "$@"; do
-  case $part in
-    headline-off|headline-on|ab|peak-test|tests|kernel-tests|sweep|aot-host|effects|remat|chunk|inverse|gdn-kernel|prefuse|heads|peak|trace|rows\
-      |gmm-tiling|matmul-chain|builtin-mb1|maxtext|maxtext-peak|maxtext-ab|boundary|interrupts) ;;
-    *) echo "PART: one of $parts, not $part" >&2; exit 2 ;;
-  esac
-done
 failed=""
 for part in "$@"; do
   started=$SECONDS
