@@ -287,6 +287,9 @@ PRESETS: Mapping[str, Preset] = {
                     # 4 value heads a kernel program (0.9% faster than 2, the same loss:
                     # benchmarks/reports/chip-round-7_tpu-v5e_2026-12-07.md)
                     linear_chunk_kernel_heads=4,
+                    # the short convolutions and SiLU in Pallas kernels (2.8% faster than XLA's,
+                    # the loss within 6e-5: benchmarks/reports/chip-round-9_tpu-v5e_2026-12-07.md)
+                    linear_conv_kernel="pallas",
                     # each layer keeps its matmuls' outputs for the backward pass (1.3% faster
                     # than full: benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md)
                     remat_policy="minimal",
@@ -316,9 +319,10 @@ PRESETS: Mapping[str, Preset] = {
             " the trainer's MaxText runs its own), attention through Pallas' splash kernel"
             " (attention=splash), the Gated DeltaNet's chunks in Pallas kernels"
             " (linear_chunk_kernel=pallas, 4 heads a program: linear_chunk_kernel_heads=4) of 128"
-            " tokens (linear_chunk_size=128), each layer's matmul outputs kept for the backward"
+            " tokens (linear_chunk_size=128) and their short convolutions in Pallas kernels"
+            " (linear_conv_kernel=pallas), each layer's matmul outputs kept for the backward"
             " pass (remat_policy=minimal), and Adam's mu in bfloat16, as the tpu7x recipe's; aot's"
-            " peak 13.83 GiB (12.2% free)",
+            " peak 13.97 GiB (11.3% free)",
         ),
         Preset(
             # The 397B cell's shapes cut to one TPU v6e chip: one Qwen3.5 block, its hidden size
