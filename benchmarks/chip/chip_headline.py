@@ -58,10 +58,12 @@ from rl_trainer_bench.io import write_text_atomically
 from rl_trainer_bench.preflight.hlo.trace_ops import (
     device_lines,
     dumped_ops,
+    kinds_table,
     markdown_table,
     op_events,
     ops_table,
     read_trace,
+    time_by_kind,
     time_by_op,
     time_by_source,
 )
@@ -188,11 +190,13 @@ def write_trace_tables(folder: Path, ops: list, dumped: tuple, steps: int) -> li
     write_text_atomically(
         folder / "trace_cost_by_source.md", markdown_table(rows, steps, 25) + "\n"
     )
-    tables = [
-        f"## `{row['source']}`\n\n"
-        + ops_table(time_by_op(ops, sources, row["source"]), steps, TRACED_OPS, descriptions)
-        for row in rows[:TRACED_FUNCTIONS]
-    ]
+    tables = []
+    for row in rows[:TRACED_FUNCTIONS]:
+        by_op = time_by_op(ops, sources, row["source"])
+        tables.append(
+            f"## `{row['source']}`\n\n{ops_table(by_op, steps, TRACED_OPS, descriptions)}\n\n"
+            f"By kind:\n\n{kinds_table(time_by_kind(by_op, descriptions), steps, TRACED_OPS)}"
+        )
     write_text_atomically(folder / "trace_ops_by_source.md", "\n\n".join(tables) + "\n")
     return rows
 

@@ -29,10 +29,12 @@ from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.io import check_output_file, write_text_atomically
 from rl_trainer_bench.preflight.hlo.trace_ops import (
     dumped_ops,
+    kinds_table,
     markdown_table,
     op_events,
     ops_table,
     read_trace,
+    time_by_kind,
     time_by_op,
     time_by_source,
 )
@@ -76,7 +78,10 @@ def main() -> int:
     print(markdown_table(rows, args.steps, args.top))
     if args.ops:
         print(f"\nops of {args.ops}:")
-        print(ops_table(time_by_op(ops, sources, args.ops), args.steps, args.top, descriptions))
+        by_op = time_by_op(ops, sources, args.ops)
+        print(ops_table(by_op, args.steps, args.top, descriptions))
+        print(f"\nops of {args.ops} by kind:")
+        print(kinds_table(time_by_kind(by_op, descriptions), args.steps, args.top))
     if args.output:
         write_text_atomically(
             args.output, json.dumps({"steps": args.steps, "rows": rows}, indent=1)

@@ -65,6 +65,38 @@ def test_a_devices_ops_are_charged_by_program_with_a_loops_body_counted_once(tmp
     )  # fmt: skip
 
 
+def test_a_functions_many_small_ops_of_one_kind_sum_to_one_row_by_kind():
+    """Three scalar compares of 4 us each outweigh one 10 us fusion by kind, though none of them
+    does by op; the same kind in another program, and an op the dump lacks, are rows of their own."""
+    rows = [
+        {"module": "jit_fwd_bwd", "op": "fusion.1", "seconds": 10e-6, "events": 1},
+        *(
+            {"module": "jit_fwd_bwd", "op": f"compare.{i}", "seconds": 4e-6, "events": 2}
+            for i in range(3)
+        ),
+        {"module": "jit_update", "op": "compare.9", "seconds": 1e-6, "events": 1},
+        {"module": "jit_fwd_bwd", "op": "gone.7", "seconds": 2e-6, "events": 1},
+    ]
+    descriptions = {
+        "jit_fwd_bwd": {
+            "fusion.1": "fusion bf16[40960,2048]",
+            **{f"compare.{i}": "compare pred[]" for i in range(3)},
+        },
+        "jit_update": {"compare.9": "compare pred[]"},
+    }
+    kinds = trace_ops.time_by_kind(rows, descriptions)
+    assert [(k["module"], k["kind"], k["ops"], k["events"]) for k in kinds] == [
+        ("jit_fwd_bwd", "compare pred[]", 3, 6),
+        ("jit_fwd_bwd", "fusion bf16[40960,2048]", 1, 1),
+        ("jit_fwd_bwd", "?", 1, 1),
+        ("jit_update", "compare pred[]", 1, 1),
+    ]
+    assert kinds[0]["seconds"] == pytest.approx(12e-6)
+    table = trace_ops.kinds_table(kinds, 2, 2).splitlines()
+    assert table[2] == "| jit_fwd_bwd | `compare pred[]` | 3 | 0.01 | 3 |"
+    assert len(table) == 4  # the top 2 kinds under the header
+
+
 def test_on_the_host_cpu_the_first_devices_runtime_events_are_its_ops(tmp_path):
     """Host devices run side by side, each op once per device: one device's events are the
     step's ops; events that name no op (the Python thread's) are not ops."""
@@ -131,6 +163,11 @@ def test_a_real_host_trace_of_an_engine_function_is_charged_to_it(tmp_path):
     )
     table = trace_ops.ops_table(by_op, 3, 10, descriptions)
     assert "f32[8,64,256]" in table and "| ? |" not in table, table  # gate's and up's products
+    kinds = trace_ops.time_by_kind(by_op, descriptions)
+    assert sum(kind["ops"] for kind in kinds) == len(by_op)
+    assert sum(kind["seconds"] for kind in kinds) == pytest.approx(
+        by_source["moe.py:expert_matmul"]["seconds"]
+    )
 
 
 # mtime=0: gzip's header otherwise carries the clock, and parameters that differ between the

@@ -229,6 +229,37 @@ def ops_table(rows: list[dict], steps: int, top: int, descriptions: Mapping) -> 
     return "\n".join(lines)
 
 
+def time_by_kind(rows: list[dict], descriptions: Mapping) -> list[dict]:
+    """`time_by_op`'s rows summed per (program, what the op is): a function's thousands of small
+    ops (a loop's scalar compares, each its own instruction) are one row here, where no one of
+    them reaches the top of `ops_table`; the largest first, each with its count of ops."""
+    totals: dict[tuple[str, str], dict] = defaultdict(
+        lambda: {"seconds": 0.0, "events": 0, "ops": 0}
+    )
+    for row in rows:
+        kind = totals[(row["module"], descriptions.get(row["module"], {}).get(row["op"], "?"))]
+        kind["seconds"] += row["seconds"]
+        kind["events"] += row["events"]
+        kind["ops"] += 1
+    kinds = [{"module": module, "kind": kind, **row} for (module, kind), row in totals.items()]
+    return sorted(kinds, key=lambda row: -row["seconds"])
+
+
+def kinds_table(kinds: list[dict], steps: int, top: int) -> str:
+    """Markdown rows of `time_by_kind`'s: program, what the ops are, how many, ms and events per
+    step."""
+    lines = [
+        "| program | what the ops are | ops | ms per step | events per step |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for row in kinds[:top]:
+        lines.append(
+            f"| {row['module']} | `{row['kind']}` | {row['ops']} |"
+            f" {1e3 * row['seconds'] / steps:.2f} | {row['events'] / steps:g} |"
+        )
+    return "\n".join(lines)
+
+
 def markdown_table(rows: list[dict], steps: int, top: int) -> str:
     """Markdown rows: source, ms per step, share of the ops' time, op events per step."""
     total = sum(row["seconds"] for row in rows) or 1.0
