@@ -46,6 +46,11 @@
 #   ragged    ~4.5 min the MoE's sorted pairs through the grouped-matmul kernel against XLA's
 #                     ragged_dot (`expert_compute` sorted_gmm and sorted_ragged_dot, the same
 #                     layout), an A/B on the preset and the loss both ways, as gdn-kernel's
+#   head      ~4.5 min the output head's gradient formed in the forward pass against the backward's
+#                     (`logps_gradient` saved_lse and in_forward: three matmuls of the head, not
+#                     four), an A/B on the preset and the loss both ways, as gdn-kernel's (aot:
+#                     the op rooflines 56 ms less a step, the program's bytes 7 ms more, peak
+#                     13.97 -> 14.42 GiB: results/2026-12-07-aot-tpu-v5e-1-head-in-forward-*)
 #   heads     ~4.5 min the Gated DeltaNet kernels at two counts of value heads a program
 #                     (`linear_chunk_kernel_heads`, HEADS, default "2 4"), an A/B on the preset and
 #                     the loss both ways, as gdn-kernel's
@@ -85,9 +90,9 @@
 # benchmarks/reports/chip-round-1_tpu-v5e_2026-12-06.md to chip-round-5.
 set -euo pipefail
 # The parts, in one list: the usage line and the check of the names given are both made from it
-known_parts=(headline-off headline-on ab peak-test tests kernel-tests sweep aot-host effects remat chunk
-  inverse gdn-kernel prefuse conv ragged heads peak trace rows gmm-tiling matmul-chain builtin-mb1
-  maxtext maxtext-peak maxtext-ab boundary interrupts)
+known_parts=(headline-off headline-on ab peak-test tests kernel-tests sweep aot-host effects remat
+  chunk inverse gdn-kernel prefuse conv ragged head heads peak trace rows gmm-tiling matmul-chain
+  builtin-mb1 maxtext maxtext-peak maxtext-ab boundary interrupts)
 parts="${known_parts[*]}"
 out=${1:?OUT: the folder the results go to}
 shift
@@ -209,6 +214,8 @@ case $part in
     return $status ;;
   ragged)
     ab_and_losses ragged expert_compute sorted_gmm sorted_ragged_dot ;;
+  head)
+    ab_and_losses head logps_gradient saved_lse in_forward ;;
   heads)  # HEADS: the two values, default "2 4"
     read -r first second <<< "${HEADS:-2 4}"
     ab_and_losses heads linear_chunk_kernel_heads "$first" "$second" ;;

@@ -24,7 +24,7 @@ AttentionImpl = Literal["auto", "xla", "cudnn", "splash"]
 ExpertCompute = Literal["auto", "einsum", "ragged_dot", "sorted_ragged_dot", "sorted_gmm"]
 DroplessCompute = Literal["auto", "capacity", "ragged_dot", "gmm"]
 PairRanking = Literal["auto", "sort", "count"]
-LogpsGradient = Literal["autodiff", "saved_lse"]
+LogpsGradient = Literal["autodiff", "saved_lse", "in_forward"]
 LinearChunkInverse = Literal["xla", "pallas"]
 LinearChunkKernel = Literal["xla", "pallas"]
 LinearConvKernel = Literal["xla", "pallas"]
@@ -211,9 +211,10 @@ class LossConfig:
     logps_gradient: LogpsGradient = dataclasses.field(
         default="saved_lse",
         metadata=engine_key(
-            "the output head's gradient: autodiff of each rematerialized chunk, or saved_lse (a"
+            "the output head's gradient: autodiff of each rematerialized chunk, saved_lse (a"
             " rule by hand that keeps each token's log-sum-exp and forms the logits once in the"
-            " backward pass)"
+            " backward pass), or in_forward (the loss's gradient formed from each chunk's logits"
+            " in the forward pass, so the backward forms none)"
         ),
     )
     logits_dtype: str = "float32"

@@ -108,6 +108,18 @@ def chunked_logps(hidden, head, targets, chunk, logits_dtype=jnp.float32, gradie
     return merge_chunks(logps)
 
 
+def _gathered_for_the_head(hidden, head, spec):
+    """The head gathered on a device, tied to the last layer's output.
+
+    The barrier ties the head's gather to the last layer's output: free of any data dependence, XLA
+    would gather it at the start of the program and hold the whole head ([D, V] bf16, 1.9 GiB on
+    the 397B cell, twice with its relaid copy) through every layer (MEASURED in the replay's live
+    ranges for tpu7x, benchmarks/reports/aot-397b-memory_tpu7x-v5p_2026-12-03.md).
+    """
+    hidden, head = jax.lax.optimization_barrier((hidden, head))
+    return hidden, sharding.gather_dims(head, spec)
+
+
 def sharded_logps(hidden, head, targets, chunk, logits_dtype, gradient="autodiff"):
     """`chunked_logps` on every device's own tokens, the head gathered once per device.
 
@@ -118,13 +130,7 @@ def sharded_logps(hidden, head, targets, chunk, logits_dtype, gradient="autodiff
     spec = sharding.parameter_spec("head", head.shape, sharding.ambient_mesh_shape())
 
     def per_device(hidden, head, targets):
-        # The barrier ties the head's gather to the last layer's output: free of any data
-        # dependence, XLA would gather it at the start of the program and hold the whole head
-        # ([D, V] bf16, 1.9 GiB on the 397B cell, twice with its relaid copy) through every layer
-        # (MEASURED in the replay's live ranges for tpu7x,
-        # benchmarks/reports/aot-397b-memory_tpu7x-v5p_2026-12-03.md).
-        hidden, head = jax.lax.optimization_barrier((hidden, head))
-        head = sharding.gather_dims(head, spec)
+        hidden, head = _gathered_for_the_head(hidden, head, spec)
         chunk_size = min(chunk, targets.shape[1])
         return chunked_logps(hidden, head, targets, chunk_size, logits_dtype, gradient)
 
@@ -134,6 +140,97 @@ def sharded_logps(hidden, head, targets, chunk, logits_dtype, gradient="autodiff
         out_specs=sharding.TOKENS,
         check_vma=False,
     )(hidden, head, targets)
+
+
+def _head_pass(hidden, head, targets, data, chunk, logits_dtype, loss_of_logps, gradients):
+    """(loss sum, logps[, d hidden, d head]) of a device's tokens, chunk by chunk.
+
+    `loss_of_logps(logps, data)` is the per-token loss; with `gradients`, each chunk also turns its
+    logits into the loss's gradient while they are formed: d z = dL/dlogp (one_hot - softmax), in
+    the compute dtype, then d h = d z W^T and d W += h^T d z (summed over chunks in float32)."""
+
+    def one_chunk(d_head, inputs):
+        h, tgt, chunk_data = inputs
+        logits = _logits(h, head, logits_dtype)
+        lse = jax.nn.logsumexp(logits, axis=-1)
+        logps = _picked(logits, tgt) - lse
+        per_token, pull_back = jax.vjp(lambda lp: loss_of_logps(lp, chunk_data), logps)
+        if not gradients:
+            return d_head, (per_token.sum(), logps, None)
+        (d_logps,) = pull_back(jnp.ones_like(per_token))
+        vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+        one_hot = (vocab == tgt[..., None]).astype(jnp.float32)
+        d_logits = ((one_hot - jnp.exp(logits - lse[..., None])) * d_logps[..., None]).astype(
+            h.dtype
+        )
+        d_h = jnp.einsum("bcv,dv->bcd", d_logits, head)
+        d_head = d_head + jnp.einsum("bcd,bcv->dv", h, d_logits, preferred_element_type=jnp.float32)
+        return d_head, (per_token.sum(), logps, d_h)
+
+    chunks = (split_chunks(hidden, chunk), split_chunks(targets, chunk))
+    chunks += (jax.tree.map(lambda x: split_chunks(x, chunk), data),)
+    d_head, (sums, logps, d_hidden) = jax.lax.scan(
+        one_chunk, jnp.zeros(head.shape, jnp.float32), chunks
+    )
+    if not gradients:
+        return sums.sum(), merge_chunks(logps)
+    return sums.sum(), merge_chunks(logps), merge_chunks(d_hidden), d_head
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def loss_with_gradient_in_forward(hidden, head, targets, data, chunk, logits_dtype, loss_of_logps):
+    """(sum of `loss_of_logps` over a device's tokens, their logps), its gradient formed in the
+    forward pass: the loss is a sum of per-token terms of each token's own log-prob, so each
+    chunk's d z is known as soon as its logits are, and the backward pass only scales the saved
+    d h and d W by the loss's incoming gradient (no logits formed again: docs/engine.md,
+    "Log-probs"). The logps output carries no gradient (its cotangent is dropped): callers stop it.
+    """
+    return _head_pass(hidden, head, targets, data, chunk, logits_dtype, loss_of_logps, False)
+
+
+def _in_forward_forward(hidden, head, targets, data, chunk, logits_dtype, loss_of_logps):
+    loss_sum, logps, d_hidden, d_head = _head_pass(
+        hidden, head, targets, data, chunk, logits_dtype, loss_of_logps, True
+    )
+    return (loss_sum, logps), (d_hidden, d_head.astype(head.dtype))
+
+
+def _in_forward_backward(chunk, logits_dtype, loss_of_logps, saved, cotangents):
+    d_hidden, d_head = saved
+    grad = cotangents[0]  # the logps' cotangent is dropped: the caller stops their gradient
+    return (
+        (d_hidden * grad).astype(d_hidden.dtype),
+        (d_head * grad).astype(d_head.dtype),
+        None,
+        None,
+    )
+
+
+loss_with_gradient_in_forward.defvjp(_in_forward_forward, _in_forward_backward)
+
+
+def sharded_loss_in_forward(hidden, head, targets, data, chunk, logits_dtype, loss_of_logps):
+    """(loss sum, logps) of every device's own tokens by `loss_with_gradient_in_forward`, the head
+    gathered once per device; each device's sum is its own element of a [rows shards, context
+    shards] array (summed outside), so each gets the loss's gradient as it is, whatever the mesh.
+    """
+    spec = sharding.parameter_spec("head", head.shape, sharding.ambient_mesh_shape())
+
+    def per_device(hidden, head, targets, data):
+        hidden, head = _gathered_for_the_head(hidden, head, spec)
+        chunk_size = min(chunk, targets.shape[1])
+        loss_sum, logps = loss_with_gradient_in_forward(
+            hidden, head, targets, data, chunk_size, logits_dtype, loss_of_logps
+        )
+        return loss_sum.reshape(1, 1), jax.lax.stop_gradient(logps)
+
+    sums, logps = jax.shard_map(
+        per_device,
+        in_specs=(sharding.ACTIVATIONS, spec, sharding.TOKENS, sharding.TOKENS),
+        out_specs=(sharding.TOKENS, sharding.TOKENS),
+        check_vma=False,
+    )(hidden, head, targets, data)
+    return sums.sum(), logps
 
 
 def grpo_token_loss(logps, old_logps, advantages, config: LossConfig, ref_logps=None, mask=None):
@@ -158,6 +255,14 @@ def grpo_token_loss(logps, old_logps, advantages, config: LossConfig, ref_logps=
     return loss if mask is None else jnp.where(mask, loss, 0.0)
 
 
+def _grpo_of_logps(logps, data, config: LossConfig):
+    """`grpo_token_loss` of the log-probs with the rest of its inputs in one mapping, the form the
+    head's pass takes chunk by chunk."""
+    return grpo_token_loss(
+        logps, data["old_logps"], data["advantages"], config, data.get("ref_logps"), data["mask"]
+    )
+
+
 def micro_batch_loss(hidden, head, batch, config: LossConfig):
     """(loss sum S, stats) for one micro-batch; stats hold the count N and the probability error.
 
@@ -169,17 +274,18 @@ def micro_batch_loss(hidden, head, batch, config: LossConfig):
     mask = (batch["completion_mask"] != 0) & has_target
     logits_dtype = jnp.dtype(config.logits_dtype)
     head = head.astype(hidden.dtype)  # gathered once per device, not once per chunk
-    logps = sharded_logps(
-        hidden,
-        head,
-        targets,
-        config.compute_logps_chunk_size,
-        logits_dtype,
-        config.logps_gradient,
-    )
-    per_token = grpo_token_loss(
-        logps, batch["old_logps"], batch["advantages"], config, batch.get("ref_logps"), mask
-    )
+    chunk = config.compute_logps_chunk_size
+    data = {"old_logps": batch["old_logps"], "advantages": batch["advantages"], "mask": mask}
+    if batch.get("ref_logps") is not None:
+        data["ref_logps"] = batch["ref_logps"]
+    loss_of_logps = functools.partial(_grpo_of_logps, config=config)
+    if config.logps_gradient == "in_forward":
+        loss_sum, logps = sharded_loss_in_forward(
+            hidden, head, targets, data, chunk, logits_dtype, loss_of_logps
+        )
+    else:
+        logps = sharded_logps(hidden, head, targets, chunk, logits_dtype, config.logps_gradient)
+        loss_sum = jnp.sum(loss_of_logps(logps, data))
     seen_logps = jax.lax.stop_gradient(logps)
     old_logps = jnp.where(mask, batch["old_logps"], seen_logps)
     prob_error = jnp.abs(jnp.exp(seen_logps - old_logps) - 1.0)
@@ -187,4 +293,4 @@ def micro_batch_loss(hidden, head, batch, config: LossConfig):
         "loss_denominator": mask.astype(jnp.float32).sum(),
         "mult_prob_error_max": jnp.max(prob_error),
     }
-    return jnp.sum(per_token), stats
+    return loss_sum, stats
