@@ -13,10 +13,11 @@
 #   peak-test ~3 min  the chip test of the measured peak (its run warm, its dumping compile cold)
 #   tests     ~9 min  README's chip-test command (`-m tpu_chip`) but the Gated DeltaNet kernels'
 #                     tests: the measured peak, the grouped matmul, splash attention (520 s measured)
-#   kernel-tests ~5.5 min the Gated DeltaNet kernels' chip tests, the triangular inverse's (40 s
+#   kernel-tests ~8 min the Gated DeltaNet kernels' chip tests, the triangular inverse's (40 s
 #                     measured), the chunked rule's (235 s measured at the preset's 5 rows and 4
-#                     heads a program) and the short convolution's (not yet timed); with `tests`,
-#                     README's command
+#                     heads a program) and the short convolution's (not yet timed: the part was
+#                     still in it at 431 s, where a call's end stopped it; give it a call of its
+#                     own); with `tests`, README's command
 #   sweep     ~1.8 min a size  chip_fit_sweep.py's runs, aot's verdicts from the CPU host's sweep;
 #                     ROWS picks the sizes (default 3,5,6: 4 is the preset's own run)
 #   aot-host  ~3 min  `aot --target local` (its JSON has its host peak) beside the host peak of
