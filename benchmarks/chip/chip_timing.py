@@ -1,4 +1,5 @@
-"""What the one-kernel chip benchmarks share: a call's time on the chip, and their count arguments.
+"""What the one-kernel chip benchmarks share: their opening (the output file and the chip checked
+first), a call's time on the chip, and their count arguments.
 
 Each times a jitted function alone (a kernel against its alternatives) so a change in the step's
 profile can be split into its parts; all time the same way, so their figures compare.
@@ -14,12 +15,26 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rl_trainer_bench.config.presets import preset
+from rl_trainer_bench.errors import UserError
+from rl_trainer_bench.io import check_output_file
+
 REPEATS = 20
+
+
+def preset_on_the_chip(name: str, output: Path):
+    """The preset's engine config, once `output` is a file the report can go to and this process
+    has a TPU chip: either refused in one line (UserError) before any chip time."""
+    check_output_file(output, "--output")
+    if jax.default_backend() != "tpu":
+        raise UserError("needs a TPU chip this process can open: the kernels run only there")
+    return preset(name).engine
 
 
 def timed(fn, *args) -> list[float]:

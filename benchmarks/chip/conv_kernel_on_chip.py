@@ -28,19 +28,18 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from chip_timing import forward_and_gradient, timing_words
+from chip_timing import forward_and_gradient, preset_on_the_chip, timing_words
 
-from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.builtin import sharding
 from rl_trainer_bench.engine.builtin.gated_deltanet import context_conv
 from rl_trainer_bench.engine.builtin.programs import check_config
 from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError, run_guarded
-from rl_trainer_bench.io import check_output_file, write_text_atomically
+from rl_trainer_bench.io import write_text_atomically
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "engine"))
-from gdn_reference import packed_segments
+from gdn_reference import conv_inputs
 
 # tpu-v5e-1's convolutions a step: 3 linear layers x 4 micro-batches, each a forward and, as the
 # layer is rematerialized, a forward and backward
@@ -53,22 +52,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--preset", default="tpu-v5e-1", help="the cell's shapes (tpu-v5e-1)")
     parser.add_argument("--output", type=Path, required=True, help="the JSON report")
     args = parser.parse_args(argv)
-    check_output_file(args.output, "--output")  # before any chip time
-    if jax.default_backend() != "tpu":
-        raise UserError("needs a TPU chip this process can open: the kernels run only there")
-    engine = preset(args.preset).engine
+    engine = preset_on_the_chip(args.preset, args.output)
     m = engine.model
     # the kernels' shapes, refused in one line before any chip time (a preset whose q, k and v are
     # not whole lanes, or that splits rows over context)
     check_config(
         dataclasses.replace(engine, model=dataclasses.replace(m, linear_conv_kernel="pallas"))
     )
-    width = m.linear_qkv_width
-    rng = np.random.default_rng(0)
-    segments = jnp.asarray(packed_segments(rng, engine.micro_batch_rows, engine.seq_len))
-    x = jnp.asarray(rng.normal(size=(*segments.shape, width)), jnp.bfloat16)
-    kernel = jnp.asarray(rng.normal(size=(m.linear_conv_kernel_dim, width)) * 0.5, jnp.bfloat16)
-    weights = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+    segments, x, kernel, weights = conv_inputs(m, engine.micro_batch_rows, engine.seq_len)
+    segments, weights = jnp.asarray(segments), jnp.asarray(weights)
+    x, kernel = jnp.asarray(x, jnp.bfloat16), jnp.asarray(kernel, jnp.bfloat16)
     report = {"device": jax.devices()[0].device_kind, "preset": args.preset, "arms": {}}
     with jax.set_mesh(sharding.make_mesh(MeshConfig(), jax.devices()[:1])):
         results = {

@@ -31,15 +31,14 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from chip_timing import forward_and_gradient, positive, timing_words
+from chip_timing import forward_and_gradient, positive, preset_on_the_chip, timing_words
 
-from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.builtin import sharding
 from rl_trainer_bench.engine.builtin.delta_rule_kernel import chunked_delta_rule
 from rl_trainer_bench.engine.builtin.gated_deltanet import layer_delta_rule
 from rl_trainer_bench.engine.config import MeshConfig
-from rl_trainer_bench.errors import UserError, run_guarded
-from rl_trainer_bench.io import check_output_file, write_text_atomically
+from rl_trainer_bench.errors import run_guarded
+from rl_trainer_bench.io import write_text_atomically
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "engine"))
 from gdn_reference import cell_inputs, recurrence
@@ -109,10 +108,7 @@ def main(argv: list[str]) -> int:
     )  # fmt: skip
     parser.add_argument("--output", type=Path, required=True, help="the JSON report")
     args = parser.parse_args(argv)
-    check_output_file(args.output, "--output")  # before any chip time
-    if jax.default_backend() != "tpu":
-        raise UserError("needs a TPU chip this process can open: the kernels run only there")
-    engine = preset(args.preset).engine
+    engine = preset_on_the_chip(args.preset, args.output)
     model = engine.model
     *arrays, segments, weights = cell_inputs(model, engine.micro_batch_rows, engine.seq_len)
     inputs = [jnp.asarray(x, jnp.bfloat16) for x in arrays[:3]]

@@ -46,6 +46,19 @@ def cell_inputs(model, rows, tokens, seed=0):
     return (*as32[:5], packed_segments(rng, rows, tokens), as32[5])
 
 
+def conv_inputs(model, rows, tokens, seed=0):
+    """The short convolution's inputs as a layer of `model` hands them on, float32 NumPy: segment
+    ids of packed rows, the q, k and v projection [rows, tokens, q k v width], the taps [K, width]
+    and the weights of a loss `sum(out * weights)`."""
+    rng = np.random.default_rng(seed)
+    segments = packed_segments(rng, rows, tokens)
+    width = model.linear_qkv_width
+    x = rng.normal(size=(rows, tokens, width)).astype(np.float32)
+    taps = (rng.normal(size=(model.linear_conv_kernel_dim, width)) * 0.5).astype(np.float32)
+    weights = rng.normal(size=x.shape).astype(np.float32)
+    return segments, x, taps, weights
+
+
 def recurrence(q, k, v, log_decay, beta, segment_ids):
     """S_t = a_t S + b_t (v_t - a_t S k_t) k_t^T, o_t = S_t q_t, token by token (zero on padding)."""
     starts = segment_ids != jnp.pad(segment_ids[:, :-1], ((0, 0), (1, 0)), constant_values=-1)

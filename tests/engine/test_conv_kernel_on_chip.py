@@ -19,20 +19,16 @@ COMPARE = """
 import sys
 import jax, jax.numpy as jnp, numpy as np
 sys.path.insert(0, {tests!r})
-from gdn_reference import packed_segments
+from gdn_reference import conv_inputs
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.builtin import sharding
 from rl_trainer_bench.engine.builtin.gated_deltanet import context_conv
 from rl_trainer_bench.engine.config import MeshConfig
 
 engine = preset("tpu-v5e-1").engine
-m = engine.model
-width = m.linear_qkv_width
-rng = np.random.default_rng(0)
-segments = jnp.asarray(packed_segments(rng, engine.micro_batch_rows, engine.seq_len))
-x = jnp.asarray(rng.normal(size=(*segments.shape, width)), jnp.float32)
-kernel = jnp.asarray(rng.normal(size=(m.linear_conv_kernel_dim, width)) * 0.5, jnp.float32)
-weights = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+segments, x, kernel, weights = map(
+    jnp.asarray, conv_inputs(engine.model, engine.micro_batch_rows, engine.seq_len)
+)
 
 def run(method):
     def loss(x, kernel):

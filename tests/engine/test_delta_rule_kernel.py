@@ -247,10 +247,15 @@ def test_the_kernel_is_refused_where_it_cannot_run_naming_the_key(changes, mesh,
     )  # fmt: skip
     check_config(dataclasses.replace(tiny, model=model, mesh=MeshConfig(fsdp=2, expert=2)))
     bad = dataclasses.replace(tiny, model=dataclasses.replace(model, **changes), mesh=mesh)
+    assert_refused_in_one_line(bad, "linear_chunk_kernel", named)
+
+
+def assert_refused_in_one_line(config, key, named):
+    """`check_config` refuses `config` in one line that names `key`'s value pallas and `named`."""
     with pytest.raises(
-        ContractError, match=r"^engine config linear_chunk_kernel='pallas': must be xla with .*"
+        ContractError, match=rf"^engine config {key}='pallas': must be xla with .*"
     ) as refused:
-        check_config(bad)
+        check_config(config)
     assert named in str(refused.value) and "\n" not in str(refused.value)
 
 

@@ -64,19 +64,26 @@ def _saving_lse_forward(hidden, head, targets, logits_dtype):
     return _picked(logits, targets) - lse, (hidden, head, targets, lse)
 
 
-def _saving_lse_backward(logits_dtype, saved, grad):
-    """d logp_t / d logits_t = one-hot(target_t) - softmax_t; the two matmuls take it in the
-    compute dtype, as a TPU's default precision rounds a float32 operand."""
-    hidden, head, targets, lse = saved
-    logits = _logits(hidden, head, logits_dtype)
+def _head_gradients(hidden, head, logits, lse, targets, d_logps):
+    """(d hidden, d head in float32) from a chunk's logits: d logp_t / d logits_t = one-hot(target_t)
+    - softmax_t, scaled by d logp_t; the two matmuls take it in the compute dtype, as a TPU's
+    default precision rounds a float32 operand."""
     vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
     one_hot = (vocab == targets[..., None]).astype(jnp.float32)
-    d_logits = ((one_hot - jnp.exp(logits - lse[..., None])) * grad[..., None]).astype(hidden.dtype)
+    d_logits = (one_hot - jnp.exp(logits - lse[..., None])) * d_logps[..., None]
+    d_logits = d_logits.astype(hidden.dtype)
     d_hidden = jnp.einsum("...v,dv->...d", d_logits, head.astype(hidden.dtype))
     batch = "".join(chr(ord("a") + i) for i in range(hidden.ndim - 1))
     d_head = jnp.einsum(
         f"{batch}d,{batch}v->dv", hidden, d_logits, preferred_element_type=jnp.float32
     )
+    return d_hidden, d_head
+
+
+def _saving_lse_backward(logits_dtype, saved, grad):
+    hidden, head, targets, lse = saved
+    logits = _logits(hidden, head, logits_dtype)
+    d_hidden, d_head = _head_gradients(hidden, head, logits, lse, targets, grad)
     return d_hidden, d_head.astype(head.dtype), None
 
 
@@ -146,8 +153,8 @@ def _head_pass(hidden, head, targets, data, chunk, logits_dtype, loss_of_logps, 
     """(loss sum, logps[, d hidden, d head]) of a device's tokens, chunk by chunk.
 
     `loss_of_logps(logps, data)` is the per-token loss; with `gradients`, each chunk also turns its
-    logits into the loss's gradient while they are formed: d z = dL/dlogp (one_hot - softmax), in
-    the compute dtype, then d h = d z W^T and d W += h^T d z (summed over chunks in float32)."""
+    logits into the loss's gradient while they are formed (`_head_gradients` at dL/dlogp), d W
+    summed over chunks in float32."""
 
     def one_chunk(d_head, inputs):
         h, tgt, chunk_data = inputs
@@ -158,14 +165,8 @@ def _head_pass(hidden, head, targets, data, chunk, logits_dtype, loss_of_logps, 
         if not gradients:
             return d_head, (per_token.sum(), logps, None)
         (d_logps,) = pull_back(jnp.ones_like(per_token))
-        vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
-        one_hot = (vocab == tgt[..., None]).astype(jnp.float32)
-        d_logits = ((one_hot - jnp.exp(logits - lse[..., None])) * d_logps[..., None]).astype(
-            h.dtype
-        )
-        d_h = jnp.einsum("bcv,dv->bcd", d_logits, head)
-        d_head = d_head + jnp.einsum("bcd,bcv->dv", h, d_logits, preferred_element_type=jnp.float32)
-        return d_head, (per_token.sum(), logps, d_h)
+        d_h, d_head_of_chunk = _head_gradients(h, head, logits, lse, tgt, d_logps)
+        return d_head + d_head_of_chunk, (per_token.sum(), logps, d_h)
 
     chunks = (split_chunks(hidden, chunk), split_chunks(targets, chunk))
     chunks += (jax.tree.map(lambda x: split_chunks(x, chunk), data),)
