@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from rl_trainer_bench.engine.config import (
     DROPLESS,
     EngineConfig,
+    LossConfig,
     MeshConfig,
     ModelConfig,
     MoeConfig,
@@ -306,6 +307,10 @@ PRESETS: Mapping[str, Preset] = {
                 moe=MoeConfig(
                     ragged_buffer_factor=2.75, token_chunks=2, expert_compute="sorted_gmm"
                 ),
+                # the head's gradient formed in the forward pass: three of its matmuls, not four
+                # (2.4% faster than saved_lse, the loss within 5e-6: benchmarks/reports/
+                # chip-round-10_tpu-v5e_2026-12-07.md)
+                loss=LossConfig(logps_gradient="in_forward"),
                 # Adam's first moment in bfloat16, as the public tpu7x recipe's mu_dtype
                 optimizer=OptimizerConfig(mu_dtype="bfloat16"),
             ),
@@ -321,8 +326,9 @@ PRESETS: Mapping[str, Preset] = {
             " (linear_chunk_kernel=pallas, 4 heads a program: linear_chunk_kernel_heads=4) of 128"
             " tokens (linear_chunk_size=128) and their short convolutions in Pallas kernels"
             " (linear_conv_kernel=pallas), each layer's matmul outputs kept for the backward"
-            " pass (remat_policy=minimal), and Adam's mu in bfloat16, as the tpu7x recipe's; aot's"
-            " peak 13.97 GiB (11.3% free)",
+            " pass (remat_policy=minimal), the head's gradient formed in the forward pass"
+            " (logps_gradient=in_forward), and Adam's mu in bfloat16, as the tpu7x recipe's; aot's"
+            " peak 14.43 GiB (8.4% free)",
         ),
         Preset(
             # The 397B cell's shapes cut to one TPU v6e chip: one Qwen3.5 block, its hidden size
