@@ -55,10 +55,12 @@ def normalised(q, k, heads, scale):
 
 @pytest.mark.parametrize(
     ("chunk", "key_heads", "heads", "per_program", "normalise"),
-    [(128, 2, 2, 1, False), (64, 1, 2, 2, True)],
+    [(128, 2, 2, 1, False), (64, 1, 2, 2, True), (128, 2, 4, 4, True), (64, 1, 4, 2, True)],
     ids=[
         "chunks of 128, normalised q and k, a head a program",
         "chunks of 64, shared keys normalised inside, two heads a program",
+        "two key heads of two value heads each in one program, their gradients summed inside",
+        "a key head's four value heads over two programs, their gradients summed after",
     ],
 )
 def test_the_kernels_give_the_float64_recurrences_outputs_and_gradients(

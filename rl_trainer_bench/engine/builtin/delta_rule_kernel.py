@@ -138,8 +138,6 @@ def _rule_forward(q, k, v, per_token, static):
 def _rule_backward(static, residuals, d_out):
     q, k, v, per_token, kept = residuals
     d_q, d_k, d_v, d_per_token = _backward(q, k, v, per_token, kept, d_out, static)
-    # per value head [B, T, H, Dk]; a key head's gradient sums the value heads it serves
-    d_q, d_k = (d.reshape(*x.shape[:3], static.share, -1).sum(3) for d, x in ((d_q, q), (d_k, k)))
     return d_q.astype(q.dtype), d_k.astype(k.dtype), d_v.astype(v.dtype), d_per_token
 
 
@@ -254,30 +252,43 @@ def _forward(q, k, v, per_token, static, *, keep_states):
 
 
 def _backward(q, k, v, per_token, kept, d_out, static):
-    """Gradients of q and k per value head [B, T, H, Dk], of v and of `token_rows`."""
+    """Gradients of q and k [B, T, Hk, Dk] (a key head's sums the value heads it serves), of v and
+    of `token_rows`. Where a program holds whole groups of value heads that share a key head, it
+    sums each group in VMEM and writes its key heads' gradients in q's dtype; where a group spans
+    programs, each writes its value heads' gradients in float32 and they are summed here."""
     rows, tokens, key_dim = q.shape[0], q.shape[1], q.shape[3]
     heads, value_dim = v.shape[2:]
     calls = _calls(static, rows, heads, tokens // static.chunk, reverse=True)
-    value, by_value_head = calls["value"](value_dim), calls["value"](key_dim)
-    grads_dtype = jnp.float32 if static.share > 1 else q.dtype  # summed over the heads after
+    value, key = calls["value"](value_dim), calls["key"](key_dim)
+    if _sums_key_heads(static):
+        grads_spec, grads_heads, grads_dtype = key, q.shape[2], q.dtype
+    else:
+        grads_spec, grads_heads, grads_dtype = calls["value"](key_dim), heads, jnp.float32
     out_shape = [
-        jax.ShapeDtypeStruct((rows, tokens, heads * key_dim), grads_dtype),
-        jax.ShapeDtypeStruct((rows, tokens, heads * key_dim), grads_dtype),
+        jax.ShapeDtypeStruct((rows, tokens, grads_heads * key_dim), grads_dtype),
+        jax.ShapeDtypeStruct((rows, tokens, grads_heads * key_dim), grads_dtype),
         jax.ShapeDtypeStruct((rows, tokens, heads * value_dim), v.dtype),
         jax.ShapeDtypeStruct(per_token.shape, jnp.float32),
     ]
-    key, state = calls["key"](key_dim), calls["state"](key_dim, value_dim)
+    state = calls["state"](key_dim, value_dim)
     inverse = calls["state"](static.chunk, static.chunk)
     in_specs = [key, key, value, calls["rows"], state, inverse, value]
-    out_specs = [by_value_head, by_value_head, value, calls["rows"]]
+    out_specs = [grads_spec, grads_spec, value, calls["rows"]]
     d_q, d_k, d_v, d_per_token = _pallas(
         _backward_kernel, static, calls, (in_specs, out_specs), out_shape,
         (static.heads, key_dim, value_dim),
         *(x.reshape(rows, tokens, -1) for x in (q, k, v)), per_token, *kept,
         d_out.reshape(rows, tokens, -1),
     )  # fmt: skip
-    by_head = (rows, tokens, heads, -1)
-    return d_q.reshape(by_head), d_k.reshape(by_head), d_v.reshape(v.shape), d_per_token
+    d_q, d_k = (d.reshape(rows, tokens, grads_heads, -1) for d in (d_q, d_k))
+    if not _sums_key_heads(static):
+        d_q, d_k = (d.reshape(*q.shape[:3], static.share, -1).sum(3) for d in (d_q, d_k))
+    return d_q, d_k, d_v.reshape(v.shape), d_per_token
+
+
+def _sums_key_heads(static):
+    """Whether a backward program holds whole groups of the value heads that share a key head."""
+    return static.heads % static.share == 0
 
 
 def _head_columns(head, width):
@@ -418,10 +429,13 @@ def _backward_kernel(
     d_state_ref[...] = grads["incoming"]
     d_rows_ref[...] = grads["rows"]
     for head in range(static.heads):
-        by_value_head, values = _head_columns(head, key_dim), _head_columns(head, value_dim)
-        d_q_ref[:, by_value_head] = grads["q"][head].astype(d_q_ref.dtype)
-        d_k_ref[:, by_value_head] = grads["k"][head].astype(d_k_ref.dtype)
-        d_v_ref[:, values] = grads["v"][head].astype(d_v_ref.dtype)
+        d_v_ref[:, _head_columns(head, value_dim)] = grads["v"][head].astype(d_v_ref.dtype)
+    # a key head's gradient sums the value heads it serves, in VMEM where the program holds them
+    group = static.share if _sums_key_heads(static) else 1
+    for column in range(static.heads // group):
+        served = slice(column * group, (column + 1) * group)
+        for ref, name in ((d_q_ref, "q"), (d_k_ref, "k")):
+            ref[:, _head_columns(column, key_dim)] = grads[name][served].sum(0).astype(ref.dtype)
 
 
 def _chunk_backward(q, k, v, per_token, incoming, inverse, d_out, d_outgoing, static):
