@@ -13,11 +13,10 @@
 #   peak-test ~3 min  the chip test of the measured peak (its run warm, its dumping compile cold)
 #   tests     ~9 min  README's chip-test command (`-m tpu_chip`) but the Gated DeltaNet kernels'
 #                     tests: the measured peak, the grouped matmul, splash attention (520 s measured)
-#   kernel-tests ~8 min the Gated DeltaNet kernels' chip tests, the triangular inverse's (40 s
+#   kernel-tests ~7.5 min the Gated DeltaNet kernels' chip tests, the triangular inverse's (40 s
 #                     measured), the chunked rule's (235 s measured at the preset's 5 rows and 4
-#                     heads a program) and the short convolution's (not yet timed: the part was
-#                     still in it at 431 s, where a call's end stopped it; give it a call of its
-#                     own); with `tests`, README's command
+#                     heads a program) and the short convolution's (173 s measured alone): about
+#                     450 s together, INFERRED; with `tests`, README's command
 #   sweep     ~1.8 min a size  chip_fit_sweep.py's runs, aot's verdicts from the CPU host's sweep;
 #                     ROWS picks the sizes (default 3,5,6: 4 is the preset's own run)
 #   aot-host  ~3 min  `aot --target local` (its JSON has its host peak) beside the host peak of
@@ -44,14 +43,14 @@
 #   conv      ~5 min  the Gated DeltaNet's short convolutions by XLA and by the Pallas kernels
 #                     (`linear_conv_kernel`): alone (conv_kernel_on_chip.py, 4 small compiles),
 #                     then an A/B on the preset and the loss both ways, as gdn-kernel's
-#   ragged    ~4.5 min the MoE's sorted pairs through the grouped-matmul kernel against XLA's
+#   ragged    ~3 min  the MoE's sorted pairs through the grouped-matmul kernel against XLA's
 #                     ragged_dot (`expert_compute` sorted_gmm and sorted_ragged_dot, the same
-#                     layout), an A/B on the preset and the loss both ways, as gdn-kernel's
-#   head      ~4.5 min the output head's gradient formed in the forward pass against the backward's
+#                     layout), an A/B on the preset and the loss both ways, as gdn-kernel's (169 s
+#                     measured: ragged_dot 41 ms slower)
+#   head      ~4 min  the output head's gradient formed in the forward pass against the backward's
 #                     (`logps_gradient` saved_lse and in_forward: three matmuls of the head, not
-#                     four), an A/B on the preset and the loss both ways, as gdn-kernel's (aot:
-#                     the op rooflines 56 ms less a step, the program's bytes 7 ms more, peak
-#                     13.97 -> 14.42 GiB: results/2026-12-07-aot-tpu-v5e-1-head-in-forward-*)
+#                     four), an A/B on the preset and the loss both ways, as gdn-kernel's (224 s
+#                     measured: in_forward 41 ms faster, the preset's since)
 #   heads     ~4.5 min the Gated DeltaNet kernels at two counts of value heads a program
 #                     (`linear_chunk_kernel_heads`, HEADS, default "2 4"), an A/B on the preset and
 #                     the loss both ways, as gdn-kernel's
