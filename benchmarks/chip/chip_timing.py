@@ -28,6 +28,15 @@ from rl_trainer_bench.io import check_output_file
 REPEATS = 20
 
 
+def chip_parser(doc: str) -> argparse.ArgumentParser:
+    """A one-kernel benchmark's arguments: the cell's shapes (`--preset`) and the JSON report
+    (`--output`), described by the first paragraph of the script's `doc`; a script adds its own."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--preset", default="tpu-v5e-1", help="the cell's shapes (tpu-v5e-1)")
+    parser.add_argument("--output", type=Path, required=True, help="the JSON report")
+    return parser
+
+
 def preset_on_the_chip(name: str, output: Path):
     """The preset's engine config, once `output` is a file the report can go to and this process
     has a TPU chip: either refused in one line (UserError) before any chip time."""

@@ -19,7 +19,6 @@ Remakes the short convolution's figures in BENCHMARKS.md's chip suite (`chip_run
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from chip_timing import forward_and_gradient, preset_on_the_chip, timing_words
+from chip_timing import chip_parser, forward_and_gradient, preset_on_the_chip, timing_words
 
 from rl_trainer_bench.engine.builtin import sharding
 from rl_trainer_bench.engine.builtin.gated_deltanet import context_conv
@@ -48,10 +47,7 @@ NAMES = ("out", "x", "taps")
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="tpu-v5e-1", help="the cell's shapes (tpu-v5e-1)")
-    parser.add_argument("--output", type=Path, required=True, help="the JSON report")
-    args = parser.parse_args(argv)
+    args = chip_parser(__doc__).parse_args(argv)
     engine = preset_on_the_chip(args.preset, args.output)
     m = engine.model
     # the kernels' shapes, refused in one line before any chip time (a preset whose q, k and v are

@@ -22,7 +22,6 @@ benchmarks/reports/chip-round-6_tpu-v5e_2026-12-07.md.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import sys
@@ -31,7 +30,13 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from chip_timing import forward_and_gradient, positive, preset_on_the_chip, timing_words
+from chip_timing import (
+    chip_parser,
+    forward_and_gradient,
+    positive,
+    preset_on_the_chip,
+    timing_words,
+)
 
 from rl_trainer_bench.engine.builtin import sharding
 from rl_trainer_bench.engine.builtin.delta_rule_kernel import chunked_delta_rule
@@ -100,13 +105,11 @@ def errors(share, got, want):
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="tpu-v5e-1", help="the cell's shapes (tpu-v5e-1)")
+    parser = chip_parser(__doc__)
     parser.add_argument(
         "--heads-per-program", type=positive, nargs="+", default=[1, 2, 4],
         help="the kernels' heads a program, one arm each (1 2 4)",
     )  # fmt: skip
-    parser.add_argument("--output", type=Path, required=True, help="the JSON report")
     args = parser.parse_args(argv)
     engine = preset_on_the_chip(args.preset, args.output)
     model = engine.model

@@ -27,7 +27,6 @@ Usage (on a host with one TPU chip):
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import statistics
@@ -39,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "chip"))
-from chip_timing import preset_on_the_chip, timed
+from chip_timing import chip_parser, preset_on_the_chip, timed
 
 from rl_trainer_bench.engine.builtin.moe import sort_pairs
 from rl_trainer_bench.errors import UserError, run_guarded
@@ -131,16 +130,14 @@ def routing(tokens: int, experts: int, k: int, seed: int = 0):
 
 def arm(fn, *args) -> dict:
     """A jitted `fn(*args)`'s median call and its rows' bytes written a millisecond."""
-    out = jax.jit(fn)(*args)
-    ms = statistics.median(timed(jax.jit(fn), *args)) * 1e3
+    jitted = jax.jit(fn)
+    out = jitted(*args)
+    ms = statistics.median(timed(jitted, *args)) * 1e3
     return {"ms": ms, "written_gb_s": out.size * out.dtype.itemsize / ms / 1e6}, out
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="tpu-v5e-1", help="the cell's shapes (tpu-v5e-1)")
-    parser.add_argument("--output", type=Path, required=True, help="the JSON report")
-    args = parser.parse_args(argv)
+    args = chip_parser(__doc__).parse_args(argv)
     engine = preset_on_the_chip(args.preset, args.output)
     m = engine.model
     tokens = engine.micro_batch_rows * engine.seq_len // engine.moe.token_chunks
