@@ -147,7 +147,7 @@ def test_a_real_host_trace_of_an_engine_function_is_charged_to_it(tmp_path):
     ops = trace_ops.op_events(trace_ops.read_trace(tmp_path / "profile"))
     rows = trace_ops.time_by_source(
         [op for op in ops if op.module == "jit_experts"],
-        trace_ops.dumped_sources(tmp_path / "hlo"),
+        trace_ops.dumped_ops(tmp_path / "hlo")[0],
     )
     by_source = {row["source"]: row for row in rows}
     assert trace_ops.NOT_IN_HLO not in by_source
@@ -203,4 +203,4 @@ def test_malformed_events_are_left_out_and_no_ops_is_an_empty_list(tmp_path):
 def test_a_dump_that_is_no_modules_text_is_refused_in_words(tmp_path, text):
     (tmp_path / "module_1.jit_f.cpu_after_optimizations.txt").write_text(text)
     with pytest.raises(UserError, match=r"module_1\.jit_f\.cpu_after_optimizations\.txt"):
-        trace_ops.dumped_sources(tmp_path)
+        trace_ops.dumped_ops(tmp_path)

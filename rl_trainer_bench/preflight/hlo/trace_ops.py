@@ -153,12 +153,6 @@ def _own_seconds(ops: list[dict]) -> list[tuple[dict, float]]:
     return [(op, own[id(op)] / 1e6) for op in ops]
 
 
-def dumped_sources(folder: Path) -> dict[str, dict[str, str]]:
-    """{program name: {op name: source}} from every `*after_optimizations.txt` under `folder`
-    (`dumped_ops`'s first half)."""
-    return dumped_ops(folder)[0]
-
-
 def dumped_ops(folder: Path) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, str]]]:
     """({program name: {op name: source}}, {program name: {op name: what it is}}) from every
     `*after_optimizations.txt` under `folder`; what an op is: its opcode and result shapes
