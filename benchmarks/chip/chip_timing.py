@@ -1,5 +1,5 @@
-"""What the one-kernel chip benchmarks share: their opening (the output file and the chip checked
-first), a call's time on the chip, and their count arguments.
+"""What the one-kernel chip benchmarks share: their arguments (`--preset`, `--output` and counts),
+their opening (the output file and the chip checked first) and a call's time on the chip.
 
 Each times a jitted function alone (a kernel against its alternatives) so a change in the step's
 profile can be split into its parts; all time the same way, so their figures compare.
@@ -7,7 +7,9 @@ profile can be split into its parts; all time the same way, so their figures com
 Shared by chunk_inverse_on_chip.py, gmm_tiling_on_chip.py, delta_rule_kernel_on_chip.py and
 conv_kernel_on_chip.py (the last two also time a function with its gradient), whose figures are in
 benchmarks/reports/chip-round-4_tpu-v5e_2026-12-06.md and
-benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md (BENCHMARKS.md, chip suite).
+benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md (BENCHMARKS.md, chip suite), and by the
+closed probe benchmarks/closed/pair_row_gather_on_chip.py
+(benchmarks/reports/chip-round-10_tpu-v5e_2026-12-07.md).
 """
 
 from __future__ import annotations
