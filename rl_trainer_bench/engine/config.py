@@ -277,6 +277,14 @@ class MoeConfig:
             " them)"
         ),
     )
+    keep_moe_gate_up: bool = dataclasses.field(
+        default=False,
+        metadata=engine_key(
+            "a token-sorted layout (sorted_gmm, sorted_ragged_dot, a dropless gmm or ragged_dot)"
+            " keeps each layer's expert gate and up outputs for the backward pass, 2 x pairs x F"
+            " values a layer, where it otherwise gathers the rows and runs both matmuls again"
+        ),
+    )
 
 
 def tokens_per_group(config: EngineConfig) -> int:

@@ -172,13 +172,14 @@ def run_engine(config: EngineConfig, payload: Payload) -> NumericsRun:
     methods = resolved_methods(config, "cpu")
 
     def logps_of(params, batch):
-        hidden, _ = model.decoder(
+        hidden, _, _ = model.decoder(
             params,
             batch,
             config.model,
             capacity_factor=config.moe.ragged_buffer_factor,
             token_chunks=config.moe.token_chunks,
             methods=methods,
+            sums=None,
         )
         targets, has_target = loss.next_token_targets(batch["input_ids"], batch["segment_ids"])
         logits_dtype = jnp.dtype(config.loss.logits_dtype)

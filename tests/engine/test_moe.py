@@ -126,14 +126,24 @@ def mesh():
     return make_mesh(MeshConfig(fsdp=2, context=2, expert=2))
 
 
-@pytest.mark.parametrize("grouped_matmul", ["ragged_dot", "gmm"])
-def test_sorted_dropless_equals_the_capacity_layout_in_value_and_gradient(mesh, grouped_matmul):
-    """The sorted path's hand-written gradient (both grouped matmuls) against autodiff of the
-    capacity layout, for the tokens, the router and every expert weight."""
+@pytest.mark.parametrize(
+    ("grouped_matmul", "keep_gate_up"),
+    [("ragged_dot", False), ("ragged_dot", True), ("gmm", False)],
+)
+def test_sorted_dropless_equals_the_capacity_layout_in_value_and_gradient(
+    mesh, grouped_matmul, keep_gate_up
+):
+    """The sorted path's hand-written gradient (both grouped matmuls; gate and up formed again in
+    the backward pass, or kept from the forward) against autodiff of the capacity layout, for the
+    tokens, the router and every expert weight."""
     x, params = _layer()
     valid = jnp.ones((B, T), bool)
     local = functools.partial(
-        moe.local_sorted_ffn, method=grouped_matmul, ranking="count", interpret=True
+        moe.local_sorted_ffn,
+        method=grouped_matmul,
+        ranking="count",
+        interpret=True,
+        keep_gate_up=keep_gate_up,
     )
 
     def capacity(x, params):

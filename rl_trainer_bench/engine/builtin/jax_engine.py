@@ -381,6 +381,7 @@ class JaxEngine:
             "linear_chunk_kernel_heads": self.config.model.linear_chunk_kernel_heads,
             "linear_conv_kernel": self.methods.linear_conv_kernel,
             "prefuse_moe_weights": self.methods.prefuse_moe_weights,
+            "keep_moe_gate_up": self.methods.keep_moe_gate_up,
             "remat_policy": self.config.model.remat_policy,
             "dtype": self.config.model.dtype,
             "parameters": sum(math.prod(s) for s in parameter_shapes(self.config.model).values()),

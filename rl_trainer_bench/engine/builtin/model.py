@@ -289,6 +289,7 @@ def layer_functions(batch, config: ModelConfig, *, capacity_factor, token_chunks
             token_chunks=token_chunks,
             methods=(methods.expert_compute, methods.dropless_compute, methods.pair_ranking),
             prefuse=methods.prefuse_moe_weights,
+            keep_gate_up=methods.keep_moe_gate_up,
         )
         if "shared_gate" in layer:
             ffn = ffn + shared_expert(h, layer)
@@ -298,19 +299,60 @@ def layer_functions(batch, config: ModelConfig, *, capacity_factor, token_chunks
     if config.remat_policy == "none":
         return layer_fns
     policy = jax.checkpoint_policies.save_from_both_policies(
-        REMAT_POLICIES[config.remat_policy], moe.ROUTING_SAVED
+        REMAT_POLICIES[config.remat_policy], moe.KEPT_FOR_BACKWARD
     )
     return {kind: jax.checkpoint(fn, policy=policy) for kind, fn in layer_fns.items()}
 
 
-def decoder(params, batch, config: ModelConfig, *, capacity_factor, token_chunks, methods):
-    """Hidden states after the final norm, [B, T, D], and whether any layer dropped a pair.
+@jax.custom_vjp
+def _summed_into(sums, weights, rows):
+    """`sums` and `weights` as they are. Backward, each weight's cotangent is added into row
+    `rows[name]` of `sums`'s cotangent, in place, and the weights get none: the way `decoder`
+    sums a micro-batch's gradient into the step's as the backward pass reaches each layer."""
+    return sums, weights
+
+
+def _summed_into_forward(sums, weights, rows):
+    return (sums, weights), rows
+
+
+def _summed_into_backward(rows, cotangents):
+    sums, grads = cotangents
+    summed = dict(sums)
+    for name, grad in grads.items():
+        row = jax.lax.dynamic_index_in_dim(sums[name], rows[name], keepdims=False)
+        summed[name] = jax.lax.dynamic_update_index_in_dim(
+            sums[name], (row + grad).astype(row.dtype), rows[name], 0
+        )
+    return summed, None, None
+
+
+_summed_into.defvjp(_summed_into_forward, _summed_into_backward)
+
+
+def run_offsets(pattern: tuple[str, ...], run: MixerRun) -> dict[str, tuple[int, int]]:
+    """Per weight a run's layers use, (the row of its first layer in a block, rows per block) in
+    the weight's stack: `LAYER_WEIGHTS` are stacked on every layer, a mixer's weights on that
+    mixer's layers alone."""
+    offsets = {n: (run.first_layer, len(pattern)) for n in parameters.LAYER_WEIGHTS}
+    mixer_rows = pattern.count(run.kind)
+    return offsets | {n: (run.first_slot, mixer_rows) for n in parameters.MIXER_WEIGHTS[run.kind]}
+
+
+def decoder(params, batch, config: ModelConfig, *, capacity_factor, token_chunks, methods, sums):
+    """Hidden states after the final norm, [B, T, D], whether any layer dropped a pair, and `sums`.
 
     batch: device arrays of the payload (`routed_experts` [B, T, L, K] replays the routes);
     methods: resolved choices (`programs.Methods`). The scan runs over blocks of `layer_types`;
     inside a block each run of one mixer (`mixer_runs`) is a scan of its own over its layers'
     slices of the per-layer and per-mixer stacks, so the compiled body holds one layer per mixer
     kind however long the block is.
+
+    sums: None, or the step's gradient sum of every layer weight (stacked as its parameter),
+    returned as it is. Its cotangent is the backward scans' carry: each layer adds its weights'
+    gradient into its rows there (`_summed_into`), so `programs.fwd_bwd`, seeding that cotangent
+    with the running sum, gets the sum with the micro-batch in and never holds the micro-batch's
+    gradient of every layer beside it (docs/engine.md, "The gradient sum").
     """
     pattern = config.layer_types
     blocks = config.num_layers // len(pattern)
@@ -327,18 +369,31 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, token_chunks
         batch, config, capacity_factor=capacity_factor, token_chunks=token_chunks, methods=methods
     )
 
-    def block_fn(x, scanned):
-        weights, routes = scanned
-        overflow = jnp.zeros((), bool)
-        for kind, start, slot, length in mixer_runs(pattern):
-            names = (*parameters.LAYER_WEIGHTS, *parameters.MIXER_WEIGHTS[kind])
-            first = {n: start if n in parameters.LAYER_WEIGHTS else slot for n in names}
-            run = {n: weights[n][first[n] : first[n] + length] for n in names if n in weights}
-            run_routes = None if routes is None else routes[start : start + length]
-            run = (run, run_routes)
-            x, flags = jax.lax.scan(lambda x, s, kind=kind: layers[kind](x, *s), x, run)
-            overflow = overflow | jnp.any(flags)
-        return x, overflow
+    def one_layer(kind, carry, scanned):
+        x, sums = carry
+        weights, routes, rows = scanned
+        if sums is not None:
+            sums, weights = _summed_into(sums, weights, rows)
+        x, overflow = layers[kind](x, weights, routes)
+        return (x, sums), overflow
 
-    x, overflow = jax.lax.scan(block_fn, x, (stacked, replayed))
-    return rms_norm(x, params["final_norm"], config.rms_norm_eps), jnp.any(overflow)
+    def block_fn(carry, scanned):
+        weights, routes, block = scanned
+        overflow = jnp.zeros((), bool)
+        for run in mixer_runs(pattern):
+            offsets = {n: o for n, o in run_offsets(pattern, run).items() if n in weights}
+            steps = jnp.arange(run.length, dtype=jnp.int32)
+            run_weights = {n: weights[n][f : f + run.length] for n, (f, _) in offsets.items()}
+            rows = {n: block * per_block + f + steps for n, (f, per_block) in offsets.items()}
+            run_routes = None
+            if routes is not None:
+                run_routes = routes[run.first_layer : run.first_layer + run.length]
+            carry, flags = jax.lax.scan(
+                functools.partial(one_layer, run.kind), carry, (run_weights, run_routes, rows)
+            )
+            overflow = overflow | jnp.any(flags)
+        return carry, overflow
+
+    blocks_in = (stacked, replayed, jnp.arange(blocks, dtype=jnp.int32))
+    (x, sums), overflow = jax.lax.scan(block_fn, (x, sums), blocks_in)
+    return rms_norm(x, params["final_norm"], config.rms_norm_eps), jnp.any(overflow), sums

@@ -39,16 +39,19 @@ EXPERT_COMPUTE_CHOICES = tuple(c for c in choices(ExpertCompute) if c != "auto")
 DROPLESS_COMPUTE_CHOICES = tuple(c for c in choices(DroplessCompute) if c != "auto")
 EXPERT_WEIGHTS = ("expert_gate", "expert_up", "expert_down")
 # The name the routing's integer results (where each pair goes) carry for the layer's remat
-# policy: kept for the backward pass rather than sorted again there (`ROUTING_SAVED`).
+# policy: kept for the backward pass rather than sorted again there (`KEPT_FOR_BACKWARD`).
 ROUTING = "moe_routing"
 # A sort of a device's pairs is the slowest op to compile here
 # (benchmarks/reports/aot-compile-time_tpu7x-v5p_2026-12-02.md) and is not free to run; what it
 # yields is a few int32 vectors per layer, so the backward reads them instead of sorting again.
-ROUTING_SAVED = jax.checkpoint_policies.save_only_these_names(ROUTING)
+# The name of the expert gate and up outputs a layer keeps with `keep_moe_gate_up` (nothing
+# carries it without).
+GATE_UP = "moe_gate_up"
+KEPT_FOR_BACKWARD = jax.checkpoint_policies.save_only_these_names(ROUTING, GATE_UP)
 
 
 def _saved(*routing):
-    """`routing` named for the remat policy (`ROUTING_SAVED`)."""
+    """`routing` named for the remat policy (`KEPT_FOR_BACKWARD`)."""
     return tuple(checkpoint_name(a, ROUTING) for a in routing)
 
 
@@ -324,7 +327,17 @@ def experts_ffn(buffer, weights: ExpertWeights, method):
 
 
 def moe_ffn(
-    x, params, valid, replayed, *, top_k, capacity_factor, token_chunks, methods, prefuse=False
+    x,
+    params,
+    valid,
+    replayed,
+    *,
+    top_k,
+    capacity_factor,
+    token_chunks,
+    methods,
+    prefuse=False,
+    keep_gate_up=False,
 ):
     """The routed feed-forward of one layer: x [B, T, D] -> ([B, T, D], overflow flag).
 
@@ -334,19 +347,23 @@ def moe_ffn(
     methods: (expert compute, dropless compute, pair ranking) resolved. Dropless (capacity_factor
     DROPLESS) runs the token-sorted layout unless the dropless compute is `capacity`, which runs
     the capacity program's layout at C = N; a sorted expert compute runs the capacity program
-    token-sorted. prefuse: gate and up as one matmul (`ExpertWeights`).
+    token-sorted. prefuse: gate and up as one matmul (`ExpertWeights`); keep_gate_up: a
+    token-sorted layout keeps their outputs for the backward pass (`_sorted_experts`).
     """
     expert_compute, dropless_compute, ranking = methods
     experts, gates = route(x, params["router"], top_k, valid, replayed)
     weights = expert_weights(params, prefuse)
     if capacity_factor == DROPLESS and dropless_compute != "capacity":
-        local = functools.partial(local_sorted_ffn, method=dropless_compute, ranking=ranking)
+        local = functools.partial(
+            local_sorted_ffn, method=dropless_compute, ranking=ranking, keep_gate_up=keep_gate_up
+        )
     elif expert_compute in SORTED_EXPERT_COMPUTE:
         local = functools.partial(
             local_sorted_ffn,
             method=SORTED_EXPERT_COMPUTE[expert_compute],
             factor=capacity_factor,
             ranking=ranking,
+            keep_gate_up=keep_gate_up,
         )
     else:
         local = functools.partial(
@@ -391,7 +408,7 @@ def expert_parallel(local, x, experts, gates, weights, token_chunks):
             out, overflow = group(*(a[0] for a in groups), weights)
             out, overflow = out[None], overflow[None]
         else:
-            step = jax.checkpoint(lambda _, g: (None, group(*g, weights)), policy=ROUTING_SAVED)
+            step = jax.checkpoint(lambda _, g: (None, group(*g, weights)), policy=KEPT_FOR_BACKWARD)
             _, (out, overflow) = jax.lax.scan(step, None, groups)
         flag = jax.lax.pmax(jnp.any(overflow).astype(jnp.int32), sharding.AXES)
         return out.reshape(b, t, d), flag > 0
@@ -498,13 +515,9 @@ def _slot_major(position, k):
     return position.reshape(-1, k).T.reshape(-1)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _sorted_experts(tokens, gates, weights, placed: Sorted, sizes, method, interpret):
-    """This device's experts on every pair of the gathered tokens, summed per token by gate.
-
-    tokens [A N, D]; gates [A N, K]; weights: `ExpertWeights` of the local experts, whole.
-    Returns [A N, D] float32: sum over a token's pairs routed here of gate x SwiGLU(token).
-    """
+def _expert_pass(tokens, gates, weights, placed: Sorted, sizes, method, interpret):
+    """This device's experts on every pair of the gathered tokens, summed per token by gate, and
+    the gate and up matmuls' outputs (undefined past the live rows), [A N K, F] each."""
     k = gates.shape[-1]
     live = _live(placed, sizes)
     rows = tokens[placed.order // k]  # [A N K, D]: every pair's token row, sorted by expert
@@ -518,17 +531,31 @@ def _sorted_experts(tokens, gates, weights, placed: Sorted, sizes, method, inter
     # back in token order; the mask rides on the gather rather than a pass over all of `out`
     by_slot = _slot_major(placed.position, k)
     pairs = jnp.where(live[by_slot], out[by_slot], 0).reshape(k, -1, out.shape[-1])
-    return jnp.einsum(
+    summed = jnp.einsum(
         "knd,nk->nd", pairs, gates.astype(out.dtype), preferred_element_type=jnp.float32
     )
+    return summed, a, b
 
 
-def _sorted_experts_forward(tokens, gates, weights, placed, sizes, method, interpret):
-    out = _sorted_experts(tokens, gates, weights, placed, sizes, method, interpret)
-    return out, (tokens, gates, weights, placed, sizes)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _sorted_experts(tokens, gates, weights, placed: Sorted, sizes, method, interpret, keep):
+    """This device's experts on every pair of the gathered tokens, summed per token by gate.
+
+    tokens [A N, D]; gates [A N, K]; weights: `ExpertWeights` of the local experts, whole;
+    keep: the gate and up outputs are kept for the backward pass (named `GATE_UP` for the remat
+    policy), not formed again there. Returns [A N, D] float32: sum over a token's pairs routed
+    here of gate x SwiGLU(token).
+    """
+    return _expert_pass(tokens, gates, weights, placed, sizes, method, interpret)[0]
 
 
-def _sorted_experts_backward(method, interpret, saved, grad):
+def _sorted_experts_forward(tokens, gates, weights, placed, sizes, method, interpret, keep):
+    out, a, b = _expert_pass(tokens, gates, weights, placed, sizes, method, interpret)
+    kept = tuple(checkpoint_name(v, GATE_UP) for v in (a, b)) if keep else None
+    return out, (tokens, gates, weights, placed, sizes, kept)
+
+
+def _sorted_experts_backward(method, interpret, keep, saved, grad):
     """The gradient by hand, so one layer's backward holds few [A N K, D] pair buffers.
 
     Autodiff keeps about twice as many alive at once (sorted rows, each matmul's output and input
@@ -540,7 +567,7 @@ def _sorted_experts_backward(method, interpret, saved, grad):
     d Wd = (gate h)^T g; u = g Wd^T gives d h = gate u and d gate = <o, g> = <h, u>, so neither o
     nor gate x g is ever formed.
     """
-    tokens, gates, weights, placed, sizes = saved
+    tokens, gates, weights, placed, sizes, kept = saved
     k, d = gates.shape[-1], tokens.shape[-1]
     live = _live(placed, sizes)
     token_of = placed.order // k
@@ -551,6 +578,8 @@ def _sorted_experts_backward(method, interpret, saved, grad):
 
     rows = tokens[token_of]
     a, b, pull_gate_up = gate_and_up_vjp(matmul, rows, weights.gate_up)
+    if keep:  # the forward's: XLA drops the matmuls above, whose outputs nothing reads
+        a, b = kept
     a, b = (jnp.where(live, v, 0).astype(jnp.float32) for v in (a, b))
     sig = jax.nn.sigmoid(a)
     h = a * sig * b
@@ -573,7 +602,16 @@ _sorted_experts.defvjp(_sorted_experts_forward, _sorted_experts_backward)
 
 
 def local_sorted_ffn(
-    tokens, experts, gates, weights, *, method, factor=DROPLESS, ranking="sort", interpret=False
+    tokens,
+    experts,
+    gates,
+    weights,
+    *,
+    method,
+    factor=DROPLESS,
+    ranking="sort",
+    interpret=False,
+    keep_gate_up=False,
 ):
     """One group of a device's tokens through the token-sorted layer (see `expert_parallel`).
 
@@ -601,6 +639,8 @@ def local_sorted_ffn(
     num_local = weights.down.shape[0]
     first = jax.lax.axis_index(EXPERT_AXIS) * num_local
     placed, sizes = sort_pairs(experts, first, num_local, ranking)
-    partial = _sorted_experts(tokens, gates, weights, placed, sizes, method, interpret)
+    partial = _sorted_experts(
+        tokens, gates, weights, placed, sizes, method, interpret, keep_gate_up
+    )
     mine = jax.lax.psum_scatter(partial, EXPERT_AXIS, scatter_dimension=0, tiled=True)
     return mine.astype(tokens.dtype), overflow

@@ -20,7 +20,7 @@ import optax
 
 from rl_trainer_bench.engine import extra_work, residency
 from rl_trainer_bench.engine.abstract_inputs import payload_spec, platform_of
-from rl_trainer_bench.engine.builtin import model, moe, sharding
+from rl_trainer_bench.engine.builtin import model, moe, parameters, sharding
 from rl_trainer_bench.engine.builtin.loss import micro_batch_loss
 from rl_trainer_bench.engine.config import (
     DROPLESS,
@@ -176,6 +176,7 @@ class Methods(NamedTuple):
     linear_chunk_kernel: str
     linear_conv_kernel: str
     prefuse_moe_weights: bool
+    keep_moe_gate_up: bool
 
 
 def resolved_methods(config: EngineConfig, platform: str) -> Methods:
@@ -192,6 +193,7 @@ def resolved_methods(config: EngineConfig, platform: str) -> Methods:
         config.model.linear_chunk_kernel,
         config.model.linear_conv_kernel,
         config.moe.prefuse_moe_weights,
+        config.moe.keep_moe_gate_up,
     )
 
 
@@ -200,10 +202,10 @@ def zero_stats() -> dict[str, jax.Array]:
     return {name: jnp.zeros((), stat.dtype) for name, stat in STEP_STATS.items()}
 
 
-def accumulated(grad_sum, step_stats, grads, stats, kept, extra=None) -> Accumulated:
-    """The step's sums with one micro-batch's gradient and statistics added where `kept`; its
-    overflow count is added either way, so a micro-batch that is replayed counts it once."""
-    grad_sum = jax.tree.map(lambda s, g: jnp.where(kept, s + g, s), grad_sum, grads)
+def accumulated(grad_sum, step_stats, stats, kept, extra=None) -> Accumulated:
+    """The step's sums, the gradient's already summed, with the micro-batch's statistics added
+    where `kept`; its overflow count is added either way, so a micro-batch that is replayed
+    counts it once."""
     step_stats = {
         name: jnp.where(
             True if name == "overflow_count" else kept,
@@ -253,6 +255,47 @@ def has_extra_outputs(config: EngineConfig) -> bool:
     return bool(config.extra_device_work or extra_bytes_per_token(config))
 
 
+def gradient_summed(params, grad_sum, batch, capacity_factor, config: EngineConfig, methods):
+    """The step's gradient sum with one micro-batch's gradient added, the micro-batch's
+    statistics, and whether they count (`kept`: False for a micro-batch a dropless replay will
+    run again, which adds only its overflow count; its replay adds the rest).
+
+    The layer weights are constants of the differentiated function: their gradient reaches the
+    sum through `sums`, added layer by layer in the backward pass (`model.decoder`). The others
+    (embedding, head, final norm) are differentiated as usual and added after. A micro-batch that
+    is not kept differentiates a loss whose cotangent is 0: it adds zeros (exact where its
+    gradient is finite).
+    """
+    layered = {n: w for n, w in params.items() if parameters.PARAMETERS[n].layered}
+    others = {n: w for n, w in params.items() if n not in layered}
+
+    def objective(others, sums):
+        hidden, overflow, sums = model.decoder(
+            {**layered, **others},
+            batch,
+            config.model,
+            capacity_factor=capacity_factor,
+            token_chunks=config.moe.token_chunks,
+            methods=methods,
+            sums=sums,
+        )
+        loss_sum, stats = micro_batch_loss(hidden, others["head"], batch, config.loss)
+        return (loss_sum, sums), (stats, overflow)
+
+    layer_sums = {n: grad_sum[n] for n in layered}
+    (loss_sum, _), pull, (stats, overflow) = jax.vjp(objective, others, layer_sums, has_aux=True)
+    stats = {
+        **stats,
+        "loss_sum": loss_sum,
+        "tokens": jnp.sum(batch["segment_ids"] != 0, dtype=jnp.int32),
+        "overflow_count": overflow.astype(jnp.int32),
+    }
+    replayed_later = replays_possible(config) and capacity_factor != DROPLESS
+    kept = jnp.logical_not(overflow) if replayed_later else jnp.bool_(True)
+    d_others, summed = pull((kept.astype(loss_sum.dtype), layer_sums))
+    return summed | {n: grad_sum[n] + d_others[n] for n in others}, stats, kept
+
+
 def build_programs(config: EngineConfig, methods: Methods, opt_state_on_device=None) -> Programs:
     """The programs as pure functions of arrays, traced under the mesh they run on.
 
@@ -262,32 +305,10 @@ def build_programs(config: EngineConfig, methods: Methods, opt_state_on_device=N
     optimizer = make_optimizer(config.optimizer)
 
     def fwd_bwd(params, grad_sum, step_stats, batch, capacity_factor) -> Accumulated:
-        def objective(p):
-            hidden, overflow = model.decoder(
-                p,
-                batch,
-                config.model,
-                capacity_factor=capacity_factor,
-                token_chunks=config.moe.token_chunks,
-                methods=methods,
-            )
-            loss_sum, stats = micro_batch_loss(hidden, p["head"], batch, config.loss)
-            return loss_sum, (stats, overflow)
-
-        (loss_sum, (stats, overflow)), grads = jax.value_and_grad(objective, has_aux=True)(params)
-        stats = {
-            **stats,
-            "loss_sum": loss_sum,
-            "tokens": jnp.sum(batch["segment_ids"] != 0, dtype=jnp.int32),
-            "overflow_count": overflow.astype(jnp.int32),
-        }
-        # A micro-batch that dropped pairs and will be replayed adds only its overflow count; its
-        # dropless replay adds the rest. The sums are added here, in place, so no micro-batch's
-        # gradient waits in device memory beside the next program.
-        replayed_later = replays_possible(config) and capacity_factor != DROPLESS
-        kept = jnp.logical_not(overflow) if replayed_later else jnp.bool_(True)
-        extra = extra_outputs(params, batch, config)
-        return accumulated(grad_sum, step_stats, grads, stats, kept, extra)
+        summed, stats, kept = gradient_summed(
+            params, grad_sum, batch, capacity_factor, config, methods
+        )
+        return accumulated(summed, step_stats, stats, kept, extra_outputs(params, batch, config))
 
     def update(state: TrainState) -> Updated:
         denominator = jnp.maximum(state.step_stats["loss_denominator"], 1.0)

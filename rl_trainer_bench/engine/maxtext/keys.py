@@ -227,6 +227,10 @@ NOT_TAKEN: Mapping[str, str] = {
         "MaxText gets it as the trainer's own key (--prefuse_moe_weights), as Tunix passes it;"
         " unset there, MaxText runs its own default"
     ),
+    "moe.keep_moe_gate_up": (
+        "MaxText keeps or recomputes its MoE layer's activations by its own remat policy"
+        " (remat_policy, and the per-tensor names of remat_policy=custom)"
+    ),
     "optimizer.init_value": _SCHEDULE,
     "optimizer.peak_value": _SCHEDULE,
     "optimizer.end_value": _SCHEDULE,
