@@ -298,9 +298,10 @@ PRESETS: Mapping[str, Preset] = {
                     # (0.8% faster than 64: the same report)
                     linear_chunk_size=128,
                 ),
-                # what the kernels' freed memory buys: the chip's peak 13.88-13.94 GiB, MFU 27.5%
-                # against 26.1% at 4 rows (traced runs: the same report)
-                micro_batch_rows=5,
+                # what the gradient summed in place frees (1.6 GiB) buys: the chip's peak
+                # 13.41-13.47 GiB, 25.0 us a token against 25.7 at 5 rows (2.6% less; MFU 32.8%
+                # against 31.9%: benchmarks/reports/chip-round-11_tpu-v5e_2026-12-07.md)
+                micro_batch_rows=6,
                 seq_len=4096,
                 # The seeds' run: factor 2.75 over 2 token groups, 0 drops and 0 replays there;
                 # the kept pairs sorted through the TPU grouped-matmul kernel, not 2.75x the work
@@ -317,7 +318,7 @@ PRESETS: Mapping[str, Preset] = {
             micro_steps=4,
             host_devices=0,
             purpose="one TPU v5e chip (15.75 GiB): gpu-small's Qwen3.5 block cut to 4 layers (one"
-            " block), 16 experts (top 4) with a shared expert 1,024 wide, and 5 rows of 4,096"
+            " block), 16 experts (top 4) with a shared expert 1,024 wide, and 6 rows of 4,096"
             " tokens, hidden 2048 (the 397B cell's 4096 does not fit one chip beside its Adam"
             " state); the seeds' MoE buffers (factor 2.75 over 2 token groups: no replay), their"
             " kept pairs sorted through the TPU grouped-matmul kernel (expert_compute=sorted_gmm,"
