@@ -31,7 +31,7 @@ CONFIG = dataclasses.replace(
     # the first experts takes every real token of a group), and a micro-batch that overflows is
     # replayed later
     moe=MoeConfig(ragged_buffer_factor=2.0, expert_compute="einsum"),
-    micro_batch_rows=2,
+    micro_batch_rows=1,
     seq_len=64,
 )
 MODEL = CONFIG.model
