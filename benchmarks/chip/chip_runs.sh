@@ -14,8 +14,8 @@
 #   tests     ~9 min  README's chip-test command (`-m tpu_chip`) but the Gated DeltaNet kernels'
 #                     tests: the measured peak, the grouped matmul, splash attention (520 s measured)
 #   kernel-tests ~7.5 min the Gated DeltaNet kernels' chip tests, the triangular inverse's (40 s
-#                     measured), the chunked rule's (235 s measured at the preset's 5 rows and 4
-#                     heads a program) and the short convolution's (173 s measured alone): about
+#                     measured), the chunked rule's (235 and 237 s measured at the preset's 5
+#                     rows and 4 heads a program) and the short convolution's (173 s measured alone): about
 #                     450 s together, INFERRED; with `tests`, README's command
 #   sweep     ~1.8 min a size  chip_fit_sweep.py's runs, aot's verdicts from the CPU host's sweep;
 #                     ROWS picks the sizes (default 3,5,6: 4 is the preset's own run)
