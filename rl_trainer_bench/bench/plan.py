@@ -25,7 +25,7 @@ from rl_trainer_bench.bench.runtime import (
 )
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
 from rl_trainer_bench.config import trainer_env, value_sources
-from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, engine_config_from
+from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, engine_config_from, parse_engine_flags
 from rl_trainer_bench.config.knobs import (
     LAUNCHER_SOURCE,
     PRESET_SOURCE,
@@ -195,18 +195,24 @@ class Plan:
     def _maxtext_value_rows(self) -> tuple[list[ValueSource], list[tuple[str, str]]]:
         """Of the values nobody set, those MaxText's engine gets (returned), and rows for the rest:
         those left to the image's MaxText defaults, as in the trainer's program, and those MaxText
-        does not take at all, so the pod does not use them."""
+        does not take at all, so the pod does not use them; and the keys ENGINE_FLAGS sets that
+        MaxText does not take either."""
         defaulted, not_taken, passed = [], [], []
-        refused = maxtext_keys.not_taken(self.engine)
-        tunix_loss = self.config.maxtext_driver != tunix_grpo.MAXTEXT
+        refused = self._not_taken_by_maxtext()
         for value in self.preset_values:
             field = ENGINE_KEYS[value.key].target
+            why = refused.get(field)
             if field in self.engine.maxtext_defaults:
                 defaulted.append(f"{value.key} (the preset's {value.value} not passed)")
-            elif field in refused and not (tunix_loss and field in tunix_grpo.TAKEN_LOSS_FIELDS):
-                not_taken.append(f"{value.key}={value.value} ({refused[field]})")
+            elif why:
+                not_taken.append(f"{value.key}={value.value} ({why})")
             else:
                 passed.append(value)
+        set_unused = [
+            f"{key}={text} ({why})"
+            for key, text in parse_engine_flags(self.config.engine_flags).items()
+            if key in ENGINE_KEYS and (why := refused.get(ENGINE_KEYS[key].target))
+        ]
         rows = []
         if defaulted:
             rows.append(
@@ -218,7 +224,23 @@ class Plan:
             )
         if not_taken:
             rows.append(("not passed to MaxText's engine, so unused", "; ".join(not_taken)))
+        if set_unused:
+            rows.append(
+                (
+                    "set by ENGINE_FLAGS, not passed to MaxText's engine, so unused",
+                    "; ".join(set_unused),
+                )
+            )
         return passed, rows
+
+    def _not_taken_by_maxtext(self) -> dict[str, str]:
+        """{field: why} for every engine-config field MaxText's engine does not take here."""
+        tunix_loss = self.config.maxtext_driver != tunix_grpo.MAXTEXT
+        return {
+            field: why
+            for field, why in maxtext_keys.not_taken(self.engine).items()
+            if not (tunix_loss and field in tunix_grpo.TAKEN_LOSS_FIELDS)
+        }
 
     def micro_steps_rows(self) -> list[tuple[str, str]]:
         """Where micro_steps comes from: the launcher (how), the preset (why the launcher did not

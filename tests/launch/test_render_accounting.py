@@ -111,3 +111,19 @@ def test_the_orchestrators_variables_that_may_change_the_program_are_named(capsy
         "render: orchestrator variable: TUNIX_LOGPS_SHARDED_HEAD=false: not reproduced",
         "render: orchestrator variable: PACKER_MODE=greedy: not known to the bench",
     ]
+
+
+def test_keys_engine_flags_sets_that_maxtexts_engine_does_not_take_are_listed_as_unused():
+    """With MaxText's engine, a built-in engine's key set by ENGINE_FLAGS would run nowhere, and
+    the plan says so before launch; a key MaxText takes is not listed."""
+    flags = "keep_moe_gate_up=true,pair_ranking=sort,ragged_buffer_factor=2.0"
+    rows = dict(_plan(FIXTURE.read_text(), engine="maxtext", engine_flags=flags).value_rows())
+    unused = rows["set by ENGINE_FLAGS, not passed to MaxText's engine, so unused"]
+    assert unused.startswith("keep_moe_gate_up=true (MaxText keeps or recomputes")
+    assert "; pair_ranking=sort (MaxText sorts its routed pairs itself)" in unused
+    assert "ragged_buffer_factor" not in unused
+    assert "set by ENGINE_FLAGS, not passed to MaxText's engine, so unused" not in dict(
+        _plan(
+            FIXTURE.read_text(), engine="maxtext", engine_flags="ragged_buffer_factor=2.0"
+        ).value_rows()
+    )
