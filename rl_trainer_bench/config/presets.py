@@ -288,6 +288,10 @@ PRESETS: Mapping[str, Preset] = {
                     # 4 value heads a kernel program (0.9% faster than 2, the same loss:
                     # benchmarks/reports/chip-round-7_tpu-v5e_2026-12-07.md)
                     linear_chunk_kernel_heads=4,
+                    # the rule's forward results kept, not computed again for the backward pass
+                    # (0.6% faster, 0.86 GiB more of the peak:
+                    # benchmarks/reports/chip-round-12_tpu-v5e_2026-12-07.md)
+                    keep_delta_rule_outputs=True,
                     # the short convolutions and SiLU in Pallas kernels (2.8% faster than XLA's,
                     # the loss within 6e-5: benchmarks/reports/chip-round-9_tpu-v5e_2026-12-07.md)
                     linear_conv_kernel="pallas",
@@ -325,11 +329,12 @@ PRESETS: Mapping[str, Preset] = {
             " the trainer's MaxText runs its own), attention through Pallas' splash kernel"
             " (attention=splash), the Gated DeltaNet's chunks in Pallas kernels"
             " (linear_chunk_kernel=pallas, 4 heads a program: linear_chunk_kernel_heads=4) of 128"
-            " tokens (linear_chunk_size=128) and their short convolutions in Pallas kernels"
+            " tokens (linear_chunk_size=128), their forward's results kept for the backward pass"
+            " (keep_delta_rule_outputs), and their short convolutions in Pallas kernels"
             " (linear_conv_kernel=pallas), each layer's matmul outputs kept for the backward"
             " pass (remat_policy=minimal), the head's gradient formed in the forward pass"
             " (logps_gradient=in_forward), and Adam's mu in bfloat16, as the tpu7x recipe's; aot's"
-            " peak 13.35 GiB (15.3% free)",
+            " peak 14.21 GiB (9.7% free)",
         ),
         Preset(
             # The 397B cell's shapes cut to one TPU v6e chip: one Qwen3.5 block, its hidden size

@@ -97,7 +97,8 @@ KNOWN_KEYS = [
     "expert_compute", "pair_ranking", "router_replay", "num_moe_token_chunks", "prefuse_moe_weights", "keep_moe_gate_up",
     "attention",
     "attention_chunk_size",
-    "linear_chunk_size", "linear_chunk_inverse", "linear_chunk_kernel", "linear_chunk_kernel_heads", "linear_conv_kernel", "dtype",
+    "linear_chunk_size", "linear_chunk_inverse", "linear_chunk_kernel", "linear_chunk_kernel_heads", "keep_delta_rule_outputs",
+    "linear_conv_kernel", "dtype",
     "matmul_precision", "logps_gradient",
     "seed", "extra_device_work", "extra_host_bytes",
 ]  # fmt: skip

@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from rl_trainer_bench.engine.builtin.linear_attention import segment_starts
 from rl_trainer_bench.engine.builtin.unit_lower_inverse import doubled, kernel_precision
@@ -44,6 +45,10 @@ CUM, BETA, RUN, REAL = range(4)
 ROWS = 8  # a float32 tile's rows; the rows past REAL are zero
 # L2 normalisation's epsilon, as the layer's `l2_normalize`
 NORM_EPS = 1e-6
+# The name the forward kernel's results (the outputs, and each chunk's incoming state and inverse)
+# carry for the layer's remat policy with `keep_delta_rule_outputs`: kept for the backward pass,
+# which then never runs the forward kernel again (nothing carries the name without the key).
+KEPT = "delta_rule_outputs"
 
 
 class Static(NamedTuple):
@@ -55,14 +60,15 @@ class Static(NamedTuple):
     query_scale: float | None  # None: q and k arrive normalised; else normalised here, q scaled
     precision: jax.lax.Precision
     interpret: bool
+    kept_dtype: jnp.dtype  # of the states and inverses the forward kernel writes for the backward
+    keep: bool  # the forward's results named `KEPT`, for the remat policy to keep
 
 
 def chunked_delta_rule(
     q, k, v, log_decay, beta, segment_ids, *, chunk_size, heads_per_program, query_scale=None,
-    interpret=False,
+    interpret=False, keep=False, kept_dtype=None,
 ):  # fmt: skip
-    """Outputs o [B, T, H, Dv] of the gated delta rule over packed rows, in float32 (as the XLA
-    path gives them).
+    """Outputs o [B, T, H, Dv] of the gated delta rule over packed rows, in v's dtype.
 
     q, k: [B, T, Hk, Dk], H a multiple of Hk; normalised and scaled already when `query_scale` is
     None, else L2-normalised here (q then times `query_scale`); v: [B, T, H, Dv]; log_decay, beta:
@@ -70,18 +76,30 @@ def chunked_delta_rule(
     (non-finite values included). T is padded up to whole chunks of `chunk_size` with such tokens.
     A kernel program takes `heads_per_program` heads of a chunk (cut to what divides the heads and
     lines up with the key heads); `interpret` runs the kernels in Pallas's interpreter, to check
-    them off a TPU.
+    them off a TPU. `keep` names the forward kernel's results for the layer's remat policy
+    (`KEPT`); `kept_dtype`, that of the states and inverses the backward reads (None:
+    `kept_dtype_for` the kernels' precision).
     """
     tokens, key_heads, heads = q.shape[1], q.shape[2], v.shape[2]
     padded = -(-tokens // chunk_size) * chunk_size
     q, k, v = (jnp.pad(x, ((0, 0), (0, padded - tokens), (0, 0), (0, 0))) for x in (q, k, v))
     share = heads // key_heads
+    precision = kernel_precision()
     static = Static(
         chunk_size, program_heads(heads, share, heads_per_program), share, query_scale,
-        kernel_precision(), interpret,
+        precision, interpret, kept_dtype or kept_dtype_for(precision, interpret), keep,
     )  # fmt: skip
     per_token = token_rows(log_decay, beta, segment_ids, chunk_size, padded)
     return _rule(q, k, v, per_token, static)[:, :tokens]
+
+
+def kept_dtype_for(precision, interpret):
+    """The dtype of the states and inverses the forward kernel writes for the backward: bfloat16
+    where the compiled kernels' matmuls, the only readers but one sum, take their operands so
+    (the default precision on a TPU), so rounding them first loses nothing more and halves their
+    bytes; float32 under a finer precision and in the interpreter (whose host matmuls take
+    float32 at any precision)."""
+    return jnp.bfloat16 if precision == jax.lax.Precision.DEFAULT and not interpret else jnp.float32
 
 
 def program_heads(heads, share, wanted):
@@ -132,6 +150,8 @@ def _rule(q, k, v, per_token, static):
 
 def _rule_forward(q, k, v, per_token, static):
     out, kept = _forward(q, k, v, per_token, static, keep_states=True)
+    if static.keep:
+        out, kept = checkpoint_name((out, kept), KEPT)
     return out, (q, k, v, per_token, kept)
 
 
@@ -234,12 +254,12 @@ def _forward(q, k, v, per_token, static, *, keep_states):
     chunks = tokens // static.chunk
     calls = _calls(static, rows, heads, chunks, reverse=False)
     out_specs = [calls["value"](value_dim)]
-    out_shape = [jax.ShapeDtypeStruct((rows, tokens, heads * value_dim), jnp.float32)]
+    out_shape = [jax.ShapeDtypeStruct((rows, tokens, heads * value_dim), v.dtype)]
     if keep_states:
         for width, height in ((key_dim, value_dim), (static.chunk, static.chunk)):
             out_specs.append(calls["state"](width, height))
             out_shape.append(
-                jax.ShapeDtypeStruct((rows, heads, chunks * width, height), jnp.float32)
+                jax.ShapeDtypeStruct((rows, heads, chunks * width, height), static.kept_dtype)
             )
     key = calls["key"](key_dim)
     in_specs = [key, key, calls["value"](value_dim), calls["rows"]]
@@ -390,7 +410,7 @@ def _forward_kernel(q_ref, k_ref, v_ref, rows_ref, out_ref, *refs, static):
     chunk_forward = jax.vmap(functools.partial(_chunk_forward, static=static))
     out, outgoing, inverse = chunk_forward(q, k, v, rows_ref[...], incoming)
     if kept:
-        kept[0][...], kept[1][...] = incoming, inverse
+        kept[0][...], kept[1][...] = (x.astype(kept[0].dtype) for x in (incoming, inverse))
     for head in range(static.heads):
         out_ref[:, _head_columns(head, value_dim)] = out[head].astype(out_ref.dtype)
     state_ref[...] = outgoing
@@ -423,8 +443,8 @@ def _backward_kernel(
     v, d_out = (_heads(ref, value_dim, static.heads, 1) for ref in (v_ref, d_out_ref))
     chunk_backward = jax.vmap(functools.partial(_chunk_backward, static=static))
     grads = chunk_backward(
-        q, k, v, rows_ref[...], state_ref[...], inverse_ref[...], d_out.astype(jnp.float32),
-        d_outgoing,
+        q, k, v, rows_ref[...], *(ref[...].astype(jnp.float32) for ref in (state_ref, inverse_ref)),
+        d_out.astype(jnp.float32), d_outgoing,
     )  # fmt: skip
     d_state_ref[...] = grads["incoming"]
     d_rows_ref[...] = grads["rows"]

@@ -89,16 +89,17 @@ def context_delta_rule(q, k, v, log_decay, beta, segments, *, chunk_size, invers
 
 def kernel_delta_rule(
     q, k, v, log_decay, beta, segments, *, chunk_size, heads_per_program, query_scale,
-    interpret=False,
+    interpret=False, keep=False,
 ):  # fmt: skip
     """The rule by the Pallas kernels (`delta_rule_kernel.py`), each device on its own whole rows
     (`linear_chunk_kernel=pallas` is refused with context shards): q and k [B, T, Hk, Dk] as the
     convolution gives them, normalised (q also scaled by `query_scale`) and shared by their value
     heads inside the kernel, up to `heads_per_program` value heads a kernel program; `interpret`:
-    Pallas's interpreter, to check the kernels off a TPU."""
+    Pallas's interpreter, to check the kernels off a TPU; `keep`: the forward's results named for
+    the remat policy (`keep_delta_rule_outputs`)."""
     rule = functools.partial(
         chunked_delta_rule, chunk_size=chunk_size, heads_per_program=heads_per_program,
-        query_scale=query_scale, interpret=interpret,
+        query_scale=query_scale, interpret=interpret, keep=keep,
     )  # fmt: skip
     return _per_device(rule)(q, k, v, log_decay, beta, segments)
 
@@ -130,14 +131,16 @@ def layer_delta_rule(
     over each device's rows and span -> [B, T, Hv, Dv]. `kernel` says who runs it
     (`linear_chunk_kernel`): xla, where `inverse` says how each chunk's triangular system is
     inverted (`linear_chunk_inverse`: xla or pallas), or the pallas kernels, which also normalise q
-    and k, up to `linear_chunk_kernel_heads` value heads a program (`interpret`: those kernels in
-    Pallas's interpreter)."""
+    and k, up to `linear_chunk_kernel_heads` value heads a program, their forward's results kept
+    for the backward pass with `keep_delta_rule_outputs` (`interpret`: those kernels in Pallas's
+    interpreter)."""
     c = config
     scale, chunk = c.linear_key_head_dim**-0.5, c.linear_chunk_size
     if kernel == "pallas":
         return kernel_delta_rule(
             q, k, v, log_decay, beta, segments, chunk_size=chunk,
             heads_per_program=c.linear_chunk_kernel_heads, query_scale=scale, interpret=interpret,
+            keep=c.keep_delta_rule_outputs,
         )  # fmt: skip
     share = c.linear_num_value_heads // c.linear_num_key_heads
     q = jnp.repeat(l2_normalize(q) * scale, share, axis=2)

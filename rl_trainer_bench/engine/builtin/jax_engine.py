@@ -379,6 +379,7 @@ class JaxEngine:
             "linear_chunk_inverse": self.methods.linear_chunk_inverse,
             "linear_chunk_kernel": self.methods.linear_chunk_kernel,
             "linear_chunk_kernel_heads": self.config.model.linear_chunk_kernel_heads,
+            "keep_delta_rule_outputs": self.config.model.keep_delta_rule_outputs,
             "linear_conv_kernel": self.methods.linear_conv_kernel,
             "prefuse_moe_weights": self.methods.prefuse_moe_weights,
             "keep_moe_gate_up": self.methods.keep_moe_gate_up,

@@ -21,7 +21,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from rl_trainer_bench.engine.builtin import gated_deltanet, moe, parameters, sharding
+from rl_trainer_bench.engine.builtin import (
+    delta_rule_kernel,
+    gated_deltanet,
+    moe,
+    parameters,
+    sharding,
+)
 from rl_trainer_bench.engine.builtin.norms import rms_norm
 from rl_trainer_bench.engine.config import GPU_PLATFORMS, ModelConfig
 
@@ -30,6 +36,11 @@ REMAT_POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,
     "minimal": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
+# What a layer keeps by name under any policy: the MoE's routing (and with `keep_moe_gate_up`, its
+# gate and up outputs), and with `keep_delta_rule_outputs` the delta-rule kernel's forward results.
+KEPT_BY_NAME = jax.checkpoint_policies.save_from_both_policies(
+    moe.KEPT_FOR_BACKWARD, jax.checkpoint_policies.save_only_these_names(delta_rule_kernel.KEPT)
+)
 _MASKED = -1e30  # finite, so a row with nothing to attend to (padding) gives zeros, not NaN
 
 
@@ -299,7 +310,7 @@ def layer_functions(batch, config: ModelConfig, *, capacity_factor, token_chunks
     if config.remat_policy == "none":
         return layer_fns
     policy = jax.checkpoint_policies.save_from_both_policies(
-        REMAT_POLICIES[config.remat_policy], moe.KEPT_FOR_BACKWARD
+        REMAT_POLICIES[config.remat_policy], KEPT_BY_NAME
     )
     return {kind: jax.checkpoint(fn, policy=policy) for kind, fn in layer_fns.items()}
 

@@ -209,6 +209,7 @@ NOT_TAKEN: Mapping[str, str] = {
     "model.linear_chunk_inverse": _OWN_GATED_DELTANET,
     "model.linear_chunk_kernel": _OWN_GATED_DELTANET,
     "model.linear_chunk_kernel_heads": _OWN_GATED_DELTANET,
+    "model.keep_delta_rule_outputs": _OWN_GATED_DELTANET,
     "model.linear_conv_kernel": _OWN_GATED_DELTANET,
     "loss.epsilon": _GRPO,
     "loss.epsilon_high": _GRPO,
