@@ -81,6 +81,7 @@ _DEFAULT_KEYS: dict[str, Any] = {
     "dtype": "bfloat16",
     "weight_dtype": "float32",
     "remat_policy": "full",
+    "scan_layers": True,
     "attention": "autoselected",
     "matmul_precision": "default",
     "max_target_length": 2048,

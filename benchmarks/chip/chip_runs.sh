@@ -46,6 +46,8 @@
 #   keep-rule ~6 min  `keep_delta_rule_outputs` off and on (the delta rule's forward kernel run again
 #                     in the backward pass, or its results kept), an A/B on the preset and the loss
 #                     both ways, as gdn-kernel's
+#   scan-layers ~6 min `scan_layers` true and false (the layers scanned, or one after another), an
+#                     A/B on the preset and the loss both ways, as gdn-kernel's
 #   conv      ~5 min  the Gated DeltaNet's short convolutions by XLA and by the Pallas kernels
 #                     (`linear_conv_kernel`): alone (conv_kernel_on_chip.py, 4 small compiles),
 #                     then an A/B on the preset and the loss both ways, as gdn-kernel's
@@ -97,7 +99,7 @@
 set -euo pipefail
 # The parts, in one list: the usage line and the check of the names given are both made from it
 known_parts=(headline-off headline-on ab peak-test tests kernel-tests sweep aot-host effects remat
-  chunk inverse gdn-kernel prefuse gate-up keep-rule conv ragged head heads peak trace rows gmm-tiling matmul-chain
+  chunk inverse gdn-kernel prefuse gate-up keep-rule scan-layers conv ragged head heads peak trace rows gmm-tiling matmul-chain
   builtin-mb1 maxtext maxtext-peak maxtext-ab boundary interrupts)
 parts="${known_parts[*]}"
 out=${1:?OUT: the folder the results go to}
@@ -216,6 +218,8 @@ case $part in
     ab_and_losses gate-up keep_moe_gate_up false true ;;
   keep-rule)
     ab_and_losses keep-rule keep_delta_rule_outputs false true ;;
+  scan-layers)
+    ab_and_losses scan-layers scan_layers true false ;;
   conv)  # every command runs; the part fails if any did
     mkdir -p "$work/conv"
     status=0

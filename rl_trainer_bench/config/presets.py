@@ -289,7 +289,7 @@ PRESETS: Mapping[str, Preset] = {
                     # benchmarks/reports/chip-round-7_tpu-v5e_2026-12-07.md)
                     linear_chunk_kernel_heads=4,
                     # the rule's forward results kept, not computed again for the backward pass
-                    # (0.6% faster, 0.86 GiB more of the peak:
+                    # (0.6% faster with the layers scanned, 0.86 GiB more of the peak:
                     # benchmarks/reports/chip-round-12_tpu-v5e_2026-12-07.md)
                     keep_delta_rule_outputs=True,
                     # the short convolutions and SiLU in Pallas kernels (2.8% faster than XLA's,
@@ -298,6 +298,10 @@ PRESETS: Mapping[str, Preset] = {
                     # each layer keeps its matmuls' outputs for the backward pass (1.3% faster
                     # than full: benchmarks/reports/chip-round-5_tpu-v5e_2026-12-06.md)
                     remat_policy="minimal",
+                    # the 4 layers one after another, not scanned: what each keeps is its own
+                    # buffer, not copied into and out of stacks (4.3% faster, 0.34 GiB less of
+                    # aot's peak: benchmarks/reports/chip-round-12_tpu-v5e_2026-12-07.md)
+                    scan_layers=False,
                     # half as many chunk steps, each [C, C] term as wide as the TPU's 128 lanes
                     # (0.8% faster than 64: the same report)
                     linear_chunk_size=128,
@@ -332,9 +336,10 @@ PRESETS: Mapping[str, Preset] = {
             " tokens (linear_chunk_size=128), their forward's results kept for the backward pass"
             " (keep_delta_rule_outputs), and their short convolutions in Pallas kernels"
             " (linear_conv_kernel=pallas), each layer's matmul outputs kept for the backward"
-            " pass (remat_policy=minimal), the head's gradient formed in the forward pass"
+            " pass (remat_policy=minimal), the layers one after another (scan_layers=false), the"
+            " head's gradient formed in the forward pass"
             " (logps_gradient=in_forward), and Adam's mu in bfloat16, as the tpu7x recipe's; aot's"
-            " peak 14.21 GiB (9.7% free)",
+            " peak 13.87 GiB (11.9% free)",
         ),
         Preset(
             # The 397B cell's shapes cut to one TPU v6e chip: one Qwen3.5 block, its hidden size

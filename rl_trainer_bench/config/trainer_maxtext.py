@@ -51,6 +51,7 @@ SAME_MEANING: Mapping[str, str] = {
     "mu_dtype": "mu_dtype",
     "optimizer_memory_host_offload": "optimizer_memory_host_offload",
     "prefuse_moe_weights": "prefuse_moe_weights",
+    "scan_layers": "scan_layers",
 }
 # MaxText keys the built-in engine applies by name, not by meaning: what each does in the built-in
 # engine against what it does in MaxText (MaxText's layers/moe.py; docs/maxtext.md, MaxText's

@@ -91,6 +91,15 @@ class ModelConfig:
             "what each layer keeps for the backward pass (full: nothing; minimal: matmuls)"
         ),
     )
+    scan_layers: bool = dataclasses.field(
+        default=True,
+        metadata=engine_key(
+            "the layers run as scans (true: over the blocks, and inside a block over each run of"
+            " one mixer; compile time flat in depth; what each layer keeps for the backward pass"
+            " stacked across the scan's trips) or one after another in the program (false: each"
+            " layer compiled on its own), as MaxText's scan_layers"
+        ),
+    )
     attention: AttentionImpl = dataclasses.field(
         default="auto",
         metadata=engine_key(

@@ -88,7 +88,7 @@ def test_bad_engine_values_name_key_value_and_allowed_form(flags, named):
 # The keys users and launchers write today; deriving them from the fields must not rename any.
 KNOWN_KEYS = [
     "mesh_fsdp", "mesh_context", "mesh_expert", "train_micro_batch_size", "max_prompt_length",
-    "max_response_length", "compute_logps_chunk_size", "remat_policy", "optimizer_learning_rate",
+    "max_response_length", "compute_logps_chunk_size", "remat_policy", "scan_layers", "optimizer_learning_rate",
     "optimizer_schedule_type", "optimizer_init_value", "optimizer_peak_value", "optimizer_end_value",
     "optimizer_warmup_steps", "optimizer_decay_steps", "optimizer_b1", "optimizer_b2", "optimizer_eps",
     "optimizer_weight_decay", "optimizer_opt_chain_type", "optimizer_chain_kwargs", "max_grad_norm",

@@ -2,7 +2,8 @@
 gradient sum"), against JAX's autodiff of the same loss added after it.
 
 Two blocks of (linear, linear, full) layers, so a block holds a run of two layers of one mixer and
-every weight's rows come from both the block index and the place in its run.
+every weight's rows come from both the block index and the place in its run; the layers as scans
+and, with `scan_layers=false`, one after another.
 """
 
 import dataclasses
@@ -52,7 +53,6 @@ def _batch(seed, forced=False):
 def setup():
     mesh = sharding.make_mesh(CONFIG.mesh, jax.devices("cpu")[:1])
     methods = programs.resolved_methods(CONFIG, "cpu")
-    fwd_bwd = programs.build_programs(CONFIG, methods).fwd_bwd
     params = model.init_params(MODEL, jax.random.key(3))
     # a running sum that is not zero, so a sum that drops or doubles it is seen
     keys = jax.random.split(jax.random.key(4), len(params))
@@ -76,18 +76,26 @@ def setup():
 
         return jax.grad(loss)(params)
 
-    def summed(params, sums, batch):
-        return fwd_bwd(params, sums, programs.zero_stats(), batch, FACTOR)
+    def summed(scan_layers=True):
+        config = dataclasses.replace(
+            CONFIG, model=dataclasses.replace(MODEL, scan_layers=scan_layers)
+        )
+        fwd_bwd = programs.build_programs(config, methods).fwd_bwd
+        return jax.jit(
+            lambda params, sums, batch: fwd_bwd(params, sums, programs.zero_stats(), batch, FACTOR)
+        )
 
     with jax.set_mesh(mesh):
-        yield params, start, jax.jit(autodiff), jax.jit(summed)
+        yield params, start, jax.jit(autodiff), summed
 
 
-def test_each_layers_gradient_lands_in_its_own_rows_of_the_running_sum(setup):
+@pytest.mark.parametrize("scan_layers", [True, False], ids=["scanned", "one after another"])
+def test_each_layers_gradient_lands_in_its_own_rows_of_the_running_sum(setup, scan_layers):
+    """Against autodiff of the scanned decoder, whichever way `fwd_bwd` runs the layers."""
     params, start, autodiff, summed = setup
     batch = _batch(seed=1)
     want = autodiff(params, batch)
-    got = summed(params, start, batch)
+    got = summed(scan_layers)(params, start, batch)
     assert int(got.overflow) == 0
     for name, grad in want.items():
         grad = np.asarray(grad)
@@ -99,10 +107,26 @@ def test_each_layers_gradient_lands_in_its_own_rows_of_the_running_sum(setup):
 
 def test_a_micro_batch_to_be_replayed_leaves_the_sum_as_it_was(setup):
     params, start, _, summed = setup
-    got = summed(params, start, _batch(seed=2, forced=True))
+    got = summed()(params, start, _batch(seed=2, forced=True))
     assert int(got.overflow) == 1
     for name, value in start.items():
         np.testing.assert_array_equal(np.asarray(got.grad_sum[name]), np.asarray(value), name)
     stats = {name: float(value) for name, value in got.step_stats.items()}
     assert stats["overflow_count"] == 1
     assert stats["loss_sum"] == 0 and stats["tokens"] == 0
+
+
+@pytest.mark.parametrize(("scan_layers", "scans"), [(True, 1), (False, 0)])
+def test_scan_layers_false_runs_the_layers_one_after_another(setup, scan_layers, scans):
+    """The decoder's program holds one scan over the blocks (the runs' scans inside it), or none:
+    every layer's code in line."""
+    params = setup[0]
+    methods = programs.resolved_methods(CONFIG, "cpu")
+    model_config = dataclasses.replace(MODEL, scan_layers=scan_layers)
+    jaxpr = jax.make_jaxpr(
+        lambda p: model.decoder(
+            p, _batch(seed=1), model_config, capacity_factor=FACTOR, token_chunks=1,
+            methods=methods, sums=None,
+        )[0]
+    )(params)  # fmt: skip
+    assert [eqn.primitive.name for eqn in jaxpr.eqns].count("scan") == scans

@@ -167,6 +167,7 @@ TRANSLATIONS: tuple[Translation, ...] = (
     _by("model.rope_theta", lambda c: {"rope_max_timescale": int(c.model.rope_theta)}),
     _same("model.rms_norm_eps", "normalization_layer_epsilon"),
     _same("model.dtype", "dtype"),
+    _same("model.scan_layers", "scan_layers"),
     _by("model.remat_policy", lambda c: {"remat_policy": _remat(c)}),
     _by("model.attention", lambda c: {"attention": _ATTENTION[c.model.attention]}),
     _by("model.attention_output_gate", lambda c: _gate(c) or {}),
@@ -255,6 +256,7 @@ DEFAULTED_IN_MAXTEXT = (
     "moe.ragged_buffer_factor",
     "moe.token_chunks",
     "model.remat_policy",
+    "model.scan_layers",
     "matmul_precision",
 )
 # Fields the adapter acts on itself rather than through a MaxText key.
