@@ -53,6 +53,17 @@ def test_every_key_has_a_fate():
     assert len(fates) == 12
 
 
+def test_the_trainers_scan_layers_runs_the_built_in_engines_layers_the_same_way():
+    """MaxText's scan_layers means what the engine key does: the trainer's value is the engine's,
+    and the cell's own default (scanned) where the trainer sets none."""
+    config, unapplied = engine_config_from(CELL, 'MAXTEXT_EXTRA_FLAGS="scan_layers=false"')
+    assert config.model.scan_layers is False and "scan_layers" not in unapplied
+    assert _fates('MAXTEXT_EXTRA_FLAGS="scan_layers=false"') == {
+        "scan_layers": "scan_layers=false: applied (scan_layers=false)"
+    }
+    assert engine_config_from(CELL, RECIPE)[0].model.scan_layers is True
+
+
 def test_the_buffer_keys_say_they_are_applied_with_another_meaning():
     """The built-in engine's buffer is per expert, MaxText's per expert-parallel shard; MaxText
     chunks tokens only on its ring of experts."""
