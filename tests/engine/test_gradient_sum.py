@@ -7,6 +7,7 @@ and, with `scan_layers=false`, one after another.
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -76,6 +77,7 @@ def setup():
 
         return jax.grad(loss)(params)
 
+    @functools.cache
     def summed(scan_layers=True):
         config = dataclasses.replace(
             CONFIG, model=dataclasses.replace(MODEL, scan_layers=scan_layers)
