@@ -244,7 +244,7 @@ def test_the_backward_kernel_reads_each_chunks_inverse_rather_than_rebuilding_it
 
 
 @pytest.mark.parametrize(("remat_policy", "keep", "forward_calls"), [
-    ("minimal", False, 2), ("minimal", True, 1), ("full", False, 2), ("full", True, 1),
+    ("minimal", False, 2), ("minimal", True, 1), ("full", True, 1),
 ])  # fmt: skip
 def test_keep_delta_rule_outputs_spares_the_backward_pass_the_forward_kernel(
     remat_policy, keep, forward_calls

@@ -2,12 +2,11 @@
 gradient sum"), against JAX's autodiff of the same loss added after it.
 
 Two blocks of (linear, linear, full) layers, so a block holds a run of two layers of one mixer and
-every weight's rows come from both the block index and the place in its run; the layers as scans
-and, with `scan_layers=false`, one after another.
+every weight's rows come from both the block index and the place in its run. With
+`scan_layers=false` the same trips run one after another: `model.layer_loop` against `lax.scan`.
 """
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -77,27 +76,20 @@ def setup():
 
         return jax.grad(loss)(params)
 
-    @functools.cache
-    def summed(scan_layers=True):
-        config = dataclasses.replace(
-            CONFIG, model=dataclasses.replace(MODEL, scan_layers=scan_layers)
-        )
-        fwd_bwd = programs.build_programs(config, methods).fwd_bwd
-        return jax.jit(
-            lambda params, sums, batch: fwd_bwd(params, sums, programs.zero_stats(), batch, FACTOR)
-        )
+    fwd_bwd = programs.build_programs(CONFIG, methods).fwd_bwd
+
+    def summed(params, sums, batch):
+        return fwd_bwd(params, sums, programs.zero_stats(), batch, FACTOR)
 
     with jax.set_mesh(mesh):
-        yield params, start, jax.jit(autodiff), summed
+        yield params, start, jax.jit(autodiff), jax.jit(summed)
 
 
-@pytest.mark.parametrize("scan_layers", [True, False], ids=["scanned", "one after another"])
-def test_each_layers_gradient_lands_in_its_own_rows_of_the_running_sum(setup, scan_layers):
-    """Against autodiff of the scanned decoder, whichever way `fwd_bwd` runs the layers."""
+def test_each_layers_gradient_lands_in_its_own_rows_of_the_running_sum(setup):
     params, start, autodiff, summed = setup
     batch = _batch(seed=1)
     want = autodiff(params, batch)
-    got = summed(scan_layers)(params, start, batch)
+    got = summed(params, start, batch)
     assert int(got.overflow) == 0
     for name, grad in want.items():
         grad = np.asarray(grad)
@@ -109,13 +101,34 @@ def test_each_layers_gradient_lands_in_its_own_rows_of_the_running_sum(setup, sc
 
 def test_a_micro_batch_to_be_replayed_leaves_the_sum_as_it_was(setup):
     params, start, _, summed = setup
-    got = summed()(params, start, _batch(seed=2, forced=True))
+    got = summed(params, start, _batch(seed=2, forced=True))
     assert int(got.overflow) == 1
     for name, value in start.items():
         np.testing.assert_array_equal(np.asarray(got.grad_sum[name]), np.asarray(value), name)
     stats = {name: float(value) for name, value in got.step_stats.items()}
     assert stats["overflow_count"] == 1
     assert stats["loss_sum"] == 0 and stats["tokens"] == 0
+
+
+def test_the_layers_one_after_another_are_the_scans_trips():
+    """`layer_loop` without a scan: the same carry and the same stacked outputs as `lax.scan`, in
+    order, with a carry that is a pair and trips that each read their own slice of two stacks (the
+    decoder's: the weights and routes, the rows of the gradient sum)."""
+
+    def trip(carry, xs):
+        total, count = carry
+        weights, rows = xs
+        total = total * 0.5 + weights.sum() * rows
+        return (total, count + rows), total + rows
+
+    xs = (jnp.arange(12.0).reshape(3, 2, 2), jnp.array([3, 5, 7]))
+    carry = (jnp.float32(1.0), jnp.int32(0))
+    want_carry, want_out = jax.lax.scan(trip, carry, xs)
+    got_carry, got_out = model.layer_loop(trip, carry, xs, scan=False)
+    np.testing.assert_array_equal(np.asarray(got_out), np.asarray(want_out))
+    for got, want in zip(got_carry, want_carry, strict=True):
+        assert got.item() == want.item()
+    assert want_out.shape == (3,) and want_carry[1].item() == 15
 
 
 @pytest.mark.parametrize(("scan_layers", "scans"), [(True, 1), (False, 0)])

@@ -399,7 +399,7 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, token_chunks
             run_routes = None
             if routes is not None:
                 run_routes = routes[run.first_layer : run.first_layer + run.length]
-            carry, flags = _layer_loop(
+            carry, flags = layer_loop(
                 functools.partial(one_layer, run.kind), carry, (run_weights, run_routes, rows),
                 config.scan_layers,
             )  # fmt: skip
@@ -407,11 +407,11 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, token_chunks
         return carry, overflow
 
     blocks_in = (stacked, replayed, jnp.arange(blocks, dtype=jnp.int32))
-    (x, sums), overflow = _layer_loop(block_fn, (x, sums), blocks_in, config.scan_layers)
+    (x, sums), overflow = layer_loop(block_fn, (x, sums), blocks_in, config.scan_layers)
     return rms_norm(x, params["final_norm"], config.rms_norm_eps), jnp.any(overflow), sums
 
 
-def _layer_loop(fn, carry, xs, scan):
+def layer_loop(fn, carry, xs, scan):
     """`jax.lax.scan(fn, carry, xs)`, or with `scan` false (`scan_layers`) the same trips one after
     another in the program: each trip's code of its own, and what the backward pass reads of a
     trip its own buffers, not a slice of arrays stacked across the trips."""
