@@ -155,10 +155,10 @@ class ModelConfig:
         default=False,
         metadata=engine_key(
             "each Gated DeltaNet layer keeps what the pallas chunk kernels' forward pass writes"
-            " (the outputs, each chunk's incoming state and its inverse: 3 x tokens x Hv x Dv"
-            " values a layer, in bfloat16 on a TPU) for the backward pass, which otherwise runs"
-            " the forward kernel again; linear_chunk_kernel=pallas and a remat_policy other than"
-            " none only"
+            " (the outputs, tokens x Hv x Dv values, and each chunk's incoming state and inverse,"
+            " Hv x (Dk x Dv + C x C) a chunk, in bfloat16 on a TPU) for the backward pass, which"
+            " otherwise runs the forward kernel again; linear_chunk_kernel=pallas and a"
+            " remat_policy other than none only"
         ),
     )
     linear_conv_kernel: LinearConvKernel = dataclasses.field(

@@ -2,7 +2,8 @@
 
 Each layer mixes tokens by full attention or Gated DeltaNet (`gated_deltanet.py`) as the repeating
 block `layer_types` says. Blocks of it run under `jax.lax.scan` over stacked weights, so compile
-time does not grow with depth, and each layer is rematerialized by the `remat_policy` knob. Parameters are float32; each layer
+time does not grow with depth (`scan_layers`, the default; without it they run one after another),
+and each layer is rematerialized by the `remat_policy` knob. Parameters are float32; each layer
 casts them to the compute dtype where it uses them. The model returns the final hidden states, not
 logits: the head is applied chunk by chunk in `loss.py` so [B, T, V] never exists.
 
@@ -357,7 +358,8 @@ def decoder(params, batch, config: ModelConfig, *, capacity_factor, token_chunks
     methods: resolved choices (`programs.Methods`). The scan runs over blocks of `layer_types`;
     inside a block each run of one mixer (`mixer_runs`) is a scan of its own over its layers'
     slices of the per-layer and per-mixer stacks, so the compiled body holds one layer per mixer
-    kind however long the block is.
+    kind however long the block is; with `scan_layers` false both loops run their trips one after
+    another (`layer_loop`).
 
     sums: None, or the step's gradient sum of every layer weight (stacked as its parameter),
     returned as it is. Its cotangent is the backward scans' carry: each layer adds its weights'
