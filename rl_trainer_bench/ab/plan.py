@@ -29,6 +29,8 @@ from rl_trainer_bench.config import value_sources
 from rl_trainer_bench.config.engine_keys import parse_engine_flags
 from rl_trainer_bench.config.trainer_maxtext import FLAG_PREFIX
 from rl_trainer_bench.engine.config import EngineConfig, leaf_fields, value_at
+from rl_trainer_bench.engine.factory import MAXTEXT
+from rl_trainer_bench.engine.maxtext import keys as maxtext_keys
 from rl_trainer_bench.errors import ConfigError, UserError
 
 ENGINE_FLAGS = "ENGINE_FLAGS"
@@ -75,8 +77,17 @@ class ArmPlan:
         """What `setting`'s resolved engine config is, against `bench` (the plan printed above
         the A/B's lines): the same, or each field it changes. The pod resolves every arm again
         and compares these lines with the printed ones, so an arm cannot run another config."""
-        changes = engine_changes(bench, self.plans[setting].engine)
+        plan = self.plans[setting]
+        changes = engine_changes(bench, plan.engine)
+        if plan.config.engine == MAXTEXT:  # the trainer's own keys come last and win there
+            changes = [_replaced_by_trainer(change, plan.engine) for change in changes]
         return "the plan's above" + (f" with {' '.join(changes)}" if changes else "")
+
+
+def _replaced_by_trainer(change: str, engine: EngineConfig) -> str:
+    """`change` (`path=value`), marked where a trainer's own MaxText key replaces it in MaxText."""
+    replaced = maxtext_keys.replaced_by_trainer(engine, change.partition("=")[0])
+    return f"{change} (MaxText runs the trainer's {', '.join(replaced)})" if replaced else change
 
 
 def engine_changes(base: EngineConfig, changed: EngineConfig) -> list[str]:

@@ -47,6 +47,7 @@ from rl_trainer_bench.config.trainer_env import (
 from rl_trainer_bench.config.trainer_maxtext import (
     APPLIED,
     FATES,
+    FLAG_PREFIX,
     TrainerKey,
     idle_in_maxtext,
     other_meaning,
@@ -208,10 +209,20 @@ class Plan:
                 not_taken.append(f"{value.key}={value.value} ({why})")
             else:
                 passed.append(value)
+        flags = {
+            key: (text, ENGINE_KEYS[key].target)
+            for key, text in parse_engine_flags(self.config.engine_flags).items()
+            if key in ENGINE_KEYS
+        }
         set_unused = [
             f"{key}={text} ({why})"
-            for key, text in parse_engine_flags(self.config.engine_flags).items()
-            if key in ENGINE_KEYS and (why := refused.get(ENGINE_KEYS[key].target))
+            for key, (text, field) in flags.items()
+            if (why := refused.get(field))
+        ]
+        set_replaced = [
+            f"{key}={text} (the trainer's {', '.join(trainer)})"
+            for key, (text, field) in flags.items()
+            if (trainer := maxtext_keys.replaced_by_trainer(self.engine, field))
         ]
         rows = []
         if defaulted:
@@ -229,6 +240,14 @@ class Plan:
                 (
                     "set by ENGINE_FLAGS, not passed to MaxText's engine, so unused",
                     "; ".join(set_unused),
+                )
+            )
+        if set_replaced:
+            rows.append(
+                (
+                    "set by ENGINE_FLAGS, replaced in MaxText by the trainer's key, applied last"
+                    f" (ENGINE_FLAGS {FLAG_PREFIX}.KEY=VALUE sets a key after it)",
+                    "; ".join(set_replaced),
                 )
             )
         return passed, rows

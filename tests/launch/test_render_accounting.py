@@ -127,3 +127,22 @@ def test_keys_engine_flags_sets_that_maxtexts_engine_does_not_take_are_listed_as
             FIXTURE.read_text(), engine="maxtext", engine_flags="ragged_buffer_factor=2.0"
         ).value_rows()
     )
+
+
+def test_keys_engine_flags_sets_that_the_trainers_own_maxtext_keys_replace_are_listed():
+    """With MaxText's engine the trainer's own keys come last and win, so a key ENGINE_FLAGS sets
+    that one of them also sets does not reach MaxText: the plan says so before launch, naming the
+    trainer's value; the same value, or a key the trainer does not set, is not listed."""
+    row = (
+        "set by ENGINE_FLAGS, replaced in MaxText by the trainer's key, applied last (ENGINE_FLAGS"
+        " maxtext.KEY=VALUE sets a key after it)"
+    )
+    launch = FIXTURE.read_text().replace(  # the trainer's keys as MaxText reads them
+        'MAXTEXT_EXTRA_FLAGS="--remat_policy=full --scan_layers=true"',
+        'MAXTEXT_EXTRA_FLAGS="remat_policy=full scan_layers=true"',
+    )
+    flags = "remat_policy=minimal,scan_layers=true,ragged_buffer_factor=2.0"
+    rows = dict(_plan(launch, engine="maxtext", engine_flags=flags).value_rows())
+    assert rows[row] == "remat_policy=minimal (the trainer's remat_policy=full)"
+    same = _plan(launch, engine="maxtext", engine_flags="remat_policy=full")
+    assert row not in dict(same.value_rows())

@@ -50,6 +50,23 @@ def test_the_pod_runs_the_same_pod_ab_entry_with_its_code():
     assert not any(name.startswith("rl_trainer_bench/ab/") for name in _bundle_names(plain))
 
 
+def test_an_arms_key_the_trainers_own_maxtext_key_replaces_says_what_maxtext_runs():
+    """MaxText's engine applies the trainer's own keys last: an arm setting one of them to another
+    value runs the trainer's in MaxText, and its engine-config line says so; an arm whose value is
+    the trainer's is not marked."""
+    launch = FIXTURE.read_text().replace(  # the trainer's keys as MaxText reads them
+        'MAXTEXT_EXTRA_FLAGS="--remat_policy=full --scan_layers=true"',
+        'MAXTEXT_EXTRA_FLAGS="remat_policy=full scan_layers=true"',
+    )
+    knobs = {"ab_arms": "full:remat_policy=full,minimal:remat_policy=minimal", "engine": "maxtext"}
+    rendered = render_with_plan(launch, "f", RenderKnobs.from_strings(knobs), plan_for_render)
+    assert list(rendered.ab_lines[1:3]) == [
+        "A/B arm full: remat_policy=full; engine config: the plan's above",
+        "A/B arm minimal: remat_policy=minimal; engine config: the plan's above with"
+        " model.remat_policy=minimal (MaxText runs the trainer's remat_policy=full)",
+    ]
+
+
 def test_the_render_says_what_the_pods_ab_will_do():
     rendered = render_with_plan(
         FIXTURE.read_text(), "f", RenderKnobs.from_strings({"ab_arms": ARMS}), plan_for_render

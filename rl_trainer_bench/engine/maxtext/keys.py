@@ -357,6 +357,26 @@ def translated_keys(config: EngineConfig) -> tuple[dict[str, Any], dict[str, str
     return keys, refused
 
 
+def replaced_by_trainer(config: EngineConfig, field: str) -> list[str]:
+    """`key=value` of each trainer MaxText key that replaces what the table makes of `field` (the
+    trainer's keys come last, so MaxText runs the trainer's value, as `maxtext_args` reports)."""
+    trainer = dict(config.trainer_maxtext_keys)  # a key set twice: the later wins
+    replaced = []
+    for row in TRANSLATIONS:
+        if row.field != field or field in config.maxtext_defaults:
+            continue
+        try:
+            keys = row.to_keys(config)
+        except NotTaken:
+            continue
+        replaced += [
+            f"{key}={trainer[key]}"
+            for key, value in keys.items()
+            if key in trainer and word(key, value) != f"{key}={trainer[key]}"
+        ]
+    return replaced
+
+
 def derived_keys(config: EngineConfig, model_config: Mapping[str, Any]) -> dict[str, Any]:
     """Keys that follow from the model config once the table has shrunk its shapes.
 
