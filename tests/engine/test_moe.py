@@ -394,6 +394,41 @@ def test_gate_and_up_joined_equal_the_dense_reference(mesh, factor, chunks, meth
     _against_dense(mesh, factor, chunks, joined)
 
 
+def _equations(jaxpr):
+    """Every equation of `jaxpr` and of the jaxprs inside its equations."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, tuple | list) else (value,):
+                inner = getattr(inner, "jaxpr", inner)  # a closed jaxpr's own
+                if hasattr(inner, "eqns"):
+                    yield from _equations(inner)
+
+
+def test_the_sorted_layers_live_rows_are_compared_never_gathered(mesh):
+    """The live-row masks of the sorted layer, forward and backward, come from comparing row
+    positions with the live count: no gather reads a boolean array (a TPU gathered such a mask
+    element by element, from a copy padded to 128 lanes), while the rows themselves are gathered."""
+    x, params = _layer()
+    local = functools.partial(moe.local_sorted_ffn, method="gmm", interpret=True)
+
+    def loss(x, params):
+        experts, gates = moe.route(x, params["router"], K, jnp.ones((B, T), bool))
+        weights = moe.expert_weights(params, prefuse=False)
+        out, _ = moe.expert_parallel(local, x, experts, gates, weights, token_chunks=2)
+        return jnp.sum(out)
+
+    with jax.set_mesh(mesh):
+        jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(x, params)
+    gathered = [
+        eqn.invars[0].aval.dtype
+        for eqn in _equations(jaxpr.jaxpr)
+        if eqn.primitive.name == "gather"
+    ]
+    assert jnp.bfloat16 in gathered or jnp.float32 in gathered
+    assert jnp.bool_ not in gathered
+
+
 def test_grouped_matmul_tiles_follow_the_chips_choice():
     """The tiles gmm_tiling_on_chip.py chose on a v5e chip at the one-chip preset's shapes; rows
     shrink to a power of two that divides them."""

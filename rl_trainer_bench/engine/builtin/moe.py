@@ -503,9 +503,17 @@ def grouped_matmul(rows, weights, group_sizes, method, interpret=False):
     return jax.lax.ragged_dot(rows, weights, group_sizes)
 
 
-def _live(placed: Sorted, sizes):
-    """[P, 1] bool: sorted row i belongs to one of this device's experts."""
-    return (jnp.arange(placed.order.shape[0]) < jnp.sum(sizes))[:, None]
+def _live(rows, sizes):
+    """[R, 1] bool: sorted row rows[r] belongs to one of this device's experts (the live rows are
+    the first sum(sizes)). A compare of the positions themselves, never a mask gathered by them:
+    on a TPU, XLA made the mask a [P, 1] array padded to 128 lanes and gathered it element by
+    element for the rows read slot by slot, where a compare fuses into the pass that reads it."""
+    return (rows < jnp.sum(sizes))[:, None]
+
+
+def _sorted_rows(placed: Sorted):
+    """The sorted rows' positions in sorted order, [P]."""
+    return jnp.arange(placed.order.shape[0], dtype=placed.position.dtype)
 
 
 def _slot_major(position, k):
@@ -519,7 +527,7 @@ def _expert_pass(tokens, gates, weights, placed: Sorted, sizes, method, interpre
     """This device's experts on every pair of the gathered tokens, summed per token by gate, and
     the gate and up matmuls' outputs (undefined past the live rows), [A N K, F] each."""
     k = gates.shape[-1]
-    live = _live(placed, sizes)
+    live = _live(_sorted_rows(placed), sizes)
     rows = tokens[placed.order // k]  # [A N K, D]: every pair's token row, sorted by expert
 
     def matmul(lhs, w):
@@ -530,7 +538,7 @@ def _expert_pass(tokens, gates, weights, placed: Sorted, sizes, method, interpre
     out = matmul(hidden, weights.down)  # undefined past the live rows: masked as it is gathered
     # back in token order; the mask rides on the gather rather than a pass over all of `out`
     by_slot = _slot_major(placed.position, k)
-    pairs = jnp.where(live[by_slot], out[by_slot], 0).reshape(k, -1, out.shape[-1])
+    pairs = jnp.where(_live(by_slot, sizes), out[by_slot], 0).reshape(k, -1, out.shape[-1])
     summed = jnp.einsum(
         "knd,nk->nd", pairs, gates.astype(out.dtype), preferred_element_type=jnp.float32
     )
@@ -569,7 +577,7 @@ def _sorted_experts_backward(method, interpret, keep, saved, grad):
     """
     tokens, gates, weights, placed, sizes, kept = saved
     k, d = gates.shape[-1], tokens.shape[-1]
-    live = _live(placed, sizes)
+    live = _live(_sorted_rows(placed), sizes)
     token_of = placed.order // k
     gate = gates.reshape(-1)[placed.order][:, None].astype(jnp.float32)  # [A N K, 1]
 
@@ -592,7 +600,7 @@ def _sorted_experts_backward(method, interpret, keep, saved, grad):
         (dh * b * sig * (1 + a * (1 - sig))).astype(rows.dtype), (dh * a * sig).astype(rows.dtype)
     )  # d_rows undefined past the live rows: masked as it is read
     by_slot = _slot_major(placed.position, k)
-    d_pairs = jnp.where(live[by_slot], d_rows[by_slot], 0).reshape(k, -1, d)
+    d_pairs = jnp.where(_live(by_slot, sizes), d_rows[by_slot], 0).reshape(k, -1, d)
     d_tokens = d_pairs.sum(axis=0, dtype=jnp.float32).astype(tokens.dtype)
     d_gates = d_gate[placed.position].reshape(gates.shape).astype(gates.dtype)
     return d_tokens, d_gates, ExpertWeights(d_gate_up, d_down), None, None
