@@ -63,8 +63,9 @@
 #                     (`linear_chunk_kernel_heads`, HEADS, default "2 4"), an A/B on the preset and
 #                     the loss both ways, as gdn-kernel's
 #   peak      ~1.5 min the preset's run with MEASURE_PEAK (its bisection, about 8 probe steps) at
-#                     engine flags PEAK_FLAGS (default none): its step, MFU and measured peak, warm
-#                     from the cache where an A/B compiled its programs
+#                     engine flags PEAK_FLAGS (default none): its step, MFU and measured peak over 5
+#                     scored steps, one turn of the pool (each of its 5 micro-batches trained 4
+#                     times), warm from the cache where an A/B compiled its programs
 #   matmul-chain ~1 min a chain of 16 dependent 128 x 128 matmuls a Pallas program at each matmul
 #                     precision, beside XLA's (matmul_chain_on_chip.py: 5 small compiles)
 #   gmm-tiling ~3 min the MoE's grouped matmuls alone at the engine's tiling and 8 others, and gate
@@ -234,7 +235,7 @@ case $part in
     read -r first second <<< "${HEADS:-2 4}"
     ab_and_losses heads linear_chunk_kernel_heads "$first" "$second" ;;
   peak)
-    "$py" -m rl_trainer_bench.cli run --preset tpu-v5e-1 --warmup-steps 1 --steps 3 --measure-peak on \
+    "$py" -m rl_trainer_bench.cli run --preset tpu-v5e-1 --warmup-steps 1 --steps 5 --measure-peak on \
       --engine-flags "${PEAK_FLAGS:-}" --results-dir "$work/peak" ;;
   matmul-chain)
     mkdir -p "$work/matmul-chain"

@@ -507,4 +507,33 @@ def summary(records: Sequence[StepRecord]) -> str:
         lines.append(
             f"{label:<28}{median:>14.6g}{min(values):>14.6g}{max(values):>14.6g}{spread:>9.1%}"
         )
-    return "\n".join(lines)
+    together = _together(scored)
+    return "\n".join(lines + ([together] if together else []))
+
+
+# The rates a run achieved as a whole, each step weighed by its time
+_RATES: tuple[tuple[str, Any], ...] = _SUMMARY_ROWS[-3:]
+
+
+def _together(scored: Sequence[StepRecord]) -> str | None:
+    """The scored steps as one run: their tokens and FLOPs over their summed time.
+
+    A step's rates follow how many real tokens its micro-batches hold: the pool's micro-batches
+    differ in padding and each step trains a rotating share of them, so the median step's MFU may
+    sit a point either side of what the run achieved. This is that figure; over whole turns of
+    the pool it weighs every micro-batch alike."""
+    time = sum(r.step_s for r in scored)
+    rates = []
+    for label, read in _RATES:
+        values = [read(r) for r in scored]
+        if time > 0 and all(v is not None and math.isfinite(v) for v in values):
+            rates.append(
+                f"{label} {sum(v * r.step_s for v, r in zip(values, scored, strict=True)) / time:.6g}"
+            )
+    if not rates:
+        return None
+    return (
+        f"{'all scored steps together':<28}"
+        + ", ".join(rates)
+        + " (their tokens and FLOPs over their summed time)"
+    )

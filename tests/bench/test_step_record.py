@@ -207,6 +207,26 @@ def test_summary_covers_scored_steps_only():
     assert not any(line.startswith("MFU") for line in text.splitlines())
 
 
+def test_summary_gives_the_scored_steps_rates_over_their_summed_time():
+    """A 1 s step at MFU 0.30 and a 3 s step at 0.40 (their tokens differ) achieved 0.375 together:
+    what the run did as a whole, where the median step says 0.35."""
+    records = [
+        record(step=1, step_s=1.0, tokens_per_s_per_device=100.0, tflops_per_device=60.0, mfu=0.3),
+        record(step=2, step_s=3.0, tokens_per_s_per_device=300.0, tflops_per_device=80.0, mfu=0.4),
+    ]
+    text = step_record.summary(records)
+    assert next(line for line in text.splitlines() if line.startswith("MFU")).split()[1] == "0.35"
+    together = text.splitlines()[-1]
+    assert together.startswith("all scored steps together")
+    assert "tokens/s/device 250, TFLOP/s/device 75, MFU 0.375 " in together
+
+
+def test_summary_leaves_out_a_rate_some_scored_step_lacks():
+    records = [record(step=1, mfu=0.3), record(step=2, mfu=None)]
+    together = step_record.summary(records).splitlines()[-1]
+    assert together.startswith("all scored steps together") and "MFU" not in together
+
+
 def clocked_step() -> StepClock:
     """A step whose spans are known: two fwd_bwd, a stage and a device wait, the update, a drain."""
     clock = StepClock()
