@@ -512,7 +512,9 @@ def summary(records: Sequence[StepRecord]) -> str:
 
 
 # The rates a run achieved as a whole, each step weighed by its time
-_RATES: tuple[tuple[str, Any], ...] = _SUMMARY_ROWS[-3:]
+_RATES = tuple(
+    row for row in _SUMMARY_ROWS if row[0] in ("tokens/s/device", "TFLOP/s/device", "MFU")
+)
 
 
 def _together(scored: Sequence[StepRecord]) -> str | None:
@@ -520,8 +522,8 @@ def _together(scored: Sequence[StepRecord]) -> str | None:
 
     A step's rates follow how many real tokens its micro-batches hold: the pool's micro-batches
     differ in padding and each step trains a rotating share of them, so the median step's MFU may
-    sit a point either side of what the run achieved. This is that figure; over whole turns of
-    the pool it weighs every micro-batch alike."""
+    sit on either side of what the run achieved. This is that figure; over whole turns of the
+    pool it weighs every micro-batch alike."""
     time = sum(r.step_s for r in scored)
     rates = []
     for label, read in _RATES:
