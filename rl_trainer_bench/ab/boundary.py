@@ -8,6 +8,12 @@ steps' own median regular call. The steps measure the first call's extra after e
 boundary and the fraction of each staged copy the device's work hid (step_record.py). Only the
 steps' own figures enter the verdict; these lines say whether the prediction a plan prints
 before launch held.
+
+A staged boundary is only worth its copy if staging costs less than the copy: where the staged
+steps lost more to staging (the device idle while the host staged and waited, and the first
+call's extra after a staged boundary) than the unstaged first call waited for its copy, a verdict
+on STAGE_BEFORE_UPDATE measures the engine's staging path, not what the switch can save, and a
+line says so with the figures.
 """
 
 from __future__ import annotations
@@ -30,6 +36,23 @@ class BoundaryComparison:
     staged_extra_s: float | None  # first call's extra after a staged boundary, median
     hidden: float | None  # fraction of a staged copy the device's work hid, median
     stage_wait_s: float | None  # host seconds a staging step waited before `update`, median
+    # seconds of a staging step's stage and wait with the device idle (its staging's cost), median
+    stage_exposed_s: float | None = None
+    staging_path: str = ""  # the engine's staging path, as its header names it
+
+    @property
+    def staging_cost_s(self) -> float | None:
+        """What a staged boundary cost a step: the device idle through its staging, and the first
+        call's extra after it."""
+        if self.stage_exposed_s is None:
+            return None
+        return self.stage_exposed_s + (self.staged_extra_s or 0.0)
+
+    @property
+    def hid_s(self) -> float:
+        """The copy staging hides: what the first call waited for after an unstaged boundary
+        where the steps measured it, else the copy timed alone."""
+        return self.copy_s if self.unstaged_extra_s is None else self.unstaged_extra_s
 
     @property
     def predicted_staged_s(self) -> float | None:
@@ -61,10 +84,26 @@ class BoundaryComparison:
                 f" update (the last fwd_bwd's {milliseconds(self.fwd_bwd_s)} ms, and any of the"
                 " copy past it)"
             )
-        return [f"{text}; {'; '.join(parts)}" if parts else text]
+        lines = [f"{text}; {'; '.join(parts)}" if parts else text]
+        cost = self.staging_cost_s
+        if cost is not None and cost > self.hid_s:
+            lines.append(
+                f"staging costs more than the copy it hides: a staged step lost"
+                f" {milliseconds(cost)} ms to staging (the device idle"
+                f" {milliseconds(self.stage_exposed_s)} ms while the host staged and waited, the"
+                f" first call's extra after it {milliseconds(self.staged_extra_s or 0.0)} ms)"
+                f" against the {milliseconds(self.hid_s)} ms copy it hides; a verdict on"
+                f" STAGE_BEFORE_UPDATE measures the staging path of"
+                f" {self.staging_path or 'the engine'}, not what the switch saves"
+            )
+        return lines
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "predicted_staged_s": self.predicted_staged_s}
+        return {
+            **dataclasses.asdict(self),
+            "predicted_staged_s": self.predicted_staged_s,
+            "staging_cost_s": self.staging_cost_s,
+        }
 
 
 def compare(runs: Sequence[ArmRun]) -> BoundaryComparison | None:
@@ -89,6 +128,8 @@ def compare(runs: Sequence[ArmRun]) -> BoundaryComparison | None:
         staged_extra_s=_median(r.first_call_extra_s for r in after[True]),
         hidden=_median(r.stage_hidden for r in after[False] + after[True]),
         stage_wait_s=_median(r.device_wait_s for r in after[False] + after[True] if r.staged),
+        stage_exposed_s=_median(r.stage_exposed_s for r in after[False] + after[True] if r.staged),
+        staging_path=next((run.staging_path for run in runs if run.staged), ""),
     )
 
 

@@ -157,11 +157,13 @@ class Bench:
     def _measured_boundary_copy(self) -> float:
         """The pool's first micro-batch copied alone to every device, and the link it crosses
         (`host_link`): what an unstaged boundary's first fwd_bwd is predicted to wait for."""
-        link, copy_s, _sent = host_link.measure(self.pool.entries[0].payload, self._mesh)
+        payload = self.pool.entries[0].payload
+        link, copy_s, _sent = host_link.measure(payload, self._mesh, self.engine)
         self.log(
             f"{step_record.LOG_PREFIX} host link {link.describe()}; the step boundary's copy of a"
-            f" micro-batch {copy_s * 1e3:.3g} ms (STAGE_BEFORE_UPDATE off: each step's first"
-            " fwd_bwd waits for it; on: it runs beside the step's last fwd_bwd)"
+            f" micro-batch {copy_s * 1e3:.3g} ms, MEASURED (STAGE_BEFORE_UPDATE off: each step's"
+            " first fwd_bwd waits for it; on: it runs beside the step's last fwd_bwd); the"
+            f" engine's copy: {staging_path(self.engine)}"
         )
         return copy_s
 
@@ -283,6 +285,7 @@ class Bench:
             param_digest=str(digest()) if digest is not None else None,
             stages_at=[s.enabled for s in per_boundary] if boundary_stages is not None else None,
             boundary_copy_s=self.boundary_copy_s,
+            staging_path=staging_path(self.engine),
         )
 
     def _step_that_fits(self, loop: StepLoop, step: int) -> StepRecord:
@@ -329,6 +332,15 @@ class Bench:
 
     def close(self) -> None:
         self._compile_listener.close()
+
+
+def staging_path(engine: Engine) -> str:
+    """The engine's copy of a micro-batch as its header names it: its class, and its
+    `input_copy` where its `info` gives one."""
+    describe = optional(engine, "info")
+    copy = dict(describe()).get("input_copy") if describe is not None else None
+    name = type(engine).__name__
+    return f"{name} ({copy})" if copy else name
 
 
 def _describe(info: Mapping[str, Any]) -> str:

@@ -57,6 +57,10 @@ class StepRecord:
     )  # device idle from the previous update ready to this step's first work
     staged: str | None = None  # name of the micro-batch staged at this step's boundary
     stage_hidden: float | None = None  # fraction of the stage's copy that overlapped device work
+    # Seconds of the host's staging (from its stage's start to its wait's end) during which the
+    # device had nothing to run: what staging cost the step on the device's clock. None: not staged
+    # or no device timeline.
+    stage_exposed_s: float | None = None
     recompiles: int = 0
     arm: str = ""  # A/B arm label; empty outside an A/B
     fwd_bwd_device_s: list[float] = dataclasses.field(default_factory=list)  # per call, on device
@@ -114,6 +118,8 @@ class ArmRun:
     # The micro-batch's copy timed alone after the compile (bench/host_link.py): what the first
     # fwd_bwd after an unstaged boundary is predicted to wait for. None: not measured.
     boundary_copy_s: float | None = None
+    # The engine's staging path as its run's header names it (`staging_path`).
+    staging_path: str = ""
 
     def stages_expected(self) -> list[bool]:
         """Whether each boundary (one per step, by the step it closes) should stage."""
@@ -218,22 +224,27 @@ def _device_figures(
             update_ready_s=None,
             boundary_idle_s=None,
             stage_hidden=None,
+            stage_exposed_s=None,
         )
     dispatched = clock.starts("fwd_bwd")
-    hidden = None
+    hidden = exposed = None
     if inputs.staged is not None and device.copy_ready is not None:
         busy_ends = [*device.fwd_bwd_ready, device.update_ready]
         spans = device_seconds(
             [*dispatched, *clock.starts("update")], busy_ends, device.previous_ready
         )
         busy = [(end - seconds, end) for seconds, end in zip(spans, busy_ends, strict=True)]
-        hidden = overlap_fraction((clock.starts("stage")[0], device.copy_ready), busy)
+        staging_start = clock.starts("stage")[0]
+        hidden = overlap_fraction((staging_start, device.copy_ready), busy)
+        waited = clock.ends("device_wait")
+        exposed = idle_seconds((staging_start, max(waited, default=device.copy_ready)), busy)
     return dict(
         fwd_bwd_device_s=device_seconds(dispatched, device.fwd_bwd_ready, device.previous_ready),
         device_ready_s=[ready - clock.start for ready in device.fwd_bwd_ready],
         update_ready_s=device.update_ready - clock.start,
         boundary_idle_s=boundary_idle(device.previous_ready, dispatched[0]),
         stage_hidden=hidden,
+        stage_exposed_s=exposed,
     )
 
 
@@ -286,8 +297,19 @@ def overlap_fraction(
     start, end = interval
     if end <= start:
         return None
-    covered = sum(max(0.0, min(end, b) - max(start, a)) for a, b in busy)
-    return min(1.0, covered / (end - start))
+    return min(1.0, _covered(interval, busy) / (end - start))
+
+
+def idle_seconds(interval: tuple[float, float], busy: Iterable[tuple[float, float]]) -> float:
+    """Seconds of `interval` outside the device-busy spans (which must not overlap each other)."""
+    start, end = interval
+    return max(0.0, end - start - _covered(interval, busy)) if end > start else 0.0
+
+
+def _covered(interval: tuple[float, float], busy: Iterable[tuple[float, float]]) -> float:
+    """Seconds of `interval` inside the busy spans."""
+    start, end = interval
+    return sum(max(0.0, min(end, b) - max(start, a)) for a, b in busy)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -305,9 +327,10 @@ LOG_PREFIX = "[TrainerBench]"
 def stage_line(knob: str, record: StepRecord) -> str:
     """The line after a staged step's ruler line: what was staged and how much of its copy hid."""
     hidden = "-" if record.stage_hidden is None else f"{record.stage_hidden:.3f}"
+    exposed = "-" if record.stage_exposed_s is None else f"{record.stage_exposed_s:.6f}"
     return (
         f"{knob} step={record.step} staged={record.staged} stage_s={record.stage_s:.6f}"
-        f" device_wait_s={record.device_wait_s:.6f} hidden={hidden}"
+        f" device_wait_s={record.device_wait_s:.6f} hidden={hidden} exposed_s={exposed}"
     )
 
 
@@ -344,6 +367,7 @@ _LINE_KEYS: tuple[_Key, ...] = (
     _Key("recompiles", "recompiles", "int"),
     _Key("staged", "staged", "str", optional=True),
     _Key("hidden", "stage_hidden", "float", optional=True),
+    _Key("stage_exposed_s", "stage_exposed_s", "time", optional=True),
     _Key("mb", "micro_batches", "strs"),
     _Key("digests", "digests", "strs"),
     _Key("ready_s", "device_ready_s", "floats"),
@@ -480,6 +504,7 @@ _SUMMARY_ROWS: tuple[tuple[str, Any], ...] = (
     ("device_wait_s", lambda r: r.device_wait_s),
     ("boundary_idle_s", lambda r: r.boundary_idle_s),
     ("stage_hidden", lambda r: r.stage_hidden),
+    ("stage_exposed_s", lambda r: r.stage_exposed_s),
     ("tokens/s/device", lambda r: r.tokens_per_s_per_device),
     ("TFLOP/s/device", lambda r: r.tflops_per_device),
     ("MFU", lambda r: r.mfu),

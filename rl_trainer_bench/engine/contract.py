@@ -53,6 +53,10 @@ OPTIONAL_METHODS: Mapping[str, str] = {
     "(STAGE_BEFORE_UPDATE and STAGE_AFTER_UPDATE need it)",
     "wait_for_device": "wait_for_device() -> seconds: block until every started copy and "
     "dispatched program is done (the staging pair's second half)",
+    "copy_input": "copy_input(payload) -> arrays: the micro-batch copied to the devices as "
+    "`fwd_bwd` copies an unstaged input, returned once issued; the bench times it, waited for, "
+    "after the compile: the copy the first fwd_bwd after an unstaged boundary waits for "
+    "(bench/host_link.py; without it the bench times a plain `device_put` of the arrays)",
     "completion_marker": "completion_marker() -> array: an array ready when the last dispatched "
     "program is done; the step ruler's device timeline stamps it",
     "parameter_digest": "parameter_digest() -> str: a digest of the weights, equal when they are "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import pytest
 
 from rl_trainer_bench import cli
@@ -78,13 +79,49 @@ def test_the_plan_prints_the_bytes_and_the_boundarys_cost_for_a_pathways_pod(mon
     assert "ASSUMED" in boundary_line and boundary_line.endswith("this run: off")
 
 
-def test_the_link_is_measured_with_the_micro_batchs_bytes_over_every_device():
+class CopyingEngine:
+    """An engine with its own copy of an unstaged input: a plain `device_put`, its calls counted."""
+
+    def __init__(self):
+        self.copies = []
+
+    def copy_input(self, payload):
+        self.copies.append(payload.name)
+        return jax.device_put(payload.arrays())
+
+
+@pytest.mark.parametrize("own_copy", [False, True], ids=["plain", "engine's-own-copy"])
+def test_the_link_is_measured_with_the_micro_batchs_bytes_over_every_device(own_copy):
+    """An engine with its own copy of an unstaged input is timed through it (a first copy, then
+    timed ones); one without is timed as a plain engine's unstaged input goes."""
     engine = dataclasses.replace(CPU_TINY, extra_host_bytes=1 << 20)
     payload = build_micro_batch(engine, load_profile(None), seed=0, index=0)
-    link, copy_s, sent = host_link.measure(payload, engine.mesh)
+    copying = CopyingEngine() if own_copy else object()
+    link, copy_s, sent = host_link.measure(payload, engine.mesh, copying)
     assert sent == payload.nbytes  # one process: every device's share
     assert link.kind == MEASURED and link.per_transfer_s > 0 and copy_s > 0
     assert f"{len(payload.arrays())} arrays, {sent:,} B from this process" in link.source
+    if own_copy:
+        assert "by CopyingEngine's own copy of an unstaged input" in link.source
+        assert set(copying.copies) == {payload.name} and 2 <= len(copying.copies) <= 6
+    else:
+        assert "as a plain engine's unstaged input goes" in link.source
+
+
+def test_the_links_rate_leaves_out_the_fixed_costs_and_each_array_pays_its_share():
+    """7 arrays, 50 MB: the micro-batch's copy took 52.1 ms, seven one-element arrays 2.1 ms. So
+    each array's fixed cost is 0.3 ms, and the rate 50 MB over the 50.0 ms left: 1.0 GB/s; the
+    same link predicts the copy back, 7 x 0.3 + 50 ms."""
+    link = host_link.fit(0.0521, 0.0021, 7, 50_000_000, "a test")
+    assert link.per_transfer_s == pytest.approx(0.0003)
+    assert link.bytes_per_s == pytest.approx(1.0e9)
+    assert link.kind == MEASURED and link.source == "a test"
+    copy = dataclasses.replace(
+        boundary_copy(CPU_TINY, None, None), arrays=tuple((f"a{i}", 0) for i in range(6))
+    )
+    copy = dataclasses.replace(copy, arrays=(*copy.arrays, ("big", 50_000_000)))
+    assert copy.seconds(link) == pytest.approx(0.0521)
+    assert host_link.fit(0.002, 0.0021, 7, 10, "x").bytes_per_s == float("inf")
 
 
 def _record(

@@ -14,8 +14,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from stand_in_engine import StandInEngine, stand_in_pool
+from stand_in_engine import StandInEngine, StandInPrepared, stand_in_pool
 
+from rl_trainer_bench.ab import boundary
 from rl_trainer_bench.bench.driver import Bench
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.config.presets import PRESETS
@@ -116,3 +117,44 @@ def test_boundary_idle_runs_from_the_previous_update_to_the_first_dispatch():
         assert STAGE_S - SLACK_S <= record.boundary_idle_s <= STAGE_S + 2 * SLACK_S
     for record in records:
         assert record.fwd_bwd_device_s == pytest.approx([FIRST_CALL_S], abs=SLACK_S)
+
+
+class StagingDeviceEngine(EmulatedDeviceEngine):
+    """As EmulatedDeviceEngine, but a first call whose input was staged runs as a regular one:
+    staging spares it the copy (FIRST_CALL_S - REGULAR_CALL_S), and costs `stage_s` of host time."""
+
+    def fwd_bwd(self, batch):
+        if isinstance(batch, StandInPrepared):
+            self._after_update = False
+        super().fwd_bwd(batch)
+
+
+@pytest.mark.parametrize("stage_s", [0.0, 0.5], ids=["cheap", "slower-than-its-copy"])
+def test_the_report_says_when_staging_costs_more_than_the_copy_it_hides(stage_s):
+    """Two micro-steps (0.1 s each on the device once the first is staged) and a stage of 0.5 s
+    of host time after the last dispatch: the device idles 0.3 s of it, more than the 0.15 s copy
+    an unstaged first call waits for, so the report names the staging path as what a verdict on
+    the switch measures. With a stage that costs nothing, it says nothing of the kind."""
+    engine = StagingDeviceEngine(stage_s)
+    config = BenchConfig(preset=PRESETS["cpu-tiny"], steps=3, micro_steps=2)
+    bench = Bench(config, lambda _: None, engine_factory=lambda _: engine, pool=stand_in_pool(5))
+    bench.setup()
+    try:
+        runs = [bench.run(steps=3, stage=StageConfig(before_update=on)) for on in (False, True)]
+    finally:
+        bench.close()
+    compared = boundary.compare(runs)
+    assert compared.unstaged_extra_s == pytest.approx(FIRST_CALL_S - REGULAR_CALL_S, abs=SLACK_S)
+    assert compared.stage_exposed_s == pytest.approx(
+        max(0.0, stage_s - 2 * REGULAR_CALL_S), abs=SLACK_S
+    )
+    lines = compared.lines()
+    said = [line for line in lines if line.startswith("staging costs more than the copy")]
+    if stage_s:
+        (line,) = said
+        assert "a verdict on STAGE_BEFORE_UPDATE measures the staging path of" in line
+        assert "StagingDeviceEngine" in line
+        assert f"against the {compared.hid_s * 1e3:.2f} ms copy it hides" in line
+        assert compared.hid_s == compared.unstaged_extra_s
+    else:
+        assert said == [], lines

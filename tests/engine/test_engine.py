@@ -18,7 +18,7 @@ import pytest
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.engine.builtin import jax_engine
+from rl_trainer_bench.engine.builtin import input_copy, jax_engine
 from rl_trainer_bench.engine.builtin.flops import micro_batch_flops
 from rl_trainer_bench.engine.builtin.jax_engine import JaxEngine
 from rl_trainer_bench.engine.builtin.programs import abstract_state, lower_programs
@@ -281,6 +281,29 @@ def test_prepared_input_trains_bit_identically_to_the_plain_payload(compiled):
     staged.update()
     assert staged.parameter_digest() == plain.parameter_digest()
     assert staged.get_metrics() == plain.get_metrics()
+
+
+def test_prepare_returns_before_its_copy_is_done_and_the_copy_arrives_whole(compiled, monkeypatch):
+    """A copy that takes 0.6 s (a stand-in for a slow link): the staging call returns at once, the
+    arrays are not there yet, and waiting for the device waits for them; the unstaged input's copy
+    is the caller's own, waited for in fwd_bwd."""
+    slow = input_copy.InputCopy.copy
+
+    def slow_copy(self, arrays):
+        time.sleep(0.6)
+        return slow(self, arrays)
+
+    engine = fresh_engine(compiled)
+    monkeypatch.setattr(input_copy.InputCopy, "copy", slow_copy)
+    started = time.perf_counter()
+    prepared = engine.prepare_fwd_bwd_input(payload(seed=8))
+    assert time.perf_counter() - started < 0.3 and prepared.issue_seconds < 0.3
+    assert prepared.ready_at is None
+    assert engine.wait_for_device() > 0.3 and prepared.ready_at is not None
+    np.testing.assert_array_equal(
+        np.asarray(prepared.arrays["input_ids"]), payload(seed=8).input_ids
+    )
+    assert engine.info()["input_copy"] == "host->device, each array whole: none cut"
 
 
 def test_train_step_moves_only_in_update_and_metrics_are_complete(compiled):

@@ -11,6 +11,7 @@ memory meanwhile. With retry off nothing is ever read back.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import math
@@ -24,7 +25,7 @@ import numpy as np
 
 from rl_trainer_bench.engine import device_digest, residency
 from rl_trainer_bench.engine.background import Background
-from rl_trainer_bench.engine.builtin import flops, programs, sharding
+from rl_trainer_bench.engine.builtin import flops, input_copy, programs, sharding
 from rl_trainer_bench.engine.builtin.parameters import parameter_shapes
 from rl_trainer_bench.engine.builtin.programs import (
     Accumulated,
@@ -34,7 +35,6 @@ from rl_trainer_bench.engine.builtin.programs import (
     check_payload,
     check_routes,
     compile_reservations,  # noqa: F401 (aot finds an engine's abstract-input functions in its module)
-    input_shardings,
     lower_programs,
     payload_spec,
 )
@@ -46,23 +46,44 @@ from rl_trainer_bench.engine.temp_block import compile_reading_block
 log = logging.getLogger(__name__)
 
 
+class CopyInFlight:
+    """A micro-batch's copy handed to the engine's copying thread (`InputCopy.start`): its device
+    arrays once issued. `block_until_ready` waits for the copy itself, so whoever blocks on a
+    PreparedBatch's fields (the driver's copy watcher) waits for the arrays, not for the issue."""
+
+    def __init__(self, future: concurrent.futures.Future):
+        self._future = future
+
+    @property
+    def arrays(self) -> dict[str, jax.Array]:
+        return self._future.result()
+
+    def block_until_ready(self) -> CopyInFlight:
+        jax.block_until_ready(self.arrays)
+        return self
+
+
 @dataclasses.dataclass
 class PreparedBatch:
-    """A micro-batch whose host-to-device copy was issued by `prepare_fwd_bwd_input`.
+    """A micro-batch whose host-to-device copy was started by `prepare_fwd_bwd_input`.
 
-    `issued_at` / `issue_seconds`: perf_counter when the call started and how long it took;
-    `ready_at`: perf_counter when every array had arrived (set by a watcher thread; None until
-    then), so the driver can tell how much of the copy the device work hid.
+    `issued_at` / `issue_seconds`: perf_counter when the call started and how long it took (the
+    copy goes on after it returns); `ready_at`: perf_counter when every array had arrived (set by a
+    watcher thread; None until then), so the driver can tell how much of the copy the device work
+    hid.
     """
 
     name: str
     digests: Mapping[str, str]
-    arrays: dict[str, jax.Array]
+    copy: CopyInFlight
     issued_at: float
     issue_seconds: float = 0.0
     ready_at: float | None = None
-    memory_path: str = "device"  # "pinned_host->device" where the platform has pinned host memory
     probe: threading.Thread | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def arrays(self) -> dict[str, jax.Array]:
+        return self.copy.arrays
 
 
 @dataclasses.dataclass
@@ -73,8 +94,10 @@ class _Pending:
     overflow: jax.Array
 
 
-# Compiled programs shared by engines of the same config on the same devices (A/B arms, tests).
+# Compiled programs shared by engines of the same config on the same devices (A/B arms, tests),
+# and the input copy of their micro-batches (its join program compiled beside them).
 _COMPILED: dict[tuple, dict[str, Any]] = {}
+_COPIES: dict[tuple, input_copy.InputCopy] = {}
 
 
 class JaxEngine:
@@ -117,8 +140,7 @@ class JaxEngine:
         self._marker: jax.Array | None = None
         self._routes_checked: set[str] = set()
         self._prepared: list[PreparedBatch] = []
-        memory_kinds = {m.kind for m in self.mesh.devices.flat[0].addressable_memories()}
-        self._pinned = self.platform != "cpu" and "pinned_host" in memory_kinds
+        self._copy: input_copy.InputCopy | None = None
 
     # -- contract ------------------------------------------------------------------------------
 
@@ -192,6 +214,9 @@ class JaxEngine:
                 time.perf_counter() - start,
             )
             _COMPILED[key] = cached
+            _COPIES[key] = input_copy.InputCopy(
+                self.mesh, spec, input_copy.piece_bytes_for(self.platform)
+            )
         else:
             seconds = dict.fromkeys(cached, 0.0)
             log.info("reused compiled programs %s", ", ".join(cached))
@@ -201,7 +226,7 @@ class JaxEngine:
         waited = time.perf_counter() - start
         if waited > 0.05:
             log.info("waited %.2f s for the initial state and the digest program", waited)
-        self._compiled, self._spec = cached, spec
+        self._compiled, self._spec, self._copy = cached, spec, _COPIES[key]
         return seconds
 
     def fwd_bwd(self, batch: Payload | PreparedBatch) -> None:
@@ -231,7 +256,6 @@ class JaxEngine:
         self._train_step += 1
         self._metrics = {"device": metrics, "replay_count": self._replays, "step": self._train_step}
         self._replays = 0
-        self._prepared = [p for p in self._prepared if p.ready_at is None]
         return self._train_step
 
     def get_metrics(self, clear_cache: bool = True) -> dict[str, Any]:
@@ -277,23 +301,17 @@ class JaxEngine:
     # -- staging -------------------------------------------------------------------------------
 
     def prepare_fwd_bwd_input(self, payload: Payload) -> PreparedBatch:
-        """Issue the host-to-device copy of `payload` into the input shardings; returns at once."""
+        """Start the host-to-device copy of `payload` into the input shardings on the engine's
+        copying thread (`input_copy.py`) and return at once: the copy runs beside the device's
+        work, and the next call that needs the arrays waits for them."""
         start = time.perf_counter()
         if self._spec is None:
             raise ContractError("prepare_fwd_bwd_input before compile(example): compile first")
-        arrays = self._host_arrays(payload)
-        shardings = input_shardings(self.mesh, self._spec)
-        if self._pinned:
-            pinned = input_shardings(self.mesh, self._spec, "pinned_host")
-            arrays = jax.device_put(jax.device_put(arrays, pinned), shardings)
-        else:
-            arrays = jax.device_put(arrays, shardings)
         prepared = PreparedBatch(
             name=payload.name,
             digests=dict(payload.digests),
-            arrays=arrays,
+            copy=CopyInFlight(self._copy.start(self._host_arrays(payload))),
             issued_at=start,
-            memory_path="pinned_host->device" if self._pinned else "device",
         )
         prepared.probe = threading.Thread(target=_record_ready, args=(prepared,), daemon=True)
         prepared.probe.start()
@@ -301,12 +319,20 @@ class JaxEngine:
         self._prepared.append(prepared)
         return prepared
 
+    def copy_input(self, payload: Payload) -> dict[str, jax.Array]:
+        """`payload` copied as `fwd_bwd` copies an unstaged input (`input_copy.InputCopy.copy`);
+        the bench times it after the compile."""
+        if self._spec is None:
+            raise ContractError("copy_input before compile(example): compile first")
+        return self._copy.copy(self._host_arrays(payload))
+
     def wait_for_device(self) -> float:
         """Block until every dispatched program and issued copy is done; seconds blocked."""
         start = time.perf_counter()
         jax.block_until_ready((self._marker, [p.arrays for p in self._prepared]))
         for prepared in self._prepared:
             prepared.probe.join()  # ready_at is set once wait_for_device returns
+        self._prepared.clear()  # all arrived: the caller holds what it will pass to fwd_bwd
         return time.perf_counter() - start
 
     # -- timeline, identity, accounting ------------------------------------------------------
@@ -389,7 +415,9 @@ class JaxEngine:
             "active_parameters_per_token": flops.active_parameters(self.config),
             "ragged_buffer_factor": self.config.moe.ragged_buffer_factor,
             "retry_when_tokens_dropped": self.config.moe.retry_when_tokens_dropped,
-            "input_copy": "pinned_host->device" if self._pinned else "device",
+            "input_copy": self._copy.describe()
+            if self._copy is not None
+            else input_copy.describe_policy(input_copy.piece_bytes_for(self.platform)),
         }
 
     # -- internals -----------------------------------------------------------------------------
@@ -420,7 +448,7 @@ class JaxEngine:
             if batch in self._prepared:
                 self._prepared.remove(batch)
             return batch.arrays
-        return jax.device_put(self._host_arrays(batch), input_shardings(self.mesh, self._spec))
+        return self._copy.copy(self._host_arrays(batch))
 
     def _run(self, program: str, inputs: dict[str, jax.Array]) -> jax.Array:
         """One forward-backward program into the step's sums; its overflow flag (not yet read)."""

@@ -408,11 +408,9 @@ def compile_reservations(config: EngineConfig, mesh) -> dict[str, int]:
     return {name: residency.beside(name, state) for name in residency.BESIDE}
 
 
-def input_shardings(mesh, spec: Mapping[str, jax.ShapeDtypeStruct], memory_kind=None):
+def input_shardings(mesh, spec: Mapping[str, jax.ShapeDtypeStruct]):
     """Where each payload array goes: rows over (fsdp, expert), tokens over context."""
-    return {
-        name: sharding.payload_sharding(mesh, len(s.shape), memory_kind) for name, s in spec.items()
-    }
+    return {name: sharding.payload_sharding(mesh, len(s.shape)) for name, s in spec.items()}
 
 
 def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tuple]]:

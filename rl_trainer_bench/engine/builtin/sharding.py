@@ -40,6 +40,9 @@ TOKENS = P(ROWS, "context")  # [B, T]: any per-token array
 ACTIVATIONS = P(ROWS, "context", None)  # [B, T, D]
 HEADS = P(ROWS, "context", None, None)  # [B, T, heads, width]
 REPLICATED = P()
+# A micro-batch array's piece in its copy (`input_copy.py`): each device's piece of its own block,
+# one device's after another along the first dim.
+PIECES = P(AXES)
 
 # Mesh axes a parameter's `sharded` dim is split over (those its expert dim does not take), and the
 # one its `expert_dim` is split over (`parameters.PARAMETERS` names the dims).
@@ -152,6 +155,11 @@ def unsharded_leaves(tree, devices: int) -> list[tuple[str, int]]:
 def payload_sharding(mesh, ndim: int, memory_kind: str | None = None) -> NamedSharding:
     """Rows over (fsdp, expert), tokens over context, trailing dims (layers, top-k) whole."""
     return named(mesh, P(ROWS, "context", *([None] * (ndim - 2))), memory_kind)
+
+
+def piece_sharding(mesh) -> NamedSharding:
+    """Where the pieces of a micro-batch array's copy sit before they are joined (`PIECES`)."""
+    return named(mesh, PIECES)
 
 
 def constrain(x: jax.Array, spec: PartitionSpec) -> jax.Array:
