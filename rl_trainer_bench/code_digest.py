@@ -157,14 +157,15 @@ def code_sha256(
 
 def shipped(path: Path) -> bytes:
     """`path`'s bytes as the pod gets them: a Python module without its comments and its
-    functions' and classes' docstrings, other files as they are.
+    functions' and classes' docstrings, its own docstring cut to its first line, other files as
+    they are.
 
     They are a quarter of the code's xz (184 KB -> 137 KB for a same-pod A/B of the built-in
     engine), and the archive rides in the manifest, whose annotations `kubectl apply` caps at
-    262,144 bytes. Each docstring is left as `""` and the lines it took are left blank, so every
-    statement keeps its line number in a pod's traceback, and module docstrings stay (commands
-    print theirs). Applying it twice gives the same bytes, so the digest the pod takes of what it
-    unpacked equals the renderer's of the checkout."""
+    262,144 bytes. Each function's and class's docstring is left as `""`, a module's as its first
+    line (a command prints that line), and the lines they took are left blank, so every statement
+    keeps its line number in a pod's traceback. Applying it twice gives the same bytes, so the
+    digest the pod takes of what it unpacked equals the renderer's of the checkout."""
     data = path.read_bytes()
     return _shipped_module(data) if path.suffix == ".py" else data
 
@@ -174,29 +175,36 @@ def _shipped_module(data: bytes) -> bytes:
     """`shipped` of a module's bytes, kept by content: a process that renders many times (the
     tests, `render-diff`) parses each module once, not once a render (0.4-0.8 s a bundle)."""
     lines = data.splitlines(keepends=True)
-    for first, last, start, end in _docstring_spans(data):
+    for first, last, start, end, kept in _docstring_spans(data):
         if lines[last - 1][end:].strip() != b"":
             continue  # code after the closing quotes on its line: left as written
         newline = lines[last - 1][len(lines[last - 1].rstrip(b"\r\n")) :]
-        lines[first - 1] = lines[first - 1][:start] + b'""' + newline
+        lines[first - 1] = lines[first - 1][:start] + kept + newline
         for number in range(first, last):
             lines[number] = newline
     return _without_comments(b"".join(lines).decode()).encode()
 
 
-def _docstring_spans(source: bytes) -> list[tuple[int, int, int, int]]:
-    """(first line, last line, start byte, end byte) of each function's and class's docstring."""
+def _docstring_spans(source: bytes) -> list[tuple[int, int, int, int, bytes]]:
+    """(first line, last line, start byte, end byte, what it becomes) of each docstring: a
+    function's or class's `""`, the module's its first line (unchanged where it has one line)."""
     spans = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            first = node.body[0]
+        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            first = node.body[0] if node.body else None
             if (
                 isinstance(first, ast.Expr)
                 and isinstance(first.value, ast.Constant)
                 and isinstance(first.value.value, str)
             ):
+                if isinstance(node, ast.Module):
+                    if first.lineno == first.end_lineno:
+                        continue
+                    kept = repr(first.value.value.split("\n", 1)[0]).encode()
+                else:
+                    kept = b'""'
                 spans.append(
-                    (first.lineno, first.end_lineno, first.col_offset, first.end_col_offset)
+                    (first.lineno, first.end_lineno, first.col_offset, first.end_col_offset, kept)
                 )
     return spans
 

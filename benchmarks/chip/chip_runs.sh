@@ -85,9 +85,12 @@
 #   maxtext-peak ~5 min the second half of maxtext alone
 #   maxtext-ab ~6 min MaxText's `remat_policy` full vs minimal at that size in one process (the
 #                     full arm's programs from the cache the maxtext part filled)
-#   boundary  ~7 min  README's main job (STAGE off vs on) at the preset's micro-batch and with
-#                     BOUNDARY_BYTES more host bytes in each (`extra_host_bytes`; unset: 64 and
-#                     256 MiB: aot's fit for each first), each size's programs a cold compile
+#   boundary  ~2.3 min a size  README's main job (STAGE off vs on) at the preset's micro-batch
+#                     with BOUNDARY_BYTES more host bytes in each (`extra_host_bytes`, bytes; unset:
+#                     0, 64, 128, 256 and 512 MiB: aot's fit for each first), each size's programs
+#                     a cold compile, then with BOUNDARY_SHORT_BYTES (unset: 512 MiB; empty: none) at
+#                     MICRO_STEPS=2, the same programs from the cache, where the copy is a larger
+#                     share of a shorter step; split the sizes over calls of ten minutes
 #   interrupts ~4 min Ctrl-C and SIGTERM in the main job: 3 tries inside its compile (cold, up
 #                     to 60 s in), 3 in its scored steps (warm from the cache `boundary` filled)
 # JAX's persistent compilation cache (.xla-cache in the checkout, kept between calls while the
@@ -261,9 +264,13 @@ case $part in
       --arms "full:maxtext.remat_policy=full,minimal:maxtext.remat_policy=minimal" \
       --out "$work/maxtext-ab" ;;
   boundary)
-    for bytes in 0 ${BOUNDARY_BYTES-67108864 268435456}; do
+    for bytes in ${BOUNDARY_BYTES-0 67108864 134217728 268435456 536870912}; do
       "$py" -m rl_trainer_bench.cli ab --knob "ENGINE_FLAGS=extra_host_bytes=$bytes" \
         --out "$work/boundary/bytes-$bytes"
+    done
+    for bytes in ${BOUNDARY_SHORT_BYTES-536870912}; do
+      "$py" -m rl_trainer_bench.cli ab --knob "ENGINE_FLAGS=extra_host_bytes=$bytes" \
+        --knob MICRO_STEPS=2 --out "$work/boundary/bytes-$bytes-micro-steps-2"
     done ;;
   interrupts)
     mkdir -p "$work/interrupts"

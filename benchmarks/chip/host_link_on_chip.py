@@ -11,7 +11,10 @@ this times, after a first copy of the same arrays (medians of REPEATS):
 - `pinned`: through a `pinned_host` copy first, then to the device;
 - `issue`: how long each `device_put` call takes to return (the copy may still run);
 - `beside`: a ~0.4 s program of matmuls dispatched first, then the copy issued: the program's time
-  against its time alone, and when the copy was ready (a watcher thread's stamp).
+  against its time alone, and when the copy was ready (a watcher thread's stamp);
+- `engine_same` / `engine_rotating`: the built-in engine's own unstaged copy (`InputCopy.copy`),
+  of the same micro-batch each time or of `--rotate` distinct ones in turn, as a run's pool
+  rotates them (`--engine-only` times these alone).
 Every figure is the chip's own; the bench's engine picks its path from what this prints
 (BENCHMARKS.md, "What STAGE_BEFORE_UPDATE saves on one v5e chip").
 
@@ -33,9 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from rl_trainer_bench.config.presets import preset
-from rl_trainer_bench.engine.builtin import sharding
+from rl_trainer_bench.engine.builtin import input_copy, sharding
 from rl_trainer_bench.engine.payload_shapes import payload_shapes
-from rl_trainer_bench.io import write_text_atomically, check_output_file
+from rl_trainer_bench.io import check_output_file, write_text_atomically
 
 REPEATS = 5
 PIECE_MIN = 4 << 20
@@ -66,6 +69,24 @@ def split(array: np.ndarray, n: int) -> list[np.ndarray]:
     return np.array_split(flat, n, axis=0)
 
 
+def engine_copies(mesh, arrays: dict[str, np.ndarray], rotate: int) -> dict[str, float]:
+    """The engine's unstaged copy of the same micro-batch each time, and of `rotate` distinct
+    ones (fresh host buffers of the same shapes) in turn."""
+    spec = {k: jax.ShapeDtypeStruct(a.shape, a.dtype) for k, a in arrays.items()}
+    copier = input_copy.InputCopy(mesh, spec, input_copy.piece_bytes_for("tpu"))
+    distinct = [arrays] + [{k: a.copy() for k, a in arrays.items()} for _ in range(rotate - 1)]
+    turn = iter(range(10**9))
+    try:
+        return {
+            "engine_same_s": median_s(lambda: copier.copy(arrays)),
+            "engine_rotating_s": median_s(
+                lambda: copier.copy(distinct[next(turn) % rotate]), 2 * rotate
+            ),
+        }
+    finally:
+        copier.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="tpu-v5e-1")
@@ -73,6 +94,8 @@ def main() -> None:
     parser.add_argument("--pieces", default="4,8,16,32")
     parser.add_argument("--pinned-up-to", type=int, default=128, help="MiB; slower past it")
     parser.add_argument("--busy-size", type=int, default=8192, help="the program's matmul width")
+    parser.add_argument("--rotate", type=int, default=5, help="distinct micro-batches in turn")
+    parser.add_argument("--engine-only", action="store_true", help="only the engine's copies")
     parser.add_argument("--output", type=Path, required=True)
     args = parser.parse_args()
     check_output_file(args.output, "--output")
@@ -95,6 +118,11 @@ def main() -> None:
         total = sum(a.nbytes for a in arrays.values())
         to = {k: sharding.payload_sharding(mesh, a.ndim) for k, a in arrays.items()}
         row = {"extra_mib": mib, "bytes": total, "shapes": {k: a.shape for k, a in arrays.items()}}
+        row.update(engine_copies(mesh, arrays, args.rotate))
+        if args.engine_only:
+            results["sizes"].append(row)
+            print(json.dumps(row), flush=True)
+            continue
         copies = {"whole": lambda a=arrays, t=to: jax.device_put(a, t)}
         row["whole_s"] = median_s(copies["whole"])
         start = time.perf_counter()

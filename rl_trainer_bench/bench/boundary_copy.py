@@ -61,17 +61,19 @@ class HostLink:
         )
 
 
-# The link a plan assumes before launch: a 269 MB micro-batch copied from host memory to one TPU v5e
-# chip in its own arrays' shapes, as the engine's unstaged input goes (bench/host_link.py), MEASURED
-# 2026-12-06: 5.42 GB/s and 0.15 ms a transfer. In the step the same copy took about 40% longer
-# (the first call's extra after an unstaged boundary, 72 ms against 51 ms), and a pod's link, a
-# Pathways proxy's above all, can be far slower (BENCHMARKS.md, "The step boundary's copy"): the
+# The link a plan assumes before launch: a 538 MB micro-batch (the preset's with 512 MiB of
+# `extra_host_bytes`) copied from host memory to one TPU v5e chip by the built-in engine's own copy
+# of an unstaged input (in pieces, joined on the device: engine/builtin/input_copy.py), MEASURED
+# 2026-12-07: 9.78 GB/s and 0.169 ms a transfer. In the step the first fwd_bwd after an unstaged
+# boundary waited about 60% longer (90 ms against 56), and a pod's link, a Pathways proxy's above
+# all, can be far slower (BENCHMARKS.md, "What STAGE_BEFORE_UPDATE saves on one v5e chip"): the
 # run measures its own.
 ASSUMED_LINK = HostLink(
-    bytes_per_s=5.42e9,
-    per_transfer_s=1.5e-4,
+    bytes_per_s=9.78e9,
+    per_transfer_s=1.69e-4,
     kind=ASSUMED,
-    source="the copy measured on one TPU v5e chip; a pod's own link is measured when it runs",
+    source="the built-in engine's copy measured on one TPU v5e chip; a pod's own link is measured"
+    " when it runs",
 )
 
 

@@ -340,6 +340,8 @@ class _Key:
     field: str  # StepRecord field
     kind: str  # int | bool | str | time | float | exact | floats | strs
     optional: bool = False
+    # A key added after pods' logs were written: a line without it reads back as None.
+    newer: bool = False
 
 
 _LINE_KEYS: tuple[_Key, ...] = (
@@ -367,7 +369,7 @@ _LINE_KEYS: tuple[_Key, ...] = (
     _Key("recompiles", "recompiles", "int"),
     _Key("staged", "staged", "str", optional=True),
     _Key("hidden", "stage_hidden", "float", optional=True),
-    _Key("stage_exposed_s", "stage_exposed_s", "time", optional=True),
+    _Key("stage_exposed_s", "stage_exposed_s", "time", optional=True, newer=True),
     _Key("mb", "micro_batches", "strs"),
     _Key("digests", "digests", "strs"),
     _Key("ready_s", "device_ready_s", "floats"),
@@ -454,7 +456,7 @@ def parse_line(line: str) -> StepRecord:
         if key not in by_key:
             raise ValueError(f"unknown key {key!r}")
         fields[by_key[key].field] = _parse_value(by_key[key], text)
-    missing = [k.key for k in _LINE_KEYS if k.field not in fields]
+    missing = [k.key for k in _LINE_KEYS if k.field not in fields and not k.newer]
     if missing:
         raise ValueError(f"missing {', '.join(missing)}")
     return StepRecord(**fields)

@@ -141,9 +141,11 @@ PUBLISHED_LINE = (
     " device_s=0.800000,0.500000 first_extra_s=0.300000 update_s=0.004000 drain_s=0.500000"
     " stage_s=0.001000 device_wait_s=0.200000 idle_s=0.050000 tokens=4096 tok_s_dev=409.6"
     " tflops_dev=12.5 mfu=0.31 loss=0.1234567891234 grad_norm=inf loss_den=3000.0 overflow=1"
-    " replays=1 recompiles=0 staged=bench_4_0 hidden=0.75 mb=bench_3_0,bench_3_1 digests=ab12,cd34"
-    " ready_s=0.600000,1.100000 update_ready_s=1.200000"
+    " replays=1 recompiles=0 staged=bench_4_0 hidden=0.75 stage_exposed_s=- mb=bench_3_0,bench_3_1"
+    " digests=ab12,cd34 ready_s=0.600000,1.100000 update_ready_s=1.200000"
 )
+# The same line as pods wrote it before `stage_exposed_s`: it reads back, the figure unknown.
+OLDER_LINE = PUBLISHED_LINE.replace(" stage_exposed_s=-", "")
 PUBLISHED_JSON = (
     '{"step": 3, "warmup": false, "step_s": 1.25, "fwd_bwd_dispatch_s": [0.01, 0.002],'
     ' "first_call_extra_s": 0.3, "update_s": 0.004, "drain_s": 0.5, "stage_s": 0.001,'
@@ -152,7 +154,8 @@ PUBLISHED_JSON = (
     ' "loss_denominator": 3000.0, "overflow_count": 1, "replay_count": 1, "micro_batches":'
     ' ["bench_3_0", "bench_3_1"], "digests": ["ab12", "cd34"], "device_ready_s": [0.6, 1.1],'
     ' "update_ready_s": 1.2, "boundary_idle_s": 0.05, "staged": "bench_4_0", "stage_hidden": 0.75,'
-    ' "recompiles": 0, "arm": "on", "fwd_bwd_device_s": [0.8, 0.5], "non_finite": ["grad_norm"]}\n'
+    ' "stage_exposed_s": null, "recompiles": 0, "arm": "on", "fwd_bwd_device_s": [0.8, 0.5],'
+    ' "non_finite": ["grad_norm"]}\n'
 )
 
 
@@ -161,8 +164,11 @@ def test_a_records_log_line_and_results_line_are_the_published_text(tmp_path):
     assert step_record.format_line(published) == PUBLISHED_LINE
     assert step_record.stage_line("STAGE_BEFORE_UPDATE", published) == (
         "STAGE_BEFORE_UPDATE step=3 staged=bench_4_0 stage_s=0.001000 device_wait_s=0.200000"
-        " hidden=0.750"
+        " hidden=0.750 exposed_s=-"
     )
+    older = step_record.parse_line(OLDER_LINE)
+    assert older.stage_exposed_s is None and older.stage_hidden == 0.75
+    assert step_record.format_line(older) == PUBLISHED_LINE
     path = tmp_path / "results.jsonl"
     with results_file.ResultsWriter(path) as writer:
         writer.write(published)

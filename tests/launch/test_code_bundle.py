@@ -139,20 +139,26 @@ def test_the_pod_gets_each_module_without_comments_and_docstrings_line_for_line(
     data = tmp_path / "profile.json"
     data.write_text('{"# kept": 1}\n')
     assert code_digest.shipped(data) == data.read_bytes()
+    module.write_text('"""First line, kept: a command prints it.\n\nWhy, at length."""\nX = 1\n')
+    assert code_digest.shipped(module).decode() == (
+        "'First line, kept: a command prints it.'\n\n\nX = 1\n"
+    )
 
 
 class _BlankDocstrings(ast.NodeTransformer):
-    """Functions' and classes' docstrings as "", the rest of the tree as it is."""
+    """Functions' and classes' docstrings as "", the module's as its first line, the rest of the
+    tree as it is."""
 
     def _blank(self, node):
         self.generic_visit(node)
-        first = node.body[0]
+        first = node.body[0] if node.body else None
         docstring = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
         if docstring and isinstance(first.value.value, str):
-            first.value.value = ""
+            module = isinstance(node, ast.Module)
+            first.value.value = first.value.value.split("\n", 1)[0] if module else ""
         return node
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _blank
+    visit_Module = visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _blank
 
 
 def _statement_places(tree: ast.AST) -> list[tuple[str, int, int]]:

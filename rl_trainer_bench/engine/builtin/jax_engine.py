@@ -214,9 +214,6 @@ class JaxEngine:
                 time.perf_counter() - start,
             )
             _COMPILED[key] = cached
-            _COPIES[key] = input_copy.InputCopy(
-                self.mesh, spec, input_copy.piece_bytes_for(self.platform)
-            )
         else:
             seconds = dict.fromkeys(cached, 0.0)
             log.info("reused compiled programs %s", ", ".join(cached))
@@ -226,7 +223,7 @@ class JaxEngine:
         waited = time.perf_counter() - start
         if waited > 0.05:
             log.info("waited %.2f s for the initial state and the digest program", waited)
-        self._compiled, self._spec, self._copy = cached, spec, _COPIES[key]
+        self._compiled, self._spec, self._copy = cached, spec, self._input_copy(key, spec)
         return seconds
 
     def fwd_bwd(self, batch: Payload | PreparedBatch) -> None:
@@ -442,6 +439,14 @@ class JaxEngine:
                 if digest is not None:
                     self._routes_checked.add(digest)
         return payload.arrays()
+
+    def _input_copy(self, key: tuple, spec) -> input_copy.InputCopy:
+        """The copy of micro-batches of `spec` (`input_copy.py`), its join compiled with the
+        programs, shared as they are by engines of the same config on the same devices."""
+        if key not in _COPIES:
+            pieces = input_copy.piece_bytes_for(self.platform)
+            _COPIES[key] = input_copy.InputCopy(self.mesh, spec, pieces)
+        return _COPIES[key]
 
     def _device_inputs(self, batch: Payload | PreparedBatch) -> dict[str, jax.Array]:
         if isinstance(batch, PreparedBatch):
