@@ -284,17 +284,16 @@ def test_prepared_input_trains_bit_identically_to_the_plain_payload(compiled):
 
 
 def test_prepare_returns_before_its_copy_is_done_and_the_copy_arrives_whole(compiled, monkeypatch):
-    """A copy that takes 0.6 s (a stand-in for a slow link): the staging call returns at once, the
-    arrays are not there yet, and waiting for the device waits for them; the unstaged input's copy
-    is the caller's own, waited for in fwd_bwd."""
-    slow = input_copy.InputCopy.copy
+    """A staged copy that takes 0.6 s (a stand-in for a slow link): the staging call returns at
+    once, the arrays are not there yet, and waiting for the device waits for them."""
+    whole = input_copy.InputCopy.whole
 
     def slow_copy(self, arrays):
         time.sleep(0.6)
-        return slow(self, arrays)
+        return whole(self, arrays)
 
     engine = fresh_engine(compiled)
-    monkeypatch.setattr(input_copy.InputCopy, "copy", slow_copy)
+    monkeypatch.setattr(input_copy.InputCopy, "whole", slow_copy)
     started = time.perf_counter()
     prepared = engine.prepare_fwd_bwd_input(payload(seed=8))
     assert time.perf_counter() - started < 0.3 and prepared.issue_seconds < 0.3

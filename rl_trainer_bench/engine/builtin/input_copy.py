@@ -105,8 +105,12 @@ class InputCopy:
         return placed
 
     def start(self, arrays: Mapping[str, np.ndarray]) -> concurrent.futures.Future:
-        """`arrays` put whole on the copying thread: a future of the device arrays."""
-        return self._thread.submit(jax.device_put, dict(arrays), self._targets)
+        """`whole(arrays)` on the copying thread: a future of the device arrays."""
+        return self._thread.submit(self.whole, arrays)
+
+    def whole(self, arrays: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
+        """`arrays` on the devices in their input shardings, each array whole, issued now."""
+        return jax.device_put(dict(arrays), self._targets)
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)
