@@ -5,15 +5,19 @@ program), outputs and every input's gradient, in float32
 (the layer's bfloat16 would round both paths' outputs alike and hide their differences). Both take
 the TPU's default matmul precision (float32 operands through bfloat16 once), so neither is exact;
 the reference is the XLA path at the highest precision, and the kernels must be within TOLERANCE
-of it and no further from it than twice the XLA path is, for each array.
+of it and no further from it than twice the XLA path is, for each array. And the interpreter
+test's float64 cases (`delta_rule_cases`) compiled, at the highest precision.
 
 On the chip through `chip_subprocess` (skipped elsewhere), alone:
     python -m pytest -q -m tpu_chip tests/engine/test_delta_rule_kernel_on_chip.py
 """
 
+import json
 from pathlib import Path
 
+import pytest
 from chip_subprocess import ON_A_CHIP, run_on_the_chip
+from delta_rule_cases import CASES
 
 pytestmark = ON_A_CHIP
 
@@ -59,3 +63,40 @@ for kernel, xla in zip(errors["pallas"], errors["xla"]):
 def test_the_kernels_on_the_chip_give_the_xla_paths_outputs_and_gradients():
     tests = str(Path(__file__).resolve().parent)
     run_on_the_chip(COMPARE.format(tests=tests, tolerance=TOLERANCE))
+
+
+# The interpreter test's cases (`delta_rule_cases`) compiled, at head widths of 128 (what the
+# kernels' TPU blocks take), in one process: one opening of the chip and one import of JAX for all.
+# At the highest matmul precision (float32 operands, and the states and inverses kept in float32
+# but where the case keeps them in bfloat16), so the kernels hold to the float64 reference as
+# closely as in the interpreter, which catches a gradient term that only a segment spanning three
+# chunks or more brings in.
+FLOAT64_CASES = """
+import json, sys
+import jax
+sys.path.insert(0, {tests!r})
+from delta_rule_cases import CASES, kernels_and_reference, largest_errors
+errors = {{}}
+with jax.default_matmul_precision("highest"):
+    for name, case in CASES.items():
+        errors[name] = largest_errors(*kernels_and_reference(case, 128, 128, interpret={interpret}))
+print(json.dumps(errors))
+"""
+
+
+@pytest.fixture(scope="module")
+def float64_errors():
+    """Each case's largest error of the outputs and each gradient against the float64 reference,
+    over the reference's largest value, from the chip."""
+    tests = str(Path(__file__).resolve().parent)
+    script = FLOAT64_CASES.format(tests=tests, interpret=False)
+    return json.loads(run_on_the_chip(script).splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", CASES.keys())
+def test_the_compiled_kernels_give_the_float64_recurrences_outputs_and_gradients(
+    float64_errors, name
+):
+    errors = float64_errors[name]
+    assert errors["out"] < 1e-4, errors
+    assert all(errors[array] < CASES[name].tolerance for array in errors), errors
