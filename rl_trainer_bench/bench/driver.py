@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -365,9 +366,10 @@ def run_planned(
     Returns the exit code: 1 when a scored step recompiled or a step's metrics were not finite.
     """
     log(initialize_runtime(env, config.preset.host_devices))
-    cache_folder = compile_cache.folder(config.compile_cache, env)
-    log(f"{step_record.LOG_PREFIX} {persistent_cache.use(cache_folder, env)}")
     refuse_unmeasurable_peak(config)
+    # the cache is this process's: its own environment names JAX's folder and the user's
+    cache_folder = compile_cache.folder(config.compile_cache, os.environ)
+    log(f"{step_record.LOG_PREFIX} {persistent_cache.use(cache_folder, os.environ)}")
     log(f"{step_record.LOG_PREFIX} config {_describe(config.describe())}")
     log(f"{step_record.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")
     results = config.results_dir / "results.jsonl"
