@@ -4,13 +4,20 @@ one line and the cache off, never a failure."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from rl_trainer_bench.ab import command as ab_command
+from rl_trainer_bench.ab import parser as ab_parser
 from rl_trainer_bench.bench import persistent_cache
+
+STAND_IN = "stand_in_engine:ConfiguredStandInEngine"
 
 _SMALLEST = ("--steps", "1", "--warmup-steps", "1", "--micro-steps", "1")
 _SMALLEST += ("--distinct-micro-batches", "1")
@@ -63,3 +70,31 @@ def test_a_folder_that_cannot_be_written_turns_the_cache_off_in_one_line(tmp_pat
         persistent_cache.summary()
         == f"compile cache: hits=0 misses=0 since the run began, in {kept}"
     )
+
+
+@pytest.mark.parametrize(
+    "given", [["--compile-cache", "{folder}"], ["--knob", "COMPILE_CACHE=off"]]
+)
+def test_ab_keeps_its_programs_where_its_flag_or_knob_says(tmp_path, given):
+    """The stand-in engine's A/B in this process: its log's cache line, and the folder it filled;
+    the session's cache restored after, as the other tests use it."""
+    folder = tmp_path / "ab-cache"
+    parser = argparse.ArgumentParser()
+    ab_parser.add_arguments(parser)
+    argv = ["--arms", "off,on", "--steps", "1", "--out", str(tmp_path / "ab"), "--engine", STAND_IN]
+    args = parser.parse_args([*argv, *(word.format(folder=folder) for word in given)])
+    kept = Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
+    try:
+        assert ab_command.run(args) == 0
+    finally:
+        persistent_cache.use(kept, os.environ)
+    log = (tmp_path / "ab" / "ab.log").read_text()
+    if "--compile-cache" in given:
+        assert f"compile cache: {folder} (COMPILE_CACHE=off turns it off)" in log
+        # the stand-in's few programs compiled in this process already: none asks the cache
+        assert f"compile cache: hits=0 misses=0 since the run began, in {folder}\n" in log
+        assert folder.is_dir()
+    else:
+        assert "compile cache: off, COMPILE_CACHE=off: every program compiles" in log
+        assert "compile cache: off\n" in log
+        assert not folder.exists()
