@@ -15,8 +15,9 @@ export COMPILE_CACHE=$out/compile-cache PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
 for run in first second; do
   started=$(date +%s.%N)
-  "$py" -m rl_trainer_bench.cli ab --out "$out/$run" > "$out/$run.log" 2>&1
+  status=0
+  "$py" -m rl_trainer_bench.cli ab --out "$out/$run" > "$out/$run.log" 2>&1 || status=$?
   ended=$(date +%s.%N)
-  echo "$run: wall $(echo "$ended - $started" | bc) s"
-  grep -E "compile (program|wall)|compile cache: hits|^verdict" "$out/$run.log" | sed 's/^/  /'
+  echo "$run: wall $(awk "BEGIN { printf \"%.1f\", $ended - $started }") s, exit $status"
+  grep -E "compile (program|wall)|compile cache: hits|^verdict" "$out/$run.log" | sed 's/^/  /' || true
 done
