@@ -1,4 +1,5 @@
-"""JAX's persistent compilation cache where COMPILE_CACHE says (docs/run.md), its hits counted."""
+"""JAX's persistent compilation cache where COMPILE_CACHE says, its hits counted
+(docs/compile-cache.md)."""
 
 from __future__ import annotations
 

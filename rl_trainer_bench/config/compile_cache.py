@@ -1,4 +1,4 @@
-"""COMPILE_CACHE's folder, resolved with no JAX so the plan names it (docs/run.md)."""
+"""COMPILE_CACHE's folder, resolved with no JAX so the plan names it (docs/compile-cache.md)."""
 
 from __future__ import annotations
 
