@@ -16,6 +16,11 @@ what it made there fails the run at its end (`_the_temporary_folder_is_left_empt
 `tmp_path` folders and the XLA cache sit beside it, and the whole session folder is removed at exit,
 so a run leaves nothing behind in the machine's temporary folder.
 
+The bench keeps compiled programs in the user's cache folder unless told otherwise (COMPILE_CACHE,
+docs/run.md); unset, it follows JAX_COMPILATION_CACHE_DIR, so every run the tests start, in this
+process or a child, keeps them in the session's cache, and a run that wrote into the user's
+folder fails the session at its end (`_the_users_compile_cache_is_left_alone`).
+
 Under pytest-xdist (`-n 2`, README's test command) this module runs first in the controlling
 process, whose environment the workers inherit: every worker compiles into the one session cache,
 and its own session folder is made inside the controller's `tmp/`, checked by the worker and
@@ -64,6 +69,24 @@ def left_behind(folder: Path) -> list[str]:
     """The names in `folder`, once objects that remove their folder when collected are gone."""
     gc.collect()
     return sorted(path.name for path in folder.iterdir())
+
+
+# The user's own compile cache (config/compile_cache.py's default, with this process's HOME).
+USER_COMPILE_CACHE = Path.home() / ".cache" / "rl_trainer_bench"
+
+
+def _changed_at(folder: Path) -> float | None:
+    return folder.stat().st_mtime if folder.exists() else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _the_users_compile_cache_is_left_alone():
+    before = _changed_at(USER_COMPILE_CACHE / "jax")
+    yield
+    assert _changed_at(USER_COMPILE_CACHE / "jax") == before, (
+        f"a test wrote compiled programs into the user's {USER_COMPILE_CACHE}: give its run"
+        " JAX_COMPILATION_CACHE_DIR or COMPILE_CACHE from this session"
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

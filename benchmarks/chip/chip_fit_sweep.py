@@ -13,8 +13,8 @@ with 7, and 8 rows past the chip's 15.75 GiB (BENCHMARKS.md).
 `--aot-only` gives aot's half from a CPU host; `--from-aot FILE` reads it on the chip, so the
 chip's minutes go to the runs (107 s a size on a v5e: the chip opened, three compiles side by
 side, two steps), and `--rows` splits the sweep over several calls. Each size's programs are
-its own, so every size compiles cold; where JAX_COMPILATION_CACHE_DIR is set a size run again
-loads them (benchmarks/chip/chip_runs.sh). Writes OUT/sweep.json and OUT/sweep.md.
+its own, so every size compiles cold; a size run again loads them from the compile cache
+(JAX_COMPILATION_CACHE_DIR in benchmarks/chip/chip_runs.sh, else the bench's default folder). Writes OUT/sweep.json and OUT/sweep.md.
 
 Usage:
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/chip/chip_fit_sweep.py \\

@@ -21,7 +21,7 @@ BENCHMARKS.md). A host without a chip this process can open is refused unless `-
 plumbing only: no peak, no device line in the trace).
 
 JAX's persistent compilation cache: where JAX_COMPILATION_CACHE_DIR is set (or `--compilation-cache
-DIR`), every command compiles into it, so a program compiled once (the preset's take about 2 minutes
+DIR`), every command compiles into it (else none does: COMPILE_CACHE=off, not the bench's default), so a program compiled once (the preset's take about 2 minutes
 on a v5e) loads in seconds in the later commands; each compile time is labelled cold (compiled
 here: the cache gained the program's entry) or warm (loaded from the cache). The compile that reads
 a program's HBM temporary block (MEASURE_PEAK's aot figures, `aot`) always compiles: XLA dumps
@@ -103,6 +103,8 @@ def bench(
     if env.get(CACHE_VARIABLE):
         # every compile goes in, not only those over JAX's one second
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    else:  # no cache here means none: not the bench's default folder (docs/run.md)
+        env["COMPILE_CACHE"] = "off"
     before = cached_programs()
     started = time.perf_counter()
     done = subprocess.run(

@@ -11,12 +11,14 @@
 #   headline-on   ~5.5 min  the same with STAGE on: the same programs, loaded warm from the cache
 #   ab        ~3 min  README's main job as a user runs it (`ab`, no preset), warm from the cache
 #   peak-test ~3 min  the chip test of the measured peak (its run warm, its dumping compile cold)
-#   tests     ~9 min  README's chip-test command (`-m tpu_chip`) but the Gated DeltaNet kernels'
-#                     tests: the measured peak, the grouped matmul, splash attention (520 s measured)
-#   kernel-tests ~7.5 min the Gated DeltaNet kernels' chip tests, the triangular inverse's (40 s
-#                     measured), the chunked rule's (235 and 237 s measured at the preset's 5
-#                     rows and 4 heads a program) and the short convolution's (173 s measured alone): about
-#                     450 s together, INFERRED; with `tests`, README's command
+#   tests     ~5 min  README's chip-test command (`python -m pytest -q -m tpu_chip tests/`), every
+#                     chip test in one call: the measured peak (the preset's run and aot's figures,
+#                     cold: most of it), then the kernels' tests at the smallest shapes that check
+#                     each (ESTIMATE: their shapes cut since the last timed run, 520 s for the first
+#                     three and about 450 s INFERRED for the Gated DeltaNet kernels' at the preset's
+#                     shapes); it prints each test's time (`--durations=0`)
+#   kernel-tests ~2.5 min the kernels' chip tests alone, all but the measured peak: a contributor's
+#                     check of a kernel change (ESTIMATE, as `tests`)
 #   sweep     ~1.8 min a size  chip_fit_sweep.py's runs, aot's verdicts from the CPU host's sweep;
 #                     ROWS picks the sizes (default 3,5,6: 4 is the preset's own run)
 #   aot-host  ~3 min  `aot --target local` (its JSON has its host peak) beside the host peak of
@@ -121,9 +123,6 @@ mkdir -p "$JAX_COMPILATION_CACHE_DIR" "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 results=benchmarks/results
-# The Gated DeltaNet kernels' chip tests: a part of their own, so each part ends inside ten minutes
-kernel_tests=(tests/engine/test_unit_lower_inverse_on_chip.py tests/engine/test_delta_rule_kernel_on_chip.py
-  tests/engine/test_conv_kernel_on_chip.py)
 py=${PYTHON:-python3}
 # MaxText's keys that tpu-v5e-1 needs to reach MaxText at all, and the size it fits
 # (docs/maxtext.md)
@@ -181,9 +180,9 @@ case $part in
   peak-test)
     "$py" -m pytest -q -m tpu_chip tests/bench/test_device_peak_on_chip.py ;;
   tests)
-    "$py" -m pytest -q -m tpu_chip tests/ "${kernel_tests[@]/#/--ignore=}" ;;
+    "$py" -m pytest -q -m tpu_chip tests/ --durations=0 ;;
   kernel-tests)
-    "$py" -m pytest -q -m tpu_chip "${kernel_tests[@]}" ;;
+    "$py" -m pytest -q -m tpu_chip tests/engine/ --durations=0 ;;
   sweep)
     "$py" benchmarks/chip/chip_fit_sweep.py --out "$work/sweep" --rows "${ROWS:-3,5,6}" \
       --from-aot "$results/2026-12-06-chip-fit-sweep-aot-tpu-v5e-1-splash-v5e-1x1.json" ;;

@@ -55,8 +55,9 @@ def one_try(
 ) -> dict:
     """One `ab` signalled `wait_s` into `phase`: what it printed after, and how it ended."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if phase == "compile":
+    if phase == "compile":  # cold: neither JAX's cache nor the bench's default one
         env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+        env["COMPILE_CACHE"] = "off"
     else:  # the environment's cache where it names one (a warm one spares the chip a compile)
         env.setdefault("JAX_COMPILATION_CACHE_DIR", str(cache))
     command = [sys.executable, "-m", "rl_trainer_bench.cli", "ab", *ab_args, "--out", str(folder)]

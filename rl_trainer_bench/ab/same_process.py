@@ -39,6 +39,7 @@ from rl_trainer_bench.bench.engine_plan import extra_work_line
 from rl_trainer_bench.bench.plan import Plan
 from rl_trainer_bench.bench.runtime import SINGLE_PROCESS, runtime_for
 from rl_trainer_bench.bench.step_record import ArmRun
+from rl_trainer_bench.config import compile_cache
 from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.engine.background import Background
 from rl_trainer_bench.engine.contract import StateMismatch
@@ -95,6 +96,7 @@ def same_process(
             for line in [*extra_work_lines(plan), *boundary_lines(plan)]:
                 progress.say(line)
             progress.say(runtime.result() if runtime else _runtime_started(plan))
+            progress.say(_compile_cache_started(args, plan))
             benches = _built_benches(plan, make_bench or _driver_bench, progress, cleanup)
             _start_writing(out, progress)  # every refusal is behind us: now files may change
             compile_s = {name: _compiled(name, bench, progress) for name, bench in benches.items()}
@@ -139,6 +141,17 @@ def _runtime_started(plan: ArmPlan) -> str:
     line = start_for_preset(plan.preset.host_devices)
     jax.devices()
     return line
+
+
+def _compile_cache_started(args: argparse.Namespace, plan: ArmPlan) -> str:
+    """JAX's persistent compilation cache where --compile-cache, else `--knob COMPILE_CACHE=`,
+    else the environment's COMPILE_CACHE says, before the first compile: the log's line saying
+    where, or why it is off. One cache for the process: every arm's programs go in it."""
+    from rl_trainer_bench.bench import persistent_cache  # JAX's: after the runtime started
+
+    from_env = compile_cache.parse(compile_cache.KNOB, os.environ.get(compile_cache.KNOB, ""))
+    setting = args.compile_cache or plan.plans[plan.baseline].config.compile_cache or from_env
+    return persistent_cache.use(compile_cache.folder(setting, os.environ), os.environ)
 
 
 def _start_writing(out: Path, progress: Progress) -> None:

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -26,7 +27,14 @@ import jax
 
 from rl_trainer_bench import interrupts, io
 from rl_trainer_bench.accelerators import chip_for_device_kind
-from rl_trainer_bench.bench import device_peak, host_link, load_failure, results_file, step_record
+from rl_trainer_bench.bench import (
+    device_peak,
+    host_link,
+    load_failure,
+    persistent_cache,
+    results_file,
+    step_record,
+)
 from rl_trainer_bench.bench.distributed import initialize_runtime
 from rl_trainer_bench.bench.plan import refuse_unrunnable_stages, resolve
 from rl_trainer_bench.bench.step import (
@@ -40,6 +48,7 @@ from rl_trainer_bench.bench.step import (
 from rl_trainer_bench.bench.step_record import ArmRun, StepRecord
 from rl_trainer_bench.bench.worker import TrainerWorker
 from rl_trainer_bench.code_digest import code_sha256
+from rl_trainer_bench.config import compile_cache
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.engine import returns
 from rl_trainer_bench.engine.config import EngineConfig, MeshConfig
@@ -150,6 +159,9 @@ class Bench:
         for program, seconds in compile_s.items():
             self.log(f"{step_record.LOG_PREFIX} compile program={program} seconds={seconds:.3f}")
         self.log(f"{step_record.LOG_PREFIX} compile wall_seconds={wall:.3f} (all programs)")
+        cache = persistent_cache.summary()
+        if cache is not None:
+            self.log(f"{step_record.LOG_PREFIX} {cache}")
         self.boundary_copy_s = self._measured_boundary_copy()
         self._compile_listener.enter_context(self.compiles.installed())
         return compile_s
@@ -367,6 +379,9 @@ def run_planned(
     """
     log(initialize_runtime(env, config.preset.host_devices))
     refuse_unmeasurable_peak(config)
+    # the cache is this process's: its own environment names JAX's folder and the user's
+    cache_folder = compile_cache.folder(config.compile_cache, os.environ)
+    log(f"{step_record.LOG_PREFIX} {persistent_cache.use(cache_folder, os.environ)}")
     log(f"{step_record.LOG_PREFIX} config {_describe(config.describe())}")
     log(f"{step_record.LOG_PREFIX} code sha256={code_sha256(engine=config.engine)}")
     results = config.results_dir / "results.jsonl"

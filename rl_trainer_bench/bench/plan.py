@@ -24,7 +24,7 @@ from rl_trainer_bench.bench.runtime import (
     runtime_for,
 )
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
-from rl_trainer_bench.config import trainer_env, value_sources
+from rl_trainer_bench.config import compile_cache, trainer_env, value_sources
 from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, engine_config_from, parse_engine_flags
 from rl_trainer_bench.config.knobs import (
     LAUNCHER_SOURCE,
@@ -97,6 +97,7 @@ class Plan:
     # The engine keys nobody set for this run, with their sources; the trainer's variables' fates.
     preset_values: tuple[ValueSource, ...] = ()
     environment: tuple[EnvFate, ...] | None = None  # None: the environment was not given
+    compile_cache: str = ""  # where compiled programs are kept (config/compile_cache.describe)
 
     @property
     def trainer_slice(self) -> TpuSlice | None:
@@ -158,6 +159,7 @@ class Plan:
                 f" stage={config.stage.describe()}",
             ),
             ("results", self.results_line()),
+            ("compiled programs kept in", self.compile_cache),
             ("moe", self.replay),
             ("device memory", self.device_memory()),
             *(("preset differs from the trainer", d.describe()) for d in self.differences),
@@ -475,6 +477,7 @@ def resolve(
         runtime=runtime,
         preset_values=tuple(preset_values),
         environment=None if env is None else tuple(_environment_fates(env, config, engine)),
+        compile_cache=compile_cache.describe(config.compile_cache, None if rendering else env),
     )
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_trainer_bench.accelerators import TpuSlice, parse_slice
-from rl_trainer_bench.config import values
+from rl_trainer_bench.config import compile_cache, values
 from rl_trainer_bench.config.engine_choice import (
     MAXTEXT_WARMUP_STEPS,
     choose_engine,
@@ -315,6 +315,16 @@ KNOBS: tuple[Knob, ...] = (
         unset_help="no copy",
         surfaces=frozenset({RENDER}),
         command_defaults={RENDER: "under the trainer's durable output folder, if it has one"},
+    ),
+    Knob(
+        compile_cache.KNOB,
+        "",
+        compile_cache.parse,
+        "the folder keeping compiled programs between runs, or off",
+        unset_help=compile_cache.UNSET_HELP,
+        surfaces=frozenset({RENDER, AB}),
+        command_defaults={AB: f"{compile_cache.KNOB}'s"},
+        unset="",
     ),
     Knob(
         "ROUTING_PROFILE",
@@ -606,6 +616,8 @@ class BenchConfig:
     measure_peak: bool = dataclasses.field(default=knob_default("MEASURE_PEAK"))
     results_dir: Path = dataclasses.field(default=knob_default("RESULTS_DIR"))
     results_uri: str | None = dataclasses.field(default=knob_default("RESULTS_URI"))
+    # "off", a folder, or "" (unset: config/compile_cache.folder resolves it in the run's process)
+    compile_cache: str = dataclasses.field(default=knob_default("COMPILE_CACHE"))
     routing_profile: str | None = dataclasses.field(default=knob_default("ROUTING_PROFILE"))
     seed: int = dataclasses.field(default=knob_default("SEED"))
     trainer_argv: tuple[str, ...] = dataclasses.field(default=knob_default("TRAINER_ARGV"))

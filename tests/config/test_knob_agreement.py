@@ -100,6 +100,7 @@ def test_pass_through_knobs_are_the_ones_the_pod_reads():
         "ENGINE_FLAGS",
         "TRAINER_SLICE",
         "RESULTS_URI",
+        "COMPILE_CACHE",
     }
 
 
@@ -216,6 +217,7 @@ def test_the_config_line_names_every_logged_knob_in_table_order():
         "MEASURE_PEAK",
         "RESULTS_DIR",
         "RESULTS_URI",
+        "COMPILE_CACHE",
         "ROUTING_PROFILE",
         "SEED",
         "TRAINER_ARGV",

@@ -58,6 +58,7 @@ SAMPLES = {
         ("gs://bucket/runs/a b", "gs://bucket/runs/a b"),
         ("/mnt/disk/x", "/mnt/disk/x"),
     ],
+    "COMPILE_CACHE": [("off", "off"), ("/mnt/disk/xla cache", "/mnt/disk/xla cache")],
     "ROUTING_PROFILE": [("profiles/r.json", "profiles/r.json")],
     "SEED": [(0, "0"), (2**64 - 1, "18446744073709551615")],
     "TRAINER_ARGV": [
@@ -135,7 +136,7 @@ _OWN_FLAGS = {AB: {"--preset", "--engine"}}
 # The knob flags each command takes, written out: a row that loses a command's surface, or a
 # command that stops reading the table, drops a flag from this list's command.
 _TAKEN = {
-    AB: {"--steps", "--warmup-steps"},
+    AB: {"--steps", "--warmup-steps", "--compile-cache"},
     AOT: {
         "--micro-steps",
         "--stage-before-update",

@@ -1,8 +1,10 @@
 """linear_conv_kernel=pallas on a TPU chip: the compiled kernels (not their interpreter) against the
-XLA path, at tpu-v5e-1's shapes (a micro-batch of its rows of 4,096 tokens over packed segments,
-q, k and v 4,096 channels, 4 taps), the output and the gradients of the input and the taps, in
-float32. No matmul rounds either path, so they agree to float32's sums (the taps' gradients sum
-20,480 tokens in another order).
+XLA path, at tpu-v5e-1's taps (4) on 2 rows of 1,536 tokens over packed segments, q, k and v
+1,024 channels (its heads' widths, a quarter of its heads): 3 of the kernels' blocks of 512 tokens
+by 2 of 512 channels (the preset's 4,096 tokens and channels add blocks, not cases; the kernels
+compile at its shapes in `test_conv_kernel.py`), the output and the gradients of the input and the
+taps, in float32. No matmul rounds either path, so they agree to float32's sums (the taps'
+gradients sum 3,072 tokens in another order).
 
 On the chip through `chip_subprocess` (skipped elsewhere), alone:
     python -m pytest -q -m tpu_chip tests/engine/test_conv_kernel_on_chip.py
@@ -16,7 +18,7 @@ pytestmark = ON_A_CHIP
 
 TOLERANCE = 1e-4  # of an array's largest entry
 COMPARE = """
-import sys
+import dataclasses, sys
 import jax, jax.numpy as jnp, numpy as np
 sys.path.insert(0, {tests!r})
 from gdn_reference import conv_inputs
@@ -25,10 +27,10 @@ from rl_trainer_bench.engine.builtin import sharding
 from rl_trainer_bench.engine.builtin.gated_deltanet import context_conv
 from rl_trainer_bench.engine.config import MeshConfig
 
-engine = preset("tpu-v5e-1").engine
-segments, x, kernel, weights = map(
-    jnp.asarray, conv_inputs(engine.model, engine.micro_batch_rows, engine.seq_len)
+model = dataclasses.replace(
+    preset("tpu-v5e-1").engine.model, linear_num_key_heads=2, linear_num_value_heads=4
 )
+segments, x, kernel, weights = map(jnp.asarray, conv_inputs(model, 2, 1536))
 
 def run(method):
     def loss(x, kernel):

@@ -1,6 +1,7 @@
 """linear_chunk_kernel=pallas: the gated delta rule's chunks in Pallas kernels, forward and backward,
 run in Pallas's interpreter on the host against the per-token recurrence in float64 (outputs and
-every input's gradient, over packed rows with segments starting anywhere), the Gated DeltaNet layer
+every input's gradient, over packed rows with segments starting anywhere and spanning several
+chunks: `delta_rule_cases`, whose cases the chip's test runs compiled), the Gated DeltaNet layer
 through them against the float32 reference layer, and both kernels compiled for a v5e at
 tpu-v5e-1's shapes from this host, where libtpu is installed."""
 
@@ -11,7 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from gdn_reference import layer, recurrence, rule_arrays
+from delta_rule_cases import CASES, GRADIENTS, SEGMENTS, kernels_and_reference
+from gdn_reference import layer
 
 from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.engine.builtin import sharding
@@ -26,96 +28,20 @@ from rl_trainer_bench.engine.builtin.programs import check_config
 from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.engine.contract import ContractError
 
-TOKENS = 200
-# Row 0: segments opening inside a chunk (37, 130), on a chunk's first token at chunks of 64 (64),
-# then padding (190 on); row 1: a segment across two chunks of 64, one opening on the first token
-# of a chunk of either size (128), a segment of one token, and no padding.
-SEGMENTS = np.array(
-    [
-        [1] * 37 + [2] * 27 + [3] * 66 + [4] * 60 + [0] * 10,
-        [5] * 128 + [6] * 1 + [7] * 71,
-    ]
-)
 
-
-def rule_inputs(key_heads, heads, key_dim=16, value_dim=8, seed=0):
-    """q and k per key head as a layer's convolution gives them (not normalised), v, slow decays
-    (the state carries across chunks) and beta, float64; NaN on the padding."""
-    rng = np.random.default_rng(seed)
-    shape = (len(SEGMENTS), TOKENS)
-    arrays = rule_arrays(rng, shape, (key_heads, heads), (key_dim, value_dim), fastest_decay=0.2)
-    padding = SEGMENTS == 0
-    return tuple(np.where(padding.reshape(*shape, *[1] * (x.ndim - 2)), np.nan, x) for x in arrays)
-
-
-def normalised(q, k, heads, scale):
-    """The rule's q and k from the layer's: unit rows (q times `scale`), shared by value heads."""
-    share = heads // q.shape[2]
-
-    def unit(x):
-        return x / jnp.sqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-6)
-
-    return jnp.repeat(unit(q) * scale, share, axis=2), jnp.repeat(unit(k), share, axis=2)
-
-
-@pytest.mark.parametrize(
-    ("chunk", "key_heads", "heads", "per_program", "normalise", "kept_dtype", "tolerance"),
-    [
-        (128, 2, 2, 1, False, None, 1e-4),
-        (64, 1, 2, 2, True, None, 1e-4),
-        (128, 2, 4, 4, True, None, 1e-4),
-        (64, 1, 4, 2, True, None, 1e-4),
-        (64, 1, 4, 2, True, jnp.bfloat16, 1e-2),
-    ],
-    ids=[
-        "chunks of 128, normalised q and k, a head a program",
-        "chunks of 64, shared keys normalised inside, two heads a program",
-        "two key heads of two value heads each in one program, their gradients summed inside",
-        "a key head's four value heads over two programs, their gradients summed after",
-        "the states and inverses kept in bfloat16, as compiled kernels keep them on a TPU",
-    ],
-)
-def test_the_kernels_give_the_float64_recurrences_outputs_and_gradients(
-    chunk, key_heads, heads, per_program, normalise, kept_dtype, tolerance
-):
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_the_kernels_give_the_float64_recurrences_outputs_and_gradients(case):
     """Outputs and the gradients of q, k, v, log decay and beta against autodiff of the per-token
-    recurrence in float64 (padding zeroed for it: it must not matter, and NaN for the kernels):
+    recurrence in float64 over packed rows whose segments span several chunks (`delta_rule_cases`):
     q and k as the rule takes them, or as the layer's convolution gives them, normalised and
     shared by their value heads inside the kernels. With the states and inverses the backward
     reads rounded to bfloat16 (8 bits of mantissa) the gradients hold to 1% of the reference."""
-    arrays = rule_inputs(key_heads, heads)
-    scale = arrays[0].shape[-1] ** -0.5
-    if not normalise:
-        arrays = (*map(np.asarray, normalised(*arrays[:2], heads, scale)), *arrays[2:])
-    segments = jnp.asarray(SEGMENTS)
-    weights = np.random.default_rng(1).normal(size=(*SEGMENTS.shape, heads, arrays[2].shape[-1]))
-
-    def kernel_loss(*x):
-        out = chunked_delta_rule(
-            *x, segments, chunk_size=chunk, query_scale=scale if normalise else None,
-            heads_per_program=per_program, interpret=True, kept_dtype=kept_dtype,
-        )  # fmt: skip
-        return jnp.sum(out * weights.astype(np.float32)), out
-
-    def reference_loss(q, k, v, log_decay, beta):
-        if normalise:
-            q, k = normalised(q, k, heads, scale)
-        out = recurrence(q, k, v, log_decay, beta, segments)
-        return jnp.sum(out * weights), out
-
-    kernel = jax.jit(jax.value_and_grad(kernel_loss, argnums=range(5), has_aux=True))
-    (_, out), grads = kernel(*(jnp.asarray(x, jnp.float32) for x in arrays))
-    with jax.enable_x64(True):
-        finite = (jnp.asarray(np.nan_to_num(x, nan=0.0)) for x in arrays)
-        reference = jax.jit(jax.value_and_grad(reference_loss, argnums=range(5), has_aux=True))
-        (_, want), want_grads = jax.tree.map(np.asarray, reference(*finite))
-    np.testing.assert_array_equal(np.asarray(out)[SEGMENTS == 0], 0.0)
-    np.testing.assert_allclose(np.asarray(out), want, rtol=1e-4, atol=2e-5)
-    for name, got, wanted in zip(
-        ("q", "k", "v", "log_decay", "beta"), grads, want_grads, strict=True
-    ):
+    (out, grads), (want, want_grads) = kernels_and_reference(case, 16, 8, interpret=True)
+    np.testing.assert_array_equal(out[SEGMENTS == 0], 0.0)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-5)
+    for name, got, wanted in zip(GRADIENTS, grads, want_grads, strict=True):
         np.testing.assert_allclose(
-            np.asarray(got), wanted, rtol=tolerance, atol=tolerance / 5, err_msg=name
+            got, wanted, rtol=case.tolerance, atol=case.tolerance / 5, err_msg=name
         )
 
 

@@ -36,6 +36,7 @@ from rl_trainer_bench.engine.builtin.programs import (
     check_routes,
     compile_reservations,  # noqa: F401 (aot finds an engine's abstract-input functions in its module)
     lower_programs,
+    lowered_one_by_one,
     payload_spec,
 )
 from rl_trainer_bench.engine.config import EngineConfig
@@ -172,8 +173,9 @@ class JaxEngine:
         where the host has cores to spare the wall time is about the longest program's, not their
         sum: 84 s against 122 s for tpu-v5e-1 on a 13-core v5e host. On 2 cores it gains nothing
         (the compiler keeps both busy) and the host memory of the compile grows by about a third
-        (benchmarks/reports/aot-compile-time_tpu7x-v5p_2026-12-02.md). Each program's seconds are
-        its own compile's, overlapping the others'.
+        (benchmarks/reports/aot-compile-time_tpu7x-v5p_2026-12-02.md). Each program starts
+        compiling as soon as it is lowered, while the next is traced and lowered; its seconds are
+        its own lowering and compile, overlapping the others'.
         Programs already compiled in this process for the same config (its output folder aside),
         devices and shapes are reused (their entry is 0).
         """
@@ -191,22 +193,18 @@ class JaxEngine:
         digest = self._digest_compile()
         if cached is None:
             start = time.perf_counter()
-            lowered = lower_programs(config, self.mesh, spec)
             reserved = programs.compile_reservations(self.config, self.mesh)
-            lowering = time.perf_counter() - start
-            compiling = {
-                name: Background(
-                    _timed_compile(
-                        program, residency.compile_options(self.platform, reserved[name])
-                    ),
-                    f"engine-compile-{name}",
-                )
-                for name, program in lowered.items()
-            }
+            compiling: dict[str, tuple[Background[tuple[Any, float]], float]] = {}
+            lowering_from = start
+            for name, program in lowered_one_by_one(config, self.mesh, spec):
+                options = residency.compile_options(self.platform, reserved[name])
+                job = Background(_timed_compile(program, options), f"engine-compile-{name}")
+                compiling[name] = job, time.perf_counter() - lowering_from
+                lowering_from = time.perf_counter()
             cached = {}
-            for name, job in compiling.items():
+            for name, (job, lowering) in compiling.items():
                 cached[name], own = job.result()
-                seconds[name] = own + lowering / len(lowered)
+                seconds[name] = lowering + own
                 log.info("compiled %s in %.2f s", name, seconds[name])
             log.info(
                 "compiled %d programs side by side in %.2f s",

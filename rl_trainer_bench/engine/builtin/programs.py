@@ -10,7 +10,7 @@ without allocating anything (docs/engine.md).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -467,9 +467,21 @@ def lower_programs(
     Returns `fwd_bwd`, `update`, and `fwd_bwd_dropless` when a replay can happen
     (`replays_possible`). `spec` defaults to `payload_spec(config)`.
     """
+    return dict(lowered_one_by_one(config, mesh, spec))
+
+
+def lowered_one_by_one(
+    config: EngineConfig,
+    mesh,
+    spec: Mapping[str, jax.ShapeDtypeStruct] | None = None,
+) -> Iterator[tuple[str, jax.stages.Lowered]]:
+    """`lower_programs`' programs, each as soon as it is lowered: a caller compiles the first
+    while the next are traced and lowered (tracing holds the GIL, XLA's compile does not)."""
     check_config(config)
     spec = payload_spec(config) if spec is None else spec
     jitted = jitted_programs(config, mesh, spec)  # outside the mesh: optax evaluates eagerly
     precision = None if config.matmul_precision == "default" else config.matmul_precision
-    with jax.set_mesh(mesh), jax.default_matmul_precision(precision):
-        return {name: program.lower(*args) for name, (program, args) in jitted.items()}
+    for name, (program, args) in jitted.items():
+        with jax.set_mesh(mesh), jax.default_matmul_precision(precision):
+            lowered = program.lower(*args)
+        yield name, lowered
