@@ -55,6 +55,7 @@ from rl_trainer_bench.engine.factory import engine_class
 from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.payload import build as payload
 from rl_trainer_bench.payload import routing_profile
+from rl_trainer_bench.payload.packing import layout_from_orchestrator_argv
 from rl_trainer_bench.units import human_bytes
 
 EngineFactory = Callable[[EngineConfig], Engine]
@@ -205,7 +206,7 @@ class Bench:
         if self._given_pool is not None:
             return list(self._given_pool)
         layout = (
-            payload.layout_from_orchestrator_argv(engine_config, self.config.orch_argv)
+            layout_from_orchestrator_argv(engine_config, self.config.orch_argv)
             if self.config.orch_argv
             else None
         )
