@@ -197,6 +197,9 @@ class CommandLine(tuple):
         line.flags = MappingProxyType(dict(flags))
         return line
 
+    def __reduce__(self):  # pickled and copied as read, not read again
+        return CommandLine._made, (tuple(self), dict(self.environment), dict(self.flags))
+
     def with_flags(self, added: Mapping[str, str]) -> CommandLine:
         """This command with `--key=value` words appended for `added` (keys it lacks), read as
         such words read: each a flag of its own."""
@@ -224,12 +227,24 @@ class EngineFlags(str):
     def __new__(cls, text: str | Sequence[str] = "") -> EngineFlags:
         text = " ".join(text) if not isinstance(text, str) else text
         given = parse_engine_flags(text)
-        engine, maxtext = split_maxtext_flags(given)
+        return cls._made(text, given, *split_maxtext_flags(given))
+
+    @classmethod
+    def _made(
+        cls,
+        text: str,
+        given: Mapping[str, str],
+        engine: Mapping[str, str],
+        maxtext: tuple[tuple[str, str], ...],
+    ) -> EngineFlags:
         flags = super().__new__(cls, text)
-        flags.given = MappingProxyType(given)
-        flags.engine = MappingProxyType(engine)
+        flags.given = MappingProxyType(dict(given))
+        flags.engine = MappingProxyType(dict(engine))
         flags.maxtext = maxtext
         return flags
+
+    def __reduce__(self):  # pickled and copied as read, not read again
+        return EngineFlags._made, (str(self), dict(self.given), dict(self.engine), self.maxtext)
 
 
 def engine_flags_of(text: str | Sequence[str]) -> EngineFlags:
