@@ -25,7 +25,6 @@ from typing import Any
 import jax
 
 from rl_trainer_bench import interrupts, io
-from rl_trainer_bench.accelerators import chip_for_device_kind
 from rl_trainer_bench.bench import device_peak, host_link, load_failure, results_file, step_record
 from rl_trainer_bench.bench.distributed import initialize_runtime
 from rl_trainer_bench.bench.plan import refuse_unrunnable_stages, resolve
@@ -39,6 +38,7 @@ from rl_trainer_bench.bench.step import (
 )
 from rl_trainer_bench.bench.step_record import ArmRun, StepRecord
 from rl_trainer_bench.bench.worker import TrainerWorker
+from rl_trainer_bench.chips.accelerators import chip_for_device_kind
 from rl_trainer_bench.code_digest import code_sha256
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
 from rl_trainer_bench.engine import returns

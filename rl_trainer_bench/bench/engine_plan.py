@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rl_trainer_bench.accelerators import chip_by_name
 from rl_trainer_bench.bench import maxtext_check
+from rl_trainer_bench.chips.accelerators import chip_by_name
 from rl_trainer_bench.config.engine_choice import maxtext_evidence
 from rl_trainer_bench.config.engine_keys import trainer_key_fates
 from rl_trainer_bench.config.knobs import BenchConfig

@@ -14,7 +14,6 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.bench import engine_plan, micro_batch_memory, results_copy
 from rl_trainer_bench.bench.boundary_copy import ASSUMED_LINK, BoundaryCopy, boundary_copy
 from rl_trainer_bench.bench.runtime import (
@@ -24,6 +23,7 @@ from rl_trainer_bench.bench.runtime import (
     runtime_for,
 )
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
+from rl_trainer_bench.chips.accelerators import TpuSlice
 from rl_trainer_bench.config import trainer_env, value_sources
 from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, CommandLine, engine_config_from
 from rl_trainer_bench.config.knobs import (

@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rl_trainer_bench.accelerators import TpuSlice, parse_slice
+from rl_trainer_bench.chips.accelerators import TpuSlice, parse_slice
+from rl_trainer_bench.chips.local_chips import LocalTpu
 from rl_trainer_bench.config import values
 from rl_trainer_bench.config.engine_choice import (
     MAXTEXT_WARMUP_STEPS,
@@ -60,7 +61,6 @@ from rl_trainer_bench.engine.config import GPU_PLATFORMS
 from rl_trainer_bench.engine.factory import BUILT_IN, ENGINE_NAMES
 from rl_trainer_bench.engine.maxtext.tunix_grpo import AUTO, MAXTEXT, MAXTEXT_DRIVERS, TUNIX
 from rl_trainer_bench.errors import ConfigError
-from rl_trainer_bench.local_chips import LocalTpu
 
 _ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
 # What an unnamed preset is, as the help of PRESET and --preset says it
