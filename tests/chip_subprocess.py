@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from rl_trainer_bench import local_chips
+from rl_trainer_bench.chips import local_chips
 
 ON_A_CHIP = [
     pytest.mark.tpu_chip,

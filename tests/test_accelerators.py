@@ -2,7 +2,7 @@
 
 import pytest
 
-from rl_trainer_bench.accelerators import chip_by_name, chip_for_device_kind, parse_slice
+from rl_trainer_bench.chips.accelerators import chip_by_name, chip_for_device_kind, parse_slice
 
 
 def test_slice_derives_hosts_and_pathways_instance_type():

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from rl_trainer_bench import cli, local_chips
+from rl_trainer_bench import cli
 from rl_trainer_bench.ab import command as ab
 from rl_trainer_bench.bench import entry
+from rl_trainer_bench.chips import local_chips
+from rl_trainer_bench.chips.local_chips import LocalTpu, local_tpu, usable_tpu
 from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.config.presets import default_preset
-from rl_trainer_bench.local_chips import LocalTpu, local_tpu, usable_tpu
 
 GOOGLE, V4, V5E, V6E = "0x1ae0", "0x005e", "0x0063", "0x006f"
 INTEL_BRIDGE = ("0x8086", "0x1237")

@@ -30,7 +30,7 @@ import re
 import sys
 from pathlib import Path
 
-from rl_trainer_bench.accelerators import chip_for_device_kind
+from rl_trainer_bench.chips.accelerators import chip_for_device_kind
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError, run_guarded
 from rl_trainer_bench.io import write_text_atomically

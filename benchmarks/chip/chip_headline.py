@@ -52,7 +52,7 @@ import sys
 import time
 from pathlib import Path
 
-from rl_trainer_bench import local_chips
+from rl_trainer_bench.chips import local_chips
 from rl_trainer_bench.config.presets import one_chip_preset
 from rl_trainer_bench.io import write_text_atomically
 from rl_trainer_bench.preflight.hlo.trace_ops import (

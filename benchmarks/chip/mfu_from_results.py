@@ -21,10 +21,10 @@ import statistics
 import sys
 from pathlib import Path
 
-from rl_trainer_bench.accelerators import chip_for_device_kind
 from rl_trainer_bench.bench.plan import resolve
 from rl_trainer_bench.bench.results_file import read_results
 from rl_trainer_bench.bench.step_record import StepRecord
+from rl_trainer_bench.chips.accelerators import chip_for_device_kind
 from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.engine.builtin import flops
 from rl_trainer_bench.errors import UserError, run_guarded

@@ -8,7 +8,7 @@
 A step is MICRO_STEPS fwd_bwd calls and one update, timed from the first dispatch to the update's
 result being ready; compile happens before, off the clock, and the first step is reported as
 warm-up. Prints step seconds (median and spread), tokens/s/device, model TFLOP/s/device and MFU
-when the chip's peak is known (`rl_trainer_bench.accelerators`).
+when the chip's peak is known (`rl_trainer_bench.chips.accelerators`).
 
 Remakes BENCHMARKS.md's driver suite; benchmarks/reports/engine-step_cpu_2026-11-30.md.
 """
@@ -126,7 +126,7 @@ def compare_expert_compute(config) -> int:
 def time_steps(config, steps: int, micro_steps: int) -> int:
     import jax
 
-    from rl_trainer_bench.accelerators import chip_for_device_kind
+    from rl_trainer_bench.chips.accelerators import chip_for_device_kind
     from rl_trainer_bench.engine.builtin.jax_engine import JaxEngine
     from rl_trainer_bench.engine.contract import example_payloads_for
 

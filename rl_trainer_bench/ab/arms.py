@@ -28,6 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from rl_trainer_bench.ab import order as run_orders
+from rl_trainer_bench.chips.local_chips import usable_tpu
 from rl_trainer_bench.config import knobs
 from rl_trainer_bench.config.engine_keys import (
     ENGINE_KEYS,
@@ -46,7 +47,6 @@ from rl_trainer_bench.config.trainer_maxtext import (
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.maxtext.keys import HELD_KEYS, known_keys
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.local_chips import usable_tpu
 
 # Knobs the A/B itself owns: every arm must run the same steps, or the exact checks mean nothing.
 RESERVED_KNOBS = {

@@ -432,6 +432,8 @@ class AbRun:
     blocks: int | None  # of the blocks order; None where the order has none and --blocks is unset
     min_effect: float  # percent of the baseline's median step
     schedule_seed: int  # the layout of the blocks' turns, or the interleaved schedule
+    preset: config.Preset  # the cell every arm times (`arms.chosen_preset`), chosen once here
+    preset_source: str  # what chose it
 
     @property
     def looks(self) -> Looks | None:
@@ -454,7 +456,7 @@ def size(args: argparse.Namespace, schedule_seed: int) -> AbRun:
     """The run `args` asks for, sized from its budget, knobs and platform: the blocks design the
     budget buys with its blocks and turns, or for a run the budget does not size (interleaved,
     another order, scored logs) the steps its design takes by default. `args` is only read."""
-    preset, _ = ab_arms.chosen_preset(args.preset, args.knob)
+    preset, preset_source = ab_arms.chosen_preset(args.preset, args.knob)
     base = base_knobs(args.knob)
     platform = platform_of(preset, base)
     min_effect = platform.min_effect_pct if args.min_effect is None else args.min_effect
@@ -469,7 +471,7 @@ def size(args: argparse.Namespace, schedule_seed: int) -> AbRun:
                     f" not one: drop {flag} and set --steps"
                 )
         steps = DEFAULT_STEPS[args.design] if args.steps is None else args.steps
-        return AbRun(None, steps, args.blocks, min_effect, schedule_seed)
+        return AbRun(None, steps, args.blocks, min_effect, schedule_seed, preset, preset_source)
     settings = tuple(dict.fromkeys(arm.setting for arm in written))
     program_sets = len({arm.program_knobs for arm in written})
     turn = args.steps or platform.turn_steps
@@ -488,7 +490,7 @@ def size(args: argparse.Namespace, schedule_seed: int) -> AbRun:
     expected = parse_effects(args.expect_effect) if args.expect_effect else ()
     design = Design(settings, blocks, turn, budget, source, step_time, noise, min_effect)
     design = dataclasses.replace(design, looks=looks, expected_effects=expected)
-    return AbRun(design, turn, blocks, min_effect, schedule_seed)
+    return AbRun(design, turn, blocks, min_effect, schedule_seed, preset, preset_source)
 
 
 def parse_effects(text: str, name: str = "--expect-effect") -> tuple[float, ...]:

@@ -26,7 +26,6 @@ from rl_trainer_bench.bench.micro_batch_memory import host_memory_bytes
 from rl_trainer_bench.bench.plan import DEFAULT_IN_IMAGE
 from rl_trainer_bench.config import knobs as config
 from rl_trainer_bench.config import value_sources
-from rl_trainer_bench.config.engine_keys import parse_engine_flags
 from rl_trainer_bench.config.trainer_maxtext import FLAG_PREFIX
 from rl_trainer_bench.engine.config import EngineConfig, leaf_fields, value_at
 from rl_trainer_bench.engine.factory import MAXTEXT
@@ -117,7 +116,7 @@ def plan_arms(
     worker cannot run (so no arm runs before a later one is refused). `on_this_host` False plans
     for another machine (a rendered pod): this host's memory says nothing of the pod's there, so
     the micro-batch pool is not judged against it, nor a runtime this host's environment names."""
-    preset, preset_source = ab_arms.chosen_preset(args.preset, args.knob)
+    preset, preset_source = run.preset, run.preset_source
     arms = ab_arms.parse_arms(args.arms, args.order, run.blocks, run.schedule_seed)
     base = base_knobs(args.knob)
     knobs = {arm.label: {"PRESET": preset.name, **arm_knobs(base, arm)} for arm in arms}
@@ -183,7 +182,7 @@ def _resolve_as_run_does(
     does not apply is refused, since it would make an arm a silent copy of another (keys of a
     trainer's argv that the engine does not apply are expected, and listed by the run)."""
     resolved = bench_plan.resolve(bench_config, host_bytes, env)
-    given = parse_engine_flags(bench_config.engine_flags)
+    given = bench_config.engine_flags.given
     unapplied = [key for key in resolved.unapplied if key in given]
     if unapplied:
         raise UserError(

@@ -25,8 +25,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.bench.runtime import MULTI_PROCESS, PATHWAYS, TPU_POD, Runtime
+from rl_trainer_bench.chips.accelerators import TpuSlice
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.payload_shapes import array_bytes
 from rl_trainer_bench.units import human_bytes

@@ -26,7 +26,6 @@ from typing import Any
 import jax
 
 from rl_trainer_bench import interrupts, io
-from rl_trainer_bench.accelerators import chip_for_device_kind
 from rl_trainer_bench.bench import (
     device_peak,
     host_link,
@@ -47,6 +46,7 @@ from rl_trainer_bench.bench.step import (
 )
 from rl_trainer_bench.bench.step_record import ArmRun, StepRecord
 from rl_trainer_bench.bench.worker import TrainerWorker
+from rl_trainer_bench.chips.accelerators import chip_for_device_kind
 from rl_trainer_bench.code_digest import code_sha256
 from rl_trainer_bench.config import compile_cache
 from rl_trainer_bench.config.knobs import BenchConfig, StageConfig
@@ -64,6 +64,7 @@ from rl_trainer_bench.engine.factory import engine_class
 from rl_trainer_bench.errors import ConfigError
 from rl_trainer_bench.payload import build as payload
 from rl_trainer_bench.payload import routing_profile
+from rl_trainer_bench.payload.packing import layout_from_orchestrator_argv
 from rl_trainer_bench.units import human_bytes
 
 EngineFactory = Callable[[EngineConfig], Engine]
@@ -219,7 +220,7 @@ class Bench:
         if self._given_pool is not None:
             return list(self._given_pool)
         layout = (
-            payload.layout_from_orchestrator_argv(engine_config, self.config.orch_argv)
+            layout_from_orchestrator_argv(engine_config, self.config.orch_argv)
             if self.config.orch_argv
             else None
         )

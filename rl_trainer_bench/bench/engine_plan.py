@@ -14,14 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rl_trainer_bench.accelerators import chip_by_name
 from rl_trainer_bench.bench import maxtext_check
+from rl_trainer_bench.chips.accelerators import chip_by_name
 from rl_trainer_bench.config.engine_choice import maxtext_evidence
-from rl_trainer_bench.config.engine_keys import (
-    parse_engine_flags,
-    split_maxtext_flags,
-    trainer_key_fates,
-)
+from rl_trainer_bench.config.engine_keys import trainer_key_fates
 from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.config.presets import ONE_CHIP_PRESETS
 from rl_trainer_bench.config.trainer_maxtext import (
@@ -81,7 +77,7 @@ def trainer_key_fates_for(config: BenchConfig, engine: EngineConfig) -> tuple[Tr
     on the engine that runs. On the built-in engine a `maxtext.KEY` it has no equivalent for is
     refused, naming the keys it can apply: an arm that sets one would time a copy of another arm.
     """
-    flag_keys = split_maxtext_flags(parse_engine_flags(config.engine_flags))[1]
+    flag_keys = config.engine_flags.maxtext
     if config.engine == MAXTEXT:
         fates = maxtext_fates(engine.trainer_maxtext_keys, HELD_KEYS)
         return tuple(marked_from_flags(fates, len(flag_keys)))
@@ -150,7 +146,7 @@ def _maxtext_rows(config: BenchConfig, engine: EngineConfig, in_pod_image: bool)
             ("maxtext config", "not checked: MaxText is not importable here"),
         )
     platform = "tpu" if config.trainer_slice is not None else "cpu"
-    flag_keys = split_maxtext_flags(parse_engine_flags(config.engine_flags))[1]
+    flag_keys = config.engine_flags.maxtext
     checked = maxtext_check.check_apart(engine, platform, len(flag_keys))
     return (("maxtext", f"maxtext {builder.version}, installed here"), ("maxtext config", checked))
 

@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 from rl_trainer_bench.bench import micro_batch_memory, plan, plan_document, results_copy
 from rl_trainer_bench.bench.step_record import LOG_PREFIX
+from rl_trainer_bench.chips.local_chips import usable_tpu
 from rl_trainer_bench.config.knobs import BenchConfig, add_driver_knob_arguments, driver_knobs
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.errors import UserError, exit_process, run_guarded
 from rl_trainer_bench.io import check_writable_folder, refuse_special_file
-from rl_trainer_bench.local_chips import usable_tpu
 
 
 def run_bench(config: BenchConfig, env: Mapping[str, str], log: Callable[[str], None]) -> int:

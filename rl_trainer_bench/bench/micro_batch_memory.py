@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rl_trainer_bench.accelerators import TpuSlice
+from rl_trainer_bench.chips.accelerators import TpuSlice
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.payload_shapes import array_bytes
 from rl_trainer_bench.errors import ConfigError

@@ -14,7 +14,6 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rl_trainer_bench.accelerators import TpuSlice
 from rl_trainer_bench.bench import engine_plan, micro_batch_memory, results_copy
 from rl_trainer_bench.bench.boundary_copy import ASSUMED_LINK, BoundaryCopy, boundary_copy
 from rl_trainer_bench.bench.runtime import (
@@ -24,8 +23,9 @@ from rl_trainer_bench.bench.runtime import (
     runtime_for,
 )
 from rl_trainer_bench.bench.state_memory import MIN_HEADROOM, state_memory
+from rl_trainer_bench.chips.accelerators import TpuSlice
 from rl_trainer_bench.config import compile_cache, trainer_env, value_sources
-from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, engine_config_from, parse_engine_flags
+from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, CommandLine, engine_config_from
 from rl_trainer_bench.config.knobs import (
     LAUNCHER_SOURCE,
     PRESET_SOURCE,
@@ -213,7 +213,7 @@ class Plan:
                 passed.append(value)
         flags = {
             key: (text, ENGINE_KEYS[key].target)
-            for key, text in parse_engine_flags(self.config.engine_flags).items()
+            for key, text in self.config.engine_flags.given.items()
             if key in ENGINE_KEYS
         }
         set_unused = [
@@ -444,9 +444,12 @@ def resolve(
     (the pod, `run`, `ab`'s arms, `aot`, `check-engine`) takes it from the Plan this returns.
     """
     refuse_unrunnable_stages(config.worker, [config.stage])
-    engine, unapplied = engine_config_from(
-        config.preset, config.trainer_argv, config.engine_flags, engine=config.engine
-    )
+    if config.resolved_engine is not None:  # resolved where the knobs were read
+        engine, unapplied = config.resolved_engine.config, config.resolved_engine.unapplied
+    else:  # a config made in code, or one whose inputs were replaced
+        engine, unapplied = engine_config_from(
+            config.preset, config.trainer_argv, config.engine_flags, engine=config.engine
+        )
     engine = dataclasses.replace(engine, maxtext_driver=config.maxtext_driver)
     refuse_engine_config_problems(engine, config.preset.name)
     _refuse_extra_work(config, engine)
@@ -672,7 +675,7 @@ def _replays_per_step(probability: float, micro_steps: int) -> str:
     return ""
 
 
-def _layout(engine: EngineConfig, orch_argv: tuple[str, ...]) -> str:
+def _layout(engine: EngineConfig, orch_argv: CommandLine) -> str:
     if not orch_argv:
         return "the routing profile's layout"
     layout = layout_from_orchestrator_argv(engine, orch_argv)

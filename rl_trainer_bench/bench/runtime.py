@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from rl_trainer_bench.local_chips import jax_platforms
+from rl_trainer_bench.chips.local_chips import jax_platforms
 
 PATHWAYS = "pathways"
 MULTI_PROCESS = "multi-process"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from rl_trainer_bench.config.engine_keys import parse_trainer_command
+from rl_trainer_bench.config.engine_keys import CommandLine, command_line
 from rl_trainer_bench.config.trainer_maxtext import EXTRA_FLAGS_VARIABLE
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.factory import BUILT_IN, MAXTEXT
@@ -37,14 +37,15 @@ class EngineChoice:
     source: str
 
 
-def maxtext_evidence(trainer_argv: Sequence[str]) -> str:
+def maxtext_evidence(trainer_argv: CommandLine | Sequence[str]) -> str:
     """What in the trainer's command says it runs MaxText ('' when nothing does).
 
     The backend flag decides when present (a trainer on another backend may still export
     MAXTEXT_EXTRA_FLAGS, which it then never reads); without it, MAXTEXT_EXTRA_FLAGS in the
     command says the trainer builds a MaxText config.
     """
-    environment, flags = parse_trainer_command(trainer_argv)
+    trainer = command_line(trainer_argv)
+    environment, flags = trainer.environment, trainer.flags
     backend = flags.get(BACKEND_FLAG)
     if backend is not None:
         return f"--{BACKEND_FLAG}={backend}" if backend.lower() == MAXTEXT_BACKEND else ""
@@ -54,7 +55,7 @@ def maxtext_evidence(trainer_argv: Sequence[str]) -> str:
 
 
 def choose_engine(
-    given: str | None, trainer_argv: Sequence[str], engine: EngineConfig
+    given: str | None, trainer_argv: CommandLine | Sequence[str], engine: EngineConfig
 ) -> EngineChoice:
     """ENGINE when given; else MaxText's engine for a MaxText trainer whose model it can time
     (`engine`: the preset's config, whose model family decides); else the built-in engine."""

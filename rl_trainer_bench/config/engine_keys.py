@@ -11,6 +11,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 
 from rl_trainer_bench.config import trainer_maxtext, values
 from rl_trainer_bench.config.presets import Preset
@@ -171,6 +172,110 @@ def parse_engine_flags(text: str | Sequence[str]) -> dict[str, str]:
     return flags
 
 
+class CommandLine(tuple):
+    """A trainer's or orchestrator's command as shell words (a tuple of them, as TRAINER_ARGV and
+    ORCH_ARGV have always been), read once, when it is made: it carries the `NAME=value` words
+    before its python command (`environment`) and its flags (`flags`), as `parse_trainer_command`
+    reads them, so that every later stage takes them from here and none reads the words again.
+    A string is split as shell words first (naming TRAINER_ARGV where it does not split)."""
+
+    environment: Mapping[str, str]
+    flags: Mapping[str, str]
+
+    def __new__(cls, words: str | Sequence[str] = ()) -> CommandLine:
+        if isinstance(words, str):
+            words = values.shell_words("TRAINER_ARGV", words)
+        environment, flags = parse_trainer_command(list(words))
+        return cls._made(words, environment, flags)
+
+    @classmethod
+    def _made(
+        cls, words: Sequence[str], environment: Mapping[str, str], flags: Mapping[str, str]
+    ) -> CommandLine:
+        line = super().__new__(cls, words)
+        line.environment = MappingProxyType(dict(environment))
+        line.flags = MappingProxyType(dict(flags))
+        return line
+
+    def __reduce__(self):  # pickled and copied as read, not read again
+        return CommandLine._made, (tuple(self), dict(self.environment), dict(self.flags))
+
+    def with_flags(self, added: Mapping[str, str]) -> CommandLine:
+        """This command with `--key=value` words appended for `added` (keys it lacks), read as
+        such words read: each a flag of its own."""
+        words = (*self, *(f"--{key}={value}" for key, value in added.items()))
+        return CommandLine._made(words, self.environment, {**self.flags, **added})
+
+
+def command_line(words: str | Sequence[str]) -> CommandLine:
+    """`words` as a CommandLine: itself where it was read already, else read now (a caller that
+    holds the raw words: a test, a command's own flag)."""
+    return words if isinstance(words, CommandLine) else CommandLine(words)
+
+
+class EngineFlags(str):
+    """ENGINE_FLAGS' text, read once, when it is made: its `key=value` words (`given`, as
+    `parse_engine_flags` reads them, last wins) and those split into the engine's keys (`engine`)
+    and MaxText's `maxtext.KEY` words (`maxtext`, as `split_maxtext_flags` splits them). The text
+    stays the knob's value (what is printed and passed to a pod); every later stage reads the
+    keys from here."""
+
+    given: Mapping[str, str]
+    engine: Mapping[str, str]
+    maxtext: tuple[tuple[str, str], ...]
+
+    def __new__(cls, text: str | Sequence[str] = "") -> EngineFlags:
+        text = " ".join(text) if not isinstance(text, str) else text
+        given = parse_engine_flags(text)
+        return cls._made(text, given, *split_maxtext_flags(given))
+
+    @classmethod
+    def _made(
+        cls,
+        text: str,
+        given: Mapping[str, str],
+        engine: Mapping[str, str],
+        maxtext: tuple[tuple[str, str], ...],
+    ) -> EngineFlags:
+        flags = super().__new__(cls, text)
+        flags.given = MappingProxyType(dict(given))
+        flags.engine = MappingProxyType(dict(engine))
+        flags.maxtext = maxtext
+        return flags
+
+    def __reduce__(self):  # pickled and copied as read, not read again
+        return EngineFlags._made, (str(self), dict(self.given), dict(self.engine), self.maxtext)
+
+
+def engine_flags_of(text: str | Sequence[str]) -> EngineFlags:
+    """`text` as EngineFlags: itself where it was read already, else read now."""
+    return text if isinstance(text, EngineFlags) else EngineFlags(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedEngine:
+    """A run's engine config as `engine_config_from` resolved it, with the inputs it was resolved
+    from: made once, where the knobs are read (the step's shape needs its rows), and carried on
+    to the plan, which takes it while those inputs are still the run's."""
+
+    preset: Preset
+    engine: str
+    trainer: CommandLine
+    flags: EngineFlags
+    config: EngineConfig
+    unapplied: tuple[str, ...]
+
+    def resolved_from(
+        self, preset: Preset, engine: str, trainer: CommandLine, flags: EngineFlags
+    ) -> bool:
+        return (self.preset, self.engine, self.trainer, self.flags) == (
+            preset,
+            engine,
+            trainer,
+            flags,
+        )
+
+
 def _closed(value: str) -> bool:
     """Whether a value that opens with a quote or brace is exactly one quoted or braced literal."""
     if value[0] == "{":
@@ -288,10 +393,10 @@ def engine_config_from(
     sorted flags that were given but that the built-in engine does not apply (to be listed at
     start-up, never dropped silently); `trainer_key_fates` says what became of each MaxText key.
     """
-    environment, argv_flags = parse_trainer_command(trainer_argv)
-    given, flag_keys = split_maxtext_flags(parse_engine_flags(engine_flags))
-    trainer_keys = (*trainer_maxtext.maxtext_keys(environment, argv_flags), *flag_keys)
-    argv_flags = {k: v for k, v in argv_flags.items() if k not in trainer_maxtext.FLAG_KEYS}
+    trainer, flags_given = command_line(trainer_argv), engine_flags_of(engine_flags)
+    environment, given, flag_keys = trainer.environment, flags_given.engine, flags_given.maxtext
+    trainer_keys = (*trainer_maxtext.maxtext_keys(environment, trainer.flags), *flag_keys)
+    argv_flags = {k: v for k, v in trainer.flags.items() if k not in trainer_maxtext.FLAG_KEYS}
     mapped = _mapped_trainer_keys(trainer_keys)
     flags = {**argv_flags, **mapped, **given}
     config = dataclasses.replace(preset.engine_for(engine), trainer_maxtext_keys=trainer_keys)
@@ -350,9 +455,9 @@ def trainer_key_fates(
 ) -> list[trainer_maxtext.TrainerKey]:
     """What became of each MaxText key of the trainer's command, ENGINE_FLAGS included (its
     `maxtext.KEY` words follow the trainer's keys, marked as set by ENGINE_FLAGS)."""
-    environment, argv_flags = parse_trainer_command(trainer_argv)
-    given, flag_keys = split_maxtext_flags(parse_engine_flags(engine_flags))
-    keys = (*trainer_maxtext.maxtext_keys(environment, argv_flags), *flag_keys)
+    trainer, flags = command_line(trainer_argv), engine_flags_of(engine_flags)
+    given, flag_keys = flags.engine, flags.maxtext
+    keys = (*trainer_maxtext.maxtext_keys(trainer.environment, trainer.flags), *flag_keys)
     fates = [
         dataclasses.replace(fate, fate=trainer_maxtext.OVERRIDDEN_BY_FLAGS)
         if fate.fate == trainer_maxtext.APPLIED and fate.engine_key in given

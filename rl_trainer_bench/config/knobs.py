@@ -32,14 +32,21 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from rl_trainer_bench.accelerators import TpuSlice, parse_slice
+from rl_trainer_bench.chips.accelerators import TpuSlice, parse_slice
+from rl_trainer_bench.chips.local_chips import LocalTpu
 from rl_trainer_bench.config import compile_cache, values
 from rl_trainer_bench.config.engine_choice import (
     MAXTEXT_WARMUP_STEPS,
     choose_engine,
     engine_warmup_steps,
 )
-from rl_trainer_bench.config.engine_keys import parse_engine_flags, parse_trainer_argv
+from rl_trainer_bench.config.engine_keys import (
+    CommandLine,
+    EngineFlags,
+    ResolvedEngine,
+    command_line,
+    engine_flags_of,
+)
 from rl_trainer_bench.config.presets import (
     HOST_DEFAULT,
     ONE_CHIP_PRESETS,
@@ -54,7 +61,6 @@ from rl_trainer_bench.engine.config import GPU_PLATFORMS
 from rl_trainer_bench.engine.factory import BUILT_IN, ENGINE_NAMES
 from rl_trainer_bench.engine.maxtext.tunix_grpo import AUTO, MAXTEXT, MAXTEXT_DRIVERS, TUNIX
 from rl_trainer_bench.errors import ConfigError
-from rl_trainer_bench.local_chips import LocalTpu
 
 _ENGINE_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", re.ASCII)
 # What an unnamed preset is, as the help of PRESET and --preset says it
@@ -163,10 +169,10 @@ def _preset(name: str, text: str) -> Preset:
     return preset(text)
 
 
-def _engine_flags(name: str, text: str) -> str:
-    """ENGINE_FLAGS stays text (the engine-key grammar, the same in `aot`, `run` and the pod)."""
-    parse_engine_flags(text)
-    return text
+def _engine_flags(name: str, text: str) -> EngineFlags:
+    """ENGINE_FLAGS stays text (the engine-key grammar, the same in `aot`, `run` and the pod),
+    read here, once, into its keys (`EngineFlags`)."""
+    return EngineFlags(text)
 
 
 def _text(name: str, text: str) -> str:
@@ -620,10 +626,10 @@ class BenchConfig:
     compile_cache: str = dataclasses.field(default=knob_default("COMPILE_CACHE"))
     routing_profile: str | None = dataclasses.field(default=knob_default("ROUTING_PROFILE"))
     seed: int = dataclasses.field(default=knob_default("SEED"))
-    trainer_argv: tuple[str, ...] = dataclasses.field(default=knob_default("TRAINER_ARGV"))
-    # key=value engine keys, as written (parse_engine_flags reads them).
-    engine_flags: str = dataclasses.field(default=knob_default("ENGINE_FLAGS"))
-    orch_argv: tuple[str, ...] = dataclasses.field(default=knob_default("ORCH_ARGV"))
+    trainer_argv: CommandLine = dataclasses.field(default=knob_default("TRAINER_ARGV"))
+    # key=value engine keys, as written, and read (EngineFlags: the keys are read from there).
+    engine_flags: EngineFlags = dataclasses.field(default=knob_default("ENGINE_FLAGS"))
+    orch_argv: CommandLine = dataclasses.field(default=knob_default("ORCH_ARGV"))
     worker: str = dataclasses.field(default=knob_default("WORKER"))
     engine: str = BUILT_IN  # module:Class; from_env resolves an unset ENGINE (engine_choice.py)
     maxtext_driver: str = dataclasses.field(default=knob_default("MAXTEXT_DRIVER"))
@@ -634,8 +640,22 @@ class BenchConfig:
     # What the launcher says of the step (None: not read), and where micro_steps came from.
     step_shape: StepShape | None = None
     micro_steps_source: str = PRESET_SOURCE
+    # The engine config `from_env` resolved from these fields (None: the plan resolves it).
+    resolved_engine: ResolvedEngine | None = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
+        # The command knobs are read once: given as words or text (a config made in code, or
+        # changed by dataclasses.replace), they are read here; from the knobs, they come read.
+        object.__setattr__(self, "trainer_argv", command_line(self.trainer_argv))
+        object.__setattr__(self, "orch_argv", command_line(self.orch_argv))
+        object.__setattr__(self, "engine_flags", engine_flags_of(self.engine_flags))
+        resolved = self.resolved_engine
+        if resolved is not None and not resolved.resolved_from(
+            self.preset, self.engine, self.trainer_argv, self.engine_flags
+        ):  # a field it was resolved from was replaced: the plan resolves it again
+            object.__setattr__(self, "resolved_engine", None)
         if self.warmup_steps is None:
             object.__setattr__(self, "warmup_steps", engine_warmup_steps(self.engine))
         if self.micro_steps is None:
@@ -661,12 +681,18 @@ class BenchConfig:
         fields = {knob.dest: knob.read(env) for knob in KNOBS if knob.dest != "stage"}
         stage = given.pop("stage", None) or StageConfig.from_env(env)
         fields.update(given)
-        trainer_flags = parse_trainer_argv(fields["trainer_argv"])
+        for name, read in (
+            ("trainer_argv", command_line),
+            ("engine_flags", engine_flags_of),
+            ("orch_argv", command_line),
+        ):  # the commands' words, and ENGINE_FLAGS where `given` holds text, read once, here
+            fields[name] = read(fields[name])
+        trainer_flags = fields["trainer_argv"].flags
         fields["preset"], source = chosen_preset(fields["preset"], trainer_flags, tpu)
         fields["orch_argv"] = _with_lengths(fields["orch_argv"], trainer_flags)
         choice = choose_engine(fields["engine"], fields["trainer_argv"], fields["preset"].engine)
         fields["engine"] = choice.spec
-        fields["step_shape"] = launcher_step_shape(
+        fields["step_shape"], fields["resolved_engine"] = launcher_step_shape(
             fields["preset"],
             fields["trainer_argv"],
             fields["engine_flags"],
@@ -730,7 +756,7 @@ def _micro_steps(given: int | None, shape: StepShape) -> tuple[int | None, str]:
     return shape.micro_steps, LAUNCHER_SOURCE
 
 
-def _with_lengths(orch_argv: tuple[str, ...], trainer_flags: Mapping[str, str]) -> tuple[str, ...]:
+def _with_lengths(orch_argv: CommandLine, trainer_flags: Mapping[str, str]) -> CommandLine:
     """ORCH_ARGV with the sequence lengths it lacks taken from the trainer's flags.
 
     Both processes are launched with the same lengths; an orchestrator command that leaves them to
@@ -738,8 +764,6 @@ def _with_lengths(orch_argv: tuple[str, ...], trainer_flags: Mapping[str, str]) 
     """
     if not orch_argv:
         return orch_argv
-    given = parse_trainer_argv(orch_argv)
-    supplied = [
-        f"--{k}={trainer_flags[k]}" for k in LENGTH_FLAGS if k not in given and k in trainer_flags
-    ]
-    return (*orch_argv, *supplied)
+    given = orch_argv.flags
+    supplied = {k: trainer_flags[k] for k in LENGTH_FLAGS if k not in given and k in trainer_flags}
+    return orch_argv.with_flags(supplied)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from rl_trainer_bench.chips.local_chips import LocalTpu
 from rl_trainer_bench.engine.config import (
     DROPLESS,
     EngineConfig,
@@ -26,7 +27,6 @@ from rl_trainer_bench.engine.config import (
 )
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.errors import ConfigError
-from rl_trainer_bench.local_chips import LocalTpu
 
 
 @dataclasses.dataclass(frozen=True)

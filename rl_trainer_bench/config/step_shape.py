@@ -33,9 +33,10 @@ from collections.abc import Mapping
 
 from rl_trainer_bench.config import values
 from rl_trainer_bench.config.engine_keys import (
+    CommandLine,
+    EngineFlags,
+    ResolvedEngine,
     engine_config_from,
-    parse_engine_flags,
-    parse_trainer_argv,
 )
 from rl_trainer_bench.config.presets import Preset
 from rl_trainer_bench.errors import ConfigError
@@ -64,22 +65,24 @@ class StepShape:
 
 def launcher_step_shape(
     preset: Preset,
-    trainer_argv: tuple[str, ...],
-    engine_flags: str,
-    orch_argv: tuple[str, ...],
+    trainer: CommandLine,
+    engine_flags: EngineFlags,
+    orchestrator: CommandLine,
     engine: str,
-) -> StepShape:
+) -> tuple[StepShape, ResolvedEngine]:
     """The step's shape in the micro-batches the bench will time: rows as `engine_config_from`
-    resolves them (ENGINE_FLAGS over the trainer's --train_micro_batch_size over the preset)."""
-    trainer_flags = parse_trainer_argv(trainer_argv)
-    rows = engine_config_from(preset, trainer_argv, engine_flags, engine=engine)[0].micro_batch_rows
-    if ROWS_KEY in parse_engine_flags(engine_flags):
+    resolves them (ENGINE_FLAGS over the trainer's --train_micro_batch_size over the preset);
+    with the engine config resolved for them, which the run's plan takes."""
+    config, unapplied = engine_config_from(preset, trainer, engine_flags, engine=engine)
+    resolved = ResolvedEngine(preset, engine, trainer, engine_flags, config, tuple(unapplied))
+    if ROWS_KEY in engine_flags.given:
         rows_source = f"ENGINE_FLAGS {ROWS_KEY}"
-    elif ROWS_KEY in trainer_flags:
+    elif ROWS_KEY in trainer.flags:
         rows_source = f"the trainer's --{ROWS_KEY}"
     else:
         rows_source = f"preset {preset.name}'s rows"
-    return step_shape(trainer_flags, parse_trainer_argv(orch_argv), rows, rows_source)
+    shape = step_shape(trainer.flags, orchestrator.flags, config.micro_batch_rows, rows_source)
+    return shape, resolved
 
 
 @dataclasses.dataclass(frozen=True)

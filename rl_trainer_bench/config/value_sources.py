@@ -14,11 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from rl_trainer_bench.config import trainer_maxtext
-from rl_trainer_bench.config.engine_keys import (
-    ENGINE_KEYS,
-    parse_engine_flags,
-    parse_trainer_command,
-)
+from rl_trainer_bench.config.engine_keys import ENGINE_KEYS, command_line, engine_flags_of
 from rl_trainer_bench.config.presets import Preset
 from rl_trainer_bench.engine.config import EngineConfig, value_at
 
@@ -46,10 +42,10 @@ def shown(value: object) -> str:
 def given_targets(trainer_argv: str | Sequence[str], engine_flags: str | Sequence[str]) -> set[str]:
     """The EngineConfig fields the trainer's command or ENGINE_FLAGS set (as `engine_config_from`
     applies them: a trainer that sets one mesh axis sets the whole mesh)."""
-    environment, flags = parse_trainer_command(trainer_argv)
-    keys = set(flags) | set(parse_engine_flags(engine_flags))
+    trainer = command_line(trainer_argv)
+    keys = set(trainer.flags) | set(engine_flags_of(engine_flags).given)
     for fate in trainer_maxtext.engine_assignments(
-        trainer_maxtext.maxtext_keys(environment, flags)
+        trainer_maxtext.maxtext_keys(trainer.environment, trainer.flags)
     ):
         if fate.engine_key:
             keys.add(fate.engine_key)

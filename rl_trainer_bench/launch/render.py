@@ -26,9 +26,9 @@ from typing import Protocol
 import yaml
 
 from rl_trainer_bench import code_digest
-from rl_trainer_bench.accelerators import TPU_CHIPS, TpuSlice
 from rl_trainer_bench.bench import plan, plan_document
 from rl_trainer_bench.bench.plan import Plan
+from rl_trainer_bench.chips.accelerators import TPU_CHIPS, TpuSlice
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS, refuse_misspelt_knobs
 from rl_trainer_bench.config.presets import MODEL_FLAGS
 from rl_trainer_bench.config.trainer_env import OFF_THE_STEP, PLUMBING, TRAINER_ENV_VARIABLE

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import jsonschema
 
-from rl_trainer_bench.accelerators import TPU_CHIPS
+from rl_trainer_bench.chips.accelerators import TPU_CHIPS
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.launch.apply_size import apply_size_problems
 from rl_trainer_bench.launch.dry_run import (

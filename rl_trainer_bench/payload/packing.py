@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rl_trainer_bench.config.engine_keys import parse_trainer_argv
+from rl_trainer_bench.config.engine_keys import CommandLine, command_line
 from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.payload.errors import ProfileError
@@ -142,13 +142,15 @@ class PackingLayout:
         }
 
 
-def layout_from_orchestrator_argv(engine: EngineConfig, argv: Sequence[str]) -> PackingLayout:
+def layout_from_orchestrator_argv(
+    engine: EngineConfig, argv: CommandLine | Sequence[str]
+) -> PackingLayout:
     """The packing layout of the orchestrator whose argv is `argv` (ORCH_ARGV).
 
     Reads `--max_prompt_length` and `--max_response_length` (both required), `--num_generations`
     (default DEFAULT_NUM_GENERATIONS) and `--pad_rows` (default 0); the micro-batch's rows and length stay the engine's.
     """
-    flags = parse_trainer_argv(list(argv))
+    flags = command_line(argv).flags
     missing = [k for k in ("max_prompt_length", "max_response_length") if k not in flags]
     if missing:
         raise UserError(

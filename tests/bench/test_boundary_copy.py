@@ -11,7 +11,6 @@ import pytest
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.ab import boundary
-from rl_trainer_bench.accelerators import parse_slice
 from rl_trainer_bench.bench import host_link
 from rl_trainer_bench.bench.boundary_copy import (
     ASSUMED,
@@ -22,6 +21,7 @@ from rl_trainer_bench.bench.boundary_copy import (
 )
 from rl_trainer_bench.bench.runtime import runtime_for
 from rl_trainer_bench.bench.step_record import ArmRun, StepRecord
+from rl_trainer_bench.chips.accelerators import parse_slice
 from rl_trainer_bench.config.presets import PRESETS
 from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.payload.build import build_micro_batch

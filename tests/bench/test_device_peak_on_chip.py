@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from rl_trainer_bench import local_chips
 from rl_trainer_bench.bench.device_peak import RESOLUTION
+from rl_trainer_bench.chips import local_chips
 from rl_trainer_bench.config.presets import one_chip_preset
 
 pytestmark = [

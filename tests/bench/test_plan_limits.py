@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.accelerators import parse_slice
 from rl_trainer_bench.bench import entry, micro_batch_memory, plan
 from rl_trainer_bench.bench.micro_batch_memory import micro_batch_bytes
+from rl_trainer_bench.chips.accelerators import parse_slice
 from rl_trainer_bench.config.knobs import BenchConfig
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.errors import ConfigError, UserError

@@ -194,7 +194,13 @@ def test_every_knob_is_a_bench_config_field_with_the_knobs_default():
     """BenchConfig is derived from the table: a row without a field, or a field without a row,
     fails here; the defaults are the ones written in the table."""
     fields = {f.name: f for f in dataclasses.fields(BenchConfig)}
-    derived = {"preset_source", "engine_source", "step_shape", "micro_steps_source"}
+    derived = {
+        "preset_source",
+        "engine_source",
+        "step_shape",
+        "micro_steps_source",
+        "resolved_engine",
+    }
     assert {knob.dest for knob in KNOBS} | derived == set(fields)
     config = BenchConfig(preset=PRESETS["cpu-tiny"])
     assert (config.steps, config.warmup_steps, config.seed, config.worker) == (5, 1, 0, "separate")

@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.accelerators import TPU_CHIPS, TpuSlice
+from rl_trainer_bench.chips.accelerators import TPU_CHIPS, TpuSlice
 from rl_trainer_bench.config.knobs import (
     AB,
     AOT,

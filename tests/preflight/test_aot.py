@@ -10,7 +10,8 @@ import types
 import jax
 import pytest
 
-from rl_trainer_bench import accelerators, cli
+from rl_trainer_bench import cli
+from rl_trainer_bench.chips import accelerators
 from rl_trainer_bench.engine import residency
 from rl_trainer_bench.engine.builtin import programs
 from rl_trainer_bench.errors import UserError

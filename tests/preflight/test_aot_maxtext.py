@@ -12,7 +12,8 @@ import os
 import maxtext_stand_in
 import pytest
 
-from rl_trainer_bench import accelerators, cli
+from rl_trainer_bench import cli
+from rl_trainer_bench.chips import accelerators
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.contract import ContractError
 from rl_trainer_bench.engine.maxtext import aot as maxtext_aot

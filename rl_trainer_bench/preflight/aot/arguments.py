@@ -6,7 +6,7 @@ answers `--help` on a python without JAX, where the modules that compile import 
 
 from __future__ import annotations
 
-from rl_trainer_bench import accelerators
+from rl_trainer_bench.chips import accelerators
 from rl_trainer_bench.config.knobs import add_preset_flag
 
 # `--target local`: this process's devices (targets.py), not a TPU slice's topology.

@@ -15,8 +15,8 @@ from typing import Any
 import jax
 from jax.experimental import topologies
 
-from rl_trainer_bench import accelerators
 from rl_trainer_bench.bench.distributed import take_host_cpu
+from rl_trainer_bench.chips import accelerators
 from rl_trainer_bench.errors import UserError
 from rl_trainer_bench.preflight.aot.arguments import LOCAL
 from rl_trainer_bench.preflight.aot.compile import first_line
@@ -130,7 +130,7 @@ def _topology_target(tpu_slice: accelerators.TpuSlice) -> Target:
         raise UserError(
             f"--target {tpu_slice.name}: libtpu's topology has {len(devices)} devices where the"
             f" chip table expects {tpu_slice.describe()}; fix devices_per_chip of"
-            f" {tpu_slice.chip.name} in rl_trainer_bench/accelerators.py"
+            f" {tpu_slice.chip.name} in rl_trainer_bench/chips/accelerators.py"
         )
     per_chip = tpu_slice.chip.devices_per_chip  # Ironwood shows each chip as two devices
     memory = tpu_slice.chip.device_memory_bytes
