@@ -229,30 +229,34 @@ _TRACE_ROW = re.compile(r"^\| `(?P<source>[^`]+)` \| (?P<ms>[\d.]+) \|")
 
 
 def by_function(cell: Cell, estimate: dict) -> list[dict]:
-    """The traced run's measured ms a step per engine function beside the estimate's (its
-    `fwd_bwd` functions MICRO_STEPS times), largest measured first."""
-    variant = {v.name: v for v in PROGRAMS_}[cell.program]
+    """The traced run's measured ms a step per engine function beside the estimate's, then the
+    functions the estimate charges that the trace does not name; largest measured first."""
     measured = {
         row.group("source"): float(row.group("ms"))
         for line in (RESULTS / cell.trace).read_text().splitlines()
         if (row := _TRACE_ROW.match(line))
     }
-    predicted = estimate["fwd_bwd_by_source"]
+    predicted = estimate["step_by_source"]
+    sources = sorted(
+        set(measured) | set(predicted),
+        key=lambda source: (-measured.get(source, 0.0), -predicted.get(source, 0.0)),
+    )
     return [
         {
             "source": source,
-            "measured_ms_per_step": ms,
-            "predicted_ms_per_step": 1e3 * variant.micro_steps * predicted.get(source, 0.0),
+            "measured_ms_per_step": measured.get(source, 0.0),
+            "predicted_ms_per_step": 1e3 * predicted.get(source, 0.0),
         }
-        for source, ms in sorted(measured.items(), key=lambda item: -item[1])
+        for source in sources
     ]
 
 
 def program_estimate(variant: Program, rates: Rates) -> dict:
     """The variant's predicted step from its kept HLO, MICRO_STEPS x fwd_bwd + update (the
     preset's micro-batches never overflow their buffers: no replay), each program's terms, and
-    `fwd_bwd`'s estimate by the engine function its ops came from."""
+    a step's estimate by the engine function its ops came from."""
     terms, by_source = {}, {}
+    runs = {"fwd_bwd": variant.micro_steps, "update": 1}
     for part in PARTS:
         path = hlo_path(variant.name, part)
         if not path.exists():
@@ -261,13 +265,12 @@ def program_estimate(variant: Program, rates: Rates) -> dict:
         module = parse_hlo(text, str(path))
         found = estimate(module, rates)
         terms[part] = found.terms()
-        if part == "fwd_bwd":
-            sources = op_sources(module, text)
-            for op in found.ops:
-                source = sources.get(op.name, NO_PACKAGE_FRAME)
-                by_source[source] = by_source.get(source, 0.0) + op.total
+        sources = op_sources(module, text)
+        for op in found.ops:
+            source = sources.get(op.name, NO_PACKAGE_FRAME)
+            by_source[source] = by_source.get(source, 0.0) + runs[part] * op.total
     step = variant.micro_steps * terms["fwd_bwd"]["seconds"] + terms["update"]["seconds"]
-    return {"step_seconds": step, "programs": terms, "fwd_bwd_by_source": by_source}
+    return {"step_seconds": step, "programs": terms, "step_by_source": by_source}
 
 
 def public_cell() -> dict | None:
@@ -292,7 +295,7 @@ def public_cell() -> dict | None:
         "over_public_stage_on": found["step_seconds"] / public["step_stage_on"] - 1,
         "over_public_stage_off": found["step_seconds"] / public["step_stage_off"] - 1,
         "programs": found["programs"],
-        "fwd_bwd_by_source": found["fwd_bwd_by_source"],
+        "step_by_source": found["step_by_source"],
     }
 
 
@@ -416,9 +419,9 @@ def print_check(check: dict, top: int) -> None:
             f" + HBM {1e3 * terms['memory_seconds']:.1f} + kernels {1e3 * terms['kernel_seconds']:.1f}"
             f" + collectives exposed {1e3 * terms['exposed_collective_seconds']:.1f} ms"
         )
-        ranked = sorted(program["fwd_bwd_by_source"].items(), key=lambda item: -item[1])
+        ranked = sorted(program["step_by_source"].items(), key=lambda item: -item[1])
         for source, seconds in ranked[:top]:
-            print(f"    {source[:64]:66}{1e3 * seconds:8.1f} ms")
+            print(f"    {source[:64]:66}{1e3 * seconds:8.1f} ms a step")
 
 
 def print_public_cell(cell: dict | None, top: int) -> None:
@@ -439,9 +442,9 @@ def print_public_cell(cell: dict | None, top: int) -> None:
         f" collectives exposed {terms['exposed_collective_seconds']:.2f} s of"
         f" {terms['collective_seconds']:.2f} s moving"
     )
-    ranked = sorted(cell["fwd_bwd_by_source"].items(), key=lambda item: -item[1])
+    ranked = sorted(cell["step_by_source"].items(), key=lambda item: -item[1])
     for source, seconds in ranked[:top]:
-        print(f"    {source[:64]:66}{seconds:8.3f} s a fwd_bwd")
+        print(f"    {source[:64]:66}{seconds:8.3f} s a step")
 
 
 def main() -> int:
