@@ -8,20 +8,26 @@ the median of the scored steps in the chip's raw results under `benchmarks/resul
 named beside it). Each change is a pair of cells the chip ran as an A/B (or before and after in
 one call), with its measured delta from the same files.
 
-The compiled HLO of each cell's `fwd_bwd` and `update` is kept gzipped under
-`benchmarks/results/aot-step-check/` (`--compile` makes what is missing, one TPU compile at a
-time, minutes each), so the check itself reads them and needs no compile. The estimate is
+The compiled HLO of each variant's `fwd_bwd` and `update` is kept xz-compressed (`slim`: less the
+op names and the kernels' serialized bodies) under `benchmarks/results/aot-step-check/`
+(`--compile` makes what is missing, one TPU compile at a time, minutes each), so the check itself
+reads them and needs no compile; a variant not compiled yet leaves its cells out, named. The estimate is
 `preflight.op_estimate`'s, summed into a step as `aot` sums it; the results go to
 `benchmarks/results/aot-step-check/check.json`, which `aot` reads to print the estimate's error on
 the chip's own cells beside its prediction.
 
 A cell measured at an earlier commit than this tree's program is marked so: the chip ran the
-program of that commit, the prediction is of this tree's.
+program of that commit (its keys given as engine flags here), the prediction is of this tree's.
+A cell with a traced run beside it also gets the trace's ms a step per engine function beside
+the estimate's: which functions the estimate misses.
+
+Remakes BENCHMARKS.md's rows "aot's step estimate against the chip" and "The 397B cell's step on
+`tpu7x:4x4x8`"; benchmarks/reports/aot-step-estimate_v5e-tpu7x_2026-12-07.md.
 
 Usage:
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/aot/step_estimate_check.py \\
-      --compile [--cells preset,rows-7]       # needs the [tpu] extra; once per cell
-  PYTHONPATH=. python benchmarks/aot/step_estimate_check.py [--ops CELL]
+      --compile [--programs preset,rows-7]    # needs the [tpu] extra; once per variant
+  PYTHONPATH=. python benchmarks/aot/step_estimate_check.py [--top 8] [--output check.json]
 """
 
 from __future__ import annotations
