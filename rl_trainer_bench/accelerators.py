@@ -180,8 +180,13 @@ class TpuSlice:
         return f"{self.chip.name}:{self.topology}"
 
     @property
+    def torus(self) -> tuple[int, ...]:
+        """Chips along each axis of the slice's topology."""
+        return tuple(int(d) for d in self.topology.split("x"))
+
+    @property
     def num_chips(self) -> int:
-        return math.prod(int(d) for d in self.topology.split("x"))
+        return math.prod(self.torus)
 
     @property
     def num_devices(self) -> int:

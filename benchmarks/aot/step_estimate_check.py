@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from rl_trainer_bench.accelerators import chip_by_name
+from rl_trainer_bench.accelerators import chip_by_name, parse_slice
 from rl_trainer_bench.errors import UserError, run_guarded
 from rl_trainer_bench.io import write_text_atomically
 from rl_trainer_bench.preflight.hlo.parse import parse_hlo
@@ -284,7 +284,8 @@ def public_cell() -> dict | None:
     make up a step (fwd_bwd's MICRO_STEPS times, update's once); None until it is compiled."""
     if not all(hlo_path(CELL_397B.name, p).exists() for p in PARTS):
         return None
-    rates = Rates.of_chip(chip_by_name("tpu7x"))
+    tpu_slice = parse_slice(CELL_397B.target)
+    rates = Rates.of_chip(tpu_slice.chip, tpu_slice.torus)
     found = program_estimate(CELL_397B, rates)
     runs = {"fwd_bwd": CELL_397B.micro_steps, "update": 1}
     keys = found["programs"]["fwd_bwd"].keys()

@@ -52,19 +52,21 @@ _POINT_TO_POINT = frozenset({"collective-permute", "collective-broadcast", "send
 
 @dataclasses.dataclass(frozen=True)
 class Rates:
-    """One device's rates, and where each comes from."""
+    """One device's compute and HBM rates, its chip's ICI rate, and where each comes from."""
 
     peak_flops: float
     hbm_bytes_per_second: float
-    ici_bytes_per_second: float  # one direction, over the links of one torus axis; 0: unknown
+    # A chip's ICI rate one way over the links of one torus axis; 0: unknown
+    ici_bytes_per_second: float
     source: str
+    devices_per_chip: int = 1
+    torus: tuple[int, ...] = ()  # the slice's chips along each torus axis; (): one axis assumed
 
     @classmethod
-    def of_chip(cls, chip: Chip) -> Rates | None:
-        """A device's share of the chip's rates; None without its peak and HBM bandwidth. A
-        collective's ring along one axis of a D-dimensional torus uses that axis's two links,
-        a 1 / D share of the chip's links, each way: a 1 / (2 D) share of the bidirectional
-        figure the spec sheet gives."""
+    def of_chip(cls, chip: Chip, torus: tuple[int, ...] = ()) -> Rates | None:
+        """A device's share of the chip's compute and HBM rates; None without them. A chip's
+        links along one axis of a D-dimensional torus are a 1 / D share of its links, each way
+        half: a 1 / (2 D) share of the bidirectional figure the spec sheet gives."""
         if not chip.peak_bf16_flops or not chip.hbm_bytes_per_second:
             return None
         axis_share = 1 / (2 * chip.topology_dims) if chip.topology_dims else 0.0
@@ -72,8 +74,10 @@ class Rates:
         return cls(
             chip.per_device(chip.peak_bf16_flops),
             chip.per_device(chip.hbm_bytes_per_second),
-            chip.per_device(chip.ici_bytes_per_second) * axis_share,
+            chip.ici_bytes_per_second * axis_share,
             source,
+            chip.devices_per_chip,
+            tuple(torus),
         )
 
 
@@ -194,17 +198,31 @@ def _collective_instructions(module: HloModule, collectives: list[Collective]) -
 
 
 def collective_seconds(collective: Collective, rates: Rates) -> float:
-    """One execution of a collective over ICI: (n - 1) / n of its buffer per pass on a ring of n,
-    its buffer once for a point-to-point op; 0 where the chip's ICI rate is unknown."""
+    """One execution of a collective over ICI; 0 where the chip's ICI rate is unknown.
+
+    A group of n devices spans n / devices-per-chip chips (a chip's devices taken together, as a
+    mesh's minor axis places them): (chips - 1) / chips of each device's buffer crosses ICI per
+    pass on a ring (two passes for an all-reduce; a permute moves its buffer once), and the
+    chip's devices in the group share its links. A group on one chip moves nothing over ICI (its
+    dies' own link is not modelled). The links are those of the torus axes the group spans, the
+    fewest whose chips hold it (one axis where the slice's torus is not given).
+    """
     if not rates.ici_bytes_per_second:
         return 0.0
+    n = max(collective.group_size, 1)
+    per_chip = min(rates.devices_per_chip, n)
+    chips = -(-n // per_chip)
     if collective.kind in _POINT_TO_POINT:
-        moved = float(collective.bytes)
+        moved = float(collective.bytes) if chips > 1 else 0.0
     else:
-        n = collective.group_size
-        share = (n - 1) / n if n > 1 else (1.0 if n == 0 else 0.0)
-        moved = _RING_PASSES.get(collective.kind, 1.0) * share * collective.bytes
-    return moved / rates.ici_bytes_per_second
+        passes = _RING_PASSES.get(collective.kind, 1.0)
+        moved = passes * (chips - 1) / chips * collective.bytes
+    axes, held = 0, 1
+    for size in sorted(rates.torus, reverse=True):
+        if held >= chips:
+            break
+        axes, held = axes + 1, held * size
+    return moved * per_chip / (rates.ici_bytes_per_second * max(axes, 1))
 
 
 def _collective_times(

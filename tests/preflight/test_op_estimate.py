@@ -6,7 +6,8 @@ import pytest
 
 from rl_trainer_bench.accelerators import chip_by_name
 from rl_trainer_bench.preflight.hlo.parse import parse_hlo
-from rl_trainer_bench.preflight.op_estimate import Rates, estimate
+from rl_trainer_bench.preflight.hlo.report import Collective
+from rl_trainer_bench.preflight.op_estimate import Rates, collective_seconds, estimate
 
 # A matmul with an all-gather of 4 devices scheduled beside it, an elementwise fusion and a
 # reduce of the gathered array, and a Pallas kernel that states its cost.
@@ -78,7 +79,29 @@ def test_a_chip_rates_come_from_the_chip_table():
     # a device is half a chip: 2307 TFLOP/s, 7.37 TB/s, 1.2 TB/s both ways over 6 links
     assert rates.peak_flops == pytest.approx(1153.5e12)
     assert rates.hbm_bytes_per_second == pytest.approx(3.685e12)
-    assert rates.ici_bytes_per_second == pytest.approx(1.2e12 / 6 / 2)
+    assert rates.ici_bytes_per_second == pytest.approx(1.2e12 / 6)  # a chip, one axis, one way
+    assert rates.devices_per_chip == 2
+
+
+def _gather(group_size: int) -> Collective:
+    return Collective(
+        kind="all-gather", name="ag", computation="main", line=1, form="async pair",
+        bytes=2**30, executions=1, group_size=group_size, mesh_axes=None,
+        between_instructions=0, between_compute=0, between_flops=0.0, made_sync=False,
+    )  # fmt: skip
+
+
+def test_a_group_over_more_chips_uses_more_torus_axes():
+    """On tpu7x:4x4x8 (2 devices a chip, 1.2 TB/s both ways a chip over 6 links): 128 devices
+    are 64 chips, more than 8 x 4 hold, so the ring uses all three axes; 2 devices are one chip,
+    nothing crosses ICI."""
+    rates = Rates.of_chip(chip_by_name("tpu7x"), torus=(4, 4, 8))
+    per_axis = 1.2e12 / 6
+    assert collective_seconds(_gather(128), rates) == pytest.approx(
+        63 / 64 * 2**30 * 2 / (3 * per_axis)
+    )
+    assert collective_seconds(_gather(16), rates) == pytest.approx(7 / 8 * 2**30 * 2 / per_axis)
+    assert collective_seconds(_gather(2), rates) == 0.0
 
 
 def test_a_tiled_array_moves_its_padded_tiles():

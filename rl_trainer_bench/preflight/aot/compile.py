@@ -260,9 +260,17 @@ def compile_one(
 
 
 def device_rates(mesh) -> op_estimate.Rates | None:
-    """The op estimate's rates for the mesh's devices; None for a chip the table lacks."""
-    chip = chip_for_device_kind(mesh.devices.flat[0].device_kind)
-    return op_estimate.Rates.of_chip(chip) if chip is not None else None
+    """The op estimate's rates for the mesh's devices, with the torus their chips' coordinates
+    span (a TPU device carries its chip's `coords`); None for a chip the table lacks."""
+    devices = list(mesh.devices.flat)
+    chip = chip_for_device_kind(devices[0].device_kind)
+    if chip is None:
+        return None
+    coords = [device.coords for device in devices if hasattr(device, "coords")]
+    torus = (
+        tuple(max(c[axis] for c in coords) + 1 for axis in range(len(coords[0]))) if coords else ()
+    )
+    return op_estimate.Rates.of_chip(chip, torus)
 
 
 def compile_programs(
