@@ -113,7 +113,13 @@ PROGRAMS_ = (
 )
 # The 397B cell on its slice, beside MaxText's public step (`step_estimate.PUBLIC_MEASURED`).
 CELL_397B = Program("qwen3.5-397b-cell", "", "qwen3.5-397b-cell", "tpu7x:4x4x8", micro_steps=9)
-AB = "{}/arm*-{}.jsonl"
+
+
+def ab_arm(name: str, program: str, ab: str, arm: str, commit: str) -> Cell:
+    """A cell the chip ran as one arm of an A/B: the `ab` call's results files of `arm`."""
+    return Cell(name, program, (f"{ab}/arm*-{arm}.jsonl",), commit)
+
+
 CELLS = (
     Cell("preset (6 rows, unscanned)", "preset", (f"{R13}/new6/results.jsonl",), ""),
     Cell(
@@ -123,41 +129,30 @@ CELLS = (
         "",
         f"{R13}/rows-7-traced/run-stage-on/trace_cost_by_source.md",
     ),
-    Cell(
-        "unscanned, round 12", "preset", (AB.format(f"{R12}/scan-layers-ab", "false"),), "5cfe046"
-    ),
-    Cell("scanned, round 12", "scanned", (AB.format(f"{R12}/scan-layers-ab", "true"),), "5cfe046"),
-    Cell("scanned, rule kept", "scanned", (AB.format(f"{R12}/keep-rule-ab", "true"),), "5267c37"),
-    Cell(
+    ab_arm("unscanned, round 12", "preset", f"{R12}/scan-layers-ab", "false", "5cfe046"),
+    ab_arm("scanned, round 12", "scanned", f"{R12}/scan-layers-ab", "true", "5cfe046"),
+    ab_arm("scanned, rule kept", "scanned", f"{R12}/keep-rule-ab", "true", "5267c37"),
+    ab_arm(
         "scanned, rule recomputed",
         "scanned-rule-recomputed",
-        (AB.format(f"{R12}/keep-rule-ab", "false"),),
+        f"{R12}/keep-rule-ab",
+        "false",
         "5267c37",
     ),
-    Cell("5 rows, in_forward", "round-10", (AB.format(f"{R10}/head/ab", "in_forward"),), "c9974e3"),
-    Cell("5 rows, saved_lse", "round-9", (AB.format(f"{R10}/head/ab", "saved_lse"),), "c9974e3"),
-    Cell(
-        "5 rows, sorted_gmm", "round-10", (AB.format(f"{R10}/ragged/ab", "sorted_gmm"),), "c9974e3"
-    ),
-    Cell(
+    ab_arm("5 rows, in_forward", "round-10", f"{R10}/head/ab", "in_forward", "c9974e3"),
+    ab_arm("5 rows, saved_lse", "round-9", f"{R10}/head/ab", "saved_lse", "c9974e3"),
+    ab_arm("5 rows, sorted_gmm", "round-10", f"{R10}/ragged/ab", "sorted_gmm", "c9974e3"),
+    ab_arm(
         "5 rows, sorted_ragged_dot",
         "round-10-ragged-dot",
-        (AB.format(f"{R10}/ragged/ab", "sorted_ragged_dot"),),
+        f"{R10}/ragged/ab",
+        "sorted_ragged_dot",
         "c9974e3",
     ),
-    Cell("5 rows, conv kernels", "round-9", (AB.format(f"{R9}/conv/ab", "pallas"),), "d8598cd"),
-    Cell(
-        "5 rows, conv in XLA", "round-9-conv-xla", (AB.format(f"{R9}/conv/ab", "xla"),), "d8598cd"
-    ),
-    Cell(
-        "4 rows, chunk kernels", "round-6", (AB.format(f"{R6}/gdn-kernel/ab", "pallas"),), "4fca6d3"
-    ),
-    Cell(
-        "4 rows, XLA path",
-        "round-6-xla-path",
-        (AB.format(f"{R6}/gdn-kernel/ab", "xla"),),
-        "4fca6d3",
-    ),
+    ab_arm("5 rows, conv kernels", "round-9", f"{R9}/conv/ab", "pallas", "d8598cd"),
+    ab_arm("5 rows, conv in XLA", "round-9-conv-xla", f"{R9}/conv/ab", "xla", "d8598cd"),
+    ab_arm("4 rows, chunk kernels", "round-6", f"{R6}/gdn-kernel/ab", "pallas", "4fca6d3"),
+    ab_arm("4 rows, XLA path", "round-6-xla-path", f"{R6}/gdn-kernel/ab", "xla", "4fca6d3"),
 )
 # (change, cell before, cell after): each a pair the chip ran in one A/B or one call.
 CHANGES = (
