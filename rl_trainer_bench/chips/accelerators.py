@@ -30,6 +30,10 @@ class Chip:
     topology_dims: int = 0
     # Per chip, bytes/s: the roofline time estimate of the AOT check divides bytes accessed by it.
     hbm_bytes_per_second: float = 0.0
+    # Per chip, bytes/s in both directions over all its inter-chip links (ICI), as the spec sheet
+    # gives it: the op estimate (`preflight.op_estimate`) times collectives from it. 0: unknown.
+    ici_bytes_per_second: float = 0.0
+    ici_source: str = ""
     # JAX devices one chip shows as: Ironwood (tpu7x) has two TensorCore dies per chip and JAX
     # addresses each as a device with half the chip's memory, FLOP/s and bandwidth.
     devices_per_chip: int = 1
@@ -97,6 +101,8 @@ CHIPS: tuple[Chip, ...] = (
         4,
         2,
         hbm_bytes_per_second=8.19e11,
+        ici_bytes_per_second=2e11,
+        ici_source="Cloud TPU v5e spec, interchip interconnect 1,600 Gbps",
         runtime_memory_bytes=16_909_336_064,
         runtime_memory_source="measured on one v5e chip, JAX 0.10.2, 2026-12-05",
     ),
@@ -111,6 +117,8 @@ CHIPS: tuple[Chip, ...] = (
         4,
         3,
         hbm_bytes_per_second=2.765e12,
+        ici_bytes_per_second=1.2e12,
+        ici_source="Cloud TPU v5p spec, bidirectional ICI 1,200 GB/s a chip",
     ),
     Chip(
         "v6e",
@@ -123,6 +131,8 @@ CHIPS: tuple[Chip, ...] = (
         4,
         2,
         hbm_bytes_per_second=1.64e12,
+        ici_bytes_per_second=8e11,
+        ici_source="Cloud TPU7x page, v6e column: bidirectional ICI 800 GB/s a chip",
     ),
     Chip(
         "tpu7x",
@@ -135,6 +145,8 @@ CHIPS: tuple[Chip, ...] = (
         4,
         3,
         hbm_bytes_per_second=7.37e12,
+        ici_bytes_per_second=1.2e12,
+        ici_source="Cloud TPU7x spec, bidirectional ICI 1,200 GB/s a chip",
         devices_per_chip=2,
     ),
 )
@@ -168,8 +180,13 @@ class TpuSlice:
         return f"{self.chip.name}:{self.topology}"
 
     @property
+    def torus(self) -> tuple[int, ...]:
+        """Chips along each axis of the slice's topology."""
+        return tuple(int(d) for d in self.topology.split("x"))
+
+    @property
     def num_chips(self) -> int:
-        return math.prod(int(d) for d in self.topology.split("x"))
+        return math.prod(self.torus)
 
     @property
     def num_devices(self) -> int:

@@ -102,11 +102,12 @@ class InstructionCost:
     kernel_flops: float = 0.0  # of `flops`, what TPU kernels state for themselves
 
 
-def instruction_costs(module: HloModule) -> Iterator[InstructionCost]:
+def instruction_costs(module: HloModule, stored: bool = False) -> Iterator[InstructionCost]:
     """Every instruction of every computation reached through control flow, with its cost (a
-    loop's body is a computation of its own here, so a `while` counts nothing itself)."""
+    loop's body is a computation of its own here, so a `while` counts nothing itself); with
+    `stored`, bytes as the arrays lie in their layouts' tiles (`Array.stored_bytes`)."""
     flop_counter, unstated_counter = FlopCounter(module), FlopCounter(module, kernels=False)
-    byte_counter = _ByteCounter(module)
+    byte_counter = _ByteCounter(module, stored)
     for name, times in execution_counts(module).items():
         computation = module.computations[name]
         by_name = computation.by_name()
@@ -154,8 +155,9 @@ class _ByteCounter:
     would count the whole stack per trip.
     """
 
-    def __init__(self, module: HloModule) -> None:
+    def __init__(self, module: HloModule, stored: bool = False) -> None:
         self._module = module
+        self._stored = stored
         self._on_chip_spaces = any(
             array.tiled
             for computation in module.computations.values()
@@ -165,7 +167,11 @@ class _ByteCounter:
 
     def _main(self, *arrays: Array) -> int:
         """The bytes of `arrays` in the device's main memory."""
-        return sum(a.bytes for a in arrays if not (self._on_chip_spaces and a.memory_space))
+        return sum(self._size(a) for a in arrays if not (self._on_chip_spaces and a.memory_space))
+
+    def _size(self, *arrays: Array) -> int:
+        """The bytes of `arrays`, laid out in their tiles where the counter counts so."""
+        return sum(a.stored_bytes if self._stored else a.bytes for a in arrays)
 
     def of(self, instruction: Instruction, by_name: Mapping[str, Instruction]) -> int:
         opcode = instruction.opcode
@@ -175,10 +181,10 @@ class _ByteCounter:
         sizes = [self._main(*o.arrays) if o is not None else 0 for o in operands]
         written = self._main(*instruction.arrays)
         if opcode in _SLICES and sizes:
-            sizes[0] = min(sizes[0], instruction.bytes)
+            sizes[0] = min(sizes[0], self._size(*instruction.arrays))
         elif opcode == _ASYNC_SLICE and sizes and len(instruction.arrays) > len(operands):
             sliced = instruction.arrays[len(operands)]  # after the tuple of its operands
-            sizes[0], written = min(sizes[0], sliced.bytes), self._main(sliced)
+            sizes[0], written = min(sizes[0], self._size(sliced)), self._main(sliced)
         elif opcode == _UPDATE_SLICE and len(sizes) > 1:
             sizes[0], written = 0, sizes[1] if written else 0
         elif opcode == "fusion":
@@ -208,7 +214,7 @@ class _ByteCounter:
             index = int(target.literal)
             if index < len(sizes) and sizes[index]:  # a buffer in main memory, updated in place
                 sizes[index] = 0
-                written = max(written + update.bytes - target.bytes, 0)
+                written = max(written + self._size(*update.arrays) - self._size(*target.arrays), 0)
         return sizes, written
 
     def _sliced_read(self, body, name: str) -> int | None:
@@ -222,7 +228,7 @@ class _ByteCounter:
         read = 0
         for use in uses:
             if use.opcode in _SLICES and use.operands[0] == name:
-                part = use.bytes
+                part = self._size(*use.arrays)
             elif use.opcode in _LAYOUT or (use.opcode == "fusion" and self._layout_only(use)):
                 part = self._sliced_read(body, use.name)
             elif use.opcode == "fusion" and use.operands.count(name) == 1:
@@ -332,8 +338,14 @@ def cost_from(analysis: Mapping[str, float] | None, counts: LoopCounts) -> Progr
     )
 
 
+def xla_analysis(compiled) -> Mapping[str, float] | None:
+    """XLA's cost analysis dictionary of a compiled JAX program (`jax.stages.Compiled`)."""
+    analysis = compiled.cost_analysis()
+    return analysis[0] if isinstance(analysis, list) else analysis
+
+
 def cost_of(compiled) -> ProgramCost:
     """The cost of a compiled JAX program (`jax.stages.Compiled`)."""
-    analysis = compiled.cost_analysis()
-    analysis = analysis[0] if isinstance(analysis, list) else analysis
-    return cost_from(analysis, loop_counts(parse_hlo(compiled.as_text(), "compiled program")))
+    return cost_from(
+        xla_analysis(compiled), loop_counts(parse_hlo(compiled.as_text(), "compiled program"))
+    )

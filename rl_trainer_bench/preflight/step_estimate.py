@@ -18,31 +18,33 @@ per layer, that one group of tokens overflows; a micro-batch replays when any gr
 does). The MFU divides the engine's model FLOPs (real tokens only, no recomputation; the figure the
 bench's ruler uses) by the predicted step and the devices' peak.
 
-Each program's time is the roofline of `program_cost`, max(FLOPs / peak, bytes / bandwidth). It is
-not a bound either way: the byte walk reads a loop body's operands once per trip, which counts
-traffic that stays in on-chip memory, and it leaves out collectives nothing hides. The compute
-term alone, the program's FLOPs at the chip's peak, is a lower bound on its time (no kernel runs
-above peak); it counts XLA's own ops only, leaving out what a TPU kernel states for itself (a
-statement may count more than the kernel runs: the grouped matmul states every row it is given),
-which only lowers it further; so the
-step at compute speed without any replay is a lower bound on the step, and the MFU at that step an
-upper bound on the MFU. Those two are the only figures labelled bounds.
+Each program's time is its op estimate (`op_estimate`): every op at its own roofline, max(FLOPs /
+peak, HBM bytes / bandwidth), Pallas kernels at their stated cost, collectives over ICI less what
+the schedule hides, summed. It is not a bound either way: an op below its roofline makes it low, an
+op whose bytes stay in on-chip memory high. The compute term alone, the program's FLOPs at the
+chip's peak, is a lower bound on its time (no kernel runs above peak); it counts XLA's own ops
+only, leaving out what a TPU kernel states for itself (a statement may count more than the kernel
+runs: the grouped matmul states every row it is given), which only lowers it further; so the step
+at compute speed without any replay is a lower bound on the step, and the MFU at that step an
+upper bound on the MFU. Those two are the only figures labelled bounds. How far the estimate lands
+from the chip on the cells the chip measured is `benchmarks/aot/step_estimate_check.py`'s latest
+check (`chip_check`), printed beside it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
+from pathlib import Path
 
 from rl_trainer_bench.engine.builtin.flops import micro_batch_flops
 from rl_trainer_bench.engine.config import replays_possible
 from rl_trainer_bench.payload import build
 from rl_trainer_bench.payload.expert_load import replay_probability
+from rl_trainer_bench.preflight import op_estimate
 
-ESTIMATE_BY = (
-    "rl-trainer-bench: roofline of XLA's cost analysis (loop bodies counted per trip) against the "
-    "chip table's peak FLOP/s and HBM bandwidth"
-)
+ESTIMATE_BY = op_estimate.BY
 LABEL = "ESTIMATE (not a measurement, not a bound)"
 BOUND = "LOWER BOUND (compute at the chip's peak, no replay; not a measurement)"
 
@@ -58,6 +60,9 @@ PUBLIC_MEASURED: Mapping[tuple[str, str], Mapping[str, float]] = {
     }
 }
 PUBLIC_SOURCE = "MEASURED by MaxText, 128 Ironwood chips, its STAGE_BEFORE_UPDATE pull request"
+# The latest check of the estimate against the chip's own cells
+# (`benchmarks/aot/step_estimate_check.py`), read at run time from a checkout.
+CHIP_CHECK = Path(__file__).resolve().parents[2] / "benchmarks/results/aot-step-check/check.json"
 ONCE_PER_STEP = "update"
 REPLAY = "fwd_bwd_dropless"
 FIRST = "fwd_bwd"
@@ -70,7 +75,7 @@ class StepEstimate:
     """The predicted step of one cell on one target (all times per device, in seconds)."""
 
     micro_steps: int
-    program_seconds: Mapping[str, float | None]  # roofline per program; None: did not compile
+    program_seconds: Mapping[str, float | None]  # op estimate per program; None: did not compile
     replay_probability: float  # per micro-batch; 0 when the engine never replays
     model_flops_per_micro_batch: float
     devices: int
@@ -79,6 +84,20 @@ class StepEstimate:
     replay_source: str  # where replay_probability comes from, in words
     # Each program's FLOPs at the peak (loop bodies counted per trip): a lower bound on its time.
     compute_seconds: Mapping[str, float | None] = dataclasses.field(default_factory=dict)
+    # Each program's op estimate by term (`op_estimate.ProgramEstimate.terms`), per execution.
+    program_terms: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+
+    def step_terms(self) -> dict[str, float] | None:
+        """The step's op-estimate terms (compute, HBM, kernels, collectives and the part of them
+        exposed), each program's weighted by its runs a step as `step_seconds` weighs it; None
+        when a program's terms are missing."""
+        runs = [(float(n), p) for n, p in self._runs()]
+        if self.replay_probability > 0:
+            runs.append((self.micro_steps * self.replay_probability, REPLAY))
+        if any(p not in self.program_terms for _, p in runs):
+            return None
+        keys = next(iter(self.program_terms.values())).keys()
+        return {k: sum(n * self.program_terms[p][k] for n, p in runs) for k in keys}
 
     def _seconds(self, program: str) -> float | None:
         return self.program_seconds.get(program)
@@ -163,6 +182,8 @@ class StepEstimate:
             "measured": False,
             "by": ESTIMATE_BY,
             "program_seconds": dict(self.program_seconds),
+            "program_terms": {p: dict(t) for p, t in self.program_terms.items()},
+            "step_terms": self.step_terms(),
             "micro_steps": self.micro_steps,
             "replay_probability": self.replay_probability,
             "replay_source": self.replay_source,
@@ -172,6 +193,7 @@ class StepEstimate:
             "peak_flops_per_device": self.peak_flops_per_device,
             "hbm_bytes_per_second_per_device": self.bytes_per_second_per_device,
             "mfu": self.mfu,
+            "chip_check": chip_check(),
             "bounds": {
                 "kind": "lower bound on the step, upper bound on the MFU",
                 "compute_seconds": dict(self.compute_seconds),
@@ -182,18 +204,33 @@ class StepEstimate:
 
 
 def public_comparison(preset: str, target: str, step: StepEstimate) -> list[str]:
-    """The public measurements of this cell on this slice beside the estimate, with the ratios;
-    [] when there are none."""
+    """The public measurements of this cell on this slice beside the estimate, with the ratios
+    and the terms that make up the estimated step; [] when there are none."""
     public = PUBLIC_MEASURED.get((preset, target))
     if public is None:
         return []
-    fwd_bwd = public["fwd_bwd"]
+    fwd_bwd, on, off = public["fwd_bwd"], public["step_stage_on"], public["step_stage_off"]
     lines = [
         f"public, {PUBLIC_SOURCE}: fwd_bwd {fwd_bwd} s per micro-batch; step"
-        f" {public['step_stage_on']} s (STAGE_BEFORE_UPDATE on), {public['step_stage_off']} s (off)"
+        f" {on} s (STAGE_BEFORE_UPDATE on), {off} s (off)"
     ]
+    if step.step_seconds:
+        lines.append(
+            f"  predicted step {seconds_text(step.step_seconds)} = {step.step_seconds / on:.2f} x"
+            f" the public step with STAGE on, {step.step_seconds / off:.2f} x off"
+        )
+    terms = step.step_terms()
+    if terms:
+        lines.append(
+            "  its terms a step: compute-bound ops "
+            f"{seconds_text(terms['compute_seconds'])}, HBM-bound ops "
+            f"{seconds_text(terms['memory_seconds'])}, Pallas kernels "
+            f"{seconds_text(terms['kernel_seconds'])}, collectives exposed "
+            f"{seconds_text(terms['exposed_collective_seconds'])} (of "
+            f"{seconds_text(terms['collective_seconds'])} moving)"
+        )
     for name, seconds in (
-        ("roofline estimate", step.program_seconds.get("fwd_bwd")),
+        ("op estimate", step.program_seconds.get("fwd_bwd")),
         ("compute lower bound", step.compute_seconds.get("fwd_bwd")),
     ):
         if seconds:
@@ -201,6 +238,35 @@ def public_comparison(preset: str, target: str, step: StepEstimate) -> list[str]
                 f"  fwd_bwd {name} {seconds_text(seconds)} = {seconds / fwd_bwd:.2f} x the public"
             )
     return lines
+
+
+def chip_check(path: Path = CHIP_CHECK) -> dict | None:
+    """The latest check's summary (cells within 10%, the errors, the changes' signs), with the
+    chip and the file it came from; None where the file is absent (an installed package without
+    the checkout's benchmarks/) or unreadable."""
+    try:
+        check = json.loads(path.read_text())
+        summary = dict(check["summary"])
+        rates = check["rates"]["source"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return {**summary, "file": str(path), "rates": rates}
+
+
+def chip_check_line(summary: dict | None) -> str:
+    """One line: how far the estimate landed from the chip on the cells the chip measured."""
+    if summary is None:
+        return (
+            f"  on the chip's own cells: no check found ({CHIP_CHECK} is made by"
+            " benchmarks/aot/step_estimate_check.py in a checkout)"
+        )
+    return (
+        f"  on the chip's own cells (the latest check, {summary['file']}): within 10% on"
+        f" {summary['within_10_percent']} of {summary['cells']} measured tpu-v5e-1 cells, the"
+        f" largest error {summary['max_abs_error']:.1%} (median {summary['median_abs_error']:.1%});"
+        f" the sign of {summary['signs_right_over_1_percent']} of"
+        f" {summary['changes_over_1_percent']} measured program changes over 1% right"
+    )
 
 
 def seconds_text(seconds: float | None) -> str:

@@ -15,10 +15,11 @@ from rl_trainer_bench.chips import accelerators
 from rl_trainer_bench.engine import residency
 from rl_trainer_bench.engine.builtin import programs
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight import compiler_flags, step_estimate
+from rl_trainer_bench.preflight import compiler_flags, op_estimate, step_estimate
 from rl_trainer_bench.preflight.aot import check, depth, engine_module, targets
 from rl_trainer_bench.preflight.aot import compile as aot_compile
 from rl_trainer_bench.preflight.aot import report as aot_report
+from rl_trainer_bench.preflight.hlo.parse import parse_hlo
 from rl_trainer_bench.units import human_bytes
 
 # Retry off leaves out the dropless replay program: one fewer compile keeps the suite fast; the
@@ -295,11 +296,18 @@ def test_the_estimate_names_the_kernels_whose_work_it_does_not_count(compiled_ce
 
 
 def test_time_estimate_in_text_and_json_is_labelled_an_estimate(compiled_cell):
-    """cpu-tiny's programs (compiled for CPU) timed against a v5e's peak and bandwidth."""
-    cell, _, rows = compiled_cell
+    """cpu-tiny's programs (compiled for CPU) timed against a v5e's rates."""
+    cell, compiled, rows = compiled_cell
     v5e = accelerators.chip_by_name("v5e")
     on_v5e = dataclasses.replace(cell, target=dataclasses.replace(cell.target, chip=v5e))
-    report = check.assemble(on_v5e, [dataclasses.replace(r) for r in rows], [2], False, 1.0)
+    rates = op_estimate.Rates.of_chip(v5e)
+    timed = [
+        dataclasses.replace(
+            r, op_terms=op_estimate.estimate(parse_hlo(compiled[r.name].as_text()), rates).terms()
+        )
+        for r in rows
+    ]
+    report = check.assemble(on_v5e, timed, [2], False, 1.0)
     assert report.roofline == (v5e.peak_bf16_flops, v5e.hbm_bytes_per_second)
     for program in report.programs:
         assert program.roofline_seconds == max(
@@ -308,9 +316,11 @@ def test_time_estimate_in_text_and_json_is_labelled_an_estimate(compiled_cell):
         )
     facts = step_estimate.MicroBatchFacts(0.0, 3e8, "none: test")
     report.step = check.predict_step(report, 2, facts)
-    seconds = {p.name: p.roofline_seconds for p in report.programs}
+    seconds = {p.name: p.op_terms["seconds"] for p in report.programs}
     assert report.step.step_seconds == pytest.approx(2 * seconds["fwd_bwd"] + seconds["update"])
     text = aot_report.format_report(report)
+    assert "op est.: ESTIMATE (not a measurement, not a bound) by this tool" in text
+    assert "on the chip's own cells" in text
     assert "predicted step, ESTIMATE (not a measurement, not a bound)" in text
     assert "predicted MFU, ESTIMATE (not a measurement, not a bound)" in text
     assert "roofline: ESTIMATE (not a measurement, not a bound) by this tool" in text

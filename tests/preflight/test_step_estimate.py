@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -73,21 +74,83 @@ def test_the_labels_claim_no_bound_for_the_roofline():
     assert step_estimate.BOUND.startswith("LOWER BOUND")
 
 
+def _terms(compute, memory, kernel, moving, exposed):
+    return {
+        "compute_seconds": compute,
+        "memory_seconds": memory,
+        "kernel_seconds": kernel,
+        "collective_seconds": moving,
+        "exposed_collective_seconds": exposed,
+        "seconds": compute + memory + kernel + exposed,
+    }
+
+
+def test_the_step_terms_weigh_each_program_by_its_runs():
+    terms = {
+        "fwd_bwd": _terms(1.0, 0.5, 0.25, 0.5, 0.25),  # 2.0 s
+        "fwd_bwd_dropless": _terms(2.0, 0.5, 0.0, 1.0, 0.5),  # 3.0 s
+        "update": _terms(0.0, 0.5, 0.0, 0.0, 0.0),  # 0.5 s
+    }
+    estimate = _estimate(program_terms=terms)
+    step = estimate.step_terms()
+    # 9 fwd_bwd, 9 x 0.2 replays, one update
+    assert step["compute_seconds"] == pytest.approx(9 * 1.0 + 1.8 * 2.0)
+    assert step["memory_seconds"] == pytest.approx(9 * 0.5 + 1.8 * 0.5 + 0.5)
+    assert step["exposed_collective_seconds"] == pytest.approx(9 * 0.25 + 1.8 * 0.5)
+    assert step["seconds"] == pytest.approx(estimate.step_seconds)
+    assert _estimate().step_terms() is None
+
+
 def test_the_397b_cell_on_tpu7x_is_set_beside_the_public_measurement():
+    terms = {
+        "fwd_bwd": _terms(8.0, 2.0, 0.5, 3.0, 0.5),  # 11.0 s
+        "fwd_bwd_dropless": _terms(8.0, 2.0, 0.5, 3.0, 0.5),
+        "update": _terms(0.0, 0.5, 0.0, 0.0, 0.0),
+    }
     estimate = _estimate(
-        program_seconds={**SECONDS, "fwd_bwd": 21.89}, compute_seconds={"fwd_bwd": 2.189}
+        program_seconds={**SECONDS, "fwd_bwd": 11.0, "fwd_bwd_dropless": 11.0},
+        compute_seconds={"fwd_bwd": 2.189},
+        program_terms=terms,
+        replay_probability=0.0,
     )
     lines = step_estimate.public_comparison("qwen3.5-397b-cell", "tpu7x:4x4x8", estimate)
     assert lines[0].startswith("public, MEASURED by MaxText") and "fwd_bwd 10.945 s" in lines[0]
-    assert lines[1] == "  fwd_bwd roofline estimate 21.890 s = 2.00 x the public"
-    assert lines[2] == "  fwd_bwd compute lower bound 2.189 s = 0.20 x the public"
+    # 9 x 11.0 + 0.5 = 99.5 s against 100.007 s and 107.727 s
+    assert lines[1] == (
+        "  predicted step 99.500 s = 0.99 x the public step with STAGE on, 0.92 x off"
+    )
+    assert lines[2] == (
+        "  its terms a step: compute-bound ops 72.000 s, HBM-bound ops 18.500 s, Pallas kernels"
+        " 4.500 s, collectives exposed 4.500 s (of 27.000 s moving)"
+    )
+    assert lines[3] == "  fwd_bwd op estimate 11.000 s = 1.01 x the public"
+    assert lines[4] == "  fwd_bwd compute lower bound 2.189 s = 0.20 x the public"
     assert step_estimate.public_comparison("cpu-tiny", "tpu7x:4x4x8", estimate) == []
+
+
+def test_the_chip_check_is_read_from_its_file(tmp_path):
+    path = tmp_path / "check.json"
+    summary = {
+        "cells": 14,
+        "max_abs_error": 0.31,
+        "median_abs_error": 0.2,
+        "within_10_percent": 3,
+        "signs_right_over_1_percent": 5,
+        "changes_over_1_percent": 7,
+    }
+    path.write_text(json.dumps({"summary": summary, "rates": {"source": "v5e spec"}}))
+    found = step_estimate.chip_check(path)
+    line = step_estimate.chip_check_line(found)
+    assert "within 10% on 3 of 14 measured tpu-v5e-1 cells, the largest error 31.0%" in line
+    assert "the sign of 5 of 7 measured program changes over 1% right" in line
+    assert step_estimate.chip_check(tmp_path / "absent.json") is None
+    assert "no check found" in step_estimate.chip_check_line(None)
 
 
 def test_json_says_estimate_and_by_whom():
     document = _estimate().to_json()
     assert document["kind"] == "estimate" and document["measured"] is False
-    assert "roofline" in document["by"] and "XLA" in document["by"]
+    assert "op estimate" in document["by"] and "Pallas kernels" in document["by"]
     assert document["step_seconds"] == _estimate().step_seconds
 
 

@@ -268,11 +268,12 @@ def host_peak_bytes() -> int:
 def predict_step(
     report: AotReport, micro_steps: int, facts: step_estimate.MicroBatchFacts
 ) -> step_estimate.StepEstimate:
-    """The predicted step from the report's roofline times and the first micro-batch's facts."""
+    """The predicted step from the report's op estimates and the first micro-batch's facts."""
     peak, bandwidth = report.roofline
     return step_estimate.StepEstimate(
         micro_steps=micro_steps,
-        program_seconds={p.name: p.roofline_seconds for p in report.programs},
+        program_seconds={p.name: p.op_seconds for p in report.programs},
+        program_terms={p.name: p.op_terms for p in report.programs if p.op_terms},
         compute_seconds={
             p.name: p.bound_flops / peak if p.compiled else None for p in report.programs
         },

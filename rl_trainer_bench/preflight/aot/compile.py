@@ -3,7 +3,8 @@
 Each program (`fwd_bwd`, its dropless replay, `update`) is compiled on its own, so a program that
 does not fit does not hide the others. A compile that XLA refuses for memory becomes a row with the
 amount needed and available, not a traceback. Cost is XLA's analysis with loop bodies counted per
-trip (`program_cost`).
+trip (`program_cost`); time is each op's own roofline summed along the schedule, collectives
+less what it hides (`op_estimate`), on a chip whose rates the chip table holds.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
+from rl_trainer_bench.chips.accelerators import chip_for_device_kind
 from rl_trainer_bench.engine import residency
 from rl_trainer_bench.engine.abstract_inputs import platform_of
 from rl_trainer_bench.engine.config import EngineConfig
@@ -23,8 +25,9 @@ from rl_trainer_bench.engine.factory import BUILT_IN
 from rl_trainer_bench.engine.kernel_vmem import vmem_overflow_fix
 from rl_trainer_bench.engine.temp_block import compile_reading_block
 from rl_trainer_bench.errors import UserError
-from rl_trainer_bench.preflight import program_cost
+from rl_trainer_bench.preflight import op_estimate, program_cost
 from rl_trainer_bench.preflight.aot.engine_module import aot_engine_module, beside_table
+from rl_trainer_bench.preflight.hlo.parse import parse_hlo
 
 MEMORY_FIELDS = ("argument", "output", "alias", "temp", "generated_code")
 
@@ -82,11 +85,20 @@ class ProgramMemory:
     bound_flops: float = 0.0  # `flops` less TPU kernels' own statements (`program_cost`)
     unstated_kernels: tuple[str, ...] = ()  # TPU kernels whose FLOPs neither counts
     roofline_seconds: float | None = None  # ESTIMATE; None without the chip's peak and bandwidth
+    # The op estimate (`op_estimate`): its seconds per execution by term, and the time; ESTIMATES,
+    # None without the chip's rates.
+    op_terms: dict[str, float] | None = None
+    unstated_kernel_ops: tuple[str, ...] = ()  # kernels the op estimate counts by bytes only
     compile_seconds: float = 0.0
     out_of_memory: bool = False
     needed: int | None = None  # from a memory failure's message
     available: int | None = None
     error: str = ""  # first line of a failure
+
+    @property
+    def op_seconds(self) -> float | None:
+        """The op estimate of one execution (ESTIMATE); None without one."""
+        return self.op_terms["seconds"] if self.op_terms else None
 
     @property
     def counted_temp(self) -> int:
@@ -106,11 +118,21 @@ class ProgramMemory:
         return not self.error
 
 
-def measure(compiled, name: str, seconds: float, temp_block: int | None = None) -> ProgramMemory:
+def measure(
+    compiled,
+    name: str,
+    seconds: float,
+    temp_block: int | None = None,
+    rates: op_estimate.Rates | None = None,
+) -> ProgramMemory:
     """Read XLA's memory and cost analyses of a compiled program (`temp_block`: its HBM
-    temporary block where it was read)."""
+    temporary block where it was read), and with `rates` its op estimate."""
     analysis = compiled.memory_analysis()
-    cost = program_cost.cost_of(compiled)
+    module = parse_hlo(compiled.as_text(), f"compiled {name}")
+    cost = program_cost.cost_from(
+        program_cost.xla_analysis(compiled), program_cost.loop_counts(module)
+    )
+    found = op_estimate.estimate(module, rates) if rates is not None else None
     return ProgramMemory(
         name=name,
         argument=int(analysis.argument_size_in_bytes),
@@ -127,6 +149,8 @@ def measure(compiled, name: str, seconds: float, temp_block: int | None = None) 
         bytes_accessed=cost.bytes_accessed,
         bound_flops=cost.bound_flops,
         unstated_kernels=cost.unstated_kernels,
+        op_terms=found.terms() if found else None,
+        unstated_kernel_ops=found.unstated_kernels if found else (),
         compile_seconds=seconds,
     )
 
@@ -222,14 +246,31 @@ def program_options(config: EngineConfig, mesh, engine: ModuleType) -> dict[str,
     }
 
 
-def compile_one(name: str, lowered, options: dict, platform: str) -> tuple[Any, ProgramMemory]:
-    """Compile one lowered program for `platform`: (compiled or None, its report row)."""
+def compile_one(
+    name: str, lowered, options: dict, platform: str, rates: op_estimate.Rates | None = None
+) -> tuple[Any, ProgramMemory]:
+    """Compile one lowered program for `platform`: (compiled or None, its report row, with its
+    op estimate at `rates` where given)."""
     start = time.perf_counter()
     try:
         compiled, block = compile_reading_block(lowered, options, platform)
     except Exception as error:  # XLA raises XlaRuntimeError/ValueError: keep the others going
         return None, failed(name, error, time.perf_counter() - start)
-    return compiled, measure(compiled, name, time.perf_counter() - start, block)
+    return compiled, measure(compiled, name, time.perf_counter() - start, block, rates)
+
+
+def device_rates(mesh) -> op_estimate.Rates | None:
+    """The op estimate's rates for the mesh's devices, with the torus their chips' coordinates
+    span (a TPU device carries its chip's `coords`); None for a chip the table lacks."""
+    devices = list(mesh.devices.flat)
+    chip = chip_for_device_kind(devices[0].device_kind)
+    if chip is None:
+        return None
+    coords = [device.coords for device in devices if hasattr(device, "coords")]
+    torus = (
+        tuple(max(c[axis] for c in coords) + 1 for axis in range(len(coords[0]))) if coords else ()
+    )
+    return op_estimate.Rates.of_chip(chip, torus)
 
 
 def compile_programs(
@@ -242,7 +283,7 @@ def compile_programs(
     cell's programs compiled at once on 2 cores were no faster than one after the other, and took
     a third more host memory (benchmarks/reports/aot-compile-time_tpu7x-v5p_2026-12-02.md).
     """
-    platform = platform_of(mesh)
+    platform, rates = platform_of(mesh), device_rates(mesh)
     for name, lowered, options in compile_plan(config, mesh, engine):
-        compiled, row = compile_one(name, lowered, options, platform)
+        compiled, row = compile_one(name, lowered, options, platform, rates)
         yield name, compiled, row

@@ -330,7 +330,16 @@ def format_estimate(report: AotReport) -> list[str]:
         "cost per device: XLA's cost analysis as XLA counts it (each loop body once), then with "
         "loop bodies counted per trip"
     ]
-    header = ("program", "XLA FLOPs", "XLA bytes", "XLA time", "FLOPs", "bytes", "roofline")
+    header = (
+        "program",
+        "XLA FLOPs",
+        "XLA bytes",
+        "XLA time",
+        "FLOPs",
+        "bytes",
+        "roofline",
+        "op est.",
+    )
     lines.append(f"{header[0]:<18}" + "".join(f"{h:>12}" for h in header[1:]))
     for p in compiled:
         values = (
@@ -340,29 +349,24 @@ def format_estimate(report: AotReport) -> list[str]:
             f"{p.flops:.4g}",
             human_bytes(round(p.bytes_accessed)),
             step_estimate.seconds_text(p.roofline_seconds),
+            step_estimate.seconds_text(p.op_seconds),
         )
         lines.append(f"{p.name:<18}" + "".join(f"{v:>12}" for v in values))
     if report.roofline is None:
         lines.append(f"no time estimate: {report.step_note}")
         return lines
-    peak, bandwidth = report.roofline
-    lines.append(
-        f"XLA time: XLA's own estimate (optimal_seconds; '-' where it gives none, as with a loop); "
-        f"roofline: {step_estimate.LABEL} by this tool, max(FLOPs / {peak / 1e12:.1f} TFLOP/s, "
-        f"bytes / {bandwidth / 1e12:.3f} TB/s) per device; not a bound: the byte walk reads a"
-        " loop body's operands once per trip, and collectives nothing hides are left out"
-    )
-    checks = [
-        f"{p.name} {p.roofline_seconds / p.xla_optimal_seconds:.2f}"
-        for p in compiled
-        if p.xla_optimal_seconds and p.roofline_seconds
-    ]
-    if checks:
-        lines.append(f"roofline / XLA time where XLA gives one: {', '.join(checks)}")
+    lines += _legend(report, compiled)
     step = report.step
     if step is None:
         return lines
     lines.append(f"predicted step, {step_estimate.LABEL}: {step.formula()}")
+    lines.append(step_estimate.chip_check_line(step_estimate.chip_check()))
+    unstated = {k: None for p in compiled for k in p.unstated_kernel_ops}
+    if unstated:
+        lines.append(
+            f"  TPU kernels that state no cost ({', '.join(unstated)}): the op estimate counts their"
+            " operands' and results' bytes only"
+        )
     if step_estimate.REPLAY in step.program_seconds:
         lines.append(f"  P(replay) per micro-batch from the {step.replay_source}")
     else:
@@ -375,6 +379,32 @@ def format_estimate(report: AotReport) -> list[str]:
         f"only, over {step.devices} devices at {step.peak_flops_per_device / 1e12:.1f} TFLOP/s)"
     )
     return lines + _bounds(report, step)
+
+
+def _legend(report: AotReport, compiled: list) -> list[str]:
+    """What each time column of the cost table is, with the roofline's ratio to XLA's own."""
+    lines = []
+    peak, bandwidth = report.roofline
+    lines.append(
+        f"XLA time: XLA's own estimate (optimal_seconds; '-' where it gives none, as with a loop); "
+        f"roofline: {step_estimate.LABEL} by this tool, max(FLOPs / {peak / 1e12:.1f} TFLOP/s, "
+        f"bytes / {bandwidth / 1e12:.3f} TB/s) per device over the whole program; not a bound:"
+        " the byte walk reads a loop body's operands once per trip, and collectives nothing hides"
+        " are left out"
+    )
+    lines.append(
+        f"op est.: {step_estimate.LABEL} by this tool, each op at max(FLOPs / peak, HBM bytes /"
+        " bandwidth) as its arrays lie in their tiles, Pallas kernels at their stated cost,"
+        " collectives over ICI less the ops scheduled beside them, summed; the step's figure"
+    )
+    checks = [
+        f"{p.name} {p.roofline_seconds / p.xla_optimal_seconds:.2f}"
+        for p in compiled
+        if p.xla_optimal_seconds and p.roofline_seconds
+    ]
+    if checks:
+        lines.append(f"roofline / XLA time where XLA gives one: {', '.join(checks)}")
+    return lines
 
 
 def _bounds(report: AotReport, step: step_estimate.StepEstimate) -> list[str]:

@@ -192,7 +192,7 @@ def _collectives_of(
         # a start no done closes (a collective fusion's kernel) runs as one op: synchronous
         pair = pair and _done_of(instruction, computation) is not None
         windowed = scheduled and (pair or kind is None)
-        between = _between(instruction, computation, order) if windowed else []
+        between = scheduled_between(instruction, computation, order) if windowed else []
         compute = [i for i in between if _is_compute(i)]
         window = _Window(
             start=instruction,
@@ -339,10 +339,15 @@ def _slice_bytes(slice_sizes: str, source: Instruction) -> int:
     )
 
 
-def _between(
-    start: Instruction, computation: Computation, order: Mapping[str, int]
+def scheduled_between(
+    start: Instruction, computation: Computation, order: Mapping[str, int] | None = None
 ) -> list[Instruction]:
-    """The instructions scheduled after `start` and before its done (to the end without one)."""
+    """The instructions scheduled after `start` and before its done (to the end without one): what
+    can run while its collectives move (`order`: the computation's instruction indices)."""
+    if order is None:
+        order = {
+            instruction.name: index for index, instruction in enumerate(computation.instructions)
+        }
     done = _done_of(start, computation)
     end = order[done.name] if done is not None else len(computation.instructions)
     return computation.instructions[order[start.name] + 1 : end]

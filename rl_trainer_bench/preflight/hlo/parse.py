@@ -92,6 +92,10 @@ class Array:
     dims: tuple[int, ...]
     memory_space: int = 0
     tiled: bool = False
+    # The layout's dimension order, most minor first, and its first tile (`T(8,128)`), where the
+    # text gives them: what `stored_bytes` pads to.
+    minor_to_major: tuple[int, ...] = dataclasses.field(default=(), compare=False)
+    tile: tuple[int, ...] = dataclasses.field(default=(), compare=False)
 
     @property
     def elements(self) -> int:
@@ -99,13 +103,26 @@ class Array:
 
     @property
     def bytes(self) -> int:
+        return (self.elements * self._bits() + 7) // 8
+
+    @property
+    def stored_bytes(self) -> int:
+        """The bytes the array takes in memory laid out in its tiles: a TPU stores a `[N, 1]`
+        array of `T(8,128)` as N rows of 128 lanes, and every pass over it moves them all. The
+        tile covers the most minor dimensions; each is rounded up to a whole number of tiles."""
+        if not self.tile or len(self.minor_to_major) != len(self.dims):
+            return self.bytes
+        padded = list(self.dims)
+        for size, dim in zip(reversed(self.tile), self.minor_to_major, strict=False):
+            padded[dim] = -(-padded[dim] // size) * size
+        return (math.prod(padded) * self._bits() + 7) // 8
+
+    def _bits(self) -> int:
         if self.dtype in _BITS:
-            bits = _BITS[self.dtype]
-        elif _FP8.match(self.dtype):
-            bits = int(self.dtype[1])
-        else:
-            raise ValueError(f"unknown HLO element type {self.dtype!r}")
-        return (self.elements * bits + 7) // 8
+            return _BITS[self.dtype]
+        if _FP8.match(self.dtype):
+            return int(self.dtype[1])
+        raise ValueError(f"unknown HLO element type {self.dtype!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,10 +211,26 @@ def parse_shape(text: str) -> tuple[tuple[Array, ...], bool]:
             tuple(_dimension(d) for d in dims.split(",") if d.strip()),
             _memory_space(layout),
             "T(" in layout.partition(":")[2],
+            *_order_and_tile(layout),
         )
         for dtype, dims, layout in _ARRAY.findall(text)  # layouts hold no brackets
     )
     return arrays, text.startswith("(")
+
+
+_TILE = re.compile(r"T\(([\d,]+)\)")
+
+
+def _order_and_tile(layout: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A layout's dimension order (`1,0`) and its first tile's sizes (`T(8,128)`); () for either
+    the layout does not give."""
+    order, _, tiling = layout.partition(":")
+    try:
+        minor_to_major = tuple(int(d) for d in order.split(",") if d.strip())
+    except ValueError:
+        minor_to_major = ()
+    tile = _TILE.search(tiling)
+    return minor_to_major, tuple(int(t) for t in tile.group(1).split(",")) if tile else ()
 
 
 def _memory_space(layout: str) -> int:

@@ -1,0 +1,256 @@
+"""A compiled program's time from its ops: each op at its own roofline, collectives over the
+interconnect less what the schedule hides, summed along the schedule. An ESTIMATE, not a bound.
+
+Why: the program roofline (`program_cost`), max(all FLOPs / peak, all bytes / bandwidth), takes
+XLA's whole-program byte count scaled by the loops' trips, which counts traffic that stays on chip
+and lets one op's FLOPs hide another op's bytes; on the one-chip v5e cell it drifted from 2.8%
+short of the chip to 22.7% over, and got half of the measured program changes' signs wrong
+(benchmarks/reports/aot-step-estimate_v5e-tpu7x_2026-12-07.md). A TensorCore runs a program's ops
+one after another, so here each op gets its own time and the times add:
+
+- an XLA op (a fusion, a matmul, a copy): max(its matmul FLOPs / peak FLOP/s, the bytes it reads
+  from and writes to HBM / HBM bandwidth), as `program_cost.instruction_costs` counts them (a loop
+  body's ops as often as the loop runs, slices counted by what they read, on-chip buffers not at
+  all);
+- a Pallas kernel: max(stated FLOPs / peak, stated bytes / bandwidth) from the `pl.CostEstimate`
+  its custom call carries; a kernel that states nothing (splash attention) by its operands' and
+  result's bytes alone, and named;
+- a collective: the bytes it moves per device over one torus axis's links, (n - 1) / n of its
+  buffer for a group of n (twice for an all-reduce), at the device's share of the chip's ICI
+  bandwidth for that axis; an asynchronous one less the time of the ops the schedule puts between
+  its start and its done (`hlo.overlap`), never below zero; a synchronous one in full.
+
+The rates are the chip table's (`accelerators`), each named with its source. Nothing is fitted to a
+measured step; where the estimate misses the chip, `benchmarks/aot/step_estimate_check.py` says
+which ops' functions carry the difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+
+from rl_trainer_bench.chips.accelerators import Chip
+from rl_trainer_bench.preflight.hlo.counts import unstated_kernel
+from rl_trainer_bench.preflight.hlo.overlap import analyze, scheduled_between
+from rl_trainer_bench.preflight.hlo.parse import HloModule, Instruction
+from rl_trainer_bench.preflight.hlo.report import Collective
+from rl_trainer_bench.preflight.program_cost import instruction_costs
+
+BY = (
+    "rl-trainer-bench op estimate: each op at max(FLOPs / peak, HBM bytes / bandwidth), Pallas"
+    " kernels at their stated cost, collectives over ICI less what the schedule hides, summed"
+)
+# A kernel's stated HBM traffic, beside its FLOPs, in its custom call's backend config.
+_KERNEL_BYTES = re.compile(r'"cost_estimate":\{[^}]*"bytes_accessed":"(\d+)"')
+# Bytes moved per byte of buffer, for a group of n devices on a ring (an all-reduce is a
+# reduce-scatter then an all-gather); a point-to-point op moves its buffer once.
+_RING_PASSES = {"all-reduce": 2.0}
+_POINT_TO_POINT = frozenset({"collective-permute", "collective-broadcast", "send", "recv"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Rates:
+    """One device's compute and HBM rates, its chip's ICI rate, and where each comes from."""
+
+    peak_flops: float
+    hbm_bytes_per_second: float
+    # A chip's ICI rate one way over the links of one torus axis; 0: unknown
+    ici_bytes_per_second: float
+    source: str
+    devices_per_chip: int = 1
+    torus: tuple[int, ...] = ()  # the slice's chips along each torus axis; (): one axis assumed
+
+    @classmethod
+    def of_chip(cls, chip: Chip, torus: tuple[int, ...] = ()) -> Rates | None:
+        """A device's share of the chip's compute and HBM rates; None without them. A chip's
+        links along one axis of a D-dimensional torus are a 1 / D share of its links, each way
+        half: a 1 / (2 D) share of the bidirectional figure the spec sheet gives."""
+        if not chip.peak_bf16_flops or not chip.hbm_bytes_per_second:
+            return None
+        axis_share = 1 / (2 * chip.topology_dims) if chip.topology_dims else 0.0
+        source = f"{chip.name}: peak {chip.peak_source}; HBM and ICI {chip.ici_source or 'spec'}"
+        return cls(
+            chip.per_device(chip.peak_bf16_flops),
+            chip.per_device(chip.hbm_bytes_per_second),
+            chip.ici_bytes_per_second * axis_share,
+            source,
+            chip.devices_per_chip,
+            tuple(torus),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class OpTime:
+    """One op's estimate: per execution, and how often the program runs it."""
+
+    name: str
+    opcode: str
+    times: int
+    flops: float
+    bytes: float
+    seconds: float  # per execution
+    term: str  # "compute", "memory", "kernel" or "collective"
+
+    @property
+    def total(self) -> float:
+        return self.seconds * self.times
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramEstimate:
+    """A program's estimated time as the sum of its terms (seconds per execution)."""
+
+    compute_seconds: float  # XLA ops whose FLOPs bound them
+    memory_seconds: float  # XLA ops whose HBM bytes bound them
+    kernel_seconds: float  # Pallas kernels at their stated cost
+    collective_seconds: float  # every collective's own time
+    exposed_collective_seconds: float  # of that, what no op scheduled beside it hides
+    unstated_kernels: tuple[str, ...]  # kernels that state no cost: their bytes only
+    ops: tuple[OpTime, ...]
+
+    @property
+    def seconds(self) -> float:
+        return (
+            self.compute_seconds
+            + self.memory_seconds
+            + self.kernel_seconds
+            + self.exposed_collective_seconds
+        )
+
+    def terms(self) -> dict[str, float]:
+        return {
+            "compute_seconds": self.compute_seconds,
+            "memory_seconds": self.memory_seconds,
+            "kernel_seconds": self.kernel_seconds,
+            "collective_seconds": self.collective_seconds,
+            "exposed_collective_seconds": self.exposed_collective_seconds,
+            "seconds": self.seconds,
+        }
+
+
+def estimate(
+    module: HloModule, rates: Rates, mesh: Mapping[str, int] | None = None
+) -> ProgramEstimate:
+    """The program's estimate (per device, per execution) from its compiled HLO."""
+    collectives = analyze(module, mesh).collectives
+    collective_ops = _collective_instructions(module, collectives)
+    ops: dict[str, OpTime] = {}
+    unstated: dict[str, None] = {}
+    totals = {"compute": 0.0, "memory": 0.0, "kernel": 0.0}
+    for cost in instruction_costs(module, stored=True):
+        instruction = cost.instruction
+        if instruction.name in collective_ops or not (cost.flops or cost.bytes):
+            continue
+        op = _op_time(instruction, cost.times, cost.flops, cost.bytes, rates)
+        if (kernel := unstated_kernel(instruction)) is not None:
+            unstated[kernel] = None
+        ops[instruction.name] = op
+        totals[op.term] += op.total
+    collective_total, exposed = _collective_times(module, collectives, ops, rates)
+    return ProgramEstimate(
+        compute_seconds=totals["compute"],
+        memory_seconds=totals["memory"],
+        kernel_seconds=totals["kernel"],
+        collective_seconds=collective_total,
+        exposed_collective_seconds=exposed,
+        unstated_kernels=tuple(unstated),
+        ops=tuple(ops.values()),
+    )
+
+
+def _op_time(
+    instruction: Instruction, times: int, flops: float, traffic: float, rates: Rates
+) -> OpTime:
+    """One op's roofline: a Pallas kernel's from its stated FLOPs and bytes where it states
+    bytes, any other op's from the walk's matmul FLOPs and HBM bytes."""
+    term = "memory"
+    stated = (
+        _KERNEL_BYTES.search(instruction.attributes)
+        if instruction.opcode == "custom-call"
+        else None
+    )
+    if stated is not None:
+        traffic, term = float(stated.group(1)), "kernel"
+    compute, memory = flops / rates.peak_flops, traffic / rates.hbm_bytes_per_second
+    if term == "memory" and compute > memory:
+        term = "compute"
+    return OpTime(
+        instruction.name, instruction.opcode, times, flops, traffic, max(compute, memory), term
+    )
+
+
+def _collective_instructions(module: HloModule, collectives: list[Collective]) -> set[str]:
+    """The names of the instructions that run collectives (starts, their updates and dones, and
+    synchronous ones): their time is the collective term's, not an HBM roofline."""
+    starts = {c.name.split("/")[0] for c in collectives}
+    names = set(starts)
+    for computation in module.computations.values():
+        for instruction in computation.instructions:
+            if (
+                instruction.operands[:1]
+                and instruction.operands[0] in names
+                and (instruction.opcode.endswith("-done") or instruction.opcode.endswith("-update"))
+            ):
+                names.add(instruction.name)
+    return names
+
+
+def collective_seconds(collective: Collective, rates: Rates) -> float:
+    """One execution of a collective over ICI; 0 where the chip's ICI rate is unknown.
+
+    A group of n devices spans n / devices-per-chip chips (a chip's devices taken together, as a
+    mesh's minor axis places them): (chips - 1) / chips of each device's buffer crosses ICI per
+    pass on a ring (two passes for an all-reduce; a permute moves its buffer once), and the
+    chip's devices in the group share its links. A group on one chip moves nothing over ICI (its
+    dies' own link is not modelled). The links are those of the torus axes the group spans, the
+    fewest whose chips hold it (one axis where the slice's torus is not given).
+    """
+    if not rates.ici_bytes_per_second:
+        return 0.0
+    n = max(collective.group_size, 1)
+    per_chip = min(rates.devices_per_chip, n)
+    chips = -(-n // per_chip)
+    if collective.kind in _POINT_TO_POINT:
+        moved = float(collective.bytes) if chips > 1 else 0.0
+    else:
+        passes = _RING_PASSES.get(collective.kind, 1.0)
+        moved = passes * (chips - 1) / chips * collective.bytes
+    axes, held = 0, 1
+    for size in sorted(rates.torus, reverse=True):
+        if held >= chips:
+            break
+        axes, held = axes + 1, held * size
+    return moved * per_chip / (rates.ici_bytes_per_second * max(axes, 1))
+
+
+def _collective_times(
+    module: HloModule,
+    collectives: list[Collective],
+    ops: Mapping[str, OpTime],
+    rates: Rates,
+) -> tuple[float, float]:
+    """(every collective's time, the part no op hides), per program execution. Collectives that
+    share a window (an async wrapper running several) run one after another in it."""
+    windows: dict[tuple[str, str], list[Collective]] = {}
+    for collective in collectives:
+        windows.setdefault((collective.computation, collective.name.split("/")[0]), []).append(
+            collective
+        )
+    total = exposed = 0.0
+    for (computation, start), members in windows.items():
+        executions = members[0].executions
+        own = sum(collective_seconds(c, rates) * c.executions for c in members) / executions
+        hidden = 0.0
+        if all(c.is_async for c in members):
+            body = module.computations[computation]
+            start_instruction = body.by_name()[start]
+            hidden = sum(
+                ops[i.name].seconds
+                for i in scheduled_between(start_instruction, body)
+                if i.name in ops
+            )
+        total += own * executions
+        exposed += max(own - hidden, 0.0) * executions
+    return total, exposed

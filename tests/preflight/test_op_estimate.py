@@ -1,0 +1,118 @@
+"""The op estimate of a small scheduled program against its roofline worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from rl_trainer_bench.chips.accelerators import chip_by_name
+from rl_trainer_bench.preflight.hlo.parse import parse_hlo
+from rl_trainer_bench.preflight.hlo.report import Collective
+from rl_trainer_bench.preflight.op_estimate import Rates, collective_seconds, estimate
+
+# A matmul with an all-gather of 4 devices scheduled beside it, an elementwise fusion and a
+# reduce of the gathered array, and a Pallas kernel that states its cost.
+SMALL_PROGRAM = """
+HloModule small, is_scheduled=true, num_partitions=4
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%exp (p: f32[1024,1024]) -> f32[1024,1024] {
+  %p = f32[1024,1024] parameter(0)
+  ROOT %e = f32[1024,1024] exponential(%p)
+}
+
+ENTRY %main (x: bf16[1024,512], w: bf16[512,2048], g: f32[256,1024]) -> (f32[1024,2048], f32[1024], f32[128,128]) {
+  %x = bf16[1024,512] parameter(0)
+  %w = bf16[512,2048] parameter(1)
+  %g = f32[256,1024] parameter(2)
+  %ag-start = (f32[256,1024], f32[1024,1024]) all-gather-start(%g), replica_groups={{0,1,2,3}}, dimensions={0}
+  %mm = f32[1024,2048] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %ag-done = f32[1024,1024] all-gather-done(%ag-start)
+  %ex = f32[1024,1024] fusion(%ag-done), kind=kLoop, calls=%exp
+  %zero = f32[] constant(0)
+  %r = f32[1024] reduce(%ex, %zero), dimensions={1}, to_apply=%add
+  %k = f32[128,128] custom-call(%g), custom_call_target="tpu_custom_call", backend_config={"custom_call_config":{"body":"x","cost_estimate":{"flops":"1000000000","transcendentals":"0","bytes_accessed":"500000000"}}}
+  ROOT %t = (f32[1024,2048], f32[1024], f32[128,128]) tuple(%mm, %r, %k)
+}
+"""
+
+RATES = Rates(peak_flops=1e12, hbm_bytes_per_second=1e11, ici_bytes_per_second=1e9, source="test")
+
+# By hand, in seconds:
+MATMUL = 2 * 1024 * 2048 * 512 / 1e12  # compute-bound: its 11.5 MB at 1e11 B/s take 0.115 ms
+EXP = (4 * 1024 * 1024 + 4 * 1024 * 1024) / 1e11  # reads and writes 4 MiB of f32
+REDUCE = (4 * 1024 * 1024 + 4 + 4 * 1024) / 1e11  # reads 4 MiB and the zero, writes 4 KiB
+KERNEL = max(1e9 / 1e12, 5e8 / 1e11)  # its stated bytes bound it
+GATHER = 3 / 4 * (4 * 1024 * 1024) / 1e9  # 3/4 of the 4 MiB result over ICI
+GATHER_EXPOSED = GATHER - MATMUL  # the matmul runs between its start and its done
+
+
+def test_small_program_matches_its_hand_roofline():
+    found = estimate(parse_hlo(SMALL_PROGRAM), RATES)
+    assert found.compute_seconds == pytest.approx(MATMUL)
+    assert found.memory_seconds == pytest.approx(EXP + REDUCE)
+    assert found.kernel_seconds == pytest.approx(KERNEL)
+    assert found.collective_seconds == pytest.approx(GATHER)
+    assert found.exposed_collective_seconds == pytest.approx(GATHER_EXPOSED)
+    assert found.seconds == pytest.approx(MATMUL + EXP + REDUCE + KERNEL + GATHER_EXPOSED)
+    assert found.seconds == pytest.approx(8.2716e-3, rel=1e-4)
+
+
+def test_a_synchronous_collective_hides_behind_nothing():
+    synchronous = SMALL_PROGRAM.replace(
+        "%ag-start = (f32[256,1024], f32[1024,1024]) all-gather-start(%g)",
+        "%ag-start = f32[1024,1024] all-gather(%g)",
+    ).replace(
+        "%ag-done = f32[1024,1024] all-gather-done(%ag-start)",
+        "%ag-done = f32[1024,1024] copy(%ag-start)",
+    )
+    found = estimate(parse_hlo(synchronous), RATES)
+    assert found.exposed_collective_seconds == pytest.approx(GATHER)
+
+
+def test_a_chip_rates_come_from_the_chip_table():
+    rates = Rates.of_chip(chip_by_name("tpu7x"))
+    # a device is half a chip: 2307 TFLOP/s, 7.37 TB/s, 1.2 TB/s both ways over 6 links
+    assert rates.peak_flops == pytest.approx(1153.5e12)
+    assert rates.hbm_bytes_per_second == pytest.approx(3.685e12)
+    assert rates.ici_bytes_per_second == pytest.approx(1.2e12 / 6)  # a chip, one axis, one way
+    assert rates.devices_per_chip == 2
+
+
+def _gather(group_size: int) -> Collective:
+    return Collective(
+        kind="all-gather", name="ag", computation="main", line=1, form="async pair",
+        bytes=2**30, executions=1, group_size=group_size, mesh_axes=None,
+        between_instructions=0, between_compute=0, between_flops=0.0, made_sync=False,
+    )  # fmt: skip
+
+
+def test_a_group_over_more_chips_uses_more_torus_axes():
+    """On tpu7x:4x4x8 (2 devices a chip, 1.2 TB/s both ways a chip over 6 links): 128 devices
+    are 64 chips, more than 8 x 4 hold, so the ring uses all three axes; 2 devices are one chip,
+    nothing crosses ICI."""
+    rates = Rates.of_chip(chip_by_name("tpu7x"), torus=(4, 4, 8))
+    per_axis = 1.2e12 / 6
+    assert collective_seconds(_gather(128), rates) == pytest.approx(
+        63 / 64 * 2**30 * 2 / (3 * per_axis)
+    )
+    assert collective_seconds(_gather(16), rates) == pytest.approx(7 / 8 * 2**30 * 2 / per_axis)
+    assert collective_seconds(_gather(2), rates) == 0.0
+
+
+def test_a_tiled_array_moves_its_padded_tiles():
+    """A TPU lays `f32[4096,1]` out as 4096 rows of 128 lanes: a copy moves 128x its elements."""
+    text = """
+HloModule tiled, is_scheduled=true
+
+ENTRY %main (p: f32[4096,1]) -> f32[4096,1] {
+  %p = f32[4096,1]{1,0:T(8,128)} parameter(0)
+  ROOT %c = f32[4096,1]{1,0:T(8,128)} copy(%p)
+}
+"""
+    found = estimate(parse_hlo(text), RATES)
+    assert found.memory_seconds == pytest.approx(2 * 4096 * 128 * 4 / 1e11)
