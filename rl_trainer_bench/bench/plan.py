@@ -590,9 +590,10 @@ def refuse_unrunnable_stages(worker: str, stages: Iterable[StageConfig]) -> None
         )
 
 
-def environment_config(env: Mapping[str, str]) -> BenchConfig:
-    """The knobs of a driver started with exactly `env` and no flags (what a pod runs)."""
-    return BenchConfig.from_env(driver_knobs(env, argparse.Namespace()))
+def environment_config(env: Mapping[str, str], **given: Any) -> BenchConfig:
+    """The knobs of a driver started with exactly `env` and no flags (what a pod runs); `given`:
+    fields already read from the same text (`BenchConfig.from_env`), not read again."""
+    return BenchConfig.from_env(driver_knobs(env, argparse.Namespace()), **given)
 
 
 def _check_slice(engine: EngineConfig, tpu_slice: TpuSlice | None) -> None:

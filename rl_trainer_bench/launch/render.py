@@ -21,7 +21,7 @@ import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import yaml
 
@@ -29,6 +29,7 @@ from rl_trainer_bench import code_digest
 from rl_trainer_bench.bench import plan, plan_document
 from rl_trainer_bench.bench.plan import Plan
 from rl_trainer_bench.chips.accelerators import TPU_CHIPS, TpuSlice
+from rl_trainer_bench.config.engine_keys import CommandLine
 from rl_trainer_bench.config.knobs import DRIVER_KNOBS, refuse_misspelt_knobs
 from rl_trainer_bench.config.presets import MODEL_FLAGS
 from rl_trainer_bench.config.trainer_env import OFF_THE_STEP, PLUMBING, TRAINER_ENV_VARIABLE
@@ -172,8 +173,12 @@ def render_with_plan(
     )
     if same_pod_ab:
         _add_same_pod_ab(environment, knobs)
-    results_source = _place_results(environment, trainer, launch, new_name)
-    pod_plan = _pod_plan(environment, pod_environment(container, environment))
+    # The launch's trainer command, read once: its output folder, and the pod's TRAINER_ARGV
+    # where no knob replaces it.
+    trainer_line = CommandLine(trainer_command_words(launch))
+    results_source = _place_results(environment, trainer, trainer_line, new_name)
+    given = {} if knobs.passed("TRAINER_ARGV") is not None else {"trainer_argv": trainer_line}
+    pod_plan = _pod_plan(environment, pod_environment(container, environment), given)
     # The code embedded is the closure of the engine the pod's plan resolves from these knobs.
     engine = pod_plan.config.engine
     sha = code_digest.code_sha256(engine=engine, same_pod_ab=same_pod_ab)
@@ -276,7 +281,7 @@ def _orchestrator_environment(
 
 
 def _place_results(
-    environment: dict[str, str], trainer: Mapping, launch: ClientCommand, bench: str
+    environment: dict[str, str], trainer: Mapping, trainer_line: CommandLine, bench: str
 ) -> str:
     """Set RESULTS_URI under the trainer's durable output folder unless a knob set it; what chose
     it, for the summary ("" when nothing did: the results stay on the pod's disk). UserError for
@@ -287,7 +292,7 @@ def _place_results(
     if "RESULTS_URI" in environment:
         results_location.check_durable(environment["RESULTS_URI"], container, volumes)
         return "the RESULTS_URI knob"
-    found = results_location.trainer_output(trainer_command_words(launch), container, volumes)
+    found = results_location.trainer_output(trainer_line, container, volumes)
     if found is None:
         return ""
     location, source = found
@@ -300,7 +305,7 @@ def trainer_output(trainer: Mapping, launch: ClientCommand) -> tuple[str, str] |
     where = client_location(trainer)
     job = replicated_jobs(trainer)[where.job_index]
     return results_location.trainer_output(
-        trainer_command_words(launch),
+        CommandLine(trainer_command_words(launch)),
         containers(job)[where.container_index],
         pod_spec(job).get("volumes") or [],
     )
@@ -353,14 +358,17 @@ def pod_environment(container: Mapping, exported: Mapping[str, str]) -> dict[str
     return {**literal_env(container), **exported}
 
 
-def _pod_plan(environment: Mapping[str, str], pod_env: Mapping[str, str]) -> Plan:
+def _pod_plan(
+    environment: Mapping[str, str], pod_env: Mapping[str, str], given: Mapping[str, Any]
+) -> Plan:
     """The pod driver's own validation of the environment it will get; UserError if it refuses.
+    `given`: knobs the render has read already (the trainer's command), taken as read.
 
     A trainer command that names no model would leave the pod timing the default toy preset at
     the trainer's mesh and lengths, so the render asks for PRESET then.
     """
     try:
-        config = plan.environment_config(environment)
+        config = plan.environment_config(environment, **given)
         if config.preset_source == "default":
             raise UserError(
                 f"the trainer's flags name no model (--{', --'.join(MODEL_FLAGS)}): set PRESET"

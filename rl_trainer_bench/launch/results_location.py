@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rl_trainer_bench.bench.results_copy import FOLLOW_SECONDS
-from rl_trainer_bench.config.engine_keys import parse_trainer_command
+from rl_trainer_bench.config.engine_keys import CommandLine
 from rl_trainer_bench.config.knobs import GCS_PREFIX
 from rl_trainer_bench.config.trainer_maxtext import maxtext_keys
 from rl_trainer_bench.errors import UserError
@@ -29,14 +29,14 @@ SUBFOLDER = "rl-trainer-bench"
 
 
 def trainer_output(
-    trainer_words: Sequence[str], container: Mapping, volumes: Sequence[Mapping]
+    trainer: CommandLine, container: Mapping, volumes: Sequence[Mapping]
 ) -> tuple[str, str] | None:
     """(location, what named it) of the trainer's durable output folder, or None.
 
-    `trainer_words` are its command as TRAINER_ARGV carries it; `container` the client container
+    `trainer` is its command as TRAINER_ARGV carries it, read; `container` the client container
     and `volumes` its pod's volumes."""
-    environment, flags = parse_trainer_command(list(trainer_words))
-    keys = dict(maxtext_keys(environment, flags))
+    flags = trainer.flags
+    keys = dict(maxtext_keys(trainer.environment, flags))
     named = [(flags.get(flag), f"the trainer's --{flag}") for flag in OUTPUT_FLAGS]
     named += [(keys.get(key), f"the trainer's MaxText key {key}") for key in OUTPUT_KEYS]
     mounts = _durable_mounts(container, volumes)
