@@ -173,12 +173,7 @@ def render_with_plan(
     )
     if same_pod_ab:
         _add_same_pod_ab(environment, knobs)
-    # The launch's trainer command, read once: its output folder, and the pod's TRAINER_ARGV
-    # where no knob replaces it.
-    trainer_line = CommandLine(trainer_command_words(launch))
-    results_source = _place_results(environment, trainer, trainer_line, new_name)
-    given = {} if knobs.passed("TRAINER_ARGV") is not None else {"trainer_argv": trainer_line}
-    pod_plan = _pod_plan(environment, pod_environment(container, environment), given)
+    results_source, pod_plan = _placed(environment, trainer, launch, knobs, container, new_name)
     # The code embedded is the closure of the engine the pod's plan resolves from these knobs.
     engine = pod_plan.config.engine
     sha = code_digest.code_sha256(engine=engine, same_pod_ab=same_pod_ab)
@@ -278,6 +273,23 @@ def _orchestrator_environment(
         return ()
     command, container = found
     return tuple({**literal_env(container), **command.env}.items())
+
+
+def _placed(
+    environment: dict[str, str],
+    trainer: Mapping,
+    launch: ClientCommand,
+    knobs: RenderKnobs,
+    container: Mapping,
+    bench: str,
+) -> tuple[str, Plan]:
+    """The results' place (`_place_results`) and the pod's plan (`_pod_plan`), from the launch's
+    trainer command read once: its output folder, and the pod's TRAINER_ARGV where no knob
+    replaces it."""
+    trainer_line = CommandLine(trainer_command_words(launch))
+    results_source = _place_results(environment, trainer, trainer_line, bench)
+    given = {} if knobs.passed("TRAINER_ARGV") is not None else {"trainer_argv": trainer_line}
+    return results_source, _pod_plan(environment, pod_environment(container, environment), given)
 
 
 def _place_results(
