@@ -48,4 +48,7 @@ def describe(setting: str, env: Mapping[str, str] | None) -> str:
     source = (
         KNOB if setting else JAX_VARIABLE if env.get(JAX_VARIABLE) else "the user's cache folder"
     )
-    return f"{folder(setting, env or {})} ({source})"
+    where = folder(setting, env or {})
+    if env is not None and where.exists() and not where.is_dir():  # this host's run: say so now
+        return f"none: {where} ({source}) is not a folder, so every program compiles"
+    return f"{where} ({source})"

@@ -66,3 +66,14 @@ def test_the_plan_names_the_folder_and_what_chose_it():
         " the pod's user cache folder"
     )
     assert Path(compile_cache.folder("~/x", HOME)) == Path.home() / "x"
+
+
+def test_the_plan_says_when_the_folder_is_a_file_on_this_host(tmp_path):
+    """The run would turn the cache off there (one note, never a failure); the plan says so."""
+    a_file = tmp_path / "cache"
+    a_file.write_text("")
+    assert compile_cache.describe(str(a_file), {}) == (
+        f"none: {a_file} (COMPILE_CACHE) is not a folder, so every program compiles"
+    )
+    assert compile_cache.describe(str(tmp_path), {}) == f"{tmp_path} (COMPILE_CACHE)"
+    assert compile_cache.describe(str(a_file), None) == f"{a_file} (COMPILE_CACHE)"  # a pod's

@@ -9,7 +9,7 @@ is made:
   one large array at a fraction of the rate it moves the same bytes as pieces put together (their
   transfers run side by side), so each device's block of an array of at least two pieces' bytes
   is put as up to MAX_PIECES contiguous pieces of its rows-by-tokens view, of PIECE_BYTES or more,
-  in one `device_put` for every piece of every array, and joined on the device by one small
+  each array's pieces in one `device_put` (on every device at once), and joined on the device by one small
   program compiled with the engine's (a concatenation and a reshape in device memory, a few
   milliseconds where the copy saves tens). Smaller arrays go whole: a piece's fixed cost would eat
   what it saves.
