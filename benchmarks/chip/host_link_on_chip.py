@@ -69,6 +69,17 @@ def split(array: np.ndarray, n: int) -> list[np.ndarray]:
     return np.array_split(flat, n, axis=0)
 
 
+def counts(text: str) -> list[int]:
+    """A comma-separated list of whole numbers of at least 0 (argparse names the flag)."""
+    try:
+        values = [int(word) for word in text.split(",")]
+    except ValueError:
+        values = [-1]
+    if any(value < 0 for value in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: give whole numbers separated by commas")
+    return values
+
+
 def engine_copies(mesh, arrays: dict[str, np.ndarray], rotate: int) -> dict[str, float]:
     """The engine's unstaged copy of the same micro-batch each time, and of `rotate` distinct
     ones (fresh host buffers of the same shapes) in turn."""
@@ -90,8 +101,10 @@ def engine_copies(mesh, arrays: dict[str, np.ndarray], rotate: int) -> dict[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="tpu-v5e-1")
-    parser.add_argument("--sizes", default="0,64,128,256,512", help="extra MiB a micro-batch")
-    parser.add_argument("--pieces", default="4,8,16,32")
+    parser.add_argument(
+        "--sizes", type=counts, default="0,64,128,256,512", help="extra MiB a micro-batch"
+    )
+    parser.add_argument("--pieces", type=counts, default="4,8,16,32", help="pieces an array")
     parser.add_argument("--pinned-up-to", type=int, default=128, help="MiB; slower past it")
     parser.add_argument("--busy-size", type=int, default=8192, help="the program's matmul width")
     parser.add_argument("--rotate", type=int, default=5, help="distinct micro-batches in turn")
@@ -113,7 +126,7 @@ def main() -> None:
     program_alone = median_s(lambda: busy(big), 3)
     results = {"device": str(device), "program_alone_s": program_alone, "sizes": []}
     print(f"program alone {program_alone * 1e3:.1f} ms", flush=True)
-    for mib in (int(s) for s in args.sizes.split(",")):
+    for mib in args.sizes:
         arrays = arrays_at(args.preset, mib)
         total = sum(a.nbytes for a in arrays.values())
         to = {k: sharding.payload_sharding(mesh, a.ndim) for k, a in arrays.items()}
@@ -130,7 +143,7 @@ def main() -> None:
         row["issue_whole_s"] = time.perf_counter() - start
         jax.block_until_ready(issued)
         del issued
-        for n in (int(p) for p in args.pieces.split(",")):
+        for n in args.pieces:
             if not any(a.nbytes >= PIECE_MIN for a in arrays.values()):
                 break
             pieces = {k: split(a, n) if a.nbytes >= PIECE_MIN else [a] for k, a in arrays.items()}
