@@ -123,7 +123,9 @@ class Bench:
         refuse_unrunnable_stages(self.config.worker, (self.config.stage, *stages))
         # Files an engine writes of its own (MaxText's events) go inside the results folder.
         engine_config = dataclasses.replace(
-            self._engine_config(), output_dir=str(self.config.results_dir / "engine")
+            self._engine_config(),
+            output_dir=str(self.config.results_dir / "engine"),
+            dump_buffer_assignment=self.config.measure_peak,
         )
         factory = self._engine_factory or engine_class(self.config.engine)  # import it first
         payloads = self._build_pool(engine_config)
@@ -153,8 +155,11 @@ class Bench:
         )
         started = time.perf_counter()
         with load_failure.refused_as_size(self.config.preset.name, load_failure.compile_refusal):
-            compiled = self.engine.compile(self.pool.entries[0].payload)
-        compile_s = returns.compile_seconds(compiled)
+            compile_s = returns.compile_seconds(self.engine.compile(self.pool.entries[0].payload))
+            compile_for = optional(self.engine, "compile_for")
+            if compile_for is not None:  # what only some micro-batches need, if one of these does
+                payloads = [entry.payload for entry in self.pool.entries]
+                compile_s |= returns.compile_seconds(compile_for(payloads), "compile_for()")
         wall = time.perf_counter() - started
         interrupts.check()  # a Ctrl-C during the compile may have been swallowed inside it
         for program, seconds in compile_s.items():

@@ -411,6 +411,10 @@ class EngineConfig:
     # A folder an engine may write files of its own into (MaxText's TensorBoard events); the
     # driver sets one inside RESULTS_DIR. Empty: the engine writes none, or a temporary one.
     output_dir: str = ""
+    # Set by the driver under MEASURE_PEAK=on: the engine's own compile dumps each program's buffer
+    # assignment for `program_memory` (engine/temp_block.py), where reading it later would compile
+    # every program a second time. It changes no program.
+    dump_buffer_assignment: bool = False
     matmul_precision: MatmulPrecision = dataclasses.field(
         default="default", metadata=engine_key("XLA matmul precision")
     )

@@ -338,3 +338,22 @@ def test_a_line_says_the_compile_has_started_before_it_does():
     assert lines[started].startswith(
         f"{step_record.LOG_PREFIX} compiling the engine's programs for cpu-tiny"
     )
+
+
+class PoolCompilingEngine(StandInEngine):
+    """Compiles a program of its own once the driver hands it the pool (`compile_for`)."""
+
+    def compile_for(self, payloads):
+        self.calls.append(("compile_for", tuple(p.name for p in payloads)))
+        return {"replay": 0.02}
+
+
+def test_the_whole_pool_reaches_compile_for_before_any_step_and_its_seconds_are_logged():
+    engine, lines = PoolCompilingEngine(), []
+    pool = stand_in_pool(5)
+    bench = Bench(bench_config(), lines.append, engine_factory=lambda _: engine, pool=pool)
+    seconds = bench.setup()
+    bench.close()
+    assert engine.calls == [("compile",), ("compile_for", tuple(p.name for p in pool))]
+    assert seconds == {"fwd_bwd": 0.01, "update": 0.01, "replay": 0.02}
+    assert "[TrainerBench] compile program=replay seconds=0.020" in lines

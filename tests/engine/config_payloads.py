@@ -5,7 +5,7 @@ from rl_trainer_bench.engine.config import EngineConfig
 from rl_trainer_bench.engine.contract import Payload, example_payload
 
 
-def config_payload(config: EngineConfig, seed: int = 0) -> Payload:
+def config_payload(config: EngineConfig, seed: int = 0, segment_len: int = 24) -> Payload:
     """The example micro-batch of `config`'s rows, sequence and model, named after its seed."""
     model = config.model
     return example_payload(
@@ -15,7 +15,7 @@ def config_payload(config: EngineConfig, seed: int = 0) -> Payload:
         num_layers=model.num_layers,
         top_k=model.top_k,
         num_experts=model.num_experts,
-        segment_len=24,
+        segment_len=segment_len,
         seed=seed,
         name=f"mb{seed}",
     )

@@ -173,11 +173,16 @@ def test_loss_and_gradient_match_the_float32_reference(compiled):
     np.testing.assert_allclose(engine.get_metrics()["loss"], want_loss, rtol=1e-5)
 
 
+def overflowing(seed):
+    """A payload whose every token routes to experts 0..K-1: each group drops pairs."""
+    p = payload(seed=seed)
+    forced = np.where(p.routed_experts >= 0, np.arange(MODEL.top_k, dtype=np.int16), -1)
+    return dataclasses.replace(p, routed_experts=forced.astype(np.int16), digests={})
+
+
 def test_forced_overflow_is_detected_replayed_once_and_gives_the_dropless_gradient(compiled):
     engine = fresh_engine(compiled)
-    p = payload(seed=2)
-    forced = np.where(p.routed_experts >= 0, np.arange(MODEL.top_k, dtype=np.int16), -1)
-    p = dataclasses.replace(p, routed_experts=forced.astype(np.int16), digests={})
+    p = overflowing(seed=2)
     _, want_grads = reference_value_and_grad(reference_params(engine), p.arrays())
     engine.fwd_bwd(p)
     assert_gradients_close(engine.accumulated_gradient(), want_grads)
@@ -538,6 +543,7 @@ def test_program_memory_is_aots_peak_of_the_same_programs(compiled):
     from rl_trainer_bench.preflight.aot.compile import compile_programs
 
     engine = fresh_engine(compiled)
+    engine.compile_for([overflowing(seed=2)])  # the replay, compiled once a micro-batch drops pairs
     figures = engine.program_memory()
     state = state_bytes(CONFIG, engine.mesh, stage_before_update=True)
     rows = {name: row for name, _, row in compile_programs(CONFIG, engine.mesh)}
@@ -550,21 +556,21 @@ def test_program_memory_is_aots_peak_of_the_same_programs(compiled):
 
 def test_the_programs_compile_side_by_side(monkeypatch):
     """Each program's compile starts before any finishes: the three meet at a barrier inside their
-    compiles, which a compile one after another would never reach (its first waits alone)."""
+    compiles, which a compile one after another would never reach (its first waits alone). The
+    micro-batch carries no routes, so the dropless replay compiles with the others (with routes
+    it waits for a micro-batch that drops pairs: test_pair_drops.py)."""
     meeting = threading.Barrier(3, timeout=60)
-    timed = jax_engine._timed_compile
+    compile_now = jax_engine._compile
 
-    def after_all_started(lowered, options):
-        compile_now = timed(lowered, options)
+    def meet_then_compile(lowered, options):
+        meeting.wait()
+        return compile_now(lowered, options)
 
-        def meet_then_compile():
-            meeting.wait()
-            return compile_now()
-
-        return meet_then_compile
-
-    monkeypatch.setattr(jax_engine, "_timed_compile", after_all_started)
+    monkeypatch.setattr(jax_engine, "_compile", meet_then_compile)
     monkeypatch.setattr(jax_engine, "_COMPILED", {})
-    seconds = JaxEngine(CONFIG).compile(payload())
+    unrouted = example_payload(
+        CONFIG.micro_batch_rows, CONFIG.seq_len, MODEL.vocab_size, segment_len=48, name="unrouted"
+    )
+    seconds = JaxEngine(CONFIG).compile(unrouted)
     assert set(seconds) == {"fwd_bwd", "fwd_bwd_dropless", "update"}
     assert all(s > 0 for s in seconds.values())

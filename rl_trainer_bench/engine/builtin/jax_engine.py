@@ -12,6 +12,7 @@ memory meanwhile. With retry off nothing is ever read back.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import logging
 import math
@@ -25,9 +26,10 @@ import numpy as np
 
 from rl_trainer_bench.engine import device_digest, residency
 from rl_trainer_bench.engine.background import Background
-from rl_trainer_bench.engine.builtin import flops, input_copy, programs, sharding
+from rl_trainer_bench.engine.builtin import flops, input_copy, pair_drops, programs, sharding
 from rl_trainer_bench.engine.builtin.parameters import parameter_shapes
 from rl_trainer_bench.engine.builtin.programs import (
+    REPLAY,
     Accumulated,
     TrainState,
     abstract_state,
@@ -39,10 +41,10 @@ from rl_trainer_bench.engine.builtin.programs import (
     lowered_one_by_one,
     payload_spec,
 )
-from rl_trainer_bench.engine.config import EngineConfig
+from rl_trainer_bench.engine.config import EngineConfig, replays_possible
 from rl_trainer_bench.engine.contract import ContractError, Payload, StateMismatch
 from rl_trainer_bench.engine.shared_state import StateFamily, first_difference
-from rl_trainer_bench.engine.temp_block import compile_reading_block
+from rl_trainer_bench.engine.temp_block import compile_reading_block, persistent_cache_off
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,8 @@ class _Pending:
 # Compiled programs shared by engines of the same config on the same devices (A/B arms, tests),
 # and the input copy of their micro-batches (its join program compiled beside them).
 _COMPILED: dict[tuple, dict[str, Any]] = {}
+# Their HBM temporary blocks, where their compile read them (`dump_buffer_assignment`).
+_BLOCKS: dict[tuple, dict[str, int | None]] = {}
 _COPIES: dict[tuple, input_copy.InputCopy] = {}
 
 
@@ -140,6 +144,9 @@ class JaxEngine:
         self._metrics: dict[str, Any] | None = None
         self._marker: jax.Array | None = None
         self._routes_checked: set[str] = set()
+        self._drops: dict[tuple[str | None, ...], bool] = {}  # by the routes' and segments' digests
+        self._program_config = config  # `config` as the compiled programs take it (`_config_for`)
+        self._key: tuple = ()  # the programs' entry in _COMPILED and _BLOCKS
         self._prepared: list[PreparedBatch] = []
         self._copy: input_copy.InputCopy | None = None
 
@@ -176,8 +183,10 @@ class JaxEngine:
         (benchmarks/reports/aot-compile-time_tpu7x-v5p_2026-12-02.md). Each program starts
         compiling as soon as it is lowered, while the next is traced and lowered; its seconds are
         its own lowering and compile, overlapping the others'.
-        Programs already compiled in this process for the same config (its output folder aside),
-        devices and shapes are reused (their entry is 0).
+        With router replay the dropless replay is left out: whether a micro-batch needs it is
+        counted on the host (`pair_drops`), and `compile_for` or the first such micro-batch
+        compiles it. Programs already compiled in this process for the same config (its output
+        folder aside), devices and shapes are reused (their entry is 0).
         """
         spec = {
             name: jax.ShapeDtypeStruct(array.shape, array.dtype)
@@ -186,31 +195,14 @@ class JaxEngine:
         config = self._config_for(spec)
         check_payload(example, payload_spec(config))
         # the results folder an engine may write into changes none of the programs
-        programs_of = dataclasses.replace(self.config, output_dir="")
+        programs_of = dataclasses.replace(self.config, output_dir="", dump_buffer_assignment=False)
         key = (programs_of, tuple(d.id for d in self.mesh.devices.flat), tuple(sorted(spec)))
-        seconds: dict[str, float] = {}
         cached = _COMPILED.get(key)
         digest = self._digest_compile()
+        self._program_config, self._key = config, key
         if cached is None:
-            start = time.perf_counter()
-            reserved = programs.compile_reservations(self.config, self.mesh)
-            compiling: dict[str, tuple[Background[tuple[Any, float]], float]] = {}
-            lowering_from = start
-            for name, program in lowered_one_by_one(config, self.mesh, spec):
-                options = residency.compile_options(self.platform, reserved[name])
-                job = Background(_timed_compile(program, options), f"engine-compile-{name}")
-                compiling[name] = job, time.perf_counter() - lowering_from
-                lowering_from = time.perf_counter()
-            cached = {}
-            for name, (job, lowering) in compiling.items():
-                cached[name], own = job.result()
-                seconds[name] = lowering + own
-                log.info("compiled %s in %.2f s", name, seconds[name])
-            log.info(
-                "compiled %d programs side by side in %.2f s",
-                len(cached),
-                time.perf_counter() - start,
-            )
+            deferred = (REPLAY,) if self._replay_deferred(config) else ()
+            cached, seconds = self._compiled_side_by_side(config, spec, deferred)
             _COMPILED[key] = cached
         else:
             seconds = dict.fromkeys(cached, 0.0)
@@ -223,6 +215,20 @@ class JaxEngine:
             log.info("waited %.2f s for the initial state and the digest program", waited)
         self._compiled, self._spec, self._copy = cached, spec, self._input_copy(key, spec)
         return seconds
+
+    def compile_for(self, payloads: Sequence[Payload]) -> dict[str, float]:
+        """The dropless replay compiled now when one of `payloads`, the micro-batches the run
+        will feed, drops a pair (counted on the host, `pair_drops`); its seconds, or {} when
+        none does or it is compiled already. The driver calls it after `compile`, before any
+        step, so no scored step compiles it."""
+        if self._spec is None:
+            raise ContractError("compile_for before compile(example): compile first")
+        if not self._replay_missing():
+            return {}
+        dropping = next((p.name for p in payloads if self._drops_pairs(p)), None)
+        if dropping is None:
+            return {}
+        return {REPLAY: self._compile_replay(f"micro-batch {dropping} drops pairs")}
 
     def fwd_bwd(self, batch: Payload | PreparedBatch) -> None:
         """Dispatch one micro-batch; settle the previous one (its overflow flag is read now)."""
@@ -355,20 +361,23 @@ class JaxEngine:
         """Each compiled program's device bytes as XLA gives them and the state beside it, the
         figures `aot` sums into a program's peak (the reservation it was compiled with).
 
-        On TPU each program is compiled once more, with XLA's dump, for its buffer assignment's
-        temporary block (engine/temp_block.py): the run's own compile writes no dump, so a
-        production run pays nothing for what only the measured peak reads.
+        On TPU a program's temporaries are its buffer assignment's block (engine/temp_block.py),
+        which the run's own compile read where `dump_buffer_assignment` was set (MEASURE_PEAK=on);
+        otherwise the program is compiled once more, with XLA's dump, so a production run pays
+        nothing for what only the measured peak reads.
         """
         if self._spec is None:
             raise ContractError("program_memory before compile(example): compile first")
         reserved = programs.compile_reservations(self.config, self.mesh)
-        lowered = (
-            lower_programs(self.config, self.mesh, self._spec) if self.platform == "tpu" else {}
-        )
+        blocks = _BLOCKS.get(self._key, {})
+        unread = [name for name in self._compiled if name not in blocks]
+        lowered = {}
+        if self.platform == "tpu" and unread:
+            lowered = lower_programs(self._program_config, self.mesh, self._spec)
         figures = {}
         for name, compiled in self._compiled.items():
-            block = None
-            if name in lowered:
+            block = blocks.get(name)
+            if name in unread and name in lowered:
                 options = residency.compile_options(self.platform, reserved[name])
                 _, block = compile_reading_block(lowered[name], options, self.platform)
             analysis = compiled.memory_analysis()
@@ -410,6 +419,7 @@ class JaxEngine:
             "active_parameters_per_token": flops.active_parameters(self.config),
             "ragged_buffer_factor": self.config.moe.ragged_buffer_factor,
             "retry_when_tokens_dropped": self.config.moe.retry_when_tokens_dropped,
+            "dropless_replay": _replay_policy(self._program_config),
             "input_copy": self._copy.describe()
             if self._copy is not None
             else input_copy.describe_policy(input_copy.piece_bytes_for(self.platform)),
@@ -419,7 +429,98 @@ class JaxEngine:
 
     @property
     def _replays_possible(self) -> bool:
-        return "fwd_bwd_dropless" in self._compiled
+        return replays_possible(self.config)
+
+    def _replay_deferred(self, config: EngineConfig) -> bool:
+        """Whether the dropless replay waits for a micro-batch that needs it: with router replay,
+        whose routes say before any program runs whether a micro-batch drops pairs."""
+        return replays_possible(config) and config.moe.router_replay
+
+    def _compiled_side_by_side(
+        self, config: EngineConfig, spec, skip: Sequence[str]
+    ) -> tuple[dict[str, Any], dict[str, float]]:
+        """Every program but `skip` lowered one by one, each compiling on a thread of its own as
+        soon as it is lowered; the executables and each one's lowering and compile seconds."""
+        start = time.perf_counter()
+        reserved = programs.compile_reservations(self.config, self.mesh)
+        compiling: dict[str, tuple[Background[tuple[Any, int | None, float]], float]] = {}
+        lowering_from = start
+        with self._reading_blocks():
+            for name, program in lowered_one_by_one(config, self.mesh, spec, skip):
+                options = residency.compile_options(self.platform, reserved[name])
+                job = Background(self._timed_compile(program, options), f"engine-compile-{name}")
+                compiling[name] = job, time.perf_counter() - lowering_from
+                lowering_from = time.perf_counter()
+            compiled, seconds = {}, {}
+            for name, (job, lowering) in compiling.items():
+                compiled[name], block, own = job.result()
+                seconds[name] = lowering + own
+                self._keep_block(name, block)
+                log.info("compiled %s in %.2f s", name, seconds[name])
+        log.info(
+            "compiled %d programs side by side in %.2f s",
+            len(compiled),
+            time.perf_counter() - start,
+        )
+        return compiled, seconds
+
+    @property
+    def _dumping(self) -> bool:
+        """Whether this engine's compiles read their buffer assignment's block (TPU only)."""
+        return self.config.dump_buffer_assignment and self.platform == "tpu"
+
+    def _reading_blocks(self) -> contextlib.AbstractContextManager:
+        """JAX's persistent cache off while the programs compile dumping: a program loaded from
+        it dumps nothing (engine/temp_block.py); one switch for all, as they compile side by side."""
+        return persistent_cache_off() if self._dumping else contextlib.nullcontext()
+
+    def _timed_compile(
+        self, lowered: Any, options: dict[str, str]
+    ) -> Callable[[], tuple[Any, int | None, float]]:
+        """A call that compiles `lowered`: the executable, its HBM temporary block where this
+        engine reads it (else None) and its own compile seconds."""
+        reading = self._dumping
+
+        def compile_now() -> tuple[Any, int | None, float]:
+            start = time.perf_counter()
+            if reading:
+                compiled, block = compile_reading_block(lowered, options, "tpu")
+            else:
+                compiled, block = _compile(lowered, options), None
+            return compiled, block, time.perf_counter() - start
+
+        return compile_now
+
+    def _keep_block(self, name: str, block: int | None) -> None:
+        if self._dumping:
+            _BLOCKS.setdefault(self._key, {})[name] = block
+
+    def _drops_pairs(self, payload: Payload) -> bool:
+        """Whether `payload`'s replayed routes drop a pair in `fwd_bwd` (`pair_drops`), once per
+        micro-batch's content."""
+        key = tuple(payload.digests.get(n) for n in ("routed_experts", "segment_ids"))
+        if None in key or key not in self._drops:
+            drops = pair_drops.drops_pairs(
+                payload.routed_experts, payload.segment_ids, self._program_config
+            )
+            if None in key:
+                return drops
+            self._drops[key] = drops
+        return self._drops[key]
+
+    def _compile_replay(self, reason: str) -> float:
+        """The dropless replay lowered and compiled now, into the programs engines of this config
+        share; its seconds."""
+        start = time.perf_counter()
+        reserved = programs.compile_reservations(self.config, self.mesh)[REPLAY]
+        with self._reading_blocks():
+            lowered = programs.lowered_program(self._program_config, self.mesh, self._spec, REPLAY)
+            options = residency.compile_options(self.platform, reserved)
+            self._compiled[REPLAY], block, _ = self._timed_compile(lowered, options)()
+        self._keep_block(REPLAY, block)
+        seconds = time.perf_counter() - start
+        log.info("compiled %s in %.2f s: %s", REPLAY, seconds, reason)
+        return seconds
 
     def _config_for(self, spec) -> EngineConfig:
         """The config whose payload_spec matches the example's optional fields."""
@@ -436,7 +537,12 @@ class JaxEngine:
                 check_routes(routes, self.config.model.num_experts, payload.name)
                 if digest is not None:
                     self._routes_checked.add(digest)
+            if self._replay_missing() and self._drops_pairs(payload):  # not in `compile_for`'s
+                self._compile_replay(f"micro-batch {payload.name} drops pairs")
         return payload.arrays()
+
+    def _replay_missing(self) -> bool:
+        return REPLAY not in self._compiled and self._replay_deferred(self._program_config)
 
     def _input_copy(self, key: tuple, spec) -> input_copy.InputCopy:
         """The copy of micro-batches of `spec` (`input_copy.py`), its join compiled with the
@@ -479,8 +585,20 @@ class JaxEngine:
     def _settle(self, pending: _Pending) -> None:
         """Replay a micro-batch dropless if it dropped pairs (the host reads its flag here)."""
         if int(jax.device_get(pending.overflow)):
-            self._run("fwd_bwd_dropless", pending.inputs)
+            if REPLAY not in self._compiled:
+                log.warning("the device dropped pairs of a micro-batch the host counted as none")
+                self._compile_replay("a micro-batch the host's count missed dropped pairs")
+            self._run(REPLAY, pending.inputs)
             self._replays += 1
+
+
+def _replay_policy(config: EngineConfig) -> str:
+    """When the dropless replay's program is compiled, as the run's header says it."""
+    if not replays_possible(config):
+        return "none (retry off or a dropless buffer factor)"
+    if config.moe.router_replay:
+        return "compiled once a micro-batch of the run drops pairs (its routes counted on the host)"
+    return "compiled with the others (the router's own routes: drops known only when it runs)"
 
 
 def _record_ready(prepared: PreparedBatch) -> None:
@@ -488,12 +606,6 @@ def _record_ready(prepared: PreparedBatch) -> None:
     prepared.ready_at = time.perf_counter()
 
 
-def _timed_compile(lowered: Any, options: dict[str, str]) -> Callable[[], tuple[Any, float]]:
-    """A call that compiles `lowered` and returns the executable with its own compile seconds."""
-
-    def compile_now() -> tuple[Any, float]:
-        start = time.perf_counter()
-        compiled = lowered.compile(compiler_options=options)
-        return compiled, time.perf_counter() - start
-
-    return compile_now
+def _compile(lowered: Any, options: dict[str, str]) -> Any:
+    """XLA's compile of `lowered` with `options` (a seam the compile tests wrap)."""
+    return lowered.compile(compiler_options=options)

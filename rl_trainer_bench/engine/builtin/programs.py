@@ -10,7 +10,7 @@ without allocating anything (docs/engine.md).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -32,6 +32,9 @@ from rl_trainer_bench.engine.config import (
 )
 from rl_trainer_bench.engine.contract import ContractError, Payload
 from rl_trainer_bench.engine.payload_shapes import extra_bytes_per_token
+
+# The dropless replay's program: run only for a micro-batch that dropped pairs.
+REPLAY = "fwd_bwd_dropless"
 
 
 class StepStat(NamedTuple):
@@ -444,7 +447,7 @@ def jitted_programs(config: EngineConfig, mesh, spec) -> dict[str, tuple[Any, tu
     arguments = (shapes.params, shapes.grad_sum, shapes.step_stats, spec)
     jitted = {"fwd_bwd": (fwd_bwd_at(config.moe.ragged_buffer_factor, "fwd_bwd"), arguments)}
     if replays_possible(config):
-        jitted["fwd_bwd_dropless"] = (fwd_bwd_at(DROPLESS, "fwd_bwd_dropless"), arguments)
+        jitted[REPLAY] = (fwd_bwd_at(DROPLESS, REPLAY), arguments)
     jitted["update"] = (
         jax.jit(
             programs.update,
@@ -474,14 +477,29 @@ def lowered_one_by_one(
     config: EngineConfig,
     mesh,
     spec: Mapping[str, jax.ShapeDtypeStruct] | None = None,
+    skip: Collection[str] = (),
 ) -> Iterator[tuple[str, jax.stages.Lowered]]:
-    """`lower_programs`' programs, each as soon as it is lowered: a caller compiles the first
-    while the next are traced and lowered (tracing holds the GIL, XLA's compile does not)."""
+    """`lower_programs`' programs but those named in `skip`, each as soon as it is lowered: a
+    caller compiles the first while the next are traced and lowered (tracing holds the GIL,
+    XLA's compile does not)."""
     check_config(config)
     spec = payload_spec(config) if spec is None else spec
     jitted = jitted_programs(config, mesh, spec)  # outside the mesh: optax evaluates eagerly
-    precision = None if config.matmul_precision == "default" else config.matmul_precision
     for name, (program, args) in jitted.items():
-        with jax.set_mesh(mesh), jax.default_matmul_precision(precision):
-            lowered = program.lower(*args)
-        yield name, lowered
+        if name not in skip:
+            yield name, _lowered(config, mesh, program, args)
+
+
+def lowered_program(
+    config: EngineConfig, mesh, spec: Mapping[str, jax.ShapeDtypeStruct], name: str
+) -> jax.stages.Lowered:
+    """One of `lower_programs`' programs lowered alone (the engine's deferred replay)."""
+    check_config(config)
+    program, args = jitted_programs(config, mesh, spec)[name]
+    return _lowered(config, mesh, program, args)
+
+
+def _lowered(config: EngineConfig, mesh, program, args) -> jax.stages.Lowered:
+    precision = None if config.matmul_precision == "default" else config.matmul_precision
+    with jax.set_mesh(mesh), jax.default_matmul_precision(precision):
+        return program.lower(*args)

@@ -264,6 +264,7 @@ ADAPTER_FIELDS: Mapping[str, str] = {
     "moe.router_replay": "routes reach MaxText as forced_routed_experts",
     "trainer_maxtext_keys": "passed to MaxText unchanged, last",
     "output_dir": "MaxText's base_output_directory, held",
+    "dump_buffer_assignment": "unused: the adapter reports no program_memory",
     "maxtext_driver": "chooses what drives MaxText's engine (engine/maxtext/tunix_grpo.py)",
     "maxtext_defaults": "the fields left to MaxText's own defaults (DEFAULTED_IN_MAXTEXT)",
 }

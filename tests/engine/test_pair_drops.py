@@ -1,0 +1,85 @@
+"""The host's count of dropped pairs (`pair_drops`) against the program's own overflow flag, and
+the dropless replay compiled only for a run that needs it.
+
+cpu-tiny's 2x2x2 mesh at 16 rows of 128 tokens puts 4 rows of 64 tokens on each of its 8 devices
+(rows over fsdp x expert, tokens over context), cut into two groups of 2 rows each; at buffer factor
+1.0 and top 2 of 8 experts a group of 128 tokens has 32 slots an expert. Every token of the routing
+below picks experts 2p mod 8 and 2p + 1 mod 8 at position p, so each expert fills each group's
+slots exactly. Each case moves pairs and says, by hand, whether some group then holds 33 pairs of
+one expert: a count that split or lumped rows, context shards or chunks otherwise would miss a move
+across them or count one within a group.
+"""
+
+import dataclasses
+
+import numpy as np
+from config_payloads import config_payload
+
+from rl_trainer_bench.config.presets import PRESETS
+from rl_trainer_bench.engine.builtin import jax_engine
+from rl_trainer_bench.engine.builtin.jax_engine import JaxEngine
+from rl_trainer_bench.engine.builtin.pair_drops import drops_pairs
+from rl_trainer_bench.engine.config import MoeConfig
+
+# cpu-tiny at buffer factor 1.0, each device's tokens in two groups
+CONFIG = dataclasses.replace(
+    PRESETS["cpu-tiny"].engine,
+    moe=MoeConfig(ragged_buffer_factor=1.0, expert_compute="einsum", token_chunks=2),
+    micro_batch_rows=16,
+)
+MODEL = CONFIG.model
+
+
+def routed(moves, padded=False, seed=0):
+    """A payload whose routes fill every group's slots exactly, then `moves`: (row, position,
+    layer, slot, expert) each. `padded`: rows end in padding (segments of 48 tokens, not 64)."""
+    payload = config_payload(CONFIG, segment_len=48 if padded else 64, seed=seed)
+    position = np.arange(CONFIG.seq_len)[:, None] * MODEL.top_k + np.arange(MODEL.top_k)
+    routes = np.broadcast_to(
+        (position % MODEL.num_experts)[None, :, None, :],
+        (CONFIG.micro_batch_rows, CONFIG.seq_len, MODEL.num_layers, MODEL.top_k),
+    ).copy()
+    for row, pos, layer, slot, expert in moves:
+        routes[row, pos, layer, slot] = expert
+    return dataclasses.replace(payload, routed_experts=routes.astype(np.int16), digests={})
+
+
+# Position 0 picks experts 0 and 1, position 1 experts 2 and 3, 65 (the second context shard's)
+# 2 and 3. Rows 0-1 are the first group of the first row shard, rows 2-3 its second, row 4 the next
+# shard's.
+CASES = {  # name: (moves, padded, whether a pair drops)
+    "every-slot-full": ([], False, False),
+    "one-past-the-slots": ([(0, 0, 1, 0, 2)], False, True),
+    "moved-within-a-group": ([(0, 0, 1, 0, 2), (1, 1, 1, 0, 0)], False, False),
+    "moved-across-context-shards": ([(0, 0, 0, 0, 2), (0, 65, 0, 0, 0)], False, True),
+    "moved-across-row-shards": ([(0, 0, 0, 0, 2), (4, 1, 0, 0, 0)], False, True),
+    "moved-across-chunks": ([(0, 0, 1, 0, 2), (2, 1, 1, 0, 0)], False, True),
+    "padding-routes-to-one-expert": (
+        [(row, p, 0, 0, 5) for row in range(16) for p in range(96, 128)],
+        True,
+        False,
+    ),
+}
+
+
+def test_the_replay_compiles_only_when_a_pair_drops_as_the_programs_flag_says(monkeypatch):
+    """Per case, the host's count and the program's own overflow flag (the step's overflow count)
+    against the hand-made answer; the replay's program compiled by `compile_for` only once a
+    micro-batch handed to it drops a pair."""
+    monkeypatch.setattr(jax_engine, "_COMPILED", {})  # no replay compiled by an earlier test
+    payloads = {name: routed(moves, padded) for name, (moves, padded, _) in CASES.items()}
+    engine = JaxEngine(CONFIG)
+    assert set(engine.compile(payloads["every-slot-full"])) == {"fwd_bwd", "update"}
+    assert engine.info()["dropless_replay"].startswith("compiled once a micro-batch")
+    keeping = [payloads[name] for name, (_, _, drops) in CASES.items() if not drops]
+    assert engine.compile_for(keeping) == {}
+    seconds = engine.compile_for(list(payloads.values()))
+    assert set(seconds) == {"fwd_bwd_dropless"} and seconds["fwd_bwd_dropless"] > 0
+    assert engine.compile_for(list(payloads.values())) == {}  # compiled once
+    for name, (_, _, drops) in CASES.items():
+        payload = payloads[name]
+        assert drops_pairs(payload.routed_experts, payload.segment_ids, CONFIG) is drops, name
+        engine.fwd_bwd(payload)
+        engine.update()
+        metrics = engine.get_metrics()
+        assert (metrics["overflow_count"], metrics["replay_count"]) == (drops, drops), name
