@@ -2,8 +2,8 @@
 
 Why: the op estimate times a TPU kernel from the `pl.CostEstimate` its custom call carries, and
 splash attention's three kernels (forward, dq, dkv) carry none, so their work counted as nothing
-but their operands' bytes: 16 ms a step of the 138 ms the chip's trace gave them on the 7-row
-cell (benchmarks/reports/aot-step-estimate_v5e-tpu7x_2026-12-07.md). Their FLOPs follow from
+but their operands' bytes, a tenth of what the chip's trace gives them
+(benchmarks/reports/aot-op-terms_v5e-tpu7x_2026-12-07.md). Their FLOPs follow from
 what the call carries: q [..., heads, T, head_dim] and k [..., T, head_dim] among its operands,
 the kernel's phase in its name (`splash_mqa_fwd_segmented_residuals`, JAX's `get_kernel_name`) and
 its block sizes in its `xprof_metadata`. A kernel runs the blocks of q rows x kv columns its mask
