@@ -22,7 +22,8 @@ A cell with a traced run beside it also gets the trace's ms a step per engine fu
 the estimate's: which functions the estimate misses.
 
 Remakes BENCHMARKS.md's rows "aot's step estimate against the chip" and "The 397B cell's step on
-`tpu7x:4x4x8`"; benchmarks/reports/aot-step-estimate_v5e-tpu7x_2026-12-07.md.
+`tpu7x:4x4x8`"; benchmarks/reports/aot-step-estimate_v5e-tpu7x_2026-12-07.md and
+benchmarks/reports/aot-op-terms_v5e-tpu7x_2026-12-07.md.
 
 Usage:
   JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1 PYTHONPATH=. python benchmarks/aot/step_estimate_check.py \\

@@ -42,6 +42,10 @@ class Chip:
     # figure a program's fit is judged against. 0: not measured, the nameplate share stands.
     runtime_memory_bytes: int = 0
     runtime_memory_source: str = ""
+    # The side of one matrix unit's square array (a TPU's MXU): a matmul's dimensions are
+    # padded to it on the unit (the op estimate's MXU work). 0: not in the table, no padding.
+    mxu_size: int = 0
+    mxu_source: str = ""
 
     def per_device(self, per_chip: float) -> float:
         """One JAX device's share of a per-chip figure (memory, FLOP/s, bandwidth)."""
@@ -105,6 +109,9 @@ CHIPS: tuple[Chip, ...] = (
         ici_source="Cloud TPU v5e spec, interchip interconnect 1,600 Gbps",
         runtime_memory_bytes=16_909_336_064,
         runtime_memory_source="measured on one v5e chip, JAX 0.10.2, 2026-12-05",
+        mxu_size=128,
+        mxu_source="Cloud TPU v5e spec (four MXUs a TensorCore) and the Cloud TPU system"
+        " architecture page (an MXU: 128 x 128 multiply-accumulators)",
     ),
     Chip(
         "v5p",

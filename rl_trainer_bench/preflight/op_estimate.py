@@ -8,13 +8,16 @@ short of the chip to 22.7% over, and got half of the measured program changes' s
 (benchmarks/reports/aot-step-estimate_v5e-tpu7x_2026-12-07.md). A TensorCore runs a program's ops
 one after another, so here each op gets its own time and the times add:
 
-- an XLA op (a fusion, a matmul, a copy): max(its matmul FLOPs / peak FLOP/s, the bytes it reads
-  from and writes to HBM / HBM bandwidth), as `program_cost.instruction_costs` counts them (a loop
-  body's ops as often as the loop runs, slices counted by what they read, on-chip buffers not at
-  all);
+- an XLA op (a fusion, a matmul, a copy): max(the work its matmuls give the matrix unit / peak
+  FLOP/s, the bytes it reads from and writes to HBM / HBM bandwidth), as
+  `program_cost.instruction_costs` counts them (a loop body's ops as often as the loop runs, slices
+  counted by what they read, a gathered operand by the words its rows lie in, on-chip buffers not
+  at all); a matmul's work is its FLOPs times its bfloat16 passes (a float32 one at HIGH or
+  HIGHEST precision takes 3 or 6) with its dimensions padded to the unit's side (`hlo.mxu`);
 - a Pallas kernel: max(stated FLOPs / peak, stated bytes / bandwidth) from the `pl.CostEstimate`
-  its custom call carries; a kernel that states nothing (splash attention) by its operands' and
-  result's bytes alone, and named;
+  its custom call carries; splash attention's kernels, which state nothing, by the FLOPs of their
+  causal blocks (`hlo.splash`) and their operands' and results' bytes; any other kernel that
+  states nothing by its bytes alone, and named;
 - a collective: the bytes it moves per device over one torus axis's links, (n - 1) / n of its
   buffer for a group of n (twice for an all-reduce), at the device's share of the chip's ICI
   bandwidth for that axis; an asynchronous one less the time of the ops the schedule puts between
@@ -36,6 +39,7 @@ from rl_trainer_bench.preflight.hlo.counts import unstated_kernel
 from rl_trainer_bench.preflight.hlo.overlap import analyze, scheduled_between
 from rl_trainer_bench.preflight.hlo.parse import HloModule, Instruction
 from rl_trainer_bench.preflight.hlo.report import Collective
+from rl_trainer_bench.preflight.hlo.splash import splash_flops
 from rl_trainer_bench.preflight.program_cost import instruction_costs
 
 BY = (
@@ -61,6 +65,7 @@ class Rates:
     source: str
     devices_per_chip: int = 1
     torus: tuple[int, ...] = ()  # the slice's chips along each torus axis; (): one axis assumed
+    mxu_size: int = 0  # the side of the chip's matrix unit, matmuls padded to it; 0: unknown
 
     @classmethod
     def of_chip(cls, chip: Chip, torus: tuple[int, ...] = ()) -> Rates | None:
@@ -71,6 +76,8 @@ class Rates:
             return None
         axis_share = 1 / (2 * chip.topology_dims) if chip.topology_dims else 0.0
         source = f"{chip.name}: peak {chip.peak_source}; HBM and ICI {chip.ici_source or 'spec'}"
+        if chip.mxu_size:
+            source += f"; MXU {chip.mxu_size} x {chip.mxu_size}, {chip.mxu_source}"
         return cls(
             chip.per_device(chip.peak_bf16_flops),
             chip.per_device(chip.hbm_bytes_per_second),
@@ -78,6 +85,7 @@ class Rates:
             source,
             chip.devices_per_chip,
             tuple(torus),
+            chip.mxu_size,
         )
 
 
@@ -88,7 +96,7 @@ class OpTime:
     name: str
     opcode: str
     times: int
-    flops: float
+    flops: float  # the matrix unit's work: matmul FLOPs times passes, padded (`hlo.mxu`)
     bytes: float
     seconds: float  # per execution
     term: str  # "compute", "memory", "kernel" or "collective"
@@ -107,7 +115,7 @@ class ProgramEstimate:
     kernel_seconds: float  # Pallas kernels at their stated cost
     collective_seconds: float  # every collective's own time
     exposed_collective_seconds: float  # of that, what no op scheduled beside it hides
-    unstated_kernels: tuple[str, ...]  # kernels that state no cost: their bytes only
+    unstated_kernels: tuple[str, ...]  # kernels with no cost stated or counted: bytes only
     ops: tuple[OpTime, ...]
 
     @property
@@ -136,16 +144,20 @@ def estimate(
     """The program's estimate (per device, per execution) from its compiled HLO."""
     collectives = analyze(module, mesh).collectives
     collective_ops = _collective_instructions(module, collectives)
+    by_name = {i.name: i for c in module.computations.values() for i in c.instructions}
     ops: dict[str, OpTime] = {}
     unstated: dict[str, None] = {}
     totals = {"compute": 0.0, "memory": 0.0, "kernel": 0.0}
-    for cost in instruction_costs(module, stored=True):
+    for cost in instruction_costs(module, stored=True, mxu=rates.mxu_size):
         instruction = cost.instruction
         if instruction.name in collective_ops or not (cost.flops or cost.bytes):
             continue
-        op = _op_time(instruction, cost.times, cost.flops, cost.bytes, rates)
+        flops, counted = cost.flops, None
         if (kernel := unstated_kernel(instruction)) is not None:
-            unstated[kernel] = None
+            counted = splash_flops(instruction, [by_name.get(o) for o in instruction.operands])
+            if counted is None:
+                unstated[kernel] = None
+        op = _op_time(instruction, cost.times, counted or flops, cost.bytes, rates, counted)
         ops[instruction.name] = op
         totals[op.term] += op.total
     collective_total, exposed = _collective_times(module, collectives, ops, rates)
@@ -161,11 +173,17 @@ def estimate(
 
 
 def _op_time(
-    instruction: Instruction, times: int, flops: float, traffic: float, rates: Rates
+    instruction: Instruction,
+    times: int,
+    flops: float,
+    traffic: float,
+    rates: Rates,
+    counted: float | None = None,
 ) -> OpTime:
     """One op's roofline: a Pallas kernel's from its stated FLOPs and bytes where it states
-    bytes, any other op's from the walk's matmul FLOPs and HBM bytes."""
-    term = "memory"
+    bytes, or from the FLOPs `counted` for it (splash attention) and its bytes; any other op's
+    from the walk's matrix-unit work and HBM bytes."""
+    term = "kernel" if counted is not None else "memory"
     stated = (
         _KERNEL_BYTES.search(instruction.attributes)
         if instruction.opcode == "custom-call"

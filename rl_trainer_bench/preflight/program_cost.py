@@ -29,6 +29,7 @@ roofline is 0.90x XLA's figure for every loop-free program).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator, Mapping
 
 from rl_trainer_bench.preflight.hlo.counts import FlopCounter, execution_counts, unstated_kernel
@@ -102,11 +103,16 @@ class InstructionCost:
     kernel_flops: float = 0.0  # of `flops`, what TPU kernels state for themselves
 
 
-def instruction_costs(module: HloModule, stored: bool = False) -> Iterator[InstructionCost]:
+def instruction_costs(
+    module: HloModule, stored: bool = False, mxu: int | None = None
+) -> Iterator[InstructionCost]:
     """Every instruction of every computation reached through control flow, with its cost (a
     loop's body is a computation of its own here, so a `while` counts nothing itself); with
-    `stored`, bytes as the arrays lie in their layouts' tiles (`Array.stored_bytes`)."""
-    flop_counter, unstated_counter = FlopCounter(module), FlopCounter(module, kernels=False)
+    `stored`, bytes as the arrays lie in their layouts' tiles (`Array.stored_bytes`), and a
+    gathered operand by the words its rows lie in; with `mxu`, `flops` as the work a matrix unit
+    of that side does (`FlopCounter`)."""
+    flop_counter = FlopCounter(module, mxu=mxu)
+    unstated_counter = FlopCounter(module, kernels=False, mxu=mxu)
     byte_counter = _ByteCounter(module, stored)
     for name, times in execution_counts(module).items():
         computation = module.computations[name]
@@ -229,6 +235,8 @@ class _ByteCounter:
         for use in uses:
             if use.opcode in _SLICES and use.operands[0] == name:
                 part = self._size(*use.arrays)
+            elif self._stored and use.opcode == "gather" and use.operands[0] == name:
+                part = _gathered_words(use, body.by_name().get(name))
             elif use.opcode in _LAYOUT or (use.opcode == "fusion" and self._layout_only(use)):
                 part = self._sliced_read(body, use.name)
             elif use.opcode == "fusion" and use.operands.count(name) == 1:
@@ -285,6 +293,34 @@ class _ByteCounter:
             if target is not None and target.opcode == "parameter" and update is not None:
                 found.append((target, update))
         return found
+
+
+# A TPU word: arrays of narrower elements pack 32 // bits rows into each (bf16's `(2,1)` tile).
+_WORD_BITS = 32
+
+
+def _gathered_words(gather: Instruction, source: Instruction | None) -> int | None:
+    """The bytes a gather reads of its tiled source: each slice it gathers as the words it lies
+    in, its minor dimension padded to the tile's lanes and its rows to the rows a word packs (a
+    gathered row of bf16 shares each 32-bit word with its neighbour, so it reads both); None
+    where the slice sizes or the source's layout are unknown."""
+    sizes = [int(d) for d in (gather.attribute("slice_sizes") or "").strip("{}").split(",") if d]
+    array = source.arrays[0] if source is not None and source.arrays else None
+    if (
+        array is None
+        or not array.tile
+        or not len(sizes) == len(array.dims) == len(array.minor_to_major)
+        or not gather.arrays
+    ):
+        return None
+    bits = array.element_bits
+    slices = gather.arrays[0].elements // max(math.prod(sizes), 1)
+    order = array.minor_to_major
+    sizes[order[0]] = -(-sizes[order[0]] // array.tile[-1]) * array.tile[-1]
+    if len(order) > 1 and bits < _WORD_BITS:
+        rows = _WORD_BITS // bits
+        sizes[order[1]] = -(-sizes[order[1]] // rows) * rows
+    return slices * math.prod(sizes) * bits // 8
 
 
 def _aliases_operand(instruction: Instruction) -> bool:

@@ -10,9 +10,17 @@ from rl_trainer_bench.preflight.hlo.report import Collective
 from rl_trainer_bench.preflight.op_estimate import Rates, collective_seconds, estimate
 
 # A matmul with an all-gather of 4 devices scheduled beside it, an elementwise fusion and a
-# reduce of the gathered array, and a Pallas kernel that states its cost.
-SMALL_PROGRAM = """
+# reduce of the gathered array, and a Pallas kernel that states its cost; then a float32 matmul
+# at HIGHEST precision, a matmul that contracts 16 (padded to the unit's 128), splash attention's
+# forward kernel (which states no cost) and a gather of bf16 rows from HBM.
+SMALL_PROGRAM = r"""
 HloModule small, is_scheduled=true, num_partitions=4
+
+%gather_rows (gp0: bf16[4096,1024], gp1: s32[1024]) -> bf16[1024,1024] {
+  %gp0 = bf16[4096,1024]{1,0:T(8,128)(2,1)} parameter(0)
+  %gp1 = s32[1024]{0} parameter(1)
+  ROOT %gr = bf16[1024,1024]{1,0:T(8,128)(2,1)} gather(%gp0, %gp1), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,1024}
+}
 
 %add (a: f32[], b: f32[]) -> f32[] {
   %a = f32[] parameter(0)
@@ -25,10 +33,18 @@ HloModule small, is_scheduled=true, num_partitions=4
   ROOT %e = f32[1024,1024] exponential(%p)
 }
 
-ENTRY %main (x: bf16[1024,512], w: bf16[512,2048], g: f32[256,1024]) -> (f32[1024,2048], f32[1024], f32[128,128]) {
+ENTRY %main (x: bf16[1024,512], w: bf16[512,2048], g: f32[256,1024], a: f32[256,256], b: f32[256,256], tl: bf16[4096,16], tr: bf16[16,256], q: bf16[1,2,1024,128], kv: bf16[1,1024,128], tbl: bf16[4096,1024], ids: s32[1024]) -> (f32[1024,2048], f32[1024], f32[128,128]) {
   %x = bf16[1024,512] parameter(0)
   %w = bf16[512,2048] parameter(1)
   %g = f32[256,1024] parameter(2)
+  %a = f32[256,256] parameter(3)
+  %b = f32[256,256] parameter(4)
+  %tl = bf16[4096,16] parameter(5)
+  %tr = bf16[16,256] parameter(6)
+  %q = bf16[1,2,1024,128] parameter(7)
+  %kv = bf16[1,1024,128] parameter(8)
+  %tbl = bf16[4096,1024]{1,0:T(8,128)(2,1)} parameter(9)
+  %ids = s32[1024]{0} parameter(10)
   %ag-start = (f32[256,1024], f32[1024,1024]) all-gather-start(%g), replica_groups={{0,1,2,3}}, dimensions={0}
   %mm = f32[1024,2048] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
   %ag-done = f32[1024,1024] all-gather-done(%ag-start)
@@ -36,11 +52,22 @@ ENTRY %main (x: bf16[1024,512], w: bf16[512,2048], g: f32[256,1024]) -> (f32[102
   %zero = f32[] constant(0)
   %r = f32[1024] reduce(%ex, %zero), dimensions={1}, to_apply=%add
   %k = f32[128,128] custom-call(%g), custom_call_target="tpu_custom_call", backend_config={"custom_call_config":{"body":"x","cost_estimate":{"flops":"1000000000","transcendentals":"0","bytes_accessed":"500000000"}}}
+  %hi = f32[256,256] dot(%a, %b), lhs_contracting_dims={1}, rhs_contracting_dims={0}, operand_precision={highest,highest}
+  %thin = bf16[4096,256] dot(%tl, %tr), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %mask = s8[1,2,2] constant({...})
+  %splash_mqa_fwd_segmented_residuals.1 = bf16[1,2,1024,128] custom-call(%mask, %q, %kv, %kv), custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata={"xprof_metadata":"{\"block_q\": 512, \"block_kv\": 512}"}}, backend_config={"custom_call_config":{"body":""}}
+  %rows = bf16[1024,1024]{1,0:T(8,128)(2,1)} fusion(%tbl, %ids), kind=kCustom, calls=%gather_rows
   ROOT %t = (f32[1024,2048], f32[1024], f32[128,128]) tuple(%mm, %r, %k)
 }
 """
 
-RATES = Rates(peak_flops=1e12, hbm_bytes_per_second=1e11, ici_bytes_per_second=1e9, source="test")
+RATES = Rates(
+    peak_flops=1e12,
+    hbm_bytes_per_second=1e11,
+    ici_bytes_per_second=1e9,
+    source="test",
+    mxu_size=128,
+)
 
 # By hand, in seconds:
 MATMUL = 2 * 1024 * 2048 * 512 / 1e12  # compute-bound: its 11.5 MB at 1e11 B/s take 0.115 ms
@@ -49,17 +76,28 @@ REDUCE = (4 * 1024 * 1024 + 4 + 4 * 1024) / 1e11  # reads 4 MiB and the zero, wr
 KERNEL = max(1e9 / 1e12, 5e8 / 1e11)  # its stated bytes bound it
 GATHER = 3 / 4 * (4 * 1024 * 1024) / 1e9  # 3/4 of the 4 MiB result over ICI
 GATHER_EXPOSED = GATHER - MATMUL  # the matmul runs between its start and its done
+HIGHEST = 6 * 2 * 256**3 / 1e12  # float32 at HIGHEST: six bfloat16 passes
+THIN = 2 * 4096 * 128 * 256 / 1e12  # its contracted 16 fills 16 of the unit's 128 rows
+# Splash's forward over 2 heads of 1,024 tokens in blocks of 512: a causal mask leaves 1 + 2 of
+# the 2 x 2 blocks, each two matmuls of 512 x 512 x 128
+SPLASH = 2 * 2 * 2 * 512 * 512 * 128 * 3 / 1e12
+# 1,024 bf16 rows gathered from HBM: each row's 32-bit words hold its neighbour too (4 MiB read),
+# the 4 KiB of indices, the 2 MiB result written
+GATHERED_ROWS = (2 * 1024 * 1024 * 2 + 4 * 1024 + 1024 * 1024 * 2) / 1e11
 
 
 def test_small_program_matches_its_hand_roofline():
     found = estimate(parse_hlo(SMALL_PROGRAM), RATES)
-    assert found.compute_seconds == pytest.approx(MATMUL)
-    assert found.memory_seconds == pytest.approx(EXP + REDUCE)
-    assert found.kernel_seconds == pytest.approx(KERNEL)
+    assert found.compute_seconds == pytest.approx(MATMUL + HIGHEST + THIN)
+    assert found.memory_seconds == pytest.approx(EXP + REDUCE + GATHERED_ROWS)
+    assert found.kernel_seconds == pytest.approx(KERNEL + SPLASH)
     assert found.collective_seconds == pytest.approx(GATHER)
     assert found.exposed_collective_seconds == pytest.approx(GATHER_EXPOSED)
-    assert found.seconds == pytest.approx(MATMUL + EXP + REDUCE + KERNEL + GATHER_EXPOSED)
-    assert found.seconds == pytest.approx(8.2716e-3, rel=1e-4)
+    assert found.unstated_kernels == ()
+    assert found.seconds == pytest.approx(
+        MATMUL + EXP + REDUCE + KERNEL + GATHER_EXPOSED + HIGHEST + THIN + SPLASH + GATHERED_ROWS
+    )
+    assert found.seconds == pytest.approx(9.6096e-3, rel=1e-4)
 
 
 def test_a_synchronous_collective_hides_behind_nothing():
@@ -81,6 +119,7 @@ def test_a_chip_rates_come_from_the_chip_table():
     assert rates.hbm_bytes_per_second == pytest.approx(3.685e12)
     assert rates.ici_bytes_per_second == pytest.approx(1.2e12 / 6)  # a chip, one axis, one way
     assert rates.devices_per_chip == 2
+    assert Rates.of_chip(chip_by_name("v5e")).mxu_size == 128  # 128 x 128 MXUs
 
 
 def _gather(group_size: int) -> Collective:

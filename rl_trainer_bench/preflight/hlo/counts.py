@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from rl_trainer_bench.preflight.hlo.mxu import padding, passes
 from rl_trainer_bench.preflight.hlo.parse import Computation, HloModule, HloParseError, Instruction
 
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
@@ -127,11 +128,14 @@ def _constant(instruction: Instruction | None, by_name: Mapping[str, Instruction
 
 class FlopCounter:
     """Matmul FLOPs of an instruction, descending into fusions, calls and loop bodies; a TPU
-    kernel's as it states them, unless `kernels` is False (then none of its own)."""
+    kernel's as it states them, unless `kernels` is False (then none of its own). With `mxu` (the
+    side of the chip's matrix unit, 0 if unknown) each XLA matmul counts the work the unit does
+    for it instead (`hlo.mxu`: its bfloat16 passes, its dimensions padded to the unit)."""
 
-    def __init__(self, module: HloModule, kernels: bool = True) -> None:
+    def __init__(self, module: HloModule, kernels: bool = True, mxu: int | None = None) -> None:
         self._module = module
         self._kernels = kernels
+        self._mxu = mxu
         self._memo: dict[str, float] = {}
         self._callers = {
             i.name: c
@@ -154,11 +158,16 @@ class FlopCounter:
     def of_instruction(self, instruction: Instruction, by_name: Mapping[str, Instruction]) -> float:
         opcode = instruction.opcode
         if opcode == "dot":
-            lhs = by_name.get(instruction.operands[0]) if instruction.operands else None
-            return 2.0 * _elements(instruction) * _contracted(instruction, lhs)
+            lhs, rhs = (by_name.get(o) for o in (*instruction.operands, "", "")[:2])
+            contracted = _contracted(instruction, lhs)
+            flops = 2.0 * _elements(instruction) * contracted
+            return flops * self._mxu_factor(instruction, lhs, rhs, contracted)
         if opcode == "convolution":
             lhs, rhs = (by_name.get(o) for o in (*instruction.operands, "", "")[:2])
-            return 2.0 * _elements(instruction) * _kernel_reduction(instruction, lhs, rhs)
+            flops = 2.0 * _elements(instruction) * _kernel_reduction(instruction, lhs, rhs)
+            return flops * self._mxu_factor(
+                instruction, lhs, rhs, _kernel_dim(instruction, rhs, "i")
+            )
         if opcode == "while":
             body = instruction.attribute("body")
             trips = trip_count(instruction, self._callers[instruction.name], self._module)
@@ -168,6 +177,31 @@ class FlopCounter:
         if opcode in ("fusion", "call", "async-start", "conditional", "custom-call"):
             return sum(self.of_computation(c) for c in instruction.called_computations())
         return 0.0
+
+    def _mxu_factor(
+        self,
+        matmul: Instruction,
+        lhs: Instruction | None,
+        rhs: Instruction | None,
+        contracted: int,
+    ) -> float:
+        """The unit's work per FLOP of `matmul` (1 when counting FLOPs): its passes, and its
+        padding over the rows of one batch element, the contracted size of one pass and the
+        output features."""
+        if self._mxu is None:
+            return 1.0
+        if matmul.opcode == "dot":
+            batch, columns = _dot_batch_and_columns(matmul, rhs)
+        elif (
+            (matmul.attribute("feature_group_count") or "1")
+            == (matmul.attribute("batch_group_count") or "1")
+            == "1"
+        ):
+            batch, columns = 1, _kernel_dim(matmul, rhs, "o")
+        else:  # a grouped convolution: its groups' sizes are not modelled
+            batch, columns = 1, 0
+        rows = _elements(matmul) // max(batch * columns, 1)
+        return passes(matmul, lhs, rhs) * padding(rows, contracted, columns, self._mxu)
 
 
 # A Pallas TPU kernel's own FLOP count, which libtpu's cost analysis also takes: the
@@ -215,6 +249,38 @@ def _contracted(dot: Instruction, lhs: Instruction | None) -> int:
             f"dimensions of its lhs {list(shape)}; is the HLO text damaged?"
         )
     return math.prod(shape[i] for i in indices)
+
+
+def _dims(text: str | None) -> list[int]:
+    """The dimension numbers of `{0,2}`; [] for none."""
+    return [int(d) for d in (text or "").strip("{}").split(",") if d.strip()]
+
+
+def _dot_batch_and_columns(dot: Instruction, rhs: Instruction | None) -> tuple[int, int]:
+    """(batch elements, output features) of a dot: the product of its rhs batch dimensions and of
+    its rhs dimensions neither batch nor contracted; (1, 0) where the rhs shape is unknown."""
+    if rhs is None or not rhs.arrays:
+        return 1, 0
+    shape = rhs.arrays[0].dims
+    batch_dims = _dims(dot.attribute("rhs_batch_dims"))
+    skipped = set(batch_dims) | set(_dims(dot.attribute("rhs_contracting_dims")))
+    batch = math.prod(shape[d] for d in batch_dims if d < len(shape))
+    return batch, math.prod(size for d, size in enumerate(shape) if d not in skipped)
+
+
+def _kernel_dim(convolution: Instruction, rhs: Instruction | None, label: str) -> int:
+    """The size of the kernel dimension labelled `label` (`i` input, `o` output features); 0
+    where the labels or the kernel shape are unknown."""
+    labels = convolution.attribute("dim_labels") or ""
+    kernel = labels.split("_", 1)[1].split("->")[0] if "_" in labels else ""
+    if (
+        rhs is None
+        or not rhs.arrays
+        or label not in kernel
+        or len(kernel) != len(rhs.arrays[0].dims)
+    ):
+        return 0
+    return rhs.arrays[0].dims[kernel.index(label)]
 
 
 def _kernel_reduction(

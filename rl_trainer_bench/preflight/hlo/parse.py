@@ -117,6 +117,11 @@ class Array:
             padded[dim] = -(-padded[dim] // size) * size
         return (math.prod(padded) * self._bits() + 7) // 8
 
+    @property
+    def element_bits(self) -> int:
+        """Bits of one element (a sub-byte type's own width)."""
+        return self._bits()
+
     def _bits(self) -> int:
         if self.dtype in _BITS:
             return _BITS[self.dtype]
