@@ -154,12 +154,13 @@ class Bench:
             " on a CPU, more for a large cell)"
         )
         started = time.perf_counter()
+        will_run = optional(self.engine, "will_run")
+        if (
+            will_run is not None
+        ):  # the engine compiles what only some micro-batches need if one does
+            will_run([entry.payload for entry in self.pool.entries])
         with load_failure.refused_as_size(self.config.preset.name, load_failure.compile_refusal):
             compile_s = returns.compile_seconds(self.engine.compile(self.pool.entries[0].payload))
-            compile_for = optional(self.engine, "compile_for")
-            if compile_for is not None:  # what only some micro-batches need, if one of these does
-                payloads = [entry.payload for entry in self.pool.entries]
-                compile_s |= returns.compile_seconds(compile_for(payloads), "compile_for()")
         wall = time.perf_counter() - started
         interrupts.check()  # a Ctrl-C during the compile may have been swallowed inside it
         for program, seconds in compile_s.items():

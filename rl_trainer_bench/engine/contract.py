@@ -57,11 +57,10 @@ OPTIONAL_METHODS: Mapping[str, str] = {
     "`fwd_bwd` copies an unstaged input, returned once issued; the bench times it, waited for, "
     "after the compile: the copy the first fwd_bwd after an unstaged boundary waits for "
     "(bench/host_link.py; without it the bench times a plain `device_put` of the arrays)",
-    "compile_for": "compile_for(payloads) -> {program: seconds}: after `compile`, before any "
-    "step, the bench hands over every micro-batch the run will feed; the engine compiles now "
-    "what only some micro-batches need, if one of these does (the built-in engine's dropless "
-    "replay, when a micro-batch's replayed routes drop pairs), so no scored step compiles it; "
-    "{} when nothing was compiled",
+    "will_run": "will_run(payloads) -> None: before `compile`, every micro-batch the run will "
+    "feed; the engine may compile what only some micro-batches need only if one of these does "
+    "(the built-in engine's dropless replay, when a micro-batch's replayed routes drop pairs, "
+    "counted while its other programs compile), so no step compiles it",
     "completion_marker": "completion_marker() -> array: an array ready when the last dispatched "
     "program is done; the step ruler's device timeline stamps it",
     "parameter_digest": "parameter_digest() -> str: a digest of the weights, equal when they are "

@@ -48,16 +48,15 @@ def refuse_incomplete(engine: object) -> None:
         )
 
 
-def compile_seconds(returned: Any, method: str = "compile()") -> dict[str, float]:
-    """`compile()`'s (or `compile_for()`'s) return as {program: seconds}; ContractError when it
-    is anything else."""
+def compile_seconds(returned: Any) -> dict[str, float]:
+    """`compile()`'s return as {program: seconds}; ContractError when it is anything else."""
     if isinstance(returned, Mapping) and all(
         isinstance(name, str) and _number(seconds) is not None and _number(seconds) >= 0
         for name, seconds in returned.items()
     ):
         return {name: float(seconds) for name, seconds in returned.items()}
     raise ContractError(
-        f"{method} returned {_shown(returned)}: the contract asks for {{program name: seconds}}"
+        f"compile() returned {_shown(returned)}: the contract asks for {{program name: seconds}}"
     )
 
 

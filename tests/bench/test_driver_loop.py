@@ -340,20 +340,17 @@ def test_a_line_says_the_compile_has_started_before_it_does():
     )
 
 
-class PoolCompilingEngine(StandInEngine):
-    """Compiles a program of its own once the driver hands it the pool (`compile_for`)."""
+class PoolCountingEngine(StandInEngine):
+    """Records the micro-batches the driver says the run will feed (`will_run`)."""
 
-    def compile_for(self, payloads):
-        self.calls.append(("compile_for", tuple(p.name for p in payloads)))
-        return {"replay": 0.02}
+    def will_run(self, payloads):
+        self.calls.append(("will_run", tuple(p.name for p in payloads)))
 
 
-def test_the_whole_pool_reaches_compile_for_before_any_step_and_its_seconds_are_logged():
-    engine, lines = PoolCompilingEngine(), []
+def test_the_whole_pool_reaches_will_run_before_the_compile():
+    engine = PoolCountingEngine()
     pool = stand_in_pool(5)
-    bench = Bench(bench_config(), lines.append, engine_factory=lambda _: engine, pool=pool)
-    seconds = bench.setup()
+    bench = Bench(bench_config(), lambda _: None, engine_factory=lambda _: engine, pool=pool)
+    bench.setup()
     bench.close()
-    assert engine.calls == [("compile",), ("compile_for", tuple(p.name for p in pool))]
-    assert seconds == {"fwd_bwd": 0.01, "update": 0.01, "replay": 0.02}
-    assert "[TrainerBench] compile program=replay seconds=0.020" in lines
+    assert engine.calls == [("will_run", tuple(p.name for p in pool)), ("compile",)]

@@ -55,8 +55,12 @@ def compiled():
     return engine.compile(payload())
 
 
-def fresh_engine(compiled, config=CONFIG):
+def fresh_engine(compiled, config=CONFIG, replay=False):
+    """An engine of `config` over its compiled programs; `replay`: its dropless replay's too (a
+    run whose micro-batches drop pairs)."""
     engine = JaxEngine(config)
+    if replay:
+        engine.will_run([overflowing(seed=2)])
     engine.compile(payload(rows=config.micro_batch_rows))
     return engine
 
@@ -483,7 +487,7 @@ def test_the_backward_pass_reads_the_routing_rather_than_sorting_again(compiled)
     which this module's other tests compile too."""
     kinds = len(set(MODEL.layer_types))
     for config, sorts in ((SORTED_AUTODIFF, kinds), (CONFIG, 0)):
-        programs = fresh_engine(compiled, config)._compiled
+        programs = fresh_engine(compiled, config, replay=True)._compiled
         for name in ("fwd_bwd", "fwd_bwd_dropless"):
             hlo = programs[name].as_text()
             assert len(re.findall(r" sort\(", hlo)) == sorts, (name, config.moe.pair_ranking)
@@ -542,8 +546,7 @@ def test_program_memory_is_aots_peak_of_the_same_programs(compiled):
     from rl_trainer_bench.preflight.aot.check import state_bytes
     from rl_trainer_bench.preflight.aot.compile import compile_programs
 
-    engine = fresh_engine(compiled)
-    engine.compile_for([overflowing(seed=2)])  # the replay, compiled once a micro-batch drops pairs
+    engine = fresh_engine(compiled, replay=True)
     figures = engine.program_memory()
     state = state_bytes(CONFIG, engine.mesh, stage_before_update=True)
     rows = {name: row for name, _, row in compile_programs(CONFIG, engine.mesh)}

@@ -64,18 +64,23 @@ CASES = {  # name: (moves, padded, whether a pair drops)
 
 def test_the_replay_compiles_only_when_a_pair_drops_as_the_programs_flag_says(monkeypatch):
     """Per case, the host's count and the program's own overflow flag (the step's overflow count)
-    against the hand-made answer; the replay's program compiled by `compile_for` only once a
-    micro-batch handed to it drops a pair."""
+    against the hand-made answer; the replay's program compiled beside the others only for a run
+    `will_run` says drops a pair, and for one micro-batch that does when it comes."""
     monkeypatch.setattr(jax_engine, "_COMPILED", {})  # no replay compiled by an earlier test
     payloads = {name: routed(moves, padded) for name, (moves, padded, _) in CASES.items()}
-    engine = JaxEngine(CONFIG)
-    assert set(engine.compile(payloads["every-slot-full"])) == {"fwd_bwd", "update"}
-    assert engine.info()["dropless_replay"].startswith("compiled once a micro-batch")
     keeping = [payloads[name] for name, (_, _, drops) in CASES.items() if not drops]
-    assert engine.compile_for(keeping) == {}
-    seconds = engine.compile_for(list(payloads.values()))
-    assert set(seconds) == {"fwd_bwd_dropless"} and seconds["fwd_bwd_dropless"] > 0
-    assert engine.compile_for(list(payloads.values())) == {}  # compiled once
+    engine = JaxEngine(CONFIG)
+    engine.will_run(keeping)
+    assert set(engine.compile(keeping[0])) == {"fwd_bwd", "update"}
+    assert engine.info()["dropless_replay"].startswith("compiled once a micro-batch")
+    again = JaxEngine(CONFIG)  # the same programs, and a run whose micro-batches drop pairs
+    again.will_run(list(payloads.values()))
+    seconds = again.compile(keeping[0])
+    assert seconds["fwd_bwd"] == seconds["update"] == 0 and seconds["fwd_bwd_dropless"] > 0
+    monkeypatch.setattr(jax_engine, "_COMPILED", {})  # and compiled afresh: the three side by side
+    afresh = JaxEngine(CONFIG)
+    afresh.will_run(list(payloads.values()))
+    assert set(afresh.compile(keeping[0])) == {"fwd_bwd", "fwd_bwd_dropless", "update"}
     for name, (_, _, drops) in CASES.items():
         payload = payloads[name]
         assert drops_pairs(payload.routed_experts, payload.segment_ids, CONFIG) is drops, name

@@ -147,6 +147,8 @@ class JaxEngine:
         self._drops: dict[tuple[str | None, ...], bool] = {}  # by the routes' and segments' digests
         self._program_config = config  # `config` as the compiled programs take it (`_config_for`)
         self._key: tuple = ()  # the programs' entry in _COMPILED and _BLOCKS
+        # `will_run`'s count: the first of its micro-batches that drops a pair, or None
+        self._dropping: Background[str | None] | None = None
         self._prepared: list[PreparedBatch] = []
         self._copy: input_copy.InputCopy | None = None
 
@@ -183,10 +185,11 @@ class JaxEngine:
         (benchmarks/reports/aot-compile-time_tpu7x-v5p_2026-12-02.md). Each program starts
         compiling as soon as it is lowered, while the next is traced and lowered; its seconds are
         its own lowering and compile, overlapping the others'.
-        With router replay the dropless replay is left out: whether a micro-batch needs it is
-        counted on the host (`pair_drops`), and `compile_for` or the first such micro-batch
-        compiles it. Programs already compiled in this process for the same config (its output
-        folder aside), devices and shapes are reused (their entry is 0).
+        With router replay the dropless replay compiles beside the others only when a micro-batch
+        `will_run` named drops a pair (counted on the host, `pair_drops`, while the first program
+        compiles); without `will_run` the first such micro-batch compiles it. Programs already
+        compiled in this process for the same config (its output folder aside), devices and
+        shapes are reused (their entry is 0).
         """
         spec = {
             name: jax.ShapeDtypeStruct(array.shape, array.dtype)
@@ -201,8 +204,7 @@ class JaxEngine:
         digest = self._digest_compile()
         self._program_config, self._key = config, key
         if cached is None:
-            deferred = (REPLAY,) if self._replay_deferred(config) else ()
-            cached, seconds = self._compiled_side_by_side(config, spec, deferred)
+            cached, seconds = self._compiled_side_by_side(config, spec, self._wanted(config))
             _COMPILED[key] = cached
         else:
             seconds = dict.fromkeys(cached, 0.0)
@@ -214,21 +216,21 @@ class JaxEngine:
         if waited > 0.05:
             log.info("waited %.2f s for the initial state and the digest program", waited)
         self._compiled, self._spec, self._copy = cached, spec, self._input_copy(key, spec)
+        if self._replay_missing() and self._wanted(config)(REPLAY):  # reused: an earlier
+            # engine's run needed no replay, a micro-batch of this one does
+            seconds[REPLAY] = self._compile_replay("a micro-batch of the run drops pairs")
         return seconds
 
-    def compile_for(self, payloads: Sequence[Payload]) -> dict[str, float]:
-        """The dropless replay compiled now when one of `payloads`, the micro-batches the run
-        will feed, drops a pair (counted on the host, `pair_drops`); its seconds, or {} when
-        none does or it is compiled already. The driver calls it after `compile`, before any
-        step, so no scored step compiles it."""
-        if self._spec is None:
-            raise ContractError("compile_for before compile(example): compile first")
-        if not self._replay_missing():
-            return {}
-        dropping = next((p.name for p in payloads if self._drops_pairs(p)), None)
-        if dropping is None:
-            return {}
-        return {REPLAY: self._compile_replay(f"micro-batch {dropping} drops pairs")}
+    def will_run(self, payloads: Sequence[Payload]) -> None:
+        """Before `compile`: the micro-batches the run will feed. With router replay their pairs
+        are counted on a thread of their own (`pair_drops`) while `compile` lowers and compiles
+        `fwd_bwd`, and the dropless replay compiles beside it only if one of them drops a pair."""
+        if self._replay_deferred(self.config):
+            payloads = list(payloads)
+            self._dropping = Background(
+                lambda: next((p.name for p in payloads if self._drops_pairs(p)), None),
+                "engine-pair-count",
+            )
 
     def fwd_bwd(self, batch: Payload | PreparedBatch) -> None:
         """Dispatch one micro-batch; settle the previous one (its overflow flag is read now)."""
@@ -431,22 +433,33 @@ class JaxEngine:
     def _replays_possible(self) -> bool:
         return replays_possible(self.config)
 
+    def _wanted(self, config: EngineConfig) -> Callable[[str], bool]:
+        """Which programs `compile` lowers: all, but the dropless replay only where it is not
+        deferred or a micro-batch `will_run` named drops a pair (the count waited for here)."""
+
+        def wanted(name: str) -> bool:
+            if name != REPLAY or not self._replay_deferred(config):
+                return True
+            return self._dropping is not None and self._dropping.result() is not None
+
+        return wanted
+
     def _replay_deferred(self, config: EngineConfig) -> bool:
         """Whether the dropless replay waits for a micro-batch that needs it: with router replay,
         whose routes say before any program runs whether a micro-batch drops pairs."""
         return replays_possible(config) and config.moe.router_replay
 
     def _compiled_side_by_side(
-        self, config: EngineConfig, spec, skip: Sequence[str]
+        self, config: EngineConfig, spec, wanted: Callable[[str], bool]
     ) -> tuple[dict[str, Any], dict[str, float]]:
-        """Every program but `skip` lowered one by one, each compiling on a thread of its own as
+        """Every `wanted` program lowered one by one, each compiling on a thread of its own as
         soon as it is lowered; the executables and each one's lowering and compile seconds."""
         start = time.perf_counter()
         reserved = programs.compile_reservations(self.config, self.mesh)
         compiling: dict[str, tuple[Background[tuple[Any, int | None, float]], float]] = {}
         lowering_from = start
         with self._reading_blocks():
-            for name, program in lowered_one_by_one(config, self.mesh, spec, skip):
+            for name, program in lowered_one_by_one(config, self.mesh, spec, wanted):
                 options = residency.compile_options(self.platform, reserved[name])
                 job = Background(self._timed_compile(program, options), f"engine-compile-{name}")
                 compiling[name] = job, time.perf_counter() - lowering_from
@@ -500,9 +513,7 @@ class JaxEngine:
         micro-batch's content."""
         key = tuple(payload.digests.get(n) for n in ("routed_experts", "segment_ids"))
         if None in key or key not in self._drops:
-            drops = pair_drops.drops_pairs(
-                payload.routed_experts, payload.segment_ids, self._program_config
-            )
+            drops = pair_drops.drops_pairs(payload.routed_experts, payload.segment_ids, self.config)
             if None in key:
                 return drops
             self._drops[key] = drops
@@ -537,7 +548,7 @@ class JaxEngine:
                 check_routes(routes, self.config.model.num_experts, payload.name)
                 if digest is not None:
                     self._routes_checked.add(digest)
-            if self._replay_missing() and self._drops_pairs(payload):  # not in `compile_for`'s
+            if self._replay_missing() and self._drops_pairs(payload):  # not one `will_run` named
                 self._compile_replay(f"micro-batch {payload.name} drops pairs")
         return payload.arrays()
 

@@ -2,7 +2,7 @@
 
 With router replay the routes are the micro-batch's own (`routed_experts`), so whether `fwd_bwd`
 will raise its overflow flag is known before it runs. The engine compiles its dropless replay
-program only when a micro-batch it will run drops a pair (`JaxEngine.compile_for`): on the
+program only when a micro-batch it will run drops a pair (`JaxEngine.will_run`): on the
 preset's cell none does, and that program's compile is the longest of the three.
 
 The count follows the programs' own rule (`moe.expert_parallel`, `moe.local_capacity_ffn`,
@@ -35,20 +35,32 @@ def drops_pairs(routes: np.ndarray, segment_ids: np.ndarray, config: EngineConfi
     factor, num_experts = config.moe.ragged_buffer_factor, config.model.num_experts
     if factor == DROPLESS:
         return False
-    rows, tokens, layers, top_k = routes.shape
-    mesh, token_chunks = config.mesh, config.moe.token_chunks
-    row_shards = mesh.fsdp * mesh.expert
+    layers, top_k = routes.shape[2:]
     slots = expert_capacity(tokens_per_group(config), top_k, num_experts, factor)
-    real = (segment_ids != 0)[:, :, None]
-    for layer in range(layers):  # one layer at a time: a 397B micro-batch's routes are large
-        # an unrouted pair goes to an extra bin, num_experts, which is never compared
-        experts = np.where(real & (routes[:, :, layer] >= 0), routes[:, :, layer], num_experts)
-        blocks = experts.reshape(
-            row_shards, rows // row_shards, mesh.context, tokens // mesh.context, top_k
-        ).transpose(0, 2, 1, 3, 4)  # [row block, token block, rows, tokens, K]: one a device
-        groups = blocks.reshape(row_shards * mesh.context * token_chunks, -1).astype(np.int64)
-        bins = groups + (num_experts + 1) * np.arange(len(groups))[:, None]
-        counts = np.bincount(bins.ravel(), minlength=len(groups) * (num_experts + 1))
-        if (counts.reshape(len(groups), -1)[:, :num_experts] > slots).any():
+    offsets, groups = _group_offsets(segment_ids, config)
+    for layer in range(layers):  # one layer at a time: a 397B micro-batch's routes are GiBs
+        # each pair's bin: its group's block of E + 1 bins, the first for an empty slot (-1)
+        bins = offsets[..., None] + routes[:, :, layer].reshape((*offsets.shape, top_k))
+        counts = np.bincount(bins.ravel(), minlength=(groups + 1) * (num_experts + 1))
+        if (counts[: groups * (num_experts + 1)].reshape(groups, -1)[:, 1:] > slots).any():
             return True
     return False
+
+
+def _group_offsets(segment_ids: np.ndarray, config: EngineConfig) -> tuple[np.ndarray, int]:
+    """Per token, laid out [row block, rows, token block, tokens] (a device holds one row block
+    of one token block), the bin of expert 0 in its group's E + 1 bins, whose first counts empty
+    slots (-1); a padding token's bins are one more group's, never compared. Also how many groups
+    there are."""
+    mesh, chunks, num_experts = config.mesh, config.moe.token_chunks, config.model.num_experts
+    row_shards = mesh.fsdp * mesh.expert
+    rows, tokens = segment_ids.shape[0] // row_shards, segment_ids.shape[1] // mesh.context
+    groups = row_shards * mesh.context * chunks
+    row_block = np.arange(row_shards).reshape(-1, 1, 1, 1)
+    token_block = np.arange(mesh.context).reshape(1, 1, -1, 1)
+    # a device flattens its rows' tokens in order and cuts them into `chunks` groups
+    place = np.arange(rows).reshape(1, -1, 1, 1) * tokens + np.arange(tokens)
+    group = (row_block * mesh.context + token_block) * chunks + place // (rows * tokens // chunks)
+    real = segment_ids.reshape(row_shards, rows, mesh.context, tokens) != 0
+    group = np.where(real, group, groups)
+    return (group * (num_experts + 1) + 1).astype(np.int32), groups

@@ -10,7 +10,7 @@ without allocating anything (docs/engine.md).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import jax
@@ -477,16 +477,16 @@ def lowered_one_by_one(
     config: EngineConfig,
     mesh,
     spec: Mapping[str, jax.ShapeDtypeStruct] | None = None,
-    skip: Collection[str] = (),
+    wanted: Callable[[str], bool] = lambda name: True,
 ) -> Iterator[tuple[str, jax.stages.Lowered]]:
-    """`lower_programs`' programs but those named in `skip`, each as soon as it is lowered: a
-    caller compiles the first while the next are traced and lowered (tracing holds the GIL,
-    XLA's compile does not)."""
+    """`lower_programs`' programs, each as soon as it is lowered: a caller compiles the first
+    while the next are traced and lowered (tracing holds the GIL, XLA's compile does not).
+    `wanted(name)`, asked just before a program would be lowered, leaves it out when false."""
     check_config(config)
     spec = payload_spec(config) if spec is None else spec
     jitted = jitted_programs(config, mesh, spec)  # outside the mesh: optax evaluates eagerly
     for name, (program, args) in jitted.items():
-        if name not in skip:
+        if wanted(name):
             yield name, _lowered(config, mesh, program, args)
 
 
