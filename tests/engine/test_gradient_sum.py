@@ -54,10 +54,12 @@ def setup():
     mesh = sharding.make_mesh(CONFIG.mesh, jax.devices("cpu")[:1])
     methods = programs.resolved_methods(CONFIG, "cpu")
     params = model.init_params(MODEL, jax.random.key(3))
-    # a running sum that is not zero, so a sum that drops or doubles it is seen (drawn by numpy:
-    # jax.random would compile a program for each weight's shape)
-    rng = np.random.default_rng(4)
-    start = {name: jnp.asarray(rng.standard_normal(p.shape), p.dtype) for name, p in params.items()}
+    # a running sum that is not zero, so a sum that drops or doubles it is seen
+    keys = jax.random.split(jax.random.key(4), len(params))
+    start = {
+        name: jax.random.normal(key, p.shape, p.dtype)
+        for key, (name, p) in zip(keys, params.items(), strict=True)
+    }
 
     def autodiff(params, batch):
         def loss(p):
