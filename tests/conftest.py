@@ -44,6 +44,11 @@ os.environ["TMPDIR"] = str(TEMPORARY)  # subprocesses
 tempfile.tempdir = str(TEMPORARY)  # this process: `tempfile` caches the folder it chose first
 
 os.environ["JAX_PLATFORMS"] = "cpu"
+# With the [tpu] extra installed, tests build TPU topologies in this process (libtpu compiling for a
+# slice from this host), and under `-n 2` both workers can do so at once: libtpu's lockfile lets
+# one process in and fails the other with "Internal error when accessing libtpu multi-process
+# lockfile". The tests only compile, never open a chip, so the workers may each load libtpu.
+os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     _flags = f"{_flags} --xla_force_host_platform_device_count=8"

@@ -331,7 +331,7 @@ def test_cpu_tiny_ab_with_the_real_engine(tmp_path):
     # No dropless retry: its program is compiled up front and run by no step here (a third of
     # the compile); the engine tests cover it.
     no_retry = ["--knob", "ENGINE_FLAGS=retry_when_tokens_dropped=false"]
-    code = cli.main(["ab", "--steps", "2", "--blocks", "3", "--out", str(out), *no_retry])
+    code = cli.main(["ab", "--steps", "1", "--blocks", "3", "--out", str(out), *no_retry])
     report = json.loads((out / "ab.json").read_text())
     assert code == 0, report["checks"]
     assert {c["status"] for c in report["checks"]} == {"PASS"}

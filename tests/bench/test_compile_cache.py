@@ -21,6 +21,9 @@ STAND_IN = "stand_in_engine:ConfiguredStandInEngine"
 
 _SMALLEST = ("--steps", "1", "--warmup-steps", "1", "--micro-steps", "1")
 _SMALLEST += ("--distinct-micro-batches", "1")
+# No dropless retry: the programs the other cpu-tiny runs of the suite compile (the A/B and driver
+# tests'), so the first run may load them too; the dropless program would be a third of its compile.
+_SMALLEST += ("--engine-flags", "retry_when_tokens_dropped=false")
 _COUNTS = re.compile(r"^\[TrainerBench\] compile cache: hits=(\d+) misses=(\d+) ", re.M)
 
 
@@ -45,8 +48,8 @@ def test_a_second_run_loads_every_program_the_first_compiled(tmp_path):
     programs already: the first run loads or compiles each, the second loads them all."""
     cache = Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
     hits, misses = _run(cache, tmp_path / "first")
-    # the engine's three step programs, its initial state and its digest, at least
-    assert hits + misses >= 5
+    # the engine's two step programs, its initial state and its digest, at least
+    assert hits + misses >= 4
     assert _run(cache, tmp_path / "second") == (hits + misses, 0)
 
 

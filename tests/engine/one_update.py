@@ -21,6 +21,7 @@ class Update:
     metrics: dict[str, Any]
     digest: str
     fwd_bwd_argument_bytes: int  # the compiled fwd_bwd's arguments, as XLA counts them
+    fwd_bwd_flops: float  # the compiled fwd_bwd's FLOPs, as XLA's cost analysis counts them
 
 
 def one_update(config: EngineConfig, compile_on: Payload, train_on: Payload) -> Update:
@@ -28,10 +29,11 @@ def one_update(config: EngineConfig, compile_on: Payload, train_on: Payload) -> 
     engine = JaxEngine(config, jax.devices()[:1])
     engine.compile(compile_on)
     arguments = engine.program_memory()["fwd_bwd"]["argument"]
+    flops = engine._compiled["fwd_bwd"].cost_analysis()["flops"]  # the program the update runs
     engine.fwd_bwd(train_on)
     gradient = engine.accumulated_gradient()
     engine.update()
-    return Update(gradient, engine.get_metrics(), engine.parameter_digest(), arguments)
+    return Update(gradient, engine.get_metrics(), engine.parameter_digest(), arguments, flops)
 
 
 def assert_same_update(got: Update, want: Update) -> None:

@@ -3,15 +3,12 @@ update it leaves exactly as they were (the built-in engine on one CPU device, a 
 
 import dataclasses
 
-import jax
 import pytest
 from config_payloads import config_payload
 from one_update import assert_same_update, one_update
 
 from rl_trainer_bench import cli
 from rl_trainer_bench.config.presets import PRESETS
-from rl_trainer_bench.engine.builtin.programs import lower_programs
-from rl_trainer_bench.engine.builtin.sharding import make_mesh
 from rl_trainer_bench.engine.config import MeshConfig
 from rl_trainer_bench.engine.extra_work import matmuls
 
@@ -22,10 +19,14 @@ WORK = 1e8  # 3 matmuls of 256 x 256: 3 x 2 x 256**3 = 100,663,296 FLOPs
 WITH_WORK = dataclasses.replace(DENSE, extra_device_work=WORK)
 
 
-def fwd_bwd_flops(config) -> float:
-    mesh = make_mesh(config.mesh, jax.devices()[:1])
-    compiled = lower_programs(config, mesh)["fwd_bwd"].compile()
-    return compiled.cost_analysis()["flops"]
+@pytest.fixture(scope="module")
+def updates():
+    """(plain, with work): each config's engine compiled once, one update each; both tests read
+    them, the FLOPs from the fwd_bwd program each update ran."""
+    return tuple(
+        one_update(config, config_payload(config), config_payload(config, seed=1))
+        for config in (DENSE, WITH_WORK)
+    )
 
 
 def test_the_sizing_is_the_written_chain():
@@ -34,18 +35,16 @@ def test_the_sizing_is_the_written_chain():
     assert matmuls(0) == (0, 0)
 
 
-def test_the_program_has_the_stated_flops_more():
-    added = fwd_bwd_flops(WITH_WORK) - fwd_bwd_flops(DENSE)
+def test_the_program_has_the_stated_flops_more(updates):
+    plain, extra = updates
+    added = extra.fwd_bwd_flops - plain.fwd_bwd_flops
     chain = 100_663_296  # 3 x 2 x 256**3
     # beside the chain, the matrix's elementwise build and the final sum: a few per element
     assert chain <= added <= chain + 16 * 256**2, added
 
 
-def test_the_loss_gradient_and_update_are_unchanged():
-    plain, extra = (
-        one_update(config, config_payload(config), config_payload(config, seed=1))
-        for config in (DENSE, WITH_WORK)
-    )
+def test_the_loss_gradient_and_update_are_unchanged(updates):
+    plain, extra = updates
     assert_same_update(extra, plain)
 
 

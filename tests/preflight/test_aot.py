@@ -449,22 +449,25 @@ def test_tpu_target_without_libtpu_says_how_to_install(capsys):
 @pytest.mark.tpu_aot
 @pytest.mark.slow
 def test_loop_counted_cost_is_linear_in_depth_where_xla_counts_the_loop_once():
-    """cpu-tiny for v5e:2x2 at 1, 2 and 4 blocks of its layer pattern: XLA counts the block loop
-    (and the chunk loops inside a layer) once, so its FLOPs barely move with depth, while the
-    loop-counted FLOPs grow by one block's worth per block."""
+    """cpu-tiny's fwd_bwd for v5e:2x2 at 1, 2 and 3 layers of Gated DeltaNet: XLA counts the
+    layer loop (and the chunk loops inside a layer) once, so its FLOPs barely move with depth,
+    while the loop-counted FLOPs grow by one layer's worth per layer. The smallest program with a
+    loop in a loop: one mixer (a block of one layer), fwd_bwd alone (`update` has no loop), as
+    each TPU compile costs seconds."""
     pytest.importorskip("libtpu")
     cell = check.resolve_cell("cpu-tiny", "v5e:2x2", engine_flags=FLAGS)
-    block = len(cell.config.model.layer_types)
-    rows = {}
-    for blocks in (1, 2, 4):
-        config = depth.with_layers(cell.config, blocks * block)
-        rows[blocks] = {r.name: r for *_, r in aot_compile.compile_programs(config, cell.mesh)}
-    one, two, four = (rows[n]["fwd_bwd"] for n in (1, 2, 4))
-    assert four.xla_flops == pytest.approx(one.xla_flops, rel=0.01)  # the loop counted once
+    model = dataclasses.replace(cell.config.model, layer_types=("linear_attention",))
+    rows = []
+    for layers in (1, 2, 3):
+        config = depth.with_layers(dataclasses.replace(cell.config, model=model), layers)
+        lowered, options = aot_compile.planned_program(config, cell.mesh, "fwd_bwd")
+        rows.append(aot_compile.compile_one("fwd_bwd", lowered, options, "tpu")[1])
+    one, two, three = rows
+    assert three.xla_flops == pytest.approx(one.xla_flops, rel=0.01)  # the loop counted once
     assert one.flops > one.xla_flops  # a layer's own chunk loops, counted per trip
-    per_block = two.flops - one.flops
-    assert per_block > 0.3 * one.flops
-    assert four.flops - two.flops == pytest.approx(2 * per_block, rel=0.02)
+    per_layer = two.flops - one.flops
+    assert per_layer > 0.3 * one.flops
+    assert three.flops - two.flops == pytest.approx(per_layer, rel=0.02)
 
 
 def test_the_report_carries_the_flags_its_compiler_read(monkeypatch, compiled_cell):
