@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_delta_rule_kernel import mosaic_calls_compiled_for_a_v5e
 
 from rl_trainer_bench.engine.builtin import moe
 from rl_trainer_bench.engine.builtin.sharding import make_mesh
@@ -438,6 +439,54 @@ def test_grouped_matmul_tiles_follow_the_chips_choice():
     assert moe.gmm_tiling(32768, 4096, 2048) == (256, 2048, 512)
     assert moe.gmm_tiling(384, 2048, 2048) == (128, 2048, 512)
     assert moe.gmm_tiling(96, 128, 256) == (32, 128, 256)
+
+
+def test_a_dimension_narrower_than_a_lane_row_gets_whole_lanes():
+    """The backward pass's kernels run the depth tile along the width and the width tile along
+    the depth, so a 64-wide tile of a 64-deep matmul lands on a 128-wide dimension: no block Mosaic
+    lowers (cpu-tiny-dense's d_model 64 and experts 128 wide, aot on a v5e slice)."""
+    assert moe.gmm_tiling(256, 64, 128) == (256, 128, 128)
+    assert moe.gmm_tiling(256, 128, 64) == (256, 128, 128)
+    assert moe.gmm_tiling(256, 192, 320) == (256, 256, 384)
+
+
+def test_the_kernel_at_a_dimension_narrower_than_a_lane_row_compiles_for_a_v5e():
+    """cpu-tiny-dense's expert matmuls (64 deep, 128 wide, and back) forward and backward through
+    the TPU kernel, compiled for one v5e chip from this host: the first forward kernel (the
+    second's value goes unread by the gradient) and two kernels each backward."""
+    sizes = jnp.array([128, 128], jnp.int32)
+
+    def matmuls_and_gradient(rows, gate, down):
+        def loss(rows, gate, down):
+            hidden = moe.grouped_matmul(rows, gate, sizes, "gmm")
+            return jnp.sum(moe.grouped_matmul(hidden, down, sizes, "gmm").astype(jnp.float32))
+
+        return jax.grad(loss, argnums=(0, 1, 2))(rows, gate, down)
+
+    specs = [((256, 64), jnp.bfloat16), ((2, 64, 128), jnp.bfloat16), ((2, 128, 64), jnp.bfloat16)]
+    assert mosaic_calls_compiled_for_a_v5e(matmuls_and_gradient, specs) == 5
+
+
+@pytest.mark.parametrize("depth, width", [(64, 128), (128, 64)])
+def test_the_kernel_with_a_tile_wider_than_its_dimension_gives_ragged_dots_value_and_gradient(
+    depth, width
+):
+    """The grouped matmul at whole-lane tiles over a 64-wide dimension (Pallas's interpreter),
+    value and both gradients, against XLA's ragged_dot."""
+    keys = jax.random.split(jax.random.key(3), 3)
+    rows = jax.random.normal(keys[0], (256, depth), jnp.float32)
+    weights = jax.random.normal(keys[1], (4, depth, width), jnp.float32)
+    sizes = jnp.array([64, 32, 96, 64], jnp.int32)
+    cotangent = jax.random.normal(keys[2], (256, width), jnp.float32)
+
+    def pulled(method):
+        out, pull = jax.vjp(
+            lambda r, w: moe.grouped_matmul(r, w, sizes, method, interpret=True), rows, weights
+        )
+        return out, *pull(cotangent)
+
+    for got, want in zip(pulled("gmm"), pulled("ragged_dot"), strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-4)
 
 
 @pytest.mark.parametrize("chunks", [1, 2])

@@ -483,7 +483,14 @@ def gmm_tiling(m: int, k: int, n: int) -> tuple[int, int, int]:
     tile_m, tile_k, tile_n = (256, 2048, 512) if min(k, n) >= 2048 else (512, 1024, 1024)
     while m % tile_m:
         tile_m //= 2
-    return tile_m, min(k, tile_k), min(n, tile_n)
+    # the backward pass's kernels run the depth tile along the width and the width tile along the
+    # depth, so a tile cut to a dimension must still be whole lanes (a multiple of 128) for both
+    return tile_m, min(_lanes(k), tile_k), min(_lanes(n), tile_n)
+
+
+def _lanes(size: int) -> int:
+    """`size` rounded up to whole 128-lane vector registers."""
+    return -(-size // 128) * 128
 
 
 def grouped_matmul(rows, weights, group_sizes, method, interpret=False):
