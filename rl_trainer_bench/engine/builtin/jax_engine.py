@@ -226,9 +226,10 @@ class JaxEngine:
         are counted on a thread of their own (`pair_drops`) while `compile` lowers and compiles
         `fwd_bwd`, and the dropless replay compiles beside it only if one of them drops a pair."""
         if self._replay_deferred(self.config):
-            payloads = list(payloads)
+            # a micro-batch without routes: the router routes it, and its programs defer nothing
+            routed = [p for p in payloads if p.routed_experts is not None]
             self._dropping = Background(
-                lambda: next((p.name for p in payloads if self._drops_pairs(p)), None),
+                lambda: next((p.name for p in routed if self._drops_pairs(p)), None),
                 "engine-pair-count",
             )
 
