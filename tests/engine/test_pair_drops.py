@@ -13,6 +13,7 @@ across them or count one within a group.
 import dataclasses
 
 import numpy as np
+import pytest
 from config_payloads import config_payload
 
 from rl_trainer_bench.config.presets import PRESETS
@@ -20,6 +21,7 @@ from rl_trainer_bench.engine.builtin import jax_engine
 from rl_trainer_bench.engine.builtin.jax_engine import JaxEngine
 from rl_trainer_bench.engine.builtin.pair_drops import drops_pairs
 from rl_trainer_bench.engine.config import MoeConfig
+from rl_trainer_bench.engine.contract import ContractError
 
 # cpu-tiny at buffer factor 1.0, each device's tokens in two groups; its two layers both of full
 # attention (the mixer is not what is counted, and the delta rule's compile would double the test's)
@@ -91,3 +93,8 @@ def test_the_replay_compiles_only_when_a_pair_drops_as_the_programs_flag_says(mo
         engine.update()
         metrics = engine.get_metrics()
         assert (metrics["overflow_count"], metrics["replay_count"]) == (drops, drops), name
+    monkeypatch.setattr(jax_engine, "_COMPILED", {})
+    hostile = JaxEngine(CONFIG)  # an expert id out of range, refused by the count in the compile
+    hostile.will_run([routed([(0, 0, 0, 0, -5)])])
+    with pytest.raises(ContractError, match="field routed_experts holds expert id -5"):
+        hostile.compile(keeping[0])

@@ -511,9 +511,10 @@ class JaxEngine:
 
     def _drops_pairs(self, payload: Payload) -> bool:
         """Whether `payload`'s replayed routes drop a pair in `fwd_bwd` (`pair_drops`), once per
-        micro-batch's content."""
+        micro-batch's content; an expert id out of range is refused first, naming the field."""
         key = tuple(payload.digests.get(n) for n in ("routed_experts", "segment_ids"))
         if None in key or key not in self._drops:
+            check_routes(payload.routed_experts, self.config.model.num_experts, payload.name)
             drops = pair_drops.drops_pairs(payload.routed_experts, payload.segment_ids, self.config)
             if None in key:
                 return drops
