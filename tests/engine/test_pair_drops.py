@@ -93,8 +93,17 @@ def test_the_replay_compiles_only_when_a_pair_drops_as_the_programs_flag_says(mo
         engine.update()
         metrics = engine.get_metrics()
         assert (metrics["overflow_count"], metrics["replay_count"]) == (drops, drops), name
-    monkeypatch.setattr(jax_engine, "_COMPILED", {})
-    hostile = JaxEngine(CONFIG)  # an expert id out of range, refused by the count in the compile
-    hostile.will_run([routed([(0, 0, 0, 0, -5)])])
-    with pytest.raises(ContractError, match="field routed_experts holds expert id -5"):
-        hostile.compile(keeping[0])
+    # what the count reads before any program checks it, refused in one line naming the field
+    out_of_range = routed([(0, 0, 0, 0, -5)])
+    cut_short = dataclasses.replace(
+        out_of_range, routed_experts=out_of_range.routed_experts[:, :64].copy()
+    )
+    for hostile, refusal in (
+        (out_of_range, "field routed_experts holds expert id -5"),
+        (cut_short, r"field routed_experts is int16\[16, 64, 2, 2\], expected int16\[16, 128"),
+    ):
+        monkeypatch.setattr(jax_engine, "_COMPILED", {})
+        engine = JaxEngine(CONFIG)
+        engine.will_run([hostile])
+        with pytest.raises(ContractError, match=refusal):
+            engine.compile(keeping[0])

@@ -511,10 +511,12 @@ class JaxEngine:
 
     def _drops_pairs(self, payload: Payload) -> bool:
         """Whether `payload`'s replayed routes drop a pair in `fwd_bwd` (`pair_drops`), once per
-        micro-batch's content; an expert id out of range is refused first, naming the field."""
+        micro-batch's content; a field of the wrong shape or an expert id out of range is
+        refused first, naming the field (`will_run` counts before any program checks it)."""
         key = tuple(payload.digests.get(n) for n in ("routed_experts", "segment_ids"))
         if None in key or key not in self._drops:
-            check_routes(payload.routed_experts, self.config.model.num_experts, payload.name)
+            check_payload(payload, payload_spec(self._config_for(payload.arrays())))
+            self._check_routes(payload)
             drops = pair_drops.drops_pairs(payload.routed_experts, payload.segment_ids, self.config)
             if None in key:
                 return drops
@@ -543,16 +545,19 @@ class JaxEngine:
 
     def _host_arrays(self, payload: Payload) -> dict[str, np.ndarray]:
         check_payload(payload, self._spec)
-        routes = payload.routed_experts
-        if routes is not None:
-            digest = payload.digests.get("routed_experts")
-            if digest is None or digest not in self._routes_checked:
-                check_routes(routes, self.config.model.num_experts, payload.name)
-                if digest is not None:
-                    self._routes_checked.add(digest)
+        if payload.routed_experts is not None:
+            self._check_routes(payload)
             if self._replay_missing() and self._drops_pairs(payload):  # not one `will_run` named
                 self._compile_replay(f"micro-batch {payload.name} drops pairs")
         return payload.arrays()
+
+    def _check_routes(self, payload: Payload) -> None:
+        """ContractError for an expert id out of range, once per routes' content."""
+        digest = payload.digests.get("routed_experts")
+        if digest is None or digest not in self._routes_checked:
+            check_routes(payload.routed_experts, self.config.model.num_experts, payload.name)
+            if digest is not None:
+                self._routes_checked.add(digest)
 
     def _replay_missing(self) -> bool:
         return REPLAY not in self._compiled and self._replay_deferred(self._program_config)
