@@ -70,6 +70,21 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = str(SESSION_FOLDER / "pytest")
 
 
+# Chip tests live in files named so (test_code_shape.py checks that no other file marks one), so
+# `-m tpu_chip` (README's chip command) collects those files alone instead of importing every module
+# of the suite to deselect nearly all of its tests: tens of seconds of a chip host's time.
+CHIP_TEST_FILES = "*_on_chip.py"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under `-m tpu_chip`, leave out the test files that hold no chip test."""
+    if config.getoption("markexpr") != "tpu_chip" or not collection_path.is_file():
+        return None
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    return not collection_path.match(CHIP_TEST_FILES) or None
+
+
 def left_behind(folder: Path) -> list[str]:
     """The names in `folder`, once objects that remove their folder when collected are gone."""
     gc.collect()

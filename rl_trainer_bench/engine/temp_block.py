@@ -56,16 +56,16 @@ def dump_options(folder: str | Path) -> dict[str, Any]:
 @contextlib.contextmanager
 def persistent_cache_off() -> Iterator[None]:
     """JAX's persistent compilation cache off for the block, as it was after. JAX decides once per
-    process whether it uses the cache, so the decision is reset on the way in and out."""
-    if not jax.config.jax_enable_compilation_cache:
-        yield
-        return
+    process whether it uses the cache and keeps that decision when the setting changes later (as an
+    aot for a TPU target turns it off), so the decision is reset on the way in and out whatever the
+    setting reads."""
+    before = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
     compilation_cache.reset_cache()
     try:
         yield
     finally:
-        jax.config.update("jax_enable_compilation_cache", True)
+        jax.config.update("jax_enable_compilation_cache", before)
         compilation_cache.reset_cache()
 
 

@@ -7,6 +7,7 @@ import types
 import jax
 import jax.numpy as jnp
 import pytest
+from jax.experimental.compilation_cache import compilation_cache
 
 from rl_trainer_bench.engine import residency
 from rl_trainer_bench.engine.temp_block import (
@@ -110,11 +111,19 @@ def test_off_tpu_nothing_is_dumped_and_no_block_is_read():
 
 @pytest.fixture
 def every_compile_cached():
-    """The session's persistent cache (tests/conftest.py) keeps compiles of any length."""
-    before = jax.config.jax_persistent_cache_min_compile_time_secs
+    """The session's persistent cache (tests/conftest.py) on, keeping compiles of any length, as it
+    was after (an aot for a TPU target earlier in this process turns it off)."""
+    before = (
+        jax.config.jax_persistent_cache_min_compile_time_secs,
+        jax.config.jax_enable_compilation_cache,
+    )
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_enable_compilation_cache", True)
+    compilation_cache.reset_cache()
     yield
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", before)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", before[0])
+    jax.config.update("jax_enable_compilation_cache", before[1])
+    compilation_cache.reset_cache()
 
 
 def test_the_dumping_compile_dumps_a_program_the_persistent_cache_holds(

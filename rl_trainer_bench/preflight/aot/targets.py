@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 from jax.experimental import topologies
+from jax.experimental.compilation_cache import compilation_cache
 
 from rl_trainer_bench.bench.distributed import take_host_cpu
 from rl_trainer_bench.chips import accelerators
@@ -113,6 +114,7 @@ def _topology_target(tpu_slice: accelerators.TpuSlice) -> Target:
     # JAX_COMPILATION_CACHE_DIR set, a second check of the same program printed libtpu's
     # "INVALID_ARGUMENT: PjRtCompiler must be constructed with a Client" and compiled anyway.
     jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()  # JAX keeps its first decision otherwise
     try:
         topology = topologies.get_topology_desc(tpu_slice.name, "tpu", **host_bounds(tpu_slice))
     except Exception as error:  # libtpu absent, mismatched or busy: JAX raises several types here
