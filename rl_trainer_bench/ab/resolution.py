@@ -18,8 +18,8 @@ so the chance of a claim at a true effect delta is one integral over the mean (`
 the smallest resolvable effect is the delta at which that chance reaches RESOLVED (`smallest_effect`).
 At delta = 0 the same integral is the design's false-claim rate.
 
-Everything here is numpy and the standard library (exact finite sums for Student's t and the
-chi-square distribution at whole degrees of freedom), so rendering and planning need no scipy.
+Everything here is numpy and the standard library (Student's t from `student_t`, an exact finite sum
+for the chi-square distribution at whole degrees of freedom), so rendering and planning need no scipy.
 """
 
 from __future__ import annotations
@@ -29,47 +29,13 @@ import math
 import numpy as np
 
 from rl_trainer_bench.ab.score import CONFIDENCE
+from rl_trainer_bench.ab.student_t import t_quantile
 
 RESOLVED = 0.9  # a resolvable effect is claimed in at least 9 runs of 10
 # Turns longer than this use the large-n variance of a median, pi / (2 n): the exact integral's
 # powers of the normal CDF underflow past it, and the two agree within 1.5% there.
 _EXACT_MEDIAN_STEPS = 64
 _GRID = 4001  # points of every numeric integral (trapezoid rule)
-
-
-def t_cdf(t: float, df: int) -> float:
-    """Student's t distribution function at whole `df` (Abramowitz and Stegun 26.7.3-4: exact)."""
-    theta = math.atan(abs(t) / math.sqrt(df))
-    cos2, sin = math.cos(theta) ** 2, math.sin(theta)
-    if df % 2:
-        term, series = math.cos(theta), 0.0
-        for k in range(1, (df - 1) // 2 + 1):  # cos + 2/3 cos^3 + (2 4)/(3 5) cos^5 ...
-            series += term
-            term *= cos2 * (2 * k) / (2 * k + 1)
-        inside = (2 / math.pi) * (theta + sin * series)
-    else:
-        term, series = 1.0, 0.0
-        for k in range(1, df // 2 + 1):  # 1 + 1/2 cos^2 + (1 3)/(2 4) cos^4 ...
-            series += term
-            term *= cos2 * (2 * k - 1) / (2 * k)
-        inside = sin * series
-    return 0.5 + math.copysign(inside / 2, t)
-
-
-def t_quantile(p: float, df: int) -> float:
-    """The `p` quantile of Student's t at whole `df`, by bisection of `t_cdf`."""
-    low, high = -1.0, 1.0
-    while t_cdf(low, df) > p:
-        low *= 2
-    while t_cdf(high, df) < p:
-        high *= 2
-    while high - low > 1e-13 * max(1.0, abs(low), abs(high)):  # to double precision, ~50 steps
-        middle = (low + high) / 2
-        if t_cdf(middle, df) < p:
-            low = middle
-        else:
-            high = middle
-    return (low + high) / 2
 
 
 def _chi2_cdf(w: np.ndarray, df: int) -> np.ndarray:

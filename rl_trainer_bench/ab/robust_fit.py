@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rl_trainer_bench.ab import resolution
+from rl_trainer_bench.ab import student_t
 
 TUNING = 1.345
 ROUNDS = 30  # reweightings: from least squares to the M-estimate within 1e-6 of a scale
@@ -149,7 +149,7 @@ def stray_step(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 @functools.lru_cache(maxsize=256)
 def _stray_quantile(n: int, df: int) -> float:
-    return resolution.t_quantile(1 - STRAY_LEVEL / (2 * n), df)
+    return student_t.t_quantile(1 - STRAY_LEVEL / (2 * n), df)
 
 
 def _huber(x: np.ndarray, y: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

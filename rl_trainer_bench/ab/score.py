@@ -25,13 +25,14 @@ work, drift the order left over), so the interval widens with it; the min effect
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from rl_trainer_bench.ab import drift as ab_drift
-from rl_trainer_bench.ab import interleave
+from rl_trainer_bench.ab import interleave, student_t
 from rl_trainer_bench.ab import order as run_orders
 from rl_trainer_bench.bench.step_record import ArmRun
 from rl_trainer_bench.errors import UserError
@@ -353,11 +354,10 @@ def t_interval(
 ) -> tuple[float, float, float]:
     """The mean of independent differences and its `confidence` interval by Student's t: the right
     width for a handful of units, where a bootstrap over them is far too narrow."""
-    from scipy import stats  # comes with JAX: `render` reads this module on a python with neither
-
     x = np.asarray(differences, dtype=np.float64)
     mean = float(np.mean(x))
-    half_width = float(stats.t.ppf(0.5 + confidence / 2, len(x) - 1) * stats.sem(x))
+    standard_error = float(np.std(x, ddof=1)) / math.sqrt(len(x))
+    half_width = student_t.t_quantile(0.5 + confidence / 2, len(x) - 1) * standard_error
     return mean, mean - half_width, mean + half_width
 
 

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from rl_trainer_bench.ab import resolution, robust_fit
+from rl_trainer_bench.ab import robust_fit, student_t
 from rl_trainer_bench.ab import score as ab_score
 from rl_trainer_bench.ab.score import CONFIDENCE, FASTER, NO_EFFECT, SLOWER, Delta, Score
 from rl_trainer_bench.bench.step_record import ArmRun
@@ -93,11 +93,11 @@ class Looks:
 
     def claim_quantile(self, units: int, df: int) -> float:
         """Student's t quantile of the look's two-sided interval (FASTER, SLOWER)."""
-        return resolution.t_quantile(1 - self.alpha(units) / 2, df)
+        return student_t.t_quantile(1 - self.alpha(units) / 2, df)
 
     def no_effect_quantile(self, units: int, df: int) -> float:
         """Student's t quantile of the look's NO-EFFECT interval, each side one-sided."""
-        return resolution.t_quantile(1 - self.alpha(units), df)
+        return student_t.t_quantile(1 - self.alpha(units), df)
 
     def rule(self) -> str:
         """The stopping rule as the plan and the report print it."""

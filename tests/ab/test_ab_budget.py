@@ -13,7 +13,7 @@ from ab_synthetic import record
 from scipy import stats
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.ab import budget, resolution
+from rl_trainer_bench.ab import budget, resolution, student_t
 from rl_trainer_bench.ab import command as ab
 from rl_trainer_bench.ab.plan import plan_arms
 from rl_trainer_bench.bench.step_record import format_line
@@ -31,7 +31,7 @@ def _run(*argv: str):
 @pytest.mark.parametrize("df", [1, 2, 3, 5, 11, 40])
 def test_t_quantiles_and_chi_square_are_scipys(df):
     for p in (0.9, 0.995):
-        assert resolution.t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-9)
+        assert student_t.t_quantile(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-9)
     w = np.array([0.3, 2.0, 9.0])
     assert resolution._chi2_cdf(w, df) == pytest.approx(stats.chi2.cdf(w, df), abs=1e-12)
 
