@@ -250,6 +250,9 @@ class Design:
     min_effect_pct: float
     warmup_steps: int = 0  # per program set, once up front
     program_sets: int = 1  # arms whose programs differ: compiled and warmed apart
+    # each program set's warm-up as its run takes it (`one_state.warm_ups`: a set whose arms stage
+    # warms each stage too); empty: `warmup_steps` each, before the arms are planned
+    set_warmups: tuple[int, ...] = ()
     looks: Looks | None = None  # stops when settled (sequential.py); None: the whole budget
     expected_effects: tuple[float, ...] = ()  # percent: the effects the plan forecasts
 
@@ -259,7 +262,13 @@ class Design:
 
     @property
     def warmups(self) -> int:
-        return self.warmup_steps * self.program_sets
+        return sum(self.set_warmups) if self.set_warmups else self.warmup_steps * self.program_sets
+
+    def _warmup_words(self) -> str:
+        each = set(self.set_warmups or (self.warmup_steps,))
+        if len(each) == 1:
+            return f"{each.pop()} per program set x {self.program_sets}"
+        return "per program set " + ", ".join(str(n) for n in self.set_warmups)
 
     @property
     def total_steps(self) -> int:
@@ -306,8 +315,8 @@ class Design:
             f"A/B design: {most}{self.blocks} blocks, each setting two turns of {self.turn_steps}"
             f" scored step(s) per block: {most}{self.scored_per_setting} scored steps per setting"
             f" x {settings} settings = {settings * self.scored_per_setting}, and {self.warmups}"
-            f" warm-up steps ({self.warmup_steps} per program set x {self.program_sets}, once, up"
-            f" front); {most}{self.total_steps} steps in all, by {self.budget_source}"
+            f" warm-up steps ({self._warmup_words()}, once, up front); {most}{self.total_steps}"
+            f" steps in all, by {self.budget_source}"
         )
 
     @functools.cached_property
@@ -440,14 +449,20 @@ class AbRun:
         """The looks of a run that stops when settled; None for a run of its whole budget."""
         return None if self.design is None else self.design.looks
 
-    def planned_lines(self, program_sets: int, warmup_steps: int) -> list[str]:
-        """The design's lines once the arms are planned (`program_sets` compiled apart, warmed
-        `warmup_steps` each, the arms' plan's); a run the budget does not size has its steps per
-        arm."""
+    def planned_lines(self, set_warmups: Sequence[int]) -> list[str]:
+        """The design's lines once the arms are planned: `set_warmups`, each program set's warm-up
+        steps as the run takes them (`one_state.warm_ups`); a run the budget does not size has
+        its steps per arm."""
         if self.design is None:
-            return [f"A/B design: {self.steps} scored and {warmup_steps} warm-up steps per arm"]
+            return [
+                f"A/B design: {self.steps} scored steps per arm, and {sum(set_warmups)} warm-up"
+                " steps in all, up front"
+            ]
         warmed = dataclasses.replace(
-            self.design, warmup_steps=warmup_steps, program_sets=program_sets
+            self.design,
+            warmup_steps=max(set_warmups),
+            program_sets=len(set_warmups),
+            set_warmups=tuple(set_warmups),
         )
         return warmed.lines()
 

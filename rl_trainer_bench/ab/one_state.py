@@ -101,6 +101,11 @@ def warm_ups(plan: ArmPlan, warmup_steps: int) -> list[WarmUp]:
     return out
 
 
+def set_warmups(plan: ArmPlan) -> list[int]:
+    """Each Bench's warm-up steps as `warm_ups` resolves them: what the design's lines count."""
+    return [warm.steps for warm in warm_ups(plan, plan.warmup_steps)]
+
+
 def warm_up_line(warm: Sequence[WarmUp]) -> str:
     """The design's warm-up, as the report's title and the log say it."""
     total = sum(w.steps for w in warm)

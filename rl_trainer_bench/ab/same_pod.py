@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from rl_trainer_bench.ab import budget
+from rl_trainer_bench.ab import budget, one_state
 from rl_trainer_bench.ab import command as ab_command
 from rl_trainer_bench.ab import memory as ab_memory
 from rl_trainer_bench.ab import parser as ab_parser
@@ -146,7 +146,7 @@ def _ab_lines(
             else ", and the pod's run draws its own"
         ),
     ]
-    lines += arm_plan.run.planned_lines(len(arm_plan.bench_plans), arm_plan.warmup_steps)
+    lines += arm_plan.run.planned_lines(one_state.set_warmups(arm_plan))
     lines.append(ab_memory.memory_line(arm_plan, args.arms, env.get(ab_memory.AOT_REPORT)))
     lines.append(
         "same-pod A/B: scored as `ab` scores its arms (docs/ab.md); the exact"

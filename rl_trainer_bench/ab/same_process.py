@@ -89,7 +89,7 @@ def same_process(
             runtime = _runtime_beside(plan)
             if schedule is None:
                 progress.say(order_line(plan.arms))
-                for line in plan.run.planned_lines(len(plan.bench_plans), plan.warmup_steps):
+                for line in plan.run.planned_lines(one_state.set_warmups(plan)):
                     progress.say(line)
             else:
                 progress.say(f"design: interleaved boundaries, {schedule.describe()}")

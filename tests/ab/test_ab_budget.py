@@ -13,7 +13,7 @@ from ab_synthetic import record
 from scipy import stats
 
 from rl_trainer_bench import cli
-from rl_trainer_bench.ab import budget, resolution, student_t
+from rl_trainer_bench.ab import budget, one_state, resolution, student_t
 from rl_trainer_bench.ab import command as ab
 from rl_trainer_bench.ab.plan import plan_arms
 from rl_trainer_bench.bench.step_record import format_line
@@ -142,14 +142,17 @@ def test_a_minutes_budget_pays_the_warmups_then_buys_blocks(tmp_path):
     assert (run.blocks, run.steps) == (5, 1)
     plan = plan_arms(args, run, tmp_path, on_this_host=False)  # the built-in engine: 1 warm-up
     assert plan.warmup_steps == 1 and args.warmup_steps is None  # the plan's, args untouched
-    design = run.planned_lines(len(plan.bench_configs), plan.warmup_steps)
+    # ... and one more, as the run takes it: arm on's stage is warmed before any arm is scored
+    assert one_state.set_warmups(plan) == [2]
+    design = run.planned_lines(one_state.set_warmups(plan))
+    assert "and 2 warm-up steps (2 per program set x 1, once, up front)" in design[0]
     assert design[3].endswith(
-        "; at most 21 steps x 100 s = 35.0 min (ESTIMATE; step time: given by --step-time),"
+        "; at most 22 steps x 100 s = 36.7 min (ESTIMATE; step time: given by --step-time),"
         " plus start-up and compiles"
     )
     fixed = ab.complete(_parsed(*argv, "--step-time", "100", "--stop", "budget"))
-    assert fixed.planned_lines(len(plan.bench_configs), plan.warmup_steps)[1] == (
-        "A/B pod time: 21 steps x 100 s = 35.0 min (ESTIMATE; step time: given by --step-time),"
+    assert fixed.planned_lines(one_state.set_warmups(plan))[1] == (
+        "A/B pod time: 22 steps x 100 s = 36.7 min (ESTIMATE; step time: given by --step-time),"
         " plus start-up and compiles"
     )
 

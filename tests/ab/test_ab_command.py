@@ -76,8 +76,8 @@ def test_default_ab_runs_six_blocks_on_one_bench_scored_by_block(tmp_path, capsy
     assert "mean over blocks of each block's difference of arm medians" in printed
     assert (
         "A/B design: 6 blocks, each setting two turns of 2 scored step(s) per block: 24 scored steps"
-        " per setting x 2 settings = 48, and 1 warm-up steps (1 per program set x 1, once, up"
-        " front); 49 steps in all, by the CPU's default of 6 blocks"
+        " per setting x 2 settings = 48, and 2 warm-up steps (2 per program set x 1, once, up"
+        " front); 50 steps in all, by the CPU's default of 6 blocks"
     ) in printed
     assert "A/B resolves: an effect of " in printed and "(ASSUMED: the 2-core" in printed
 

@@ -405,7 +405,7 @@ def test_the_plan_expects_the_seeds_switch_called_in_three_steps_a_setting():
     args = cli.build_parser(["ab"]).parse_args(
         ["ab", *argv, "--step-noise", "0.15%", "--expect-effect", "7.2"]
     )
-    lines = ab.complete(args).planned_lines(1, 2)
+    lines = ab.complete(args).planned_lines([2])
     expected = next(line for line in lines if line.startswith("A/B expected stop"))
     assert (
         "at a 7.2% effect, 3 scored steps per setting on average, 3 or fewer in 80% of runs"
@@ -425,7 +425,7 @@ def test_a_long_budget_is_forecast_with_fewer_runs_or_not_at_all():
     args = cli.build_parser(["ab"]).parse_args(
         ["ab", "--stop", "settled", "--blocks", "1000", "--steps", "1"]
     )
-    lines = ab.complete(args).planned_lines(1, 1)
+    lines = ab.complete(args).planned_lines([1])
     assert (
         "A/B expected stop: not simulated for 2000 half-blocks of 1-step turns (a forecast's cost"
         " grows with the square of the budget); at most 2000 scored steps per setting" in lines
