@@ -420,6 +420,7 @@ def print_check(check: dict, top: int) -> None:
         print(
             f"{name}: fwd_bwd {1e3 * terms['seconds']:.1f} ms = compute {1e3 * terms['compute_seconds']:.1f}"
             f" + HBM {1e3 * terms['memory_seconds']:.1f} + kernels {1e3 * terms['kernel_seconds']:.1f}"
+            f" + kernels' vector work {1e3 * terms['kernel_vector_seconds']:.1f}"
             f" + collectives exposed {1e3 * terms['exposed_collective_seconds']:.1f} ms"
         )
         ranked = sorted(program["step_by_source"].items(), key=lambda item: -item[1])
@@ -441,7 +442,8 @@ def print_public_cell(cell: dict | None, top: int) -> None:
     )
     print(
         f"  a step's terms: compute-bound ops {terms['compute_seconds']:.2f} s, HBM-bound ops"
-        f" {terms['memory_seconds']:.2f} s, Pallas kernels {terms['kernel_seconds']:.2f} s,"
+        f" {terms['memory_seconds']:.2f} s, Pallas kernels {terms['kernel_seconds']:.2f} s"
+        f" (+ {terms['kernel_vector_seconds']:.2f} s of their vector work),"
         f" collectives exposed {terms['exposed_collective_seconds']:.2f} s of"
         f" {terms['collective_seconds']:.2f} s moving"
     )

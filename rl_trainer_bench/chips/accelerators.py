@@ -46,6 +46,12 @@ class Chip:
     # padded to it on the unit (the op estimate's MXU work). 0: not in the table, no padding.
     mxu_size: int = 0
     mxu_source: str = ""
+    # Matrix units a device has (with `mxu_size` and the peak they give the clock: peak / (units
+    # x side^2 x 2 FLOPs)) and the 32-bit values one vector register holds, one vector op's work
+    # a cycle: the op estimate times a kernel's vector work from them. 0: not in the table.
+    mxu_count: int = 0
+    vector_register_values: int = 0
+    vector_source: str = ""
 
     def per_device(self, per_chip: float) -> float:
         """One JAX device's share of a per-chip figure (memory, FLOP/s, bandwidth)."""
@@ -112,6 +118,10 @@ CHIPS: tuple[Chip, ...] = (
         mxu_size=128,
         mxu_source="Cloud TPU v5e spec (four MXUs a TensorCore) and the Cloud TPU system"
         " architecture page (an MXU: 128 x 128 multiply-accumulators)",
+        mxu_count=4,
+        vector_register_values=8 * 128,
+        vector_source="Pallas TPU docs, 'Writing TPU kernels with Pallas': vector memory is"
+        " read and written in (8, 128) tiles, elementwise ops work on 32-bit values",
     ),
     Chip(
         "v5p",

@@ -17,7 +17,11 @@ one after another, so here each op gets its own time and the times add:
 - a Pallas kernel: max(stated FLOPs / peak, stated bytes / bandwidth) from the `pl.CostEstimate`
   its custom call carries; splash attention's kernels, which state nothing, by the FLOPs of their
   causal blocks (`hlo.splash`) and their operands' and results' bytes; any other kernel that
-  states nothing by its bytes alone, and named;
+  states nothing by its bytes alone, and named; splash attention's kernels also get their vector
+  work (`hlo.splash`): the ops each score takes between its two matmuls, one vector register of
+  32-bit values a cycle, at the clock the peak gives the chip's matrix units (peak / (units x
+  side^2 x 2)); a block's softmax needs its q k^T and feeds its p v, so that time adds to the
+  kernel's roofline instead of hiding under it (the `kernel_vector` term);
 - a collective: the bytes it moves per device over one torus axis's links, (n - 1) / n of its
   buffer for a group of n (twice for an all-reduce), at the device's share of the chip's ICI
   bandwidth for that axis; an asynchronous one less the time of the ops the schedule puts between
@@ -39,7 +43,7 @@ from rl_trainer_bench.preflight.hlo.counts import unstated_kernel
 from rl_trainer_bench.preflight.hlo.overlap import analyze, scheduled_between
 from rl_trainer_bench.preflight.hlo.parse import HloModule, Instruction
 from rl_trainer_bench.preflight.hlo.report import Collective
-from rl_trainer_bench.preflight.hlo.splash import splash_flops
+from rl_trainer_bench.preflight.hlo.splash import splash_flops, splash_vector_ops
 from rl_trainer_bench.preflight.program_cost import instruction_costs
 
 BY = (
@@ -66,6 +70,8 @@ class Rates:
     devices_per_chip: int = 1
     torus: tuple[int, ...] = ()  # the slice's chips along each torus axis; (): one axis assumed
     mxu_size: int = 0  # the side of the chip's matrix unit, matmuls padded to it; 0: unknown
+    # 32-bit values the vector unit works a second (one register an op a cycle); 0: unknown
+    vector_values_per_second: float = 0.0
 
     @classmethod
     def of_chip(cls, chip: Chip, torus: tuple[int, ...] = ()) -> Rates | None:
@@ -78,6 +84,12 @@ class Rates:
         source = f"{chip.name}: peak {chip.peak_source}; HBM and ICI {chip.ici_source or 'spec'}"
         if chip.mxu_size:
             source += f"; MXU {chip.mxu_size} x {chip.mxu_size}, {chip.mxu_source}"
+        vector = 0.0
+        if chip.mxu_size and chip.mxu_count and chip.vector_register_values:
+            clock = chip.peak_bf16_flops / (chip.mxu_count * chip.mxu_size**2 * 2)
+            vector = chip.per_device(clock * chip.vector_register_values)
+            source += f"; vector unit {chip.vector_register_values} values a cycle at"
+            source += f" {clock / 1e9:.3f} GHz, {chip.vector_source}"
         return cls(
             chip.per_device(chip.peak_bf16_flops),
             chip.per_device(chip.hbm_bytes_per_second),
@@ -86,6 +98,7 @@ class Rates:
             chip.devices_per_chip,
             tuple(torus),
             chip.mxu_size,
+            vector,
         )
 
 
@@ -100,6 +113,7 @@ class OpTime:
     bytes: float
     seconds: float  # per execution
     term: str  # "compute", "memory", "kernel" or "collective"
+    vector_seconds: float = 0.0  # of `seconds`, a kernel's vector work beside its roofline
 
     @property
     def total(self) -> float:
@@ -113,6 +127,7 @@ class ProgramEstimate:
     compute_seconds: float  # XLA ops whose FLOPs bound them
     memory_seconds: float  # XLA ops whose HBM bytes bound them
     kernel_seconds: float  # Pallas kernels at their stated cost
+    kernel_vector_seconds: float  # splash attention's vector work, after its matmuls' roofline
     collective_seconds: float  # every collective's own time
     exposed_collective_seconds: float  # of that, what no op scheduled beside it hides
     unstated_kernels: tuple[str, ...]  # kernels with no cost stated or counted: bytes only
@@ -124,6 +139,7 @@ class ProgramEstimate:
             self.compute_seconds
             + self.memory_seconds
             + self.kernel_seconds
+            + self.kernel_vector_seconds
             + self.exposed_collective_seconds
         )
 
@@ -132,6 +148,7 @@ class ProgramEstimate:
             "compute_seconds": self.compute_seconds,
             "memory_seconds": self.memory_seconds,
             "kernel_seconds": self.kernel_seconds,
+            "kernel_vector_seconds": self.kernel_vector_seconds,
             "collective_seconds": self.collective_seconds,
             "exposed_collective_seconds": self.exposed_collective_seconds,
             "seconds": self.seconds,
@@ -147,24 +164,31 @@ def estimate(
     by_name = {i.name: i for c in module.computations.values() for i in c.instructions}
     ops: dict[str, OpTime] = {}
     unstated: dict[str, None] = {}
-    totals = {"compute": 0.0, "memory": 0.0, "kernel": 0.0}
+    totals = {"compute": 0.0, "memory": 0.0, "kernel": 0.0, "kernel_vector": 0.0}
     for cost in instruction_costs(module, stored=True, mxu=rates.mxu_size):
         instruction = cost.instruction
         if instruction.name in collective_ops or not (cost.flops or cost.bytes):
             continue
-        flops, counted = cost.flops, None
+        flops, counted, vector = cost.flops, None, 0.0
         if (kernel := unstated_kernel(instruction)) is not None:
-            counted = splash_flops(instruction, [by_name.get(o) for o in instruction.operands])
+            operands = [by_name.get(o) for o in instruction.operands]
+            counted = splash_flops(instruction, operands)
             if counted is None:
                 unstated[kernel] = None
+            elif rates.vector_values_per_second:
+                vector = splash_vector_ops(instruction, operands) / rates.vector_values_per_second
         op = _op_time(instruction, cost.times, counted or flops, cost.bytes, rates, counted)
+        if vector:
+            op = dataclasses.replace(op, seconds=op.seconds + vector, vector_seconds=vector)
         ops[instruction.name] = op
-        totals[op.term] += op.total
+        totals[op.term] += (op.seconds - vector) * op.times
+        totals["kernel_vector"] += vector * op.times
     collective_total, exposed = _collective_times(module, collectives, ops, rates)
     return ProgramEstimate(
         compute_seconds=totals["compute"],
         memory_seconds=totals["memory"],
         kernel_seconds=totals["kernel"],
+        kernel_vector_seconds=totals["kernel_vector"],
         collective_seconds=collective_total,
         exposed_collective_seconds=exposed,
         unstated_kernels=tuple(unstated),

@@ -225,7 +225,9 @@ def public_comparison(preset: str, target: str, step: StepEstimate) -> list[str]
             "  its terms a step: compute-bound ops "
             f"{seconds_text(terms['compute_seconds'])}, HBM-bound ops "
             f"{seconds_text(terms['memory_seconds'])}, Pallas kernels "
-            f"{seconds_text(terms['kernel_seconds'])}, collectives exposed "
+            f"{seconds_text(terms['kernel_seconds'])} (+ "
+            f"{seconds_text(terms['kernel_vector_seconds'])} of their vector work), "
+            "collectives exposed "
             f"{seconds_text(terms['exposed_collective_seconds'])} (of "
             f"{seconds_text(terms['collective_seconds'])} moving)"
         )

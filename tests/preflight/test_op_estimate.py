@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from rl_trainer_bench.chips.accelerators import chip_by_name
@@ -155,3 +157,53 @@ ENTRY %main (p: f32[4096,1]) -> f32[4096,1] {
 """
     found = estimate(parse_hlo(text), RATES)
     assert found.memory_seconds == pytest.approx(2 * 4096 * 128 * 4 / 1e11)
+
+
+def test_splash_kernels_add_their_scores_vector_work():
+    """Splash's forward over 2 heads of 1,024 tokens in blocks of 512 computes 3 whole blocks a
+    head, 2 x 3 x 512 x 512 scores, each taking 6 vector ops (compare, select, max, subtract,
+    exp, sum); at 1e10 values a second that time adds to the kernel's matmul roofline."""
+    rates = dataclasses.replace(RATES, vector_values_per_second=1e10)
+    found = estimate(parse_hlo(SMALL_PROGRAM), rates)
+    vector = 6 * 2 * 3 * 512 * 512 / 1e10
+    assert found.kernel_vector_seconds == pytest.approx(vector)
+    assert found.kernel_seconds == pytest.approx(KERNEL + SPLASH)
+    assert found.seconds == pytest.approx(9.6096e-3 + vector, rel=1e-4)
+    (splash,) = [op for op in found.ops if op.name.startswith("splash")]
+    assert splash.seconds == pytest.approx(SPLASH + vector)
+
+
+@pytest.mark.parametrize(
+    ("phase", "metadata", "per_score"),
+    [
+        ("dq", r"{\"block_q_dq\": 512, \"block_kv_dq\": 512}", 7),
+        ("dkv", r"{\"block_q_dkv\": 512, \"block_kv_dkv\": 512}", 8),
+        (
+            "dkv",
+            r"{\"block_q_dkv\": 512, \"block_kv_dkv\": 512, \"use_fused_bwd_kernel\": true}",
+            9,
+        ),
+    ],
+)
+def test_splash_backward_kernels_count_their_own_vector_ops(phase, metadata, per_score):
+    """dq: compare, select, subtract, exp, subtract di, times p, cast ds: 7 a score; dkv adds
+    p's cast (8), and the fused dq ds's cast again (9)."""
+    text = SMALL_PROGRAM.replace(
+        r"%splash_mqa_fwd_segmented_residuals.1 = bf16[1,2,1024,128] custom-call(%mask, %q, %kv,"
+        r' %kv), custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata='
+        r'{"xprof_metadata":"{\"block_q\": 512, \"block_kv\": 512}"}}',
+        rf"%splash_mqa_{phase}_segmented.1 = bf16[1,2,1024,128] custom-call(%mask, %q, %kv,"
+        r' %kv), custom_call_target="tpu_custom_call", frontend_attributes={kernel_metadata='
+        rf'{{"xprof_metadata":"{metadata}"}}}}',
+    )
+    assert f"splash_mqa_{phase}_segmented.1" in text
+    found = estimate(parse_hlo(text), dataclasses.replace(RATES, vector_values_per_second=1e10))
+    assert found.kernel_vector_seconds == pytest.approx(per_score * 2 * 3 * 512 * 512 / 1e10)
+
+
+def test_the_v5e_vector_unit_works_a_register_a_cycle_at_the_matrix_units_clock():
+    """197 TFLOP/s over 4 MXUs of 128 x 128 multiply-adds (2 FLOPs each) is a 1.503 GHz clock;
+    8 x 128 values a cycle."""
+    rates = Rates.of_chip(chip_by_name("v5e"))
+    assert rates.vector_values_per_second == pytest.approx(197e12 / (4 * 128 * 128 * 2) * 1024)
+    assert rates.vector_values_per_second == pytest.approx(1.5390625e12)

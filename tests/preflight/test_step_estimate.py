@@ -79,6 +79,7 @@ def _terms(compute, memory, kernel, moving, exposed):
         "compute_seconds": compute,
         "memory_seconds": memory,
         "kernel_seconds": kernel,
+        "kernel_vector_seconds": 0.0,
         "collective_seconds": moving,
         "exposed_collective_seconds": exposed,
         "seconds": compute + memory + kernel + exposed,
@@ -121,7 +122,8 @@ def test_the_397b_cell_on_tpu7x_is_set_beside_the_public_measurement():
     )
     assert lines[2] == (
         "  its terms a step: compute-bound ops 72.000 s, HBM-bound ops 18.500 s, Pallas kernels"
-        " 4.500 s, collectives exposed 4.500 s (of 27.000 s moving)"
+        " 4.500 s (+ 0.0 us of their vector work), collectives exposed 4.500 s (of 27.000 s"
+        " moving)"
     )
     assert lines[3] == "  fwd_bwd op estimate 11.000 s = 1.01 x the public"
     assert lines[4] == "  fwd_bwd compute lower bound 2.189 s = 0.20 x the public"

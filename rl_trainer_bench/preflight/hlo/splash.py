@@ -1,4 +1,4 @@
-"""The matmul FLOPs of Pallas' splash attention kernels, which state no cost of their own.
+"""The matmul FLOPs and vector work of Pallas' splash attention kernels, which state no cost.
 
 Why: the op estimate times a TPU kernel from the `pl.CostEstimate` its custom call carries, and
 splash attention's three kernels (forward, dq, dkv) carry none, so their work counted as nothing
@@ -13,10 +13,20 @@ five with the dq fused into it. The mask itself is a constant whose values the t
 the blocks counted are those of a causal mask over T x T, the mask both engines give the kernel
 (the built-in engine's `local_splash_attention`, MaxText's causal splash); segment boundaries
 empty no block the kernel can skip statically (the segment ids are data).
+
+Between its matmuls a block's every score (a 32-bit value) takes vector ops, as the kernels' code
+(JAX 0.10.2's `splash_attention_kernel.py`) writes them, whatever the mask: forward 6 (the segment ids compared, the masked scores selected,
+the row's max, the max subtracted, exp, the row's sum), dq 7 (compare, select, the logsumexp
+subtracted, exp, di subtracted, times p, ds cast to bf16), dkv 8 (the same with p cast to bf16
+too; 9 with the dq fused, its ds cast again). The mask's own combining ops are not counted (the
+mask's values are elided). Counted at their FLOPs alone, the kernels ran far below their
+roofline on the chip (benchmarks/reports/aot-op-terms_v5e-tpu7x_2026-12-07.md): the vector unit,
+not the matrix unit, holds a block's softmax.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -29,11 +39,57 @@ _BLOCKS = {"fwd": ("block_q", "block_kv"), "dq": ("block_q_dq", "block_kv_dq")}
 _BLOCKS["dkv"] = ("block_q_dkv", "block_kv_dkv")
 _MATMULS = {"fwd": 2, "dq": 3, "dkv": 4}
 _FUSED_DQ = "use_fused_bwd_kernel"
+# Vector ops a score takes in each phase's body (the docstring lists them), and the fused dq's
+_VECTOR_OPS = {"fwd": 6, "dq": 7, "dkv": 8}
+_FUSED_DQ_VECTOR_OPS = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """What a splash kernel call says of its work: phase, heads, q rows, kv columns, head_dim,
+    its blocks of q and kv, and whether the dq is fused into its dkv."""
+
+    phase: str
+    heads: int
+    rows: int
+    columns: int
+    head_dim: int
+    block_q: int
+    block_kv: int
+    fused_dq: bool
+
+    @property
+    def scores(self) -> int:
+        """Scores the kernel computes: every element of the blocks a causal mask leaves."""
+        blocks = causal_blocks(self.rows, self.columns, self.block_q, self.block_kv)
+        return self.heads * self.block_q * self.block_kv * blocks
 
 
 def splash_flops(call: Instruction, operands: list[Instruction | None]) -> float | None:
     """The matmul FLOPs of one splash attention kernel call (a causal mask), or None when `call`
     is not one or its block sizes or q and k are not readable."""
+    found = _read(call, operands)
+    if found is None:
+        return None
+    matmuls = _MATMULS[found.phase] + (found.phase == "dkv" and found.fused_dq)
+    return 2.0 * matmuls * found.head_dim * found.scores
+
+
+def splash_vector_ops(call: Instruction, operands: list[Instruction | None]) -> float:
+    """The 32-bit vector ops one splash attention kernel call does on its scores (a causal mask);
+    0 when `call` is not one or is not readable."""
+    found = _read(call, operands)
+    if found is None:
+        return 0.0
+    per_score = _VECTOR_OPS[found.phase] + _FUSED_DQ_VECTOR_OPS * (
+        found.phase == "dkv" and found.fused_dq
+    )
+    return float(per_score * found.scores)
+
+
+def _read(call: Instruction, operands: list[Instruction | None]) -> _Call | None:
+    """The call's phase, shapes and blocks, or None when it is not a splash kernel or they are not
+    readable."""
     phase = _NAME.match(call.name)
     metadata = _METADATA.search(call.attributes)
     if call.opcode != "custom-call" or phase is None or metadata is None:
@@ -51,17 +107,15 @@ def splash_flops(call: Instruction, operands: list[Instruction | None]) -> float
     if len(q.dims) < 2 or len(k.dims) < 2:
         return None
     rows, head_dim, columns = q.dims[-2], q.dims[-1], k.dims[-2]
-    heads = q.elements // (rows * head_dim)
-    matmuls = _MATMULS[phase.group(1)] + (phase.group(1) == "dkv" and bool(blocks.get(_FUSED_DQ)))
-    block_q, block_kv = blocks[q_key], blocks[kv_key]
-    return (
-        2.0
-        * matmuls
-        * heads
-        * head_dim
-        * block_q
-        * block_kv
-        * causal_blocks(rows, columns, block_q, block_kv)
+    return _Call(
+        phase.group(1),
+        q.elements // (rows * head_dim),
+        rows,
+        columns,
+        head_dim,
+        blocks[q_key],
+        blocks[kv_key],
+        bool(blocks.get(_FUSED_DQ)),
     )
 
 
