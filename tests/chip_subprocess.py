@@ -19,12 +19,30 @@ ON_A_CHIP = [
 ]
 
 
+# The session's settings for its CPU compiles, none of which a chip process wants: the host
+# platform and its devices, libtpu loaded by several processes, and the session's compile cache
+# (each chip script compiles programs no other test does: a cache would only store them).
+SESSION_ONLY = (
+    "JAX_PLATFORMS",
+    "XLA_FLAGS",
+    "ALLOW_MULTIPLE_LIBTPU_LOAD",
+    "JAX_COMPILATION_CACHE_DIR",
+)
+# Ends the script without the TPU runtime's teardown at exit, about 3 s of a process that opened
+# the chip; the script's output is flushed first, and the chip is released with the process.
+_EXIT_AT_ONCE = "\nimport os, sys\nsys.stdout.flush(); sys.stderr.flush(); os._exit(0)\n"
+
+
 def run_on_the_chip(script: str) -> str:
-    """`script` in a process of its own without the session's CPU settings (JAX_PLATFORMS,
-    XLA_FLAGS): its output; the test fails with its output where it exits non-zero."""
-    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    """`script` in a process of its own without the session's settings (SESSION_ONLY): its
+    output; the test fails with its output where it exits non-zero."""
+    env = {k: v for k, v in os.environ.items() if k not in SESSION_ONLY}
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=900
+        [sys.executable, "-c", script + _EXIT_AT_ONCE],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
     )
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     return done.stdout

@@ -22,6 +22,7 @@ import dataclasses, sys
 import jax, jax.numpy as jnp, numpy as np
 sys.path.insert(0, {tests!r})
 from gdn_reference import conv_inputs
+from side_by_side import side_by_side
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.builtin import sharding
 from rl_trainer_bench.engine.builtin.gated_deltanet import context_conv
@@ -32,15 +33,17 @@ model = dataclasses.replace(
 )
 segments, x, kernel, weights = map(jnp.asarray, conv_inputs(model, 2, 1536))
 
+mesh = sharding.make_mesh(MeshConfig(), jax.devices()[:1])
+
 def run(method):
     def loss(x, kernel):
         out = context_conv(x, kernel, segments, method)
         return jnp.sum(out * weights), out
-    (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(x, kernel)
-    return [np.asarray(a) for a in (out, *grads)]
+    with jax.set_mesh(mesh):
+        (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(x, kernel)
+        return [np.asarray(a) for a in (out, *grads)]
 
-with jax.set_mesh(sharding.make_mesh(MeshConfig(), jax.devices()[:1])):
-    got, want = run("pallas"), run("xla")
+got, want = side_by_side(lambda: run("pallas"), lambda: run("xla"))
 errors = [float(np.abs(a - w).max() / np.abs(w).max()) for a, w in zip(got, want)]
 print("largest |difference| over largest |value|, of out, x, taps:", errors)
 assert max(errors) < {tolerance}, errors

@@ -38,6 +38,7 @@ import json, sys
 import jax, jax.numpy as jnp, numpy as np
 sys.path.insert(0, {tests!r})
 from delta_rule_cases import CASES, kernels_and_reference, largest_errors
+from side_by_side import side_by_side
 from gdn_reference import cell_inputs
 from rl_trainer_bench.config.presets import preset
 from rl_trainer_bench.engine.builtin import sharding
@@ -48,24 +49,31 @@ model = preset("tpu-v5e-1").engine.model
 *arrays, segments, weights = cell_inputs(model, {rows}, {tokens})
 inputs = [jnp.asarray(x) for x in arrays]
 
-def run(kernel):
+mesh = sharding.make_mesh(MeshConfig(), jax.devices()[:1])
+
+def run(kernel, precision=None):
     def loss(*x):
         out = layer_delta_rule(*x, jnp.asarray(segments), model, "xla", kernel)
         return jnp.sum(out.astype(jnp.float32) * weights), out
-    (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=range(5), has_aux=True))(*inputs)
-    return [np.asarray(a, np.float32) for a in (out, *grads)]
+    with jax.set_mesh(mesh), jax.default_matmul_precision(precision):
+        (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=range(5), has_aux=True))(*inputs)
+        return [np.asarray(a, np.float32) for a in (out, *grads)]
 
-with jax.set_mesh(sharding.make_mesh(MeshConfig(), jax.devices()[:1])):
-    got = {{"pallas": run("pallas"), "xla": run("xla")}}
+def case_errors(case):
     with jax.default_matmul_precision("highest"):
-        reference = run("xla")
+        return largest_errors(*kernels_and_reference(case, 128, 128, interpret=False))
+
+pallas, xla, reference, *cases = side_by_side(
+    lambda: run("pallas"),
+    lambda: run("xla"),
+    lambda: run("xla", "highest"),
+    *(lambda case=case: case_errors(case) for case in CASES.values()),
+)
 errors = {{
     method: [float(np.abs(a - r).max() / np.abs(r).max()) for a, r in zip(values, reference)]
-    for method, values in got.items()
+    for method, values in (("pallas", pallas), ("xla", xla))
 }}
-with jax.default_matmul_precision("highest"):
-    for name, case in CASES.items():
-        errors[name] = largest_errors(*kernels_and_reference(case, 128, 128, interpret=False))
+errors.update(zip(CASES, cases))
 print(json.dumps(errors))
 """
 

@@ -9,6 +9,7 @@ On the chip through `chip_subprocess` (skipped elsewhere), alone:
 """
 
 import json
+from pathlib import Path
 
 import pytest
 from chip_subprocess import ON_A_CHIP, run_on_the_chip
@@ -21,28 +22,34 @@ TOLERANCE = 3e-2
 SHAPES = [(2048, 128), (4096, 64)]  # (systems, size)
 # Both shapes in one process: one opening of the chip and one import of JAX for the two
 COMPARE = """
-import json, jax, jax.numpy as jnp, numpy as np
+import json, sys, jax, jax.numpy as jnp, numpy as np
+sys.path.insert(0, {tests!r})
+from side_by_side import side_by_side
 from rl_trainer_bench.engine.builtin.unit_lower_inverse import unit_lower_inverse
-errors = {{}}
+systems = {{}}
 for count, size in {shapes}:
     rng = np.random.default_rng(0)
     keys = rng.normal(size=(count, size, 128))
     keys /= np.linalg.norm(keys, axis=-1, keepdims=True)
     strict = np.tril(rng.uniform(0, 1, (count, size, 1)) * keys @ np.swapaxes(keys, -1, -2), -1)
-    reference = np.linalg.inv(np.eye(size) + strict)
-    for method in ("xla", "pallas"):
-        got = jax.jit(lambda a: unit_lower_inverse(a, method))(jnp.asarray(strict, jnp.float32))
-        errors[f"{{count}}x{{size}} {{method}}"] = float(
-            np.abs(np.asarray(got, np.float64) - reference).max()
-        )
-print(json.dumps(errors))
+    systems[f"{{count}}x{{size}}"] = strict, np.linalg.inv(np.eye(size) + strict)
+
+def error(name, method):
+    strict, reference = systems[name]
+    got = jax.jit(lambda a: unit_lower_inverse(a, method))(jnp.asarray(strict, jnp.float32))
+    return float(np.abs(np.asarray(got, np.float64) - reference).max())
+
+runs = [(name, method) for name in systems for method in ("xla", "pallas")]
+found = side_by_side(*(lambda run=run: error(*run) for run in runs))
+print(json.dumps({{f"{{name}} {{method}}": e for (name, method), e in zip(runs, found)}}))
 """
 
 
 @pytest.fixture(scope="module")
 def errors():
     """The largest error against the reference of each method at each of SHAPES, from the chip."""
-    return json.loads(run_on_the_chip(COMPARE.format(shapes=SHAPES)).splitlines()[-1])
+    tests = str(Path(__file__).resolve().parent)
+    return json.loads(run_on_the_chip(COMPARE.format(shapes=SHAPES, tests=tests)).splitlines()[-1])
 
 
 @pytest.mark.parametrize(("count", "size"), SHAPES)
