@@ -28,8 +28,9 @@ SESSION_ONLY = (
     "ALLOW_MULTIPLE_LIBTPU_LOAD",
     "JAX_COMPILATION_CACHE_DIR",
 )
-# Ends the script without the TPU runtime's teardown at exit, about 3 s of a process that opened
-# the chip; the script's output is flushed first, and the chip is released with the process.
+# Ends the script without Python's shutdown and the TPU runtime's teardown in it: 0.4 s of a
+# process that opened a v5e chip (10.45 s against 10.86 from start to end; the rest of the exit is
+# the kernel's); the script's output is flushed first, and the chip is released with the process.
 _EXIT_AT_ONCE = "\nimport os, sys\nsys.stdout.flush(); sys.stderr.flush(); os._exit(0)\n"
 
 
