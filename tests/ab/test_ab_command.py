@@ -145,12 +145,12 @@ def test_mirrored_ab_runs_four_arms_on_one_bench_and_writes_the_report(tmp_path,
 
 
 # Each fwd_bwd sleeps 1 ms less than the one before, from 60 ms: with 2 calls per step a step is
-# 4 ms shorter than the one before, an arm of 7 steps 28 ms shorter: many times the sub-millisecond
-# jitter of sleeps on a loaded 2-core host, and each arm's median of 6 steps sets one late sleep
-# aside. The run's 52 calls (2 warm-up steps, 4 arms of 6) end at 8 ms, so every sleep keeps its
-# slope; the rule under test (a delta's bias from the run order) scales with the drift, not the
-# run's length, so 6 steps an arm check it as more would, with less sleeping. Staging does nothing
-# here.
+# 4 ms shorter than the one before. An arm runs 6 steps; the bounds below take an arm's drift as 7
+# steps' (28 ms), as they took 11 at 10 steps an arm: many times the sub-millisecond jitter of
+# sleeps on a loaded 2-core host, and each arm's median of 6 steps sets one late sleep aside. The
+# run's 52 calls (2 warm-up steps, 4 arms of 6) end at 8 ms, so every sleep keeps its slope; the
+# rule under test (a delta's bias from the run order) scales with the drift, not the run's length,
+# so 6 steps an arm check it as more would, with less sleeping. Staging does nothing here.
 DRIFT_PER_ARM_S = 7 * 2 * 2 * 1e-3
 
 
