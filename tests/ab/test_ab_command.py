@@ -144,16 +144,20 @@ def test_mirrored_ab_runs_four_arms_on_one_bench_and_writes_the_report(tmp_path,
     assert (out / "ab.png").read_bytes()[:4] == b"\x89PNG"
 
 
-# Each fwd_bwd sleeps 1 ms less than the one before, from 100 ms: with 2 calls per step a step is
-# 4 ms shorter than the one before, an arm of 11 steps 44 ms shorter: several times the jitter of
-# sleeps on a loaded 2-core host. Staging does nothing here.
-DRIFT_PER_ARM_S = 11 * 2 * 2 * 1e-3
+# Each fwd_bwd sleeps 1 ms less than the one before, from 60 ms: with 2 calls per step a step is
+# 4 ms shorter than the one before. An arm runs 6 steps; the bounds below take an arm's drift as 7
+# steps' (28 ms), as they took 11 at 10 steps an arm: many times the sub-millisecond jitter of
+# sleeps on a loaded 2-core host, and each arm's median of 6 steps sets one late sleep aside. The
+# run's 52 calls (2 warm-up steps, 4 arms of 6) end at 8 ms, so every sleep keeps its slope; the
+# rule under test (a delta's bias from the run order) scales with the drift, not the run's length,
+# so 6 steps an arm check it as more would, with less sleeping. Staging does nothing here.
+DRIFT_PER_ARM_S = 7 * 2 * 2 * 1e-3
 
 
 def _drifting_ab(tmp_path, order):
     out = tmp_path / order
-    argv = ["--steps", "10", "--knob", "MICRO_STEPS=2", "--order", order, "--out", str(out)]
-    benches = Benches(lambda: TimedEngine(drifting_sleep(0.100, -1e-3)))
+    argv = ["--steps", "6", "--knob", "MICRO_STEPS=2", "--order", order, "--out", str(out)]
+    benches = Benches(lambda: TimedEngine(drifting_sleep(0.060, -1e-3)))
     assert run_ab(argv, benches) == 0
     return json.loads((out / "ab.json").read_text())
 
