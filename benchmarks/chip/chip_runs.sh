@@ -11,14 +11,13 @@
 #   headline-on   ~5.5 min  the same with STAGE on: the same programs, loaded warm from the cache
 #   ab        ~3 min  README's main job as a user runs it (`ab`, no preset), warm from the cache
 #   peak-test ~3 min  the chip test of the measured peak (its run warm, its dumping compile cold)
-#   tests     ~5 min  README's chip-test command (`python -m pytest -q -m tpu_chip tests/`), every
+#   tests     ~3.5 min README's chip-test command (`python -m pytest -q -m tpu_chip tests/`), every
 #                     chip test in one call: the measured peak (the preset's run and aot's figures,
-#                     cold: most of it), then the kernels' tests at the smallest shapes that check
-#                     each (ESTIMATE: their shapes cut since the last timed run, 520 s for the first
-#                     three and about 450 s INFERRED for the Gated DeltaNet kernels' at the preset's
-#                     shapes); it prints each test's time (`--durations=0`)
-#   kernel-tests ~2.5 min the kernels' chip tests alone, all but the measured peak: a contributor's
-#                     check of a kernel change (ESTIMATE, as `tests`)
+#                     cold: 95 s), then the kernels' tests at the smallest shapes that check each
+#                     (13-25 s each; 207.5 s in all, MEASURED 2026-12-08); it prints each test's time
+#                     (`--durations=0`)
+#   kernel-tests ~2 min the kernels' chip tests alone, all but the measured peak: a contributor's
+#                     check of a kernel change (INFERRED from `tests`)
 #   sweep     ~1.8 min a size  chip_fit_sweep.py's runs, aot's verdicts from the CPU host's sweep;
 #                     ROWS picks the sizes (default 3,5,6: 4 is the preset's own run)
 #   aot-host  ~3 min  `aot --target local` (its JSON has its host peak) beside the host peak of
