@@ -31,16 +31,23 @@ CONFIG = dataclasses.replace(
     PRESETS["cpu-tiny"].engine, moe=MoeConfig(ragged_buffer_factor=1.0, expert_compute="einsum")
 )
 MODEL = CONFIG.model
+# CONFIG with one full-attention layer, for the tests whose check does not depend on the mixers
+# (how programs compile, where the routing is read, where the optimizer state rests): its programs
+# compile in about a quarter of CONFIG's time, most of which goes to the Gated DeltaNet layer.
+ONE_LAYER = dataclasses.replace(
+    CONFIG, model=dataclasses.replace(MODEL, layer_types=("full_attention",), num_layers=1)
+)
 
 
-def payload(seed=0, rows=CONFIG.micro_batch_rows, **kw):
+def payload(seed=0, rows=CONFIG.micro_batch_rows, config=CONFIG, **kw):
+    model = config.model
     return example_payload(
         rows,
-        CONFIG.seq_len,
-        MODEL.vocab_size,
-        num_layers=MODEL.num_layers,
-        top_k=MODEL.top_k,
-        num_experts=MODEL.num_experts,
+        config.seq_len,
+        model.vocab_size,
+        num_layers=model.num_layers,
+        top_k=model.top_k,
+        num_experts=model.num_experts,
         segment_len=kw.pop("segment_len", 48),
         seed=seed,
         name=f"mb{seed}",
@@ -60,8 +67,8 @@ def fresh_engine(compiled, config=CONFIG, replay=False):
     run whose micro-batches drop pairs)."""
     engine = JaxEngine(config)
     if replay:
-        engine.will_run([overflowing(seed=2)])
-    engine.compile(payload(rows=config.micro_batch_rows))
+        engine.will_run([overflowing(seed=2, config=config)])
+    engine.compile(payload(rows=config.micro_batch_rows, config=config))
     return engine
 
 
@@ -177,10 +184,10 @@ def test_loss_and_gradient_match_the_float32_reference(compiled):
     np.testing.assert_allclose(engine.get_metrics()["loss"], want_loss, rtol=1e-5)
 
 
-def overflowing(seed):
+def overflowing(seed, config=CONFIG):
     """A payload whose every token routes to experts 0..K-1: each group drops pairs."""
-    p = payload(seed=seed)
-    forced = np.where(p.routed_experts >= 0, np.arange(MODEL.top_k, dtype=np.int16), -1)
+    p = payload(seed=seed, config=config)
+    forced = np.where(p.routed_experts >= 0, np.arange(config.model.top_k, dtype=np.int16), -1)
     return dataclasses.replace(p, routed_experts=forced.astype(np.int16), digests={})
 
 
@@ -475,33 +482,39 @@ def test_model_flops_follow_the_accounting():
 
 # The formulation before the pairs were counted and the head's gradient written by hand.
 SORTED_AUTODIFF = dataclasses.replace(
-    CONFIG,
-    moe=dataclasses.replace(CONFIG.moe, pair_ranking="sort"),
-    loss=dataclasses.replace(CONFIG.loss, logps_gradient="autodiff"),
+    ONE_LAYER,
+    moe=dataclasses.replace(ONE_LAYER.moe, pair_ranking="sort"),
+    loss=dataclasses.replace(ONE_LAYER.loss, logps_gradient="autodiff"),
 )
 
 
-def test_the_backward_pass_reads_the_routing_rather_than_sorting_again(compiled):
-    """One sort of the routed pairs per layer kind in each forward-backward program when pairs
-    are ranked by a sort (none when counted): the layer's remat keeps the routing (moe.ROUTING)
-    instead of recomputing it in the backward pass. The programs read are the engines' own,
-    which this module's other tests compile too."""
-    kinds = len(set(MODEL.layer_types))
-    for config, sorts in ((SORTED_AUTODIFF, kinds), (CONFIG, 0)):
-        programs = fresh_engine(compiled, config, replay=True)._compiled
+def test_the_backward_pass_reads_the_routing_rather_than_sorting_again():
+    """One sort of the routed pairs in each forward-backward program when pairs are ranked by a
+    sort (none when counted): the layer's remat keeps the routing (moe.ROUTING) instead of
+    recomputing it in the backward pass, which would trace a second sort. The programs read are
+    the ones the engine compiles, as lowered (XLA's compile adds no sort), of ONE_LAYER: its
+    compile would take ten times the lowering, and the routing is the MoE layer's whatever the
+    mixer."""
+    mesh = make_mesh(ONE_LAYER.mesh)
+    for config, sorts in ((SORTED_AUTODIFF, 1), (ONE_LAYER, 0)):
+        lowered = lower_programs(config, mesh)
         for name in ("fwd_bwd", "fwd_bwd_dropless"):
-            hlo = programs[name].as_text()
-            assert len(re.findall(r" sort\(", hlo)) == sorts, (name, config.moe.pair_ranking)
+            text = lowered[name].as_text()
+            assert len(re.findall(r"stablehlo\.sort", text)) == sorts, (
+                name,
+                config.moe.pair_ranking,
+            )
 
 
 def test_counted_ranks_and_the_saved_lse_gradient_train_as_sort_and_autodiff_did(compiled):
     """The defaults (pairs counted, the head's gradient by hand) against the previous formulation
     on the same micro-batches: the same loss to 1e-6 relative and the same gradient to 1e-5 of
-    each weight's largest entry (float32: only summation order differs), overflows alike."""
-    new, old = fresh_engine(compiled), fresh_engine(compiled, SORTED_AUTODIFF)
+    each weight's largest entry (float32: only summation order differs), overflows alike. ONE_LAYER:
+    ranking pairs and the head's gradient do not depend on the mixers."""
+    new, old = fresh_engine(compiled, ONE_LAYER), fresh_engine(compiled, SORTED_AUTODIFF)
     for seed in (1, 2):
         for engine in (new, old):
-            engine.fwd_bwd(payload(seed=seed))
+            engine.fwd_bwd(payload(seed=seed, config=ONE_LAYER))
     got, want = new.accumulated_gradient(), old.accumulated_gradient()
     for name in want:
         scale = np.abs(want[name]).max() + 1e-12
@@ -515,17 +528,18 @@ def test_counted_ranks_and_the_saved_lse_gradient_train_as_sort_and_autodiff_did
 
 def test_an_offloaded_optimizer_state_rests_in_host_memory_and_trains_the_same(compiled):
     """optimizer_memory_host_offload: the state between programs is in pinned host memory, the
-    report counts it there (nothing beside fwd_bwd), and two steps give the same parameters."""
+    report counts it there (nothing beside fwd_bwd), and two steps give the same parameters (of
+    ONE_LAYER: where the state rests does not depend on the mixers)."""
     from rl_trainer_bench.engine import residency
     from rl_trainer_bench.engine.builtin import programs
 
     offload = dataclasses.replace(
-        CONFIG, optimizer=dataclasses.replace(CONFIG.optimizer, memory_host_offload=True)
+        ONE_LAYER, optimizer=dataclasses.replace(ONE_LAYER.optimizer, memory_host_offload=True)
     )
-    engines = [fresh_engine(compiled), fresh_engine(compiled, offload)]
+    engines = [fresh_engine(compiled, ONE_LAYER), fresh_engine(compiled, offload)]
     for engine in engines:
         for step in range(2):
-            engine.fwd_bwd(payload(seed=20 + step))
+            engine.fwd_bwd(payload(seed=20 + step, config=ONE_LAYER))
             engine.update()
     plain, offloaded = (e._state for e in engines)
     kinds = {leaf.sharding.memory_kind for leaf in jax.tree.leaves(offloaded.opt_state)}
@@ -533,9 +547,9 @@ def test_an_offloaded_optimizer_state_rests_in_host_memory_and_trains_the_same(c
     assert {leaf.sharding.memory_kind for leaf in jax.tree.leaves(offloaded.params)} == {"device"}
     for got, want in zip(jax.tree.leaves(offloaded), jax.tree.leaves(plain), strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-7)
-    mesh = make_mesh(CONFIG.mesh)
+    mesh = make_mesh(ONE_LAYER.mesh)
     state = programs.state_beside(offload, mesh)
-    resident = programs.state_beside(CONFIG, mesh)
+    resident = programs.state_beside(ONE_LAYER, mesh)
     assert state["opt_state"] == 0 and state["host_memory"] == resident["opt_state"] > 0
     assert residency.beside("fwd_bwd", state) == 0
 
@@ -562,7 +576,8 @@ def test_the_programs_compile_side_by_side(monkeypatch):
     """Each program's compile starts before any finishes: the three meet at a barrier inside their
     compiles, which a compile one after another would never reach (its first waits alone). The
     micro-batch carries no routes, so the dropless replay compiles with the others (with routes
-    it waits for a micro-batch that drops pairs: test_pair_drops.py)."""
+    it waits for a micro-batch that drops pairs: test_pair_drops.py). ONE_LAYER's programs: how
+    they compile does not depend on the model."""
     meeting = threading.Barrier(3, timeout=60)
     compile_now = jax_engine._compile
 
@@ -575,6 +590,6 @@ def test_the_programs_compile_side_by_side(monkeypatch):
     unrouted = example_payload(
         CONFIG.micro_batch_rows, CONFIG.seq_len, MODEL.vocab_size, segment_len=48, name="unrouted"
     )
-    seconds = JaxEngine(CONFIG).compile(unrouted)
+    seconds = JaxEngine(ONE_LAYER).compile(unrouted)
     assert set(seconds) == {"fwd_bwd", "fwd_bwd_dropless", "update"}
     assert all(s > 0 for s in seconds.values())
