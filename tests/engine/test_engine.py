@@ -95,8 +95,9 @@ def _swiglu(x, gate, up, down):
     return (jax.nn.silu(x @ gate) * (x @ up)) @ down
 
 
-def reference_loss(params, a):
-    """Token-mean GRPO loss (beta 0) of one micro-batch, every expert pair kept."""
+def reference_loss_sum(params, a):
+    """GRPO loss (beta 0) of one micro-batch summed over its loss tokens, every expert pair kept;
+    and the count of those tokens."""
     seg, pos = jnp.asarray(a["segment_ids"]), jnp.asarray(a["positions"], jnp.float32)
     t = seg.shape[1]
     x = params["embed"][a["input_ids"]]
@@ -152,12 +153,23 @@ def reference_loss(params, a):
     ratio = jnp.exp(logp - a["old_logps"])
     clipped = jnp.clip(ratio, 1 - CONFIG.loss.epsilon, 1 + CONFIG.loss.epsilon_high)
     token = -jnp.minimum(ratio * a["advantages"], clipped * a["advantages"])
-    return jnp.sum(token * m) / m.sum()
+    return jnp.sum(token * m), m.sum()
 
 
 @jax.jit
-def reference_value_and_grad(params, arrays):
-    return jax.value_and_grad(reference_loss)(params, arrays)
+def reference_sum_and_grad(params, arrays):
+    """The summed loss, its gradient, and the count of loss tokens: summed over micro-batches and
+    divided by their count, the token mean of them all (compiled once, for CONFIG's rows)."""
+    (total, count), grads = jax.value_and_grad(reference_loss_sum, has_aux=True)(params, arrays)
+    return total, grads, count
+
+
+def reference_value_and_grad(params, *micro_batches):
+    """The token-mean loss over every loss token of `micro_batches`, and its gradient."""
+    sums = [reference_sum_and_grad(params, arrays) for arrays in micro_batches]
+    count = sum(c for _, _, c in sums)
+    loss = sum(total for total, _, _ in sums) / count
+    return loss, {name: sum(g[name] for _, g, _ in sums) / count for name in sums[0][1]}
 
 
 def reference_params(engine):
@@ -211,15 +223,17 @@ def test_micro_batches_accumulate_to_the_gradient_of_one_batch_of_all_rows(compi
     fewer[:, : CONFIG.seq_len // 2] = 0
     second = dataclasses.replace(second, completion_mask=fewer, digests={})
     assert 0 < np.count_nonzero(fewer) < np.count_nonzero(first.completion_mask)
-    joined = {k: np.concatenate([a, second.arrays()[k]]) for k, a in first.arrays().items()}
-    joined = dataclasses.replace(first, **joined, name="joined", digests={})
-    want_loss, want_grads = reference_value_and_grad(reference_params(engine), joined.arrays())
+    # one batch of all rows: the sums of its two halves over the count of all their loss tokens
+    want_loss, want_grads = reference_value_and_grad(
+        reference_params(engine), first.arrays(), second.arrays()
+    )
     engine.fwd_bwd(first)
     engine.fwd_bwd(second)
     assert_gradients_close(engine.accumulated_gradient(), want_grads)
     engine.update()
     metrics = engine.get_metrics()
-    assert metrics["loss_denominator"] == float(np.count_nonzero(joined.completion_mask))
+    tokens = np.count_nonzero(first.completion_mask) + np.count_nonzero(fewer)
+    assert metrics["loss_denominator"] == float(tokens)
     np.testing.assert_allclose(metrics["loss"], want_loss, rtol=1e-5)
 
 
