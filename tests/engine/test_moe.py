@@ -485,6 +485,7 @@ def test_the_kernel_with_a_tile_wider_than_its_dimension_gives_ragged_dots_value
     sizes = jnp.array([64, 32, 96, 64], jnp.int32)
     cotangent = jax.random.normal(keys[2], (256, width), jnp.float32)
 
+    @functools.partial(jax.jit, static_argnums=0)  # compiled: Pallas's interpreter op by op is slow
     def pulled(method):
         out, pull = jax.vjp(
             lambda r, w: moe.grouped_matmul(r, w, sizes, method, interpret=True), rows, weights
