@@ -447,14 +447,16 @@ def test_mesh_that_does_not_match_the_devices_is_refused():
 
 
 def test_lowering_allocates_nothing_and_covers_every_program():
-    mesh = make_mesh(CONFIG.mesh)
+    """ONE_LAYER's programs: what lowering allocates does not depend on the mixers, and they lower
+    in a third of CONFIG's time."""
+    mesh = make_mesh(ONE_LAYER.mesh)
     gc.collect()  # earlier tests' arrays may be collected during the lowering: count only new ones
     before = {id(array) for array in jax.live_arrays()}
-    lowered = lower_programs(CONFIG, mesh)
-    state = abstract_state(CONFIG, mesh)
+    lowered = lower_programs(ONE_LAYER, mesh)
+    state = abstract_state(ONE_LAYER, mesh)
     assert [array for array in jax.live_arrays() if id(array) not in before] == []
     assert set(lowered) == {"fwd_bwd", "fwd_bwd_dropless", "update"}
-    assert state["params"]["expert_gate"].shape == (2, 8, 64, 64)
+    assert state["params"]["expert_gate"].shape == (1, 8, 64, 64)
     assert set(state) == {"params", "opt_state", "grad_accum"}
 
 
