@@ -586,9 +586,10 @@ def test_program_memory_is_aots_peak_of_the_same_programs(compiled):
 def test_the_programs_compile_side_by_side(monkeypatch):
     """Each program's compile starts before any finishes: the three meet at a barrier inside their
     compiles, which a compile one after another would never reach (its first waits alone). The
-    micro-batch carries no routes, so the dropless replay compiles with the others (with routes
-    it waits for a micro-batch that drops pairs: test_pair_drops.py). ONE_LAYER's programs: how
-    they compile does not depend on the model."""
+    run has a micro-batch that drops pairs (`will_run`), so the dropless replay compiles with the
+    others (without one it waits: test_pair_drops.py). ONE_LAYER's programs, as the routing test
+    compiles them: how they compile does not depend on the model, and where JAX's cache holds them
+    from that test each still compiles through `_compile`, only sooner."""
     meeting = threading.Barrier(3, timeout=60)
     compile_now = jax_engine._compile
 
@@ -598,9 +599,8 @@ def test_the_programs_compile_side_by_side(monkeypatch):
 
     monkeypatch.setattr(jax_engine, "_compile", meet_then_compile)
     monkeypatch.setattr(jax_engine, "_COMPILED", {})
-    unrouted = example_payload(
-        CONFIG.micro_batch_rows, CONFIG.seq_len, MODEL.vocab_size, segment_len=48, name="unrouted"
-    )
-    seconds = JaxEngine(ONE_LAYER).compile(unrouted)
+    engine = JaxEngine(ONE_LAYER)
+    engine.will_run([overflowing(seed=2, config=ONE_LAYER)])
+    seconds = engine.compile(payload(config=ONE_LAYER))
     assert set(seconds) == {"fwd_bwd", "fwd_bwd_dropless", "update"}
     assert all(s > 0 for s in seconds.values())
