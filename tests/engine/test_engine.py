@@ -31,16 +31,23 @@ CONFIG = dataclasses.replace(
     PRESETS["cpu-tiny"].engine, moe=MoeConfig(ragged_buffer_factor=1.0, expert_compute="einsum")
 )
 MODEL = CONFIG.model
+# CONFIG with one full-attention layer, for the tests whose check does not depend on the mixers
+# (how programs compile, where the routing is read, where the optimizer state rests): smaller
+# programs than CONFIG's, without its Gated DeltaNet layer, the slower of its two to compile.
+ONE_LAYER = dataclasses.replace(
+    CONFIG, model=dataclasses.replace(MODEL, layer_types=("full_attention",), num_layers=1)
+)
 
 
-def payload(seed=0, rows=CONFIG.micro_batch_rows, **kw):
+def payload(seed=0, rows=CONFIG.micro_batch_rows, config=CONFIG, **kw):
+    model = config.model
     return example_payload(
         rows,
-        CONFIG.seq_len,
-        MODEL.vocab_size,
-        num_layers=MODEL.num_layers,
-        top_k=MODEL.top_k,
-        num_experts=MODEL.num_experts,
+        config.seq_len,
+        model.vocab_size,
+        num_layers=model.num_layers,
+        top_k=model.top_k,
+        num_experts=model.num_experts,
         segment_len=kw.pop("segment_len", 48),
         seed=seed,
         name=f"mb{seed}",
@@ -60,8 +67,8 @@ def fresh_engine(compiled, config=CONFIG, replay=False):
     run whose micro-batches drop pairs)."""
     engine = JaxEngine(config)
     if replay:
-        engine.will_run([overflowing(seed=2)])
-    engine.compile(payload(rows=config.micro_batch_rows))
+        engine.will_run([overflowing(seed=2, config=config)])
+    engine.compile(payload(rows=config.micro_batch_rows, config=config))
     return engine
 
 
@@ -88,8 +95,9 @@ def _swiglu(x, gate, up, down):
     return (jax.nn.silu(x @ gate) * (x @ up)) @ down
 
 
-def reference_loss(params, a):
-    """Token-mean GRPO loss (beta 0) of one micro-batch, every expert pair kept."""
+def reference_loss_sum(params, a):
+    """GRPO loss (beta 0) of one micro-batch summed over its loss tokens, every expert pair kept;
+    and the count of those tokens."""
     seg, pos = jnp.asarray(a["segment_ids"]), jnp.asarray(a["positions"], jnp.float32)
     t = seg.shape[1]
     x = params["embed"][a["input_ids"]]
@@ -145,12 +153,23 @@ def reference_loss(params, a):
     ratio = jnp.exp(logp - a["old_logps"])
     clipped = jnp.clip(ratio, 1 - CONFIG.loss.epsilon, 1 + CONFIG.loss.epsilon_high)
     token = -jnp.minimum(ratio * a["advantages"], clipped * a["advantages"])
-    return jnp.sum(token * m) / m.sum()
+    return jnp.sum(token * m), m.sum()
 
 
 @jax.jit
-def reference_value_and_grad(params, arrays):
-    return jax.value_and_grad(reference_loss)(params, arrays)
+def reference_sum_and_grad(params, arrays):
+    """The summed loss, its gradient, and the count of loss tokens: summed over micro-batches and
+    divided by their count, the token mean of them all (compiled once, for CONFIG's rows)."""
+    (total, count), grads = jax.value_and_grad(reference_loss_sum, has_aux=True)(params, arrays)
+    return total, grads, count
+
+
+def reference_value_and_grad(params, *micro_batches):
+    """The token-mean loss over every loss token of `micro_batches`, and its gradient."""
+    sums = [reference_sum_and_grad(params, arrays) for arrays in micro_batches]
+    count = sum(c for _, _, c in sums)
+    loss = sum(total for total, _, _ in sums) / count
+    return loss, {name: sum(g[name] for _, g, _ in sums) / count for name in sums[0][1]}
 
 
 def reference_params(engine):
@@ -177,10 +196,10 @@ def test_loss_and_gradient_match_the_float32_reference(compiled):
     np.testing.assert_allclose(engine.get_metrics()["loss"], want_loss, rtol=1e-5)
 
 
-def overflowing(seed):
+def overflowing(seed, config=CONFIG):
     """A payload whose every token routes to experts 0..K-1: each group drops pairs."""
-    p = payload(seed=seed)
-    forced = np.where(p.routed_experts >= 0, np.arange(MODEL.top_k, dtype=np.int16), -1)
+    p = payload(seed=seed, config=config)
+    forced = np.where(p.routed_experts >= 0, np.arange(config.model.top_k, dtype=np.int16), -1)
     return dataclasses.replace(p, routed_experts=forced.astype(np.int16), digests={})
 
 
@@ -204,15 +223,17 @@ def test_micro_batches_accumulate_to_the_gradient_of_one_batch_of_all_rows(compi
     fewer[:, : CONFIG.seq_len // 2] = 0
     second = dataclasses.replace(second, completion_mask=fewer, digests={})
     assert 0 < np.count_nonzero(fewer) < np.count_nonzero(first.completion_mask)
-    joined = {k: np.concatenate([a, second.arrays()[k]]) for k, a in first.arrays().items()}
-    joined = dataclasses.replace(first, **joined, name="joined", digests={})
-    want_loss, want_grads = reference_value_and_grad(reference_params(engine), joined.arrays())
+    # one batch of all rows: the sums of its two halves over the count of all their loss tokens
+    want_loss, want_grads = reference_value_and_grad(
+        reference_params(engine), first.arrays(), second.arrays()
+    )
     engine.fwd_bwd(first)
     engine.fwd_bwd(second)
     assert_gradients_close(engine.accumulated_gradient(), want_grads)
     engine.update()
     metrics = engine.get_metrics()
-    assert metrics["loss_denominator"] == float(np.count_nonzero(joined.completion_mask))
+    tokens = np.count_nonzero(first.completion_mask) + np.count_nonzero(fewer)
+    assert metrics["loss_denominator"] == float(tokens)
     np.testing.assert_allclose(metrics["loss"], want_loss, rtol=1e-5)
 
 
@@ -426,14 +447,16 @@ def test_mesh_that_does_not_match_the_devices_is_refused():
 
 
 def test_lowering_allocates_nothing_and_covers_every_program():
-    mesh = make_mesh(CONFIG.mesh)
+    """ONE_LAYER's programs: what lowering allocates does not depend on the mixers, and they lower
+    in under half of CONFIG's time."""
+    mesh = make_mesh(ONE_LAYER.mesh)
     gc.collect()  # earlier tests' arrays may be collected during the lowering: count only new ones
     before = {id(array) for array in jax.live_arrays()}
-    lowered = lower_programs(CONFIG, mesh)
-    state = abstract_state(CONFIG, mesh)
+    lowered = lower_programs(ONE_LAYER, mesh)
+    state = abstract_state(ONE_LAYER, mesh)
     assert [array for array in jax.live_arrays() if id(array) not in before] == []
     assert set(lowered) == {"fwd_bwd", "fwd_bwd_dropless", "update"}
-    assert state["params"]["expert_gate"].shape == (2, 8, 64, 64)
+    assert state["params"]["expert_gate"].shape == (1, 8, 64, 64)
     assert set(state) == {"params", "opt_state", "grad_accum"}
 
 
@@ -475,19 +498,19 @@ def test_model_flops_follow_the_accounting():
 
 # The formulation before the pairs were counted and the head's gradient written by hand.
 SORTED_AUTODIFF = dataclasses.replace(
-    CONFIG,
-    moe=dataclasses.replace(CONFIG.moe, pair_ranking="sort"),
-    loss=dataclasses.replace(CONFIG.loss, logps_gradient="autodiff"),
+    ONE_LAYER,
+    moe=dataclasses.replace(ONE_LAYER.moe, pair_ranking="sort"),
+    loss=dataclasses.replace(ONE_LAYER.loss, logps_gradient="autodiff"),
 )
 
 
 def test_the_backward_pass_reads_the_routing_rather_than_sorting_again(compiled):
     """One sort of the routed pairs per layer kind in each forward-backward program when pairs
     are ranked by a sort (none when counted): the layer's remat keeps the routing (moe.ROUTING)
-    instead of recomputing it in the backward pass. The programs read are the engines' own,
-    which this module's other tests compile too."""
-    kinds = len(set(MODEL.layer_types))
-    for config, sorts in ((SORTED_AUTODIFF, kinds), (CONFIG, 0)):
+    instead of recomputing it in the backward pass. The programs read are the engines' own, of
+    ONE_LAYER (one layer kind; the routing is the MoE layer's whatever the mixer), which the next
+    test trains."""
+    for config, sorts in ((SORTED_AUTODIFF, 1), (ONE_LAYER, 0)):
         programs = fresh_engine(compiled, config, replay=True)._compiled
         for name in ("fwd_bwd", "fwd_bwd_dropless"):
             hlo = programs[name].as_text()
@@ -497,11 +520,12 @@ def test_the_backward_pass_reads_the_routing_rather_than_sorting_again(compiled)
 def test_counted_ranks_and_the_saved_lse_gradient_train_as_sort_and_autodiff_did(compiled):
     """The defaults (pairs counted, the head's gradient by hand) against the previous formulation
     on the same micro-batches: the same loss to 1e-6 relative and the same gradient to 1e-5 of
-    each weight's largest entry (float32: only summation order differs), overflows alike."""
-    new, old = fresh_engine(compiled), fresh_engine(compiled, SORTED_AUTODIFF)
+    each weight's largest entry (float32: only summation order differs), overflows alike. ONE_LAYER:
+    ranking pairs and the head's gradient do not depend on the mixers."""
+    new, old = fresh_engine(compiled, ONE_LAYER), fresh_engine(compiled, SORTED_AUTODIFF)
     for seed in (1, 2):
         for engine in (new, old):
-            engine.fwd_bwd(payload(seed=seed))
+            engine.fwd_bwd(payload(seed=seed, config=ONE_LAYER))
     got, want = new.accumulated_gradient(), old.accumulated_gradient()
     for name in want:
         scale = np.abs(want[name]).max() + 1e-12
@@ -515,17 +539,18 @@ def test_counted_ranks_and_the_saved_lse_gradient_train_as_sort_and_autodiff_did
 
 def test_an_offloaded_optimizer_state_rests_in_host_memory_and_trains_the_same(compiled):
     """optimizer_memory_host_offload: the state between programs is in pinned host memory, the
-    report counts it there (nothing beside fwd_bwd), and two steps give the same parameters."""
+    report counts it there (nothing beside fwd_bwd), and two steps give the same parameters (of
+    ONE_LAYER: where the state rests does not depend on the mixers)."""
     from rl_trainer_bench.engine import residency
     from rl_trainer_bench.engine.builtin import programs
 
     offload = dataclasses.replace(
-        CONFIG, optimizer=dataclasses.replace(CONFIG.optimizer, memory_host_offload=True)
+        ONE_LAYER, optimizer=dataclasses.replace(ONE_LAYER.optimizer, memory_host_offload=True)
     )
-    engines = [fresh_engine(compiled), fresh_engine(compiled, offload)]
+    engines = [fresh_engine(compiled, ONE_LAYER), fresh_engine(compiled, offload)]
     for engine in engines:
         for step in range(2):
-            engine.fwd_bwd(payload(seed=20 + step))
+            engine.fwd_bwd(payload(seed=20 + step, config=ONE_LAYER))
             engine.update()
     plain, offloaded = (e._state for e in engines)
     kinds = {leaf.sharding.memory_kind for leaf in jax.tree.leaves(offloaded.opt_state)}
@@ -533,9 +558,9 @@ def test_an_offloaded_optimizer_state_rests_in_host_memory_and_trains_the_same(c
     assert {leaf.sharding.memory_kind for leaf in jax.tree.leaves(offloaded.params)} == {"device"}
     for got, want in zip(jax.tree.leaves(offloaded), jax.tree.leaves(plain), strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-7)
-    mesh = make_mesh(CONFIG.mesh)
+    mesh = make_mesh(ONE_LAYER.mesh)
     state = programs.state_beside(offload, mesh)
-    resident = programs.state_beside(CONFIG, mesh)
+    resident = programs.state_beside(ONE_LAYER, mesh)
     assert state["opt_state"] == 0 and state["host_memory"] == resident["opt_state"] > 0
     assert residency.beside("fwd_bwd", state) == 0
 
@@ -561,8 +586,10 @@ def test_program_memory_is_aots_peak_of_the_same_programs(compiled):
 def test_the_programs_compile_side_by_side(monkeypatch):
     """Each program's compile starts before any finishes: the three meet at a barrier inside their
     compiles, which a compile one after another would never reach (its first waits alone). The
-    micro-batch carries no routes, so the dropless replay compiles with the others (with routes
-    it waits for a micro-batch that drops pairs: test_pair_drops.py)."""
+    run has a micro-batch that drops pairs (`will_run`), so the dropless replay compiles with the
+    others (without one it waits: test_pair_drops.py). ONE_LAYER's programs, as the routing test
+    compiles them: how they compile does not depend on the model, and where JAX's cache holds them
+    from that test each still compiles through `_compile`, only sooner."""
     meeting = threading.Barrier(3, timeout=60)
     compile_now = jax_engine._compile
 
@@ -572,9 +599,8 @@ def test_the_programs_compile_side_by_side(monkeypatch):
 
     monkeypatch.setattr(jax_engine, "_compile", meet_then_compile)
     monkeypatch.setattr(jax_engine, "_COMPILED", {})
-    unrouted = example_payload(
-        CONFIG.micro_batch_rows, CONFIG.seq_len, MODEL.vocab_size, segment_len=48, name="unrouted"
-    )
-    seconds = JaxEngine(CONFIG).compile(unrouted)
+    engine = JaxEngine(ONE_LAYER)
+    engine.will_run([overflowing(seed=2, config=ONE_LAYER)])
+    seconds = engine.compile(payload(config=ONE_LAYER))
     assert set(seconds) == {"fwd_bwd", "fwd_bwd_dropless", "update"}
     assert all(s > 0 for s in seconds.values())

@@ -209,10 +209,10 @@ def test_the_blocked_inverse_solves_like_xlas_triangular_solve_in_value_and_grad
         return lambda a, b: jnp.sum(jnp.sin(solve(a, b)) * weights)
 
     np.testing.assert_allclose(
-        unit_lower_solve(strict, rhs), xla(strict, rhs), rtol=1e-5, atol=1e-5
+        jax.jit(unit_lower_solve)(strict, rhs), xla(strict, rhs), rtol=1e-5, atol=1e-5
     )
-    got_a, got_b = jax.grad(loss(unit_lower_solve), argnums=(0, 1))(strict, rhs)
-    want_a, want_b = jax.grad(loss(xla), argnums=(0, 1))(strict, rhs)
+    got_a, got_b = jax.jit(jax.grad(loss(unit_lower_solve), argnums=(0, 1)))(strict, rhs)
+    want_a, want_b = jax.jit(jax.grad(loss(xla), argnums=(0, 1)))(strict, rhs)
     np.testing.assert_allclose(got_b, want_b, rtol=1e-4, atol=1e-5)
     # Only the strictly lower part is a variable of the system.
     np.testing.assert_allclose(got_a, jnp.tril(want_a, -1), rtol=1e-4, atol=1e-5)

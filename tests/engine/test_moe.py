@@ -293,6 +293,18 @@ def _dense_reference(x, params, keep):
     return jnp.einsum("btkd,btk->btd", chosen, gates * keep)
 
 
+@jax.jit
+def _dense_value_and_grad(x, params, keep):
+    """The dense reference's sum(sin(out)) and its gradient, and out: `keep` an argument, so the
+    reference compiles once for every test that compares against it."""
+
+    def dense(x, params):
+        out = _dense_reference(x, params, keep)
+        return jnp.sum(jnp.sin(out)), out
+
+    return jax.value_and_grad(dense, argnums=(0, 1), has_aux=True)(x, params)
+
+
 def _kept_pairs(x, params, factor, chunks):
     """Which pairs the capacity rule keeps (1.0) on the 2x2x2 mesh: a device holds one row of 8
     tokens, split into `chunks` groups; each group's slots go in token order, then k order."""
@@ -320,17 +332,11 @@ def _against_dense(mesh, factor, chunks, layer):
         out, overflow = layer(x, params)
         return jnp.sum(jnp.sin(out)), (out, overflow)
 
-    def dense(x, params):
-        out = _dense_reference(x, params, keep)
-        return jnp.sum(jnp.sin(out)), out
-
     with jax.set_mesh(mesh):
         (_, (got, overflow)), got_grads = jax.jit(
             jax.value_and_grad(sharded, argnums=(0, 1), has_aux=True)
         )(x, params)
-    (_, want), want_grads = jax.jit(jax.value_and_grad(dense, argnums=(0, 1), has_aux=True))(
-        x, params
-    )
+    (_, want), want_grads = _dense_value_and_grad(x, params, keep)
     assert bool(overflow) == (factor != -1) == bool(jnp.any(keep == 0))
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(got_grads[0], want_grads[0], rtol=1e-4, atol=1e-5, err_msg="x")
@@ -479,6 +485,7 @@ def test_the_kernel_with_a_tile_wider_than_its_dimension_gives_ragged_dots_value
     sizes = jnp.array([64, 32, 96, 64], jnp.int32)
     cotangent = jax.random.normal(keys[2], (256, width), jnp.float32)
 
+    @functools.partial(jax.jit, static_argnums=0)  # compiled: Pallas's interpreter op by op is slow
     def pulled(method):
         out, pull = jax.vjp(
             lambda r, w: moe.grouped_matmul(r, w, sizes, method, interpret=True), rows, weights
