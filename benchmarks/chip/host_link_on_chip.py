@@ -14,7 +14,9 @@ this times, after a first copy of the same arrays (medians of REPEATS):
   against its time alone, and when the copy was ready (a watcher thread's stamp);
 - `engine_same` / `engine_rotating`: the built-in engine's own unstaged copy (`InputCopy.copy`),
   of the same micro-batch each time or of `--rotate` distinct ones in turn, as a run's pool
-  rotates them (`--engine-only` times these alone).
+  rotates them (`--engine-only` times these alone);
+- `engine_first_of_two`: the engine's copy of one micro-batch until it is on the device, the next
+  one's copy issued right after it, as an unstaged step's first two `fwd_bwd` calls issue them.
 Every figure is the chip's own; the bench's engine picks its path from what this prints
 (BENCHMARKS.md, "What STAGE_BEFORE_UPDATE saves on one v5e chip").
 
@@ -93,9 +95,24 @@ def engine_copies(mesh, arrays: dict[str, np.ndarray], rotate: int) -> dict[str,
             "engine_rotating_s": median_s(
                 lambda: copier.copy(distinct[next(turn) % rotate]), 2 * rotate
             ),
+            "engine_first_of_two_s": first_of_two_s(copier, distinct[0], distinct[-1]),
         }
     finally:
         copier.close()
+
+
+def first_of_two_s(copier, first: dict, second: dict) -> float:
+    """When the first of two micro-batches is on the device, the second's copy issued right
+    after it: as an unstaged step's first `fwd_bwd` and its second issue them (median of
+    REPEATS after a first)."""
+    times = []
+    for _ in range(REPEATS + 1):
+        start = time.perf_counter()
+        copied, following = copier.copy(first), copier.copy(second)
+        jax.block_until_ready(copied)
+        times.append(time.perf_counter() - start)
+        jax.block_until_ready(following)
+    return statistics.median(times[1:])
 
 
 def main() -> None:
