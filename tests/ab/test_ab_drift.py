@@ -115,3 +115,17 @@ def test_a_setting_is_the_mean_of_its_arm_medians_not_a_pooled_median():
         )
         deltas.append(ab_score.score(runs, min_effect_pct=1.0).deltas[0].delta_s)
     assert statistics.pstdev(deltas) < 0.3e-3
+
+
+def test_a_stray_step_does_not_move_the_measured_slope():
+    """The slope is the median over every two steps of an arm (Theil and Sen's): one step 50 ms
+    off among ten on the line changes no middle pair's slope, where a least-squares or mean slope
+    would tilt."""
+    steps = [
+        ab_drift.TimedStep("off", "off", clock_s=float(i), step_s=0.1 + SLOPE * i)
+        for i in range(10)
+    ]
+    steps[7] = ab_drift.TimedStep("off", "off", clock_s=7.0, step_s=0.1 + SLOPE * 7 + 0.05)
+    found = ab_drift.measure(steps, baseline="off", shared_clock=False, min_effect_s=0.001)
+    assert found.within_arms == pytest.approx(SLOPE, rel=1e-9)
+    assert found.per_arm["off"] == pytest.approx(SLOPE, rel=1e-9)
