@@ -248,10 +248,9 @@ class Design:
     step_time: Figure | None
     noise: Figure
     min_effect_pct: float
-    warmup_steps: int = 0  # per program set, once up front
-    program_sets: int = 1  # arms whose programs differ: compiled and warmed apart
-    # each program set's warm-up as its run takes it (`one_state.warm_ups`: a set whose arms stage
-    # warms each stage too); empty: `warmup_steps` each, before the arms are planned
+    # each program set's warm-up steps, once up front, as its run takes them (arms whose programs
+    # differ are compiled and warmed apart; `one_state.warm_ups`: a set whose arms stage warms
+    # each stage too); set once the arms are planned (`AbRun.planned_lines`)
     set_warmups: tuple[int, ...] = ()
     looks: Looks | None = None  # stops when settled (sequential.py); None: the whole budget
     expected_effects: tuple[float, ...] = ()  # percent: the effects the plan forecasts
@@ -262,12 +261,11 @@ class Design:
 
     @property
     def warmups(self) -> int:
-        return sum(self.set_warmups) if self.set_warmups else self.warmup_steps * self.program_sets
+        return sum(self.set_warmups)
 
     def _warmup_words(self) -> str:
-        each = set(self.set_warmups or (self.warmup_steps,))
-        if len(each) == 1:
-            return f"{each.pop()} per program set x {self.program_sets}"
+        if len(set(self.set_warmups)) == 1:
+            return f"{self.set_warmups[0]} per program set x {len(self.set_warmups)}"
         return "per program set " + ", ".join(str(n) for n in self.set_warmups)
 
     @property
@@ -458,13 +456,7 @@ class AbRun:
                 f"A/B design: {self.steps} scored steps per arm, and {sum(set_warmups)} warm-up"
                 " steps in all, up front"
             ]
-        warmed = dataclasses.replace(
-            self.design,
-            warmup_steps=max(set_warmups),
-            program_sets=len(set_warmups),
-            set_warmups=tuple(set_warmups),
-        )
-        return warmed.lines()
+        return dataclasses.replace(self.design, set_warmups=tuple(set_warmups)).lines()
 
 
 def size(args: argparse.Namespace, schedule_seed: int) -> AbRun:

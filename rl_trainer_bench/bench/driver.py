@@ -154,10 +154,9 @@ class Bench:
             " on a CPU, more for a large cell)"
         )
         started = time.perf_counter()
+        # the engine compiles what only some micro-batches need if one of the pool's does
         will_run = optional(self.engine, "will_run")
-        if (
-            will_run is not None
-        ):  # the engine compiles what only some micro-batches need if one does
+        if will_run is not None:
             will_run([entry.payload for entry in self.pool.entries])
         with load_failure.refused_as_size(self.config.preset.name, load_failure.compile_refusal):
             compile_s = returns.compile_seconds(self.engine.compile(self.pool.entries[0].payload))
